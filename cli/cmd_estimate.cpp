@@ -1,0 +1,48 @@
+// hexisim estimate SCENARIO --plan FILE: closed-form cost model of a plan.
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/plan_report.hpp"
+#include "scheduler/estimate.hpp"
+
+namespace hexi::cli {
+namespace {
+
+struct EstimateOptions {
+  std::string scenario;
+  std::string plan;
+  bool json = false;
+};
+
+int run_estimate(const EstimateOptions& opt) {
+  auto sc = load_scenario_arg(opt.scenario);
+  if (!sc) return report(sc.error());
+  auto plan = load_checked_plan(*sc, opt.plan);
+  if (!plan) return report(plan.error());
+  CostModel model(sc->cluster, sc->model, sc->training, sc->profile);
+  Estimate est = model.estimate(*plan);
+  if (opt.json) {
+    Json out = est.to_json();
+    out["scenario"] = sc->name;
+    out["plan"] = to_json(*plan);
+    print_json(out);
+  } else {
+    print_estimate_summary(*sc, est, std::cout);
+    print_plan_table(*sc, *plan, est, std::cout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_estimate_command(CLI::App& app, Runner& run) {
+  auto opt = std::make_shared<EstimateOptions>();
+  auto* cmd = app.add_subcommand("estimate", "Evaluate a plan with the closed-form cost model");
+  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")->required();
+  cmd->add_option("--plan", opt->plan, "Plan file (default: the scenario's \"plan\")");
+  cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
+  cmd->callback([&run, opt] { run = [opt] { return run_estimate(*opt); }; });
+}
+
+}  // namespace hexi::cli

@@ -1,0 +1,75 @@
+// hexisim info: GPU types, models, shipped clusters and scenarios.
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "scheduler/cost_model.hpp"
+
+namespace hexi::cli {
+namespace {
+
+struct InfoOptions {
+  bool json = false;
+};
+
+int run_info(const InfoOptions& opt) {
+  auto catalogs = load_catalogs();
+  if (!catalogs) return report(catalogs.error());
+  Json gpus = Json::array(), models = Json::array(), clusters = Json::array(), scenarios = Json::array();
+  for (const auto& g : catalogs->gpus.gpus()) {
+    gpus.push_back({{"name", g.name},
+                    {"tflops", g.tflops},
+                    {"precision", g.precision},
+                    {"memory_gib", g.memory_gib},
+                    {"memory_GBps", g.memory_GBps},
+                    {"intra", to_string(g.intra_kind)},
+                    {"intra_GBps", g.intra_GBps},
+                    {"source", g.source}});
+  }
+  for (const auto& m : catalogs->models.models()) {
+    models.push_back({{"name", m.name},
+                      {"params", m.params()},
+                      {"layers", m.layers},
+                      {"hidden", m.hidden},
+                      {"heads", m.heads},
+                      {"kv_heads", m.kv_heads},
+                      {"vocab", m.vocab}});
+  }
+  for (const auto& c : shipped_clusters()) clusters.push_back(c);
+  for (const auto& s : shipped_scenarios()) scenarios.push_back(s);
+  if (opt.json) {
+    print_json({{"gpus", gpus}, {"models", models}, {"clusters", clusters}, {"scenarios", scenarios}});
+    return 0;
+  }
+  std::cout << "GPU types (dense fp16/bf16 tensor TFLOP/s, fp32 accumulate):\n";
+  Table gt({"name", "TFLOP/s", "memory GiB", "HBM GB/s", "intra", "intra GB/s"});
+  for (const auto& g : catalogs->gpus.gpus()) {
+    gt.add({g.name, fmt(g.tflops, 1), fmt(g.memory_gib, 0), fmt(g.memory_GBps, 0),
+            std::string(to_string(g.intra_kind)), fmt(g.intra_GBps, 0)});
+  }
+  gt.print(std::cout);
+  std::cout << "\nModels:\n";
+  Table mt({"name", "params (B)", "layers", "hidden", "ffn", "heads", "kv heads", "vocab"});
+  for (const auto& m : catalogs->models.models()) {
+    mt.add({m.name, fmt(m.params() / 1e9, m.params() < 1e8 ? 5 : 2), std::to_string(m.layers),
+            std::to_string(m.hidden), std::to_string(m.ffn), std::to_string(m.heads), std::to_string(m.kv_heads),
+            std::to_string(m.vocab)});
+  }
+  mt.print(std::cout);
+  std::cout << "\nShipped clusters (topologies/clusters/):\n";
+  for (const auto& c : shipped_clusters()) std::cout << "  " << c << "\n";
+  std::cout << "\nShipped scenarios (scenarios/shipped/):\n";
+  for (const auto& s : shipped_scenarios()) std::cout << "  " << s << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app, Runner& run) {
+  auto opt = std::make_shared<InfoOptions>();
+  auto* cmd = app.add_subcommand("info", "List GPU types, models, shipped clusters and scenarios");
+  cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
+  cmd->callback([&run, opt] { run = [opt] { return run_info(*opt); }; });
+}
+
+}  // namespace hexi::cli

@@ -1,0 +1,21 @@
+#pragma once
+// Registration of every subcommand. Each add_* function creates its subcommand on
+// `app` and, when that subcommand is parsed, sets `run` to its body.
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common.hpp"
+
+namespace hexi::cli {
+
+void add_info_command(CLI::App& app, Runner& run);
+void add_cluster_commands(CLI::App& app, Runner& run);
+void add_estimate_command(CLI::App& app, Runner& run);
+
+inline void add_all_commands(CLI::App& app, Runner& run) {
+  add_info_command(app, run);
+  add_cluster_commands(app, run);
+  add_estimate_command(app, run);
+}
+
+}  // namespace hexi::cli

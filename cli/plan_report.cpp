@@ -1,0 +1,76 @@
+#include "cli/plan_report.hpp"
+
+#include <algorithm>
+#include <map>
+#include <ostream>
+
+#include "cli/common.hpp"
+
+namespace hexi::cli {
+
+void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostream& out) {
+  out << "scenario " << sc.name << ": " << sc.model.name << " on " << sc.cluster.name() << " ("
+      << sc.cluster.num_devices() << " GPUs), global batch " << sc.training.global_batch << " x "
+      << sc.training.seq_len << " tokens\n";
+  Table t({"iteration s", "tokens/s", "MFU", "PFLOP/s", "pipelines s", "DP sync s", "optimizer s", "fits"});
+  t.add({fmt(est.iteration_time_s, 3), fmt(est.tokens_per_s, 0), fmt(100 * est.mfu, 1) + "%",
+         fmt(est.achieved_pflops, 3), fmt(est.pipeline_s, 3), fmt(est.dp_sync_s, 3), fmt(est.optimizer_s, 3),
+         est.feasible ? "yes" : "NO"});
+  t.print(out);
+  for (const auto& p : est.problems) out << "  over memory: " << p << "\n";
+}
+
+void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est, std::ostream& out) {
+  const Cluster& c = sc.cluster;
+  std::size_t dev = 0;
+  for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
+    const Pipeline& p = plan.pipelines[pi];
+    const PipelineEstimate& pe = est.pipelines[pi];
+    std::map<std::string, int> types;
+    for (const auto& s : p.stages) {
+      for (int d : s.devices) ++types[c.gpu(d).name];
+    }
+    std::string mix;
+    for (const auto& [name, n] : types) mix += (mix.empty() ? "" : ", ") + std::to_string(n) + "x " + name;
+    out << "\npipeline " << pi << ": " << mix << "; batch " << p.batch << " (" << p.micro_batches()
+        << " micro-batches of " << p.micro_batch << "), " << fmt(pe.time_s, 3) << " s\n";
+    Table t({"stage", "devices", "GPU", "TP", "layers", "fwd ms", "bwd ms", "TP comm ms", "send ms", "mem GiB",
+             "free GiB"});
+    for (std::size_t si = 0; si < p.stages.size(); ++si) {
+      const Stage& s = p.stages[si];
+      const StageEstimate& se = pe.stages[si];
+      double worst_mem = 0, worst_free = 1e300;
+      for (int r = 0; r < s.tp(); ++r, ++dev) {
+        const DeviceEstimate& de = est.devices[dev];
+        worst_mem = std::max(worst_mem, de.memory.total());
+        worst_free = std::min(worst_free, de.capacity_bytes - de.memory.total());
+      }
+      std::string ids;
+      for (int d : s.devices) ids += (ids.empty() ? "" : ",") + std::to_string(d);
+      if (ids.size() > 24) ids = std::to_string(s.devices.front()) + ".." + std::to_string(s.devices.back());
+      std::string gpus = c.gpu(s.devices.front()).name;
+      for (int d : s.devices) {
+        if (c.gpu(d).name != gpus) gpus = "mixed";
+      }
+      t.add({std::to_string(si), ids, gpus, std::to_string(s.tp()),
+             "[" + std::to_string(s.layer_begin) + "," + std::to_string(s.layer_end) + ")",
+             fmt(1e3 * se.forward_s, 2), fmt(1e3 * se.backward_s, 2), fmt(1e3 * se.tp_comm_s, 2),
+             fmt(1e3 * se.send_s, 2), fmt(worst_mem / kGiB, 2), fmt(worst_free / kGiB, 2)});
+    }
+    t.print(out);
+  }
+}
+
+Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg) {
+  std::string path = plan_arg;
+  if (path.empty()) {
+    if (!sc.plan) return bad_input(sc.file.string() + ": no plan given: pass --plan FILE (the scenario names none)");
+    path = sc.plan->string();
+  }
+  auto plan = load_plan(path);
+  if (!plan) return plan.error();
+  if (auto st = validate_plan(*plan, sc.cluster, sc.model, sc.training, path); !st) return st.error();
+  return plan;
+}
+
+}  // namespace hexi::cli

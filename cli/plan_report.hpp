@@ -1,0 +1,21 @@
+#pragma once
+// Readable reports of a plan and its closed-form estimate (estimate, plan --explain).
+
+#include <iosfwd>
+
+#include "scenarios/scenario.hpp"
+#include "scheduler/estimate.hpp"
+#include "scheduler/plan.hpp"
+
+namespace hexi::cli {
+
+// Headline: iteration time, tokens/s, MFU, PFLOP/s, feasibility and problems.
+void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostream& out);
+// Per pipeline: devices by type, stages with TP degree, layers, compute/communication
+// time per micro-batch, memory and headroom.
+void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est, std::ostream& out);
+
+// Loads the plan named by --plan (or the scenario's "plan") and validates it.
+Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg);
+
+}  // namespace hexi::cli

@@ -1,0 +1,99 @@
+#include "scenarios/model.hpp"
+
+#include "topologies/paths.hpp"
+
+namespace hexi {
+
+double Model::attention_params() const {
+  const double h = hidden, kd = kv_dim();
+  double w = h * h + 2 * h * kd + h * h;  // q, k, v, o
+  double b = bias ? h + 2 * kd + h : 0;
+  return w + b;
+}
+
+double Model::mlp_params() const {
+  const double h = hidden, f = ffn;
+  if (mlp == MlpKind::kSwiGlu) return 3 * h * f + (bias ? 2 * f + h : 0);
+  return 2 * h * f + (bias ? f + h : 0);
+}
+
+double Model::norm_params() const { return 2.0 * hidden * (layer_norm ? 2 : 1); }
+
+double Model::embedding_params() const {
+  return static_cast<double>(vocab) * hidden +
+         (learned_positions ? static_cast<double>(max_seq) * hidden : 0);
+}
+
+double Model::head_params() const {
+  double final_norm = static_cast<double>(hidden) * (layer_norm ? 2 : 1);
+  return (tied_embeddings ? 0 : static_cast<double>(vocab) * hidden) + final_norm;
+}
+
+double Model::params() const { return embedding_params() + layers * layer_params() + head_params(); }
+
+Model read_model(const JsonNode& node) {
+  node.allow_only({"name", "description", "layers", "hidden", "ffn", "heads", "kv_heads", "vocab",
+                   "max_seq", "mlp", "tied_embeddings", "bias", "layer_norm", "learned_positions",
+                   "dropout"});
+  Model m;
+  m.name = node.str("name");
+  m.description = node.str_or("description", "");
+  m.layers = static_cast<int>(node.integer_in("layers", 1, 100000));
+  m.hidden = static_cast<int>(node.integer_in("hidden", 1, 1 << 20));
+  m.ffn = static_cast<int>(node.integer_in("ffn", 1, 1 << 22));
+  m.heads = static_cast<int>(node.integer_in("heads", 1, 1 << 14));
+  m.kv_heads = static_cast<int>(node.integer_or("kv_heads", 1, m.heads, m.heads));
+  m.vocab = static_cast<int>(node.integer_in("vocab", 1, 1 << 24));
+  m.max_seq = static_cast<int>(node.integer_in("max_seq", 1, 1 << 24));
+  if (m.hidden % m.heads != 0) node.at("heads").fail("a divisor of hidden (" + std::to_string(m.hidden) + ")");
+  if (m.heads % m.kv_heads != 0) node.at("kv_heads").fail("a divisor of heads (" + std::to_string(m.heads) + ")");
+  std::string mlp = node.str_or("mlp", "swiglu");
+  if (mlp == "swiglu") {
+    m.mlp = MlpKind::kSwiGlu;
+  } else if (mlp == "gelu") {
+    m.mlp = MlpKind::kGelu;
+  } else {
+    node.at("mlp").fail("\"swiglu\" or \"gelu\"");
+  }
+  m.tied_embeddings = node.boolean_or("tied_embeddings", false);
+  m.bias = node.boolean_or("bias", false);
+  m.layer_norm = node.boolean_or("layer_norm", false);
+  m.learned_positions = node.boolean_or("learned_positions", false);
+  m.dropout = node.boolean_or("dropout", false);
+  return m;
+}
+
+Result<ModelCatalog> ModelCatalog::load(const std::filesystem::path& path) {
+  auto json = read_json_file(path);
+  if (!json) return json.error();
+  return load_with([&] {
+    JsonNode root(*json, path.string());
+    root.allow_only({"version", "comment", "models"});
+    root.require_version(1);
+    ModelCatalog catalog;
+    auto models = root.at("models");
+    for (std::size_t i = 0; i < models.size(); ++i) {
+      Model m = read_model(models.at(i));
+      if (catalog.find(m.name) != nullptr) models.at(i).fail_message("model \"" + m.name + "\" defined twice");
+      catalog.models_.push_back(std::move(m));
+    }
+    return catalog;
+  });
+}
+
+Result<ModelCatalog> ModelCatalog::load_shipped() { return load(data_root() / "scenarios/models.json"); }
+
+const Model* ModelCatalog::find(std::string_view name) const {
+  for (const auto& m : models_) {
+    if (m.name == name) return &m;
+  }
+  return nullptr;
+}
+
+std::string ModelCatalog::names() const {
+  std::string out;
+  for (const auto& m : models_) out += (out.empty() ? "" : ", ") + m.name;
+  return out;
+}
+
+}  // namespace hexi

@@ -1,0 +1,63 @@
+#pragma once
+// Transformer model shapes (scenarios/models.json) and their parameter counts.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "topologies/json_input.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi {
+
+enum class MlpKind {
+  kSwiGlu,  // Llama: gate and up (h -> f), down (f -> h): 3hf weights
+  kGelu,    // GPT: fc1 (h -> f), fc2 (f -> h): 2hf weights
+};
+
+struct Model {
+  std::string name;
+  std::string description;
+  int layers = 0;
+  int hidden = 0;    // h
+  int ffn = 0;       // f
+  int heads = 0;     // a
+  int kv_heads = 0;  // k (grouped-query attention when k < a)
+  int vocab = 0;     // V
+  int max_seq = 0;   // context length the model was trained for
+  MlpKind mlp = MlpKind::kSwiGlu;
+  bool tied_embeddings = false;    // output head shares the embedding matrix
+  bool bias = false;               // GPT-style linear biases
+  bool layer_norm = false;         // LayerNorm (weight + bias) instead of RMSNorm
+  bool learned_positions = false;  // GPT-style position embedding table (max_seq x h)
+  bool dropout = false;            // counts dropout masks in activation memory (GPT-3)
+
+  int head_dim() const { return hidden / heads; }  // d
+  int kv_dim() const { return kv_heads * head_dim(); }
+
+  double attention_params() const;  // per layer: q, k, v, o (+ biases)
+  double mlp_params() const;        // per layer
+  double norm_params() const;       // per layer: two norms
+  double layer_params() const { return attention_params() + mlp_params() + norm_params(); }
+  double embedding_params() const;  // token (+ position) embeddings
+  double head_params() const;       // output projection (0 when tied) + final norm
+  double params() const;            // whole model
+};
+
+class ModelCatalog {
+ public:
+  static Result<ModelCatalog> load_shipped();  // scenarios/models.json
+  static Result<ModelCatalog> load(const std::filesystem::path& path);
+
+  const std::vector<Model>& models() const { return models_; }
+  const Model* find(std::string_view name) const;
+  std::string names() const;
+
+ private:
+  std::vector<Model> models_;
+};
+
+// Reads one model object (catalog entry or a scenario's inline model).
+Model read_model(const JsonNode& node);
+
+}  // namespace hexi

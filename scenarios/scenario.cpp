@@ -1,0 +1,134 @@
+#include "scenarios/scenario.hpp"
+
+#include <algorithm>
+
+#include "topologies/paths.hpp"
+
+namespace hexi {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> json_stems(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A reference is a path when it ends in .json or contains a slash.
+bool looks_like_path(const std::string& ref) {
+  return ref.find('/') != std::string::npos ||
+         (ref.size() > 5 && ref.compare(ref.size() - 5, 5, ".json") == 0);
+}
+
+}  // namespace
+
+std::vector<std::string> shipped_scenarios() { return json_stems(data_root() / "scenarios/shipped"); }
+std::vector<std::string> shipped_clusters() { return json_stems(data_root() / "topologies/clusters"); }
+
+Result<Cluster> load_cluster(const std::string& ref, const GpuCatalog& catalog,
+                             const fs::path& relative_to) {
+  if (looks_like_path(ref)) {
+    fs::path p = ref;
+    if (p.is_relative() && !relative_to.empty() && !fs::exists(p)) p = relative_to / p;
+    return Cluster::load(p, catalog);
+  }
+  fs::path p = data_root() / "topologies/clusters" / (ref + ".json");
+  if (!fs::exists(p)) {
+    std::string known;
+    for (const auto& n : shipped_clusters()) known += (known.empty() ? "" : ", ") + n;
+    return bad_input("unknown cluster \"" + ref + "\" (not a file path; shipped clusters: " + known + ")");
+  }
+  return Cluster::load(p, catalog);
+}
+
+Result<Scenario> scenario_from_json(const Json& json, const fs::path& file, const GpuCatalog& catalog,
+                                    const ModelCatalog& models) {
+  const std::string origin = file.string();
+  const fs::path dir = file.parent_path();
+  // The cluster and profile files report their own errors (naming their own file).
+  std::optional<Error> nested_error;
+  auto scenario = load_with([&]() -> Scenario {
+    JsonNode root(json, origin);
+    root.allow_only({"version", "name", "description", "cluster", "model", "training", "scheduler",
+                     "seed", "plan", "profile"});
+    root.require_version(1);
+    Scenario s;
+    s.file = file;
+    s.name = root.str("name");
+    s.description = root.str_or("description", "");
+    auto cluster = root.at("cluster");
+    Result<Cluster> loaded = bad_input("");
+    if (cluster.json().is_string()) {
+      s.cluster_ref = cluster.str();
+      loaded = load_cluster(s.cluster_ref, catalog, dir);
+    } else if (cluster.json().is_object()) {
+      s.cluster_ref = "<inline>";
+      loaded = Cluster::from_json(cluster.json(), origin + " (cluster)", catalog);
+    } else {
+      cluster.fail("a cluster name, a cluster file path, or an inline cluster object");
+    }
+    if (!loaded) {
+      nested_error = loaded.error();
+      throw InputError(loaded.error().message);
+    }
+    s.cluster = std::move(*loaded);
+    auto model = root.at("model");
+    if (model.json().is_string()) {
+      const Model* m = models.find(model.str());
+      if (m == nullptr) model.fail("a model from the catalog (" + models.names() + ") or an inline model");
+      s.model = *m;
+    } else {
+      s.model = read_model(model);
+    }
+    if (auto t = root.find("training")) s.training = read_training(*t);
+    if (auto sched = root.find("scheduler")) {
+      if (sched->json().is_string()) {
+        s.scheduler = sched->str();
+      } else {
+        s.scheduler = sched->str_or("name", s.scheduler);
+        s.scheduler_options = sched->json();
+        s.scheduler_options.erase("name");
+      }
+    }
+    if (auto seed = root.find("seed")) s.seed = static_cast<std::uint64_t>(seed->integer_in(0, INT64_MAX));
+    if (auto plan = root.find("plan")) {
+      fs::path p = plan->str();
+      s.plan = p.is_relative() ? dir / p : p;
+    }
+    if (auto profile = root.find("profile")) {
+      fs::path p = profile->str();
+      auto loaded_profile = Profile::load(p.is_relative() ? dir / p : p);
+      if (!loaded_profile) {
+        nested_error = loaded_profile.error();
+        throw InputError(loaded_profile.error().message);
+      }
+      s.profile = std::move(*loaded_profile);
+    }
+    return s;
+  });
+  if (!scenario && nested_error) return *nested_error;
+  return scenario;
+}
+
+Result<Scenario> load_scenario(const std::string& ref, const GpuCatalog& catalog,
+                               const ModelCatalog& models) {
+  fs::path p = ref;
+  if (!looks_like_path(ref)) {
+    p = data_root() / "scenarios/shipped" / (ref + ".json");
+    if (!fs::exists(p)) {
+      std::string known;
+      for (const auto& n : shipped_scenarios()) known += (known.empty() ? "" : ", ") + n;
+      return bad_input("unknown scenario \"" + ref + "\" (not a file path; shipped scenarios: " + known + ")");
+    }
+  }
+  auto json = read_json_file(p);
+  if (!json) return json.error();
+  return scenario_from_json(*json, p, catalog, models);
+}
+
+}  // namespace hexi

@@ -1,0 +1,50 @@
+#pragma once
+// A scenario: cluster + model + training config + scheduler + seed (scenario JSON,
+// format version 1). Shipped scenarios live in scenarios/shipped/<name>.json and
+// are named by what they are (hexiscale-setting1-llama2-7b, mix-1024-llama2-70b...).
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scenarios/model.hpp"
+#include "scenarios/training.hpp"
+#include "topologies/cluster.hpp"
+#include "topologies/gpu_catalog.hpp"
+#include "topologies/profile.hpp"
+
+namespace hexi {
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  std::filesystem::path file;  // the scenario file it was loaded from
+  std::string cluster_ref;     // as written: a shipped cluster name or a path
+  Cluster cluster;
+  Model model;
+  TrainingConfig training;
+  std::string scheduler = "hexiscale";
+  Json scheduler_options = Json::object();  // scheduler-specific; validated by the scheduler
+  std::uint64_t seed = 1;
+  std::optional<std::filesystem::path> plan;  // optional plan file (resolved path)
+  Profile profile;  // device efficiencies: the documented defaults unless "profile" names a file
+};
+
+// Loads a scenario by file path or by shipped name. Relative cluster / plan paths are
+// resolved against the scenario's folder; bare names against the shipped folders.
+Result<Scenario> load_scenario(const std::string& name_or_path, const GpuCatalog& catalog,
+                               const ModelCatalog& models);
+Result<Scenario> scenario_from_json(const Json& json, const std::filesystem::path& file,
+                                    const GpuCatalog& catalog, const ModelCatalog& models);
+
+// A cluster by shipped name (topologies/clusters/<name>.json) or by path.
+Result<Cluster> load_cluster(const std::string& name_or_path, const GpuCatalog& catalog,
+                             const std::filesystem::path& relative_to = {});
+
+// Names of shipped scenarios and clusters, sorted.
+std::vector<std::string> shipped_scenarios();
+std::vector<std::string> shipped_clusters();
+
+}  // namespace hexi

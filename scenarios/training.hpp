@@ -1,0 +1,46 @@
+#pragma once
+// How a model is trained: batch, sequence, precision, optimizer, recompute,
+// pipeline schedule. Every field has a documented default (README "Scenario file").
+
+#include <string>
+
+#include "topologies/json_input.hpp"
+
+namespace hexi {
+
+enum class Recompute {
+  kNone,       // keep every activation
+  kSelective,  // recompute the attention core (Korthikanti et al. 2022); implied by flash
+  kFull,       // keep only each layer's input; recompute the whole layer in backward
+};
+enum class PipelineSchedule { k1F1B, kGPipe };
+enum class AttentionKernel {
+  kFlash,  // fused causal kernel: skips the masked half (x1/2 score FLOPs), no s^2 activations
+  kDense,  // materialised scores: full s^2 FLOPs (Megatron's accounting), s^2 activations
+};
+
+std::string_view to_string(Recompute r);
+std::string_view to_string(PipelineSchedule s);
+std::string_view to_string(AttentionKernel k);
+
+struct TrainingConfig {
+  int global_batch = 64;  // sequences per iteration
+  int micro_batch = 1;    // sequences per micro-batch
+  int seq_len = 4096;     // tokens per sequence
+  std::string precision = "bf16";  // bf16 | fp16 | fp32 (activations, weights in compute)
+  int zero_stage = 1;              // 0: replicate optimizer state; 1: shard it over DP
+  Recompute recompute = Recompute::kSelective;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  AttentionKernel attention = AttentionKernel::kFlash;
+  bool sequence_parallel = false;  // Megatron SP: norms/dropout activations split over TP
+  double reserve_gib = 1.5;        // per device: CUDA context, NCCL buffers, fragmentation
+
+  int bytes_per_element() const { return precision == "fp32" ? 4 : 2; }
+  double tokens_per_iteration() const { return static_cast<double>(global_batch) * seq_len; }
+};
+
+// Reads a "training" object; absent fields keep their defaults.
+TrainingConfig read_training(const JsonNode& node);
+Json to_json(const TrainingConfig& t);
+
+}  // namespace hexi

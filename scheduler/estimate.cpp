@@ -1,0 +1,331 @@
+#include "scheduler/estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <unordered_map>
+
+#include "scheduler/collectives.hpp"
+
+namespace hexi {
+
+CostModel::CostModel(const Cluster& cluster, const Model& model, const TrainingConfig& training,
+                     const Profile& profile)
+    : cluster_(cluster), model_(model), training_(training), profile_(profile) {}
+
+double CostModel::layer_s(int device, double phi, int micro_batch, bool forward) const {
+  const int type = cluster_.devices()[device].gpu_type;
+  auto key = std::make_tuple(type, phi, micro_batch, forward);
+  auto it = layer_cache_.find(key);
+  if (it != layer_cache_.end()) return it->second;
+  const GpuSpec& gpu = cluster_.gpu_types()[type];
+  const DeviceProfile& prof = profile_.device(gpu.name);
+  double t = 0;
+  for (Block b : {Block::kAttention, Block::kMlp}) {
+    t += kernels_time(forward ? block_forward(model_, training_, b, micro_batch, phi)
+                              : block_backward(model_, training_, b, micro_batch, phi),
+                      gpu, prof);
+  }
+  layer_cache_.emplace(key, t);
+  return t;
+}
+
+double CostModel::layer_forward_s(int device, double phi, int micro_batch) const {
+  return layer_s(device, phi, micro_batch, true);
+}
+
+double CostModel::layer_backward_s(int device, double phi, int micro_batch) const {
+  return layer_s(device, phi, micro_batch, false);
+}
+
+std::pair<double, double> CostModel::ring_link(const std::vector<int>& group) const {
+  const int n = static_cast<int>(group.size());
+  double bw = std::numeric_limits<double>::infinity(), lat = 0;
+  if (n <= 1) return {bw, 0.0};
+  // Ring edges that leave a machine share that machine's NICs with the other edge
+  // leaving it (at most one per direction per machine for a contiguous ring).
+  for (int i = 0; i < n; ++i) {
+    PairLink l = cluster_.link(group[i], group[(i + 1) % n]);
+    bw = std::min(bw, l.bandwidth_Bps);
+    lat = std::max(lat, l.latency_s);
+  }
+  return {bw, lat};
+}
+
+StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_batch) const {
+  StageEstimate e;
+  const int t = s.tp();
+  double fwd = 0, bwd = 0;
+  for (int r = 0; r < t; ++r) {
+    const int d = s.devices[r];
+    const double phi = s.phi(r, model_.heads);
+    const GpuSpec& gpu = cluster_.gpu(d);
+    const DeviceProfile& prof = profile_.device(gpu.name);
+    double f = s.layers() * layer_forward_s(d, phi, micro_batch);
+    double b = s.layers() * layer_backward_s(d, phi, micro_batch);
+    if (first) {
+      f += kernels_time(embedding_forward(model_, training_, micro_batch), gpu, prof);
+      b += kernels_time(embedding_backward(model_, training_, micro_batch), gpu, prof);
+    }
+    if (last) {
+      f += kernels_time(head_forward(model_, training_, micro_batch, phi), gpu, prof);
+      b += kernels_time(head_backward(model_, training_, micro_batch, phi), gpu, prof);
+    }
+    fwd = std::max(fwd, f);
+    bwd = std::max(bwd, b);
+  }
+  if (t > 1) {
+    auto [bw, lat] = ring_link(s.devices);
+    const double ar = collective_time(Collective::kAllReduce, hidden_bytes(model_, training_, micro_batch), t, bw, lat);
+    const int recompute = training_.recompute == Recompute::kFull ? 2 : 0;
+    const double tp_f = ar * (2 * s.layers() + (first ? 1 : 0));
+    const double tp_b = ar * ((2 + recompute) * s.layers() + (last ? 1 : 0));
+    fwd += tp_f;
+    bwd += tp_b;
+    e.tp_comm_s = tp_f + tp_b;
+  }
+  e.forward_s = fwd;
+  e.backward_s = bwd;
+  return e;
+}
+
+double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes) const {
+  const int n = static_cast<int>(std::min(src.size(), dst.size()));
+  const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
+  // Chunk c goes from src rank c*ts/n to dst rank c*td/n; flows off a machine share its NICs.
+  std::unordered_map<int, int> out_flows, in_flows;
+  std::vector<std::pair<int, int>> flows;
+  for (int c = 0; c < n; ++c) {
+    int a = src[c * ts / n], b = dst[c * td / n];
+    flows.emplace_back(a, b);
+    if (cluster_.devices()[a].machine != cluster_.devices()[b].machine) {
+      ++out_flows[cluster_.devices()[a].machine];
+      ++in_flows[cluster_.devices()[b].machine];
+    }
+  }
+  double worst = 0;
+  for (auto [a, b] : flows) {
+    PairLink l = cluster_.link(a, b);
+    double bw = l.bandwidth_Bps;
+    int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
+    if (ma != mb) {
+      bw = std::min(bw, cluster_.machines()[ma].nic_Bps / out_flows[ma]);
+      bw = std::min(bw, cluster_.machines()[mb].nic_Bps / in_flows[mb]);
+    }
+    worst = std::max(worst, p2p_time(bytes / n, bw, l.latency_s));
+  }
+  if (td > 1) {
+    auto [bw, lat] = ring_link(dst);
+    worst += collective_time(Collective::kAllGather, bytes, td, bw, lat);
+  }
+  return worst;
+}
+
+double CostModel::pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches, double* bottleneck) const {
+  double sum = 0, worst = 0;
+  for (const auto& s : stages) {
+    sum += s.forward_s + s.backward_s + 2 * s.send_s;
+    worst = std::max({worst, s.forward_s + s.backward_s, s.send_s});
+  }
+  if (bottleneck != nullptr) *bottleneck = worst;
+  return sum + (micro_batches - 1) * worst;
+}
+
+MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) const {
+  const Stage& s = p.stages[si];
+  const int stages = static_cast<int>(p.stages.size());
+  StageShape shape;
+  shape.layer_begin = s.layer_begin;
+  shape.layer_end = s.layer_end;
+  shape.first = si == 0;
+  shape.last = si == stages - 1;
+  shape.tp = s.tp();
+  shape.phi = s.phi(rank, model_.heads);
+  shape.in_flight = in_flight_micro_batches(training_.schedule, si, stages, p.micro_batches());
+  shape.dp = dp;
+  shape.micro_batch = p.micro_batch;
+  return device_memory(model_, training_, shape);
+}
+
+namespace {
+
+std::string gib(double bytes) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(2);
+  out << bytes / kGiB;
+  return out.str();
+}
+
+}  // namespace
+
+void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
+  const int dp = static_cast<int>(plan.pipelines.size());
+  if (dp <= 1) return;
+  // Who holds each layer in each pipeline: the stage's device list.
+  std::vector<std::vector<const Stage*>> holder(dp, std::vector<const Stage*>(model_.layers, nullptr));
+  for (int p = 0; p < dp; ++p) {
+    for (const auto& s : plan.pipelines[p].stages) {
+      for (int l = s.layer_begin; l < s.layer_end; ++l) holder[p][l] = &s;
+    }
+  }
+  // Off-machine DP flows per machine share its NICs.
+  std::unordered_map<int, int> off_machine;
+  std::vector<std::vector<int>> peers(est.devices.size());
+  for (std::size_t i = 0; i < est.devices.size(); ++i) {
+    const DeviceEstimate& de = est.devices[i];
+    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
+    bool off = false;
+    for (int q = 0; q < dp; ++q) {
+      if (q == de.pipeline) continue;
+      const Stage* last = nullptr;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        const Stage* h = holder[q][l];
+        if (h == last) continue;
+        last = h;
+        for (int e : h->devices) {
+          peers[i].push_back(e);
+          off = off || cluster_.devices()[e].machine != cluster_.devices()[de.device].machine;
+        }
+      }
+    }
+    if (off) ++off_machine[cluster_.devices()[de.device].machine];
+  }
+  auto nic_share = [&](int device) {
+    const Machine& m = cluster_.machine_of(device);
+    int n = std::max(1, off_machine[cluster_.devices()[device].machine]);
+    return std::min(m.nic_each_Bps(), m.nic_Bps / n);
+  };
+  const double e = training_.bytes_per_element();
+  for (std::size_t i = 0; i < est.devices.size(); ++i) {
+    DeviceEstimate& de = est.devices[i];
+    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
+    const Pipeline& p = plan.pipelines[de.pipeline];
+    StageShape shape;
+    shape.layer_begin = s.layer_begin;
+    shape.layer_end = s.layer_end;
+    shape.first = de.stage == 0;
+    shape.last = de.stage == static_cast<int>(p.stages.size()) - 1;
+    shape.tp = s.tp();
+    shape.phi = s.phi(de.tp_rank, model_.heads);
+    const double bytes = e * stage_params(model_, shape);
+    double bw = std::numeric_limits<double>::infinity(), lat = 0;
+    for (int peer : peers[i]) {
+      PairLink l = cluster_.link(de.device, peer);
+      double b = l.bandwidth_Bps;
+      if (cluster_.devices()[peer].machine != cluster_.devices()[de.device].machine) {
+        b = std::min({b, nic_share(de.device), nic_share(peer)});
+      }
+      bw = std::min(bw, b);
+      lat = std::max(lat, l.latency_s);
+    }
+    de.dp_sync_s = collective_time(Collective::kAllReduce, bytes, dp, bw, lat);
+    est.dp_sync_s = std::max(est.dp_sync_s, de.dp_sync_s);
+  }
+}
+
+Estimate CostModel::estimate(const Plan& plan) const {
+  Estimate est;
+  const int dp = static_cast<int>(plan.pipelines.size());
+  for (int pi = 0; pi < dp; ++pi) {
+    const Pipeline& p = plan.pipelines[pi];
+    PipelineEstimate pe;
+    pe.micro_batches = p.micro_batches();
+    const int stages = static_cast<int>(p.stages.size());
+    for (int si = 0; si < stages; ++si) {
+      const Stage& s = p.stages[si];
+      StageEstimate se = stage(s, si == 0, si == stages - 1, p.micro_batch);
+      if (si + 1 < stages) {
+        se.send_s = transfer_s(s.devices, p.stages[si + 1].devices, hidden_bytes(model_, training_, p.micro_batch));
+      }
+      pe.stages.push_back(se);
+      for (int r = 0; r < s.tp(); ++r) {
+        DeviceEstimate de;
+        de.device = s.devices[r];
+        de.pipeline = pi;
+        de.stage = si;
+        de.tp_rank = r;
+        de.memory = memory(p, si, r, dp);
+        de.capacity_bytes = cluster_.device_memory_bytes(de.device);
+        de.busy_s = pe.micro_batches * (se.forward_s + se.backward_s - se.tp_comm_s);
+        est.devices.push_back(de);
+      }
+    }
+    pe.time_s = pipeline_s(pe.stages, pe.micro_batches, &pe.bottleneck_s);
+    est.pipeline_s = std::max(est.pipeline_s, pe.time_s);
+    est.pipelines.push_back(std::move(pe));
+  }
+  dp_sync(plan, est);
+  // Adam touches fp32 master weights and both moments (read + write) and the e-byte
+  // weights and grads: ~28 bytes per locally owned parameter.
+  for (auto& de : est.devices) {
+    const GpuSpec& gpu = cluster_.gpu(de.device);
+    const double owned = (de.memory.weights / training_.bytes_per_element()) / (training_.zero_stage >= 1 ? dp : 1);
+    de.optimizer_s = owned * 28 / (gpu.memory_GBps * 1e9 * profile_.device(gpu.name).memory_efficiency);
+    est.optimizer_s = std::max(est.optimizer_s, de.optimizer_s);
+    if (de.memory.total() > de.capacity_bytes) {
+      est.feasible = false;
+      const Machine& m = cluster_.machine_of(de.device);
+      est.problems.push_back("device " + std::to_string(de.device) + " (" + cluster_.gpu(de.device).name +
+                             " in machine " + m.name + ", pipeline " + std::to_string(de.pipeline) + " stage " +
+                             std::to_string(de.stage) + ") needs " + gib(de.memory.total()) + " GiB of " +
+                             gib(de.capacity_bytes) + " GiB: over by " +
+                             gib(de.memory.total() - de.capacity_bytes) + " GiB (weights " +
+                             gib(de.memory.weights) + ", gradients " + gib(de.memory.gradients) + ", optimizer " +
+                             gib(de.memory.optimizer) + ", activations " + gib(de.memory.activations) +
+                             ", logits " + gib(de.memory.logits) + ", reserve " + gib(de.memory.reserve) + ")");
+    }
+  }
+  est.iteration_time_s = est.pipeline_s + est.dp_sync_s + est.optimizer_s;
+  const double tokens = training_.tokens_per_iteration();
+  est.tokens_per_s = tokens / est.iteration_time_s;
+  const double flops = model_flops(model_, training_);
+  est.achieved_pflops = flops / est.iteration_time_s / 1e15;
+  est.mfu = flops / (est.iteration_time_s * cluster_.peak_flops());
+  return est;
+}
+
+Json Estimate::to_json() const {
+  Json devs = Json::array();
+  for (const auto& d : devices) {
+    devs.push_back({{"device", d.device},
+                    {"pipeline", d.pipeline},
+                    {"stage", d.stage},
+                    {"tp_rank", d.tp_rank},
+                    {"peak_memory_gib", d.memory.total() / kGiB},
+                    {"capacity_gib", d.capacity_bytes / kGiB},
+                    {"memory", d.memory.to_json()},
+                    {"busy_s", d.busy_s},
+                    {"dp_sync_s", d.dp_sync_s},
+                    {"optimizer_s", d.optimizer_s}});
+  }
+  Json pipes = Json::array();
+  for (const auto& p : pipelines) {
+    Json stages = Json::array();
+    for (const auto& s : p.stages) {
+      stages.push_back({{"forward_s", s.forward_s},
+                        {"backward_s", s.backward_s},
+                        {"tp_comm_s", s.tp_comm_s},
+                        {"send_s", s.send_s}});
+    }
+    pipes.push_back({{"micro_batches", p.micro_batches},
+                     {"time_s", p.time_s},
+                     {"bottleneck_s", p.bottleneck_s},
+                     {"stages", stages}});
+  }
+  return {{"iteration_time_s", iteration_time_s},
+          {"tokens_per_s", tokens_per_s},
+          {"mfu", mfu},
+          {"achieved_pflops", achieved_pflops},
+          {"pipeline_s", pipeline_s},
+          {"dp_sync_s", dp_sync_s},
+          {"optimizer_s", optimizer_s},
+          {"feasible", feasible},
+          {"problems", problems},
+          {"pipelines", pipes},
+          {"devices", devs}};
+}
+
+}  // namespace hexi

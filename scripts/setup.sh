@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages hexisim needs, once: every package is checked with
+# `dpkg -s` first, so a second run installs nothing and needs no network.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config clang-format
+  libsimgrid-dev          # discrete-event simulator (3.32)
+  libeigen3-dev           # matrices: bandwidth matrix, CPU kernels
+  libboost-graph-dev      # graph algorithms in the scheduler
+  libmetis-dev            # graph partitioning (HexiScale phase 1/2)
+  coinor-libcbc-dev       # MILP solver (HexiSeq)
+  libglpk-dev             # second MILP solver, exact ground truth
+  nlohmann-json3-dev      # JSON files
+  libcli11-dev            # command line
+  libopenmpi-dev openmpi-bin  # engine ranks
+  libgtest-dev libgmock-dev   # tests
+  libbenchmark-dev        # bench/
+  python3-torch python3-numpy # test oracle only (/usr/bin/python3)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "setup: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

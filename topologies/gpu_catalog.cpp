@@ -1,0 +1,116 @@
+#include "topologies/gpu_catalog.hpp"
+
+#include <cctype>
+
+#include "topologies/paths.hpp"
+
+namespace hexi {
+namespace {
+
+std::string normalise(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == ' ') continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+GpuSpec read_gpu(const JsonNode& node) {
+  node.allow_only({"name", "aliases", "tflops", "tflops_fp16_accumulate", "precision", "memory_gib",
+                   "memory_GBps", "pcie_GBps", "intra", "source"});
+  GpuSpec g;
+  g.name = node.str("name");
+  if (auto aliases = node.find("aliases")) {
+    for (std::size_t i = 0; i < aliases->size(); ++i) g.aliases.push_back(aliases->at(i).str());
+  }
+  g.tflops = node.positive("tflops");
+  if (auto fp16 = node.find("tflops_fp16_accumulate")) g.tflops_fp16_accumulate = fp16->positive();
+  g.precision = node.str("precision");
+  g.memory_gib = node.positive("memory_gib");
+  g.memory_GBps = node.positive("memory_GBps");
+  g.pcie_GBps = node.positive("pcie_GBps");
+  auto intra = node.at("intra");
+  intra.allow_only({"kind", "GBps"});
+  auto kind = parse_intra_kind(intra.str("kind"));
+  if (!kind) intra.at("kind").fail("one of nvswitch, nvlink, pcie, host");
+  g.intra_kind = *kind;
+  g.intra_GBps = intra.positive("GBps");
+  g.source = node.str("source");
+  return g;
+}
+
+}  // namespace
+
+std::string_view to_string(IntraKind kind) {
+  switch (kind) {
+    case IntraKind::kNvSwitch:
+      return "nvswitch";
+    case IntraKind::kPcie:
+      return "pcie";
+    case IntraKind::kHost:
+      return "host";
+  }
+  return "?";
+}
+
+std::optional<IntraKind> parse_intra_kind(std::string_view text) {
+  if (text == "nvswitch" || text == "nvlink") return IntraKind::kNvSwitch;
+  if (text == "pcie") return IntraKind::kPcie;
+  if (text == "host") return IntraKind::kHost;
+  return std::nullopt;
+}
+
+Result<GpuCatalog> GpuCatalog::from_json(const Json& json, const std::string& origin) {
+  return load_with([&] {
+    JsonNode root(json, origin);
+    root.allow_only({"version", "comment", "gpus"});
+    root.require_version(1);
+    GpuCatalog catalog;
+    auto gpus = root.at("gpus");
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      GpuSpec g = read_gpu(gpus.at(i));
+      std::vector<std::string> names = g.aliases;
+      names.push_back(g.name);
+      for (const auto& n : names) {
+        if (catalog.find(n) != nullptr) {
+          gpus.at(i).fail_message("GPU name or alias \"" + n + "\" is already defined");
+        }
+      }
+      catalog.gpus_.push_back(std::move(g));
+    }
+    return catalog;
+  });
+}
+
+Result<GpuCatalog> GpuCatalog::load(const std::filesystem::path& path) {
+  auto json = read_json_file(path);
+  if (!json) return json.error();
+  return from_json(*json, path.string());
+}
+
+Result<GpuCatalog> GpuCatalog::load_shipped() { return load(data_root() / "topologies/gpus.json"); }
+
+const GpuSpec* GpuCatalog::find(std::string_view name) const {
+  int i = index_of(name);
+  return i < 0 ? nullptr : &gpus_[i];
+}
+
+int GpuCatalog::index_of(std::string_view name) const {
+  std::string key = normalise(name);
+  for (std::size_t i = 0; i < gpus_.size(); ++i) {
+    if (normalise(gpus_[i].name) == key) return static_cast<int>(i);
+    for (const auto& a : gpus_[i].aliases) {
+      if (normalise(a) == key) return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+std::string GpuCatalog::names() const {
+  std::string out;
+  for (const auto& g : gpus_) out += (out.empty() ? "" : ", ") + g.name;
+  return out;
+}
+
+}  // namespace hexi

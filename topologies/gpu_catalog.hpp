@@ -1,0 +1,61 @@
+#pragma once
+// GPU types: datasheet peak compute, memory and links (topologies/gpus.json).
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topologies/json_input.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi {
+
+// How GPUs inside one machine talk to each other.
+enum class IntraKind {
+  kNvSwitch,  // NVLink through NVSwitch (or a full NVLink mesh): every pair at full rate
+  kPcie,      // PCIe peer-to-peer through the PCIe switch / root complex
+  kHost,      // no peer-to-peer: each copy is staged through host memory
+};
+
+std::string_view to_string(IntraKind kind);
+// Parses "nvswitch" | "nvlink" (same model) | "pcie" | "host"; nullopt otherwise.
+std::optional<IntraKind> parse_intra_kind(std::string_view text);
+
+struct GpuSpec {
+  std::string name;
+  std::vector<std::string> aliases;
+  double tflops = 0;  // dense fp16/bf16 tensor TFLOP/s used for training (fp32 accumulate)
+  double tflops_fp16_accumulate = 0;  // GeForce only: the (unused) fp16-accumulate rate; 0 if n/a
+  std::string precision;              // what `tflops` means, in words
+  double memory_gib = 0;              // GiB
+  double memory_GBps = 0;             // GB/s, HBM / GDDR
+  double pcie_GBps = 0;               // GB/s per direction, the GPU's PCIe link
+  IntraKind intra_kind = IntraKind::kPcie;
+  double intra_GBps = 0;  // GB/s per direction, the GPU's intra-machine link
+  std::string source;     // datasheet reference
+
+  double flops() const { return tflops * 1e12; }                     // FLOP/s
+  double memory_bytes() const { return memory_gib * 1073741824.0; }  // bytes
+};
+
+class GpuCatalog {
+ public:
+  // The shipped catalog, topologies/gpus.json under data_root().
+  static Result<GpuCatalog> load_shipped();
+  static Result<GpuCatalog> load(const std::filesystem::path& path);
+  static Result<GpuCatalog> from_json(const Json& json, const std::string& origin);
+
+  const std::vector<GpuSpec>& gpus() const { return gpus_; }
+  // Case-insensitive, ignoring '-', '_' and spaces; aliases accepted. nullptr if unknown.
+  const GpuSpec* find(std::string_view name) const;
+  // The index of `name` in gpus(), or -1.
+  int index_of(std::string_view name) const;
+  // "A100-SXM-80GB, H100-SXM, ..." for error messages.
+  std::string names() const;
+
+ private:
+  std::vector<GpuSpec> gpus_;
+};
+
+}  // namespace hexi
