@@ -1,0 +1,105 @@
+// hexisim plan SCENARIO [--scheduler NAME] [--seed N] [--out FILE] [--time-budget S]
+//                       [--explain] [--json]: searches a plan (DESIGN §12).
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/plan_report.hpp"
+#include "scheduler/search.hpp"
+
+namespace hexi::cli {
+namespace {
+
+struct PlanOptions {
+  std::string scenario;
+  std::string scheduler;  // default: the scenario's
+  std::optional<std::uint64_t> seed;
+  std::string out;
+  double time_budget_s = 0;
+  bool explain = false;
+  bool json = false;
+};
+
+void print_progress(const SearchProgress& p) {
+  std::cerr << "hexisim plan: " << p.scheduler << ": " << p.phase << ", " << fmt(p.elapsed_s, 1)
+            << " s, " << p.candidates << " candidates, best " << fmt(p.best_tokens_per_s, 0)
+            << " tokens/s\n";
+}
+
+void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& opt) {
+  std::cout << "scheduler " << r.scheduler << ": " << r.candidates << " candidates in "
+            << fmt(r.search_time_s, 2) << " s"
+            << (r.budget_exhausted ? " (stopped by --time-budget)" : "") << "\n";
+  if (!r.plan.comment.empty()) std::cout << r.plan.comment << "\n";
+  for (const auto& n : r.notes) std::cout << "note: " << n << "\n";
+  print_estimate_summary(sc, r.estimate, std::cout);
+  if (opt.explain) {
+    print_plan_table(sc, r.plan, r.estimate, std::cout);
+  } else {
+    for (std::size_t p = 0; p < r.plan.pipelines.size(); ++p) {
+      const Pipeline& pipe = r.plan.pipelines[p];
+      std::string tps;
+      for (const auto& s : pipe.stages) tps += (tps.empty() ? "" : ",") + std::to_string(s.tp());
+      std::cout << "  pipeline " << p << ": " << pipe.num_devices() << " GPUs, "
+                << pipe.stages.size() << " stages (TP " << tps << "), batch " << pipe.batch << "\n";
+    }
+    std::cout << "(--explain shows every stage)\n";
+  }
+  if (opt.out.empty()) std::cout << "(--out FILE saves the plan)\n";
+}
+
+int run_plan(const PlanOptions& opt) {
+  auto sc = load_scenario_arg(opt.scenario);
+  if (!sc) return report(sc.error());
+  SearchOptions so;
+  so.seed = opt.seed.value_or(sc->seed);
+  so.time_budget_s = opt.time_budget_s;
+  so.progress = print_progress;
+  const std::string name = opt.scheduler.empty() ? sc->scheduler : opt.scheduler;
+  auto result = run_scheduler(name, *sc, so);
+  if (!result) return report(result.error());
+  if (auto st = validate_plan(result->plan, sc->cluster, sc->model, sc->training, name); !st) {
+    return report(failure("internal error: " + st.error().message));
+  }
+  if (!opt.out.empty()) {
+    if (auto st = write_file(opt.out, plan_text(result->plan)); !st) return report(st.error());
+  }
+  if (opt.json) {
+    Json out = result->to_json();
+    out["scenario"] = sc->name;
+    out["seed"] = so.seed;
+    out["plan"] = to_json(result->plan);
+    out["estimate"] = result->estimate.to_json();
+    print_json(out);
+  } else {
+    print_text(*sc, *result, opt);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Runner& run) {
+  auto opt = std::make_shared<PlanOptions>();
+  auto* cmd = app.add_subcommand("plan", "Search a parallel plan for a scenario");
+  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
+      ->required();
+  cmd->add_option("--scheduler", opt->scheduler,
+                  "Scheduler: " + scheduler_names() + " (default: the scenario's \"scheduler\")");
+  cmd->add_option("--seed", opt->seed, "Random seed (default: the scenario's \"seed\")");
+  cmd->add_option("--out", opt->out, "Write the plan JSON to this file");
+  cmd->add_option("--time-budget", opt->time_budget_s,
+                  "Stop searching after this many seconds and return the best plan so far (default "
+                  "0: run to "
+                  "convergence; only then is the result independent of machine speed)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag(
+      "--explain", opt->explain,
+      "Per pipeline: devices by type, stages, TP degrees, layers, batch share, stage compute and "
+      "communication time, memory headroom");
+  cmd->add_flag("--json", opt->json,
+                "Print one JSON object (plan, estimate, search_time_s, scheduler, ...)");
+  cmd->callback([&run, opt] { run = [opt] { return run_plan(*opt); }; });
+}
+
+}  // namespace hexi::cli

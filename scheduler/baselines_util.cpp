@@ -1,0 +1,103 @@
+#include "scheduler/baselines_util.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "scheduler/hexiscale.hpp"
+
+namespace hexi {
+
+std::vector<int> proportional_layers(const std::vector<double>& weight, int layers) {
+  const int k = static_cast<int>(weight.size());
+  if (k == 0 || k > layers) return {};
+  const double sum = std::accumulate(weight.begin(), weight.end(), 0.0);
+  std::vector<int> out(k, 1);
+  std::vector<std::pair<double, int>> frac;
+  const int left = layers - k;
+  for (int i = 0; i < k; ++i) {
+    const double want = left * weight[i] / sum;
+    out[i] += static_cast<int>(std::floor(want));
+    frac.emplace_back(want - std::floor(want), i);
+  }
+  int rest = layers - std::accumulate(out.begin(), out.end(), 0);
+  std::stable_sort(frac.begin(), frac.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (int i = 0; rest > 0; ++i, --rest) ++out[frac[i % k].second];
+  return out;
+}
+
+bool fit_layers_in_memory(const std::vector<StageTerms>& terms, int m, PipelineSchedule schedule,
+                          std::vector<int>& layers) {
+  const int k = static_cast<int>(terms.size());
+  auto room = [&](int i, int l) {
+    return terms[i].capacity_bytes - terms[i].memory(l, in_flight_micro_batches(schedule, i, k, m));
+  };
+  for (int guard = 0; guard < 100000; ++guard) {
+    int over = -1;
+    for (int i = 0; i < k && over < 0; ++i) {
+      if (room(i, layers[i]) < 0) over = i;
+    }
+    if (over < 0) return true;
+    int to = -1;
+    double most = 0;
+    for (int j = 0; j < k; ++j) {
+      const double r = room(j, layers[j] + 1);
+      if (j != over && r >= 0 && (to < 0 || r > most)) {
+        to = j;
+        most = r;
+      }
+    }
+    if (to < 0 || layers[over] <= 1) return false;
+    --layers[over];
+    ++layers[to];
+  }
+  return false;
+}
+
+Plan plan_from_stages(const Scenario& sc, const std::vector<std::vector<std::vector<int>>>& stages,
+                      const std::vector<int>& layers, const std::vector<int>& micro_batches,
+                      const std::string& scheduler) {
+  Plan plan;
+  plan.scheduler = scheduler;
+  for (std::size_t p = 0; p < stages.size(); ++p) {
+    Pipeline pipe;
+    pipe.micro_batch = sc.training.micro_batch;
+    pipe.batch = micro_batches[p] * pipe.micro_batch;
+    int begin = 0;
+    for (std::size_t s = 0; s < stages[p].size(); ++s) {
+      Stage st;
+      st.devices = stages[p][s];
+      st.layer_begin = begin;
+      st.layer_end = begin + layers[s];
+      begin = st.layer_end;
+      pipe.stages.push_back(std::move(st));
+    }
+    plan.pipelines.push_back(std::move(pipe));
+  }
+  return plan;
+}
+
+void BestPlan::offer(Plan plan, const CostModel& cm, SearchClock& clock) {
+  Estimate e = cm.estimate(plan);
+  offer(std::move(plan), std::move(e), clock);
+}
+
+void BestPlan::offer(Plan plan, Estimate e, SearchClock& clock) {
+  clock.count(e.feasible ? e.tokens_per_s : 0);
+  if (!e.feasible) return;
+  if (plan_ && !(e.iteration_time_s < estimate_.iteration_time_s)) return;
+  plan_ = std::move(plan);
+  estimate_ = std::move(e);
+}
+
+Result<SearchResult> BestPlan::result(const Scenario& sc, const SearchClock& clock) {
+  if (!plan_) return no_feasible_plan(sc, clock.name());
+  SearchResult out;
+  out.plan = std::move(*plan_);
+  out.estimate = std::move(estimate_);
+  clock.finish(out);
+  return out;
+}
+
+}  // namespace hexi

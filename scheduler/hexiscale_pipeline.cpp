@@ -1,0 +1,181 @@
+#include "scheduler/hexiscale_pipeline.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+
+namespace hexi {
+namespace {
+
+constexpr int kAllOrdersUpTo = 5;  // groups; 5! = 120 orders
+constexpr int kRounds = 4;         // coordinate-descent rounds over degrees and order
+
+// Pipelines that cannot run their share still need a ranking that leads towards
+// feasibility: runnable with one micro-batch beats not runnable at all.
+double penalised(const PipelineCurve& c, int m) {
+  const double t = c.time(m);
+  if (!std::isinf(t)) return t;
+  const double one = c.time(1);
+  if (!std::isinf(one)) return 1e9 + one;
+  return 1e18;
+}
+
+}  // namespace
+
+std::vector<int> segment_degrees(const Model& model, int count) {
+  std::vector<int> out;
+  for (int t : tp_degrees(model, count)) {
+    if (count % t == 0) out.push_back(t);
+  }
+  return out;
+}
+
+PipelineBuilder::PipelineBuilder(SpecEvaluator& evaluator, int tau) : ev_(evaluator), tau_(tau) {}
+
+double PipelineBuilder::score(const PipelineSpec& p, int dp, int m) {
+  ++evaluations_;
+  PlanSpec one{{p}};
+  return penalised(ev_.curve(one, 0, dp), m);
+}
+
+std::vector<std::vector<int>> PipelineBuilder::candidate_orders(
+    const std::vector<Segment>& segs) const {
+  const int g = static_cast<int>(segs.size());
+  std::vector<int> order(g);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::vector<int>> out;
+  if (g <= kAllOrdersUpTo) {
+    do out.push_back(order);
+    while (std::next_permutation(order.begin(), order.end()));
+    return out;
+  }
+  // Top-tau greedy beam: extend each partial order by its tau best next groups
+  // (highest bandwidth; ties: more memory per GPU first, then machine order) and
+  // keep the tau * g partial orders with the best bottleneck (then summed) bandwidth.
+  const Cluster& c = ev_.cost_model().cluster();
+  auto dev = [&](int i) { return c.machines()[segs[i].machine].first_device; };
+  auto bw = [&](int a, int b) { return c.bandwidth(dev(a), dev(b)); };
+  auto mem = [&](int i) { return c.device_memory_bytes(dev(i)); };
+  struct Path {
+    std::vector<int> nodes;
+    double bottleneck = kInfeasible;
+    double sum = 0;
+  };
+  std::vector<Path> beam;
+  for (int s = 0; s < g; ++s) beam.push_back({{s}, kInfeasible, 0});
+  const std::size_t width = static_cast<std::size_t>(tau_) * g;
+  for (int step = 1; step < g; ++step) {
+    std::vector<Path> next;
+    for (const Path& p : beam) {
+      std::vector<int> rest;
+      for (int i = 0; i < g; ++i) {
+        if (std::find(p.nodes.begin(), p.nodes.end(), i) == p.nodes.end()) rest.push_back(i);
+      }
+      const int tail = p.nodes.back();
+      std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) {
+        return std::make_tuple(-bw(tail, a), -mem(a), a) <
+               std::make_tuple(-bw(tail, b), -mem(b), b);
+      });
+      for (int k = 0; k < tau_ && k < static_cast<int>(rest.size()); ++k) {
+        Path q = p;
+        q.nodes.push_back(rest[k]);
+        q.bottleneck = std::min(q.bottleneck, bw(tail, rest[k]));
+        q.sum += bw(tail, rest[k]);
+        next.push_back(std::move(q));
+      }
+    }
+    std::stable_sort(next.begin(), next.end(), [](const Path& a, const Path& b) {
+      return std::tie(b.bottleneck, b.sum) < std::tie(a.bottleneck, a.sum);
+    });
+    if (next.size() > width) next.resize(width);
+    beam = std::move(next);
+  }
+  for (const Path& p : beam) out.push_back(p.nodes);
+  return out;
+}
+
+PipelineSpec PipelineBuilder::optimise(std::vector<Segment> segs, int dp, int m) {
+  const Model& model = ev_.cost_model().model();
+  for (auto& s : segs) s.tp = segment_degrees(model, s.count).back();  // most memory-friendly start
+  auto arrange = [](const std::vector<Segment>& base, const std::vector<int>& order) {
+    PipelineSpec p;
+    for (int i : order) p.segments.push_back(base[i]);
+    return p;
+  };
+  // `segs` is kept in the current best order.
+  double best = kInfeasible;
+  auto try_orders = [&]() {
+    bool changed = false;
+    const std::vector<Segment> base = segs;
+    for (const auto& order : candidate_orders(base)) {
+      PipelineSpec p = arrange(base, order);
+      const double s = score(p, dp, m);
+      if (s < best * (1 - 1e-12)) {
+        best = s;
+        segs = p.segments;
+        changed = true;
+      }
+    }
+    return changed;
+  };
+  best = score(PipelineSpec{segs}, dp, m);
+  try_orders();
+  for (int round = 0; round < kRounds; ++round) {
+    bool changed = false;
+    for (std::size_t i = 0; i < segs.size(); ++i) {
+      for (int t : segment_degrees(model, segs[i].count)) {
+        if (t == segs[i].tp) continue;
+        const int before = segs[i].tp;
+        segs[i].tp = t;
+        const double s = score(PipelineSpec{segs}, dp, m);
+        if (s < best * (1 - 1e-12)) {
+          best = s;
+          changed = true;
+        } else {
+          segs[i].tp = before;
+        }
+      }
+    }
+    if (try_orders()) changed = true;
+    if (!changed) break;
+  }
+  return PipelineSpec{segs};
+}
+
+PipelineSpec PipelineBuilder::build(const std::vector<Unit>& devices, int dp, int micro_batches) {
+  // Merge units per machine, then sort by (class, count, machine): machines of one
+  // class with equal counts are interchangeable, so the cache maps by position.
+  std::map<int, int> per_machine;
+  for (const Unit& u : devices) per_machine[u.machine] += u.count;
+  std::vector<Segment> segs;
+  for (auto [machine, count] : per_machine) segs.push_back({machine, count, 1});
+  std::stable_sort(segs.begin(), segs.end(), [&](const Segment& a, const Segment& b) {
+    return std::make_tuple(ev_.machine_class(a.machine), a.count, a.machine) <
+           std::make_tuple(ev_.machine_class(b.machine), b.count, b.machine);
+  });
+  std::vector<int> key{dp, micro_batches};
+  for (const auto& s : segs) key.insert(key.end(), {ev_.machine_class(s.machine), s.count});
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    // Store the answer as positions into the sorted composition plus degrees.
+    PipelineSpec best = optimise(segs, dp, micro_batches);
+    std::vector<Segment> positional;
+    std::vector<bool> taken(segs.size(), false);
+    for (const auto& s : best.segments) {
+      for (std::size_t i = 0; i < segs.size(); ++i) {
+        if (!taken[i] && segs[i].machine == s.machine) {
+          taken[i] = true;
+          positional.push_back({static_cast<int>(i), s.count, s.tp});
+          break;
+        }
+      }
+    }
+    it = cache_.emplace(key, std::move(positional)).first;
+  }
+  PipelineSpec out;
+  for (const auto& p : it->second) out.segments.push_back({segs[p.machine].machine, p.count, p.tp});
+  return out;
+}
+
+}  // namespace hexi

@@ -1,0 +1,118 @@
+// HexiScale refinement: local search over assignments of devices to pipelines,
+// first improvement, until a full round of moves brings nothing (or the budget
+// ends). Moves, in a fixed order (deterministic):
+//   transfer  some devices of one machine to another pipeline or a new one
+//             (powers of two and all of them; whole machines on large clusters)
+//   merge     two pipelines into one (one fewer replica, less DP traffic)
+//   swap      the segments of two machines of different classes between pipelines
+//   exchange  some devices of one machine for as many of another between two
+//             pipelines (powers of two; device-level partitions only)
+#include <algorithm>
+
+#include "scheduler/hexiscale_search.hpp"
+
+namespace hexi {
+namespace {
+
+void take(std::map<int, int>& p, int machine, int n) {
+  if ((p[machine] -= n) == 0) p.erase(machine);
+}
+
+void drop_empty(Assignment& a) {
+  a.erase(std::remove_if(a.begin(), a.end(), [](const auto& p) { return p.empty(); }), a.end());
+}
+
+}  // namespace
+
+std::vector<Assignment> HexiScaleSearch::neighbours(const Assignment& a) const {
+  std::vector<Assignment> out;
+  const int d = static_cast<int>(a.size());
+  for (int p = 0; p < d; ++p) {
+    for (auto [m, count] : a[p]) {
+      std::vector<int> deltas;
+      if (!per_machine_) {
+        for (int x = 1; x < count; x *= 2) deltas.push_back(x);
+      }
+      deltas.push_back(count);
+      for (int delta : deltas) {
+        for (int q = 0; q <= d; ++q) {
+          if (q == p || (q == d && delta == count && a[p].size() == 1)) continue;
+          Assignment b = a;
+          take(b[p], m, delta);
+          if (q == d) b.emplace_back();
+          b[q][m] += delta;
+          drop_empty(b);
+          out.push_back(std::move(b));
+        }
+      }
+    }
+  }
+  for (int p = 0; p < d; ++p) {
+    for (int q = p + 1; q < d; ++q) {
+      Assignment b = a;
+      for (auto [m, n] : b[q]) b[p][m] += n;
+      b.erase(b.begin() + q);
+      out.push_back(std::move(b));
+    }
+  }
+  for (int p = 0; p < d; ++p) {
+    for (int q = p + 1; q < d; ++q) {
+      for (auto [m1, n1] : a[p]) {
+        for (auto [m2, n2] : a[q]) {
+          if (m1 == m2 || a[p].count(m2) || a[q].count(m1)) continue;
+          if (ev_.machine_class(m1) == ev_.machine_class(m2) && n1 == n2) continue;  // no change
+          Assignment b = a;
+          take(b[p], m1, n1);
+          take(b[q], m2, n2);
+          b[p][m2] += n2;
+          b[q][m1] += n1;
+          out.push_back(std::move(b));
+        }
+      }
+    }
+  }
+  if (per_machine_) return out;
+  for (int p = 0; p < d; ++p) {
+    for (int q = 0; q < d; ++q) {
+      if (p == q) continue;
+      for (auto [m1, n1] : a[p]) {
+        for (auto [m2, n2] : a[q]) {
+          if (ev_.machine_class(m1) == ev_.machine_class(m2)) continue;
+          for (int x = 1; x <= std::min(n1, n2); x *= 2) {
+            if (x == n1 && x == n2 && p > q) continue;  // the whole-segment swap, listed once
+            Assignment b = a;
+            take(b[p], m1, x);
+            take(b[q], m2, x);
+            b[p][m2] += x;
+            b[q][m1] += x;
+            out.push_back(std::move(b));
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void HexiScaleSearch::refine(Assignment a) {
+  double current = consider(a, kInfeasible);
+  if (current == kInfeasible) return;
+  std::vector<Assignment> moves = neighbours(a);
+  std::size_t i = 0, since_improvement = 0;
+  while (since_improvement < moves.size() && !clock_.out_of_time()) {
+    clock_.phase("refinement: " + std::to_string(a.size()) + " pipelines");
+    const Assignment& b = moves[i % moves.size()];
+    const double objective = consider(b, current);
+    if (objective < current * (1 - 1e-9)) {
+      current = objective;
+      a = b;
+      moves = neighbours(a);
+      since_improvement = 0;
+      continue;  // same position in the new list
+    }
+    ++i;
+    ++since_improvement;
+  }
+}
+
+}  // namespace hexi

@@ -1,0 +1,56 @@
+#pragma once
+// Internals of the HexiScale search (hexiscale.hpp): the partition sweep and the
+// refinement, over assignments of devices to pipelines.
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "scheduler/hexiscale.hpp"
+#include "scheduler/hexiscale_partition.hpp"
+#include "scheduler/hexiscale_pipeline.hpp"
+
+namespace hexi {
+
+// Devices of each pipeline: machine -> how many of its GPUs.
+using Assignment = std::vector<std::map<int, int>>;
+
+class HexiScaleSearch {
+ public:
+  HexiScaleSearch(SpecEvaluator& ev, const HexiScaleOptions& options, SearchClock& clock,
+                  std::uint64_t seed);
+
+  std::optional<SpecResult> run();
+
+  // Phase 2 for every pipeline of an assignment.
+  PlanSpec build(const Assignment& a);
+  // Builds and scores; the iteration time when it was fully evaluated and feasible
+  // (kInfeasible otherwise); the best is kept.
+  // Skips the full estimate when the slowest pipeline alone reaches `threshold`
+  // (default: the best plan so far).
+  double consider(const Assignment& a, std::optional<double> threshold = std::nullopt);
+
+ private:
+  void sweep();  // phase 1 over D, cut modes and seeds
+  void refine(Assignment start);
+  std::vector<Assignment> neighbours(const Assignment& a) const;
+  int expected_micro_batches(const std::map<int, int>& pipeline) const;
+  double best_objective() const { return best_ ? best_->scored.objective() : kInfeasible; }
+
+  SpecEvaluator& ev_;
+  HexiScaleOptions options_;
+  SearchClock& clock_;
+  std::uint64_t seed_;
+  PipelineBuilder builder_;
+  bool per_machine_ = false;
+  std::vector<Unit> units_;
+  double total_flops_ = 0;
+  std::optional<SpecResult> best_;
+  Assignment best_assignment_;
+  std::vector<std::pair<double, Assignment>> elite_;  // best per D, for refinement starts
+};
+
+// Assignment from a unit partition (empty parts dropped).
+Assignment assignment_from_parts(const std::vector<Unit>& units, const std::vector<int>& parts);
+
+}  // namespace hexi

@@ -1,0 +1,82 @@
+#pragma once
+// One pipeline's iteration time as a function of its micro-batch count m, for a
+// fixed ordered list of TP groups, with the layer split that minimises it.
+//
+// Under the cost model (estimate.hpp) a stage's forward + backward time per
+// micro-batch is linear in its layer count l: t_i(l) = l * c_i + e_i (c_i: one
+// layer's compute and TP collectives; e_i: embedding / head), its send time C_i
+// does not depend on l, and its per-device memory is linear in l for a given
+// number of in-flight micro-batches. The pipeline time is
+//   T(m) = sum_i t_i(l_i) + 2 sum_i C_i + (m - 1) * max(max_i t_i(l_i), max_i C_i)
+// and the split {l_i >= 1, sum l_i = L, memory_i(l_i) <= capacity_i} minimising it
+// is found exactly: for a bound B on the slowest stage, the smallest sum puts
+// layers on the cheapest stages first up to min(cap_i, (B - e_i) / c_i); the
+// optimum is at the smallest feasible B or at one of the larger breakpoints
+// where the smaller sum still pays for the (m - 1)-weighted larger bound.
+// T(m) equals CostModel::estimate's pipeline time for the same plan (tested);
+// memory caps keep a margin of 1e-9 of capacity against rounding.
+
+#include <limits>
+#include <vector>
+
+#include "scheduler/estimate.hpp"
+
+namespace hexi {
+
+constexpr double kInfeasible = std::numeric_limits<double>::infinity();
+
+// What a stage contributes, per micro-batch (from CostModel, see stage_terms()).
+struct StageTerms {
+  double per_layer_s = 0;  // c_i: forward + backward + TP collectives of one layer
+  double fixed_s = 0;      // e_i: embedding (first) / head (last) and their collectives
+  double send_s = 0;       // C_i: activation to the next stage (0 for the last)
+  // Memory of the tightest device: bytes = base + f*base_f + l*(slope + f*slope_f)
+  // with f micro-batches in flight and l layers (linear in both, cost_model.hpp).
+  double mem_base = 0, mem_base_f = 0, mem_slope = 0, mem_slope_f = 0;
+  double capacity_bytes = 0;
+
+  double memory(int layers, int in_flight) const {
+    return mem_base + in_flight * mem_base_f + layers * (mem_slope + in_flight * mem_slope_f);
+  }
+};
+
+// Terms of the TP group `devices` at a pipeline position (first / last), sending
+// to `next` (nullptr for the last stage), in a plan of `dp` pipelines.
+StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, bool first, bool last,
+                       const std::vector<int>* next, int dp, int micro_batch);
+// Terms of every stage of a pipeline.
+std::vector<StageTerms> pipeline_terms(const CostModel& cm,
+                                       const std::vector<std::vector<int>>& stages, int dp,
+                                       int micro_batch);
+
+class PipelineCurve {
+ public:
+  PipelineCurve(std::vector<StageTerms> terms, int layers, PipelineSchedule schedule);
+
+  int num_stages() const { return static_cast<int>(terms_.size()); }
+  const std::vector<StageTerms>& terms() const { return terms_; }
+
+  // Pipeline time (s) with m micro-batches and the best layer split; kInfeasible
+  // when no split fits in memory (or there are more stages than layers).
+  double time(int m) const;
+  // The layer count of each stage at that optimum (empty when infeasible).
+  std::vector<int> layers(int m) const;
+  // The largest m in [0, max_m] whose time is < `limit` (time is nondecreasing in m).
+  int max_micro_batches_below(double limit, int max_m) const;
+  // Steady-state seconds per micro-batch at m (the max term), kInfeasible if none.
+  double bottleneck(int m) const;
+
+ private:
+  double solve(int m, std::vector<int>* layers, double* bottleneck) const;
+  int layer_cap(int stage, int in_flight) const;  // most layers that fit (0: none)
+
+  std::vector<StageTerms> terms_;
+  int num_layers_ = 0;
+  PipelineSchedule schedule_ = PipelineSchedule::k1F1B;
+  std::vector<int> by_cost_;  // stage indices, cheapest per-layer time first
+  double fixed_sum_ = 0;      // sum e_i + 2 sum C_i
+  double send_max_ = 0;
+  mutable std::vector<double> memo_;  // time(m), NaN = not computed
+};
+
+}  // namespace hexi
