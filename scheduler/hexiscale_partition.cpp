@@ -9,6 +9,9 @@
 namespace hexi {
 namespace {
 
+constexpr idx_t kSparseAbove = 64;         // vertices; complete graphs up to this size
+constexpr std::size_t kSparseDegree = 16;  // heaviest edges kept per vertex above it
+
 // x in (0, max] -> integer in [1, kWeightScale].
 idx_t scaled(double x, double max) {
   if (max <= 0) return 1;
@@ -81,15 +84,43 @@ std::vector<int> metis_partition(const Cluster& c, const std::vector<Unit>& unit
     z ^= z >> 31;
     return 1.0 - jitter * static_cast<double>(z >> 11) / 9007199254740992.0;  // (1 - jitter, 1]
   };
-  std::vector<idx_t> xadj{0}, adjncy, adjwgt;
+  // Large graphs keep each vertex's kSparseDegree heaviest edges (ties: nearest
+  // ids, i.e. nearby machines), made symmetric: multilevel k-way on a complete
+  // graph of hundreds of vertices spends seconds refining cuts that carry no
+  // information on a flat network.
+  std::vector<std::vector<std::pair<idx_t, idx_t>>> edges(n);  // (neighbour, weight)
   for (idx_t i = 0; i < n; ++i) {
     for (idx_t j = 0; j < n; ++j) {
       if (i == j) continue;
       const double bw = c.bandwidth(first[i], first[j]);
       if (bw <= 0) continue;
-      adjncy.push_back(j);
       const double w = mode == CutMode::kDpOnSlowLinks ? bw / max_bw : min_bw / bw;
-      adjwgt.push_back(scaled(w * noise(i, j), 1.0));
+      edges[i].emplace_back(j, scaled(w * noise(i, j), 1.0));
+    }
+  }
+  if (n > kSparseAbove) {
+    std::vector<std::vector<bool>> keep(n, std::vector<bool>(n, false));
+    for (idx_t i = 0; i < n; ++i) {
+      auto& e = edges[i];
+      std::stable_sort(e.begin(), e.end(), [&](const auto& a, const auto& b) {
+        return std::make_pair(-a.second, std::abs(a.first - i)) <
+               std::make_pair(-b.second, std::abs(b.first - i));
+      });
+      for (std::size_t k = 0; k < e.size() && k < kSparseDegree; ++k)
+        keep[i][e[k].first] = keep[e[k].first][i] = true;
+    }
+    for (idx_t i = 0; i < n; ++i) {
+      auto& e = edges[i];
+      e.erase(std::remove_if(e.begin(), e.end(), [&](const auto& x) { return !keep[i][x.first]; }),
+              e.end());
+      std::sort(e.begin(), e.end());
+    }
+  }
+  std::vector<idx_t> xadj{0}, adjncy, adjwgt;
+  for (idx_t i = 0; i < n; ++i) {
+    for (auto [j, w] : edges[i]) {
+      adjncy.push_back(j);
+      adjwgt.push_back(w);
     }
     xadj.push_back(static_cast<idx_t>(adjncy.size()));
   }

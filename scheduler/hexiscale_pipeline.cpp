@@ -54,9 +54,17 @@ std::vector<std::vector<int>> PipelineBuilder::candidate_orders(
   // (highest bandwidth; ties: more memory per GPU first, then machine order) and
   // keep the tau * g partial orders with the best bottleneck (then summed) bandwidth.
   const Cluster& c = ev_.cost_model().cluster();
-  auto dev = [&](int i) { return c.machines()[segs[i].machine].first_device; };
-  auto bw = [&](int a, int b) { return c.bandwidth(dev(a), dev(b)); };
-  auto mem = [&](int i) { return c.device_memory_bytes(dev(i)); };
+  std::vector<double> bw_matrix(static_cast<std::size_t>(g) * g, 0), memory(g);
+  for (int a = 0; a < g; ++a) {
+    const int da = c.machines()[segs[a].machine].first_device;
+    memory[a] = c.device_memory_bytes(da);
+    for (int b = 0; b < g; ++b) {
+      if (a != b)
+        bw_matrix[a * g + b] = c.bandwidth(da, c.machines()[segs[b].machine].first_device);
+    }
+  }
+  auto bw = [&](int a, int b) { return bw_matrix[a * g + b]; };
+  auto mem = [&](int i) { return memory[i]; };
   struct Path {
     std::vector<int> nodes;
     double bottleneck = kInfeasible;

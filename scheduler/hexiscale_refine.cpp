@@ -14,6 +14,8 @@
 namespace hexi {
 namespace {
 
+constexpr std::size_t kLargePatience = 1000;  // moves without improvement, machine-level search
+
 void take(std::map<int, int>& p, int machine, int n) {
   if ((p[machine] -= n) == 0) p.erase(machine);
 }
@@ -98,8 +100,13 @@ void HexiScaleSearch::refine(Assignment a) {
   double current = consider(a, kInfeasible);
   if (current == kInfeasible) return;
   std::vector<Assignment> moves = neighbours(a);
+  // Converged: a whole round of moves without improvement (on large clusters, at
+  // most kLargePatience moves in a row).
+  auto patience = [&] {
+    return per_machine_ ? std::min(moves.size(), kLargePatience) : moves.size();
+  };
   std::size_t i = 0, since_improvement = 0;
-  while (since_improvement < moves.size() && !clock_.out_of_time()) {
+  while (since_improvement < patience() && !clock_.out_of_time()) {
     clock_.phase("refinement: " + std::to_string(a.size()) + " pipelines");
     const Assignment& b = moves[i % moves.size()];
     const double objective = consider(b, current);

@@ -55,28 +55,49 @@ PlanSpec HexiScaleSearch::build(const Assignment& a) {
   return spec;
 }
 
+std::string HexiScaleSearch::signature(const Assignment& a) const {
+  std::vector<std::string> pipes;
+  for (const auto& p : a) {
+    std::vector<std::pair<int, int>> segs;
+    for (auto [m, n] : p) segs.emplace_back(ev_.machine_class(m), n);
+    std::sort(segs.begin(), segs.end());
+    std::string text;
+    for (auto [c, n] : segs) text += std::to_string(c) + ":" + std::to_string(n) + ",";
+    pipes.push_back(std::move(text));
+  }
+  std::sort(pipes.begin(), pipes.end());
+  std::string out;
+  for (const auto& p : pipes) out += p + "|";
+  return out;
+}
+
 double HexiScaleSearch::consider(const Assignment& a, std::optional<double> threshold) {
   if (a.empty() || static_cast<int>(a.size()) > ev_.micro_batches()) return kInfeasible;
+  const double limit = threshold.value_or(best_objective());
+  Seen& seen = seen_[signature(a)];
+  if (seen.estimated) return seen.objective;
+  if (seen.slowest != kInfeasible && !(seen.slowest < limit)) return kInfeasible;
   PlanSpec spec = build(a);
   // The slowest pipeline bounds the iteration time from below: skip the full
-  // estimate when it alone cannot beat the best plan.
-  const double slowest = ev_.pipelines_s(spec);
-  if (!(slowest < threshold.value_or(best_objective()))) {
+  // estimate when it alone cannot beat the limit.
+  seen.slowest = ev_.pipelines_s(spec);
+  if (!(seen.slowest < limit)) {
     clock_.count();
     return kInfeasible;
   }
   auto scored = ev_.evaluate(spec, "hexiscale");
+  seen.estimated = true;
   if (!scored || !scored->estimate.feasible) {
     clock_.count();
     return kInfeasible;
   }
   clock_.count(scored->estimate.tokens_per_s);
-  const double objective = scored->objective();
-  if (objective < best_objective()) {
+  seen.objective = scored->objective();
+  if (seen.objective < best_objective()) {
     best_ = SpecResult{std::move(spec), std::move(*scored)};
     best_assignment_ = a;
   }
-  return objective;
+  return seen.objective;
 }
 
 void HexiScaleSearch::sweep() {
@@ -89,8 +110,10 @@ void HexiScaleSearch::sweep() {
     partitions.push_back(spread_partition(units_, d));
     if (d <= static_cast<int>(c.machines().size()))
       partitions.push_back(packed_partition(c, units_, d));
+    // Machine-level graphs of large clusters get one METIS run per cut mode.
+    const int seeds = per_machine_ ? 1 : options_.seeds;
     for (CutMode mode : {CutMode::kDpOnSlowLinks, CutMode::kDpOnFastLinks}) {
-      for (int s = 0; s < options_.seeds && d > 1; ++s) {
+      for (int s = 0; s < seeds && d > 1; ++s) {
         // Seed 0 partitions the plain graph; later seeds jitter its edge weights.
         const std::uint64_t metis_seed = mix(seed_, (static_cast<std::uint64_t>(d) << 8) + 2 * s +
                                                         (mode == CutMode::kDpOnFastLinks ? 1 : 0));

@@ -4,6 +4,8 @@
 
 #include <map>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "scheduler/hexiscale.hpp"
@@ -35,6 +37,9 @@ class HexiScaleSearch {
   void refine(Assignment start);
   std::vector<Assignment> neighbours(const Assignment& a) const;
   int expected_micro_batches(const std::map<int, int>& pipeline) const;
+  // Pipelines as sorted (machine class, count) lists, sorted: assignments with the
+  // same signature have the same cost (machines of a class are interchangeable).
+  std::string signature(const Assignment& a) const;
   double best_objective() const { return best_ ? best_->scored.objective() : kInfeasible; }
 
   SpecEvaluator& ev_;
@@ -48,6 +53,12 @@ class HexiScaleSearch {
   std::optional<SpecResult> best_;
   Assignment best_assignment_;
   std::vector<std::pair<double, Assignment>> elite_;  // best per D, for refinement starts
+  struct Seen {
+    double slowest = kInfeasible;    // slowest pipeline: a lower bound of the objective
+    double objective = kInfeasible;  // when estimated in full (else kInfeasible)
+    bool estimated = false;
+  };
+  std::unordered_map<std::string, Seen> seen_;
 };
 
 // Assignment from a unit partition (empty parts dropped).

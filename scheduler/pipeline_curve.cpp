@@ -199,23 +199,30 @@ double PipelineCurve::solve(int m, std::vector<int>* layers, double* bottleneck)
   return fixed_sum_ + best;
 }
 
+const PipelineCurve::Solution& PipelineCurve::solution(int m) const {
+  if (static_cast<int>(memo_.size()) <= m) memo_.resize(m + 1);
+  Solution& s = memo_[m];
+  if (!s.solved) {
+    s.time = solve(m, &s.layers, &s.bottleneck);
+    if (s.time == kInfeasible) {
+      s.layers.clear();
+      s.bottleneck = kInfeasible;
+    }
+    s.solved = true;
+  }
+  return s;
+}
+
 double PipelineCurve::time(int m) const {
-  if (m < 1) return kInfeasible;
-  if (static_cast<int>(memo_.size()) <= m) memo_.resize(m + 1, std::nan(""));
-  if (std::isnan(memo_[m])) memo_[m] = solve(m, nullptr, nullptr);
-  return memo_[m];
+  return m < 1 ? kInfeasible : solution(m).time;
 }
 
 std::vector<int> PipelineCurve::layers(int m) const {
-  std::vector<int> out;
-  if (std::isinf(solve(m, &out, nullptr))) out.clear();
-  return out;
+  return m < 1 ? std::vector<int>{} : solution(m).layers;
 }
 
 double PipelineCurve::bottleneck(int m) const {
-  double b = kInfeasible;
-  if (std::isinf(solve(m, nullptr, &b))) return kInfeasible;
-  return b;
+  return m < 1 ? kInfeasible : solution(m).bottleneck;
 }
 
 int PipelineCurve::max_micro_batches_below(double limit, int max_m) const {

@@ -67,6 +67,13 @@ class PipelineCurve {
   double bottleneck(int m) const;
 
  private:
+  struct Solution {
+    double time = kInfeasible;
+    double bottleneck = kInfeasible;
+    std::vector<int> layers;  // empty when infeasible
+    bool solved = false;
+  };
+  const Solution& solution(int m) const;  // memoised solve()
   double solve(int m, std::vector<int>* layers, double* bottleneck) const;
   int layer_cap(int stage, int in_flight) const;  // most layers that fit (0: none)
 
@@ -76,7 +83,7 @@ class PipelineCurve {
   std::vector<int> by_cost_;  // stage indices, cheapest per-layer time first
   double fixed_sum_ = 0;      // sum e_i + 2 sum C_i
   double send_max_ = 0;
-  mutable std::vector<double> memo_;  // time(m), NaN = not computed
+  mutable std::vector<Solution> memo_;  // by m
 };
 
 }  // namespace hexi
