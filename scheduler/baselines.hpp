@@ -13,8 +13,9 @@
 //               type with one (dp, tp) for the whole plan, stages ordered by GPU type
 //               (every type order tried), layers in proportion to stage compute,
 //               even batch (baselines_metis.cpp)
-//   random      random device-to-pipeline partitions with a random D, then
-//               HexiScale's phase 2 and splits; best of the iterations
+//   random      random device-to-pipeline partitions (D by the reference's random
+//               +-1 walk in [n/L + 1, n/5], or uniform over [1, D_max]), then
+//               HexiScale's phase 2 and splits; best of 40 iterations
 //               (baselines_random.cpp)
 //   flashflex   the reference implementation (FlashFlex `experimental/`): METIS over
 //               the 1/bandwidth graph, random +-1 walk of D in [n/L + 1, n/5], 40
@@ -23,7 +24,8 @@
 //               layers, even batch, chosen by its own cost model (1.8 x slowest
 //               pipeline + 1.1 x DP); its choice is then evaluated by ours
 //               (baselines_flashflex*.cpp)
-// Scenario options ("scheduler": {"name": ..., ...}): random {"iterations": 40},
+// Scenario options ("scheduler": {"name": ..., ...}): random {"iterations": 40,
+// "d_range": "reference" | "full"},
 // flashflex {"iterations": 40, "initial_pipelines": 0 (auto)}.
 
 #include "scheduler/search.hpp"
@@ -34,6 +36,9 @@ Result<SearchResult> run_uniform(const Scenario& scenario, const SearchOptions& 
 Result<SearchResult> run_amp_like(const Scenario& scenario, const SearchOptions& options);
 Result<SearchResult> run_metis_like(const Scenario& scenario, const SearchOptions& options);
 Result<SearchResult> run_random(const Scenario& scenario, const SearchOptions& options);
+// The random baseline with explicit settings (full_range: D uniform in [1, D_max]).
+Result<SearchResult> run_random_with(const Scenario& scenario, const SearchOptions& options,
+                                     int iterations, bool full_range);
 Result<SearchResult> run_flashflex(const Scenario& scenario, const SearchOptions& options);
 
 // A Megatron grid: W = tp * pp * dp devices 0..W-1; stage s of pipeline d holds
