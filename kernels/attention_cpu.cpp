@@ -41,8 +41,11 @@ void causal_softmax(T* p, int s) {
     T* row = p + static_cast<std::size_t>(t) * s;
     const T max = *std::max_element(row, row + t + 1);
     double sum = 0;
-    for (int c = 0; c <= t; ++c) sum += std::exp(static_cast<double>(row[c] - max));
-    for (int c = 0; c <= t; ++c) row[c] = static_cast<T>(std::exp(double(row[c] - max)) / sum);
+    for (int c = 0; c <= t; ++c) {
+      row[c] = std::exp(row[c] - max);  // in T: expf for float
+      sum += row[c];
+    }
+    for (int c = 0; c <= t; ++c) row[c] = static_cast<T>(row[c] / sum);
     std::fill(row + t + 1, row + s, T(0));
   }
 }

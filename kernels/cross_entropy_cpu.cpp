@@ -1,6 +1,6 @@
 // Cross-entropy over a vocab-parallel logits shard (Megatron-LM's
 // vocab_parallel_cross_entropy), in the pieces the engine interleaves with all-reduces
-// (cpu_kernels.hpp). Sums accumulate in double.
+// (cpu_kernels.hpp). Exponentials in T (expf for float), sums accumulated in double.
 #include <algorithm>
 #include <cmath>
 
@@ -22,7 +22,7 @@ void cross_entropy_partials(T* partials, const T* logits, const T* row_max, cons
   for (int i = 0; i < n; ++i) {
     const T* row = logits + static_cast<std::size_t>(i) * vl;
     double sum = 0;
-    for (int j = 0; j < vl; ++j) sum += std::exp(static_cast<double>(row[j] - row_max[i]));
+    for (int j = 0; j < vl; ++j) sum += std::exp(row[j] - row_max[i]);  // exp in T, sum in double
     const int local = targets[i] - vocab_begin;
     partials[2 * i] = static_cast<T>(sum);
     partials[2 * i + 1] = (local >= 0 && local < vl) ? row[local] : T(0);
@@ -44,7 +44,7 @@ void cross_entropy_backward(T* dlogits, const T* logits, const T* row_max, const
     const double inv_sum = 1.0 / partials[2 * i];
     const int local = targets[i] - vocab_begin;
     for (int j = 0; j < vl; ++j) {
-      const double p = std::exp(static_cast<double>(logits[row + j] - row_max[i])) * inv_sum;
+      const double p = std::exp(logits[row + j] - row_max[i]) * inv_sum;
       dlogits[row + j] = static_cast<T>((p - (j == local ? 1.0 : 0.0)) * loss_scale);
     }
   }

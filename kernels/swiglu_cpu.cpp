@@ -23,7 +23,7 @@ template <class T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     const double g = gate[i];
-    const double sg = sigmoid(g);
+    const double sg = sigmoid(gate[i]);
     dgate[i] = static_cast<T>(dout[i] * up[i] * sg * (1.0 + g * (1.0 - sg)));
     dup[i] = static_cast<T>(dout[i] * g * sg);
   }
