@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "kernels/llama_model.hpp"
 #include "kernels/optimizer.hpp"
@@ -127,6 +128,31 @@ TEST_F(OracleTest, LossesAfterTwoAdamWStepsMatchTorch) {
                 expected[step]);
     EXPECT_NEAR(loss, expected[step], kLossTol) << "after step " << step + 1;
   }
+}
+
+// The committed file is what the script produces: regenerate it into a temporary file
+// and compare (within the tolerance above: torch's CPU kernels may round differently on
+// another CPU). Skipped where Debian's python3-torch is not installed.
+TEST(Oracle, ScriptRegeneratesTheCommittedFile) {
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian python3-torch)";
+  const std::string root = std::getenv("HEXISIM_ROOT") ? std::getenv("HEXISIM_ROOT") : ".";
+  const std::string out = ::testing::TempDir() + "hexisim_oracle_regenerated.bin";
+  const std::string cmd = "/usr/bin/python3 " + root + "/scripts/make_oracle.py --out " + out +
+                          " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  Oracle committed, fresh;
+  std::string error;
+  ASSERT_TRUE(load_oracle(default_oracle_path(), committed, error)) << error;
+  ASSERT_TRUE(load_oracle(out, fresh, error)) << error;
+  EXPECT_EQ(fresh.tokens, committed.tokens);
+  EXPECT_NEAR(fresh.loss, committed.loss, kLossTol);
+  ASSERT_EQ(fresh.tensors.size(), committed.tensors.size());
+  for (const auto& [name, values] : committed.tensors) {
+    const Errors e = compare(fresh.tensors.at(name).data(), values);
+    EXPECT_EQ(e.violations, 0u) << name;
+  }
+  std::remove(out.c_str());
 }
 
 TEST(Oracle, MissingFileIsAClearError) {
