@@ -136,7 +136,8 @@ TEST_F(OracleTest, LossesAfterTwoAdamWStepsMatchTorch) {
 TEST(Oracle, ScriptRegeneratesTheCommittedFile) {
   if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian python3-torch)";
-  const std::string root = std::getenv("HEXISIM_ROOT") ? std::getenv("HEXISIM_ROOT") : ".";
+  const std::string oracle = default_oracle_path();  // <root>/kernels/testdata/<file>
+  const std::string root = oracle.substr(0, oracle.rfind("/kernels/testdata/"));
   const std::string out = ::testing::TempDir() + "hexisim_oracle_regenerated.bin";
   const std::string cmd = "/usr/bin/python3 " + root + "/scripts/make_oracle.py --out " + out +
                           " > /dev/null 2>&1";
