@@ -139,8 +139,8 @@ TEST(Oracle, ScriptRegeneratesTheCommittedFile) {
   const std::string oracle = default_oracle_path();  // <root>/kernels/testdata/<file>
   const std::string root = oracle.substr(0, oracle.rfind("/kernels/testdata/"));
   const std::string out = ::testing::TempDir() + "hexisim_oracle_regenerated.bin";
-  const std::string cmd = "/usr/bin/python3 " + root + "/scripts/make_oracle.py --out " + out +
-                          " > /dev/null 2>&1";
+  const std::string cmd =
+      "/usr/bin/python3 " + root + "/scripts/make_oracle.py --out " + out + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   Oracle committed, fresh;
   std::string error;
