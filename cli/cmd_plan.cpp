@@ -13,6 +13,7 @@ namespace {
 struct PlanOptions {
   std::string scenario;
   std::string scheduler;  // default: the scenario's
+  std::string options;    // scheduler options as JSON text (replace the scenario's)
   std::optional<std::uint64_t> seed;
   std::string out;
   double time_budget_s = 0;
@@ -56,6 +57,13 @@ int run_plan(const PlanOptions& opt) {
   so.time_budget_s = opt.time_budget_s;
   so.progress = print_progress;
   const std::string name = opt.scheduler.empty() ? sc->scheduler : opt.scheduler;
+  if (!opt.options.empty()) {
+    auto json = parse_json_text(opt.options, "--options");
+    if (!json) return report(json.error());
+    if (!json->is_object()) return report(bad_input("--options: expected a JSON object, e.g. '{\"seeds\": 4}'"));
+    sc->scheduler = name;  // the options are for the scheduler being run
+    sc->scheduler_options = std::move(*json);
+  }
   auto result = run_scheduler(name, *sc, so);
   if (!result) return report(result.error());
   if (auto st = validate_plan(result->plan, sc->cluster, sc->model, sc->training, name); !st) {
@@ -87,6 +95,9 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--scheduler", opt->scheduler,
                   "Scheduler: " + scheduler_names() + " (default: the scenario's \"scheduler\")");
   cmd->add_option("--seed", opt->seed, "Random seed (default: the scenario's \"seed\")");
+  cmd->add_option("--options", opt->options,
+                  "Scheduler options as a JSON object, replacing the scenario's (see README), e.g. "
+                  "'{\"seeds\": 4}' for hexiscale or '{\"d_range\": \"full\"}' for random");
   cmd->add_option("--out", opt->out, "Write the plan JSON to this file");
   cmd->add_option("--time-budget", opt->time_budget_s,
                   "Stop searching after this many seconds and return the best plan so far (default "

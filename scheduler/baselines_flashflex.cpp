@@ -15,6 +15,8 @@
 //     (8 GPUs: [8], [4,4], [4,2,2]) picked by its pipeline cost;
 //   * layers in proportion to stage memory (its quota loop), rejected if its memory
 //     model says out of memory; the batch split evenly.
+// {"random_partition": true} is the reference's --apply_random_strategy (the
+// paper's "random graph partition" baseline with the reference's phase 2).
 // Deviations, all needed to run it here: weights scaled into Debian METIS's 32-bit
 // integers (bandwidth in MB/s, TFLOP/s rounded); our seeded generator instead of
 // NumPy's; machines of a group taken in ascending id order (Python set order for
@@ -41,8 +43,9 @@ using flashflex::FfCost;
 using flashflex::FfPipeline;
 
 struct FfOptions {
-  int iterations = 40;        // niter
-  int initial_pipelines = 2;  // --npipeline of the reference's run_scheduling.sh
+  int iterations = 40;            // niter
+  int initial_pipelines = 2;      // --npipeline of the reference's run_scheduling.sh
+  bool random_partition = false;  // --apply_random_strategy: random parts instead of METIS
 };
 
 // A weighted graph over some devices (dense; node i is device nodes[i]).
@@ -334,7 +337,21 @@ std::vector<std::optional<std::vector<FfPipeline>>> FlashFlex::run(std::vector<d
     // K = Binomial(2, 0.2) + 1 groups per pipeline, drawn before the partition.
     std::vector<int> k(d);
     for (auto& x : k) x = 1 + (uniform() < 0.2) + (uniform() < 0.2);
-    const std::vector<int> parts = partitioner(grev_, d);
+    std::vector<int> parts = partitioner(grev_, d);
+    if (opt_.random_partition) {
+      // np.random.randint(0, npipeline, size=n); empty parts dropped (relabelled).
+      std::vector<int> raw(n), id(d, -1);
+      for (auto& r : raw) r = static_cast<int>(next_random(state_) % d);
+      int next = 0;
+      for (int i = 0; i < n; ++i) {
+        if (id[raw[i]] < 0) id[raw[i]] = next++;
+      }
+      std::vector<int> rank(d, 0);  // keep the numeric order of the surviving ids
+      for (int p = 0, r = 0; p < d; ++p) {
+        if (id[p] >= 0) rank[p] = r++;
+      }
+      for (int i = 0; i < n; ++i) parts[i] = rank[raw[i]];
+    }
     const int dp = *std::max_element(parts.begin(), parts.end()) + 1;
     const FfCost cost(c_, flashflex::make_config(sc_.model, sc_.training, dp));
     std::vector<FfPipeline> pipes;
@@ -391,7 +408,8 @@ Result<FfOptions> read_options(const Scenario& sc) {
     FfOptions o;
     if (sc.scheduler != "flashflex") return o;
     JsonNode node(sc.scheduler_options, sc.file.string(), "/scheduler");
-    node.allow_only({"iterations", "initial_pipelines"});
+    node.allow_only({"iterations", "initial_pipelines", "random_partition"});
+    o.random_partition = node.boolean_or("random_partition", o.random_partition);
     o.iterations = static_cast<int>(node.integer_or("iterations", 1, 100000, o.iterations));
     o.initial_pipelines =
         static_cast<int>(node.integer_or("initial_pipelines", 1, 1 << 20, o.initial_pipelines));
