@@ -60,7 +60,8 @@ int run_plan(const PlanOptions& opt) {
   if (!opt.options.empty()) {
     auto json = parse_json_text(opt.options, "--options");
     if (!json) return report(json.error());
-    if (!json->is_object()) return report(bad_input("--options: expected a JSON object, e.g. '{\"seeds\": 4}'"));
+    if (!json->is_object())
+      return report(bad_input("--options: expected a JSON object, e.g. '{\"seeds\": 4}'"));
     sc->scheduler = name;  // the options are for the scheduler being run
     sc->scheduler_options = std::move(*json);
   }

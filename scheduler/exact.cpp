@@ -122,7 +122,7 @@ void ExactSearch::bounds(int d) {
   capacity_.assign(types_.size(), 0);
   for (int t : order_) {
     PlanSpec one{{types_[t].spec}};
-    capacity_[t] = ev_.curve(one, 0, d).max_micro_batches_below(limit, micro - (d - 1));
+    capacity_[t] = ev_.curve(one, 0, d)->max_micro_batches_below(limit, micro - (d - 1));
   }
   // table[r][k]: the most micro-batches k pipelines covering exactly r can run.
   table_.assign(static_cast<std::size_t>(states_) * (d + 1), -1);
@@ -181,7 +181,7 @@ void ExactSearch::search(int d) {
   order_.clear();
   for (std::size_t t = 0; t < types_.size(); ++t) {
     PlanSpec one{{types_[t].spec}};
-    if (ev_.curve(one, 0, d).time(1) != kInfeasible) order_.push_back(static_cast<int>(t));
+    if (ev_.curve(one, 0, d)->time(1) != kInfeasible) order_.push_back(static_cast<int>(t));
   }
   bounds(d);
   // Most capable types first: good plans early, so T* tightens early.

@@ -8,8 +8,9 @@
 namespace hexi {
 namespace {
 
-constexpr int kAllOrdersUpTo = 5;  // groups; 5! = 120 orders
-constexpr int kRounds = 4;         // coordinate-descent rounds over degrees and order
+constexpr int kAllOrdersUpTo = 5;     // groups; 5! = 120 orders
+constexpr std::size_t kMaxBeam = 64;  // partial orders kept by the top-tau beam
+constexpr int kRounds = 4;            // coordinate-descent rounds over degrees and order
 
 // Pipelines that cannot run their share still need a ranking that leads towards
 // feasibility: runnable with one micro-batch beats not runnable at all.
@@ -36,7 +37,7 @@ PipelineBuilder::PipelineBuilder(SpecEvaluator& evaluator, int tau) : ev_(evalua
 double PipelineBuilder::score(const PipelineSpec& p, int dp, int m) {
   ++evaluations_;
   PlanSpec one{{p}};
-  return penalised(ev_.curve(one, 0, dp), m);
+  return penalised(*ev_.curve(one, 0, dp), m);
 }
 
 std::vector<std::vector<int>> PipelineBuilder::candidate_orders(
@@ -72,19 +73,23 @@ std::vector<std::vector<int>> PipelineBuilder::candidate_orders(
   };
   std::vector<Path> beam;
   for (int s = 0; s < g; ++s) beam.push_back({{s}, kInfeasible, 0});
-  const std::size_t width = static_cast<std::size_t>(tau_) * g;
+  const std::size_t width = std::min<std::size_t>(static_cast<std::size_t>(tau_) * g, kMaxBeam);
   for (int step = 1; step < g; ++step) {
     std::vector<Path> next;
     for (const Path& p : beam) {
+      std::vector<bool> used(g, false);
+      for (int i : p.nodes) used[i] = true;
       std::vector<int> rest;
       for (int i = 0; i < g; ++i) {
-        if (std::find(p.nodes.begin(), p.nodes.end(), i) == p.nodes.end()) rest.push_back(i);
+        if (!used[i]) rest.push_back(i);
       }
       const int tail = p.nodes.back();
-      std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) {
+      const auto better = [&](int a, int b) {
         return std::make_tuple(-bw(tail, a), -mem(a), a) <
                std::make_tuple(-bw(tail, b), -mem(b), b);
-      });
+      };
+      const std::size_t keep = std::min<std::size_t>(tau_, rest.size());
+      std::partial_sort(rest.begin(), rest.begin() + keep, rest.end(), better);
       for (int k = 0; k < tau_ && k < static_cast<int>(rest.size()); ++k) {
         Path q = p;
         q.nodes.push_back(rest[k]);
@@ -106,6 +111,8 @@ std::vector<std::vector<int>> PipelineBuilder::candidate_orders(
 PipelineSpec PipelineBuilder::optimise(std::vector<Segment> segs, int dp, int m) {
   const Model& model = ev_.cost_model().model();
   for (auto& s : segs) s.tp = segment_degrees(model, s.count).back();  // most memory-friendly start
+  // Even the largest degrees give more stages than layers: nothing to optimise.
+  if (PipelineSpec{segs}.num_stages() > model.layers) return PipelineSpec{segs};
   auto arrange = [](const std::vector<Segment>& base, const std::vector<int>& order) {
     PipelineSpec p;
     for (int i : order) p.segments.push_back(base[i]);

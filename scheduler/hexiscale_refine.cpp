@@ -7,6 +7,8 @@
 //   swap      the segments of two machines of different classes between pipelines
 //   exchange  some devices of one machine for as many of another between two
 //             pipelines (powers of two; device-level partitions only)
+// Moves are small descriptors applied on demand: a plan of hundreds of pipelines
+// has hundreds of thousands of neighbours.
 #include <algorithm>
 
 #include "scheduler/hexiscale_search.hpp"
@@ -26,8 +28,31 @@ void drop_empty(Assignment& a) {
 
 }  // namespace
 
-std::vector<Assignment> HexiScaleSearch::neighbours(const Assignment& a) const {
-  std::vector<Assignment> out;
+Assignment apply_move(const Assignment& a, const Move& mv) {
+  Assignment b = a;
+  switch (mv.kind) {
+    case Move::kTransfer:
+      take(b[mv.p], mv.m1, mv.n1);
+      if (mv.q == static_cast<int>(b.size())) b.emplace_back();
+      b[mv.q][mv.m1] += mv.n1;
+      break;
+    case Move::kMerge:
+      for (auto [m, n] : b[mv.q]) b[mv.p][m] += n;
+      b[mv.q].clear();
+      break;
+    case Move::kSwap:  // n1 devices of m1 (p -> q) against n2 of m2 (q -> p)
+      take(b[mv.p], mv.m1, mv.n1);
+      take(b[mv.q], mv.m2, mv.n2);
+      b[mv.p][mv.m2] += mv.n2;
+      b[mv.q][mv.m1] += mv.n1;
+      break;
+  }
+  drop_empty(b);
+  return b;
+}
+
+std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a) const {
+  std::vector<Move> out;
   const int d = static_cast<int>(a.size());
   for (int p = 0; p < d; ++p) {
     for (auto [m, count] : a[p]) {
@@ -39,23 +64,13 @@ std::vector<Assignment> HexiScaleSearch::neighbours(const Assignment& a) const {
       for (int delta : deltas) {
         for (int q = 0; q <= d; ++q) {
           if (q == p || (q == d && delta == count && a[p].size() == 1)) continue;
-          Assignment b = a;
-          take(b[p], m, delta);
-          if (q == d) b.emplace_back();
-          b[q][m] += delta;
-          drop_empty(b);
-          out.push_back(std::move(b));
+          out.push_back({Move::kTransfer, p, q, m, delta, 0, 0});
         }
       }
     }
   }
   for (int p = 0; p < d; ++p) {
-    for (int q = p + 1; q < d; ++q) {
-      Assignment b = a;
-      for (auto [m, n] : b[q]) b[p][m] += n;
-      b.erase(b.begin() + q);
-      out.push_back(std::move(b));
-    }
+    for (int q = p + 1; q < d; ++q) out.push_back({Move::kMerge, p, q, 0, 0, 0, 0});
   }
   for (int p = 0; p < d; ++p) {
     for (int q = p + 1; q < d; ++q) {
@@ -63,12 +78,7 @@ std::vector<Assignment> HexiScaleSearch::neighbours(const Assignment& a) const {
         for (auto [m2, n2] : a[q]) {
           if (m1 == m2 || a[p].count(m2) || a[q].count(m1)) continue;
           if (ev_.machine_class(m1) == ev_.machine_class(m2) && n1 == n2) continue;  // no change
-          Assignment b = a;
-          take(b[p], m1, n1);
-          take(b[q], m2, n2);
-          b[p][m2] += n2;
-          b[q][m1] += n1;
-          out.push_back(std::move(b));
+          out.push_back({Move::kSwap, p, q, m1, n1, m2, n2});
         }
       }
     }
@@ -82,12 +92,7 @@ std::vector<Assignment> HexiScaleSearch::neighbours(const Assignment& a) const {
           if (ev_.machine_class(m1) == ev_.machine_class(m2)) continue;
           for (int x = 1; x <= std::min(n1, n2); x *= 2) {
             if (x == n1 && x == n2 && p > q) continue;  // the whole-segment swap, listed once
-            Assignment b = a;
-            take(b[p], m1, x);
-            take(b[q], m2, x);
-            b[p][m2] += x;
-            b[q][m1] += x;
-            out.push_back(std::move(b));
+            out.push_back({Move::kSwap, p, q, m1, x, m2, x});
           }
         }
       }
@@ -99,7 +104,7 @@ std::vector<Assignment> HexiScaleSearch::neighbours(const Assignment& a) const {
 void HexiScaleSearch::refine(Assignment a) {
   double current = consider(a, kInfeasible);
   if (current == kInfeasible) return;
-  std::vector<Assignment> moves = neighbours(a);
+  std::vector<Move> moves = neighbours(a);
   // Converged: a whole round of moves without improvement (on large clusters, at
   // most kLargePatience moves in a row).
   auto patience = [&] {
@@ -108,11 +113,11 @@ void HexiScaleSearch::refine(Assignment a) {
   std::size_t i = 0, since_improvement = 0;
   while (since_improvement < patience() && !clock_.out_of_time()) {
     clock_.phase("refinement: " + std::to_string(a.size()) + " pipelines");
-    const Assignment& b = moves[i % moves.size()];
+    Assignment b = apply_move(a, moves[i % moves.size()]);
     const double objective = consider(b, current);
     if (objective < current * (1 - 1e-9)) {
       current = objective;
-      a = b;
+      a = std::move(b);
       moves = neighbours(a);
       since_improvement = 0;
       continue;  // same position in the new list

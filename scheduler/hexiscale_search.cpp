@@ -8,6 +8,8 @@ namespace {
 
 // Refinement starts: the best plan of this many different D values.
 constexpr std::size_t kEliteStarts = 3;
+// Most D values the sweep visits one by one (then it strides; see sweep()).
+constexpr int kMaxSweep = 128;
 
 std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   // splitmix64 step: distinct, reproducible METIS seeds per (seed, D, mode, round).
@@ -100,41 +102,50 @@ double HexiScaleSearch::consider(const Assignment& a, std::optional<double> thre
   return seen.objective;
 }
 
-void HexiScaleSearch::sweep() {
+void HexiScaleSearch::try_pipelines(int d, int d_max) {
   const Cluster& c = ev_.cost_model().cluster();
+  clock_.phase("phase 1: D=" + std::to_string(d) + " of " + std::to_string(d_max));
+  std::vector<std::vector<int>> partitions;
+  partitions.push_back(spread_partition(units_, d));
+  if (d <= static_cast<int>(c.machines().size()))
+    partitions.push_back(packed_partition(c, units_, d));
+  // Machine-level graphs of large clusters get one METIS run per cut mode.
+  const int seeds = per_machine_ ? 1 : options_.seeds;
+  for (CutMode mode : {CutMode::kDpOnSlowLinks, CutMode::kDpOnFastLinks}) {
+    for (int s = 0; s < seeds && d > 1; ++s) {
+      // Seed 0 partitions the plain graph; later seeds jitter its edge weights.
+      const std::uint64_t metis_seed = mix(seed_, (static_cast<std::uint64_t>(d) << 8) + 2 * s +
+                                                      (mode == CutMode::kDpOnFastLinks ? 1 : 0));
+      partitions.push_back(metis_partition(c, units_, d, mode, metis_seed, s == 0 ? 0.0 : 0.3));
+    }
+  }
+  double best_here = kInfeasible;
+  Assignment best_a;
+  for (const auto& parts : partitions) {
+    if (clock_.out_of_time()) break;
+    Assignment a = assignment_from_parts(units_, parts);
+    const double objective = consider(a);  // duplicates are answered from seen_
+    if (objective < best_here) {
+      best_here = objective;
+      best_a = a;
+    }
+  }
+  if (!best_a.empty()) elite_.emplace_back(best_here, best_a);
+}
+
+void HexiScaleSearch::sweep() {
+  // Every D from 1 to the most pipelines memory allows; when that is more than
+  // kMaxSweep values, every stride-th D first, then every D around the best.
   const int d_max =
       std::min<int>(max_pipelines_by_memory(ev_.cost_model()), static_cast<int>(units_.size()));
-  for (int d = 1; d <= d_max && !clock_.out_of_time(); ++d) {
-    clock_.phase("phase 1: D=" + std::to_string(d) + " of " + std::to_string(d_max));
-    std::vector<std::vector<int>> partitions;
-    partitions.push_back(spread_partition(units_, d));
-    if (d <= static_cast<int>(c.machines().size()))
-      partitions.push_back(packed_partition(c, units_, d));
-    // Machine-level graphs of large clusters get one METIS run per cut mode.
-    const int seeds = per_machine_ ? 1 : options_.seeds;
-    for (CutMode mode : {CutMode::kDpOnSlowLinks, CutMode::kDpOnFastLinks}) {
-      for (int s = 0; s < seeds && d > 1; ++s) {
-        // Seed 0 partitions the plain graph; later seeds jitter its edge weights.
-        const std::uint64_t metis_seed = mix(seed_, (static_cast<std::uint64_t>(d) << 8) + 2 * s +
-                                                        (mode == CutMode::kDpOnFastLinks ? 1 : 0));
-        partitions.push_back(metis_partition(c, units_, d, mode, metis_seed, s == 0 ? 0.0 : 0.3));
-      }
+  const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
+  for (int d = 1; d <= d_max && !clock_.out_of_time(); d += stride) try_pipelines(d, d_max);
+  if (stride > 1 && best_) {
+    const int at = static_cast<int>(best_assignment_.size());
+    for (int d = std::max(1, at - stride + 1);
+         d < std::min(d_max + 1, at + stride) && !clock_.out_of_time(); ++d) {
+      if ((d - 1) % stride != 0) try_pipelines(d, d_max);
     }
-    double best_here = kInfeasible;
-    Assignment best_a;
-    std::vector<Assignment> seen;
-    for (const auto& parts : partitions) {
-      if (clock_.out_of_time()) break;
-      Assignment a = assignment_from_parts(units_, parts);
-      if (std::find(seen.begin(), seen.end(), a) != seen.end()) continue;
-      seen.push_back(a);
-      const double objective = consider(a);
-      if (objective < best_here) {
-        best_here = objective;
-        best_a = a;
-      }
-    }
-    if (!best_a.empty()) elite_.emplace_back(best_here, best_a);
   }
 }
 

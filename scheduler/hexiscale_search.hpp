@@ -17,6 +17,15 @@ namespace hexi {
 // Devices of each pipeline: machine -> how many of its GPUs.
 using Assignment = std::vector<std::map<int, int>>;
 
+// A refinement move (hexiscale_refine.cpp): devices of machine m1 (n1 of them) from
+// pipeline p to q (q == size: a new pipeline); merge q into p; or n1 of m1 in p
+// against n2 of m2 in q.
+struct Move {
+  enum Kind { kTransfer, kMerge, kSwap } kind = kTransfer;
+  int p = 0, q = 0, m1 = 0, n1 = 0, m2 = 0, n2 = 0;
+};
+Assignment apply_move(const Assignment& a, const Move& move);
+
 class HexiScaleSearch {
  public:
   HexiScaleSearch(SpecEvaluator& ev, const HexiScaleOptions& options, SearchClock& clock,
@@ -33,9 +42,10 @@ class HexiScaleSearch {
   double consider(const Assignment& a, std::optional<double> threshold = std::nullopt);
 
  private:
-  void sweep();  // phase 1 over D, cut modes and seeds
+  void sweep();                          // phase 1 over D, cut modes and seeds
+  void try_pipelines(int d, int d_max);  // the partitions of one D
   void refine(Assignment start);
-  std::vector<Assignment> neighbours(const Assignment& a) const;
+  std::vector<Move> neighbours(const Assignment& a) const;
   int expected_micro_batches(const std::map<int, int>& pipeline) const;
   // Pipelines as sorted (machine class, count) lists, sorted: assignments with the
   // same signature have the same cost (machines of a class are interchangeable).

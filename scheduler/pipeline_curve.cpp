@@ -200,17 +200,23 @@ double PipelineCurve::solve(int m, std::vector<int>* layers, double* bottleneck)
 }
 
 const PipelineCurve::Solution& PipelineCurve::solution(int m) const {
-  if (static_cast<int>(memo_.size()) <= m) memo_.resize(m + 1);
-  Solution& s = memo_[m];
-  if (!s.solved) {
+  auto [it, fresh] = memo_.try_emplace(m);
+  Solution& s = it->second;
+  if (fresh) {
     s.time = solve(m, &s.layers, &s.bottleneck);
     if (s.time == kInfeasible) {
       s.layers.clear();
       s.bottleneck = kInfeasible;
     }
-    s.solved = true;
   }
   return s;
+}
+
+std::size_t PipelineCurve::memory_bytes() const {
+  std::size_t bytes = sizeof(*this) + terms_.size() * (sizeof(StageTerms) + sizeof(int));
+  for (const auto& [_, s] : memo_)
+    bytes += 64 + sizeof(Solution) + s.layers.capacity() * sizeof(int);
+  return bytes;
 }
 
 double PipelineCurve::time(int m) const {

@@ -17,6 +17,7 @@
 // memory caps keep a margin of 1e-9 of capacity against rounding.
 
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
 #include "scheduler/estimate.hpp"
@@ -65,13 +66,14 @@ class PipelineCurve {
   int max_micro_batches_below(double limit, int max_m) const;
   // Steady-state seconds per micro-batch at m (the max term), kInfeasible if none.
   double bottleneck(int m) const;
+  // Approximate bytes held (terms and memoised solutions), for cache limits.
+  std::size_t memory_bytes() const;
 
  private:
   struct Solution {
     double time = kInfeasible;
     double bottleneck = kInfeasible;
     std::vector<int> layers;  // empty when infeasible
-    bool solved = false;
   };
   const Solution& solution(int m) const;  // memoised solve()
   double solve(int m, std::vector<int>* layers, double* bottleneck) const;
@@ -83,7 +85,7 @@ class PipelineCurve {
   std::vector<int> by_cost_;  // stage indices, cheapest per-layer time first
   double fixed_sum_ = 0;      // sum e_i + 2 sum C_i
   double send_max_ = 0;
-  mutable std::vector<Solution> memo_;  // by m
+  mutable std::unordered_map<int, Solution> memo_;  // by m (sparse: m reaches thousands)
 };
 
 }  // namespace hexi

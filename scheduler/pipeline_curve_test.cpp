@@ -96,7 +96,7 @@ TEST(PipelineCurve, TimesEqualTheEstimateOfRealizedPlans) {
       if (!scored) continue;  // does not fit: nothing to compare
       const int d = static_cast<int>(spec->pipelines.size());
       for (int p = 0; p < d; ++p) {
-        const double t = ev.curve(*spec, p, d).time(scored->plan.pipelines[p].micro_batches());
+        const double t = ev.curve(*spec, p, d)->time(scored->plan.pipelines[p].micro_batches());
         EXPECT_NEAR(t, scored->estimate.pipelines[p].time_s, 1e-9 * t) << name << " pipeline " << p;
       }
       EXPECT_TRUE(scored->estimate.feasible) << name;

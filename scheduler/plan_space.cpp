@@ -3,6 +3,14 @@
 #include <algorithm>
 
 namespace hexi {
+namespace {
+
+// The curve cache is emptied when it holds more than this (checked every
+// kCacheCheckEvery new curves): long searches on thousands of GPUs build millions.
+constexpr std::size_t kMaxCacheBytes = std::size_t{64} << 20;
+constexpr long kCacheCheckEvery = 2048;
+
+}  // namespace
 
 int PipelineSpec::num_devices() const {
   int n = 0;
@@ -107,24 +115,32 @@ std::vector<int> SpecEvaluator::curve_key(const PlanSpec& spec, int p, int dp) c
   return key;
 }
 
-const PipelineCurve& SpecEvaluator::curve(const PlanSpec& spec, int p, int dp) {
+std::shared_ptr<const PipelineCurve> SpecEvaluator::curve(const PlanSpec& spec, int p, int dp) {
   const std::vector<int> key = curve_key(spec, p, dp);
   std::string text(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int));
   auto it = curves_.find(text);
-  if (it != curves_.end()) return *it->second;
-  if (curves_.size() > 500000) curves_.clear();  // bound memory on very long searches
-  // Only pipeline p's devices matter; compute them without building the others' stages.
+  if (it != curves_.end()) return it->second;
+  if (++new_curves_ % kCacheCheckEvery == 0) {
+    std::size_t bytes = 0;
+    for (const auto& [k, c] : curves_) bytes += k.size() + c->memory_bytes();
+    if (bytes > kMaxCacheBytes) curves_.clear();
+  }
   std::vector<std::vector<std::vector<int>>> all = stages(spec);
-  auto curve =
-      std::make_unique<PipelineCurve>(pipeline_terms(cm_, all[p], dp, cm_.training().micro_batch),
-                                      cm_.model().layers, cm_.training().schedule);
-  return *curves_.emplace(std::move(text), std::move(curve)).first->second;
+  auto curve = std::make_shared<const PipelineCurve>(
+      pipeline_terms(cm_, all[p], dp, cm_.training().micro_batch), cm_.model().layers,
+      cm_.training().schedule);
+  curves_.emplace(std::move(text), curve);
+  return curve;
 }
 
 BatchSplit SpecEvaluator::split(const PlanSpec& spec) {
   const int d = static_cast<int>(spec.pipelines.size());
   std::vector<const PipelineCurve*> curves;
-  for (int p = 0; p < d; ++p) curves.push_back(&curve(spec, p, d));
+  std::vector<std::shared_ptr<const PipelineCurve>> held;  // alive even if the cache is emptied
+  for (int p = 0; p < d; ++p) {
+    held.push_back(curve(spec, p, d));
+    curves.push_back(held.back().get());
+  }
   return split_micro_batches(curves, micro_batches());
 }
 
@@ -140,7 +156,7 @@ std::optional<Plan> SpecEvaluator::realize(const PlanSpec& spec, const std::stri
   Plan plan;
   plan.scheduler = scheduler;
   for (int p = 0; p < d; ++p) {
-    const std::vector<int> layers = curve(spec, p, d).layers(bs.micro_batches[p]);
+    const std::vector<int> layers = curve(spec, p, d)->layers(bs.micro_batches[p]);
     if (layers.empty()) return std::nullopt;
     Pipeline pipe;
     pipe.micro_batch = cm_.training().micro_batch;

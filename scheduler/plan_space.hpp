@@ -72,8 +72,9 @@ class SpecEvaluator {
   const CostModel& cost_model() const { return cm_; }
   // TP groups of every pipeline (device ids), devices handed out in plan order.
   std::vector<std::vector<std::vector<int>>> stages(const PlanSpec& spec) const;
-  // The curve of pipeline `p` of `spec` in a plan of `dp` pipelines.
-  const PipelineCurve& curve(const PlanSpec& spec, int p, int dp);
+  // The curve of pipeline `p` of `spec` in a plan of `dp` pipelines (cached; the
+  // cache may be emptied by later calls, the returned curve stays valid).
+  std::shared_ptr<const PipelineCurve> curve(const PlanSpec& spec, int p, int dp);
   // Batch and layer splits: the Plan, or nullopt when it cannot fit in memory.
   std::optional<Plan> realize(const PlanSpec& spec, const std::string& scheduler);
   // The slowest pipeline time of the realized plan (kInfeasible if none), cheap.
@@ -94,7 +95,8 @@ class SpecEvaluator {
   const CostModel& cm_;
   std::vector<bool> symmetric_;  // per machine
   std::vector<int> class_of_;    // per machine
-  std::unordered_map<std::string, std::unique_ptr<PipelineCurve>> curves_;
+  std::unordered_map<std::string, std::shared_ptr<const PipelineCurve>> curves_;
+  long new_curves_ = 0;
   long evaluations_ = 0;
 };
 

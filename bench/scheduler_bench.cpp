@@ -1,0 +1,108 @@
+// Scheduler search time and peak memory at 32, 128, 512, 1 024 and 4 096 GPUs of
+// four GPU types (equal mixes of 8-GPU A100-80GB / RTX 4090 / RTX 3090 / A6000
+// machines from cluster_gen, 16 machines per leaf, 200 Gbit/s NICs), Llama-2 70B
+// (13B at 32 GPUs, where 70B fits in no plan with selective recompute), global batch
+// 4 x GPUs (2 x GPUs above 128), sequence 4096.
+// Targets (DESIGN §10): HexiScale 128 GPUs <= 5 s, 1 024 GPUs <= 60 s on 2 cores.
+//
+// Each measurement runs in a forked child so that its peak resident memory
+// (getrusage ru_maxrss of that child alone) belongs to that search only; the
+// reported time is the search's own (SearchResult::search_time_s).
+//   build/bench/scheduler_bench                      all sizes, hexiscale + baselines
+//   build/bench/scheduler_bench --benchmark_filter=hexiscale/1024
+#include <benchmark/benchmark.h>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "scenarios/scenario.hpp"
+#include "scheduler/search.hpp"
+#include "topologies/cluster_gen.hpp"
+
+namespace hexi {
+namespace {
+
+Result<Scenario> mix_scenario(int gpus) {
+  auto catalog = GpuCatalog::load_shipped();
+  auto models = ModelCatalog::load_shipped();
+  if (!catalog || !models) return failure("cannot load the shipped catalogs");
+  const int machines = gpus / 32;  // per type, 8 GPUs each
+  std::vector<MixEntry> mix = {{"A100-SXM-80GB", machines, 8},
+                               {"RTX4090", machines, 8},
+                               {"RTX3090", machines, 8},
+                               {"A6000", machines, 8}};
+  FabricOptions fabric;
+  fabric.name = "bench-mix-" + std::to_string(gpus);
+  const int batch = gpus <= 128 ? 4 * gpus : 2 * gpus;
+  Json sc = {{"version", 1},
+             {"name", "bench-" + std::to_string(gpus)},
+             {"cluster", generate_cluster_json(mix, fabric)},
+             {"model", gpus < 128 ? "llama2-13b" : "llama2-70b"},
+             {"training", {{"global_batch", batch}, {"micro_batch", 1}, {"seq_len", 4096}}}};
+  return scenario_from_json(sc, "bench.json", *catalog, *models);
+}
+
+struct ChildReport {
+  double search_s = 0;
+  double tokens_per_s = 0;
+  long candidates = 0;
+  int ok = 0;
+};
+
+void BM_Search(benchmark::State& state, const std::string& scheduler) {
+  const int gpus = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+      state.SkipWithError("pipe failed");
+      return;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      ChildReport rep;
+      auto sc = mix_scenario(gpus);
+      if (sc) {
+        auto r = run_scheduler(scheduler, *sc, {});
+        if (r) rep = {r->search_time_s, r->estimate.tokens_per_s, r->candidates, 1};
+      }
+      if (write(fds[1], &rep, sizeof rep) != static_cast<ssize_t>(sizeof rep)) _exit(2);
+      _exit(0);
+    }
+    close(fds[1]);
+    ChildReport rep;
+    const bool got = read(fds[0], &rep, sizeof rep) == static_cast<ssize_t>(sizeof rep);
+    close(fds[0]);
+    int status = 0;
+    struct rusage usage {};
+    wait4(pid, &status, 0, &usage);
+    if (!got || !rep.ok) {
+      state.SkipWithError("search failed");
+      return;
+    }
+    state.SetIterationTime(rep.search_s);
+    state.counters["peak_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB
+    state.counters["tokens_per_s"] = rep.tokens_per_s;
+    state.counters["candidates"] = static_cast<double>(rep.candidates);
+    state.counters["gpus"] = gpus;
+  }
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (int g : {32, 128, 512, 1024, 4096}) b->Arg(g);
+  b->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
+}
+
+BENCHMARK_CAPTURE(BM_Search, hexiscale, std::string("hexiscale"))->Apply(sizes);
+BENCHMARK_CAPTURE(BM_Search, uniform, std::string("uniform"))->Apply(sizes);
+BENCHMARK_CAPTURE(BM_Search, metis_like, std::string("metis-like"))->Apply(sizes);
+BENCHMARK_CAPTURE(BM_Search, amp_like, std::string("amp-like"))->Apply(sizes);
+
+}  // namespace
+}  // namespace hexi
+
+BENCHMARK_MAIN();

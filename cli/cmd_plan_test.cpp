@@ -1,0 +1,75 @@
+// `hexisim plan` end to end (DESIGN §12): the JSON contract, --out, --explain,
+// determinism of the written plan, and exit codes for bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_runner.hpp"
+
+namespace hexi::testing {
+namespace {
+
+using nlohmann::json;
+
+TEST(CliPlan, JsonHasTheContractFields) {
+  auto r = run_cli("plan testbed-h100-a100-llama2-13b --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  for (const char* key : {"plan", "estimate", "search_time_s", "scheduler"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  for (const char* key : {"iteration_time_s", "tokens_per_s", "mfu"})
+    EXPECT_TRUE(j["estimate"].contains(key)) << key;
+  EXPECT_EQ(j["scheduler"], "hexiscale");
+  EXPECT_EQ(j["plan"]["version"], 1);
+  EXPECT_GT(j["estimate"]["tokens_per_s"].get<double>(), 0);
+}
+
+TEST(CliPlan, OutWritesTheSamePlanBytesForTheSameSeed) {
+  auto dir = scratch_dir("plan-out");
+  const auto a = dir / "a.json", b = dir / "b.json";
+  auto r1 = run_cli("plan hexiscale-setting2-llama2-7b --seed 3 --out " + a.string());
+  auto r2 = run_cli("plan hexiscale-setting2-llama2-7b --seed 3 --out " + b.string());
+  ASSERT_EQ(r1.code, 0) << r1.err;
+  ASSERT_EQ(r2.code, 0) << r2.err;
+  EXPECT_FALSE(read_text(a).empty());
+  EXPECT_EQ(read_text(a), read_text(b));
+  // The written plan is accepted by `estimate`.
+  auto e = run_cli("estimate hexiscale-setting2-llama2-7b --plan " + a.string() + " --json");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_TRUE(json::parse(e.out)["feasible"].get<bool>());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliPlan, ExplainShowsEveryPipeline) {
+  auto r = run_cli("plan a800-2x8-llama2-7b --scheduler uniform --explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* text : {"pipeline 0", "TP", "layers", "free GiB", "batch"}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+}
+
+TEST(CliPlan, BadInputExitsWithTwo) {
+  auto r = run_cli("plan testbed-h100-a100-llama2-13b --scheduler nonsense");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown scheduler"), std::string::npos) << r.err;
+  r = run_cli("plan testbed-h100-a100-llama2-13b --options '{\"tua\": 1}'");
+  EXPECT_EQ(r.code, 2);
+  r = run_cli("plan testbed-h100-a100-llama2-13b --options '[1]'");
+  EXPECT_EQ(r.code, 2);
+  r = run_cli("plan no-such-scenario");
+  EXPECT_EQ(r.code, 2);
+  // A model that fits nowhere: the message gives memory needed and available.
+  auto dir = scratch_dir("plan-nofit");
+  const auto sc = dir / "nofit.json";
+  write_text(sc, R"({"version": 1, "name": "nofit",
+    "cluster": {"version": 1, "name": "t4s", "network": {"nic_GBps": 12.5},
+                "machines": [{"name": "m", "gpu": "T4", "gpus": 2}]},
+    "model": "llama2-70b", "training": {"global_batch": 8}})");
+  r = run_cli("plan " + sc.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("needs at least"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hexi::testing
