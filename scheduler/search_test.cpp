@@ -28,8 +28,6 @@ TEST(Search, EverySchedulerGivesAValidPlanOnEveryShippedScenario) {
     Scenario sc = shipped(name);
     for (const auto& s : schedulers()) {
       if (s.name == "exact" && sc.cluster.num_devices() > kExactMaxGpus) continue;
-      if (s.name == "flashflex" && sc.cluster.num_devices() > 128)
-        continue;  // minutes of METIS on 1M edges
       auto r = run_scheduler(s.name, sc, options_for(sc, s.name));
       if (!r) {
         // Only a baseline that cannot place the model may fail, and it must say so.
