@@ -7,8 +7,9 @@
 #   scripts/compare_schedulers.sh [BUILD_DIR]     (default build; writes out/compare/)
 #
 # Every plan is judged by the same closed-form cost model (`hexisim plan --json`).
-# When the build has a `simulate` subcommand, each plan is also simulated and a
-# "sim" column shows the simulated tokens/s next to the closed-form one.
+# When the build has a `simulate` subcommand (or SIM_BIN names an executable that
+# has one), each plan is also simulated and "sim N" shows the simulated tokens/s next
+# to the closed-form ones.
 # Extra columns: random-full (D uniform over [1, D_max] instead of the reference's
 # walk) and ff-random (the reference implementation's --apply_random_strategy: random
 # partitions with FlashFlex's own phase 2, the paper's "random graph partition").
@@ -17,6 +18,7 @@
 set -euo pipefail
 BUILD_DIR=${1:-build}
 BIN="$BUILD_DIR/hexisim"
+SIM_BIN=${SIM_BIN:-$BIN}
 OUT=${OUT_DIR:-out/compare}
 PY=/usr/bin/python3
 mkdir -p "$OUT"
@@ -30,7 +32,7 @@ RUNS=("hexiscale|hexiscale|" "uniform|uniform|" "random|random|" "random-full|ra
       "amp-like|amp-like|")
 
 have_sim=0
-if "$BIN" simulate --help >/dev/null 2>&1; then have_sim=1; fi
+if "$SIM_BIN" simulate --help >/dev/null 2>&1; then have_sim=1; fi
 
 run_one() {  # scenario, column name, scheduler, options
   local sc=$1 col=$2 sched=$3 opts=$4
@@ -43,7 +45,9 @@ run_one() {  # scenario, column name, scheduler, options
     return
   fi
   if [[ $have_sim == 1 ]]; then
-    "$BIN" simulate "$sc" --plan "$base.plan.json" --json >"$base.sim.json" 2>"$base.sim.err" || true
+    local sim=(simulate "$sc" --plan "$base.plan.json" --json --no-trace)
+    [[ $sc == mix-1024-* ]] && sim+=(--fidelity stage)  # layer fidelity is for <= 128 GPUs
+    "$SIM_BIN" "${sim[@]}" >"$base.sim.json" 2>"$base.sim.err" || true
   fi
 }
 
