@@ -7,7 +7,7 @@ namespace hexi {
 namespace {
 
 // Refinement starts: the best plan of this many different D values.
-constexpr std::size_t kEliteStarts = 3;
+constexpr std::size_t kEliteStarts = 5;
 // Most D values the sweep visits one by one (then it strides; see sweep()).
 constexpr int kMaxSweep = 128;
 
@@ -58,18 +58,61 @@ PlanSpec HexiScaleSearch::build(const Assignment& a) {
 }
 
 std::string HexiScaleSearch::signature(const Assignment& a) const {
+  // Invariant under renumbering pipelines and interchangeable machines, yet telling
+  // apart "two pipelines on one machine" from "on two machines of the same class":
+  // two rounds of label refinement over the pipeline-machine incidence.
+  auto join = [](std::vector<std::string> parts, char sep) {
+    std::sort(parts.begin(), parts.end());
+    std::string out;
+    for (auto& x : parts) out += x + sep;
+    return out;
+  };
+  std::vector<std::string> pipe0;                      // pipeline: its (machine class, count)s
+  std::map<int, std::vector<std::string>> by_machine;  // machine: (pipeline label, count)s
+  for (const auto& p : a) {
+    std::vector<std::string> segs;
+    for (auto [m, n] : p)
+      segs.push_back(std::to_string(ev_.machine_class(m)) + ":" + std::to_string(n));
+    pipe0.push_back(join(segs, ','));
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    for (auto [m, n] : a[i]) by_machine[m].push_back(pipe0[i] + "*" + std::to_string(n));
+  }
+  std::map<int, std::string> machine_label;
+  for (auto& [m, list] : by_machine)
+    machine_label[m] = std::to_string(ev_.machine_class(m)) + "{" + join(list, ';') + "}";
   std::vector<std::string> pipes;
   for (const auto& p : a) {
-    std::vector<std::pair<int, int>> segs;
-    for (auto [m, n] : p) segs.emplace_back(ev_.machine_class(m), n);
-    std::sort(segs.begin(), segs.end());
-    std::string text;
-    for (auto [c, n] : segs) text += std::to_string(c) + ":" + std::to_string(n) + ",";
-    pipes.push_back(std::move(text));
+    std::vector<std::string> segs;
+    for (auto [m, n] : p) segs.push_back(machine_label[m] + ":" + std::to_string(n));
+    pipes.push_back(join(segs, ','));
   }
-  std::sort(pipes.begin(), pipes.end());
-  std::string out;
-  for (const auto& p : pipes) out += p + "|";
+  return join(pipes, '|');
+}
+
+PlanSpec HexiScaleSearch::aligned(const PlanSpec& spec) const {
+  // The order of machine classes of the pipeline with the most segments, imposed
+  // on every pipeline: pipelines built one by one may order the same kinds of
+  // machines differently, and then the layers a GPU holds sit on another machine
+  // in the other pipelines, which turns intra-machine DP traffic into NIC traffic.
+  std::size_t ref = 0;
+  for (std::size_t p = 1; p < spec.pipelines.size(); ++p) {
+    if (spec.pipelines[p].segments.size() > spec.pipelines[ref].segments.size()) ref = p;
+  }
+  std::map<int, int> rank;
+  for (const auto& seg : spec.pipelines[ref].segments)
+    rank.emplace(ev_.machine_class(seg.machine), rank.size());
+  PlanSpec out = spec;
+  for (auto& p : out.pipelines) {
+    std::stable_sort(p.segments.begin(), p.segments.end(), [&](const Segment& x, const Segment& y) {
+      auto key = [&](const Segment& s) {
+        auto it = rank.find(ev_.machine_class(s.machine));
+        return it == rank.end() ? static_cast<int>(rank.size()) + ev_.machine_class(s.machine)
+                                : it->second;
+      };
+      return key(x) < key(y);
+    });
+  }
   return out;
 }
 
@@ -79,27 +122,40 @@ double HexiScaleSearch::consider(const Assignment& a, std::optional<double> thre
   Seen& seen = seen_[signature(a)];
   if (seen.estimated) return seen.objective;
   if (seen.slowest != kInfeasible && !(seen.slowest < limit)) return kInfeasible;
-  PlanSpec spec = build(a);
-  // The slowest pipeline bounds the iteration time from below: skip the full
-  // estimate when it alone cannot beat the limit.
-  seen.slowest = ev_.pipelines_s(spec);
-  if (!(seen.slowest < limit)) {
-    clock_.count();
-    return kInfeasible;
+  // Phase 2 per pipeline, and the same with the pipelines' orders aligned.
+  std::vector<PlanSpec> variants{build(a)};
+  PlanSpec same_order = aligned(variants[0]);
+  bool differs = false;
+  for (std::size_t p = 0; p < same_order.pipelines.size(); ++p) {
+    differs = differs || !(same_order.pipelines[p].segments == variants[0].pipelines[p].segments);
   }
-  auto scored = ev_.evaluate(spec, "hexiscale");
-  seen.estimated = true;
-  if (!scored || !scored->estimate.feasible) {
-    clock_.count();
-    return kInfeasible;
+  if (differs) variants.push_back(std::move(same_order));
+  double slowest = kInfeasible, objective = kInfeasible;
+  for (PlanSpec& spec : variants) {
+    // The slowest pipeline bounds the iteration time from below: skip the full
+    // estimate when it alone cannot beat the limit.
+    const double w = ev_.pipelines_s(spec);
+    slowest = std::min(slowest, w);
+    if (!(w < limit)) {
+      clock_.count();
+      continue;
+    }
+    auto scored = ev_.evaluate(spec, "hexiscale");
+    seen.estimated = true;
+    if (!scored || !scored->estimate.feasible) {
+      clock_.count();
+      continue;
+    }
+    clock_.count(scored->estimate.tokens_per_s);
+    objective = std::min(objective, scored->objective());
+    if (scored->objective() < best_objective()) {
+      best_ = SpecResult{std::move(spec), std::move(*scored)};
+      best_assignment_ = a;
+    }
   }
-  clock_.count(scored->estimate.tokens_per_s);
-  seen.objective = scored->objective();
-  if (seen.objective < best_objective()) {
-    best_ = SpecResult{std::move(spec), std::move(*scored)};
-    best_assignment_ = a;
-  }
-  return seen.objective;
+  seen.slowest = slowest;
+  seen.objective = objective;
+  return objective;
 }
 
 void HexiScaleSearch::try_pipelines(int d, int d_max) {

@@ -47,6 +47,8 @@ class HexiScaleSearch {
   void refine(Assignment start);
   std::vector<Move> neighbours(const Assignment& a) const;
   int expected_micro_batches(const std::map<int, int>& pipeline) const;
+  // The spec with every pipeline's segments in one common order of machine classes.
+  PlanSpec aligned(const PlanSpec& spec) const;
   // Pipelines as sorted (machine class, count) lists, sorted: assignments with the
   // same signature have the same cost (machines of a class are interchangeable).
   std::string signature(const Assignment& a) const;
