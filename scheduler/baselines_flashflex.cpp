@@ -34,6 +34,7 @@
 #include "scheduler/baselines_util.hpp"
 #include "scheduler/batch_split.hpp"
 #include "scheduler/hexiscale.hpp"
+#include "scheduler/plan_space.hpp"
 
 namespace hexi {
 namespace {
@@ -380,27 +381,15 @@ std::vector<std::optional<std::vector<FfPipeline>>> FlashFlex::run(std::vector<d
 
 // Our plan from FlashFlex pipelines: stages with 0 layers dropped, even batch.
 Plan to_plan(const Scenario& sc, const std::vector<FfPipeline>& pipes) {
-  Plan plan;
-  plan.scheduler = "flashflex";
-  const int micro = sc.training.global_batch / sc.training.micro_batch;
-  const std::vector<int> share = even_split(static_cast<int>(pipes.size()), micro);
-  for (std::size_t p = 0; p < pipes.size(); ++p) {
-    Pipeline pipe;
-    pipe.micro_batch = sc.training.micro_batch;
-    pipe.batch = share[p] * pipe.micro_batch;
-    int begin = 0;
-    for (std::size_t s = 0; s < pipes[p].stages.size(); ++s) {
-      if (pipes[p].layers[s] == 0) continue;
-      Stage st;
-      st.devices = pipes[p].stages[s];
-      st.layer_begin = begin;
-      st.layer_end = begin + pipes[p].layers[s];
-      begin = st.layer_end;
-      pipe.stages.push_back(std::move(st));
-    }
-    plan.pipelines.push_back(std::move(pipe));
+  std::vector<std::vector<std::vector<int>>> stages;
+  std::vector<std::vector<int>> layers;
+  for (const auto& p : pipes) {
+    stages.push_back(p.stages);
+    layers.push_back(p.layers);
   }
-  return plan;
+  const int micro = sc.training.global_batch / sc.training.micro_batch;
+  return assemble_plan(stages, layers, even_split(static_cast<int>(pipes.size()), micro),
+                       sc.training.micro_batch, "flashflex");
 }
 
 Result<FfOptions> read_options(const Scenario& sc) {

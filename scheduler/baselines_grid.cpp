@@ -101,26 +101,16 @@ std::vector<Grid> valid_grids(const Scenario& sc) {
 
 Plan grid_plan(const Scenario& sc, const Grid& g, const std::vector<int>& layers,
                const std::string& scheduler) {
-  Plan plan;
-  plan.scheduler = scheduler;
+  std::vector<std::vector<std::vector<int>>> stages(g.dp);
+  for (int d = 0; d < g.dp; ++d) {
+    for (int s = 0; s < g.pp; ++s) stages[d].push_back(grid_stage(g, s, d));
+  }
+  const int m = sc.training.global_batch / sc.training.micro_batch / g.dp;
+  Plan plan = assemble_plan(stages, std::vector<std::vector<int>>(g.dp, layers),
+                            std::vector<int>(g.dp, m), sc.training.micro_batch, scheduler);
   plan.comment = scheduler + ": tp " + std::to_string(g.tp) + " x pp " + std::to_string(g.pp) +
                  " x dp " + std::to_string(g.dp) + " over devices 0.." +
                  std::to_string(g.world() - 1);
-  for (int d = 0; d < g.dp; ++d) {
-    Pipeline p;
-    p.micro_batch = sc.training.micro_batch;
-    p.batch = sc.training.global_batch / g.dp;
-    int begin = 0;
-    for (int s = 0; s < g.pp; ++s) {
-      Stage st;
-      st.devices = grid_stage(g, s, d);
-      st.layer_begin = begin;
-      st.layer_end = begin + layers[s];
-      begin = st.layer_end;
-      p.stages.push_back(std::move(st));
-    }
-    plan.pipelines.push_back(std::move(p));
-  }
   return plan;
 }
 

@@ -67,8 +67,8 @@ std::optional<Plan> metis_plan(const Scenario& sc, const CostModel& cm,
                             sc.training.schedule, layers)) {
     return std::nullopt;
   }
-  std::vector<int> per_pipeline(dp, m);
-  return plan_from_stages(sc, stages, layers, per_pipeline, "metis-like");
+  return assemble_plan(stages, std::vector<std::vector<int>>(dp, layers), std::vector<int>(dp, m),
+                       sc.training.micro_batch, "metis-like");
 }
 
 }  // namespace

@@ -55,29 +55,6 @@ bool fit_layers_in_memory(const std::vector<StageTerms>& terms, int m, PipelineS
   return false;
 }
 
-Plan plan_from_stages(const Scenario& sc, const std::vector<std::vector<std::vector<int>>>& stages,
-                      const std::vector<int>& layers, const std::vector<int>& micro_batches,
-                      const std::string& scheduler) {
-  Plan plan;
-  plan.scheduler = scheduler;
-  for (std::size_t p = 0; p < stages.size(); ++p) {
-    Pipeline pipe;
-    pipe.micro_batch = sc.training.micro_batch;
-    pipe.batch = micro_batches[p] * pipe.micro_batch;
-    int begin = 0;
-    for (std::size_t s = 0; s < stages[p].size(); ++s) {
-      Stage st;
-      st.devices = stages[p][s];
-      st.layer_begin = begin;
-      st.layer_end = begin + layers[s];
-      begin = st.layer_end;
-      pipe.stages.push_back(std::move(st));
-    }
-    plan.pipelines.push_back(std::move(pipe));
-  }
-  return plan;
-}
-
 void BestPlan::offer(Plan plan, const CostModel& cm, SearchClock& clock) {
   Estimate e = cm.estimate(plan);
   offer(std::move(plan), std::move(e), clock);

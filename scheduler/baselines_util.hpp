@@ -22,12 +22,6 @@ std::vector<int> proportional_layers(const std::vector<double>& weight, int laye
 bool fit_layers_in_memory(const std::vector<StageTerms>& terms, int m, PipelineSchedule schedule,
                           std::vector<int>& layers);
 
-// A plan from per-pipeline TP groups, one layer split for all pipelines and the
-// micro-batches of each pipeline.
-Plan plan_from_stages(const Scenario& sc, const std::vector<std::vector<std::vector<int>>>& stages,
-                      const std::vector<int>& layers, const std::vector<int>& micro_batches,
-                      const std::string& scheduler);
-
 // The next number of a splitmix64 sequence (same on every platform for a seed).
 std::uint64_t next_random(std::uint64_t& state);
 

@@ -152,23 +152,30 @@ std::optional<Plan> SpecEvaluator::realize(const PlanSpec& spec, const std::stri
   const BatchSplit bs = split(spec);
   if (bs.micro_batches.empty() || bs.slowest_s == kInfeasible) return std::nullopt;
   const int d = static_cast<int>(spec.pipelines.size());
-  const auto groups = stages(spec);
+  std::vector<std::vector<int>> layers;
+  for (int p = 0; p < d; ++p) {
+    layers.push_back(curve(spec, p, d)->layers(bs.micro_batches[p]));
+    if (layers.back().empty()) return std::nullopt;
+  }
+  return assemble_plan(stages(spec), layers, bs.micro_batches, cm_.training().micro_batch,
+                       scheduler);
+}
+
+Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
+                   const std::vector<std::vector<int>>& layers,
+                   const std::vector<int>& micro_batches, int micro_batch,
+                   const std::string& scheduler) {
   Plan plan;
   plan.scheduler = scheduler;
-  for (int p = 0; p < d; ++p) {
-    const std::vector<int> layers = curve(spec, p, d)->layers(bs.micro_batches[p]);
-    if (layers.empty()) return std::nullopt;
+  for (std::size_t p = 0; p < stages.size(); ++p) {
     Pipeline pipe;
-    pipe.micro_batch = cm_.training().micro_batch;
-    pipe.batch = bs.micro_batches[p] * pipe.micro_batch;
+    pipe.micro_batch = micro_batch;
+    pipe.batch = micro_batches[p] * micro_batch;
     int begin = 0;
-    for (std::size_t s = 0; s < groups[p].size(); ++s) {
-      Stage stage;
-      stage.devices = groups[p][s];
-      stage.layer_begin = begin;
-      stage.layer_end = begin + layers[s];
-      begin = stage.layer_end;
-      pipe.stages.push_back(std::move(stage));
+    for (std::size_t s = 0; s < stages[p].size(); ++s) {
+      if (layers[p][s] == 0) continue;
+      pipe.stages.push_back({stages[p][s], begin, begin + layers[p][s], {}});
+      begin += layers[p][s];
     }
     plan.pipelines.push_back(std::move(pipe));
   }

@@ -100,6 +100,13 @@ class SpecEvaluator {
   long evaluations_ = 0;
 };
 
+// A plan from per-pipeline TP groups, per-pipeline layers per stage (stages with 0
+// layers are left out: their GPUs idle) and micro-batches per pipeline.
+Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
+                   const std::vector<std::vector<int>>& layers,
+                   const std::vector<int>& micro_batches, int micro_batch,
+                   const std::string& scheduler);
+
 // A compact text form of a spec for logs and plan comments:
 // "3 pipelines: [m0:8/tp2 m1:4/tp1] [...]".
 std::string describe(const PlanSpec& spec, const Cluster& cluster);
