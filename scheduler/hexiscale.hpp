@@ -9,8 +9,8 @@
 //       phase 2: each pipeline: groups, TP degrees, order, layers (hexiscale_pipeline)
 //       batch split across pipelines, proportional then exact (batch_split)
 //       score the plan with the full cost model; keep the best
-//   refinement from the best plans: move devices (or whole machines) between
-//   pipelines, merge and split pipelines, swap machines, while the cost model
+//   refinement from the best plans: move devices (or whole machines) to another
+//   or a new pipeline, merge pipelines, swap machines, while the cost model
 //   improves; stop on convergence or the time budget.
 // Deterministic for a seed when no time budget cuts it short. Large clusters
 // (more than 64 GPUs) partition machines rather than devices.
