@@ -58,11 +58,12 @@ Platform::Platform(const Cluster& cluster) : cluster_(cluster) {
 
 sg4::Link* Platform::duplex(sg4::NetZone* zone, const std::string& name, LinkKind kind, double bw,
                             double latency) {
-  sg4::Link* l = zone->create_split_duplex_link(name, bw)->set_latency(latency)->seal();
-  for (const char* dir : {"_UP", "_DOWN"}) {
-    sg4::Link* half = sg4::Link::by_name(name + dir);
+  sg4::SplitDuplexLink* l = zone->create_split_duplex_link(name, bw);
+  l->set_latency(latency)->seal();
+  // The directions through the link itself: Link::by_name walks every zone (quadratic).
+  for (sg4::Link* half : {l->get_link_up(), l->get_link_down()}) {
     link_index_[half] = static_cast<int>(links_.size());
-    links_.push_back({name + (dir[1] == 'U' ? ":up" : ":down"), kind, bw, half});
+    links_.push_back({name + (half == l->get_link_up() ? ":up" : ":down"), kind, bw, half});
   }
   return l;
 }

@@ -77,6 +77,7 @@ struct SimReport {
   std::vector<LinkMetrics> links;  // links that carried bytes, in platform order
   // Not part of report.json (they vary from run to run):
   double wall_time_s = 0;     // SimGrid platform + run
+  double platform_s = 0;      // building the SimGrid platform
   double peak_rss_bytes = 0;  // of the simulating process
 
   Json to_json() const;  // deterministic: no wall time
