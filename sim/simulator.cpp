@@ -121,7 +121,8 @@ Result<SimOutput> run_here(const Inputs& in) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
   sim::ExecutionResult r;
   {
-    sim::Executor executor(in.program, platform, in.cluster, duration, in.options.all_reduce);
+    sim::Executor executor(in.program, platform, in.cluster, duration, in.options.all_reduce,
+                           in.options.analytic_uncontended);
     r = executor.run();
   }
   if (!r.unfinished.empty()) {
