@@ -7,7 +7,7 @@ For each scenario and scheduler: `hexisim plan` (skipped when the build has no
 writes plans, reports and the table under --out.
 
   scripts/sim_figures.py --bin build/hexisim [--out out/figures]
-                         [--scenarios a,b] [--schedulers x,y]
+                         [--scenarios a,b] [--schedulers x,y] [--reuse-plans]
 """
 
 import argparse
@@ -38,14 +38,19 @@ def has_plan_command(binary):
     return code == 0
 
 
-def row(binary, scenario, scheduler, out_dir, can_plan):
+def row(binary, scenario, scheduler, out_dir, can_plan, reuse):
     plan_file = os.path.join(out_dir, f"{scenario}.{scheduler}.plan.json")
     search_s = None
     if can_plan:
-        code, out, err, _ = run([binary, "plan", scenario, "--scheduler", scheduler, "--out", plan_file, "--json"])
-        if code != 0:
-            return {"scenario": scenario, "scheduler": scheduler, "error": err.strip().splitlines()[-1:]}
-        search_s = json.loads(out).get("search_time_s")
+        meta_file = os.path.join(out_dir, f"{scenario}.{scheduler}.search.json")
+        if not (reuse and os.path.exists(plan_file) and os.path.exists(meta_file)):
+            code, out, err, _ = run([binary, "plan", scenario, "--scheduler", scheduler, "--out", plan_file, "--json"])
+            if code != 0:
+                return {"scenario": scenario, "scheduler": scheduler, "error": err.strip().splitlines()[-1:]}
+            with open(meta_file, "w") as f:
+                json.dump({"search_time_s": json.loads(out).get("search_time_s")}, f)
+        with open(meta_file) as f:
+            search_s = json.load(f).get("search_time_s")
         plan_args = ["--plan", plan_file]
     else:
         plan_args = []
@@ -110,6 +115,7 @@ def main():
     ap.add_argument("--out", default="out/figures")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
+    ap.add_argument("--reuse-plans", action="store_true", help="keep plans already in --out (no new search)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     can_plan = has_plan_command(args.bin)
@@ -118,7 +124,7 @@ def main():
     for scenario in args.scenarios.split(","):
         for scheduler in schedulers:
             print(f"{scenario} / {scheduler} ...", file=sys.stderr)
-            rows.append(row(args.bin, scenario, scheduler, args.out, can_plan))
+            rows.append(row(args.bin, scenario, scheduler, args.out, can_plan, args.reuse_plans))
     text = table(rows)
     with open(os.path.join(args.out, "figures.md"), "w") as f:
         f.write(text + "\n")
