@@ -149,6 +149,7 @@ ExecutionResult Executor::run() {
   r_.link_bytes.assign(platform_.links().size(), 0.0);
   active_.assign(platform_.links().size(), 0);
   holder_.assign(platform_.links().size(), -1);
+  mark_.assign(platform_.links().size(), 0);
   for (int id = 0; id < n; ++id) {
     if (pending_[id] == 0) make_ready(id, 0.0);
   }
@@ -323,14 +324,11 @@ void Executor::add_flow(int batch, int src, int dst, double bytes, int trace_op)
 void Executor::launch(int b, double t) {
   batches_[b].t0 = t;
   bool alone = analytic_;
-  static std::vector<int> mark;
-  static int stamp = 0;
-  if (mark.size() < active_.size()) mark.assign(active_.size(), 0);
-  ++stamp;
+  ++stamp_;  // marks this batch's links, to see two of its flows share one
   for (int f : batches_[b].flows) {
     for (int l : flows_[f].route->links) {
-      if (active_[l] > 0 || holder_[l] >= 0 || mark[l] == stamp) alone = false;
-      mark[l] = stamp;
+      if (active_[l] > 0 || holder_[l] >= 0 || mark_[l] == stamp_) alone = false;
+      mark_[l] = stamp_;
     }
   }
   if (alone) {

@@ -110,6 +110,8 @@ class Executor {
   std::vector<Flow> flows_;
   std::vector<int> active_;  // per link: SimGrid comms crossing it
   std::vector<int> holder_;  // per link: the uncontended batch holding it (-1)
+  std::vector<int> mark_;    // per link: the last batch (stamp) that looked at it
+  int stamp_ = 0;
   std::vector<char> started_;
   std::vector<int> queue_;
   // Coalesced compute timers: due time -> slot; slot -> chains (first, last op).
