@@ -135,14 +135,7 @@ class Lowerer {
           l.micro_batch = pipe.micro_batch;
           l.micro_batches = pipe.micro_batches();
           l.loss_scale = static_cast<double>(pipe.micro_batch) / t_.global_batch;
-          StageShape shape;
-          shape.layer_begin = st.layer_begin;
-          shape.layer_end = st.layer_end;
-          shape.first = l.first;
-          shape.last = l.last;
-          shape.tp = st.tp();
-          shape.phi = l.phi;
-          l.params = stage_params(m_, shape);
+          l.params = stage_params(m_, stage_shape(l));
           used_.push_back(l.device);
         }
       }

@@ -118,6 +118,41 @@ double Shape::bytes() const {
   return sum;
 }
 
+std::vector<int> stream_predecessors(const Program& p) {
+  std::vector<int> prev(p.num_ops(), -1);
+  std::unordered_map<std::uint64_t, int> last;  // (stream, peer, kind) -> previous op, per device
+  for (const auto& l : p.devices) {
+    last.clear();
+    for (int id = l.op_begin; id < l.op_end; ++id) {
+      const Op& op = p.ops[id];
+      const bool p2p = op.stream == Stream::kP2p;
+      const std::uint64_t key = (static_cast<std::uint64_t>(op.stream) << 40) |
+                                (static_cast<std::uint64_t>(p2p ? op.peer + 1 : 0) << 8) |
+                                (p2p ? static_cast<std::uint64_t>(op.kind) : 0);
+      auto [it, fresh] = last.emplace(key, id);
+      if (!fresh) {
+        prev[id] = it->second;
+        it->second = id;
+      }
+    }
+  }
+  return prev;
+}
+
+StageShape stage_shape(const DeviceLayout& l, int in_flight, int dp) {
+  StageShape s;
+  s.layer_begin = l.layer_begin;
+  s.layer_end = l.layer_end;
+  s.first = l.first;
+  s.last = l.last;
+  s.tp = l.tp;
+  s.phi = l.phi;
+  s.in_flight = in_flight;
+  s.dp = dp;
+  s.micro_batch = l.micro_batch;
+  return s;
+}
+
 const DeviceLayout* Program::layout(int device) const {
   auto it = std::lower_bound(devices.begin(), devices.end(), device,
                              [](const DeviceLayout& l, int d) { return l.device < d; });
@@ -369,21 +404,9 @@ class Checker {
     for (int id = 0; id < n; ++id) {
       for (int d : p_.deps(id)) edges.emplace_back(node[d], node[id]);
     }
-    std::unordered_map<std::uint64_t, int> last;  // (stream, peer, kind) -> previous op, per device
-    for (const auto& l : p_.devices) {
-      last.clear();
-      for (int id = l.op_begin; id < l.op_end; ++id) {
-        const Op& op = p_.ops[id];
-        const bool p2p = op.stream == Stream::kP2p;
-        const std::uint64_t key = (static_cast<std::uint64_t>(op.stream) << 40) |
-                                  (static_cast<std::uint64_t>(p2p ? op.peer + 1 : 0) << 8) |
-                                  (p2p ? static_cast<std::uint64_t>(op.kind) : 0);
-        auto [it, fresh] = last.emplace(key, id);
-        if (!fresh) {
-          edges.emplace_back(node[it->second], node[id]);
-          it->second = id;
-        }
-      }
+    const std::vector<int> prev = stream_predecessors(p_);
+    for (int id = 0; id < n; ++id) {
+      if (prev[id] >= 0) edges.emplace_back(node[prev[id]], node[id]);
     }
     std::vector<int> out_begin(n + 1, 0), in_begin(n + 1, 0);
     for (auto [a, b] : edges) {

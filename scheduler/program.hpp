@@ -272,6 +272,13 @@ struct Program {
   const DeviceLayout* layout(int device) const;
 };
 
+// For each op, the previous op of the same stream on its device (for p2p: the same
+// peer and direction), or -1: what an op waits for besides its deps.
+std::vector<int> stream_predecessors(const Program& program);
+
+// The stage shape (cost_model.hpp) of a device's layout, for memory accounting.
+StageShape stage_shape(const DeviceLayout& layout, int in_flight = 1, int dp = 1);
+
 // Consistency of a program (what every reader relies on), each error naming op ids:
 // ids/deps in range, devices' op ranges, every send matched by exactly one recv
 // (same pair, tag and bytes), collectives complete on their group with equal kind

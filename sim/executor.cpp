@@ -22,9 +22,19 @@ double g_latency_factor = 1.0;
 // releasing one inside its own completion callback crashes SimGrid 3.32.
 std::vector<sg4::CommPtr> g_graveyard;
 
-std::uint64_t key3(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-  return (a << 42) ^ (b << 21) ^ c;
-}
+// (source, destination, tag) of a message, exact (no packing that could collide).
+struct MessageKey {
+  int src, dst, tag;
+  bool operator==(const MessageKey&) const = default;
+};
+struct MessageKeyHash {
+  std::size_t operator()(const MessageKey& k) const {
+    std::uint64_t h = static_cast<std::uint32_t>(k.src);
+    h = h * 0x9E3779B97F4A7C15ULL + static_cast<std::uint32_t>(k.dst);
+    h = h * 0x9E3779B97F4A7C15ULL + static_cast<std::uint32_t>(k.tag);
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
 
 }  // namespace
 
@@ -80,22 +90,9 @@ void Executor::build_graph() {
   partner_.assign(n, -1);
   instance_of_.assign(n, -1);
   started_.assign(n, 0);
-  std::vector<int> stream_prev(n, -1);
-  std::unordered_map<std::uint64_t, int> last;  // (stream, peer, kind) -> previous op, per device
-  for (const auto& l : p_.devices) {
-    last.clear();
-    for (int id = l.op_begin; id < l.op_end; ++id) {
-      const Op& op = p_.ops[id];
-      const bool p2p = op.stream == Stream::kP2p;
-      const auto key = key3(static_cast<std::uint64_t>(op.stream), p2p ? op.peer + 1 : 0,
-                            p2p ? static_cast<std::uint64_t>(op.kind) : 0);
-      auto [it, fresh] = last.emplace(key, id);
-      if (!fresh) {
-        stream_prev[id] = it->second;
-        stream_next_[it->second] = id;
-        it->second = id;
-      }
-    }
+  const std::vector<int> stream_prev = stream_predecessors(p_);
+  for (int id = 0; id < n; ++id) {
+    if (stream_prev[id] >= 0) stream_next_[stream_prev[id]] = id;
   }
   // Successors in CSR form: deps reversed, then the stream successor.
   std::vector<int> count(n + 1, 0);
@@ -113,15 +110,16 @@ void Executor::build_graph() {
     if (stream_prev[id] >= 0) succ_[fill[stream_prev[id]]++] = id;
   }
   // Rendezvous partners and collective instances (validate_program guarantees both exist).
-  std::unordered_map<std::uint64_t, int> sends, instances;
+  std::unordered_map<MessageKey, int, MessageKeyHash> sends;
+  std::unordered_map<std::uint64_t, int> instances;
   for (int id = 0; id < n; ++id) {
     const Op& op = p_.ops[id];
-    if (op.kind == OpKind::kSend) sends[key3(op.device, op.peer, op.tag)] = id;
+    if (op.kind == OpKind::kSend) sends[{op.device, op.peer, op.tag}] = id;
   }
   for (int id = 0; id < n; ++id) {
     const Op& op = p_.ops[id];
     if (op.kind == OpKind::kRecv) {
-      const int s = sends.at(key3(op.peer, op.device, op.tag));
+      const int s = sends.at({op.peer, op.device, op.tag});
       partner_[id] = s;
       partner_[s] = id;
     } else if (op.kind == OpKind::kCollective) {

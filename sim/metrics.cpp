@@ -86,17 +86,7 @@ DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const E
   m.tp_rank = l.tp_rank;
   stream_breakdown(in, l, r, iteration, m);
   m.max_in_flight = max_in_flight(in, l, r);
-  StageShape shape;
-  shape.layer_begin = l.layer_begin;
-  shape.layer_end = l.layer_end;
-  shape.first = l.first;
-  shape.last = l.last;
-  shape.tp = l.tp;
-  shape.phi = l.phi;
-  shape.in_flight = m.max_in_flight;
-  shape.dp = dp;
-  shape.micro_batch = l.micro_batch;
-  MemoryBreakdown mem = device_memory(in.model, in.training, shape);
+  MemoryBreakdown mem = device_memory(in.model, in.training, stage_shape(l, m.max_in_flight, dp));
   // The optimizer state this device really updates (ZeRO-1 shards of its buckets).
   if (in.training.zero_stage >= 1)
     mem.optimizer = (16.0 - 2 * in.training.bytes_per_element()) * l.owned_params;
