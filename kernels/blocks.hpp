@@ -1,0 +1,128 @@
+#pragma once
+// The blocks of a Llama decoder on one tensor-parallel shard (Megatron-LM, Shoeybi et
+// al. 2019), as the engine calls them between its communication ops. Backend-neutral:
+// these views hold host pointers for the CPU functions (blocks_cpu.hpp) and device
+// pointers for the CUDA ones (cuda_kernels.hpp); the caller owns all memory.
+//
+// A decoder layer is x -> x + Attn(RMSNorm(x)) -> . + Mlp(RMSNorm(.)). Each block
+// function computes its shard's *partial* output before the TP all-reduce:
+//
+//   forward:  y_partial = block(x)                      x (n, h) replicated on the TP group
+//             engine:   y = x + all_reduce_sum(y_partial)          (add_inplace)
+//   backward: dx_partial, grads += block_backward(x, dy)  dy = dL/dy (n, h) replicated
+//             engine:   dx = dy + all_reduce_sum(dx_partial)
+//
+// Column-parallel Wq/Wk/Wv and W_gate/W_up, row-parallel Wo and W_down: the forward
+// needs one all-reduce per block and the backward one, as in the cost model.
+//
+// Gradients that are partial sums over ranks (the engine must add them up):
+// - Norm gains (attn_norm, mlp_norm, final_norm) are replicated, but each rank's
+//   gradient only sees its shard's part of dL/d(normed x) (the norm backward runs before
+//   the backward all-reduce so that a block is one compute op followed by one
+//   collective). The gradient is linear in that, so the sum over the TP group is exact:
+//   all-reduce norm-gain gradients over the TP group once per step, before the optimizer
+//   (Megatron does the same for layernorm gains under sequence parallelism).
+// - A replicated KV head (TP degree > k, kv_sharers() > 1): each rank's Wk/Wv gradient
+//   only holds its own query heads' contribution; sum it over the kv_sharers() ranks
+//   once per step. The dx contributions need nothing extra: they are summed by the
+//   block's backward all-reduce like every other column-parallel term.
+// With one shard (TP 1) both sums are over one rank: the gradients are complete.
+//
+// The embedding and the head are vocab-parallel:
+//   embedding: out_partial (rows of tokens outside the shard are 0) -> all-reduce SUM.
+//   head:      head_forward -> all-reduce MAX(row_max) -> head_loss_partials ->
+//              all-reduce SUM(partials) -> head_loss (per-token loss) and head_backward
+//              -> dx_partial -> all-reduce SUM (+ the final norm gain, as above).
+
+#include <cstddef>
+
+#include "kernels/shapes.hpp"
+
+namespace hexi::kernels {
+
+// ---- attention block: RMSNorm -> Q,K,V -> RoPE -> causal GQA attention -> Wo --------
+template <class T>
+struct AttentionWeights {
+  const T* norm = nullptr;  // (h)          attn_norm gain, replicated
+  const T* wq = nullptr;    // (hq*d, h)    rows [head_begin*d, head_end*d) of Wq
+  const T* wk = nullptr;    // (hk*d, h)    rows [kv_begin*d, kv_end*d) of Wk
+  const T* wv = nullptr;    // (hk*d, h)    rows [kv_begin*d, kv_end*d) of Wv
+  const T* wo = nullptr;    // (h, hq*d)    columns [head_begin*d, head_end*d) of Wo
+};
+template <class T>
+struct AttentionGrads {  // same shapes as AttentionWeights; accumulated (+=)
+  T* norm = nullptr;
+  T* wq = nullptr;
+  T* wk = nullptr;
+  T* wv = nullptr;
+  T* wo = nullptr;
+};
+// What the forward keeps for the backward of one micro-batch.
+template <class T>
+struct AttentionSaved {
+  T* rstd = nullptr;   // (n)            1/rms of each token of x
+  T* xn = nullptr;     // (n, h)         normalized input
+  T* q = nullptr;      // (b, s, hq, d)  after RoPE
+  T* k = nullptr;      // (b, s, hk, d)  after RoPE
+  T* v = nullptr;      // (b, s, hk, d)
+  T* probs = nullptr;  // (b, hq, s, s)  causal softmax
+  T* att = nullptr;    // (b, s, hq, d)  attention output, input of Wo
+};
+
+// ---- MLP block: RMSNorm -> W_gate, W_up -> SwiGLU -> W_down --------------------------
+template <class T>
+struct MlpWeights {
+  const T* norm = nullptr;    // (h)      mlp_norm gain, replicated
+  const T* w_gate = nullptr;  // (fl, h)  rows [ffn_begin, ffn_end) of W_gate
+  const T* w_up = nullptr;    // (fl, h)  rows [ffn_begin, ffn_end) of W_up
+  const T* w_down = nullptr;  // (h, fl)  columns [ffn_begin, ffn_end) of W_down
+};
+template <class T>
+struct MlpGrads {
+  T* norm = nullptr;
+  T* w_gate = nullptr;
+  T* w_up = nullptr;
+  T* w_down = nullptr;
+};
+template <class T>
+struct MlpSaved {
+  T* rstd = nullptr;  // (n)
+  T* xn = nullptr;    // (n, h)
+  T* gate = nullptr;  // (n, fl)  xn W_gate^T
+  T* up = nullptr;    // (n, fl)  xn W_up^T
+  T* act = nullptr;   // (n, fl)  silu(gate) * up, input of W_down
+};
+
+// ---- head: final RMSNorm -> logits over the vocab shard -> cross-entropy -------------
+template <class T>
+struct HeadWeights {
+  const T* norm = nullptr;  // (h)      final_norm gain, replicated
+  const T* w = nullptr;     // (vl, h)  rows [vocab_begin, vocab_end) of the head
+};
+template <class T>
+struct HeadGrads {
+  T* norm = nullptr;
+  T* w = nullptr;
+};
+template <class T>
+struct HeadSaved {
+  T* rstd = nullptr;      // (n)
+  T* xn = nullptr;        // (n, h)
+  T* logits = nullptr;    // (n, vl)
+  T* row_max = nullptr;   // (n)     local max, then the all-reduced (MAX) global max
+  T* partials = nullptr;  // (n, 2)  [sum exp(logit - max), target logit], then all-reduced (SUM)
+};
+
+// Elements of one micro-batch's saved activations, and views carved out of one
+// caller-owned buffer of that many elements (host or device memory alike).
+std::size_t attention_saved_size(const BlockShape& s);
+std::size_t mlp_saved_size(const BlockShape& s);
+std::size_t head_saved_size(const BlockShape& s);
+template <class T>
+AttentionSaved<T> carve_attention_saved(const BlockShape& s, T* base);
+template <class T>
+MlpSaved<T> carve_mlp_saved(const BlockShape& s, T* base);
+template <class T>
+HeadSaved<T> carve_head_saved(const BlockShape& s, T* base);
+
+}  // namespace hexi::kernels

@@ -1,0 +1,63 @@
+// Cross-entropy over a vocab-parallel logits shard (Megatron-LM's
+// vocab_parallel_cross_entropy), in the pieces the engine interleaves with all-reduces
+// (cpu_kernels.hpp). Sums accumulate in double.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu_kernels.hpp"
+
+namespace hexi::kernels::cpu {
+
+template <class T>
+void logits_row_max(T* row_max, const T* logits, int n, int vl) {
+  for (int i = 0; i < n; ++i) {
+    const T* row = logits + static_cast<std::size_t>(i) * vl;
+    row_max[i] = *std::max_element(row, row + vl);
+  }
+}
+
+template <class T>
+void cross_entropy_partials(T* partials, const T* logits, const T* row_max, const int* targets,
+                            int n, int vl, int vocab_begin) {
+  for (int i = 0; i < n; ++i) {
+    const T* row = logits + static_cast<std::size_t>(i) * vl;
+    double sum = 0;
+    for (int j = 0; j < vl; ++j) sum += std::exp(static_cast<double>(row[j] - row_max[i]));
+    const int local = targets[i] - vocab_begin;
+    partials[2 * i] = static_cast<T>(sum);
+    partials[2 * i + 1] = (local >= 0 && local < vl) ? row[local] : T(0);
+  }
+}
+
+template <class T>
+void cross_entropy_loss(T* loss, const T* row_max, const T* partials, int n) {
+  for (int i = 0; i < n; ++i)
+    loss[i] = static_cast<T>(row_max[i] + std::log(static_cast<double>(partials[2 * i])) -
+                             partials[2 * i + 1]);
+}
+
+template <class T>
+void cross_entropy_backward(T* dlogits, const T* logits, const T* row_max, const T* partials,
+                            const int* targets, int n, int vl, int vocab_begin, double loss_scale) {
+  for (int i = 0; i < n; ++i) {
+    const std::size_t row = static_cast<std::size_t>(i) * vl;
+    const double inv_sum = 1.0 / partials[2 * i];
+    const int local = targets[i] - vocab_begin;
+    for (int j = 0; j < vl; ++j) {
+      const double p = std::exp(static_cast<double>(logits[row + j] - row_max[i])) * inv_sum;
+      dlogits[row + j] = static_cast<T>((p - (j == local ? 1.0 : 0.0)) * loss_scale);
+    }
+  }
+}
+
+#define HEXI_INSTANTIATE(T)                                                                       \
+  template void logits_row_max<T>(T*, const T*, int, int);                                        \
+  template void cross_entropy_partials<T>(T*, const T*, const T*, const int*, int, int, int);     \
+  template void cross_entropy_loss<T>(T*, const T*, const T*, int);                               \
+  template void cross_entropy_backward<T>(T*, const T*, const T*, const T*, const int*, int, int, \
+                                          int, double);
+HEXI_INSTANTIATE(float)
+HEXI_INSTANTIATE(double)
+#undef HEXI_INSTANTIATE
+
+}  // namespace hexi::kernels::cpu

@@ -1,0 +1,144 @@
+#pragma once
+// CUDA kernels of the Llama decoder (float32, GEMMs through cuBLAS in FP32 without
+// TF32). Same names, arguments, layouts and accumulate/overwrite rules as the CPU
+// reference (cpu_kernels.hpp, blocks_cpu.hpp) plus a leading Context&; every pointer,
+// tokens and targets included, is device memory. Each kernel is tested against its CPU
+// reference (cuda_kernels_test.cpp) and benchmarked against the GPU's peak
+// (bench/kernels_cuda_bench.cpp). Deterministic: no atomics; reductions over tokens run
+// in a fixed order, so a run repeats bit for bit on the same GPU.
+//
+// Built only when nvcc is found (HEXISIM_HAVE_CUDA); link hexi_kernels_cuda.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kernels/blocks.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/shapes.hpp"
+
+namespace hexi::kernels::cuda {
+
+// Empty when a CUDA device is usable, otherwise why not (tests skip with it):
+// "no CUDA device: <cudaGetErrorString>".
+std::string device_unavailable_reason();
+
+// A device, a stream, a cuBLAS handle bound to it, and a growable scratch buffer for
+// the temporaries of the block backward passes. Not thread-safe; one per rank.
+class Context {
+ public:
+  explicit Context(int device = 0);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  // At least `floats` floats of device memory, valid until the next scratch() call.
+  float* scratch(std::size_t floats);
+  void synchronize();
+
+ private:
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  float* scratch_ = nullptr;
+  std::size_t scratch_floats_ = 0;
+};
+
+// Owning device array (RAII) with host copies, for tests, benchmarks and the engine.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t n);
+  explicit DeviceBuffer(const std::vector<T>& host);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  std::size_t size() const { return n_; }
+  void upload(const std::vector<T>& host);  // host.size() == size()
+  std::vector<T> download() const;
+  void zero();
+
+ private:
+  T* ptr_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// ---- kernels (see cpu_kernels.hpp for the semantics of each) -------------------------
+void matmul_forward(Context& c, float* out, const float* x, const float* w, int n, int k, int m);
+void matmul_backward_input(Context& c, float* dx, const float* dout, const float* w, int n, int k,
+                           int m, bool accumulate);
+void matmul_backward_weight(Context& c, float* dw, const float* dout, const float* x, int n, int k,
+                            int m);
+
+void rmsnorm_forward(Context& c, float* out, float* rstd, const float* x, const float* w, int n,
+                     int h, double eps);
+void rmsnorm_backward(Context& c, float* dx, float* dw, const float* dout, const float* x,
+                      const float* w, const float* rstd, int n, int h);
+
+void rope_forward(Context& c, float* x, int b, int s, int heads, int d, double theta);
+void rope_backward(Context& c, float* dx, int b, int s, int heads, int d, double theta);
+
+void attention_forward(Context& c, float* out, float* probs, const float* q, const float* k,
+                       const float* v, int b, int s, int hq, int hk, int d);
+void attention_backward(Context& c, float* dq, float* dk, float* dv, const float* dout,
+                        const float* q, const float* k, const float* v, const float* probs, int b,
+                        int s, int hq, int hk, int d);
+
+void swiglu_forward(Context& c, float* out, const float* gate, const float* up, std::size_t n);
+void swiglu_backward(Context& c, float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, std::size_t n);
+
+void embedding_forward(Context& c, float* out, const int* tokens, const float* table, int n, int h,
+                       int vocab_begin, int vocab_end);
+void embedding_backward(Context& c, float* dtable, const float* dout, const int* tokens, int n,
+                        int h, int vocab_begin, int vocab_end);
+
+void logits_row_max(Context& c, float* row_max, const float* logits, int n, int vl);
+void cross_entropy_partials(Context& c, float* partials, const float* logits, const float* row_max,
+                            const int* targets, int n, int vl, int vocab_begin);
+void cross_entropy_loss(Context& c, float* loss, const float* row_max, const float* partials,
+                        int n);
+void cross_entropy_backward(Context& c, float* dlogits, const float* logits, const float* row_max,
+                            const float* partials, const int* targets, int n, int vl,
+                            int vocab_begin, double loss_scale);
+
+void add_inplace(Context& c, float* y, const float* x, std::size_t n);
+
+void adamw_update(Context& c, float* param, const float* grad, float* m, float* v, std::size_t n,
+                  double lr, double beta1, double beta2, double eps, double weight_decay, int step);
+
+// ---- TP-shard blocks (see blocks.hpp and blocks_cpu.hpp) -----------------------------
+void attention_block_forward(Context& c, const BlockShape& shape, const AttentionWeights<float>& w,
+                             const float* x, const AttentionSaved<float>& saved, float* y_partial);
+void attention_block_backward(Context& c, const BlockShape& shape, const AttentionWeights<float>& w,
+                              const AttentionSaved<float>& saved, const float* x, const float* dy,
+                              float* dx_partial, const AttentionGrads<float>& grads);
+void mlp_block_forward(Context& c, const BlockShape& shape, const MlpWeights<float>& w,
+                       const float* x, const MlpSaved<float>& saved, float* y_partial);
+void mlp_block_backward(Context& c, const BlockShape& shape, const MlpWeights<float>& w,
+                        const MlpSaved<float>& saved, const float* x, const float* dy,
+                        float* dx_partial, const MlpGrads<float>& grads);
+void embedding_block_forward(Context& c, const BlockShape& shape, const float* table,
+                             const int* tokens, float* out_partial);
+void embedding_block_backward(Context& c, const BlockShape& shape, const int* tokens,
+                              const float* dout, float* dtable);
+void head_forward(Context& c, const BlockShape& shape, const HeadWeights<float>& w, const float* x,
+                  const HeadSaved<float>& saved);
+void head_loss_partials(Context& c, const BlockShape& shape, const HeadSaved<float>& saved,
+                        const int* targets);
+void head_loss(Context& c, const BlockShape& shape, const HeadSaved<float>& saved, float* loss);
+void head_backward(Context& c, const BlockShape& shape, const HeadWeights<float>& w,
+                   const HeadSaved<float>& saved, const float* x, const int* targets,
+                   double loss_scale, float* dx_partial, const HeadGrads<float>& grads);
+
+}  // namespace hexi::kernels::cuda
