@@ -1,5 +1,6 @@
 #include "engine/data.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 #include <sstream>
