@@ -26,8 +26,10 @@ namespace hexi::kernels::cuda {
 // "no CUDA device: <cudaGetErrorString>".
 std::string device_unavailable_reason();
 
-// A device, a stream, a cuBLAS handle bound to it, and a growable scratch buffer for
-// the temporaries of the block backward passes. Not thread-safe; one per rank.
+// A device, a stream and a cuBLAS handle bound to it (FP32 math, no TF32). Kernels
+// run asynchronously on stream(); temporaries come from the device's stream-ordered
+// memory pool (cudaMallocAsync), which the constructor sets to keep freed memory
+// cached. Not thread-safe; one per rank.
 class Context {
  public:
   explicit Context(int device = 0);
@@ -35,18 +37,15 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
+  int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
-  // At least `floats` floats of device memory, valid until the next scratch() call.
-  float* scratch(std::size_t floats);
-  void synchronize();
+  void synchronize();  // waits for everything queued on stream()
 
  private:
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  float* scratch_ = nullptr;
-  std::size_t scratch_floats_ = 0;
 };
 
 // Owning device array (RAII) with host copies, for tests, benchmarks and the engine.

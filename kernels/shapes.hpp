@@ -55,7 +55,11 @@ struct TpShard {
   int heads() const { return head_end - head_begin; }
   int ffn() const { return ffn_end - ffn_begin; }
   int vocab() const { return vocab_end - vocab_begin; }
-  bool operator==(const TpShard&) const = default;
+  // Written out (not "= default"): the CUDA sources that include this header are C++17.
+  bool operator==(const TpShard& o) const {
+    return head_begin == o.head_begin && head_end == o.head_end && ffn_begin == o.ffn_begin &&
+           ffn_end == o.ffn_end && vocab_begin == o.vocab_begin && vocab_end == o.vocab_end;
+  }
 };
 
 // The shard holding everything (TP degree 1).

@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""PyTorch oracle for hexisim's kernels (STYLE 3): writes the loss and every parameter
+gradient of a tiny Llama with fixed weights and data, and one AdamW step, to
+kernels/testdata/tiny_llama_oracle.bin. The C++ tests (kernels/oracle_test.cpp and the
+engine's) read that committed file; torch is needed only to regenerate it:
+
+    /usr/bin/python3 scripts/make_oracle.py [--out PATH]
+
+Debian's python3-torch (1.13) is importable from /usr/bin/python3 only. It has no
+scaled_dot_product_attention, so attention is written out by hand below; autograd, not
+hexisim code, produces the gradients.
+
+The model mirrors kernels/llama_model.hpp: token embedding; per layer
+x += Wo Attn(RoPE(Wq n), RoPE(Wk n), Wv n) with n = RMSNorm(x), causal, grouped-query
+(query head j reads KV head j // (a/k)); x += W_down (silu(W_gate n) * W_up n); logits =
+head RMSNorm(x); mean cross-entropy. RoPE uses the "rotate half" pairing (i, i + d/2).
+
+Weights come from the "hash-uniform-v1" scheme of kernels/params.hpp, reproduced here bit
+for bit (integer hash, double arithmetic, one rounding to float32), so the file stores
+only gradients, not weights, and stays under 1 MB.
+
+File format "hexisim-oracle" version 1: one line of JSON header, then little-endian
+float32 data; header["tensors"] lists name, shape and offset (in floats) of each tensor.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+FORMAT, VERSION = "hexisim-oracle", 1
+# tiny-llama of scenarios/models.json.
+DIMS = dict(layers=4, hidden=64, ffn=172, heads=4, kv_heads=2, vocab=256,
+            norm_eps=1e-5, rope_theta=10000.0)
+INIT = dict(scheme="hash-uniform-v1", seed=1234, norm_jitter=0.125)
+BATCH, SEQ, DATA_SEED = 2, 32, 7
+ADAMW = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+# Parameters whose values after one AdamW step are stored (a norm gain without decay,
+# matrices with decay); all of them would double the file size.
+ADAMW_STORED = ["layers.0.attn_norm", "layers.0.wq", "layers.3.wk", "final_norm"]
+
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def layout(d):
+    """(name, id, shape) of every tensor, in kernels/params.hpp order."""
+    h, hd = d["hidden"], d["hidden"] // d["heads"]
+    qd, kd, f, v = d["heads"] * hd, d["kv_heads"] * hd, d["ffn"], d["vocab"]
+    out = [("embedding", (v, h))]
+    for l in range(d["layers"]):
+        p = f"layers.{l}."
+        out += [(p + "attn_norm", (h,)), (p + "wq", (qd, h)), (p + "wk", (kd, h)),
+                (p + "wv", (kd, h)), (p + "wo", (h, qd)), (p + "mlp_norm", (h,)),
+                (p + "w_gate", (f, h)), (p + "w_up", (f, h)), (p + "w_down", (h, f))]
+    out += [("final_norm", (h,)), ("head", (v, h))]
+    return [(name, i, shape) for i, (name, shape) in enumerate(out)]
+
+
+def hash_uniform(seed, tensor_id, count):
+    """splitmix64 of (seed*GOLDEN + (id << 32) + e) >> 40, mapped to [-1, 1)."""
+    base = (seed * GOLDEN + (tensor_id << 32)) & MASK64
+    z = np.uint64(base) + np.arange(count, dtype=np.uint64) + np.uint64(GOLDEN)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    u = (z >> np.uint64(40)).astype(np.float64)
+    return (u - 8388608.0) / 8388608.0
+
+
+def init_tensor(name, tensor_id, shape, d):
+    r = hash_uniform(INIT["seed"], tensor_id, int(np.prod(shape)))
+    if len(shape) == 1:
+        values = 1.0 + INIT["norm_jitter"] * r
+    elif name.endswith(".wo") or name.endswith(".w_down"):
+        values = r / 32.0 / math.sqrt(2.0 * d["layers"])
+    else:
+        values = r / 32.0
+    return values.astype(np.float32).reshape(shape)
+
+
+def rmsnorm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_tables(seq, hd, theta):
+    half = hd // 2
+    t = np.arange(seq, dtype=np.float64)[:, None]
+    freq = theta ** (-2.0 * np.arange(half, dtype=np.float64) / hd)
+    angle = t * freq[None, :]
+    return (torch.from_numpy(np.cos(angle).astype(np.float32)),
+            torch.from_numpy(np.sin(angle).astype(np.float32)))
+
+
+def rope(x, cos, sin):  # x (b, s, heads, d)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def attention(p, l, x, d, cos, sin):
+    b, s, _ = x.shape
+    a, k, hd = d["heads"], d["kv_heads"], d["hidden"] // d["heads"]
+    n = rmsnorm(x, p[f"layers.{l}.attn_norm"], d["norm_eps"])
+    q = rope((n @ p[f"layers.{l}.wq"].T).view(b, s, a, hd), cos, sin)
+    kk = rope((n @ p[f"layers.{l}.wk"].T).view(b, s, k, hd), cos, sin)
+    v = (n @ p[f"layers.{l}.wv"].T).view(b, s, k, hd)
+    kk = kk.repeat_interleave(a // k, dim=2).transpose(1, 2)  # (b, a, s, d)
+    v = v.repeat_interleave(a // k, dim=2).transpose(1, 2)
+    scores = q.transpose(1, 2) @ kk.transpose(-1, -2) / math.sqrt(hd)
+    causal = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+    probs = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
+    out = (probs @ v).transpose(1, 2).reshape(b, s, a * hd)
+    return out @ p[f"layers.{l}.wo"].T
+
+
+def mlp(p, l, x, d):
+    n = rmsnorm(x, p[f"layers.{l}.mlp_norm"], d["norm_eps"])
+    act = torch.nn.functional.silu(n @ p[f"layers.{l}.w_gate"].T) * (n @ p[f"layers.{l}.w_up"].T)
+    return act @ p[f"layers.{l}.w_down"].T
+
+
+def loss_fn(p, tokens, targets, d):
+    cos, sin = rope_tables(tokens.shape[1], d["hidden"] // d["heads"], d["rope_theta"])
+    x = p["embedding"][tokens]
+    for l in range(d["layers"]):
+        x = x + attention(p, l, x, d, cos, sin)
+        x = x + mlp(p, l, x, d)
+    logits = rmsnorm(x, p["final_norm"], d["norm_eps"]) @ p["head"].T
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, d["vocab"]), targets.reshape(-1))
+
+
+def make_params(d):
+    params, samples = {}, []
+    for name, tid, shape in layout(d):
+        values = init_tensor(name, tid, shape, d)
+        flat = values.reshape(-1)
+        for index in sorted({0, flat.size // 2, flat.size - 1}):
+            samples.append(dict(name=name, index=int(index), value=float(flat[index])))
+        params[name] = torch.tensor(values, requires_grad=True)
+    return params, samples
+
+
+def adamw(params):
+    decay = [t for t in params.values() if t.dim() >= 2]
+    no_decay = [t for t in params.values() if t.dim() < 2]
+    return torch.optim.AdamW(
+        [dict(params=decay, weight_decay=ADAMW["weight_decay"]),
+         dict(params=no_decay, weight_decay=0.0)],
+        lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"],
+        foreach=False)
+
+
+class Blob:
+    def __init__(self):
+        self.parts, self.entries, self.offset = [], [], 0
+
+    def add(self, name, array):
+        a = np.array(array, dtype="<f4", copy=True)  # torch .numpy() shares memory
+        self.entries.append(dict(name=name, shape=list(a.shape), offset=self.offset))
+        self.parts.append(a.reshape(-1))
+        self.offset += a.size
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--out", default=os.path.join(root, "kernels/testdata/tiny_llama_oracle.bin"))
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # one summation order: the same file on every machine
+
+    d = DIMS
+    params, samples = make_params(d)
+    gen = torch.Generator().manual_seed(DATA_SEED)
+    data = torch.randint(0, d["vocab"], (BATCH, SEQ + 1), generator=gen)
+    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+    blob = Blob()
+    loss = loss_fn(params, tokens, targets, d)
+    loss.backward()
+    for name, _, _ in layout(d):
+        blob.add("grad/" + name, params[name].grad.numpy())
+
+    opt = adamw(params)
+    opt.step()
+    for name in ADAMW_STORED:
+        blob.add("adamw1/" + name, params[name].detach().numpy())
+    opt.zero_grad()
+    loss1 = loss_fn(params, tokens, targets, d)
+    loss1.backward()
+    opt.step()
+    with torch.no_grad():
+        loss2 = loss_fn(params, tokens, targets, d)
+
+    header = dict(format=FORMAT, version=VERSION, generator="scripts/make_oracle.py",
+                  torch=torch.__version__, dims=d, init=INIT, batch=BATCH, seq=SEQ,
+                  tokens=tokens.reshape(-1).tolist(), targets=targets.reshape(-1).tolist(),
+                  loss=loss.item(),
+                  adamw=dict(ADAMW, loss_after_1=loss1.item(), loss_after_2=loss2.item()),
+                  init_check=samples, tensors=blob.entries)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "wb") as f:
+        f.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
+        f.write(np.concatenate(blob.parts).astype("<f4").tobytes())
+    print(f"{args.out}: loss {loss.item():.6f}, after 1 AdamW step {loss1.item():.6f}, "
+          f"after 2 {loss2.item():.6f}, {os.path.getsize(args.out)} bytes", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
