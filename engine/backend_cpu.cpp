@@ -23,18 +23,23 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   std::string describe() const override {
     return "cpu: kernels/ CPU reference, Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
-           std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) +
-           " (" + std::string(Eigen::SimdInstructionSetsInUse()) + "), 1 thread per rank";
+           std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) + " (" +
+           std::string(Eigen::SimdInstructionSetsInUse()) + "), 1 thread per rank";
   }
 
   Result<void*> allocate(std::size_t bytes) override {
     void* p = std::malloc(bytes == 0 ? 1 : bytes);
-    if (p == nullptr) return failure("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
+    if (p == nullptr)
+      return failure("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
     return p;
   }
   void release(void* p) override { std::free(p); }
-  Status upload(void* dst, const void* host, std::size_t bytes) override { return copy(dst, host, bytes); }
-  Status download(void* host, const void* src, std::size_t bytes) override { return copy(host, src, bytes); }
+  Status upload(void* dst, const void* host, std::size_t bytes) override {
+    return copy(dst, host, bytes);
+  }
+  Status download(void* host, const void* src, std::size_t bytes) override {
+    return copy(host, src, bytes);
+  }
   Status copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
     return {};
@@ -70,7 +75,8 @@ class CpuBackend final : public Backend {
                             const HeadSaved<float>& saved) override {
     for (int i = 0; i < n; ++i) {
       float m = gathered[3 * i];
-      for (int r = 1; r < ranks; ++r) m = std::max(m, gathered[(static_cast<std::size_t>(r) * n + i) * 3]);
+      for (int r = 1; r < ranks; ++r)
+        m = std::max(m, gathered[(static_cast<std::size_t>(r) * n + i) * 3]);
       double sum = 0, target = 0;
       for (int r = 0; r < ranks; ++r) {
         const float* st = gathered + (static_cast<std::size_t>(r) * n + i) * 3;
@@ -136,8 +142,9 @@ class CpuBackend final : public Backend {
     kc::head_loss(s, saved, loss);
     return {};
   }
-  Status head_backward(const BlockShape& s, const HeadWeights<float>& w, const HeadSaved<float>& saved,
-                       const float* x, const int* targets, double loss_scale, float* dx_partial,
+  Status head_backward(const BlockShape& s, const HeadWeights<float>& w,
+                       const HeadSaved<float>& saved, const float* x, const int* targets,
+                       double loss_scale, float* dx_partial,
                        const HeadGrads<float>& grads) override {
     kc::head_backward(s, w, saved, x, targets, loss_scale, dx_partial, grads);
     return {};
@@ -148,7 +155,8 @@ class CpuBackend final : public Backend {
   Result<std::vector<double>> mark_times() override {
     std::vector<double> out;
     out.reserve(marks_.size());
-    for (const auto& t : marks_) out.push_back(std::chrono::duration<double>(t - marks_.front()).count());
+    for (const auto& t : marks_)
+      out.push_back(std::chrono::duration<double>(t - marks_.front()).count());
     return out;
   }
   void clear_marks() override { marks_.clear(); }
@@ -159,6 +167,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace hexi::engine

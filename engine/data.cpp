@@ -67,6 +67,8 @@ void batch_tokens(const DataSource& src, int global_batch, std::int64_t step, in
   }
 }
 
-std::filesystem::path default_corpus() { return data_root() / "engine/corpus/gpl-3.0.txt"; }
+std::filesystem::path default_corpus() {
+  return data_root() / "engine/corpus/gpl-3.0.txt";
+}
 
 }  // namespace hexi::engine

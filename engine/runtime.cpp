@@ -22,11 +22,21 @@ Result<std::unique_ptr<RankRuntime>> RankRuntime::create(const Program& program,
   return std::unique_ptr<RankRuntime>(new RankRuntime(std::move(impl)));
 }
 
-Result<StepStats> RankRuntime::step() { return impl_->step(); }
-int RankRuntime::device() const { return impl_->lay->device; }
-int RankRuntime::steps_done() const { return impl_->steps; }
-const kernels::ParamLayout& RankRuntime::layout() const { return impl_->layout; }
-const std::vector<char>& RankRuntime::owned() const { return impl_->owned; }
+Result<StepStats> RankRuntime::step() {
+  return impl_->step();
+}
+int RankRuntime::device() const {
+  return impl_->lay->device;
+}
+int RankRuntime::steps_done() const {
+  return impl_->steps;
+}
+const kernels::ParamLayout& RankRuntime::layout() const {
+  return impl_->layout;
+}
+const std::vector<char>& RankRuntime::owned() const {
+  return impl_->owned;
+}
 
 Result<std::vector<float>> RankRuntime::params() const {
   std::vector<float> host(impl_->layout.total);
@@ -54,9 +64,12 @@ std::filesystem::path ckpt_path(const std::filesystem::path& dir, int device) {
 // What must match for a resume: the program (op stream and layout) of this device.
 std::string fingerprint(const RankRuntime::Impl& r) {
   std::ostringstream s;
-  s << r.prog.model << "|" << r.prog.global_batch << "|" << r.prog.seq_len << "|" << r.prog.zero_stage << "|"
-    << r.lay->op_end - r.lay->op_begin << "|" << r.layout.total << "|" << r.moment1.size();
-  for (const auto& t : r.layout.tensors) s << "|" << t.name << ":" << t.row_begin << "," << t.col_begin << "," << t.rows << "x" << t.cols;
+  s << r.prog.model << "|" << r.prog.global_batch << "|" << r.prog.seq_len << "|"
+    << r.prog.zero_stage << "|" << r.lay->op_end - r.lay->op_begin << "|" << r.layout.total << "|"
+    << r.moment1.size();
+  for (const auto& t : r.layout.tensors)
+    s << "|" << t.name << ":" << t.row_begin << "," << t.col_begin << "," << t.rows << "x"
+      << t.cols;
   std::uint64_t fnv = 1469598103934665603ull;  // FNV-1a: stable across builds and machines
   for (unsigned char c : s.str()) fnv = (fnv ^ c) * 1099511628211ull;
   return std::to_string(fnv);
@@ -74,14 +87,20 @@ Status RankRuntime::save(const std::filesystem::path& dir) const {
   std::vector<float> m(r.moment1.size()), v(r.moment2.size());
   HEXI_TRY(r.be.download(m.data(), r.moment1.get(), m.size() * sizeof(float)));
   HEXI_TRY(r.be.download(v.data(), r.moment2.get(), v.size() * sizeof(float)));
-  Json header = {{"format", kFormat}, {"version", 1}, {"device", r.lay->device}, {"steps", r.steps},
-                 {"fingerprint", fingerprint(r)}, {"params", p->size()}, {"moments", m.size()}};
+  Json header = {{"format", kFormat},
+                 {"version", 1},
+                 {"device", r.lay->device},
+                 {"steps", r.steps},
+                 {"fingerprint", fingerprint(r)},
+                 {"params", p->size()},
+                 {"moments", m.size()}};
   const auto path = ckpt_path(dir, r.lay->device);
   std::ofstream out(path, std::ios::binary);
   if (!out) return failure(path.string() + ": cannot open for writing");
   out << header.dump() << "\n";
   for (const auto* vec : {&*p, &m, &v}) {
-    out.write(reinterpret_cast<const char*>(vec->data()), static_cast<std::streamsize>(vec->size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(vec->data()),
+              static_cast<std::streamsize>(vec->size() * sizeof(float)));
   }
   out.close();
   if (!out) return failure(path.string() + ": write failed");
@@ -102,12 +121,14 @@ Status RankRuntime::load(const std::filesystem::path& dir) {
     return bad_input(path.string() + ": not a hexisim checkpoint (format version 1)");
   }
   if (h.value("fingerprint", "") != fingerprint(r)) {
-    return bad_input(path.string() + ": written for another plan, model or training config; resume with the "
-                                     "same scenario and plan");
+    return bad_input(path.string() +
+                     ": written for another plan, model or training config; resume with the "
+                     "same scenario and plan");
   }
   std::vector<float> p(r.layout.total), m(r.moment1.size()), v(r.moment2.size());
   for (auto* vec : {&p, &m, &v}) {
-    in.read(reinterpret_cast<char*>(vec->data()), static_cast<std::streamsize>(vec->size() * sizeof(float)));
+    in.read(reinterpret_cast<char*>(vec->data()),
+            static_cast<std::streamsize>(vec->size() * sizeof(float)));
   }
   if (!in) return bad_input(path.string() + ": truncated");
   HEXI_TRY(r.be.upload(r.params.get(), p.data(), p.size() * sizeof(float)));

@@ -24,13 +24,13 @@ struct Slot {
   DeviceArray<int> tokens;        // (R)
   DeviceArray<int> targets;       // (R)
   std::vector<std::unique_ptr<Request>> sends;  // outstanding isends from these buffers
-  int micro_batch = -1;           // -1 when free
+  int micro_batch = -1;                         // -1 when free
 };
 
 // What the next TP all-reduce op of the compute stream applies to.
 struct Pending {
   bool active = false;
-  float* buf = nullptr;          // reduced in place, `count` floats
+  float* buf = nullptr;  // reduced in place, `count` floats
   std::size_t count = 0;
   const float* add_from = nullptr;  // forward: buf += add_from (the residual), R*h floats
   float* add_into = nullptr;        // backward: add_into += buf, R*h floats
@@ -40,11 +40,11 @@ struct Pending {
 // One DP bucket this device joins.
 struct BucketState {
   Communicator* comm = nullptr;
-  int member = 0;                      // this device's index in the bucket group
-  std::size_t elements = 0;            // E
-  DeviceArray<std::int64_t> idx;       // (E): flat bucket -> parameter buffer index
-  std::vector<std::size_t> piece;      // (n + 1): member i owns [piece[i], piece[i+1])
-  std::size_t chunk = 0;               // max piece size (padded reduce-scatter chunk)
+  int member = 0;                  // this device's index in the bucket group
+  std::size_t elements = 0;        // E
+  DeviceArray<std::int64_t> idx;   // (E): flat bucket -> parameter buffer index
+  std::vector<std::size_t> piece;  // (n + 1): member i owns [piece[i], piece[i+1])
+  std::size_t chunk = 0;           // max piece size (padded reduce-scatter chunk)
 };
 
 struct RankRuntime::Impl {
@@ -62,18 +62,18 @@ struct RankRuntime::Impl {
   Progress& progress;
   const DeviceLayout* lay = nullptr;
   kernels::LlamaDims dims;
-  BlockShape shape;       // one micro-batch on this shard
-  int rows = 0;           // R = micro_batch * seq
-  int hidden = 0;         // h
-  int layers = 0;         // layers of the stage
-  int first_sequence = 0; // offset of this pipeline in the global batch
+  BlockShape shape;                 // one micro-batch on this shard
+  int rows = 0;                     // R = micro_batch * seq
+  int hidden = 0;                   // h
+  int layers = 0;                   // layers of the stage
+  int first_sequence = 0;           // offset of this pipeline in the global batch
   std::vector<int> rank_of_device;  // device id -> world rank (-1 if unused)
 
   // ---- parameters and optimizer ------------------------------------------------------
   kernels::ParamLayout layout;
   DeviceArray<float> params, grads;
   std::vector<char> owned;
-  std::vector<Run> runs;            // owned elements, per tensor
+  std::vector<Run> runs;                // owned elements, per tensor
   std::vector<std::size_t> run_moment;  // offset of each run's moments
   DeviceArray<float> moment1, moment2;
   std::map<std::string, std::size_t> offset_of;  // tensor name -> flat offset
@@ -126,7 +126,9 @@ struct RankRuntime::Impl {
   Status inject_fault(int op_index);
 
   // views
-  float* resid(Slot& s, int i) const { return s.resid.get() + static_cast<std::size_t>(i) * rows * hidden; }
+  float* resid(Slot& s, int i) const {
+    return s.resid.get() + static_cast<std::size_t>(i) * rows * hidden;
+  }
   float* param(const std::string& name) const { return params.get() + offset_of.at(name); }
   float* grad(const std::string& name) const { return grads.get() + offset_of.at(name); }
   AttentionWeights<float> attn_w(int layer) const;

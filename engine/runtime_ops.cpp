@@ -22,8 +22,8 @@ AttentionWeights<float> RankRuntime::Impl::attn_w(int l) const {
           param(layer_name(l, "wv")), param(layer_name(l, "wo"))};
 }
 AttentionGrads<float> RankRuntime::Impl::attn_g(int l, float* norm_grad) const {
-  return {norm_grad, grad(layer_name(l, "wq")), grad(layer_name(l, "wk")), grad(layer_name(l, "wv")),
-          grad(layer_name(l, "wo"))};
+  return {norm_grad, grad(layer_name(l, "wq")), grad(layer_name(l, "wk")),
+          grad(layer_name(l, "wv")), grad(layer_name(l, "wo"))};
 }
 MlpWeights<float> RankRuntime::Impl::mlp_w(int l) const {
   return {param(layer_name(l, "mlp_norm")), param(layer_name(l, "w_gate")),
@@ -34,10 +34,12 @@ MlpGrads<float> RankRuntime::Impl::mlp_g(int l, float* norm_grad) const {
           grad(layer_name(l, "w_down"))};
 }
 AttentionSaved<float> RankRuntime::Impl::attn_saved(Slot& s, int local) const {
-  return kernels::carve_attention_saved(shape, s.attn_saved.get() + local * kernels::attention_saved_size(shape));
+  return kernels::carve_attention_saved(
+      shape, s.attn_saved.get() + local * kernels::attention_saved_size(shape));
 }
 MlpSaved<float> RankRuntime::Impl::mlp_saved(Slot& s, int local) const {
-  return kernels::carve_mlp_saved(shape, s.mlp_saved.get() + local * kernels::mlp_saved_size(shape));
+  return kernels::carve_mlp_saved(shape,
+                                  s.mlp_saved.get() + local * kernels::mlp_saved_size(shape));
 }
 HeadSaved<float> RankRuntime::Impl::head_saved(Slot& s) const {
   return kernels::carve_head_saved(shape, s.head_saved.get());
@@ -55,13 +57,17 @@ Result<StepStats> RankRuntime::Impl::step() {
   for (int i = 0; i < count; ++i) {
     const int id = lay->op_begin + i;
     const Op& op = prog.ops[id];
-    progress.enter([this, id, step_now] { return "step " + std::to_string(step_now) + ", " + describe_op(prog, id); },
-                   op.kind != OpKind::kCompute);
+    progress.enter(
+        [this, id, step_now] {
+          return "step " + std::to_string(step_now) + ", " + describe_op(prog, id);
+        },
+        op.kind != OpKind::kCompute);
     if (opt.fault.hits(world.rank(), step_now, i)) HEXI_TRY(inject_fault(i));
     be.mark();
     if (Status s = run_op(op); !s.ok()) {
-      return Error{s.error().kind, "device " + std::to_string(lay->device) + ", step " + std::to_string(step_now) +
-                                       ", " + describe_op(prog, id) + ": " + s.error().message};
+      return Error{s.error().kind, "device " + std::to_string(lay->device) + ", step " +
+                                       std::to_string(step_now) + ", " + describe_op(prog, id) +
+                                       ": " + s.error().message};
     }
     be.mark();
     if (release_after[i] >= 0) HEXI_TRY(release(release_after[i]));
@@ -70,7 +76,8 @@ Result<StepStats> RankRuntime::Impl::step() {
     return failure("device " + std::to_string(lay->device) +
                    ": the program ended with a block output that no TP collective reduced");
   }
-  progress.enter([step_now] { return "step " + std::to_string(step_now) + ", completing sends"; }, true);
+  progress.enter([step_now] { return "step " + std::to_string(step_now) + ", completing sends"; },
+                 true);
   for (Slot& s : slots) {
     for (auto& r : s.sends) HEXI_TRY(r->wait());
     s.sends.clear();
@@ -83,14 +90,15 @@ Result<StepStats> RankRuntime::Impl::step() {
   st.loss_sum = loss_sum;
   st.loss_tokens = loss_tokens;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  for (int i = 0; i < count; ++i) st.ops.push_back({lay->op_begin + i, (*times)[2 * i], (*times)[2 * i + 1]});
+  for (int i = 0; i < count; ++i)
+    st.ops.push_back({lay->op_begin + i, (*times)[2 * i], (*times)[2 * i + 1]});
   ++steps;
   return st;
 }
 
 Status RankRuntime::Impl::inject_fault(int op_index) {
-  const std::string where = "device " + std::to_string(lay->device) + ", step " + std::to_string(steps) +
-                            ", op index " + std::to_string(op_index);
+  const std::string where = "device " + std::to_string(lay->device) + ", step " +
+                            std::to_string(steps) + ", op index " + std::to_string(op_index);
   switch (opt.fault.mode) {
     case Fault::Mode::kError:
       return failure("injected fault (HEXISIM_FAULT) at " + where);
@@ -130,8 +138,8 @@ Result<Slot*> RankRuntime::Impl::acquire(int mb) {
     s.micro_batch = mb;
     slot_of[mb] = static_cast<int>(k);
     if (lay->first || lay->last) {
-      batch_tokens(data, prog.global_batch, steps, first_sequence + mb * lay->micro_batch, lay->micro_batch,
-                   host_tokens.data(), host_targets.data());
+      batch_tokens(data, prog.global_batch, steps, first_sequence + mb * lay->micro_batch,
+                   lay->micro_batch, host_tokens.data(), host_targets.data());
       HEXI_TRY(be.upload(s.tokens.get(), host_tokens.data(), rows * sizeof(int)));
       HEXI_TRY(be.upload(s.targets.get(), host_targets.data(), rows * sizeof(int)));
     }
@@ -218,8 +226,9 @@ Status RankRuntime::Impl::run_compute(const Op& op) {
       HEXI_TRY(s);
       const bool attn = op.compute == ComputeKind::kAttnRecompute;
       float* x = resid(**s, attn ? 2 * l : 2 * l + 1);
-      HEXI_TRY(attn ? be.attention_forward(shape, attn_w(op.layer), x, attn_saved(**s, l), partial.get())
-                    : be.mlp_forward(shape, mlp_w(op.layer), x, mlp_saved(**s, l), partial.get()));
+      HEXI_TRY(
+          attn ? be.attention_forward(shape, attn_w(op.layer), x, attn_saved(**s, l), partial.get())
+               : be.mlp_forward(shape, mlp_w(op.layer), x, mlp_saved(**s, l), partial.get()));
       if (tp) pending = Pending{true, partial.get(), rh, nullptr, nullptr, nullptr};
       return {};
     }
@@ -227,7 +236,8 @@ Status RankRuntime::Impl::run_compute(const Op& op) {
       auto s = slot(mb);
       HEXI_TRY(s);
       const auto hs = head_saved(**s);
-      HEXI_TRY(be.head_forward(shape, {param("final_norm"), param("head")}, resid(**s, 2 * layers), hs));
+      HEXI_TRY(
+          be.head_forward(shape, {param("final_norm"), param("head")}, resid(**s, 2 * layers), hs));
       HEXI_TRY(be.head_loss_partials(shape, hs, (*s)->targets.get()));  // with the local max
       if (!tp) return finish_loss(**s);
       pending_loss = mb;
@@ -257,10 +267,10 @@ Status RankRuntime::Impl::run_compute(const Op& op) {
       float* ng = tp ? norm_share : grad(norm);
       float* x = resid(**s, attn ? 2 * l : 2 * l + 1);
       const float* dy = (*s)->grad.get();
-      HEXI_TRY(attn ? be.attention_backward(shape, attn_w(op.layer), attn_saved(**s, l), x, dy, partial.get(),
-                                            attn_g(op.layer, ng))
-                    : be.mlp_backward(shape, mlp_w(op.layer), mlp_saved(**s, l), x, dy, partial.get(),
-                                      mlp_g(op.layer, ng)));
+      HEXI_TRY(attn ? be.attention_backward(shape, attn_w(op.layer), attn_saved(**s, l), x, dy,
+                                            partial.get(), attn_g(op.layer, ng))
+                    : be.mlp_backward(shape, mlp_w(op.layer), mlp_saved(**s, l), x, dy,
+                                      partial.get(), mlp_g(op.layer, ng)));
       return finish_grad(**s, grad(norm));
     }
     case ComputeKind::kEmbeddingBwd: {
@@ -288,11 +298,13 @@ Status RankRuntime::Impl::finish_loss(Slot& s) {
 }
 
 Status RankRuntime::Impl::loss_stats(const Op& op, Communicator& comm) {
-  if (pending_loss != op.micro_batch) return failure("loss-statistics all-gather without a head forward before it");
+  if (pending_loss != op.micro_batch)
+    return failure("loss-statistics all-gather without a head forward before it");
   pending_loss = -1;
   auto s = slot(op.micro_batch);
   HEXI_TRY(s);
-  HEXI_TRY(comm.all_gather(stats.get(), stats_all.get(), 3 * static_cast<std::size_t>(rows), DType::kF32));
+  HEXI_TRY(comm.all_gather(stats.get(), stats_all.get(), 3 * static_cast<std::size_t>(rows),
+                           DType::kF32));
   HEXI_TRY(be.combine_loss_stats(stats_all.get(), comm.size(), rows, head_saved(**s)));
   return finish_loss(**s);
 }
@@ -301,9 +313,11 @@ Status RankRuntime::Impl::run_send(const Op& op) {
   auto s = slot(op.micro_batch);
   HEXI_TRY(s);
   const bool act = op.tensor == TensorKind::kActivation;
-  const float* src = (act ? resid(**s, 2 * layers) : (*s)->grad.get()) + static_cast<std::size_t>(op.rows_begin) * hidden;
+  const float* src = (act ? resid(**s, 2 * layers) : (*s)->grad.get()) +
+                     static_cast<std::size_t>(op.rows_begin) * hidden;
   const std::size_t count = static_cast<std::size_t>(op.rows_end - op.rows_begin) * hidden;
-  auto req = world.isend(src, count, DType::kF32, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
+  auto req =
+      world.isend(src, count, DType::kF32, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
   HEXI_TRY(req);
   (*s)->sends.push_back(std::move(*req));
   return {};
@@ -313,7 +327,8 @@ Status RankRuntime::Impl::run_recv(const Op& op) {
   const bool act = op.tensor == TensorKind::kActivation;
   auto s = act ? acquire(op.micro_batch) : slot(op.micro_batch);
   HEXI_TRY(s);
-  float* dst = (act ? resid(**s, 0) : (*s)->grad.get()) + static_cast<std::size_t>(op.rows_begin) * hidden;
+  float* dst =
+      (act ? resid(**s, 0) : (*s)->grad.get()) + static_cast<std::size_t>(op.rows_begin) * hidden;
   const std::size_t count = static_cast<std::size_t>(op.rows_end - op.rows_begin) * hidden;
   return world.recv(dst, count, DType::kF32, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
 }
@@ -331,14 +346,18 @@ Status RankRuntime::Impl::boundary_gather(const Op& op, Communicator& comm) {
   HEXI_TRY(comm.all_gather(gather_in.get(), gather_out.get(), piece_rows * h, DType::kF32));
   for (std::size_t i = 0; i < t; ++i) {
     if (i == me) continue;
-    HEXI_TRY(be.copy(dst + lo(i) * h, gather_out.get() + i * piece_rows * h, (lo(i + 1) - lo(i)) * h * sizeof(float)));
+    HEXI_TRY(be.copy(dst + lo(i) * h, gather_out.get() + i * piece_rows * h,
+                     (lo(i + 1) - lo(i)) * h * sizeof(float)));
   }
   return {};
 }
 
 Status RankRuntime::Impl::run_collective(const Op& op) {
-  Communicator* comm = op.group >= 0 && op.group < static_cast<int>(groups.size()) ? groups[op.group].get() : nullptr;
-  if (comm == nullptr) return failure("this device is not a member of group " + std::to_string(op.group));
+  Communicator* comm = op.group >= 0 && op.group < static_cast<int>(groups.size())
+                           ? groups[op.group].get()
+                           : nullptr;
+  if (comm == nullptr)
+    return failure("this device is not a member of group " + std::to_string(op.group));
   switch (op.tensor) {
     case TensorKind::kActivation:
     case TensorKind::kActivationGrad:
@@ -355,14 +374,15 @@ Status RankRuntime::Impl::run_collective(const Op& op) {
     case TensorKind::kReplicas:
       return replicas(op, *comm);
   }
-  return failure("the engine has no implementation of " + std::string(to_string(op.collective)) + " on " +
-                 std::string(to_string(op.tensor)));
+  return failure("the engine has no implementation of " + std::string(to_string(op.collective)) +
+                 " on " + std::string(to_string(op.tensor)));
 }
 
 std::string describe_op(const Program& p, int id) {
   const Op& op = p.ops[id];
   std::string text = "op " + std::to_string(id) + " (";
-  const std::string mb = op.micro_batch >= 0 ? " of micro-batch " + std::to_string(op.micro_batch) : "";
+  const std::string mb =
+      op.micro_batch >= 0 ? " of micro-batch " + std::to_string(op.micro_batch) : "";
   switch (op.kind) {
     case OpKind::kCompute:
       text += std::string(to_string(op.compute));
@@ -371,13 +391,15 @@ std::string describe_op(const Program& p, int id) {
       break;
     case OpKind::kSend:
     case OpKind::kRecv:
-      text += std::string(op.kind == OpKind::kSend ? "send " : "recv ") + std::string(to_string(op.tensor)) +
-              " rows [" + std::to_string(op.rows_begin) + ", " + std::to_string(op.rows_end) + ")" + mb +
-              (op.kind == OpKind::kSend ? " to device " : " from device ") + std::to_string(op.peer);
+      text += std::string(op.kind == OpKind::kSend ? "send " : "recv ") +
+              std::string(to_string(op.tensor)) + " rows [" + std::to_string(op.rows_begin) + ", " +
+              std::to_string(op.rows_end) + ")" + mb +
+              (op.kind == OpKind::kSend ? " to device " : " from device ") +
+              std::to_string(op.peer);
       break;
     case OpKind::kCollective: {
-      text += std::string(to_string(op.collective)) + " " + std::string(to_string(op.tensor)) + mb + " on group " +
-              std::to_string(op.group) + " [devices";
+      text += std::string(to_string(op.collective)) + " " + std::string(to_string(op.tensor)) + mb +
+              " on group " + std::to_string(op.group) + " [devices";
       for (int d : p.groups[op.group].devices) text += " " + std::to_string(d);
       text += "]";
       if (op.bucket >= 0) text += ", bucket " + std::to_string(op.bucket);

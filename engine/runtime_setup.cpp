@@ -34,7 +34,8 @@ Status RankRuntime::Impl::setup() {
                      " devices but the job has " + std::to_string(world.size()) + " ranks");
   }
   if (prog.granularity != Granularity::kLayer) {
-    return bad_input("the engine executes layer-granularity programs (got a stage-granularity one)");
+    return bad_input(
+        "the engine executes layer-granularity programs (got a stage-granularity one)");
   }
   lay = &prog.devices[world.rank()];
   auto d = llama_dims(model);
@@ -44,12 +45,14 @@ Status RankRuntime::Impl::setup() {
     return bad_input("the data source gives sequences of " + std::to_string(data.seq_len()) +
                      " tokens, the program trains on " + std::to_string(prog.seq_len));
   }
-  kernels::TpShard shard{lay->head_begin, lay->head_end, lay->ffn_begin,
+  kernels::TpShard shard{lay->head_begin, lay->head_end,    lay->ffn_begin,
                          lay->ffn_end,    lay->vocab_begin, lay->vocab_end};
   if (std::string why = kernels::validate_shard(dims, shard); !why.empty()) {
-    return bad_input("device " + std::to_string(lay->device) + ": its TP shard cannot be run: " + why);
+    return bad_input("device " + std::to_string(lay->device) +
+                     ": its TP shard cannot be run: " + why);
   }
-  if (kernels::kv_begin(dims, shard) != lay->kv_begin || kernels::kv_end(dims, shard) != lay->kv_end) {
+  if (kernels::kv_begin(dims, shard) != lay->kv_begin ||
+      kernels::kv_end(dims, shard) != lay->kv_end) {
     return failure("device " + std::to_string(lay->device) +
                    ": the program's KV-head range differs from the kernels' for the same heads");
   }
@@ -58,7 +61,8 @@ Status RankRuntime::Impl::setup() {
   hidden = dims.hidden;
   layers = lay->layer_end - lay->layer_begin;
   rank_of_device.assign(prog.num_devices, -1);
-  for (std::size_t r = 0; r < prog.devices.size(); ++r) rank_of_device[prog.devices[r].device] = static_cast<int>(r);
+  for (std::size_t r = 0; r < prog.devices.size(); ++r)
+    rank_of_device[prog.devices[r].device] = static_cast<int>(r);
   // Pipelines take consecutive shares of the global batch, in pipeline order.
   std::map<int, int> batch_of;
   for (const auto& l : prog.devices) batch_of[l.pipeline] = l.micro_batch * l.micro_batches;
@@ -80,7 +84,8 @@ Status RankRuntime::Impl::setup_groups() {
     if (std::find(devs.begin(), devs.end(), lay->device) == devs.end()) continue;
     std::vector<int> members;
     for (int dv : devs) members.push_back(rank_of_device[dv]);
-    progress.enter([g] { return "set-up: creating communicator group " + std::to_string(g); }, true);
+    progress.enter([g] { return "set-up: creating communicator group " + std::to_string(g); },
+                   true);
     auto comm = world.subgroup(members);
     HEXI_TRY(comm);
     groups[g] = std::move(*comm);
@@ -112,7 +117,8 @@ Status RankRuntime::Impl::setup_buckets() {
   for (const auto& t : layout.tensors) {
     if (!t.replicated) continue;
     if (lay->tp_rank > 0) std::fill_n(owned.begin() + t.offset, t.size(), 0);
-    for (std::size_t i = 0; i < t.size(); ++i) rep.push_back(static_cast<std::int64_t>(t.offset + i));
+    for (std::size_t i = 0; i < t.size(); ++i)
+      rep.push_back(static_cast<std::int64_t>(t.offset + i));
   }
   std::size_t flat_size = lay->tp > 1 ? rep.size() : 0;
   for (std::size_t b = 0; b < prog.buckets.size(); ++b) {
@@ -133,7 +139,8 @@ Status RankRuntime::Impl::setup_buckets() {
     const std::size_t n = devs.size();
     // ZeRO-1: member i owns [i*E/n, (i+1)*E/n) (program.hpp); ZeRO-0: everyone all of it.
     for (std::size_t i = 0; i <= n; ++i) st.piece.push_back(i * st.elements / n);
-    for (std::size_t i = 0; i < n; ++i) st.chunk = std::max(st.chunk, st.piece[i + 1] - st.piece[i]);
+    for (std::size_t i = 0; i < n; ++i)
+      st.chunk = std::max(st.chunk, st.piece[i + 1] - st.piece[i]);
     for (auto i : idx) owned[i] = 0;
     const std::size_t lo = prog.zero_stage >= 1 ? st.piece[st.member] : 0;
     const std::size_t hi = prog.zero_stage >= 1 ? st.piece[st.member + 1] : st.elements;
@@ -183,7 +190,8 @@ Status RankRuntime::Impl::setup_slots() {
   for (int i = 0; i < count; ++i) {
     const int j = prog.ops[lay->op_begin + i].micro_batch;
     if (j < 0) continue;
-    if (j >= lay->micro_batches) return failure("op " + std::to_string(lay->op_begin + i) + ": micro-batch out of range");
+    if (j >= lay->micro_batches)
+      return failure("op " + std::to_string(lay->op_begin + i) + ": micro-batch out of range");
     if (first[j] < 0) first[j] = i;
     last[j] = i;
   }

@@ -19,8 +19,10 @@ Result<AxisOf> axis_of(const std::string& param, const kernels::LlamaDims& d) {
   }
   if (param == "w_down") return AxisOf{Axis::kCols, 1};
   if (param == "attn_norm" || param == "mlp_norm" || param == "final_norm") return AxisOf{};
-  return failure("the engine runs Llama models (SwiGLU, RMSNorm, no biases, untied head); "
-                 "the program synchronises parameter \"" + param + "\", which it does not have");
+  return failure(
+      "the engine runs Llama models (SwiGLU, RMSNorm, no biases, untied head); "
+      "the program synchronises parameter \"" +
+      param + "\", which it does not have");
 }
 
 }  // namespace

@@ -67,8 +67,12 @@ std::string Progress::describe() const {
   return what_ ? what_() : std::string("starting up");
 }
 
-Watchdog::Watchdog(const Progress& progress, double timeout_s, double comm_grace_s, Handler on_timeout)
-    : progress_(progress), timeout_s_(timeout_s), grace_s_(comm_grace_s), handler_(std::move(on_timeout)) {
+Watchdog::Watchdog(const Progress& progress, double timeout_s, double comm_grace_s,
+                   Handler on_timeout)
+    : progress_(progress),
+      timeout_s_(timeout_s),
+      grace_s_(comm_grace_s),
+      handler_(std::move(on_timeout)) {
   if (timeout_s_ > 0) thread_ = std::thread([this] { loop(); });
 }
 
