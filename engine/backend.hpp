@@ -106,7 +106,8 @@ class Backend {
   // ---- ordering and timing ---------------------------------------------------------------
   virtual Status synchronize() = 0;
   // Records a timestamp in stream order (cpu: now; cuda: a cudaEvent). mark_times()
-  // synchronizes and returns every mark since the last clear, in seconds after the first.
+  // synchronizes and returns every mark since the last clear in seconds on the host's
+  // steady clock (std::chrono::steady_clock, comparable across processes of a machine).
   virtual void mark() = 0;
   virtual Result<std::vector<double>> mark_times() = 0;
   virtual void clear_marks() = 0;

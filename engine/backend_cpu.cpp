@@ -156,7 +156,7 @@ class CpuBackend final : public Backend {
     std::vector<double> out;
     out.reserve(marks_.size());
     for (const auto& t : marks_)
-      out.push_back(std::chrono::duration<double>(t - marks_.front()).count());
+      out.push_back(std::chrono::duration<double>(t.time_since_epoch()).count());
     return out;
   }
   void clear_marks() override { marks_.clear(); }

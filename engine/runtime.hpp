@@ -50,7 +50,7 @@ struct RuntimeOptions {
   Fault fault;               // injected failure (tests), none by default
 };
 
-// One executed op: program op id, start and end in seconds after the step's first op.
+// One executed op: program op id, start and end in seconds on the host steady clock.
 struct OpTime {
   int op = 0;
   double start_s = 0;
