@@ -62,9 +62,9 @@ Result<StepStats> RankRuntime::Impl::step() {
           return "step " + std::to_string(step_now) + ", " + describe_op(prog, id);
         },
         op.kind != OpKind::kCompute);
-    if (opt.fault.hits(world.rank(), step_now, i)) HEXI_TRY(inject_fault(i));
     be.mark();
-    if (Status s = run_op(op); !s.ok()) {
+    if (Status s = opt.fault.hits(world.rank(), step_now, i) ? inject_fault(i) : run_op(op);
+        !s.ok()) {
       return Error{s.error().kind, "device " + std::to_string(lay->device) + ", step " +
                                        std::to_string(step_now) + ", " + describe_op(prog, id) +
                                        ": " + s.error().message};
@@ -97,11 +97,9 @@ Result<StepStats> RankRuntime::Impl::step() {
 }
 
 Status RankRuntime::Impl::inject_fault(int op_index) {
-  const std::string where = "device " + std::to_string(lay->device) + ", step " +
-                            std::to_string(steps) + ", op index " + std::to_string(op_index);
   switch (opt.fault.mode) {
     case Fault::Mode::kError:
-      return failure("injected fault (HEXISIM_FAULT) at " + where);
+      return failure("injected fault (HEXISIM_FAULT) at op index " + std::to_string(op_index));
     case Fault::Mode::kCrash:
       std::fflush(nullptr);
       std::raise(SIGKILL);

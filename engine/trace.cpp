@@ -48,12 +48,22 @@ std::string trace_events(const Program& p, int device, const std::string& device
                          const std::vector<StepStats>& steps, double t0) {
   const DeviceLayout* l = p.layout(device);
   std::string out;
-  out += format(R"x({"name": "process_name", "ph": "M", "pid": %d, "args": {"name": "device %d %s (pipeline %d, stage %d, tp rank %d)"}})x",
-                device, device, device_name.c_str(), l->pipeline, l->stage, l->tp_rank) + "\n";
-  out += format(R"x({"name": "process_sort_index", "ph": "M", "pid": %d, "args": {"sort_index": %d}})x", device, device) + "\n";
+  out +=
+      format(
+          R"x({"name": "process_name", "ph": "M", "pid": %d, "args": {"name": "device %d %s (pipeline %d, stage %d, tp rank %d)"}})x",
+          device, device, device_name.c_str(), l->pipeline, l->stage, l->tp_rank) +
+      "\n";
+  out +=
+      format(
+          R"x({"name": "process_sort_index", "ph": "M", "pid": %d, "args": {"sort_index": %d}})x",
+          device, device) +
+      "\n";
   for (Stream s : {Stream::kCompute, Stream::kP2p, Stream::kGather, Stream::kDp}) {
-    out += format(R"x({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": "%s"}})x", device,
-                  static_cast<int>(s), std::string(to_string(s)).c_str()) + "\n";
+    out +=
+        format(
+            R"x({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": "%s"}})x",
+            device, static_cast<int>(s), std::string(to_string(s)).c_str()) +
+        "\n";
   }
   for (const StepStats& st : steps) {
     for (const OpTime& t : st.ops) {
@@ -62,17 +72,29 @@ std::string trace_events(const Program& p, int device, const std::string& device
       const int tid = static_cast<int>(op.stream);
       const double ts = (t.start_s - t0) * 1e6, te = (t.end_s - t0) * 1e6;
       if (op.stream == Stream::kP2p) {
-        out += format(R"x({"name": "%s", "cat": "p2p", "ph": "b", "id": %d, "pid": %d, "tid": %d, "ts": %.3f, "args": {"op": %d, "step": %d, "bytes": %.0f}})x",
-                      label.c_str(), t.op, device, tid, ts, t.op, st.step, engine_bytes(p, op)) + "\n";
-        out += format(R"x({"name": "%s", "cat": "p2p", "ph": "e", "id": %d, "pid": %d, "tid": %d, "ts": %.3f})x",
-                      label.c_str(), t.op, device, tid, te) + "\n";
+        out +=
+            format(
+                R"x({"name": "%s", "cat": "p2p", "ph": "b", "id": %d, "pid": %d, "tid": %d, "ts": %.3f, "args": {"op": %d, "step": %d, "bytes": %.0f}})x",
+                label.c_str(), t.op, device, tid, ts, t.op, st.step, engine_bytes(p, op)) +
+            "\n";
+        out +=
+            format(
+                R"x({"name": "%s", "cat": "p2p", "ph": "e", "id": %d, "pid": %d, "tid": %d, "ts": %.3f})x",
+                label.c_str(), t.op, device, tid, te) +
+            "\n";
       } else if (op.kind == OpKind::kCompute) {
-        out += format(R"x({"name": "%s", "cat": "compute", "ph": "X", "pid": %d, "tid": 0, "ts": %.3f, "dur": %.3f, "args": {"op": %d, "step": %d}})x",
-                      label.c_str(), device, ts, te - ts, t.op, st.step) + "\n";
+        out +=
+            format(
+                R"x({"name": "%s", "cat": "compute", "ph": "X", "pid": %d, "tid": 0, "ts": %.3f, "dur": %.3f, "args": {"op": %d, "step": %d}})x",
+                label.c_str(), device, ts, te - ts, t.op, st.step) +
+            "\n";
       } else {
-        out += format(R"x({"name": "%s", "cat": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f, "args": {"op": %d, "step": %d, "bytes": %.0f, "group": %d}})x",
-                      label.c_str(), std::string(to_string(op.stream)).c_str(), device, tid, ts, te - ts, t.op,
-                      st.step, engine_bytes(p, op), op.group) + "\n";
+        out +=
+            format(
+                R"x({"name": "%s", "cat": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f, "args": {"op": %d, "step": %d, "bytes": %.0f, "group": %d}})x",
+                label.c_str(), std::string(to_string(op.stream)).c_str(), device, tid, ts, te - ts,
+                t.op, st.step, engine_bytes(p, op), op.group) +
+            "\n";
       }
     }
   }
@@ -93,8 +115,8 @@ std::string trace_document(const std::vector<std::string>& per_device, const Jso
       start = end + 1;
     }
   }
-  return "{\"displayTimeUnit\": \"ms\", \"otherData\": " + other_data.dump() + ", \"traceEvents\": [" + body +
-         "\n]}\n";
+  return "{\"displayTimeUnit\": \"ms\", \"otherData\": " + other_data.dump() +
+         ", \"traceEvents\": [" + body + "\n]}\n";
 }
 
 Result<std::vector<std::string>> gather_strings(Communicator& world, const std::string& mine) {
@@ -163,7 +185,8 @@ void merge(OpClasses& into, const OpClasses& from) {
 Json to_json(const OpClasses& classes) {
   Json out = Json::object();
   for (const auto& [name, c] : classes) {
-    out[name] = {{"count", c.count}, {"seconds", c.seconds}, {"flops", c.flops}, {"bytes", c.bytes}};
+    out[name] = {
+        {"count", c.count}, {"seconds", c.seconds}, {"flops", c.flops}, {"bytes", c.bytes}};
   }
   return out;
 }
@@ -171,7 +194,8 @@ Json to_json(const OpClasses& classes) {
 OpClasses op_classes_from_json(const Json& json) {
   OpClasses out;
   for (const auto& [name, c] : json.items()) {
-    out[name] = {c.value("count", 0), c.value("seconds", 0.0), c.value("flops", 0.0), c.value("bytes", 0.0)};
+    out[name] = {c.value("count", 0), c.value("seconds", 0.0), c.value("flops", 0.0),
+                 c.value("bytes", 0.0)};
   }
   return out;
 }

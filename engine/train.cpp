@@ -72,13 +72,14 @@ Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
   }
   LowerOptions lo;
   lo.scenario = job.scenario.name;
-  auto program = lower_plan(*plan, job.scenario.cluster, job.scenario.model, job.scenario.training, lo,
-                            job.plan_path);
+  auto program = lower_plan(*plan, job.scenario.cluster, job.scenario.model, job.scenario.training,
+                            lo, job.plan_path);
   HEXI_TRY(program);
   job.program = std::move(*program);
   HEXI_TRY(llama_dims(job.scenario.model));
-  auto corpus = CorpusSource::load(o.corpus.empty() ? default_corpus() : std::filesystem::path(o.corpus),
-                                   job.scenario.training.seq_len, o.data_seed);
+  auto corpus =
+      CorpusSource::load(o.corpus.empty() ? default_corpus() : std::filesystem::path(o.corpus),
+                         job.scenario.training.seq_len, o.data_seed);
   HEXI_TRY(corpus);
   job.data = std::make_unique<CorpusSource>(std::move(*corpus));
   const char* fault = std::getenv("HEXISIM_FAULT");
@@ -116,7 +117,8 @@ void print_header(const TrainOptions& o, const Job& job, int first_step) {
   const Program& p = job.program;
   std::printf("hexisim train: %s, plan %s: %zu devices, %s, backend %s, %d ops per step%s\n",
               job.scenario.name.c_str(), job.plan_path.c_str(), p.devices.size(),
-              std::string(to_string(p.schedule)).c_str(), job.backend->describe().c_str(), p.num_ops(),
+              std::string(to_string(p.schedule)).c_str(), job.backend->describe().c_str(),
+              p.num_ops(),
               first_step > 0 ? (", resumed at step " + std::to_string(first_step)).c_str() : "");
   std::printf("  %6s  %10s  %10s  %10s\n", "step", "loss", "time s", "tokens/s");
   std::printf("  %6s  %10s  %10s  %10s\n", "------", "----------", "----------", "----------");
@@ -151,8 +153,9 @@ Status write_trace(Communicator& world, const TrainOptions& o, const Job& job, i
   auto all = gather_strings(world, events);
   HEXI_TRY(all);
   if (world.rank() != 0) return {};
-  Json other = {{"source", "hexisim train"}, {"scenario", job.scenario.name}, {"plan", job.plan_path},
-                {"backend", job.backend->describe()}, {"steps", steps.size()}, {"measured", true}};
+  Json other = {{"source", "hexisim train"}, {"scenario", job.scenario.name},
+                {"plan", job.plan_path},     {"backend", job.backend->describe()},
+                {"steps", steps.size()},     {"measured", true}};
   FILE* f = std::fopen(o.trace.c_str(), "wb");
   if (f == nullptr) return failure(o.trace + ": cannot open the trace file for writing");
   const std::string doc = trace_document(*all, other);
@@ -161,9 +164,11 @@ Status write_trace(Communicator& world, const TrainOptions& o, const Job& job, i
   return {};
 }
 
-int train_rank(const TrainOptions& o, MpiSession& session, Communicator& world, Progress& progress) {
+int train_rank(const TrainOptions& o, MpiSession& session, Communicator& world,
+               Progress& progress) {
   const int rank = world.rank();
-  progress.enter([] { return std::string("set-up: loading the scenario, plan and corpus"); }, false);
+  progress.enter([] { return std::string("set-up: loading the scenario, plan and corpus"); },
+                 false);
   auto job = load_job(o, world.size(), rank);
   if (int code = agree(world, job.ok() ? Status{} : Status{job.error()}); code != 0) return code;
   // From here on a failure on one rank may leave others inside collectives: abort.
@@ -186,8 +191,8 @@ int train_rank(const TrainOptions& o, MpiSession& session, Communicator& world, 
   ro.adamw = o.adamw;
   ro.init.seed = o.init_seed;
   ro.fault = job->fault;
-  auto rt = RankRuntime::create(job->program, job->scenario.model, *device_world, *job->backend, *job->data, ro,
-                                progress);
+  auto rt = RankRuntime::create(job->program, job->scenario.model, *device_world, *job->backend,
+                                *job->data, ro, progress);
   if (!rt.ok()) abort_job(rank, rt.error());
   if (!o.resume.empty()) {
     if (int code = agree(world, (*rt)->load(o.resume)); code != 0) return code;
@@ -213,7 +218,8 @@ int train_rank(const TrainOptions& o, MpiSession& session, Communicator& world, 
     totals.losses.push_back(sums[0] / sums[1]);
     totals.times.push_back(seconds);
     if (rank == 0 && !o.json) {
-      std::printf("  %6d  %10.6f  %10.5f  %10.0f\n", st->step, sums[0] / sums[1], seconds, tokens / seconds);
+      std::printf("  %6d  %10.6f  %10.5f  %10.0f\n", st->step, sums[0] / sums[1], seconds,
+                  tokens / seconds);
       std::fflush(stdout);
     }
     done.push_back(std::move(*st));
@@ -230,7 +236,8 @@ int train_rank(const TrainOptions& o, MpiSession& session, Communicator& world, 
   auto classes = gather_classes(world, op_classes(job->program, steady));
   if (!classes.ok()) abort_job(rank, classes.error());
   if (!o.trace.empty()) {
-    if (int code = agree(world, write_trace(world, o, *job, (*rt)->device(), done, t0)); code != 0) return code;
+    if (int code = agree(world, write_trace(world, o, *job, (*rt)->device(), done, t0)); code != 0)
+      return code;
   }
   if (rank != 0) return 0;
   double class_seconds = 0;
@@ -238,19 +245,28 @@ int train_rank(const TrainOptions& o, MpiSession& session, Communicator& world, 
   if (o.json) {
     Json steps = Json::array();
     for (std::size_t k = 0; k < done.size(); ++k) {
-      steps.push_back({{"step", done[k].step}, {"loss", totals.losses[k]}, {"time_s", totals.times[k]}});
+      steps.push_back(
+          {{"step", done[k].step}, {"loss", totals.losses[k]}, {"time_s", totals.times[k]}});
     }
-    Json out = {{"scenario", job->scenario.name}, {"plan", job->plan_path}, {"backend", job->backend->name()},
-                {"backend_description", job->backend->describe()}, {"devices", job->program.devices.size()},
-                {"ops_per_step", job->program.num_ops()}, {"first_step", first_step}, {"losses", totals.losses},
-                {"step_times_s", totals.times}, {"steps", steps}, {"iteration_time_s", iteration},
-                {"tokens_per_s", tokens / iteration}, {"op_classes", to_json(*classes)},
+    Json out = {{"scenario", job->scenario.name},
+                {"plan", job->plan_path},
+                {"backend", job->backend->name()},
+                {"backend_description", job->backend->describe()},
+                {"devices", job->program.devices.size()},
+                {"ops_per_step", job->program.num_ops()},
+                {"first_step", first_step},
+                {"losses", totals.losses},
+                {"step_times_s", totals.times},
+                {"steps", steps},
+                {"iteration_time_s", iteration},
+                {"tokens_per_s", tokens / iteration},
+                {"op_classes", to_json(*classes)},
                 {"trace", o.trace.empty() ? Json(nullptr) : Json(o.trace)},
                 {"checkpoint", o.save.empty() ? Json(nullptr) : Json(o.save)}};
     std::cout << out.dump(2) << "\n";
   } else {
-    std::printf("\n  iteration time %.5f s (mean of steps after the first), %.0f tokens/s\n", iteration,
-                tokens / iteration);
+    std::printf("\n  iteration time %.5f s (mean of steps after the first), %.0f tokens/s\n",
+                iteration, tokens / iteration);
     print_classes(*classes, class_seconds);
     if (!o.trace.empty()) std::printf("\n  trace: %s\n", o.trace.c_str());
     if (!o.save.empty()) std::printf("  checkpoint: %s\n", o.save.c_str());
