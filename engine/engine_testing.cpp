@@ -272,6 +272,7 @@ Result<OracleInputs> load_oracle_inputs() {
   in.loss_after_1 = o.loss_after_1;
   in.loss_after_2 = o.loss_after_2;
   in.batch = o.batch;
+  in.dims = o.dims;
   return in;
 }
 

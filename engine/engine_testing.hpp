@@ -90,6 +90,7 @@ struct OracleInputs {
   kernels::Params<float> grads;
   double loss = 0, loss_after_1 = 0, loss_after_2 = 0;
   int batch = 0;
+  kernels::LlamaDims dims;
 };
 Result<OracleInputs> load_oracle_inputs();
 // Human-readable table of the comparison (for test output and reports).
