@@ -22,7 +22,8 @@ class MpiPlan : public ::testing::Test {
   void SetUp() override {
     const char* sc = std::getenv("HEXISIM_TEST_SCENARIO");
     const char* plan = std::getenv("HEXISIM_TEST_PLAN");
-    ASSERT_TRUE(sc != nullptr && plan != nullptr) << "set HEXISIM_TEST_SCENARIO and HEXISIM_TEST_PLAN";
+    ASSERT_TRUE(sc != nullptr && plan != nullptr)
+        << "set HEXISIM_TEST_SCENARIO and HEXISIM_TEST_PLAN";
     plan_ = plan;
     auto program = lower_shipped(sc, plan, &scenario_);
     ASSERT_TRUE(program.ok()) << program.error().message;
@@ -32,7 +33,8 @@ class MpiPlan : public ::testing::Test {
     auto w = (*session)->world();
     ASSERT_TRUE(w.ok());
     world_ = std::move(*w);
-    ASSERT_EQ(world_->size(), static_cast<int>(program_.devices.size())) << "run with mpirun -np <plan devices>";
+    ASSERT_EQ(world_->size(), static_cast<int>(program_.devices.size()))
+        << "run with mpirun -np <plan devices>";
   }
 
   // A failure on any rank ends the job (other ranks would wait for its results).
@@ -54,7 +56,8 @@ class MpiPlan : public ::testing::Test {
 TEST_F(MpiPlan, MatchesPyTorchOracle) {
   auto oracle = load_oracle_inputs();
   ASSERT_TRUE(oracle.ok()) << oracle.error().message;
-  if (scenario_.model.layers != oracle->dims.layers || scenario_.training.seq_len != oracle->data->seq_len()) {
+  if (scenario_.model.layers != oracle->dims.layers ||
+      scenario_.training.seq_len != oracle->data->seq_len()) {
     GTEST_SKIP() << scenario_.model.name << " is not the oracle's model (tiny-llama, sequence 32)";
   }
   Trajectory got = run(*oracle->data, oracle->options, 3);
@@ -63,11 +66,13 @@ TEST_F(MpiPlan, MatchesPyTorchOracle) {
   EXPECT_NEAR(got.losses[1], oracle->loss_after_1, 2e-5);
   EXPECT_NEAR(got.losses[2], oracle->loss_after_2, 2e-5);
   const auto errors = compare(oracle->grads, got.grads_first, 1e-5, 1e-4);
-  std::printf("oracle comparison, %s on %s (%zu MPI ranks): loss %.7f (torch %.7f), after 1 step %.7f (%.7f), "
-              "after 2 %.7f (%.7f)\n%s",
-              plan_.c_str(), scenario_.name.c_str(), program_.devices.size(), got.losses[0], oracle->loss,
-              got.losses[1], oracle->loss_after_1, got.losses[2], oracle->loss_after_2,
-              format_errors(errors).c_str());
+  std::printf(
+      "oracle comparison, %s on %s (%zu MPI ranks): loss %.7f (torch %.7f), after 1 step %.7f "
+      "(%.7f), "
+      "after 2 %.7f (%.7f)\n%s",
+      plan_.c_str(), scenario_.name.c_str(), program_.devices.size(), got.losses[0], oracle->loss,
+      got.losses[1], oracle->loss_after_1, got.losses[2], oracle->loss_after_2,
+      format_errors(errors).c_str());
   for (const auto& e : errors) EXPECT_TRUE(e.ok) << e.name;
 }
 
@@ -76,7 +81,8 @@ TEST_F(MpiPlan, MatchesSingleProcessAfterOneAndTenSteps) {
   ASSERT_TRUE(corpus.ok()) << corpus.error().message;
   Trajectory got = run(*corpus, RuntimeOptions{}, 10);
   if (world_->rank() != 0) return;
-  Trajectory ref = run_reference(scenario_.model, scenario_.training.global_batch, *corpus, RuntimeOptions{}, 10);
+  Trajectory ref = run_reference(scenario_.model, scenario_.training.global_batch, *corpus,
+                                 RuntimeOptions{}, 10);
   double loss_err = 0;
   for (int k = 0; k < 10; ++k) {
     EXPECT_NEAR(got.losses[k], ref.losses[k], 1e-5 * ref.losses[k]) << "step " << k;
@@ -86,10 +92,12 @@ TEST_F(MpiPlan, MatchesSingleProcessAfterOneAndTenSteps) {
   const TensorError b = worst(compare(ref.grads_last, got.grads_last, 1e-4, 1e-3));
   const TensorError c = worst(compare(ref.params_last, got.params_last, 1e-4, 1e-3));
   EXPECT_TRUE(a.ok && b.ok && c.ok);
-  std::printf("single-process comparison, %s on %s (%zu MPI ranks): losses %.6f -> %.6f (max rel err %.1e); "
-              "max abs/rel err: grads step 1 %.1e/%.1e, step 10 %.1e/%.1e, params after 10 %.1e/%.1e\n",
-              plan_.c_str(), scenario_.name.c_str(), program_.devices.size(), got.losses[0], got.losses[9], loss_err,
-              a.max_abs, a.max_rel, b.max_abs, b.max_rel, c.max_abs, c.max_rel);
+  std::printf(
+      "single-process comparison, %s on %s (%zu MPI ranks): losses %.6f -> %.6f (max rel err "
+      "%.1e); "
+      "max abs/rel err: grads step 1 %.1e/%.1e, step 10 %.1e/%.1e, params after 10 %.1e/%.1e\n",
+      plan_.c_str(), scenario_.name.c_str(), program_.devices.size(), got.losses[0], got.losses[9],
+      loss_err, a.max_abs, a.max_rel, b.max_abs, b.max_rel, c.max_abs, c.max_rel);
 }
 
 }  // namespace
