@@ -25,9 +25,13 @@ struct Outcome {
   double seconds = 0;
 };
 
-std::string root() {
-  return std::getenv("HEXISIM_ROOT");
+// $HEXISIM_ROOT / $HEXISIM_BIN when set, else the paths this test was built with.
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
 }
+std::string root() { return env_or("HEXISIM_ROOT", HEXISIM_TEST_ROOT); }
+std::string bin() { return env_or("HEXISIM_BIN", HEXISIM_TEST_BIN); }
 std::string plan(const std::string& name) {
   return root() + "/scenarios/plans/" + name + ".json";
 }
@@ -37,7 +41,7 @@ Outcome train(int np, const std::string& args, const std::string& env = "",
               const std::string& stdout_file = "") {
   const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env +
                           " mpirun -np " + std::to_string(np) + " --oversubscribe " +
-                          std::getenv("HEXISIM_BIN") + " train " + args +
+                          bin() + " train " + args +
                           (stdout_file.empty() ? " 2>&1" : " 2>&1 >" + stdout_file);
   const auto t0 = std::chrono::steady_clock::now();
   FILE* pipe = popen(cmd.c_str(), "r");
