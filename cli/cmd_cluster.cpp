@@ -84,7 +84,8 @@ void print_cluster(const Cluster& c) {
   Table t({"GPU type", "count", "TFLOP/s each", "PFLOP/s total", "GiB each"});
   for (const auto& g : c.gpu_types()) {
     int n = types[g.name];
-    t.add({g.name, std::to_string(n), fmt(g.tflops, 1), fmt(n * g.tflops / 1e3, 3), fmt(g.memory_gib, 0)});
+    t.add({g.name, std::to_string(n), fmt(g.tflops, 1), fmt(n * g.tflops / 1e3, 3),
+           fmt(g.memory_gib, 0)});
   }
   t.print(std::cout);
   std::cout << "\n";
@@ -94,11 +95,12 @@ void print_cluster(const Cluster& c) {
     const Machine& m = c.machines()[i];
     mt.add({m.name, c.gpu_types()[m.gpu_type].name, std::to_string(m.num_gpus),
             std::to_string(m.first_device) + "-" + std::to_string(m.first_device + m.num_gpus - 1),
-            std::string(to_string(m.intra_kind)), fmt(m.intra_Bps / 1e9, 1), fmt(m.nic_Bps / 1e9, 1),
-            c.leaves()[m.leaf].name});
+            std::string(to_string(m.intra_kind)), fmt(m.intra_Bps / 1e9, 1),
+            fmt(m.nic_Bps / 1e9, 1), c.leaves()[m.leaf].name});
   }
   mt.print(std::cout);
-  if (shown < c.machines().size()) std::cout << "  ... " << c.machines().size() - shown << " more machines\n";
+  if (shown < c.machines().size())
+    std::cout << "  ... " << c.machines().size() - shown << " more machines\n";
   std::cout << "\n";
   print_link_classes(c);
   auto parts = c.connected_parts();
@@ -158,26 +160,31 @@ void add_cluster_commands(CLI::App& app, Runner& run) {
   cluster->require_subcommand(1);
 
   auto show = std::make_shared<ShowOptions>();
-  auto* s = cluster->add_subcommand("show", "Summarise a cluster: GPU counts, peak PFLOP/s, memory, machines, links");
+  auto* s = cluster->add_subcommand(
+      "show", "Summarise a cluster: GPU counts, peak PFLOP/s, memory, machines, links");
   s->add_option("FILE", show->file, "Cluster file, or the name of a shipped cluster")->required();
   s->add_flag("--json", show->json, "Print one JSON object instead of tables");
   s->callback([&run, show] { run = [show] { return run_show(*show); }; });
 
   auto gen = std::make_shared<GenOptions>();
   auto* g = cluster->add_subcommand("gen", "Generate a cluster file from a GPU mix");
-  g->add_option("--mix", gen->mix, "TYPE:MACHINESxGPUS[,...], e.g. A100:4x8,RTX4090:8x8")->required();
+  g->add_option("--mix", gen->mix, "TYPE:MACHINESxGPUS[,...], e.g. A100:4x8,RTX4090:8x8")
+      ->required();
   g->add_option("--out", gen->out, "Cluster file to write")->required();
   g->add_option("--name", gen->fabric.name, "Cluster name (default: derived from the mix)");
-  g->add_option("--nic-GBps", gen->fabric.nic_GBps, "NIC bandwidth per machine, GB/s, all NICs together")
+  g->add_option("--nic-GBps", gen->fabric.nic_GBps,
+                "NIC bandwidth per machine, GB/s, all NICs together")
       ->default_val(gen->fabric.nic_GBps)
       ->check(CLI::PositiveNumber);
   g->add_option("--nics", gen->fabric.nics_per_machine, "NICs per machine")
       ->default_val(gen->fabric.nics_per_machine)
       ->check(CLI::Range(1, 64));
-  g->add_option("--machines-per-leaf", gen->fabric.machines_per_leaf, "Machines per leaf switch (0: one switch)")
+  g->add_option("--machines-per-leaf", gen->fabric.machines_per_leaf,
+                "Machines per leaf switch (0: one switch)")
       ->default_val(gen->fabric.machines_per_leaf)
       ->check(CLI::Range(0, 1 << 20));
-  g->add_option("--oversubscription", gen->fabric.oversubscription, "Leaf downlink:uplink ratio (>= 1)")
+  g->add_option("--oversubscription", gen->fabric.oversubscription,
+                "Leaf downlink:uplink ratio (>= 1)")
       ->default_val(gen->fabric.oversubscription)
       ->check(CLI::Range(1.0, 1024.0));
   g->add_flag("--json", gen->json, "Print the summary as one JSON object");

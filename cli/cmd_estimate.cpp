@@ -39,7 +39,8 @@ int run_estimate(const EstimateOptions& opt) {
 void add_estimate_command(CLI::App& app, Runner& run) {
   auto opt = std::make_shared<EstimateOptions>();
   auto* cmd = app.add_subcommand("estimate", "Evaluate a plan with the closed-form cost model");
-  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")->required();
+  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
+      ->required();
   cmd->add_option("--plan", opt->plan, "Plan file (default: the scenario's \"plan\")");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->callback([&run, opt] { run = [opt] { return run_estimate(*opt); }; });

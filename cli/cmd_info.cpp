@@ -15,7 +15,8 @@ struct InfoOptions {
 int run_info(const InfoOptions& opt) {
   auto catalogs = load_catalogs();
   if (!catalogs) return report(catalogs.error());
-  Json gpus = Json::array(), models = Json::array(), clusters = Json::array(), scenarios = Json::array();
+  Json gpus = Json::array(), models = Json::array(), clusters = Json::array(),
+       scenarios = Json::array();
   for (const auto& g : catalogs->gpus.gpus()) {
     gpus.push_back({{"name", g.name},
                     {"tflops", g.tflops},
@@ -38,7 +39,8 @@ int run_info(const InfoOptions& opt) {
   for (const auto& c : shipped_clusters()) clusters.push_back(c);
   for (const auto& s : shipped_scenarios()) scenarios.push_back(s);
   if (opt.json) {
-    print_json({{"gpus", gpus}, {"models", models}, {"clusters", clusters}, {"scenarios", scenarios}});
+    print_json(
+        {{"gpus", gpus}, {"models", models}, {"clusters", clusters}, {"scenarios", scenarios}});
     return 0;
   }
   std::cout << "GPU types (dense fp16/bf16 tensor TFLOP/s, fp32 accumulate):\n";
@@ -52,8 +54,8 @@ int run_info(const InfoOptions& opt) {
   Table mt({"name", "params (B)", "layers", "hidden", "ffn", "heads", "kv heads", "vocab"});
   for (const auto& m : catalogs->models.models()) {
     mt.add({m.name, fmt(m.params() / 1e9, m.params() < 1e8 ? 5 : 2), std::to_string(m.layers),
-            std::to_string(m.hidden), std::to_string(m.ffn), std::to_string(m.heads), std::to_string(m.kv_heads),
-            std::to_string(m.vocab)});
+            std::to_string(m.hidden), std::to_string(m.ffn), std::to_string(m.heads),
+            std::to_string(m.kv_heads), std::to_string(m.vocab)});
   }
   mt.print(std::cout);
   std::cout << "\nShipped clusters (topologies/clusters/):\n";

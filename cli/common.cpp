@@ -27,7 +27,9 @@ Result<Scenario> load_scenario_arg(const std::string& ref) {
   return load_scenario(ref, catalogs->gpus, catalogs->models);
 }
 
-void print_json(const Json& json) { std::cout << json.dump(2) << "\n"; }
+void print_json(const Json& json) {
+  std::cout << json.dump(2) << "\n";
+}
 
 Status write_file(const std::string& path, const std::string& text) {
   std::error_code ec;
@@ -44,7 +46,8 @@ Status write_file(const std::string& path, const std::string& text) {
 void Table::print(std::ostream& out) const {
   std::vector<std::size_t> width(header_.size(), 0);
   auto measure = [&](const std::vector<std::string>& row) {
-    for (std::size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    for (std::size_t i = 0; i < row.size() && i < width.size(); ++i)
+      width[i] = std::max(width[i], row[i].size());
   };
   measure(header_);
   for (const auto& r : rows_) measure(r);

@@ -12,15 +12,17 @@ void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostrea
   out << "scenario " << sc.name << ": " << sc.model.name << " on " << sc.cluster.name() << " ("
       << sc.cluster.num_devices() << " GPUs), global batch " << sc.training.global_batch << " x "
       << sc.training.seq_len << " tokens\n";
-  Table t({"iteration s", "tokens/s", "MFU", "PFLOP/s", "pipelines s", "DP sync s", "optimizer s", "fits"});
+  Table t({"iteration s", "tokens/s", "MFU", "PFLOP/s", "pipelines s", "DP sync s", "optimizer s",
+           "fits"});
   t.add({fmt(est.iteration_time_s, 3), fmt(est.tokens_per_s, 0), fmt(100 * est.mfu, 1) + "%",
-         fmt(est.achieved_pflops, 3), fmt(est.pipeline_s, 3), fmt(est.dp_sync_s, 3), fmt(est.optimizer_s, 3),
-         est.feasible ? "yes" : "NO"});
+         fmt(est.achieved_pflops, 3), fmt(est.pipeline_s, 3), fmt(est.dp_sync_s, 3),
+         fmt(est.optimizer_s, 3), est.feasible ? "yes" : "NO"});
   t.print(out);
   for (const auto& p : est.problems) out << "  over memory: " << p << "\n";
 }
 
-void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est, std::ostream& out) {
+void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
+                      std::ostream& out) {
   const Cluster& c = sc.cluster;
   std::size_t dev = 0;
   for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
@@ -31,11 +33,12 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
       for (int d : s.devices) ++types[c.gpu(d).name];
     }
     std::string mix;
-    for (const auto& [name, n] : types) mix += (mix.empty() ? "" : ", ") + std::to_string(n) + "x " + name;
+    for (const auto& [name, n] : types)
+      mix += (mix.empty() ? "" : ", ") + std::to_string(n) + "x " + name;
     out << "\npipeline " << pi << ": " << mix << "; batch " << p.batch << " (" << p.micro_batches()
         << " micro-batches of " << p.micro_batch << "), " << fmt(pe.time_s, 3) << " s\n";
-    Table t({"stage", "devices", "GPU", "TP", "layers", "fwd ms", "bwd ms", "TP comm ms", "send ms", "mem GiB",
-             "free GiB"});
+    Table t({"stage", "devices", "GPU", "TP", "layers", "fwd ms", "bwd ms", "TP comm ms", "send ms",
+             "mem GiB", "free GiB"});
     for (std::size_t si = 0; si < p.stages.size(); ++si) {
       const Stage& s = p.stages[si];
       const StageEstimate& se = pe.stages[si];
@@ -47,7 +50,8 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
       }
       std::string ids;
       for (int d : s.devices) ids += (ids.empty() ? "" : ",") + std::to_string(d);
-      if (ids.size() > 24) ids = std::to_string(s.devices.front()) + ".." + std::to_string(s.devices.back());
+      if (ids.size() > 24)
+        ids = std::to_string(s.devices.front()) + ".." + std::to_string(s.devices.back());
       std::string gpus = c.gpu(s.devices.front()).name;
       for (int d : s.devices) {
         if (c.gpu(d).name != gpus) gpus = "mixed";
@@ -64,12 +68,15 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
 Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg) {
   std::string path = plan_arg;
   if (path.empty()) {
-    if (!sc.plan) return bad_input(sc.file.string() + ": no plan given: pass --plan FILE (the scenario names none)");
+    if (!sc.plan)
+      return bad_input(sc.file.string() +
+                       ": no plan given: pass --plan FILE (the scenario names none)");
     path = sc.plan->string();
   }
   auto plan = load_plan(path);
   if (!plan) return plan.error();
-  if (auto st = validate_plan(*plan, sc.cluster, sc.model, sc.training, path); !st) return st.error();
+  if (auto st = validate_plan(*plan, sc.cluster, sc.model, sc.training, path); !st)
+    return st.error();
   return plan;
 }
 

@@ -5,24 +5,15 @@
 // over the query heads of a group. Per-head GEMMs through Eigen on strided maps of the
 // (b, s, heads, d) tensors; the masked upper triangle is computed and then zeroed,
 // which keeps this reference plain at twice the minimal FLOPs.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/eigen_maps.hpp"
 
 namespace hexi::kernels::cpu {
 namespace {
-
-template <class T>
-using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using Strided = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
-template <class T>
-using ConstStrided = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
-template <class T>
-using Square = Eigen::Map<Matrix<T>>;
 
 // Geometry of one (sequence bi, query head j) pair inside the batch tensors.
 struct HeadView {
@@ -34,16 +25,16 @@ struct HeadView {
   std::size_t p_offset(int bi, int j) const { return (std::size_t(bi) * hq + j) * s * s; }
 };
 
-// In place on the (s, s) scores of one head: causal softmax of each row.
+// In place on the (s, s) scores of one head: causal softmax of each row (exponentials
+// through Eigen's vectorised exp in T, the row sum in double).
 template <class T>
 void causal_softmax(T* p, int s) {
   for (int t = 0; t < s; ++t) {
-    T* row = p + static_cast<std::size_t>(t) * s;
-    const T max = *std::max_element(row, row + t + 1);
-    double sum = 0;
-    for (int c = 0; c <= t; ++c) sum += std::exp(static_cast<double>(row[c] - max));
-    for (int c = 0; c <= t; ++c) row[c] = static_cast<T>(std::exp(double(row[c] - max)) / sum);
-    std::fill(row + t + 1, row + s, T(0));
+    auto visible = array(p + static_cast<std::size_t>(t) * s, t + 1);
+    visible = (visible - visible.maxCoeff()).exp();
+    visible /= static_cast<T>(visible.template cast<double>().sum());
+    std::fill(p + static_cast<std::size_t>(t) * s + t + 1, p + static_cast<std::size_t>(t + 1) * s,
+              T(0));
   }
 }
 
@@ -69,13 +60,13 @@ void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int
   const Eigen::OuterStride<> qs(hq * d), kvs(hk * d);
   for (int bi = 0; bi < b; ++bi) {
     for (int j = 0; j < hq; ++j) {
-      ConstStrided<T> qh(q + hv.q_offset(bi, j), s, d, qs);
-      ConstStrided<T> kh(k + hv.kv_offset(bi, j), s, d, kvs);
-      ConstStrided<T> vh(v + hv.kv_offset(bi, j), s, d, kvs);
+      ConstStridedMap<T> qh(q + hv.q_offset(bi, j), s, d, qs);
+      ConstStridedMap<T> kh(k + hv.kv_offset(bi, j), s, d, kvs);
+      ConstStridedMap<T> vh(v + hv.kv_offset(bi, j), s, d, kvs);
       T* p = probs + hv.p_offset(bi, j);
-      Square<T>(p, s, s).noalias() = (qh * kh.transpose()) * scale;
+      MatrixMap<T>(p, s, s).noalias() = (qh * kh.transpose()) * scale;
       causal_softmax(p, s);
-      Strided<T>(out + hv.q_offset(bi, j), s, d, qs).noalias() = Square<T>(p, s, s) * vh;
+      StridedMap<T>(out + hv.q_offset(bi, j), s, d, qs).noalias() = MatrixMap<T>(p, s, s) * vh;
     }
   }
 }
@@ -91,17 +82,17 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
   std::vector<T> ds(static_cast<std::size_t>(s) * s);  // dP, then dS in place
   for (int bi = 0; bi < b; ++bi) {
     for (int j = 0; j < hq; ++j) {
-      ConstStrided<T> doh(dout + hv.q_offset(bi, j), s, d, qs);
-      ConstStrided<T> qh(q + hv.q_offset(bi, j), s, d, qs);
-      ConstStrided<T> kh(k + hv.kv_offset(bi, j), s, d, kvs);
-      ConstStrided<T> vh(v + hv.kv_offset(bi, j), s, d, kvs);
-      Eigen::Map<const Matrix<T>> p(probs + hv.p_offset(bi, j), s, s);
-      Square<T> dsm(ds.data(), s, s);
+      ConstStridedMap<T> doh(dout + hv.q_offset(bi, j), s, d, qs);
+      ConstStridedMap<T> qh(q + hv.q_offset(bi, j), s, d, qs);
+      ConstStridedMap<T> kh(k + hv.kv_offset(bi, j), s, d, kvs);
+      ConstStridedMap<T> vh(v + hv.kv_offset(bi, j), s, d, kvs);
+      ConstMatrixMap<T> p(probs + hv.p_offset(bi, j), s, s);
+      MatrixMap<T> dsm(ds.data(), s, s);
       dsm.noalias() = doh * vh.transpose();
-      Strided<T>(dv + hv.kv_offset(bi, j), s, d, kvs).noalias() += p.transpose() * doh;
+      StridedMap<T>(dv + hv.kv_offset(bi, j), s, d, kvs).noalias() += p.transpose() * doh;
       softmax_backward(ds.data(), p.data(), s, scale);
-      Strided<T>(dq + hv.q_offset(bi, j), s, d, qs).noalias() = dsm * kh;
-      Strided<T>(dk + hv.kv_offset(bi, j), s, d, kvs).noalias() += dsm.transpose() * qh;
+      StridedMap<T>(dq + hv.q_offset(bi, j), s, d, qs).noalias() = dsm * kh;
+      StridedMap<T>(dk + hv.kv_offset(bi, j), s, d, kvs).noalias() += dsm.transpose() * qh;
     }
   }
 }

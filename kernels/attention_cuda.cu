@@ -16,7 +16,8 @@ constexpr int kRowsPerBlock = kThreads / kWarp;
 
 // In place on rows of length s of (rows, s) scores: causal softmax of row t = row % s.
 __global__ void causal_softmax_kernel(float* p, std::size_t rows, int s) {
-  const std::size_t row = static_cast<std::size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const std::size_t row =
+      static_cast<std::size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
   const int t = static_cast<int>(row % s);
@@ -33,7 +34,8 @@ __global__ void causal_softmax_kernel(float* p, std::size_t rows, int s) {
 // In place: dP -> dS = P * (dP - rowsum(dP * P)) * scale.
 __global__ void softmax_backward_kernel(float* dp, const float* p, std::size_t rows, int s,
                                         float scale) {
-  const std::size_t row = static_cast<std::size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const std::size_t row =
+      static_cast<std::size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
   float* dr = dp + row * s;
@@ -88,13 +90,13 @@ void attention_backward(Context& c, float* dq, float* dk, float* dv, const float
     for (int r = 0; r < bt.g(); ++r) {
       const float beta = r == 0 ? 0.f : 1.f;  // the first group member overwrites dV
       // dP = dO V^T
-      detail::gemm_batched(c, false, true, s, s, d, 1.f, dout + bt.q(bi, r), hq * d,
-                           bt.q_stride(), v + bt.kv(bi), hk * d, bt.kv_stride(), 0.f,
-                           ds.get() + bt.p(bi, r), s, bt.p_stride(), hk);
+      detail::gemm_batched(c, false, true, s, s, d, 1.f, dout + bt.q(bi, r), hq * d, bt.q_stride(),
+                           v + bt.kv(bi), hk * d, bt.kv_stride(), 0.f, ds.get() + bt.p(bi, r), s,
+                           bt.p_stride(), hk);
       // dV (+)= P^T dO
       detail::gemm_batched(c, true, false, s, d, s, 1.f, probs + bt.p(bi, r), s, bt.p_stride(),
-                           dout + bt.q(bi, r), hq * d, bt.q_stride(), beta, dv + bt.kv(bi),
-                           hk * d, bt.kv_stride(), hk);
+                           dout + bt.q(bi, r), hq * d, bt.q_stride(), beta, dv + bt.kv(bi), hk * d,
+                           bt.kv_stride(), hk);
     }
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
@@ -105,13 +107,13 @@ void attention_backward(Context& c, float* dq, float* dk, float* dv, const float
     for (int r = 0; r < bt.g(); ++r) {
       const float beta = r == 0 ? 0.f : 1.f;
       // dQ = dS K
-      detail::gemm_batched(c, false, false, s, d, s, 1.f, ds.get() + bt.p(bi, r), s,
-                           bt.p_stride(), k + bt.kv(bi), hk * d, bt.kv_stride(), 0.f,
-                           dq + bt.q(bi, r), hq * d, bt.q_stride(), hk);
+      detail::gemm_batched(c, false, false, s, d, s, 1.f, ds.get() + bt.p(bi, r), s, bt.p_stride(),
+                           k + bt.kv(bi), hk * d, bt.kv_stride(), 0.f, dq + bt.q(bi, r), hq * d,
+                           bt.q_stride(), hk);
       // dK (+)= dS^T Q
-      detail::gemm_batched(c, true, false, s, d, s, 1.f, ds.get() + bt.p(bi, r), s,
-                           bt.p_stride(), q + bt.q(bi, r), hq * d, bt.q_stride(), beta,
-                           dk + bt.kv(bi), hk * d, bt.kv_stride(), hk);
+      detail::gemm_batched(c, true, false, s, d, s, 1.f, ds.get() + bt.p(bi, r), s, bt.p_stride(),
+                           q + bt.q(bi, r), hq * d, bt.q_stride(), beta, dk + bt.kv(bi), hk * d,
+                           bt.kv_stride(), hk);
     }
   }
 }

@@ -5,7 +5,9 @@
 namespace hexi::kernels::cuda {
 namespace {
 
-std::size_t elems(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
+std::size_t elems(int rows, int cols) {
+  return static_cast<std::size_t>(rows) * cols;
+}
 
 }  // namespace
 
@@ -28,8 +30,8 @@ void attention_block_backward(Context& c, const BlockShape& sh, const AttentionW
                               float* dx_partial, const AttentionGrads<float>& g) {
   const int n = sh.tokens(), h = sh.dims.hidden, d = sh.head_dim();
   const int hq = sh.q_heads(), hk = sh.kv_heads(), qw = sh.q_width(), kw = sh.kv_width();
-  detail::Temp datt(c, elems(n, qw)), dq(c, elems(n, qw)), dk(c, elems(n, kw)),
-      dv(c, elems(n, kw)), dxn(c, elems(n, h));
+  detail::Temp datt(c, elems(n, qw)), dq(c, elems(n, qw)), dk(c, elems(n, kw)), dv(c, elems(n, kw)),
+      dxn(c, elems(n, h));
   matmul_backward_input(c, datt.get(), dy, w.wo, n, qw, h, false);
   matmul_backward_weight(c, g.wo, dy, sv.att, n, qw, h);
   attention_backward(c, dq.get(), dk.get(), dv.get(), datt.get(), sv.q, sv.k, sv.v, sv.probs,
@@ -45,8 +47,8 @@ void attention_block_backward(Context& c, const BlockShape& sh, const AttentionW
   rmsnorm_backward(c, dx_partial, g.norm, dxn.get(), x, w.norm, sv.rstd, n, h);
 }
 
-void mlp_block_forward(Context& c, const BlockShape& sh, const MlpWeights<float>& w,
-                       const float* x, const MlpSaved<float>& sv, float* y_partial) {
+void mlp_block_forward(Context& c, const BlockShape& sh, const MlpWeights<float>& w, const float* x,
+                       const MlpSaved<float>& sv, float* y_partial) {
   const int n = sh.tokens(), h = sh.dims.hidden, f = sh.ffn();
   rmsnorm_forward(c, sv.xn, sv.rstd, x, w.norm, n, h, sh.dims.norm_eps);
   matmul_forward(c, sv.gate, sv.xn, w.w_gate, n, h, f);

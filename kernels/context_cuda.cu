@@ -8,13 +8,13 @@
 namespace hexi::kernels::cuda {
 
 void throw_cuda_error(cudaError_t e, const char* expr, const char* file, int line) {
-  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + expr + " failed: " +
-              cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + expr +
+              " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 void throw_cublas_error(cublasStatus_t s, const char* expr, const char* file, int line) {
-  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + expr + " failed: " +
-              cublasGetStatusName(s) + ": " + cublasGetStatusString(s));
+  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + expr +
+              " failed: " + cublasGetStatusName(s) + ": " + cublasGetStatusString(s));
 }
 
 std::string device_unavailable_reason() {
@@ -49,7 +49,9 @@ Context::~Context() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void Context::synchronize() { HEXI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void Context::synchronize() {
+  HEXI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 // ---- DeviceBuffer -------------------------------------------------------------------
 
@@ -89,13 +91,15 @@ DeviceBuffer<T>& DeviceBuffer<T>::operator=(DeviceBuffer&& o) noexcept {
 template <class T>
 void DeviceBuffer<T>::upload(const std::vector<T>& host) {
   if (host.size() != n_) throw Error("DeviceBuffer::upload: size mismatch");
-  if (n_ > 0) HEXI_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  if (n_ > 0)
+    HEXI_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
 }
 
 template <class T>
 std::vector<T> DeviceBuffer<T>::download() const {
   std::vector<T> host(n_);
-  if (n_ > 0) HEXI_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+  if (n_ > 0)
+    HEXI_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
   return host;
 }
 
@@ -112,11 +116,13 @@ template class DeviceBuffer<int>;
 namespace detail {
 
 namespace {
-cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+cublasOperation_t op(bool trans) {
+  return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
 }  // namespace
 
-void gemm(Context& c, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-          const float* a, int lda, const float* b, int ldb, float beta, float* out, int ldc) {
+void gemm(Context& c, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+          int lda, const float* b, int ldb, float beta, float* out, int ldc) {
   HEXI_CUBLAS_CHECK(cublasSgemm(c.cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, b, ldb, a,
                                 lda, &beta, out, ldc));
 }
@@ -125,14 +131,15 @@ void gemm_batched(Context& c, bool trans_a, bool trans_b, int m, int n, int k, f
                   const float* a, int lda, long long stride_a, const float* b, int ldb,
                   long long stride_b, float beta, float* out, int ldc, long long stride_c,
                   int batch) {
-  HEXI_CUBLAS_CHECK(cublasSgemmStridedBatched(c.cublas(), op(trans_b), op(trans_a), n, m, k,
-                                              &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
-                                              out, ldc, stride_c, batch));
+  HEXI_CUBLAS_CHECK(cublasSgemmStridedBatched(c.cublas(), op(trans_b), op(trans_a), n, m, k, &alpha,
+                                              b, ldb, stride_b, a, lda, stride_a, &beta, out, ldc,
+                                              stride_c, batch));
 }
 
 Temp::Temp(Context& c, std::size_t floats) : stream_(c.stream()) {
   if (floats > 0)
-    HEXI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ptr_), floats * sizeof(float), stream_));
+    HEXI_CUDA_CHECK(
+        cudaMallocAsync(reinterpret_cast<void**>(&ptr_), floats * sizeof(float), stream_));
 }
 
 Temp::~Temp() {

@@ -1,10 +1,11 @@
 // Cross-entropy over a vocab-parallel logits shard (Megatron-LM's
 // vocab_parallel_cross_entropy), in the pieces the engine interleaves with all-reduces
-// (cpu_kernels.hpp). Sums accumulate in double.
+// (cpu_kernels.hpp). Exponentials in T through Eigen's vectorised exp, sums in double.
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/eigen_maps.hpp"
 
 namespace hexi::kernels::cpu {
 
@@ -21,8 +22,7 @@ void cross_entropy_partials(T* partials, const T* logits, const T* row_max, cons
                             int n, int vl, int vocab_begin) {
   for (int i = 0; i < n; ++i) {
     const T* row = logits + static_cast<std::size_t>(i) * vl;
-    double sum = 0;
-    for (int j = 0; j < vl; ++j) sum += std::exp(static_cast<double>(row[j] - row_max[i]));
+    const double sum = (array(row, vl) - row_max[i]).exp().template cast<double>().sum();
     const int local = targets[i] - vocab_begin;
     partials[2 * i] = static_cast<T>(sum);
     partials[2 * i + 1] = (local >= 0 && local < vl) ? row[local] : T(0);
@@ -41,12 +41,10 @@ void cross_entropy_backward(T* dlogits, const T* logits, const T* row_max, const
                             const int* targets, int n, int vl, int vocab_begin, double loss_scale) {
   for (int i = 0; i < n; ++i) {
     const std::size_t row = static_cast<std::size_t>(i) * vl;
-    const double inv_sum = 1.0 / partials[2 * i];
-    const int local = targets[i] - vocab_begin;
-    for (int j = 0; j < vl; ++j) {
-      const double p = std::exp(static_cast<double>(logits[row + j] - row_max[i])) * inv_sum;
-      dlogits[row + j] = static_cast<T>((p - (j == local ? 1.0 : 0.0)) * loss_scale);
-    }
+    const T scale_over_sum = static_cast<T>(loss_scale / partials[2 * i]);
+    array(dlogits + row, vl) = (array(logits + row, vl) - row_max[i]).exp() * scale_over_sum;
+    const int local = targets[i] - vocab_begin;  // softmax - onehot(target)
+    if (local >= 0 && local < vl) dlogits[row + local] -= static_cast<T>(loss_scale);
   }
 }
 

@@ -36,8 +36,8 @@ __global__ void loss_kernel(float* loss, const float* row_max, const float* part
 }
 
 __global__ void backward_kernel(float* dlogits, const float* logits, const float* row_max,
-                                const float* partials, const int* targets, int vl,
-                                int vocab_begin, float loss_scale) {
+                                const float* partials, const int* targets, int vl, int vocab_begin,
+                                float loss_scale) {
   const int i = blockIdx.x;
   const std::size_t base = static_cast<std::size_t>(i) * vl;
   const float max = row_max[i], inv_sum = 1.f / partials[2 * i];
@@ -56,9 +56,8 @@ void logits_row_max(Context& c, float* row_max, const float* logits, int n, int 
   HEXI_CUDA_LAUNCH_CHECK();
 }
 
-void cross_entropy_partials(Context& c, float* partials, const float* logits,
-                            const float* row_max, const int* targets, int n, int vl,
-                            int vocab_begin) {
+void cross_entropy_partials(Context& c, float* partials, const float* logits, const float* row_max,
+                            const int* targets, int n, int vl, int vocab_begin) {
   if (n == 0) return;
   partials_kernel<<<n, kThreads, 0, c.stream()>>>(partials, logits, row_max, targets, vl,
                                                   vocab_begin);

@@ -20,7 +20,8 @@ inline unsigned blocks_for(std::size_t work, int per_block = kThreads) {
 #define HEXI_CUDA_LAUNCH_CHECK() HEXI_CUDA_CHECK(cudaGetLastError())
 
 __device__ inline float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 __device__ inline float warp_max(float v) {
@@ -47,8 +48,8 @@ __device__ inline float block_reduce(float v) {
 // C (m, n) = alpha op(A) op(B) + beta C for row-major matrices with leading dimensions
 // lda, ldb, ldc (elements between rows). A row-major matrix is its transpose in
 // cuBLAS's column-major view, so C^T = op(B)^T op(A)^T: swap the operands and m, n.
-void gemm(Context& c, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-          const float* a, int lda, const float* b, int ldb, float beta, float* out, int ldc);
+void gemm(Context& c, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+          int lda, const float* b, int ldb, float beta, float* out, int ldc);
 // `batch` such products, operand i at a + i*stride_a, b + i*stride_b, out + i*stride_c.
 void gemm_batched(Context& c, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                   const float* a, int lda, long long stride_a, const float* b, int ldb,

@@ -148,9 +148,15 @@ void check_attention(cuda::Context& ctx, int b, int s, int hq, int hk, int d) {
   expect_close(gdv.download(), dv, kReduction, "dv");
 }
 
-TEST_F(CudaKernels, AttentionGroupedQuery) { check_attention(*ctx_, 2, 40, 4, 2, 16); }
-TEST_F(CudaKernels, AttentionMultiHead) { check_attention(*ctx_, 3, 17, 2, 2, 8); }
-TEST_F(CudaKernels, AttentionOneKvHeadForAll) { check_attention(*ctx_, 1, 64, 4, 1, 32); }
+TEST_F(CudaKernels, AttentionGroupedQuery) {
+  check_attention(*ctx_, 2, 40, 4, 2, 16);
+}
+TEST_F(CudaKernels, AttentionMultiHead) {
+  check_attention(*ctx_, 3, 17, 2, 2, 8);
+}
+TEST_F(CudaKernels, AttentionOneKvHeadForAll) {
+  check_attention(*ctx_, 1, 64, 4, 1, 32);
+}
 
 TEST_F(CudaKernels, SwiGluAddAdamW) {
   const std::size_t n = 5000;
@@ -175,8 +181,8 @@ TEST_F(CudaKernels, SwiGluAddAdamW) {
   for (int step = 1; step <= 3; ++step) {
     cpu::adamw_update(p.data(), dout.data(), m.data(), v.data(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1,
                       step);
-    cuda::adamw_update(*ctx_, gp.get(), gd.get(), gm.get(), gv.get(), n, 1e-3, 0.9, 0.95, 1e-8,
-                       0.1, step);
+    cuda::adamw_update(*ctx_, gp.get(), gd.get(), gm.get(), gv.get(), n, 1e-3, 0.9, 0.95, 1e-8, 0.1,
+                       step);
   }
   expect_close(down(gp), p, kElementwise, "adamw param");
   expect_close(down(gm), m, kElementwise, "adamw m");
@@ -214,8 +220,8 @@ TEST_F(CudaKernels, CrossEntropyShard) {
   cuda::logits_row_max(*ctx_, gmax.get(), gl.get(), n, vl);
   cuda::cross_entropy_partials(*ctx_, gpart.get(), gl.get(), gmax.get(), gt.get(), n, vl, v0);
   cuda::cross_entropy_loss(*ctx_, gloss.get(), gmax.get(), gpart.get(), n);
-  cuda::cross_entropy_backward(*ctx_, gdl.get(), gl.get(), gmax.get(), gpart.get(), gt.get(), n,
-                               vl, v0, 0.5);
+  cuda::cross_entropy_backward(*ctx_, gdl.get(), gl.get(), gmax.get(), gpart.get(), gt.get(), n, vl,
+                               v0, 0.5);
   expect_close(down(gmax), max, kExact, "row max");
   expect_close(down(gpart), part, kReduction, "partials");
   expect_close(down(gloss), loss, kReduction, "loss");
@@ -228,10 +234,19 @@ TEST_F(CudaKernels, CrossEntropyShard) {
 class CudaLlama {
  public:
   CudaLlama(cuda::Context& c, const LlamaDims& d, int b, int s)
-      : c_(c), d_(d), layout_(model_layout(d)), sh_{d, full_shard(d), b, s}, n_(b * s),
-        nh_(std::size_t(n_) * d.hidden), attn_(d.layers * attention_saved_size(sh_)),
-        mlp_(d.layers * mlp_saved_size(sh_)), head_(head_saved_size(sh_)),
-        resid_((2 * d.layers + 1) * nh_), dx_(nh_), dblock_(nh_), loss_(n_) {}
+      : c_(c),
+        d_(d),
+        layout_(model_layout(d)),
+        sh_{d, full_shard(d), b, s},
+        n_(b * s),
+        nh_(std::size_t(n_) * d.hidden),
+        attn_(d.layers * attention_saved_size(sh_)),
+        mlp_(d.layers * mlp_saved_size(sh_)),
+        head_(head_saved_size(sh_)),
+        resid_((2 * d.layers + 1) * nh_),
+        dx_(nh_),
+        dblock_(nh_),
+        loss_(n_) {}
 
   // Returns the mean loss over the b*s tokens and its gradients (model layout).
   float step(const Params<float>& host_params, const std::vector<int>& tokens,
@@ -276,11 +291,11 @@ class CudaLlama {
   void forward(DeviceBuffer<float>& p, DeviceBuffer<int>& tok, DeviceBuffer<int>& tgt) {
     cuda::embedding_block_forward(c_, sh_, at(p, "embedding"), tok.get(), slot(0));
     for (int l = 0; l < d_.layers; ++l) {
-      cuda::attention_block_forward(c_, sh_, attn_view<AttentionWeights<float>>(p, l),
-                                    slot(2 * l), attn(l), slot(2 * l + 1));
+      cuda::attention_block_forward(c_, sh_, attn_view<AttentionWeights<float>>(p, l), slot(2 * l),
+                                    attn(l), slot(2 * l + 1));
       cuda::add_inplace(c_, slot(2 * l + 1), slot(2 * l), nh_);
-      cuda::mlp_block_forward(c_, sh_, mlp_view<MlpWeights<float>>(p, l), slot(2 * l + 1),
-                              mlp(l), slot(2 * l + 2));
+      cuda::mlp_block_forward(c_, sh_, mlp_view<MlpWeights<float>>(p, l), slot(2 * l + 1), mlp(l),
+                              slot(2 * l + 2));
       cuda::add_inplace(c_, slot(2 * l + 2), slot(2 * l + 1), nh_);
     }
     const HeadWeights<float> hw{at(p, "final_norm"), at(p, "head")};
@@ -296,9 +311,8 @@ class CudaLlama {
     cuda::head_backward(c_, sh_, hw, head(), slot(2 * d_.layers), tgt.get(), 1.0 / n_, dx_.get(),
                         hg);
     for (int l = d_.layers - 1; l >= 0; --l) {
-      cuda::mlp_block_backward(c_, sh_, mlp_view<MlpWeights<float>>(p, l), mlp(l),
-                               slot(2 * l + 1), dx_.get(), dblock_.get(),
-                               mlp_view<MlpGrads<float>>(g, l));
+      cuda::mlp_block_backward(c_, sh_, mlp_view<MlpWeights<float>>(p, l), mlp(l), slot(2 * l + 1),
+                               dx_.get(), dblock_.get(), mlp_view<MlpGrads<float>>(g, l));
       cuda::add_inplace(c_, dx_.get(), dblock_.get(), nh_);
       cuda::attention_block_backward(c_, sh_, attn_view<AttentionWeights<float>>(p, l), attn(l),
                                      slot(2 * l), dx_.get(), dblock_.get(),
@@ -324,7 +338,8 @@ TEST_F(CudaKernels, TinyLlamaMatchesTheCpuReferenceAndTorch) {
   Params<float> p(model_layout(o.dims)), cpu_grads(p.layout);
   init_params(p, o.dims, o.init);
   LlamaModel<float> cpu_model(o.dims, o.batch, o.seq);
-  const float cpu_loss = cpu_model.forward_backward(p, o.tokens.data(), o.targets.data(), cpu_grads);
+  const float cpu_loss =
+      cpu_model.forward_backward(p, o.tokens.data(), o.targets.data(), cpu_grads);
   CudaLlama gpu(*ctx_, o.dims, o.batch, o.seq);
   Floats gpu_grads, again;
   const float gpu_loss = gpu.step(p, o.tokens, o.targets, gpu_grads);
@@ -352,8 +367,9 @@ TEST_F(CudaKernels, ReplicatedKvShardBlockMatchesCpu) {
   Floats saved(attention_saved_size(sh)), y(x.size()), dx(x.size());
   cpu::attention_block_forward(sh, attention_weights(p, 0), x.data(),
                                carve_attention_saved(sh, saved.data()), y.data());
-  cpu::attention_block_backward(sh, attention_weights(p, 0), carve_attention_saved(sh, saved.data()),
-                                x.data(), dy.data(), dx.data(), attention_grads(cg, 0));
+  cpu::attention_block_backward(sh, attention_weights(p, 0),
+                                carve_attention_saved(sh, saved.data()), x.data(), dy.data(),
+                                dx.data(), attention_grads(cg, 0));
   DeviceBuffer<float> gp(p.data), gg(p.data.size()), gx(x), gdy(dy), gsaved(saved.size()),
       gy(y.size()), gdx(dx.size());
   gg.zero();

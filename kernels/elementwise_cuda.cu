@@ -9,16 +9,23 @@ namespace {
 
 constexpr unsigned kMaxBlocks = 65535;
 
-unsigned grid_for(std::size_t n) { return std::min<std::size_t>(detail::blocks_for(n), kMaxBlocks); }
+unsigned grid_for(std::size_t n) {
+  return std::min<std::size_t>(detail::blocks_for(n), kMaxBlocks);
+}
 
-#define HEXI_GRID_STRIDE(i, n)                                                              \
+#define HEXI_GRID_STRIDE(i, n)                                                                   \
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
-__device__ inline float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
+__device__ inline float sigmoid(float g) {
+  return 1.f / (1.f + expf(-g));
+}
 
-__global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, std::size_t n) {
-  HEXI_GRID_STRIDE(i, n) { out[i] = gate[i] * sigmoid(gate[i]) * up[i]; }
+__global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up,
+                                      std::size_t n) {
+  HEXI_GRID_STRIDE(i, n) {
+    out[i] = gate[i] * sigmoid(gate[i]) * up[i];
+  }
 }
 
 __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout,
@@ -31,7 +38,9 @@ __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* do
 }
 
 __global__ void add_kernel(float* y, const float* x, std::size_t n) {
-  HEXI_GRID_STRIDE(i, n) { y[i] += x[i]; }
+  HEXI_GRID_STRIDE(i, n) {
+    y[i] += x[i];
+  }
 }
 
 // step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t), computed on the host.

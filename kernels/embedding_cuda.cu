@@ -32,8 +32,8 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dout, cons
 
 }  // namespace
 
-void embedding_forward(Context& c, float* out, const int* tokens, const float* table, int n,
-                       int h, int vocab_begin, int vocab_end) {
+void embedding_forward(Context& c, float* out, const int* tokens, const float* table, int n, int h,
+                       int vocab_begin, int vocab_end) {
   const std::size_t total = static_cast<std::size_t>(n) * h;
   if (total == 0) return;
   embedding_forward_kernel<<<detail::blocks_for(total), detail::kThreads, 0, c.stream()>>>(

@@ -1,37 +1,28 @@
 // Linear layers through Eigen: row-major maps over the caller's buffers, no copies.
-#include <Eigen/Core>
-
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/eigen_maps.hpp"
 
 namespace hexi::kernels::cpu {
-namespace {
-
-template <class T>
-using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using MapMut = Eigen::Map<Matrix<T>>;
-template <class T>
-using Map = Eigen::Map<const Matrix<T>>;
-
-}  // namespace
 
 template <class T>
 void matmul_forward(T* out, const T* x, const T* w, int n, int k, int m) {
-  MapMut<T>(out, n, m).noalias() = Map<T>(x, n, k) * Map<T>(w, m, k).transpose();
+  MatrixMap<T>(out, n, m).noalias() =
+      ConstMatrixMap<T>(x, n, k) * ConstMatrixMap<T>(w, m, k).transpose();
 }
 
 template <class T>
 void matmul_backward_input(T* dx, const T* dout, const T* w, int n, int k, int m, bool accumulate) {
-  MapMut<T> dxm(dx, n, k);
+  MatrixMap<T> dxm(dx, n, k);
   if (accumulate)
-    dxm.noalias() += Map<T>(dout, n, m) * Map<T>(w, m, k);
+    dxm.noalias() += ConstMatrixMap<T>(dout, n, m) * ConstMatrixMap<T>(w, m, k);
   else
-    dxm.noalias() = Map<T>(dout, n, m) * Map<T>(w, m, k);
+    dxm.noalias() = ConstMatrixMap<T>(dout, n, m) * ConstMatrixMap<T>(w, m, k);
 }
 
 template <class T>
 void matmul_backward_weight(T* dw, const T* dout, const T* x, int n, int k, int m) {
-  MapMut<T>(dw, m, k).noalias() += Map<T>(dout, n, m).transpose() * Map<T>(x, n, k);
+  MatrixMap<T>(dw, m, k).noalias() +=
+      ConstMatrixMap<T>(dout, n, m).transpose() * ConstMatrixMap<T>(x, n, k);
 }
 
 #define HEXI_INSTANTIATE(T)                                                            \

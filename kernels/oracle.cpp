@@ -109,7 +109,7 @@ bool load_oracle(const std::string& path, Oracle& out, std::string& error) {
 
 std::string default_oracle_path() {
   const char* root = std::getenv("HEXISIM_ROOT");
-  const std::string base = root ? root : HEXISIM_KERNELS_SOURCE_ROOT;
+  const std::string base = (root && *root) ? root : HEXISIM_KERNELS_SOURCE_ROOT;
   return base + "/kernels/testdata/tiny_llama_oracle.bin";
 }
 

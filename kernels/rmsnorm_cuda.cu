@@ -59,7 +59,8 @@ __global__ void column_sum_kernel(float* dw, const float* partial, int chunks, i
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= h) return;
   float sum = 0.f;
-  for (int chunk = 0; chunk < chunks; ++chunk) sum += partial[static_cast<std::size_t>(chunk) * h + col];
+  for (int chunk = 0; chunk < chunks; ++chunk)
+    sum += partial[static_cast<std::size_t>(chunk) * h + col];
   dw[col] += sum;
 }
 
@@ -82,7 +83,8 @@ void rmsnorm_backward(Context& c, float* dx, float* dw, const float* dout, const
   const dim3 grid(detail::blocks_for(h), chunks);
   rmsnorm_dw_partial_kernel<<<grid, kThreads, 0, c.stream()>>>(partial.get(), dout, x, rstd, n, h);
   HEXI_CUDA_LAUNCH_CHECK();
-  column_sum_kernel<<<detail::blocks_for(h), kThreads, 0, c.stream()>>>(dw, partial.get(), chunks, h);
+  column_sum_kernel<<<detail::blocks_for(h), kThreads, 0, c.stream()>>>(dw, partial.get(), chunks,
+                                                                        h);
   HEXI_CUDA_LAUNCH_CHECK();
 }
 

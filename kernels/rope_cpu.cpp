@@ -3,6 +3,7 @@
 // pair of the token at position t turns by t * theta^(-2i/d). Angles, cos and sin are
 // computed in double (the PyTorch oracle does the same) and applied in T.
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu_kernels.hpp"
 
@@ -13,9 +14,11 @@ namespace {
 template <class T>
 void rotate(T* x, int b, int s, int heads, int d, double theta, double sign) {
   const int half = d / 2;
+  std::vector<double> inv_freq(half);  // theta^(-2i/d)
+  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / d);
   for (int t = 0; t < s; ++t) {
     for (int i = 0; i < half; ++i) {
-      const double angle = t * std::pow(theta, -2.0 * i / d);
+      const double angle = t * inv_freq[i];
       const double c = std::cos(angle);
       const double sn = sign * std::sin(angle);
       for (int bi = 0; bi < b; ++bi) {

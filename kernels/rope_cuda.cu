@@ -25,7 +25,7 @@ __global__ void rope_kernel(float* x, const float* table, int b, int s, int head
   const std::size_t pairs = static_cast<std::size_t>(b) * s * heads * half;
   if (idx >= pairs) return;
   const int i = static_cast<int>(idx % half);
-  const std::size_t head = idx / half;             // (bi*s + t)*heads + hd
+  const std::size_t head = idx / half;  // (bi*s + t)*heads + hd
   const int t = static_cast<int>(head / heads % s);
   const float c = table[2 * (t * half + i)];
   const float sn = sign * table[2 * (t * half + i) + 1];
@@ -43,7 +43,7 @@ void rope(Context& c, float* x, int b, int s, int heads, int d, double theta, fl
   HEXI_CUDA_LAUNCH_CHECK();
   const std::size_t pairs = static_cast<std::size_t>(b) * s * heads * half;
   rope_kernel<<<detail::blocks_for(pairs), detail::kThreads, 0, c.stream()>>>(x, table.get(), b, s,
-                                                                             heads, d, sign);
+                                                                              heads, d, sign);
   HEXI_CUDA_LAUNCH_CHECK();
 }
 

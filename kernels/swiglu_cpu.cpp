@@ -1,32 +1,26 @@
 // SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"): out = silu(gate) * up with
 // silu(g) = g * sigmoid(g) and silu'(g) = sigmoid(g) * (1 + g * (1 - sigmoid(g))).
 // Also the residual add, the other elementwise kernel of a block.
-#include <cmath>
+#include <Eigen/Core>
 
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/eigen_maps.hpp"
 
 namespace hexi::kernels::cpu {
-namespace {
 
-double sigmoid(double g) {
-  return 1.0 / (1.0 + std::exp(-g));
-}
-
-}  // namespace
-
+// Elementwise in T through Eigen arrays (vectorised exp).
 template <class T>
 void swiglu_forward(T* out, const T* gate, const T* up, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(gate[i] * sigmoid(gate[i]) * up[i]);
+  const auto g = array(gate, n);
+  array(out, n) = g / (T(1) + (-g).exp()) * array(up, n);
 }
 
 template <class T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const double g = gate[i];
-    const double sg = sigmoid(g);
-    dgate[i] = static_cast<T>(dout[i] * up[i] * sg * (1.0 + g * (1.0 - sg)));
-    dup[i] = static_cast<T>(dout[i] * g * sg);
-  }
+  const auto g = array(gate, n);
+  const Eigen::Array<T, Eigen::Dynamic, 1> sg = T(1) / (T(1) + (-g).exp());  // sigmoid(g)
+  array(dgate, n) = array(dout, n) * array(up, n) * sg * (T(1) + g * (T(1) - sg));
+  array(dup, n) = array(dout, n) * g * sg;
 }
 
 template <class T>

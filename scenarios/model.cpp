@@ -17,7 +17,9 @@ double Model::mlp_params() const {
   return 2 * h * f + (bias ? f + h : 0);
 }
 
-double Model::norm_params() const { return 2.0 * hidden * (layer_norm ? 2 : 1); }
+double Model::norm_params() const {
+  return 2.0 * hidden * (layer_norm ? 2 : 1);
+}
 
 double Model::embedding_params() const {
   return static_cast<double>(vocab) * hidden +
@@ -29,7 +31,9 @@ double Model::head_params() const {
   return (tied_embeddings ? 0 : static_cast<double>(vocab) * hidden) + final_norm;
 }
 
-double Model::params() const { return embedding_params() + layers * layer_params() + head_params(); }
+double Model::params() const {
+  return embedding_params() + layers * layer_params() + head_params();
+}
 
 Model read_model(const JsonNode& node) {
   node.allow_only({"name", "description", "layers", "hidden", "ffn", "heads", "kv_heads", "vocab",
@@ -45,8 +49,10 @@ Model read_model(const JsonNode& node) {
   m.kv_heads = static_cast<int>(node.integer_or("kv_heads", 1, m.heads, m.heads));
   m.vocab = static_cast<int>(node.integer_in("vocab", 1, 1 << 24));
   m.max_seq = static_cast<int>(node.integer_in("max_seq", 1, 1 << 24));
-  if (m.hidden % m.heads != 0) node.at("heads").fail("a divisor of hidden (" + std::to_string(m.hidden) + ")");
-  if (m.heads % m.kv_heads != 0) node.at("kv_heads").fail("a divisor of heads (" + std::to_string(m.heads) + ")");
+  if (m.hidden % m.heads != 0)
+    node.at("heads").fail("a divisor of hidden (" + std::to_string(m.hidden) + ")");
+  if (m.heads % m.kv_heads != 0)
+    node.at("kv_heads").fail("a divisor of heads (" + std::to_string(m.heads) + ")");
   std::string mlp = node.str_or("mlp", "swiglu");
   if (mlp == "swiglu") {
     m.mlp = MlpKind::kSwiGlu;
@@ -74,14 +80,17 @@ Result<ModelCatalog> ModelCatalog::load(const std::filesystem::path& path) {
     auto models = root.at("models");
     for (std::size_t i = 0; i < models.size(); ++i) {
       Model m = read_model(models.at(i));
-      if (catalog.find(m.name) != nullptr) models.at(i).fail_message("model \"" + m.name + "\" defined twice");
+      if (catalog.find(m.name) != nullptr)
+        models.at(i).fail_message("model \"" + m.name + "\" defined twice");
       catalog.models_.push_back(std::move(m));
     }
     return catalog;
   });
 }
 
-Result<ModelCatalog> ModelCatalog::load_shipped() { return load(data_root() / "scenarios/models.json"); }
+Result<ModelCatalog> ModelCatalog::load_shipped() {
+  return load(data_root() / "scenarios/models.json");
+}
 
 const Model* ModelCatalog::find(std::string_view name) const {
   for (const auto& m : models_) {

@@ -27,8 +27,12 @@ bool looks_like_path(const std::string& ref) {
 
 }  // namespace
 
-std::vector<std::string> shipped_scenarios() { return json_stems(data_root() / "scenarios/shipped"); }
-std::vector<std::string> shipped_clusters() { return json_stems(data_root() / "topologies/clusters"); }
+std::vector<std::string> shipped_scenarios() {
+  return json_stems(data_root() / "scenarios/shipped");
+}
+std::vector<std::string> shipped_clusters() {
+  return json_stems(data_root() / "topologies/clusters");
+}
 
 Result<Cluster> load_cluster(const std::string& ref, const GpuCatalog& catalog,
                              const fs::path& relative_to) {
@@ -41,13 +45,14 @@ Result<Cluster> load_cluster(const std::string& ref, const GpuCatalog& catalog,
   if (!fs::exists(p)) {
     std::string known;
     for (const auto& n : shipped_clusters()) known += (known.empty() ? "" : ", ") + n;
-    return bad_input("unknown cluster \"" + ref + "\" (not a file path; shipped clusters: " + known + ")");
+    return bad_input("unknown cluster \"" + ref +
+                     "\" (not a file path; shipped clusters: " + known + ")");
   }
   return Cluster::load(p, catalog);
 }
 
-Result<Scenario> scenario_from_json(const Json& json, const fs::path& file, const GpuCatalog& catalog,
-                                    const ModelCatalog& models) {
+Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
+                                    const GpuCatalog& catalog, const ModelCatalog& models) {
   const std::string origin = file.string();
   const fs::path dir = file.parent_path();
   // The cluster and profile files report their own errors (naming their own file).
@@ -80,7 +85,8 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file, cons
     auto model = root.at("model");
     if (model.json().is_string()) {
       const Model* m = models.find(model.str());
-      if (m == nullptr) model.fail("a model from the catalog (" + models.names() + ") or an inline model");
+      if (m == nullptr)
+        model.fail("a model from the catalog (" + models.names() + ") or an inline model");
       s.model = *m;
     } else {
       s.model = read_model(model);
@@ -95,7 +101,8 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file, cons
         s.scheduler_options.erase("name");
       }
     }
-    if (auto seed = root.find("seed")) s.seed = static_cast<std::uint64_t>(seed->integer_in(0, INT64_MAX));
+    if (auto seed = root.find("seed"))
+      s.seed = static_cast<std::uint64_t>(seed->integer_in(0, INT64_MAX));
     if (auto plan = root.find("plan")) {
       fs::path p = plan->str();
       s.plan = p.is_relative() ? dir / p : p;
@@ -123,7 +130,8 @@ Result<Scenario> load_scenario(const std::string& ref, const GpuCatalog& catalog
     if (!fs::exists(p)) {
       std::string known;
       for (const auto& n : shipped_scenarios()) known += (known.empty() ? "" : ", ") + n;
-      return bad_input("unknown scenario \"" + ref + "\" (not a file path; shipped scenarios: " + known + ")");
+      return bad_input("unknown scenario \"" + ref +
+                       "\" (not a file path; shipped scenarios: " + known + ")");
     }
   }
   auto json = read_json_file(p);

@@ -1,1 +1,84 @@
+#include "scenarios/scenario.hpp"
+
 #include <gtest/gtest.h>
+
+#include "topologies/paths.hpp"
+
+namespace hexi {
+namespace {
+
+struct Catalogs {
+  GpuCatalog gpus = *GpuCatalog::load_shipped();
+  ModelCatalog models = *ModelCatalog::load_shipped();
+};
+const Catalogs& cat() {
+  static const Catalogs c;
+  return c;
+}
+
+Result<Scenario> parse(const std::string& text) {
+  auto json = parse_json_text(text, "s.json");
+  if (!json) return json.error();
+  return scenario_from_json(*json, "s.json", cat().gpus, cat().models);
+}
+
+TEST(Scenario, EveryShippedScenarioLoads) {
+  auto names = shipped_scenarios();
+  EXPECT_GE(names.size(), 8u);
+  for (const auto& n : names) {
+    auto s = load_scenario(n, cat().gpus, cat().models);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->name, n);
+  }
+  auto d = load_scenario("hexiscale-setting1-llama2-7b", cat().gpus, cat().models);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->cluster.num_devices(), 40);
+  EXPECT_EQ(d->model.name, "llama2-7b");
+  ASSERT_TRUE(d->plan.has_value());
+}
+
+TEST(Scenario, InlineClusterModelAndDefaults) {
+  auto s = parse(R"({"version": 1, "name": "x",
+    "cluster": {"version": 1, "name": "c", "network": {"nic_GBps": 10},
+                "machines": [{"gpu": "A100", "gpus": 2}]},
+    "model": "tiny-llama", "training": {"global_batch": 8, "seq_len": 32}})");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->cluster.num_devices(), 2);
+  EXPECT_EQ(s->training.global_batch, 8);
+  EXPECT_EQ(s->training.micro_batch, 1);
+  EXPECT_EQ(s->training.recompute, Recompute::kSelective);
+  EXPECT_EQ(s->scheduler, "hexiscale");
+  EXPECT_EQ(s->seed, 1u);
+}
+
+TEST(Scenario, BadInput) {
+  const std::string head = R"({"version": 1, "name": "x", "cluster": "hexiscale-setting1", )";
+  for (auto [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {head + R"("model": "llama9"})", "s.json: /model: expected a model from the catalog"},
+           {R"({"version": 1, "name": "x", "cluster": "nowhere", "model": "llama2-7b"})",
+            "unknown cluster \"nowhere\""},
+           {R"({"version": 1, "name": "x", "cluster": "missing/c.json", "model": "llama2-7b"})",
+            "c.json: cannot open file"},
+           {head + R"("model": "llama2-7b", "training": {"global_batch": 10, "micro_batch": 4}})",
+            "s.json: /training/global_batch: expected a multiple of micro_batch (4), got 10"},
+           {head + R"("model": "llama2-7b", "training": {"recompute": "some"}})",
+            "s.json: /training/recompute: expected \"none\", \"selective\" or \"full\""},
+           {head + R"("model": "llama2-7b", "seed": -1})",
+            "s.json: /seed: expected an integer >= 0, got -1"},
+           {head + R"("model": "llama2-7b", "profile": "none.json"})",
+            "none.json: cannot open file"}}) {
+    auto s = parse(text);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(s.error().message.find(expected), std::string::npos) << s.error().message;
+  }
+}
+
+TEST(Scenario, UnknownShippedScenarioListsTheKnownOnes) {
+  auto s = load_scenario("no-such-scenario", cat().gpus, cat().models);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("hexiscale-setting1-llama2-7b"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hexi

@@ -14,9 +14,13 @@ std::string_view to_string(Recompute r) {
   return "?";
 }
 
-std::string_view to_string(PipelineSchedule s) { return s == PipelineSchedule::k1F1B ? "1f1b" : "gpipe"; }
+std::string_view to_string(PipelineSchedule s) {
+  return s == PipelineSchedule::k1F1B ? "1f1b" : "gpipe";
+}
 
-std::string_view to_string(AttentionKernel k) { return k == AttentionKernel::kFlash ? "flash" : "dense"; }
+std::string_view to_string(AttentionKernel k) {
+  return k == AttentionKernel::kFlash ? "flash" : "dense";
+}
 
 TrainingConfig read_training(const JsonNode& node) {
   node.allow_only({"global_batch", "micro_batch", "seq_len", "precision", "zero_stage", "recompute",
@@ -26,7 +30,8 @@ TrainingConfig read_training(const JsonNode& node) {
   t.micro_batch = static_cast<int>(node.integer_or("micro_batch", 1, 1 << 16, t.micro_batch));
   t.seq_len = static_cast<int>(node.integer_or("seq_len", 1, 1 << 24, t.seq_len));
   if (t.global_batch % t.micro_batch != 0) {
-    node.at("global_batch").fail("a multiple of micro_batch (" + std::to_string(t.micro_batch) + ")");
+    node.at("global_batch")
+        .fail("a multiple of micro_batch (" + std::to_string(t.micro_batch) + ")");
   }
   t.precision = node.str_or("precision", t.precision);
   if (t.precision != "bf16" && t.precision != "fp16" && t.precision != "fp32") {

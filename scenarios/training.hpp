@@ -24,9 +24,9 @@ std::string_view to_string(PipelineSchedule s);
 std::string_view to_string(AttentionKernel k);
 
 struct TrainingConfig {
-  int global_batch = 64;  // sequences per iteration
-  int micro_batch = 1;    // sequences per micro-batch
-  int seq_len = 4096;     // tokens per sequence
+  int global_batch = 64;           // sequences per iteration
+  int micro_batch = 1;             // sequences per micro-batch
+  int seq_len = 4096;              // tokens per sequence
   std::string precision = "bf16";  // bf16 | fp16 | fp32 (activations, weights in compute)
   int zero_stage = 1;              // 0: replicate optimizer state; 1: shard it over DP
   Recompute recompute = Recompute::kSelective;

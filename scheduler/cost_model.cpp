@@ -10,7 +10,9 @@ Kernel gemm(std::string_view name, double m, double n, double k, double e) {
   return {name, KernelClass::kGemm, 2 * m * n * k, e * (m * k + k * n + m * n)};
 }
 
-Kernel elementwise(std::string_view name, double bytes) { return {name, KernelClass::kElementwise, 0, bytes}; }
+Kernel elementwise(std::string_view name, double bytes) {
+  return {name, KernelClass::kElementwise, 0, bytes};
+}
 
 // The backward of a GEMM: the input gradient (dgrad) and the weight gradient (wgrad),
 // each as many FLOPs as the forward.
@@ -20,7 +22,9 @@ void gemm_backward(std::vector<Kernel>& out, const Kernel& fwd, std::string_view
   out.push_back({wgrad, KernelClass::kGemm, fwd.flops, fwd.bytes});
 }
 
-double causal_factor(const TrainingConfig& t) { return t.attention == AttentionKernel::kFlash ? 0.5 : 1.0; }
+double causal_factor(const TrainingConfig& t) {
+  return t.attention == AttentionKernel::kFlash ? 0.5 : 1.0;
+}
 
 Kernel attention_core(const Model& m, const TrainingConfig& t, int b, double phi) {
   const double e = t.bytes_per_element(), s = t.seq_len, h = m.hidden, kd = m.kv_dim();
@@ -46,9 +50,12 @@ std::string_view to_string(KernelClass c) {
   return "?";
 }
 
-std::string_view to_string(Block b) { return b == Block::kAttention ? "attn" : "mlp"; }
+std::string_view to_string(Block b) {
+  return b == Block::kAttention ? "attn" : "mlp";
+}
 
-std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b, double phi) {
+std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                  double phi) {
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, f = m.ffn, kd = m.kv_dim();
   if (block == Block::kAttention) {
@@ -60,20 +67,17 @@ std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block
             elementwise("attn_residual", 3 * e * bs * h)};
   }
   if (m.mlp == MlpKind::kSwiGlu) {
-    return {elementwise("mlp_norm", 2 * e * bs * h),
-            gemm("gate_up", bs, 2 * phi * f, h, e),
-            elementwise("swiglu", 3 * e * bs * phi * f),
-            gemm("down", bs, h, phi * f, e),
+    return {elementwise("mlp_norm", 2 * e * bs * h), gemm("gate_up", bs, 2 * phi * f, h, e),
+            elementwise("swiglu", 3 * e * bs * phi * f), gemm("down", bs, h, phi * f, e),
             elementwise("mlp_residual", 3 * e * bs * h)};
   }
-  return {elementwise("mlp_norm", 2 * e * bs * h),
-          gemm("fc1", bs, phi * f, h, e),
-          elementwise("gelu", 2 * e * bs * phi * f),
-          gemm("fc2", bs, h, phi * f, e),
+  return {elementwise("mlp_norm", 2 * e * bs * h), gemm("fc1", bs, phi * f, h, e),
+          elementwise("gelu", 2 * e * bs * phi * f), gemm("fc2", bs, h, phi * f, e),
           elementwise("mlp_residual", 3 * e * bs * h)};
 }
 
-std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b, double phi) {
+std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                   double phi) {
   std::vector<Kernel> fwd = block_forward(m, t, block, b, phi);
   std::vector<Kernel> out;
   if (t.recompute == Recompute::kFull) {
@@ -161,7 +165,8 @@ double iteration_flops(const Model& m, const TrainingConfig& t) {
                  kernels_flops(block_forward(m, t, Block::kMlp, b, 1.0)) +
                  kernels_flops(block_backward(m, t, Block::kAttention, b, 1.0)) +
                  kernels_flops(block_backward(m, t, Block::kMlp, b, 1.0));
-  double head = kernels_flops(head_forward(m, t, b, 1.0)) + kernels_flops(head_backward(m, t, b, 1.0));
+  double head =
+      kernels_flops(head_forward(m, t, b, 1.0)) + kernels_flops(head_backward(m, t, b, 1.0));
   return m.layers * layer + head;
 }
 
@@ -179,14 +184,16 @@ double hidden_bytes(const Model& m, const TrainingConfig& t, int b) {
   return static_cast<double>(t.bytes_per_element()) * b * t.seq_len * m.hidden;
 }
 
-double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp, double phi) {
+double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
+                                  double phi) {
   const double e = t.bytes_per_element(), s = t.seq_len, h = m.hidden, f = m.ffn;
   const double kd = m.kv_dim(), a = m.heads;
   const double sbh = s * b * h;
   const double sp_div = t.sequence_parallel ? tp : 1;
   if (t.recompute == Recompute::kFull) return e * sbh / sp_div;
   double kept = e * sbh * 4 + (m.dropout ? 2 * sbh : 0);
-  double split = e * (2 * sbh + 2 * s * b * kd) + e * s * b * f * (m.mlp == MlpKind::kSwiGlu ? 3 : 2);
+  double split =
+      e * (2 * sbh + 2 * s * b * kd) + e * s * b * f * (m.mlp == MlpKind::kSwiGlu ? 3 : 2);
   double core = 0;
   if (t.attention == AttentionKernel::kFlash) {
     core = 4 * a * s * b;
@@ -224,8 +231,10 @@ MemoryBreakdown device_memory(const Model& m, const TrainingConfig& t, const Sta
   const double optimizer_bytes = 16 - 2 * e;
   mem.optimizer = optimizer_bytes * params / (t.zero_stage >= 1 ? s.dp : 1);
   const double layers = s.layer_end - s.layer_begin;
-  mem.activations = layers * s.in_flight * activation_bytes_per_layer(m, t, s.micro_batch, s.tp, s.phi);
-  if (s.first) mem.activations += s.in_flight * hidden_bytes(m, t, s.micro_batch);  // embedding output
+  mem.activations =
+      layers * s.in_flight * activation_bytes_per_layer(m, t, s.micro_batch, s.tp, s.phi);
+  if (s.first)
+    mem.activations += s.in_flight * hidden_bytes(m, t, s.micro_batch);  // embedding output
   if (s.last) {
     mem.logits = static_cast<double>(s.micro_batch) * t.seq_len * m.vocab * s.phi * (e + 4);
   }
@@ -234,9 +243,9 @@ MemoryBreakdown device_memory(const Model& m, const TrainingConfig& t, const Sta
 }
 
 Json MemoryBreakdown::to_json() const {
-  return {{"weights_gib", weights / kGiB},         {"gradients_gib", gradients / kGiB},
-          {"optimizer_gib", optimizer / kGiB},     {"activations_gib", activations / kGiB},
-          {"logits_gib", logits / kGiB},           {"reserve_gib", reserve / kGiB},
+  return {{"weights_gib", weights / kGiB},     {"gradients_gib", gradients / kGiB},
+          {"optimizer_gib", optimizer / kGiB}, {"activations_gib", activations / kGiB},
+          {"logits_gib", logits / kGiB},       {"reserve_gib", reserve / kGiB},
           {"total_gib", total() / kGiB}};
 }
 

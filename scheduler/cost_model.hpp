@@ -53,8 +53,10 @@ std::string_view to_string(Block b);
 
 // Kernels of one block's forward / backward on one TP rank holding `phi` of the
 // heads and ffn columns. Backward includes recompute as configured.
-std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b, double phi);
-std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b, double phi);
+std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                  double phi);
+std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                   double phi);
 // Token (+ position) embedding, first stage. Vocab-parallel: a rank holds phi of the table.
 std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b);
 std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b);
@@ -81,7 +83,8 @@ double megatron_flops(const Model& m, double batch, double seq);
 double hidden_bytes(const Model& m, const TrainingConfig& t, int b);
 
 // Activation bytes one TP rank keeps for one layer and one micro-batch.
-double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp, double phi);
+double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
+                                  double phi);
 
 // What one device of a stage holds.
 struct StageShape {
@@ -90,9 +93,9 @@ struct StageShape {
   bool first = false;  // holds the embedding
   bool last = false;   // holds the head and computes the loss
   int tp = 1;
-  double phi = 1.0;    // fraction of heads / ffn / vocab on this device
-  int in_flight = 1;   // micro-batches whose activations are alive at the peak
-  int dp = 1;          // data-parallel replicas (ZeRO-1 shards optimizer state over them)
+  double phi = 1.0;   // fraction of heads / ffn / vocab on this device
+  int in_flight = 1;  // micro-batches whose activations are alive at the peak
+  int dp = 1;         // data-parallel replicas (ZeRO-1 shards optimizer state over them)
   int micro_batch = 1;
 };
 

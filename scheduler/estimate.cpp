@@ -78,7 +78,8 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
   }
   if (t > 1) {
     auto [bw, lat] = ring_link(s.devices);
-    const double ar = collective_time(Collective::kAllReduce, hidden_bytes(model_, training_, micro_batch), t, bw, lat);
+    const double ar = collective_time(Collective::kAllReduce,
+                                      hidden_bytes(model_, training_, micro_batch), t, bw, lat);
     const int recompute = training_.recompute == Recompute::kFull ? 2 : 0;
     const double tp_f = ar * (2 * s.layers() + (first ? 1 : 0));
     const double tp_b = ar * ((2 + recompute) * s.layers() + (last ? 1 : 0));
@@ -91,7 +92,8 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
   return e;
 }
 
-double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes) const {
+double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>& dst,
+                             double bytes) const {
   const int n = static_cast<int>(std::min(src.size(), dst.size()));
   const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
   // Chunk c goes from src rank c*ts/n to dst rank c*td/n; flows off a machine share its NICs.
@@ -123,7 +125,8 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
   return worst;
 }
 
-double CostModel::pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches, double* bottleneck) const {
+double CostModel::pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches,
+                             double* bottleneck) const {
   double sum = 0, worst = 0;
   for (const auto& s : stages) {
     sum += s.forward_s + s.backward_s + 2 * s.send_s;
@@ -165,7 +168,8 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
   const int dp = static_cast<int>(plan.pipelines.size());
   if (dp <= 1) return;
   // Who holds each layer in each pipeline: the stage's device list.
-  std::vector<std::vector<const Stage*>> holder(dp, std::vector<const Stage*>(model_.layers, nullptr));
+  std::vector<std::vector<const Stage*>> holder(dp,
+                                                std::vector<const Stage*>(model_.layers, nullptr));
   for (int p = 0; p < dp; ++p) {
     for (const auto& s : plan.pipelines[p].stages) {
       for (int l = s.layer_begin; l < s.layer_end; ++l) holder[p][l] = &s;
@@ -238,7 +242,8 @@ Estimate CostModel::estimate(const Plan& plan) const {
       const Stage& s = p.stages[si];
       StageEstimate se = stage(s, si == 0, si == stages - 1, p.micro_batch);
       if (si + 1 < stages) {
-        se.send_s = transfer_s(s.devices, p.stages[si + 1].devices, hidden_bytes(model_, training_, p.micro_batch));
+        se.send_s = transfer_s(s.devices, p.stages[si + 1].devices,
+                               hidden_bytes(model_, training_, p.micro_batch));
       }
       pe.stages.push_back(se);
       for (int r = 0; r < s.tp(); ++r) {
@@ -262,20 +267,23 @@ Estimate CostModel::estimate(const Plan& plan) const {
   // weights and grads: ~28 bytes per locally owned parameter.
   for (auto& de : est.devices) {
     const GpuSpec& gpu = cluster_.gpu(de.device);
-    const double owned = (de.memory.weights / training_.bytes_per_element()) / (training_.zero_stage >= 1 ? dp : 1);
-    de.optimizer_s = owned * 28 / (gpu.memory_GBps * 1e9 * profile_.device(gpu.name).memory_efficiency);
+    const double owned =
+        (de.memory.weights / training_.bytes_per_element()) / (training_.zero_stage >= 1 ? dp : 1);
+    de.optimizer_s =
+        owned * 28 / (gpu.memory_GBps * 1e9 * profile_.device(gpu.name).memory_efficiency);
     est.optimizer_s = std::max(est.optimizer_s, de.optimizer_s);
     if (de.memory.total() > de.capacity_bytes) {
       est.feasible = false;
       const Machine& m = cluster_.machine_of(de.device);
-      est.problems.push_back("device " + std::to_string(de.device) + " (" + cluster_.gpu(de.device).name +
-                             " in machine " + m.name + ", pipeline " + std::to_string(de.pipeline) + " stage " +
-                             std::to_string(de.stage) + ") needs " + gib(de.memory.total()) + " GiB of " +
-                             gib(de.capacity_bytes) + " GiB: over by " +
-                             gib(de.memory.total() - de.capacity_bytes) + " GiB (weights " +
-                             gib(de.memory.weights) + ", gradients " + gib(de.memory.gradients) + ", optimizer " +
-                             gib(de.memory.optimizer) + ", activations " + gib(de.memory.activations) +
-                             ", logits " + gib(de.memory.logits) + ", reserve " + gib(de.memory.reserve) + ")");
+      est.problems.push_back(
+          "device " + std::to_string(de.device) + " (" + cluster_.gpu(de.device).name +
+          " in machine " + m.name + ", pipeline " + std::to_string(de.pipeline) + " stage " +
+          std::to_string(de.stage) + ") needs " + gib(de.memory.total()) + " GiB of " +
+          gib(de.capacity_bytes) + " GiB: over by " + gib(de.memory.total() - de.capacity_bytes) +
+          " GiB (weights " + gib(de.memory.weights) + ", gradients " + gib(de.memory.gradients) +
+          ", optimizer " + gib(de.memory.optimizer) + ", activations " +
+          gib(de.memory.activations) + ", logits " + gib(de.memory.logits) + ", reserve " +
+          gib(de.memory.reserve) + ")");
     }
   }
   est.iteration_time_s = est.pipeline_s + est.dp_sync_s + est.optimizer_s;

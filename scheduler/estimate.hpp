@@ -63,8 +63,8 @@ struct Estimate {
   double pipeline_s = 0;       // slowest pipeline
   double dp_sync_s = 0;
   double optimizer_s = 0;
-  bool feasible = true;                // every device fits in memory
-  std::vector<std::string> problems;   // which device is over by how many GiB
+  bool feasible = true;               // every device fits in memory
+  std::vector<std::string> problems;  // which device is over by how many GiB
   std::vector<PipelineEstimate> pipelines;
   std::vector<DeviceEstimate> devices;  // in plan order
 
@@ -75,7 +75,8 @@ struct Estimate {
 // caches so that the search can evaluate thousands of candidate stages cheaply.
 class CostModel {
  public:
-  CostModel(const Cluster& cluster, const Model& model, const TrainingConfig& training, const Profile& profile);
+  CostModel(const Cluster& cluster, const Model& model, const TrainingConfig& training,
+            const Profile& profile);
 
   const Cluster& cluster() const { return cluster_; }
   const Model& model() const { return model_; }
@@ -94,7 +95,8 @@ class CostModel {
   // Moving `bytes` from TP group `src` to TP group `dst` (chunks + all-gather).
   double transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes) const;
   // Pipeline time from its stages (send_s filled in).
-  double pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches, double* bottleneck = nullptr) const;
+  double pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches,
+                    double* bottleneck = nullptr) const;
   // Memory of TP rank `rank` of stage `si` of pipeline `p` in a plan with `dp` pipelines.
   MemoryBreakdown memory(const Pipeline& p, int si, int rank, int dp) const;
 

@@ -1,1 +1,121 @@
+// The closed-form estimate of whole plans, recomputed by hand from its parts with
+// an ideal profile (efficiency 1, no kernel overhead).
+#include "scheduler/estimate.hpp"
+
 #include <gtest/gtest.h>
+
+#include "scheduler/collectives.hpp"
+#include "scheduler/test_fixtures.hpp"
+
+namespace hexi {
+namespace {
+
+struct Fixture : ::testing::Test {
+  Scenario sc = testing::tiny_scenario();
+  Fixture() { sc.profile.set_default(DeviceProfile{1.0, 1.0, 1.0, 0.0}); }
+
+  Plan plan(const std::string& text) {
+    auto p = plan_from_json(Json::parse(text), "p.json");
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    EXPECT_TRUE(validate_plan(*p, sc.cluster, sc.model, sc.training, "p.json").ok());
+    return *p;
+  }
+  // Forward / backward of `layers` layers (+ embedding / head) on device 0 with shard phi.
+  double fwd(int layers, bool first, bool last, double phi = 1.0) {
+    const GpuSpec& g = sc.cluster.gpu(0);
+    const DeviceProfile& p = sc.profile.default_device();
+    double t =
+        layers *
+        (kernels_time(block_forward(sc.model, sc.training, Block::kAttention, 1, phi), g, p) +
+         kernels_time(block_forward(sc.model, sc.training, Block::kMlp, 1, phi), g, p));
+    if (first) t += kernels_time(embedding_forward(sc.model, sc.training, 1), g, p);
+    if (last) t += kernels_time(head_forward(sc.model, sc.training, 1, phi), g, p);
+    return t;
+  }
+  double bwd(int layers, bool first, bool last, double phi = 1.0) {
+    const GpuSpec& g = sc.cluster.gpu(0);
+    const DeviceProfile& p = sc.profile.default_device();
+    double t =
+        layers *
+        (kernels_time(block_backward(sc.model, sc.training, Block::kAttention, 1, phi), g, p) +
+         kernels_time(block_backward(sc.model, sc.training, Block::kMlp, 1, phi), g, p));
+    if (first) t += kernels_time(embedding_backward(sc.model, sc.training, 1), g, p);
+    if (last) t += kernels_time(head_backward(sc.model, sc.training, 1, phi), g, p);
+    return t;
+  }
+};
+
+TEST_F(Fixture, SingleDevice) {
+  Plan p = plan(
+      R"({"version": 1, "pipelines": [{"batch": 8, "stages": [{"devices": [0], "layers": [0, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const double f = fwd(8, true, true), b = bwd(8, true, true);
+  EXPECT_NEAR(e.pipeline_s, 8 * (f + b), 1e-15);
+  EXPECT_DOUBLE_EQ(e.dp_sync_s, 0);
+  EXPECT_NEAR(e.iteration_time_s, e.pipeline_s + e.optimizer_s, 1e-15);
+  EXPECT_NEAR(e.tokens_per_s, 8 * 64 / e.iteration_time_s, 1e-6);
+  EXPECT_NEAR(e.mfu,
+              model_flops(sc.model, sc.training) / (e.iteration_time_s * sc.cluster.peak_flops()),
+              1e-15);
+  EXPECT_TRUE(e.feasible);
+}
+
+TEST_F(Fixture, TwoStagePipelineOneF1B) {
+  Plan p = plan(R"({"version": 1, "pipelines": [{"batch": 8, "stages": [
+    {"devices": [0], "layers": [0, 3]}, {"devices": [1], "layers": [3, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const double s0 = fwd(3, true, false) + bwd(3, true, false);
+  const double s1 = fwd(5, false, true) + bwd(5, false, true);
+  // One activation of b*s*h bf16 over NVSwitch (300 GB/s, 3 us).
+  const double send = p2p_time(2.0 * 64 * 64, 300e9, 3e-6);
+  ASSERT_EQ(e.pipelines.size(), 1u);
+  EXPECT_NEAR(e.pipelines[0].stages[0].send_s, send, 1e-15);
+  EXPECT_NEAR(e.pipeline_s, s0 + s1 + 2 * send + 7 * std::max(s0, s1), 1e-12);
+  // 1F1B keeps 2 micro-batches alive on stage 0 and 1 on stage 1.
+  EXPECT_GT(e.devices[0].memory.activations, e.devices[1].memory.activations);
+}
+
+TEST_F(Fixture, TensorParallelStage) {
+  Plan p = plan(
+      R"({"version": 1, "pipelines": [{"batch": 8, "stages": [{"devices": [0, 1], "layers": [0, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const double ar = collective_time(Collective::kAllReduce, 2.0 * 64 * 64, 2, 300e9, 3e-6);
+  // Forward: 2 all-reduces per layer + 1 for the vocab-parallel embedding; backward: 2 per
+  // layer + 1 for the head's input gradient.
+  EXPECT_NEAR(e.pipelines[0].stages[0].tp_comm_s, ar * (2 * 8 + 1 + 2 * 8 + 1), 1e-15);
+  EXPECT_NEAR(e.pipelines[0].stages[0].forward_s, fwd(8, true, true, 0.5) + ar * 17, 1e-12);
+}
+
+TEST_F(Fixture, DataParallelAcrossMachines) {
+  Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 3, "stages": [{"devices": [0], "layers": [0, 8]}]},
+    {"batch": 5, "stages": [{"devices": [4], "layers": [0, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  // Ring all-reduce of all bf16 gradients between two machines: min(PCIe 32, NIC 25)
+  // GB/s, latency NIC + switch + NIC = 11 us.
+  const double grads = 2 * sc.model.params();
+  EXPECT_NEAR(e.dp_sync_s, collective_time(Collective::kAllReduce, grads, 2, 25e9, 11e-6), 1e-15);
+  // Uneven batch: the pipeline with 5 micro-batches is the slower one.
+  EXPECT_GT(e.pipelines[1].time_s, e.pipelines[0].time_s);
+  EXPECT_DOUBLE_EQ(e.pipeline_s, e.pipelines[1].time_s);
+}
+
+TEST_F(Fixture, ReportsDevicesOverMemory) {
+  sc.model.layers = 8;
+  sc.model.hidden = 8192;
+  sc.model.ffn = 28672;
+  sc.model.heads = 64;
+  sc.model.kv_heads = 8;  // a 70B-size layer stack on one 80 GiB device
+  Plan p = plan(
+      R"({"version": 1, "pipelines": [{"batch": 8, "stages": [{"devices": [0], "layers": [0, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  EXPECT_FALSE(e.feasible);
+  ASSERT_EQ(e.problems.size(), 1u);
+  EXPECT_NE(e.problems[0].find("device 0 (A100-SXM-80GB in machine m-0, pipeline 0 stage 0) needs"),
+            std::string::npos)
+      << e.problems[0];
+  EXPECT_NE(e.problems[0].find("GiB of 80.00 GiB: over by"), std::string::npos) << e.problems[0];
+}
+
+}  // namespace
+}  // namespace hexi

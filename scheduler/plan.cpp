@@ -92,7 +92,8 @@ Result<Plan> plan_from_json(const Json& json, const std::string& origin) {
     plan.comment = root.str_or("comment", "");
     auto pipelines = root.at("pipelines");
     if (pipelines.size() == 0) pipelines.fail("a non-empty array of pipelines");
-    for (std::size_t i = 0; i < pipelines.size(); ++i) plan.pipelines.push_back(read_pipeline(pipelines.at(i)));
+    for (std::size_t i = 0; i < pipelines.size(); ++i)
+      plan.pipelines.push_back(read_pipeline(pipelines.at(i)));
     return plan;
   });
 }
@@ -120,7 +121,9 @@ Json to_json(const Plan& plan) {
   return out;
 }
 
-std::string plan_text(const Plan& plan) { return to_json(plan).dump(2) + "\n"; }
+std::string plan_text(const Plan& plan) {
+  return to_json(plan).dump(2) + "\n";
+}
 
 Status validate_plan(const Plan& plan, const Cluster& cluster, const Model& model,
                      const TrainingConfig& training, const std::string& origin) {
@@ -141,40 +144,46 @@ Status validate_plan(const Plan& plan, const Cluster& cluster, const Model& mode
         int d = s.devices[r];
         std::string dpath = path + "/devices/" + std::to_string(r);
         if (d >= cluster.num_devices()) {
-          return fail(dpath, "device " + std::to_string(d) + " does not exist (cluster \"" + cluster.name() +
-                                 "\" has devices 0.." + std::to_string(cluster.num_devices() - 1) + ")");
+          return fail(dpath, "device " + std::to_string(d) + " does not exist (cluster \"" +
+                                 cluster.name() + "\" has devices 0.." +
+                                 std::to_string(cluster.num_devices() - 1) + ")");
         }
         if (used_at[d] >= 0) {
-          return fail(dpath, "device " + std::to_string(d) + " is already used at " + used_where[d]);
+          return fail(dpath,
+                      "device " + std::to_string(d) + " is already used at " + used_where[d]);
         }
         used_at[d] = static_cast<int>(pi);
         used_where[d] = dpath;
       }
       if (s.layer_begin != next_layer) {
-        std::string what = s.layer_begin > next_layer
-                               ? "layers [" + std::to_string(next_layer) + ", " + std::to_string(s.layer_begin) +
-                                     ") are not assigned (gap before this stage)"
-                               : "layers [" + std::to_string(s.layer_begin) + ", " + std::to_string(next_layer) +
-                                     ") are assigned twice (overlap with the previous stage)";
+        std::string what =
+            s.layer_begin > next_layer
+                ? "layers [" + std::to_string(next_layer) + ", " + std::to_string(s.layer_begin) +
+                      ") are not assigned (gap before this stage)"
+                : "layers [" + std::to_string(s.layer_begin) + ", " + std::to_string(next_layer) +
+                      ") are assigned twice (overlap with the previous stage)";
         return fail(path + "/layers", what);
       }
       next_layer = s.layer_end;
       if (s.layer_end > model.layers) {
-        return fail(path + "/layers", "layer range ends at " + std::to_string(s.layer_end) + " but " + model.name +
-                                          " has " + std::to_string(model.layers) + " layers");
+        return fail(path + "/layers", "layer range ends at " + std::to_string(s.layer_end) +
+                                          " but " + model.name + " has " +
+                                          std::to_string(model.layers) + " layers");
       }
       if (!s.head_split.empty()) {
         int sum = std::accumulate(s.head_split.begin(), s.head_split.end(), 0);
         if (sum != model.heads) {
-          return fail(path + "/head_split", "head counts sum to " + std::to_string(sum) + ", expected " +
-                                                std::to_string(model.heads) + " (the model's heads)");
+          return fail(path + "/head_split", "head counts sum to " + std::to_string(sum) +
+                                                ", expected " + std::to_string(model.heads) +
+                                                " (the model's heads)");
         }
         const int group = model.heads / model.kv_heads;  // query heads per KV head (GQA)
         for (std::size_t r = 0; r < s.head_split.size(); ++r) {
           if (s.head_split[r] % group != 0) {
             return fail(path + "/head_split/" + std::to_string(r),
                         "expected a multiple of " + std::to_string(group) +
-                            " heads (whole grouped-query KV groups), got " + std::to_string(s.head_split[r]));
+                            " heads (whole grouped-query KV groups), got " +
+                            std::to_string(s.head_split[r]));
           }
         }
       } else {
@@ -189,13 +198,14 @@ Status validate_plan(const Plan& plan, const Cluster& cluster, const Model& mode
     }
     if (next_layer != model.layers) {
       return fail("/pipelines/" + std::to_string(pi) + "/stages",
-                  "stages cover layers [0, " + std::to_string(next_layer) + ") but " + model.name + " has " +
-                      std::to_string(model.layers) + " layers");
+                  "stages cover layers [0, " + std::to_string(next_layer) + ") but " + model.name +
+                      " has " + std::to_string(model.layers) + " layers");
     }
   }
   if (batch_sum != training.global_batch) {
     return fail("/pipelines", "batch shares sum to " + std::to_string(batch_sum) +
-                                  " sequences, expected the global batch " + std::to_string(training.global_batch));
+                                  " sequences, expected the global batch " +
+                                  std::to_string(training.global_batch));
   }
   return {};
 }

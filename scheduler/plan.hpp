@@ -34,8 +34,8 @@ struct Stage {
 };
 
 struct Pipeline {
-  int batch = 0;       // sequences per iteration
-  int micro_batch = 1; // sequences per micro-batch
+  int batch = 0;        // sequences per iteration
+  int micro_batch = 1;  // sequences per micro-batch
   std::vector<Stage> stages;
 
   int micro_batches() const { return batch / micro_batch; }

@@ -107,7 +107,8 @@ class ClusterReader {
         // A different kind than the catalog's default: derive its bandwidth from PCIe.
         if (*parsed != spec.intra_kind && !intra->has("GBps")) {
           intra_GBps = *parsed == IntraKind::kHost ? spec.pcie_GBps / 2 : spec.pcie_GBps;
-          if (*parsed == IntraKind::kNvSwitch) intra->fail("\"GBps\" for an NVLink machine of PCIe GPUs");
+          if (*parsed == IntraKind::kNvSwitch)
+            intra->fail("\"GBps\" for an NVLink machine of PCIe GPUs");
         }
       }
       intra_GBps = intra->positive_or("GBps", intra_GBps);
@@ -115,7 +116,7 @@ class ClusterReader {
     }
     m.intra_Bps = intra_GBps * kGB;
     const LatencyTable& t = c_.latency_;
-    m.intra_latency_s = intra_latency_us ? *intra_latency_us * kUs
+    m.intra_latency_s = intra_latency_us                       ? *intra_latency_us * kUs
                         : m.intra_kind == IntraKind::kNvSwitch ? t.nvswitch_s
                         : m.intra_kind == IntraKind::kPcie     ? t.pcie_s
                                                                : t.host_s;
@@ -129,10 +130,11 @@ class ClusterReader {
     std::string base = node.has("name") ? node.str("name") : spec.name;
     for (int r = 0; r < repeat; ++r) {
       Machine copy = m;
-      copy.name = repeat > 1 || !node.has("name") ? base + "-" + std::to_string(name_counter(base))
-                                                  : base;
+      copy.name =
+          repeat > 1 || !node.has("name") ? base + "-" + std::to_string(name_counter(base)) : base;
       for (const auto& other : c_.machines_) {
-        if (other.name == copy.name) node.fail_message("machine name \"" + copy.name + "\" is used twice");
+        if (other.name == copy.name)
+          node.fail_message("machine name \"" + copy.name + "\" is used twice");
       }
       copy.first_device = static_cast<int>(c_.devices_.size());
       int index = static_cast<int>(c_.machines_.size());
@@ -147,7 +149,8 @@ class ClusterReader {
   int name_counter(const std::string& base) { return name_counts_[base]++; }
 
   void assign_leaves() {
-    int per_leaf = machines_per_leaf_ == 0 ? static_cast<int>(c_.machines_.size()) : machines_per_leaf_;
+    int per_leaf =
+        machines_per_leaf_ == 0 ? static_cast<int>(c_.machines_.size()) : machines_per_leaf_;
     int next_auto = 0;
     for (std::size_t i = 0; i < c_.machines_.size(); ++i) {
       int leaf = explicit_leaf_[i] >= 0 ? explicit_leaf_[i] : next_auto++ / per_leaf;
@@ -260,7 +263,8 @@ PairLink Cluster::path_link(int a, int b) const {
   l.latency_s = 2 * latency_.nic_s + latency_.switch_s;
   if (ma.leaf != mb.leaf) {
     if (!spine_) return {0.0, 0.0};
-    l.bandwidth_Bps = std::min({l.bandwidth_Bps, leaves_[ma.leaf].uplink_Bps, leaves_[mb.leaf].uplink_Bps});
+    l.bandwidth_Bps =
+        std::min({l.bandwidth_Bps, leaves_[ma.leaf].uplink_Bps, leaves_[mb.leaf].uplink_Bps});
     l.latency_s += 2 * latency_.switch_s;  // spine and the far leaf
   }
   return l;

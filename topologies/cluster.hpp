@@ -39,7 +39,7 @@ struct LatencyTable {
 
 struct Machine {
   std::string name;
-  int gpu_type = 0;      // index into Cluster::gpu_types()
+  int gpu_type = 0;  // index into Cluster::gpu_types()
   int num_gpus = 0;
   int first_device = 0;  // global id of this machine's GPU 0
   IntraKind intra_kind = IntraKind::kPcie;

@@ -26,13 +26,14 @@ Result<std::vector<MixEntry>> parse_mix(std::string_view spec, const GpuCatalog&
     if (colon == std::string_view::npos || x == std::string_view::npos ||
         !parse_int(item.substr(colon + 1, x - colon - 1), e.machines) ||
         !parse_int(item.substr(x + 1), e.gpus_per_machine)) {
-      return bad_input("--mix \"" + std::string(spec) + "\": item \"" + std::string(item) + "\": " +
-                       expected);
+      return bad_input("--mix \"" + std::string(spec) + "\": item \"" + std::string(item) +
+                       "\": " + expected);
     }
     e.gpu = std::string(item.substr(0, colon));
     const GpuSpec* gpu = catalog.find(e.gpu);
     if (gpu == nullptr) {
-      return bad_input("--mix: unknown GPU type \"" + e.gpu + "\" (known: " + catalog.names() + ")");
+      return bad_input("--mix: unknown GPU type \"" + e.gpu + "\" (known: " + catalog.names() +
+                       ")");
     }
     e.gpu = gpu->name;
     if (e.machines < 1 || e.gpus_per_machine < 1 || e.gpus_per_machine > 1024) {
@@ -57,8 +58,8 @@ Json generate_cluster_json(const std::vector<MixEntry>& mix, const FabricOptions
   }
   Json machines = Json::array();
   for (const auto& e : mix) {
-    machines.push_back({{"name", e.gpu}, {"gpu", e.gpu}, {"gpus", e.gpus_per_machine},
-                        {"repeat", e.machines}});
+    machines.push_back(
+        {{"name", e.gpu}, {"gpu", e.gpu}, {"gpus", e.gpus_per_machine}, {"repeat", e.machines}});
   }
   std::string description = "generated: " + std::to_string(total) + " GPUs (";
   for (std::size_t i = 0; i < mix.size(); ++i) {

@@ -1,1 +1,53 @@
+#include "topologies/cluster_gen.hpp"
+
 #include <gtest/gtest.h>
+
+#include "topologies/cluster.hpp"
+
+namespace hexi {
+namespace {
+
+const GpuCatalog& catalog() {
+  static const GpuCatalog c = *GpuCatalog::load_shipped();
+  return c;
+}
+
+TEST(ClusterGen, ParsesMixSpecs) {
+  auto mix = parse_mix("A100:4x8,rtx4090:8x8", catalog());
+  ASSERT_TRUE(mix.ok()) << mix.error().message;
+  ASSERT_EQ(mix->size(), 2u);
+  EXPECT_EQ((*mix)[0].gpu, "A100-SXM-80GB");
+  EXPECT_EQ((*mix)[1].gpu, "RTX4090");
+  EXPECT_EQ((*mix)[1].machines, 8);
+  EXPECT_EQ((*mix)[1].gpus_per_machine, 8);
+}
+
+TEST(ClusterGen, RejectsBadMixSpecs) {
+  for (const char* spec :
+       {"", "A100", "A100:4", "A100:4x", "A100:0x8", "A100:4x8,", "GTX1080:1x8", "A100:-1x8"}) {
+    auto mix = parse_mix(spec, catalog());
+    EXPECT_FALSE(mix.ok()) << spec;
+    if (!mix.ok()) {
+      EXPECT_EQ(mix.error().kind, ErrorKind::kBadInput);
+    }
+  }
+}
+
+TEST(ClusterGen, GeneratesLargeClusters) {
+  // 10 240 GPUs of four types, 16 machines per leaf with 2:1 oversubscription.
+  auto mix = parse_mix("H100:320x8,A100:320x8,RTX4090:320x8,L40S:320x8", catalog());
+  ASSERT_TRUE(mix.ok());
+  FabricOptions fabric;
+  fabric.oversubscription = 2;
+  auto c = Cluster::from_json(generate_cluster_json(*mix, fabric), "gen", catalog());
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->num_devices(), 10240);
+  EXPECT_EQ(c->leaves().size(), 80u);
+  EXPECT_EQ(c->name(), "mix-10240-H100-SXMx2560-A100-SXM-80GBx2560-RTX4090x2560-L40Sx2560");
+  // Uplink of a 16-machine leaf at 25 GB/s per NIC and 2:1 oversubscription: 200 GB/s.
+  EXPECT_DOUBLE_EQ(c->leaves()[0].uplink_Bps, 200e9);
+  EXPECT_DOUBLE_EQ(c->bandwidth(0, 10239), 25e9);
+}
+
+}  // namespace
+}  // namespace hexi

@@ -89,7 +89,9 @@ Result<GpuCatalog> GpuCatalog::load(const std::filesystem::path& path) {
   return from_json(*json, path.string());
 }
 
-Result<GpuCatalog> GpuCatalog::load_shipped() { return load(data_root() / "topologies/gpus.json"); }
+Result<GpuCatalog> GpuCatalog::load_shipped() {
+  return load(data_root() / "topologies/gpus.json");
+}
 
 const GpuSpec* GpuCatalog::find(std::string_view name) const {
   int i = index_of(name);

@@ -105,8 +105,8 @@ JsonNode JsonNode::at(std::string_view key) const {
   require_object();
   auto it = value_->find(key);
   if (it == value_->end()) {
-    throw InputError(origin_ + ": " + (path_.empty() ? "/" : path_) + ": missing required field \"" +
-                     std::string(key) + "\"");
+    throw InputError(origin_ + ": " + (path_.empty() ? "/" : path_) +
+                     ": missing required field \"" + std::string(key) + "\"");
   }
   return JsonNode(*it, origin_, path_ + "/" + escape_pointer_token(key));
 }
@@ -120,7 +120,8 @@ std::optional<JsonNode> JsonNode::find(std::string_view key) const {
 
 JsonNode JsonNode::at(std::size_t index) const {
   require_array();
-  if (index >= value_->size()) fail("an array with more than " + std::to_string(index) + " elements");
+  if (index >= value_->size())
+    fail("an array with more than " + std::to_string(index) + " elements");
   return JsonNode((*value_)[index], origin_, path_ + "/" + std::to_string(index));
 }
 

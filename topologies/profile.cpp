@@ -4,7 +4,8 @@ namespace hexi {
 namespace {
 
 DeviceProfile read_device(const JsonNode& node, const DeviceProfile& base) {
-  node.allow_only({"gemm_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead_us"});
+  node.allow_only(
+      {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead_us"});
   DeviceProfile p = base;
   if (auto v = node.find("gemm_efficiency")) p.gemm_efficiency = v->number_in(1e-3, 1.0);
   if (auto v = node.find("attention_efficiency")) p.attention_efficiency = v->number_in(1e-3, 1.0);

@@ -19,15 +19,21 @@ struct Error {
   std::string message;
 };
 
-inline Error bad_input(std::string message) { return {ErrorKind::kBadInput, std::move(message)}; }
-inline Error failure(std::string message) { return {ErrorKind::kFailure, std::move(message)}; }
-inline int exit_code(const Error& e) { return e.kind == ErrorKind::kBadInput ? 2 : 1; }
+inline Error bad_input(std::string message) {
+  return {ErrorKind::kBadInput, std::move(message)};
+}
+inline Error failure(std::string message) {
+  return {ErrorKind::kFailure, std::move(message)};
+}
+inline int exit_code(const Error& e) {
+  return e.kind == ErrorKind::kBadInput ? 2 : 1;
+}
 
 // A value or an Error. Deliberately small: ok(), value(), error(), ->, *.
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : v_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return v_.index() == 0; }

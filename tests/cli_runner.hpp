@@ -1,0 +1,63 @@
+#pragma once
+// Runs the hexisim executable (path in $HEXISIM_BIN) and captures its exit code,
+// stdout and stderr, for end-to-end tests of the command line contract (DESIGN §12).
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <sys/wait.h>
+
+namespace hexi::testing {
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// A fresh scratch folder per test (under the system temp dir).
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("hexisim-test-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// `args` is appended to the executable path as shell words (tests quote their own).
+inline CliResult run_cli(const std::string& args) {
+  const char* bin = std::getenv("HEXISIM_BIN");
+  CliResult r;
+  if (bin == nullptr) {
+    r.err = "HEXISIM_BIN is not set";
+    return r;
+  }
+  auto dir = std::filesystem::temp_directory_path();
+  auto out = dir / ("hexisim-cli-" + std::to_string(::getpid()) + ".out");
+  auto err = dir / ("hexisim-cli-" + std::to_string(::getpid()) + ".err");
+  std::string cmd = std::string(bin) + " " + args + " >" + out.string() + " 2>" + err.string();
+  int status = std::system(cmd.c_str());
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_text(out);
+  r.err = read_text(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+}  // namespace hexi::testing

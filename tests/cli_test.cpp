@@ -1,0 +1,197 @@
+// End-to-end tests of the hexisim command line: the JSON contract of DESIGN §12 and
+// bad input (exit code 2, one message naming the file, the JSON path, the expectation).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_runner.hpp"
+
+namespace hexi {
+namespace {
+
+using nlohmann::json;
+using testing::run_cli;
+using testing::scratch_dir;
+using testing::write_text;
+
+json parse_out(const testing::CliResult& r) {
+  EXPECT_EQ(r.code, 0) << r.err;
+  return json::parse(r.out);
+}
+
+TEST(Cli, InfoJson) {
+  json j = parse_out(run_cli("info --json"));
+  ASSERT_GE(j["gpus"].size(), 20u);
+  for (const auto& g : j["gpus"]) {
+    EXPECT_TRUE(g.contains("name") && g.contains("tflops") && g.contains("memory_gib"));
+  }
+  bool found = false;
+  for (const auto& m : j["models"]) {
+    if (m["name"] == "llama2-7b") {
+      found = true;
+      EXPECT_NEAR(m["params"].get<double>(), 6.74e9, 0.01e9);
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_NE(std::find(j["clusters"].begin(), j["clusters"].end(), "hexiscale-setting1"),
+            j["clusters"].end());
+  EXPECT_NE(std::find(j["scenarios"].begin(), j["scenarios"].end(), "hexiscale-setting1-llama2-7b"),
+            j["scenarios"].end());
+}
+
+TEST(Cli, ClusterShowPaperSettings) {
+  struct Expect {
+    const char* name;
+    int gpus;
+    double pflops;
+  };
+  for (auto e : {Expect{"hexiscale-setting1", 40, 5.0784}, Expect{"hexiscale-setting2", 32, 4.9312},
+                 Expect{"hexiscale-setting3", 56, 8.9184}}) {
+    json j = parse_out(run_cli(std::string("cluster show ") + e.name + " --json"));
+    EXPECT_EQ(j["num_gpus"], e.gpus);
+    EXPECT_NEAR(j["peak_pflops"].get<double>(), e.pflops, 1e-9);
+    EXPECT_EQ(j["connected_parts"], 1);
+    EXPECT_TRUE(j["machines"].is_array());
+  }
+  json s1 = parse_out(run_cli("cluster show hexiscale-setting1 --json"));
+  EXPECT_EQ(s1["gpu_types"]["RTX4090"], 24);
+  EXPECT_EQ(s1["gpu_types"]["RTX3080Ti"], 8);
+  EXPECT_NEAR(s1["memory_gib"].get<double>(), 8 * 12 + 32 * 24, 1e-9);
+  auto text = run_cli("cluster show hexiscale-setting2");
+  EXPECT_EQ(text.code, 0);
+  EXPECT_NE(text.out.find("A800-SXM-80GB"), std::string::npos);
+}
+
+TEST(Cli, ClusterGenWritesALoadableFile) {
+  auto dir = scratch_dir("gen");
+  auto file = (dir / "mix.json").string();
+  json j = parse_out(run_cli(
+      "cluster gen --mix A100:4x8,RTX4090:12x8 --machines-per-leaf 8 --out " + file + " --json"));
+  EXPECT_EQ(j["num_gpus"], 128);
+  EXPECT_EQ(j["num_leaves"], 2);
+  json again = parse_out(run_cli("cluster show " + file + " --json"));
+  EXPECT_EQ(again["num_gpus"], 128);
+  EXPECT_EQ(again["gpu_types"]["A100-SXM-80GB"], 32);
+  auto bad = run_cli("cluster gen --mix A100:4y8 --out " + file);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("expected TYPE:MACHINESxGPUS"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, EstimateDefaultScenario) {
+  json j = parse_out(run_cli("estimate hexiscale-setting1-llama2-7b --json"));
+  EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["mfu"].get<double>(), 0);
+  EXPECT_LT(j["mfu"].get<double>(), 1);
+  EXPECT_EQ(j["feasible"], true);
+  ASSERT_EQ(j["devices"].size(), 40u);
+  EXPECT_TRUE(j["devices"][0].contains("peak_memory_gib"));
+  auto text = run_cli("estimate hexiscale-setting1-llama2-7b");
+  EXPECT_EQ(text.code, 0);
+  EXPECT_NE(text.out.find("tokens/s"), std::string::npos);
+}
+
+TEST(Cli, EveryCommandHasHelp) {
+  for (const char* cmd : {"--help", "info --help", "cluster --help", "cluster show --help",
+                          "cluster gen --help", "estimate --help"}) {
+    auto r = run_cli(cmd);
+    EXPECT_EQ(r.code, 0) << cmd;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << cmd;
+  }
+}
+
+const char* kCluster = R"({"version": 1, "name": "c", "network": {"nic_GBps": 12.5},
+  "machines": [{"name": "m", "gpu": "A100", "gpus": 4}]})";
+
+// Each case writes a cluster (or plan) file with one fault and expects exit code 2 and
+// a message naming the file and the JSON path.
+TEST(Cli, BadClusterFiles) {
+  auto dir = scratch_dir("badcluster");
+  struct Case {
+    const char* what;
+    std::string text;
+    std::string expected;
+  };
+  const std::string base = kCluster;
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string t = base;
+    return t.replace(t.find(from), from.size(), to);
+  };
+  const Case cases[] = {
+      {"malformed", edit("\"gpus\": 4}", "\"gpus\": 4"), "invalid JSON at line 2"},
+      {"unknown gpu", edit("\"A100\"", "\"A100X\""),
+       "/machines/0/gpu: expected a GPU type from the catalog"},
+      {"negative bw", edit("12.5", "-12.5"), "/network/nic_GBps: expected a number > 0, got -12.5"},
+      {"zero bw", edit("12.5", "0"), "/network/nic_GBps: expected a number > 0, got 0"},
+      {"missing field", edit("\"gpus\": 4", "\"gpuz\": 4"), "/machines/0: unknown field \"gpuz\""},
+      {"missing network", edit("\"network\"", "\"netwrk\""), "unknown field \"netwrk\""},
+  };
+  for (const auto& c : cases) {
+    std::string stem = c.what;
+    std::replace(stem.begin(), stem.end(), ' ', '_');
+    auto file = dir / (stem + ".json");
+    write_text(file, c.text);
+    auto r = run_cli("cluster show " + file.string());
+    EXPECT_EQ(r.code, 2) << c.what;
+    EXPECT_NE(r.err.find(file.string() + ":"), std::string::npos) << c.what << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.what << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one message: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.what;
+  }
+}
+
+TEST(Cli, BadPlans) {
+  auto dir = scratch_dir("badplan");
+  write_text(dir / "cluster.json", kCluster);
+  write_text(dir / "scenario.json", R"({"version": 1, "name": "s", "cluster": "cluster.json",
+    "model": "tiny-llama-8l", "training": {"global_batch": 4, "seq_len": 64}})");
+  const std::string good = R"({"version": 1, "pipelines": [
+    {"batch": 2, "stages": [{"devices": [0], "layers": [0, 4]}, {"devices": [1], "layers": [4, 8]}]},
+    {"batch": 2, "stages": [{"devices": [2, 3], "layers": [0, 8]}]}]})";
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    return t.replace(t.find(from), from.size(), to);
+  };
+  write_text(dir / "good.json", good);
+  const std::string scenario = (dir / "scenario.json").string();
+  json ok = parse_out(
+      run_cli("estimate " + scenario + " --plan " + (dir / "good.json").string() + " --json"));
+  EXPECT_EQ(ok["feasible"], true);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {edit("[2, 3]", "[2, 7]"), "/pipelines/1/stages/0/devices/1: device 7 does not exist"},
+      {edit("[4, 8]}]}", "[5, 8]}]}"),
+       "/pipelines/0/stages/1/layers: layers [4, 5) are not assigned"},
+      {edit("[4, 8]}]}", "[3, 8]}]}"),
+       "/pipelines/0/stages/1/layers: layers [3, 4) are assigned twice"},
+      {edit("{\"batch\": 2, \"stages\": [{\"devices\": [2",
+            "{\"batch\": 3, \"stages\": [{\"devices\": [2"),
+       "/pipelines: batch shares sum to 5 sequences, expected the global batch 4"},
+      {edit("\"pipelines\"", "\"pipeline\""), "unknown field \"pipeline\""},
+  };
+  int i = 0;
+  for (const auto& [text, expected] : cases) {
+    auto file = dir / ("plan" + std::to_string(i++) + ".json");
+    write_text(file, text);
+    auto r = run_cli("estimate " + scenario + " --plan " + file.string());
+    EXPECT_EQ(r.code, 2) << expected;
+    EXPECT_NE(r.err.find(file.string() + ": "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  }
+}
+
+TEST(Cli, BadArgumentsAndNames) {
+  EXPECT_EQ(run_cli("estimate").code, 2);                    // missing SCENARIO
+  EXPECT_EQ(run_cli("frobnicate").code, 2);                  // unknown subcommand
+  EXPECT_EQ(run_cli("cluster gen --mix A100:1x8").code, 2);  // missing --out
+  auto r = run_cli("estimate no-such-scenario --plan x.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown scenario \"no-such-scenario\""), std::string::npos);
+  r = run_cli("estimate hexiscale-setting1-llama2-7b --plan /nonexistent/plan.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/nonexistent/plan.json: cannot open file"), std::string::npos);
+  r = run_cli("estimate hexiscale-setting2-llama2-7b");  // names no plan
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no plan given"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hexi
