@@ -111,6 +111,10 @@ class Backend {
   virtual void mark() = 0;
   virtual Result<std::vector<double>> mark_times() = 0;
   virtual void clear_marks() = 0;
+
+  // The backend's native stream (cudaStream_t for cuda: NCCL enqueues on it); nullptr
+  // for cpu.
+  virtual void* stream_handle() { return nullptr; }
 };
 
 // "cpu", or "cuda" when this build has the CUDA backend and a device is visible

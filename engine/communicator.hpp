@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "topologies/status.hpp"
@@ -66,6 +67,15 @@ class Communicator {
   // out[j*count, (j+1)*count) = member j's in[rank*count, (rank+1)*count).
   virtual Status all_to_all(const void* in, void* out, std::size_t count, DType type) = 0;
   virtual Status barrier() = 0;
+
+  // Declares every (sender, receiver) pair of members that will exchange point-to-point
+  // messages. Called by every member with the same list before the first isend/recv;
+  // NCCL creates a two-rank communicator and a send stream per ordered pair here (so
+  // that sends never queue behind receives or collectives); MPI and fake need nothing.
+  virtual Status connect_peers(const std::vector<std::pair<int, int>>& pairs) {
+    (void)pairs;
+    return {};
+  }
 
   // A communicator over `members` (indices in this group, in the new rank order).
   // Called by exactly those members, each with the same list; this member must be in it.

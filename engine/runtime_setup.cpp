@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "engine/runtime_impl.hpp"
 
@@ -90,7 +91,13 @@ Status RankRuntime::Impl::setup_groups() {
     HEXI_TRY(comm);
     groups[g] = std::move(*comm);
   }
-  return {};
+  // Point-to-point pairs of the whole program, in one global order.
+  std::set<std::pair<int, int>> pairs;
+  for (const Op& op : prog.ops) {
+    if (op.kind == OpKind::kSend) pairs.insert({rank_of_device[op.device], rank_of_device[op.peer]});
+  }
+  progress.enter([] { return std::string("set-up: connecting point-to-point peers"); }, true);
+  return world.connect_peers({pairs.begin(), pairs.end()});
 }
 
 Status RankRuntime::Impl::setup_params() {

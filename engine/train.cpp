@@ -9,6 +9,9 @@
 
 #include "engine/check.hpp"
 #include "engine/comm_mpi.hpp"
+#ifdef HEXISIM_HAVE_CUDA
+#include "engine/comm_nccl.hpp"
+#endif
 #include "engine/data.hpp"
 #include "engine/runtime.hpp"
 #include "engine/trace.hpp"
@@ -17,11 +20,6 @@
 #include "scheduler/lower.hpp"
 
 namespace hexi::engine {
-
-#ifdef HEXISIM_HAVE_CUDA
-// comm_nccl.cpp: a world communicator on NCCL for the cuda backend's device memory.
-Result<std::unique_ptr<Communicator>> make_nccl_world(Communicator& mpi_world, Backend& backend);
-#endif
 
 namespace {
 
