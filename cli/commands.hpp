@@ -12,6 +12,7 @@ void add_info_command(CLI::App& app, Runner& run);
 void add_cluster_commands(CLI::App& app, Runner& run);
 void add_estimate_command(CLI::App& app, Runner& run);
 void add_lower_command(CLI::App& app, Runner& run);
+void add_simulate_command(CLI::App& app, Runner& run);
 void add_train_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
@@ -19,6 +20,7 @@ inline void add_all_commands(CLI::App& app, Runner& run) {
   add_cluster_commands(app, run);
   add_estimate_command(app, run);
   add_lower_command(app, run);
+  add_simulate_command(app, run);
   add_train_command(app, run);
 }
 
