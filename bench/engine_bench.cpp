@@ -42,7 +42,9 @@ struct Gemm {
   double flops() const { return 2.0 * m * n * k * count; }
 };
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // Standalone Eigen FLOP/s of one shape (cached).
 double eigen_rate(const Gemm& g) {
@@ -81,8 +83,11 @@ std::map<std::string, std::vector<Gemm>> block_gemms(const Model& m, int b, int 
   const int n = b * s, h = m.hidden, f = m.ffn, kd = m.kv_dim(), d = m.head_dim(), V = m.vocab;
   const int heads = b * m.heads;
   std::map<std::string, std::vector<Gemm>> g;
-  g["attn.fwd"] = {{n, h, h, false, true}, {n, kd, h, false, true, 2}, {n, h, h, false, true},
-                   {s, s, d, false, true, heads}, {s, d, s, false, false, heads}};
+  g["attn.fwd"] = {{n, h, h, false, true},
+                   {n, kd, h, false, true, 2},
+                   {n, h, h, false, true},
+                   {s, s, d, false, true, heads},
+                   {s, d, s, false, false, heads}};
   g["attn.bwd"] = {{n, h, h},
                    {h, h, n, true, false},
                    {s, s, d, false, true, heads},
@@ -94,7 +99,8 @@ std::map<std::string, std::vector<Gemm>> block_gemms(const Model& m, int b, int 
                    {h, h, n, true, false},
                    {kd, h, n, true, false, 2}};
   g["mlp.fwd"] = {{n, f, h, false, true, 2}, {n, h, f, false, true}};
-  g["mlp.bwd"] = {{n, f, h}, {h, f, n, true, false}, {n, h, f, false, false, 2}, {f, h, n, true, false, 2}};
+  g["mlp.bwd"] = {
+      {n, f, h}, {h, f, n, true, false}, {n, h, f, false, false, 2}, {f, h, n, true, false, 2}};
   g["head.fwd"] = {{n, V, h, false, true}};
   g["head.bwd"] = {{V, h, n, true, false}, {n, h, V}};
   return g;
@@ -136,8 +142,10 @@ Setup tiny_setup() {
 
 void run_step_bench(benchmark::State& state, Setup st) {
   Plan plan;
-  plan.pipelines.push_back(Pipeline{st.scenario.training.global_batch, 1, {Stage{{0}, 0, st.scenario.model.layers, {}}}});
-  auto program = lower_plan(plan, st.scenario.cluster, st.scenario.model, st.scenario.training, LowerOptions{}, "bench");
+  plan.pipelines.push_back(Pipeline{
+      st.scenario.training.global_batch, 1, {Stage{{0}, 0, st.scenario.model.layers, {}}}});
+  auto program = lower_plan(plan, st.scenario.cluster, st.scenario.model, st.scenario.training,
+                            LowerOptions{}, "bench");
   if (!program.ok()) {
     state.SkipWithError(program.error().message.c_str());
     return;
@@ -148,7 +156,8 @@ void run_step_bench(benchmark::State& state, Setup st) {
   run_fake_world(1, [&](Communicator& world) -> Status {
     auto backend = make_cpu_backend();
     Progress progress;
-    auto rt = RankRuntime::create(*program, st.scenario.model, world, *backend, *data, RuntimeOptions{}, progress);
+    auto rt = RankRuntime::create(*program, st.scenario.model, world, *backend, *data,
+                                  RuntimeOptions{}, progress);
     if (!rt.ok()) return status = rt.error();
     if (auto warm = (*rt)->step(); !warm.ok()) return status = warm.error();
     for (auto _ : state) {
@@ -167,9 +176,10 @@ void run_step_bench(benchmark::State& state, Setup st) {
   const auto gemms = block_gemms(st.scenario.model, 1, st.scenario.training.seq_len);
   double total = 0;
   for (const auto& [name, c] : classes) total += c.seconds;
-  std::printf("\n%s step: %.4f s (%zu ops)\n", st.scenario.model.name.c_str(), total / n_steps, steps[0].ops.size());
-  std::printf("  %-26s %6s %10s %7s %9s %12s %9s\n", "op class", "count", "ms/step", "share", "GFLOP/s",
-              "GEMM GFLOP/s", "vs_eigen");
+  std::printf("\n%s step: %.4f s (%zu ops)\n", st.scenario.model.name.c_str(), total / n_steps,
+              steps[0].ops.size());
+  std::printf("  %-26s %6s %10s %7s %9s %12s %9s\n", "op class", "count", "ms/step", "share",
+              "GFLOP/s", "GEMM GFLOP/s", "vs_eigen");
   for (const auto& [name, c] : classes) {
     const double per_step = c.seconds / n_steps;
     std::string gemm_rate = "-", ratio = "-";
@@ -189,15 +199,19 @@ void run_step_bench(benchmark::State& state, Setup st) {
     }
     char gf[32] = "-";
     if (c.flops > 0) std::snprintf(gf, sizeof gf, "%.1f", c.flops / c.seconds / 1e9);
-    std::printf("  %-26s %6.0f %10.3f %6.1f%% %9s %12s %9s\n", name.c_str(), c.count / n_steps, per_step * 1e3,
-                100 * c.seconds / total, gf, gemm_rate.c_str(), ratio.c_str());
+    std::printf("  %-26s %6.0f %10.3f %6.1f%% %9s %12s %9s\n", name.c_str(), c.count / n_steps,
+                per_step * 1e3, 100 * c.seconds / total, gf, gemm_rate.c_str(), ratio.c_str());
     if (c.flops > 0) state.counters[name + " GFLOP/s"] = c.flops / c.seconds / 1e9;
   }
   state.counters["step_s"] = total / n_steps;
 }
 
-void BM_EngineStepSmall(benchmark::State& state) { run_step_bench(state, small_setup()); }
-void BM_EngineStepTiny(benchmark::State& state) { run_step_bench(state, tiny_setup()); }
+void BM_EngineStepSmall(benchmark::State& state) {
+  run_step_bench(state, small_setup());
+}
+void BM_EngineStepTiny(benchmark::State& state) {
+  run_step_bench(state, tiny_setup());
+}
 
 BENCHMARK(BM_EngineStepSmall)->Iterations(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EngineStepTiny)->Iterations(20)->Unit(benchmark::kMillisecond);

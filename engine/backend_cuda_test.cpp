@@ -31,8 +31,8 @@ std::string skip_reason(int ranks_needed) {
   int count = 0;
   cudaGetDeviceCount(&count);
   if (count < ranks_needed) {
-    return std::to_string(ranks_needed) + " ranks need " + std::to_string(ranks_needed) + " GPUs, found " +
-           std::to_string(count);
+    return std::to_string(ranks_needed) + " ranks need " + std::to_string(ranks_needed) +
+           " GPUs, found " + std::to_string(count);
   }
   return {};
 }
@@ -56,7 +56,9 @@ Buffers device_buffers() {
     return p;
   };
   b.free = [](void* p) { cudaFree(p); };
-  b.to_device = [](void* dst, const void* src, std::size_t n) { cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice); };
+  b.to_device = [](void* dst, const void* src, std::size_t n) {
+    cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
+  };
   b.to_host = [](void* dst, const void* src, std::size_t n) {
     cudaDeviceSynchronize();
     cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
@@ -89,12 +91,14 @@ TEST(CudaBackend, EngineKernelsMatchCpu) {
     for (float& e : *x) e = normal(rng);
   }
   std::vector<std::int64_t> idx(n);
-  for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<std::int64_t>((i * 7919) % n);  // a permutation
+  for (std::size_t i = 0; i < n; ++i)
+    idx[i] = static_cast<std::int64_t>((i * 7919) % n);  // a permutation
   // cpu results
   std::vector<float> want_gather(n), want_param = src, want_m = m, want_v = v;
   ASSERT_TRUE(cpu->gather(want_gather.data(), src.data(), idx.data(), n).ok());
   AdamW c;
-  ASSERT_TRUE(cpu->adamw(want_param.data(), grad.data(), want_m.data(), want_v.data(), n, c, 0.1, 3).ok());
+  ASSERT_TRUE(
+      cpu->adamw(want_param.data(), grad.data(), want_m.data(), want_v.data(), n, c, 0.1, 3).ok());
   // cuda results
   auto d_src = DeviceArray<float>::make(**cuda, n), d_out = DeviceArray<float>::make(**cuda, n);
   auto d_grad = DeviceArray<float>::make(**cuda, n), d_m = DeviceArray<float>::make(**cuda, n),
@@ -114,9 +118,11 @@ TEST(CudaBackend, EngineKernelsMatchCpu) {
   ASSERT_TRUE((*cuda)->download(got.data(), d_src->get(), n * 4).ok());
   EXPECT_EQ(got, src);
   // AdamW: float32 elementwise with sqrt and division; 1e-6 relative (a few ulps).
-  ASSERT_TRUE((*cuda)->adamw(d_src->get(), d_grad->get(), d_m->get(), d_v->get(), n, c, 0.1, 3).ok());
+  ASSERT_TRUE(
+      (*cuda)->adamw(d_src->get(), d_grad->get(), d_m->get(), d_v->get(), n, c, 0.1, 3).ok());
   ASSERT_TRUE((*cuda)->download(got.data(), d_src->get(), n * 4).ok());
-  for (std::size_t i = 0; i < n; ++i) EXPECT_NEAR(got[i], want_param[i], 1e-6 * std::fabs(want_param[i]) + 1e-7);
+  for (std::size_t i = 0; i < n; ++i)
+    EXPECT_NEAR(got[i], want_param[i], 1e-6 * std::fabs(want_param[i]) + 1e-7);
 }
 
 // The engine on the cuda backend (1 rank, NCCL world) against the PyTorch oracle and
@@ -137,7 +143,8 @@ TEST(CudaBackend, TrainingMatchesOracleAndCpu) {
   ASSERT_TRUE(oracle.ok()) << oracle.error().message;
   RankResult r;
   std::vector<double> losses;
-  Status s = run_rank(*program, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r, losses);
+  Status s =
+      run_rank(*program, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r, losses);
   ASSERT_TRUE(s.ok()) << s.error().message;
   auto t = assemble_trajectory(*program, sc.model, {r}, losses);
   ASSERT_TRUE(t.ok()) << t.error().message;
@@ -152,10 +159,13 @@ TEST(CudaBackend, TrainingMatchesOracleAndCpu) {
   ASSERT_TRUE(corpus.ok());
   RankResult rc;
   std::vector<double> cuda_losses;
-  ASSERT_TRUE(run_rank(*program, sc.model, *corpus, RuntimeOptions{}, 10, **nccl, **backend, rc, cuda_losses).ok());
+  ASSERT_TRUE(run_rank(*program, sc.model, *corpus, RuntimeOptions{}, 10, **nccl, **backend, rc,
+                       cuda_losses)
+                  .ok());
   auto cpu_run = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 10);
   ASSERT_TRUE(cpu_run.ok());
-  for (int k = 0; k < 10; ++k) EXPECT_NEAR(cuda_losses[k], cpu_run->losses[k], 1e-5 * cpu_run->losses[k]);
+  for (int k = 0; k < 10; ++k)
+    EXPECT_NEAR(cuda_losses[k], cpu_run->losses[k], 1e-5 * cpu_run->losses[k]);
 }
 
 }  // namespace

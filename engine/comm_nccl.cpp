@@ -17,24 +17,24 @@
 
 #include "engine/check.hpp"
 
-#define HEXI_NCCL_CHECK(call)                                                                     \
-  do {                                                                                            \
-    ncclResult_t hexi_nccl_ = (call);                                                             \
-    if (hexi_nccl_ != ncclSuccess) {                                                              \
-      return ::hexi::engine::call_error(#call, __FILE__, __LINE__,                                \
-                                        std::string(ncclGetErrorString(hexi_nccl_)) + " " +       \
-                                            ncclGetLastError(nullptr));                           \
-    }                                                                                             \
+#define HEXI_NCCL_CHECK(call)                                                             \
+  do {                                                                                    \
+    ncclResult_t hexi_nccl_ = (call);                                                     \
+    if (hexi_nccl_ != ncclSuccess) {                                                      \
+      return ::hexi::engine::call_error(                                                  \
+          #call, __FILE__, __LINE__,                                                      \
+          std::string(ncclGetErrorString(hexi_nccl_)) + " " + ncclGetLastError(nullptr)); \
+    }                                                                                     \
   } while (0)
 
-#define HEXI_CUDART_CHECK(call)                                                                   \
-  do {                                                                                            \
-    cudaError_t hexi_cuda_ = (call);                                                              \
-    if (hexi_cuda_ != cudaSuccess) {                                                              \
-      return ::hexi::engine::call_error(#call, __FILE__, __LINE__,                                \
-                                        std::string(cudaGetErrorName(hexi_cuda_)) + ": " +        \
-                                            cudaGetErrorString(hexi_cuda_));                      \
-    }                                                                                             \
+#define HEXI_CUDART_CHECK(call)                                                               \
+  do {                                                                                        \
+    cudaError_t hexi_cuda_ = (call);                                                          \
+    if (hexi_cuda_ != cudaSuccess) {                                                          \
+      return ::hexi::engine::call_error(                                                      \
+          #call, __FILE__, __LINE__,                                                          \
+          std::string(cudaGetErrorName(hexi_cuda_)) + ": " + cudaGetErrorString(hexi_cuda_)); \
+    }                                                                                         \
   } while (0)
 
 namespace hexi::engine {
@@ -42,14 +42,19 @@ namespace {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF64: return ncclFloat64;
-    case DType::kI32: return ncclInt32;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kI32:
+      return ncclInt32;
   }
   return ncclFloat32;
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMax; }
+ncclRedOp_t nccl_op(ReduceOp op) {
+  return op == ReduceOp::kSum ? ncclSum : ncclMax;
+}
 
 // A new NCCL communicator over the members of `boot` (an MPI communicator).
 Result<ncclComm_t> init_comm(Communicator& boot) {
@@ -81,7 +86,8 @@ class NcclRequest final : public Request {
 
 class NcclCommunicator final : public Communicator {
  public:
-  static Result<std::unique_ptr<Communicator>> create(std::unique_ptr<Communicator> boot, cudaStream_t stream) {
+  static Result<std::unique_ptr<Communicator>> create(std::unique_ptr<Communicator> boot,
+                                                      cudaStream_t stream) {
     auto comm = init_comm(*boot);
     HEXI_TRY(comm);
     return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(boot), *comm, stream));
@@ -108,16 +114,19 @@ class NcclCommunicator final : public Communicator {
       HEXI_TRY(comm);
       Pair p;
       p.comm = *comm;
-      if (src == rank()) HEXI_CUDART_CHECK(cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking));
+      if (src == rank())
+        HEXI_CUDART_CHECK(cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking));
       pairs_[{src, dst}] = p;
     }
     return {};
   }
 
-  Result<std::unique_ptr<Request>> isend(const void* buf, std::size_t count, DType type, int peer, int tag) override {
+  Result<std::unique_ptr<Request>> isend(const void* buf, std::size_t count, DType type, int peer,
+                                         int tag) override {
     (void)tag;  // NCCL matches a pair's messages in order, as the program's FIFO channels
     auto it = pairs_.find({rank(), peer});
-    if (it == pairs_.end()) return failure("nccl isend to rank " + std::to_string(peer) + ": pair not connected");
+    if (it == pairs_.end())
+      return failure("nccl isend to rank " + std::to_string(peer) + ": pair not connected");
     cudaEvent_t ready = nullptr;
     HEXI_CUDART_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     HEXI_CUDART_CHECK(cudaEventRecord(ready, stream_));
@@ -130,7 +139,8 @@ class NcclCommunicator final : public Communicator {
   Status recv(void* buf, std::size_t count, DType type, int peer, int tag) override {
     (void)tag;
     auto it = pairs_.find({peer, rank()});
-    if (it == pairs_.end()) return failure("nccl recv from rank " + std::to_string(peer) + ": pair not connected");
+    if (it == pairs_.end())
+      return failure("nccl recv from rank " + std::to_string(peer) + ": pair not connected");
     HEXI_NCCL_CHECK(ncclRecv(buf, count, nccl_type(type), 0, it->second.comm, stream_));
     return {};
   }
@@ -143,8 +153,10 @@ class NcclCommunicator final : public Communicator {
     HEXI_NCCL_CHECK(ncclAllGather(in, out, count, nccl_type(type), comm_, stream_));
     return {};
   }
-  Status reduce_scatter(const void* in, void* out, std::size_t count, DType type, ReduceOp op) override {
-    HEXI_NCCL_CHECK(ncclReduceScatter(in, out, count, nccl_type(type), nccl_op(op), comm_, stream_));
+  Status reduce_scatter(const void* in, void* out, std::size_t count, DType type,
+                        ReduceOp op) override {
+    HEXI_NCCL_CHECK(
+        ncclReduceScatter(in, out, count, nccl_type(type), nccl_op(op), comm_, stream_));
     return {};
   }
   Status broadcast(void* buf, std::size_t count, DType type, int root) override {
@@ -156,8 +168,10 @@ class NcclCommunicator final : public Communicator {
     const std::size_t bytes = count * dtype_size(type);
     HEXI_NCCL_CHECK(ncclGroupStart());
     for (int j = 0; j < size(); ++j) {
-      HEXI_NCCL_CHECK(ncclSend(static_cast<const char*>(in) + j * bytes, count, nccl_type(type), j, comm_, stream_));
-      HEXI_NCCL_CHECK(ncclRecv(static_cast<char*>(out) + j * bytes, count, nccl_type(type), j, comm_, stream_));
+      HEXI_NCCL_CHECK(ncclSend(static_cast<const char*>(in) + j * bytes, count, nccl_type(type), j,
+                               comm_, stream_));
+      HEXI_NCCL_CHECK(
+          ncclRecv(static_cast<char*>(out) + j * bytes, count, nccl_type(type), j, comm_, stream_));
     }
     HEXI_NCCL_CHECK(ncclGroupEnd());
     return {};
@@ -195,7 +209,8 @@ Result<std::unique_ptr<Communicator>> make_nccl_world(Communicator& mpi_world, B
   for (int i = 0; i < mpi_world.size(); ++i) all[i] = i;
   auto boot = mpi_world.subgroup(all);  // an MPI communicator of its own for bootstrapping
   HEXI_TRY(boot);
-  return NcclCommunicator::create(std::move(*boot), static_cast<cudaStream_t>(backend.stream_handle()));
+  return NcclCommunicator::create(std::move(*boot),
+                                  static_cast<cudaStream_t>(backend.stream_handle()));
 }
 
 }  // namespace hexi::engine

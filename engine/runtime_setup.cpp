@@ -94,7 +94,8 @@ Status RankRuntime::Impl::setup_groups() {
   // Point-to-point pairs of the whole program, in one global order.
   std::set<std::pair<int, int>> pairs;
   for (const Op& op : prog.ops) {
-    if (op.kind == OpKind::kSend) pairs.insert({rank_of_device[op.device], rank_of_device[op.peer]});
+    if (op.kind == OpKind::kSend)
+      pairs.insert({rank_of_device[op.device], rank_of_device[op.peer]});
   }
   progress.enter([] { return std::string("set-up: connecting point-to-point peers"); }, true);
   return world.connect_peers({pairs.begin(), pairs.end()});

@@ -78,8 +78,11 @@ TEST_P(PlanTest, MatchesSingleProcessAfterOneAndTenSteps) {
 TEST_P(PlanTest, MatchesPyTorchOracle) {
   auto oracle = load_oracle_inputs();
   ASSERT_TRUE(oracle.ok()) << oracle.error().message;
+  if (scenario_.model.layers != oracle->dims.layers ||
+      scenario_.training.seq_len != oracle->data->seq_len()) {
+    GTEST_SKIP() << scenario_.model.name << " is not the oracle's model (tiny-llama, sequence 32)";
+  }
   ASSERT_EQ(scenario_.training.global_batch % oracle->batch, 0);
-  ASSERT_EQ(scenario_.training.seq_len, oracle->data->seq_len());
   auto got = run_fake(program_, scenario_.model, *oracle->data, oracle->options, 3);
   ASSERT_TRUE(got.ok()) << got.error().message;
   EXPECT_NEAR(got->losses[0], oracle->loss, 2e-5);
@@ -94,28 +97,13 @@ INSTANTIATE_TEST_SUITE_P(Plans, PlanTest,
                          ::testing::Values(Case{"tiny-llama-cpu", "tiny-single.json"},
                                            Case{"tiny-llama-cpu", "tiny-pp2-tp2-tp1.json"},
                                            Case{"tiny-llama-cpu", "tiny-dp2-tp2-vs-pp2.json"},
+                                           Case{"tiny-llama-8l-cpu", "tiny-pp3-uneven.json"},
                                            Case{"tiny-llama-cpu", "tiny-tp4-to-tp1.json"},
                                            Case{"tiny-llama-cpu", "tiny-dp3-mixed.json"},
                                            Case{"tiny-llama-cpu", "tiny-8rank.json"},
                                            Case{"tiny-llama-cpu-zero1", "tiny-dp3-mixed.json"},
                                            Case{"tiny-llama-cpu-gpipe", "tiny-pp2-tp2-tp1.json"}),
                          name_of);
-
-// The 8-layer model (not the oracle's shape): the reference comparison only.
-TEST(PlanTest8Layers, UnevenThreeStagesMatchSingleProcess) {
-  Scenario sc;
-  auto program = lower_shipped("tiny-llama-8l-cpu", "tiny-pp3-uneven.json", &sc);
-  ASSERT_TRUE(program.ok()) << program.error().message;
-  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 7);
-  ASSERT_TRUE(corpus.ok());
-  auto got = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 10);
-  ASSERT_TRUE(got.ok()) << got.error().message;
-  Trajectory ref = run_reference(sc.model, sc.training.global_batch, *corpus, RuntimeOptions{}, 10);
-  for (int k = 0; k < 10; ++k) EXPECT_NEAR(got->losses[k], ref.losses[k], 1e-5 * ref.losses[k]);
-  EXPECT_TRUE(worst(compare(ref.grads_first, got->grads_first, 1e-5, 1e-4)).ok);
-  EXPECT_TRUE(worst(compare(ref.grads_last, got->grads_last, 1e-4, 1e-3)).ok);
-  EXPECT_TRUE(worst(compare(ref.params_last, got->params_last, 1e-4, 1e-3)).ok);
-}
 
 // Same inputs, same bits: two runs give identical losses and parameters.
 TEST(Determinism, TwoRunsAreBitIdentical) {

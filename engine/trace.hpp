@@ -4,9 +4,9 @@
 // Trace: Chrome trace-event JSON (opens in Perfetto), in the simulator's layout
 // (sim/trace.cpp) so the two can be read side by side: one process per device (pid =
 // device id), one thread per program stream (tid 0 compute, 1 p2p, 2 gather, 3 dp),
-// the simulator's op labels, and args.op = the program op id. Compute and collective
-// ops are complete events ("X"); sends and receives async pairs ("b"/"e", id = op id)
-// as in the simulator. Times are microseconds since the run's start (a barrier), every
+// the program's op labels (op_label, scheduler/program.hpp), and args.op = the program op id.
+// Compute and collective ops are complete events ("X"); sends and receives async pairs ("b"/"e", id
+// = op id) as in the simulator. Times are microseconds since the run's start (a barrier), every
 // step of the run one after the other; args.step numbers the step. args.bytes are the
 // bytes the engine moved (float32).
 
@@ -20,9 +20,6 @@
 #include "topologies/json_input.hpp"
 
 namespace hexi::engine {
-
-// The simulator's label of an op (sim/trace.cpp), e.g. "attn.fwd L3 mb2".
-std::string op_label(const Program& program, int id);
 
 // This device's events, one JSON object per line (no trailing comma), for the steps in
 // `steps`; `t0` (steady-clock seconds) is time zero; `device_name` its GPU type.

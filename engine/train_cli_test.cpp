@@ -30,8 +30,12 @@ std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
-std::string root() { return env_or("HEXISIM_ROOT", HEXISIM_TEST_ROOT); }
-std::string bin() { return env_or("HEXISIM_BIN", HEXISIM_TEST_BIN); }
+std::string root() {
+  return env_or("HEXISIM_ROOT", HEXISIM_TEST_ROOT);
+}
+std::string bin() {
+  return env_or("HEXISIM_BIN", HEXISIM_TEST_BIN);
+}
 std::string plan(const std::string& name) {
   return root() + "/scenarios/plans/" + name + ".json";
 }
@@ -40,8 +44,8 @@ std::string plan(const std::string& name) {
 Outcome train(int np, const std::string& args, const std::string& env = "",
               const std::string& stdout_file = "") {
   const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env +
-                          " mpirun -np " + std::to_string(np) + " --oversubscribe " +
-                          bin() + " train " + args +
+                          " mpirun -np " + std::to_string(np) + " --oversubscribe " + bin() +
+                          " train " + args +
                           (stdout_file.empty() ? " 2>&1" : " 2>&1 >" + stdout_file);
   const auto t0 = std::chrono::steady_clock::now();
   FILE* pipe = popen(cmd.c_str(), "r");
