@@ -26,8 +26,8 @@ void add_train_command(CLI::App& app, Runner& run) {
                 "Print one JSON object (losses, times, op classes) instead of tables");
   cmd->add_option("--corpus", opt->corpus,
                   "Byte-level training text (default: engine/corpus/gpl-3.0.txt)");
-  cmd->add_option("--data-seed", opt->data_seed, "Seed of the corpus sampling")
-      ->capture_default_str();
+  cmd->add_option("--data-seed", opt->data_seed,
+                  "Seed of the corpus sampling (default: the scenario's seed)");
   cmd->add_option("--init-seed", opt->init_seed, "Seed of the parameter initialisation")
       ->capture_default_str();
   cmd->add_option("--lr", opt->adamw.lr, "AdamW learning rate")->capture_default_str();

@@ -77,7 +77,7 @@ Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
   HEXI_TRY(llama_dims(job.scenario.model));
   auto corpus =
       CorpusSource::load(o.corpus.empty() ? default_corpus() : std::filesystem::path(o.corpus),
-                         job.scenario.training.seq_len, o.data_seed);
+                         job.scenario.training.seq_len, o.data_seed.value_or(job.scenario.seed));
   HEXI_TRY(corpus);
   job.data = std::make_unique<CorpusSource>(std::move(*corpus));
   const char* fault = std::getenv("HEXISIM_FAULT");

@@ -16,6 +16,7 @@
 //   after --watchdog seconds, naming the op it was blocked in.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/backend.hpp"
@@ -30,7 +31,7 @@ struct TrainOptions {
   std::string trace;   // Chrome trace output file; empty: none
   bool json = false;   // one JSON object on stdout instead of the table
   std::string corpus;  // byte-level text; empty: engine/corpus/gpl-3.0.txt
-  std::uint64_t data_seed = 1;
+  std::optional<std::uint64_t> data_seed;  // corpus sampling; default: the scenario's seed
   std::uint64_t init_seed = 1234;
   AdamW adamw;
   std::string save;    // checkpoint folder written after the last step; empty: none
