@@ -10,7 +10,10 @@
 namespace hexi::engine {
 
 RankRuntime::RankRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-RankRuntime::~RankRuntime() = default;
+RankRuntime::~RankRuntime() {
+  // The progress description must not outlive the runtime it points into.
+  impl_->progress.enter([] { return std::string("shutting down"); }, false);
+}
 
 Result<std::unique_ptr<RankRuntime>> RankRuntime::create(const Program& program, const Model& model,
                                                          Communicator& world, Backend& backend,
