@@ -111,6 +111,11 @@ struct RankRuntime::Impl {
   Result<StepStats> step();
   Status run_op(const Op& op);
   Status run_compute(const Op& op);
+  Status block_forward(const Op& op, bool attn);
+  Status block_recompute(const Op& op, bool attn);
+  Status block_backward(const Op& op, bool attn);
+  Status head_fwd(const Op& op);
+  Status head_bwd(const Op& op);
   Status run_send(const Op& op);
   Status run_recv(const Op& op);
   Status run_collective(const Op& op);

@@ -190,89 +190,32 @@ Status RankRuntime::Impl::apply_pending(Communicator& comm) {
 }
 
 Status RankRuntime::Impl::run_compute(const Op& op) {
-  const int mb = op.micro_batch;
-  const int l = op.layer - lay->layer_begin;  // local layer of block ops
-  const bool tp = lay->tp > 1;
-  const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
-  float* norm_share = partial.get() + rh;  // with TP: this rank's share of a norm gradient
   switch (op.compute) {
     case ComputeKind::kEmbeddingFwd: {
-      auto s = acquire(mb);
+      auto s = acquire(op.micro_batch);
       HEXI_TRY(s);
       float* out = resid(**s, 0);
       HEXI_TRY(be.embedding_forward(shape, param("embedding"), (*s)->tokens.get(), out));
-      if (tp) pending = Pending{true, out, rh, nullptr, nullptr, nullptr};
+      if (lay->tp > 1)
+        pending =
+            Pending{true, out, static_cast<std::size_t>(rows) * hidden, nullptr, nullptr, nullptr};
       return {};
     }
     case ComputeKind::kAttnFwd:
-    case ComputeKind::kMlpFwd: {
-      auto s = slot(mb);
-      HEXI_TRY(s);
-      const bool attn = op.compute == ComputeKind::kAttnFwd;
-      const int in = attn ? 2 * l : 2 * l + 1;
-      float* x = resid(**s, in);
-      float* y = resid(**s, in + 1);
-      HEXI_TRY(attn ? be.attention_forward(shape, attn_w(op.layer), x, attn_saved(**s, l), y)
-                    : be.mlp_forward(shape, mlp_w(op.layer), x, mlp_saved(**s, l), y));
-      return finish_block(y, x);
-    }
+    case ComputeKind::kMlpFwd:
+      return block_forward(op, op.compute == ComputeKind::kAttnFwd);
     case ComputeKind::kAttnRecompute:
-    case ComputeKind::kMlpRecompute: {
-      // Full recompute replays the block's forward (same inputs, same saved values); its
-      // TP all-reduce then reduces an output nobody reads, as in Megatron.
-      auto s = slot(mb);
-      HEXI_TRY(s);
-      const bool attn = op.compute == ComputeKind::kAttnRecompute;
-      float* x = resid(**s, attn ? 2 * l : 2 * l + 1);
-      HEXI_TRY(
-          attn ? be.attention_forward(shape, attn_w(op.layer), x, attn_saved(**s, l), partial.get())
-               : be.mlp_forward(shape, mlp_w(op.layer), x, mlp_saved(**s, l), partial.get()));
-      if (tp) pending = Pending{true, partial.get(), rh, nullptr, nullptr, nullptr};
-      return {};
-    }
-    case ComputeKind::kHeadFwd: {
-      auto s = slot(mb);
-      HEXI_TRY(s);
-      const auto hs = head_saved(**s);
-      HEXI_TRY(
-          be.head_forward(shape, {param("final_norm"), param("head")}, resid(**s, 2 * layers), hs));
-      HEXI_TRY(be.head_loss_partials(shape, hs, (*s)->targets.get()));  // with the local max
-      if (!tp) return finish_loss(**s);
-      pending_loss = mb;
-      return be.pack_loss_stats(hs, rows, stats.get());
-    }
-    case ComputeKind::kHeadBwd: {
-      auto s = slot(mb);
-      HEXI_TRY(s);
-      // d(mean loss over the global batch)/d(token loss) = loss_scale / (b*s).
-      const double scale = lay->loss_scale / rows;
-      float* dx = tp ? partial.get() : (*s)->grad.get();
-      if (tp) HEXI_TRY(be.zero(norm_share, hidden * sizeof(float)));
-      HEXI_TRY(be.head_backward(shape, {param("final_norm"), param("head")}, head_saved(**s),
-                                resid(**s, 2 * layers), (*s)->targets.get(), scale, dx,
-                                {tp ? norm_share : grad("final_norm"), grad("head")}));
-      if (!tp) return {};
-      HEXI_TRY(be.zero((*s)->grad.get(), rh * sizeof(float)));
-      return finish_grad(**s, grad("final_norm"));
-    }
+    case ComputeKind::kMlpRecompute:
+      return block_recompute(op, op.compute == ComputeKind::kAttnRecompute);
+    case ComputeKind::kHeadFwd:
+      return head_fwd(op);
+    case ComputeKind::kHeadBwd:
+      return head_bwd(op);
     case ComputeKind::kMlpBwd:
-    case ComputeKind::kAttnBwd: {
-      auto s = slot(mb);
-      HEXI_TRY(s);
-      const bool attn = op.compute == ComputeKind::kAttnBwd;
-      const std::string norm = layer_name(op.layer, attn ? "attn_norm" : "mlp_norm");
-      if (tp) HEXI_TRY(be.zero(norm_share, hidden * sizeof(float)));
-      float* ng = tp ? norm_share : grad(norm);
-      float* x = resid(**s, attn ? 2 * l : 2 * l + 1);
-      const float* dy = (*s)->grad.get();
-      HEXI_TRY(attn ? be.attention_backward(shape, attn_w(op.layer), attn_saved(**s, l), x, dy,
-                                            partial.get(), attn_g(op.layer, ng))
-                    : be.mlp_backward(shape, mlp_w(op.layer), mlp_saved(**s, l), x, dy,
-                                      partial.get(), mlp_g(op.layer, ng)));
-      return finish_grad(**s, grad(norm));
-    }
+    case ComputeKind::kAttnBwd:
+      return block_backward(op, op.compute == ComputeKind::kAttnBwd);
     case ComputeKind::kEmbeddingBwd: {
-      auto s = slot(mb);
+      auto s = slot(op.micro_batch);
       HEXI_TRY(s);
       return be.embedding_backward(shape, (*s)->tokens.get(), (*s)->grad.get(), grad("embedding"));
     }
@@ -283,6 +226,84 @@ Status RankRuntime::Impl::run_compute(const Op& op) {
       break;
   }
   return failure("the engine runs layer-granularity ops only");
+}
+
+// Residual slots of a micro-batch: 2l = input of layer l's attention block, 2l + 1 = its
+// MLP block's input, 2*layers = the stage's output.
+Status RankRuntime::Impl::block_forward(const Op& op, bool attn) {
+  auto s = slot(op.micro_batch);
+  HEXI_TRY(s);
+  const int l = op.layer - lay->layer_begin;
+  const int in = attn ? 2 * l : 2 * l + 1;
+  float* x = resid(**s, in);
+  float* y = resid(**s, in + 1);
+  HEXI_TRY(attn ? be.attention_forward(shape, attn_w(op.layer), x, attn_saved(**s, l), y)
+                : be.mlp_forward(shape, mlp_w(op.layer), x, mlp_saved(**s, l), y));
+  return finish_block(y, x);
+}
+
+// Full recompute replays the block's forward (same inputs, same saved values); its TP
+// all-reduce then reduces an output nobody reads, as in Megatron.
+Status RankRuntime::Impl::block_recompute(const Op& op, bool attn) {
+  auto s = slot(op.micro_batch);
+  HEXI_TRY(s);
+  const int l = op.layer - lay->layer_begin;
+  float* x = resid(**s, attn ? 2 * l : 2 * l + 1);
+  HEXI_TRY(attn
+               ? be.attention_forward(shape, attn_w(op.layer), x, attn_saved(**s, l), partial.get())
+               : be.mlp_forward(shape, mlp_w(op.layer), x, mlp_saved(**s, l), partial.get()));
+  if (lay->tp > 1)
+    pending = Pending{true,    partial.get(), static_cast<std::size_t>(rows) * hidden,
+                      nullptr, nullptr,       nullptr};
+  return {};
+}
+
+Status RankRuntime::Impl::head_fwd(const Op& op) {
+  auto s = slot(op.micro_batch);
+  HEXI_TRY(s);
+  const auto hs = head_saved(**s);
+  HEXI_TRY(
+      be.head_forward(shape, {param("final_norm"), param("head")}, resid(**s, 2 * layers), hs));
+  HEXI_TRY(be.head_loss_partials(shape, hs, (*s)->targets.get()));  // with the local max
+  if (lay->tp == 1) return finish_loss(**s);
+  pending_loss = op.micro_batch;
+  return be.pack_loss_stats(hs, rows, stats.get());
+}
+
+Status RankRuntime::Impl::head_bwd(const Op& op) {
+  auto s = slot(op.micro_batch);
+  HEXI_TRY(s);
+  const bool tp = lay->tp > 1;
+  const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
+  float* norm_share = partial.get() + rh;
+  // d(mean loss over the global batch)/d(token loss) = loss_scale / (b*s).
+  const double scale = lay->loss_scale / rows;
+  float* dx = tp ? partial.get() : (*s)->grad.get();
+  if (tp) HEXI_TRY(be.zero(norm_share, hidden * sizeof(float)));
+  HEXI_TRY(be.head_backward(shape, {param("final_norm"), param("head")}, head_saved(**s),
+                            resid(**s, 2 * layers), (*s)->targets.get(), scale, dx,
+                            {tp ? norm_share : grad("final_norm"), grad("head")}));
+  if (!tp) return {};
+  HEXI_TRY(be.zero((*s)->grad.get(), rh * sizeof(float)));
+  return finish_grad(**s, grad("final_norm"));
+}
+
+Status RankRuntime::Impl::block_backward(const Op& op, bool attn) {
+  auto s = slot(op.micro_batch);
+  HEXI_TRY(s);
+  const int l = op.layer - lay->layer_begin;
+  const bool tp = lay->tp > 1;
+  float* norm_share = partial.get() + static_cast<std::size_t>(rows) * hidden;
+  const std::string norm = layer_name(op.layer, attn ? "attn_norm" : "mlp_norm");
+  if (tp) HEXI_TRY(be.zero(norm_share, hidden * sizeof(float)));
+  float* ng = tp ? norm_share : grad(norm);
+  float* x = resid(**s, attn ? 2 * l : 2 * l + 1);
+  const float* dy = (*s)->grad.get();
+  HEXI_TRY(attn ? be.attention_backward(shape, attn_w(op.layer), attn_saved(**s, l), x, dy,
+                                        partial.get(), attn_g(op.layer, ng))
+                : be.mlp_backward(shape, mlp_w(op.layer), mlp_saved(**s, l), x, dy, partial.get(),
+                                  mlp_g(op.layer, ng)));
+  return finish_grad(**s, grad(norm));
 }
 
 Status RankRuntime::Impl::finish_loss(Slot& s) {

@@ -107,11 +107,7 @@ int agree(Communicator& world, const Status& mine) {
   MpiSession::abort(exit_code(e));
 }
 
-struct Totals {
-  std::vector<double> losses, times;
-};
-
-void print_header(const TrainOptions& o, const Job& job, int first_step) {
+void print_header(const Job& job, int first_step) {
   const Program& p = job.program;
   std::printf("hexisim train: %s, plan %s: %zu devices, %s, backend %s, %d ops per step%s\n",
               job.scenario.name.c_str(), job.plan_path.c_str(), p.devices.size(),
@@ -121,7 +117,6 @@ void print_header(const TrainOptions& o, const Job& job, int first_step) {
   std::printf("  %6s  %10s  %10s  %10s\n", "step", "loss", "time s", "tokens/s");
   std::printf("  %6s  %10s  %10s  %10s\n", "------", "----------", "----------", "----------");
   std::fflush(stdout);
-  (void)o;
 }
 
 void print_classes(const OpClasses& classes, double total_seconds) {
@@ -162,50 +157,41 @@ Status write_trace(Communicator& world, const TrainOptions& o, const Job& job, i
   return {};
 }
 
-int train_rank(const TrainOptions& o, MpiSession& session, Communicator& world,
-               Progress& progress) {
-  const int rank = world.rank();
-  progress.enter([] { return std::string("set-up: loading the scenario, plan and corpus"); },
-                 false);
-  auto job = load_job(o, world.size(), rank);
-  if (int code = agree(world, job.ok() ? Status{} : Status{job.error()}); code != 0) return code;
-  // From here on a failure on one rank may leave others inside collectives: abort.
-  std::unique_ptr<Communicator> device_world;
+// The communicator the program's ops use: NCCL for cuda, else an MPI communicator of its
+// own (so that its messages never mix with the launcher's).
+std::unique_ptr<Communicator> device_world(Communicator& world, Backend& backend) {
 #ifdef HEXISIM_HAVE_CUDA
-  if (job->backend->name() == "cuda") {
-    auto w = make_nccl_world(world, *job->backend);
-    if (!w.ok()) abort_job(rank, w.error());
-    device_world = std::move(*w);
+  if (backend.name() == "cuda") {
+    auto w = make_nccl_world(world, backend);
+    if (!w.ok()) abort_job(world.rank(), w.error());
+    return std::move(*w);
   }
 #endif
-  if (!device_world) {
-    std::vector<int> all(world.size());
-    std::iota(all.begin(), all.end(), 0);
-    auto w = world.subgroup(all);  // a communicator of its own for the program's messages
-    if (!w.ok()) abort_job(rank, w.error());
-    device_world = std::move(*w);
-  }
-  RuntimeOptions ro;
-  ro.adamw = o.adamw;
-  ro.init.seed = o.init_seed;
-  ro.fault = job->fault;
-  auto rt = RankRuntime::create(job->program, job->scenario.model, *device_world, *job->backend,
-                                *job->data, ro, progress);
-  if (!rt.ok()) abort_job(rank, rt.error());
-  if (!o.resume.empty()) {
-    if (int code = agree(world, (*rt)->load(o.resume)); code != 0) return code;
-  }
-  const int first_step = (*rt)->steps_done();
-  if (rank == 0 && !o.json) print_header(o, *job, first_step);
-  const double tokens = job->scenario.training.tokens_per_iteration();
-  if (!world.barrier().ok()) abort_job(rank, failure("barrier before the first step failed"));
-  std::vector<StepStats> done;
+  (void)backend;
+  std::vector<int> all(world.size());
+  std::iota(all.begin(), all.end(), 0);
+  auto w = world.subgroup(all);
+  if (!w.ok()) abort_job(world.rank(), w.error());
+  return std::move(*w);
+}
+
+// The steps of this run: per step the global mean loss, the slowest rank's time, and this
+// rank's op timings; t0 = the first op's start (time zero of the trace).
+struct Run {
+  std::vector<double> losses, times;
+  std::vector<StepStats> steps;
   double t0 = 0;
-  Totals totals;
+};
+
+Run run_steps(const TrainOptions& o, const Job& job, RankRuntime& rt, Communicator& world,
+              Progress& progress) {
+  const int rank = world.rank();
+  const double tokens = job.scenario.training.tokens_per_iteration();
+  Run run;
   for (int k = 0; k < o.steps; ++k) {
-    auto st = (*rt)->step();
+    auto st = rt.step();
     if (!st.ok()) abort_job(rank, st.error());
-    if (k == 0 && !st->ops.empty()) t0 = st->ops.front().start_s;
+    if (k == 0 && !st->ops.empty()) run.t0 = st->ops.front().start_s;
     double sums[2] = {st->loss_sum, st->loss_tokens};
     double seconds = st->seconds;
     progress.enter([] { return std::string("reducing the step's loss"); }, true);
@@ -213,61 +199,100 @@ int train_rank(const TrainOptions& o, MpiSession& session, Communicator& world,
         !world.all_reduce(&seconds, 1, DType::kF64, ReduceOp::kMax).ok()) {
       abort_job(rank, failure("loss reduction failed"));
     }
-    totals.losses.push_back(sums[0] / sums[1]);
-    totals.times.push_back(seconds);
+    run.losses.push_back(sums[0] / sums[1]);
+    run.times.push_back(seconds);
     if (rank == 0 && !o.json) {
-      std::printf("  %6d  %10.6f  %10.5f  %10.0f\n", st->step, sums[0] / sums[1], seconds,
+      std::printf("  %6d  %10.6f  %10.5f  %10.0f\n", st->step, run.losses.back(), seconds,
                   tokens / seconds);
       std::fflush(stdout);
     }
-    done.push_back(std::move(*st));
+    run.steps.push_back(std::move(*st));
   }
-  (void)session;
+  return run;
+}
+
+// Steady-state iteration time: the mean without the first step (warm-up) when possible.
+double iteration_time(const Run& run) {
+  const std::size_t skip = run.times.size() > 1 ? 1 : 0;
+  return std::accumulate(run.times.begin() + skip, run.times.end(), 0.0) /
+         static_cast<double>(run.times.size() - skip);
+}
+
+Json summary_json(const TrainOptions& o, const Job& job, const Run& run, const OpClasses& classes,
+                  int first_step) {
+  Json steps = Json::array();
+  for (std::size_t k = 0; k < run.steps.size(); ++k) {
+    steps.push_back(
+        {{"step", run.steps[k].step}, {"loss", run.losses[k]}, {"time_s", run.times[k]}});
+  }
+  const double iteration = iteration_time(run);
+  return {{"scenario", job.scenario.name},
+          {"plan", job.plan_path},
+          {"backend", job.backend->name()},
+          {"backend_description", job.backend->describe()},
+          {"devices", job.program.devices.size()},
+          {"ops_per_step", job.program.num_ops()},
+          {"first_step", first_step},
+          {"losses", run.losses},
+          {"step_times_s", run.times},
+          {"steps", steps},
+          {"iteration_time_s", iteration},
+          {"tokens_per_s", job.scenario.training.tokens_per_iteration() / iteration},
+          {"op_classes", to_json(classes)},
+          {"trace", o.trace.empty() ? Json(nullptr) : Json(o.trace)},
+          {"checkpoint", o.save.empty() ? Json(nullptr) : Json(o.save)}};
+}
+
+void print_summary(const TrainOptions& o, const Job& job, const Run& run,
+                   const OpClasses& classes) {
+  const double iteration = iteration_time(run);
+  std::printf("\n  iteration time %.5f s (mean of steps after the first), %.0f tokens/s\n",
+              iteration, job.scenario.training.tokens_per_iteration() / iteration);
+  double class_seconds = 0;
+  for (const auto& [name, c] : classes) class_seconds += c.seconds;
+  print_classes(classes, class_seconds);
+  if (!o.trace.empty()) std::printf("\n  trace: %s\n", o.trace.c_str());
+  if (!o.save.empty()) std::printf("  checkpoint: %s\n", o.save.c_str());
+}
+
+int train_rank(const TrainOptions& o, Communicator& world, Progress& progress) {
+  const int rank = world.rank();
+  progress.enter([] { return std::string("set-up: loading the scenario, plan and corpus"); },
+                 false);
+  auto job = load_job(o, world.size(), rank);
+  if (int code = agree(world, job.ok() ? Status{} : Status{job.error()}); code != 0) return code;
+  // From here on a failure on one rank may leave others inside collectives: abort.
+  auto program_world = device_world(world, *job->backend);
+  RuntimeOptions ro;
+  ro.adamw = o.adamw;
+  ro.init.seed = o.init_seed;
+  ro.fault = job->fault;
+  auto rt = RankRuntime::create(job->program, job->scenario.model, *program_world, *job->backend,
+                                *job->data, ro, progress);
+  if (!rt.ok()) abort_job(rank, rt.error());
+  if (!o.resume.empty()) {
+    if (int code = agree(world, (*rt)->load(o.resume)); code != 0) return code;
+  }
+  const int first_step = (*rt)->steps_done();
+  if (rank == 0 && !o.json) print_header(*job, first_step);
+  if (!world.barrier().ok()) abort_job(rank, failure("barrier before the first step failed"));
+  const Run run = run_steps(o, *job, **rt, world, progress);
   if (!o.save.empty()) {
     if (int code = agree(world, (*rt)->save(o.save)); code != 0) return code;
   }
-  // Steady-state iteration time: the mean without the first step (warm-up) when possible.
-  const std::size_t skip = totals.times.size() > 1 ? 1 : 0;
-  const double iteration = std::accumulate(totals.times.begin() + skip, totals.times.end(), 0.0) /
-                           static_cast<double>(totals.times.size() - skip);
-  std::vector<StepStats> steady(done.begin() + skip, done.end());
-  auto classes = gather_classes(world, op_classes(job->program, steady));
+  const std::size_t skip = run.steps.size() > 1 ? 1 : 0;
+  auto classes =
+      gather_classes(world, op_classes(job->program, {run.steps.begin() + skip, run.steps.end()}));
   if (!classes.ok()) abort_job(rank, classes.error());
   if (!o.trace.empty()) {
-    if (int code = agree(world, write_trace(world, o, *job, (*rt)->device(), done, t0)); code != 0)
-      return code;
+    Status written = write_trace(world, o, *job, (*rt)->device(), run.steps, run.t0);
+    if (int code = agree(world, written); code != 0) return code;
   }
   if (rank != 0) return 0;
-  double class_seconds = 0;
-  for (const auto& [name, c] : *classes) class_seconds += c.seconds;
   if (o.json) {
-    Json steps = Json::array();
-    for (std::size_t k = 0; k < done.size(); ++k) {
-      steps.push_back(
-          {{"step", done[k].step}, {"loss", totals.losses[k]}, {"time_s", totals.times[k]}});
-    }
-    Json out = {{"scenario", job->scenario.name},
-                {"plan", job->plan_path},
-                {"backend", job->backend->name()},
-                {"backend_description", job->backend->describe()},
-                {"devices", job->program.devices.size()},
-                {"ops_per_step", job->program.num_ops()},
-                {"first_step", first_step},
-                {"losses", totals.losses},
-                {"step_times_s", totals.times},
-                {"steps", steps},
-                {"iteration_time_s", iteration},
-                {"tokens_per_s", tokens / iteration},
-                {"op_classes", to_json(*classes)},
-                {"trace", o.trace.empty() ? Json(nullptr) : Json(o.trace)},
-                {"checkpoint", o.save.empty() ? Json(nullptr) : Json(o.save)}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << summary_json(o, *job, run, *classes, first_step).dump(2) << "\n";
   } else {
-    std::printf("\n  iteration time %.5f s (mean of steps after the first), %.0f tokens/s\n",
-                iteration, tokens / iteration);
-    print_classes(*classes, class_seconds);
-    if (!o.trace.empty()) std::printf("\n  trace: %s\n", o.trace.c_str());
-    if (!o.save.empty()) std::printf("  checkpoint: %s\n", o.save.c_str());
+    print_summary(o, *job, run, *classes);
   }
   std::fflush(stdout);
   return 0;
@@ -294,7 +319,7 @@ int run_train(const TrainOptions& o) {
       print_error("rank " + std::to_string(rank) + ": " + message + "; aborting the job");
       MpiSession::abort(1);
     });
-    code = train_rank(o, **session, **world, progress);
+    code = train_rank(o, **world, progress);
   }
   return code;
 }
