@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
@@ -17,6 +18,7 @@ namespace {
 struct SimulateOptions {
   std::string scenario;
   std::string plan;
+  std::string program;
   std::string scheduler;
   std::uint64_t seed = 0;
   std::string fidelity = "layer";
@@ -68,15 +70,16 @@ void print_links(const SimReport& r, std::ostream& out, std::size_t top) {
   t.print(out);
 }
 
-void print_summary(const Scenario& sc, const SimReport& r, const Estimate& est, std::ostream& out) {
+void print_summary(const Scenario& sc, const SimReport& r, const std::optional<Estimate>& est,
+                   std::ostream& out) {
   out << "simulated " << sc.name << ": " << sc.model.name << " on " << sc.cluster.name() << " ("
       << sc.cluster.num_devices() << " GPUs, " << r.devices_used << " used), " << r.fidelity
       << " fidelity, " << r.schedule << ", all-reduce " << r.algorithm << "\n";
   Table t({"iteration s", "tokens/s", "MFU", "PFLOP/s", "pipeline s", "estimate s", "sim/estimate",
            "ops", "activities", "wall s", "peak RSS GiB"});
   t.add({fmt(r.iteration_time_s, 3), fmt(r.tokens_per_s, 0), fmt(100 * r.mfu, 1) + "%",
-         fmt(r.achieved_pflops, 3), fmt(r.pipeline_s, 3), fmt(est.iteration_time_s, 3),
-         fmt(r.iteration_time_s / est.iteration_time_s, 3), std::to_string(r.ops),
+         fmt(r.achieved_pflops, 3), fmt(r.pipeline_s, 3), est ? fmt(est->iteration_time_s, 3) : "-",
+         est ? fmt(r.iteration_time_s / est->iteration_time_s, 3) : "-", std::to_string(r.ops),
          std::to_string(r.activities), fmt(r.wall_time_s, 2), fmt(r.peak_rss_bytes / kGiB, 2)});
   t.print(out);
   for (const auto& p : r.problems) out << "  over memory: " << p << "\n";
@@ -96,52 +99,80 @@ Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt) {
   return load_checked_plan(sc, opt.plan);
 }
 
-int run_simulate(const SimulateOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario);
-  if (!sc) return report(sc.error());
-  auto plan = plan_for(*sc, opt);
-  if (!plan) return report(plan.error());
+// What to simulate: a program read from --program (as written by `hexisim lower`),
+// or the plan lowered at the requested fidelity, with its closed-form estimate.
+struct Work {
+  Program program;
+  std::optional<Estimate> estimate;
+};
+
+Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
+  if (!opt.program.empty()) {
+    if (!opt.plan.empty()) return bad_input("give either --plan or --program, not both");
+    std::cerr << "reading " << opt.program << "...\n";
+    auto program = read_program(opt.program);
+    if (!program) return program.error();
+    return Work{std::move(*program), std::nullopt};
+  }
+  auto plan = plan_for(sc, opt);
+  if (!plan) return plan.error();
   LowerOptions lo;
-  lo.scenario = sc->name;
+  lo.scenario = sc.name;
   lo.granularity = opt.fidelity == "stage" ? Granularity::kStage : Granularity::kLayer;
-  const std::string origin = opt.plan.empty() ? sc->plan->string() : opt.plan;
+  const std::string origin = opt.plan.empty() ? sc.plan->string() : opt.plan;
   std::cerr << "lowering " << origin << " (" << opt.fidelity << " fidelity)...\n";
-  auto program = lower_plan(*plan, sc->cluster, sc->model, sc->training, lo, origin);
-  if (!program) return report(program.error());
-  std::cerr << "simulating " << program->num_ops() << " ops on " << program->devices.size()
-            << " devices...\n";
+  auto program = lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, origin);
+  if (!program) return program.error();
+  return Work{std::move(*program),
+              CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(*plan)};
+}
+
+SimOptions sim_options(const Scenario& sc, const SimulateOptions& opt) {
   SimOptions so;
-  so.scenario = sc->name;
+  so.scenario = sc.name;
   so.trace = !opt.no_trace && !opt.out.empty();
   so.all_reduce = opt.all_reduce == "ring"           ? sim::Algorithm::kRing
                   : opt.all_reduce == "hierarchical" ? sim::Algorithm::kHierarchical
                                                      : sim::Algorithm::kAuto;
-  auto out = simulate(*program, sc->cluster, sc->model, sc->training, sc->profile, so);
+  return so;
+}
+
+Status write_outputs(const SimOutput& out, const std::string& dir) {
+  if (auto st = write_file(dir + "/report.json", out.report_json); !st) return st;
+  if (!out.trace_json.empty()) return write_file(dir + "/trace.json", out.trace_json);
+  return {};
+}
+
+int run_simulate(const SimulateOptions& opt) {
+  auto sc = load_scenario_arg(opt.scenario);
+  if (!sc) return report(sc.error());
+  auto work = work_for(*sc, opt);
+  if (!work) return report(work.error());
+  std::cerr << "simulating " << work->program.num_ops() << " ops on "
+            << work->program.devices.size() << " devices...\n";
+  const SimOptions so = sim_options(*sc, opt);
+  auto out = simulate(work->program, sc->cluster, sc->model, sc->training, sc->profile, so);
   if (!out) return report(out.error());
-  CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
-  Estimate est = cm.estimate(*plan);
   if (!opt.out.empty()) {
-    if (auto st = write_file(opt.out + "/report.json", out->report_json); !st)
-      return report(st.error());
-    if (so.trace) {
-      if (auto st = write_file(opt.out + "/trace.json", out->trace_json); !st)
-        return report(st.error());
-    }
+    if (auto st = write_outputs(*out, opt.out); !st) return report(st.error());
   }
   if (opt.json) {
     Json j = Json::parse(out->report_json);
     j["wall_time_s"] = out->report.wall_time_s;
     j["peak_rss_gib"] = out->report.peak_rss_bytes / kGiB;
-    j["estimate"] = {{"iteration_time_s", est.iteration_time_s},
-                     {"tokens_per_s", est.tokens_per_s},
-                     {"mfu", est.mfu}};
-    print_json(j);
-  } else {
-    print_summary(*sc, out->report, est, std::cout);
-    if (!opt.out.empty()) {
-      std::cout << "\nwrote " << opt.out << "/report.json"
-                << (so.trace ? " and " + opt.out + "/trace.json" : "") << "\n";
+    if (work->estimate) {
+      const Estimate& e = *work->estimate;
+      j["estimate"] = {{"iteration_time_s", e.iteration_time_s},
+                       {"tokens_per_s", e.tokens_per_s},
+                       {"mfu", e.mfu}};
     }
+    print_json(j);
+    return 0;
+  }
+  print_summary(*sc, out->report, work->estimate, std::cout);
+  if (!opt.out.empty()) {
+    std::cout << "\nwrote " << opt.out << "/report.json"
+              << (so.trace ? " and " + opt.out + "/trace.json" : "") << "\n";
   }
   return 0;
 }
@@ -155,6 +186,8 @@ void add_simulate_command(CLI::App& app, Runner& run) {
   cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
       ->required();
   cmd->add_option("--plan", opt->plan, "Plan file (default: the scenario's \"plan\")");
+  cmd->add_option("--program", opt->program,
+                  "Simulate this program file (from `hexisim lower`) instead of lowering a plan");
   cmd->add_option("--scheduler", opt->scheduler, "Scheduler to plan with when no plan is given");
   cmd->add_option("--seed", opt->seed, "Seed for planning (default: the scenario's)");
   cmd->add_option(

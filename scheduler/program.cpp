@@ -6,6 +6,7 @@
 #include <numeric>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace hexi {
@@ -224,8 +225,20 @@ class Checker {
     return {};
   }
 
+  // (src, dst, tag) of a send or recv as one hash key.
+  struct TripleHash {
+    std::size_t operator()(const std::tuple<int, int, int>& k) const {
+      auto [a, b, c] = k;
+      std::uint64_t h = static_cast<std::uint32_t>(a);
+      h = h * 0x9E3779B97F4A7C15ULL + static_cast<std::uint32_t>(b);
+      h = h * 0x9E3779B97F4A7C15ULL + static_cast<std::uint32_t>(c);
+      return static_cast<std::size_t>(h ^ (h >> 29));
+    }
+  };
+
   Status check_p2p() {
-    std::map<std::tuple<int, int, int>, int> sends, recvs;  // (src, dst, tag) -> op id
+    std::unordered_map<std::tuple<int, int, int>, int, TripleHash> sends,
+        recvs;  // (src, dst, tag) -> op
     for (int id = 0; id < p_.num_ops(); ++id) {
       const Op& op = p_.ops[id];
       if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) continue;
@@ -240,44 +253,47 @@ class Checker {
                     std::to_string(std::get<1>(key)) + ", tag " + std::to_string(op.tag) + ")");
       }
     }
-    for (const auto& [key, id] : sends) {
-      auto it = recvs.find(key);
-      if (it == recvs.end()) {
-        return fail("unmatched send: " + op_name(p_, id) + " to device " +
-                    std::to_string(std::get<1>(key)) + " with tag " +
-                    std::to_string(std::get<2>(key)) + " has no matching recv");
-      }
-      if (p_.ops[id].bytes != p_.ops[it->second].bytes) {
-        return fail("send op " + std::to_string(id) + " and recv op " + std::to_string(it->second) +
-                    " disagree on the message size");
-      }
-      partner_.emplace_back(id, it->second);
-    }
-    for (const auto& [key, id] : recvs) {
-      if (sends.count(key) == 0) {
+    // In op order, so that the first problem reported does not depend on hashing.
+    for (int id = 0; id < p_.num_ops(); ++id) {
+      const Op& op = p_.ops[id];
+      if (op.kind == OpKind::kSend) {
+        auto it = recvs.find({op.device, op.peer, op.tag});
+        if (it == recvs.end()) {
+          return fail("unmatched send: " + op_name(p_, id) + " to device " +
+                      std::to_string(op.peer) + " with tag " + std::to_string(op.tag) +
+                      " has no matching recv");
+        }
+        if (op.bytes != p_.ops[it->second].bytes) {
+          return fail("send op " + std::to_string(id) + " and recv op " +
+                      std::to_string(it->second) + " disagree on the message size");
+        }
+        partner_.emplace_back(id, it->second);
+      } else if (op.kind == OpKind::kRecv && sends.count({op.peer, op.device, op.tag}) == 0) {
         return fail("unmatched recv: " + op_name(p_, id) + " from device " +
-                    std::to_string(std::get<0>(key)) + " with tag " +
-                    std::to_string(std::get<2>(key)) + " has no matching send");
+                    std::to_string(op.peer) + " with tag " + std::to_string(op.tag) +
+                    " has no matching send");
       }
     }
     return {};
   }
 
   Status check_collectives() {
-    std::map<std::pair<int, int>, std::vector<int>> instances;  // (group, instance) -> op ids
+    std::vector<int> ids;  // collective ops, sorted by (group, instance, id)
     std::vector<int> stream_of(p_.groups.size(), -1);
-    std::map<std::pair<int, int>, int> last_instance;  // (device, group) -> instance
+    std::unordered_map<std::uint64_t, int> last_instance;  // (device, group) -> instance
     for (int id = 0; id < p_.num_ops(); ++id) {
       const Op& op = p_.ops[id];
       if (op.kind != OpKind::kCollective) continue;
-      instances[{op.group, op.instance}].push_back(id);
+      ids.push_back(id);
       int& s = stream_of[op.group];
       if (s >= 0 && s != static_cast<int>(op.stream)) {
         return fail(op_name(p_, id) + ": group " + std::to_string(op.group) +
                     " is used by two streams");
       }
       s = static_cast<int>(op.stream);
-      auto [it, fresh] = last_instance.emplace(std::make_pair(op.device, op.group), op.instance);
+      const std::uint64_t key =
+          (static_cast<std::uint64_t>(op.device) << 32) | static_cast<std::uint32_t>(op.group);
+      auto [it, fresh] = last_instance.emplace(key, op.instance);
       if (!fresh) {
         if (op.instance <= it->second) {
           return fail(op_name(p_, id) + ": collective instance " + std::to_string(op.instance) +
@@ -288,34 +304,52 @@ class Checker {
         it->second = op.instance;
       }
     }
-    for (const auto& [key, ids] : instances) {
-      const auto& members = p_.groups[key.first].devices;
-      std::set<int> seen;
-      for (int id : ids) {
-        const Op& a = p_.ops[id];
-        const Op& b = p_.ops[ids.front()];
-        if (!seen.insert(a.device).second) {
-          return fail(op_name(p_, id) + ": device " + std::to_string(a.device) +
-                      " joins instance " + std::to_string(key.second) + " of group " +
-                      std::to_string(key.first) + " twice");
-        }
-        if (a.collective != b.collective || a.bytes != b.bytes) {
-          return fail("ops " + std::to_string(ids.front()) + " and " + std::to_string(id) +
-                      " of instance " + std::to_string(key.second) + " on group " +
-                      std::to_string(key.first) + " disagree on the collective or its size");
-        }
-      }
-      if (seen.size() != members.size()) {
-        std::string missing;
-        for (int d : members) {
-          if (seen.count(d) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(d);
-        }
-        return fail("incomplete collective: op " + std::to_string(ids.front()) + " (instance " +
-                    std::to_string(key.second) + " on group " + std::to_string(key.first) +
-                    ") has no matching op on device(s) " + missing);
-      }
-      rendezvous_.push_back(ids);
+    auto key = [&](int id) { return std::make_tuple(p_.ops[id].group, p_.ops[id].instance, id); };
+    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return key(a) < key(b); });
+    for (std::size_t i = 0; i < ids.size();) {
+      std::size_t j = i;
+      const Op& first = p_.ops[ids[i]];
+      while (j < ids.size() && p_.ops[ids[j]].group == first.group &&
+             p_.ops[ids[j]].instance == first.instance)
+        ++j;
+      if (auto st = check_instance({ids.begin() + i, ids.begin() + j}); !st) return st;
+      i = j;
     }
+    return {};
+  }
+
+  // The ops of one collective instance: one per member, same kind and size.
+  Status check_instance(std::vector<int> ids) {
+    const Op& b = p_.ops[ids.front()];
+    const auto& members = p_.groups[b.group].devices;
+    std::vector<int> devices;
+    for (int id : ids) {
+      const Op& a = p_.ops[id];
+      devices.push_back(a.device);
+      if (a.collective != b.collective || a.bytes != b.bytes) {
+        return fail("ops " + std::to_string(ids.front()) + " and " + std::to_string(id) +
+                    " of instance " + std::to_string(b.instance) + " on group " +
+                    std::to_string(b.group) + " disagree on the collective or its size");
+      }
+    }
+    std::sort(devices.begin(), devices.end());
+    if (auto dup = std::adjacent_find(devices.begin(), devices.end()); dup != devices.end()) {
+      return fail(op_name(p_, ids.front()) + ": device " + std::to_string(*dup) +
+                  " joins instance " + std::to_string(b.instance) + " of group " +
+                  std::to_string(b.group) + " twice");
+    }
+    if (devices.size() != members.size()) {
+      std::string missing;
+      for (int d : members) {
+        if (!std::binary_search(devices.begin(), devices.end(), d)) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(d);
+        }
+      }
+      return fail("incomplete collective: op " + std::to_string(ids.front()) + " (instance " +
+                  std::to_string(b.instance) + " on group " + std::to_string(b.group) +
+                  ") has no matching op on device(s) " + missing);
+    }
+    rendezvous_.push_back(std::move(ids));
     return {};
   }
 
@@ -329,27 +363,45 @@ class Checker {
     for (const auto& ids : rendezvous_) {
       for (int id : ids) node[id] = ids.front();
     }
-    std::vector<std::vector<int>> out(n), in(n);
-    std::vector<int> indegree(n, 0);
-    auto edge = [&](int from, int to) {
-      int a = node[from], b = node[to];
-      out[a].push_back(b);
-      in[b].push_back(a);
-      ++indegree[b];
-    };
+    // Edges (from, to) between nodes, then CSR both ways.
+    std::vector<std::pair<int, int>> edges;
+    edges.reserve(p_.dep_ids.size() + n);
     for (int id = 0; id < n; ++id) {
-      for (int d : p_.deps(id)) edge(d, id);
+      for (int d : p_.deps(id)) edges.emplace_back(node[d], node[id]);
     }
+    std::unordered_map<std::uint64_t, int> last;  // (stream, peer, kind) -> previous op, per device
     for (const auto& l : p_.devices) {
-      std::map<std::tuple<int, int, int>, int> last;  // (stream, peer, kind) -> previous op
+      last.clear();
       for (int id = l.op_begin; id < l.op_end; ++id) {
         const Op& op = p_.ops[id];
-        bool p2p = op.stream == Stream::kP2p;
-        auto key = std::make_tuple(static_cast<int>(op.stream), p2p ? op.peer : -1,
-                                   p2p ? static_cast<int>(op.kind) : -1);
-        auto it = last.find(key);
-        if (it != last.end()) edge(it->second, id);
-        last[key] = id;
+        const bool p2p = op.stream == Stream::kP2p;
+        const std::uint64_t key = (static_cast<std::uint64_t>(op.stream) << 40) |
+                                  (static_cast<std::uint64_t>(p2p ? op.peer + 1 : 0) << 8) |
+                                  (p2p ? static_cast<std::uint64_t>(op.kind) : 0);
+        auto [it, fresh] = last.emplace(key, id);
+        if (!fresh) {
+          edges.emplace_back(node[it->second], node[id]);
+          it->second = id;
+        }
+      }
+    }
+    std::vector<int> out_begin(n + 1, 0), in_begin(n + 1, 0);
+    for (auto [a, b] : edges) {
+      ++out_begin[a + 1];
+      ++in_begin[b + 1];
+    }
+    for (int i = 0; i < n; ++i) {
+      out_begin[i + 1] += out_begin[i];
+      in_begin[i + 1] += in_begin[i];
+    }
+    std::vector<int> out(edges.size()), in(edges.size()), indegree(n, 0);
+    {
+      std::vector<int> fo(out_begin.begin(), out_begin.end() - 1),
+          fi(in_begin.begin(), in_begin.end() - 1);
+      for (auto [a, b] : edges) {
+        out[fo[a]++] = b;
+        in[fi[b]++] = a;
+        ++indegree[b];
       }
     }
     std::vector<int> ready;
@@ -364,18 +416,18 @@ class Checker {
       int v = ready.back();
       ready.pop_back();
       ++done;
-      for (int w : out[v]) {
-        if (--indegree[w] == 0) ready.push_back(w);
+      for (int i = out_begin[v]; i < out_begin[v + 1]; ++i) {
+        if (--indegree[out[i]] == 0) ready.push_back(out[i]);
       }
     }
     if (done == nodes) return {};
-    return fail("dependency cycle: " + describe_cycle(node, in, indegree));
+    return fail("dependency cycle: " + describe_cycle(node, in_begin, in, indegree));
   }
 
   // Every node left after Kahn's algorithm has a predecessor that is also left:
   // walking predecessors from one of them must close a cycle.
-  std::string describe_cycle(const std::vector<int>& node, const std::vector<std::vector<int>>& in,
-                             const std::vector<int>& indegree) const {
+  std::string describe_cycle(const std::vector<int>& node, const std::vector<int>& in_begin,
+                             const std::vector<int>& in, const std::vector<int>& indegree) const {
     const int n = p_.num_ops();
     int v = 0;
     while (node[v] != v || indegree[v] == 0) ++v;
@@ -383,9 +435,9 @@ class Checker {
     while (seen_at[v] < 0) {
       seen_at[v] = static_cast<int>(path.size());
       path.push_back(v);
-      for (int u : in[v]) {
-        if (indegree[u] > 0) {
-          v = u;
+      for (int i = in_begin[v]; i < in_begin[v + 1]; ++i) {
+        if (indegree[in[i]] > 0) {
+          v = in[i];
           break;
         }
       }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <tuple>
 
 #include <simgrid/kernel/Timer.hpp>
@@ -23,6 +22,10 @@ double g_latency_factor = 1.0;
 // releasing one inside its own completion callback crashes SimGrid 3.32.
 std::vector<sg4::CommPtr> g_graveyard;
 
+std::uint64_t key3(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  return (a << 42) ^ (b << 21) ^ c;
+}
+
 }  // namespace
 
 struct Executor::Instance {
@@ -33,22 +36,33 @@ struct Executor::Instance {
   int ready = 0;
   std::vector<Phase> phases;
   int phase = 0;
-  int outstanding = 0;
+};
+
+struct Executor::Batch {
+  int owner = -1;  // the send op, or the collective instance
+  bool collective = false;
+  double latency = 0;  // s charged to each flow before its bytes move
+  double t0 = 0;
+  std::vector<int> flows;
+  Timer* timer = nullptr;  // while running uncontended
+  int outstanding = 0;     // SimGrid comms still running
 };
 
 struct Executor::Flow {
-  int owner = -1;  // the send op, or the collective instance
-  bool collective = false;
+  int batch = -1;
+  const Route* route = nullptr;
+  double bottleneck = 0;  // bytes/s of its route alone
   sg4::CommPtr comm;
 };
 
 Executor::Executor(const Program& program, Platform& platform, const Cluster& cluster,
-                   std::vector<double> duration, Algorithm algorithm)
+                   std::vector<double> duration, Algorithm algorithm, bool analytic_uncontended)
     : p_(program),
       platform_(platform),
       cluster_(cluster),
       duration_(std::move(duration)),
-      algorithm_(algorithm) {
+      algorithm_(algorithm),
+      analytic_(analytic_uncontended) {
   sg4::Engine::get_instance()->get_netzone_root()->get_network_model()->set_lat_factor_cb(
       [](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>&,
          const std::unordered_set<sg4::NetZone*>&) { return g_latency_factor; });
@@ -67,13 +81,14 @@ void Executor::build_graph() {
   instance_of_.assign(n, -1);
   started_.assign(n, 0);
   std::vector<int> stream_prev(n, -1);
+  std::unordered_map<std::uint64_t, int> last;  // (stream, peer, kind) -> previous op, per device
   for (const auto& l : p_.devices) {
-    std::map<std::tuple<int, int, int>, int> last;  // (stream, peer, kind) -> previous op
+    last.clear();
     for (int id = l.op_begin; id < l.op_end; ++id) {
       const Op& op = p_.ops[id];
       const bool p2p = op.stream == Stream::kP2p;
-      auto key = std::make_tuple(static_cast<int>(op.stream), p2p ? op.peer : -1,
-                                 p2p ? static_cast<int>(op.kind) : -1);
+      const auto key = key3(static_cast<std::uint64_t>(op.stream), p2p ? op.peer + 1 : 0,
+                            p2p ? static_cast<std::uint64_t>(op.kind) : 0);
       auto [it, fresh] = last.emplace(key, id);
       if (!fresh) {
         stream_prev[id] = it->second;
@@ -97,27 +112,26 @@ void Executor::build_graph() {
     for (int d : p_.deps(id)) succ_[fill[d]++] = id;
     if (stream_prev[id] >= 0) succ_[fill[stream_prev[id]]++] = id;
   }
-  // Rendezvous partners.
-  std::map<std::tuple<int, int, int>, int> sends;
-  std::map<std::pair<int, int>, int> instances;
+  // Rendezvous partners and collective instances (validate_program guarantees both exist).
+  std::unordered_map<std::uint64_t, int> sends, instances;
   for (int id = 0; id < n; ++id) {
     const Op& op = p_.ops[id];
-    if (op.kind == OpKind::kSend) sends[{op.device, op.peer, op.tag}] = id;
+    if (op.kind == OpKind::kSend) sends[key3(op.device, op.peer, op.tag)] = id;
   }
   for (int id = 0; id < n; ++id) {
     const Op& op = p_.ops[id];
     if (op.kind == OpKind::kRecv) {
-      int s = sends.at({op.peer, op.device, op.tag});
+      const int s = sends.at(key3(op.peer, op.device, op.tag));
       partner_[id] = s;
       partner_[s] = id;
     } else if (op.kind == OpKind::kCollective) {
-      auto [it, fresh] = instances.emplace(std::make_pair(op.group, op.instance),
-                                           static_cast<int>(instances_.size()));
-      if (fresh) instances_.push_back({op.group, op.collective, op.bytes, {}, 0, {}, 0, 0});
+      auto [it, fresh] =
+          instances.emplace((static_cast<std::uint64_t>(op.group) << 32) | op.instance,
+                            static_cast<int>(instances_.size()));
+      if (fresh) instances_.push_back({op.group, op.collective, op.bytes, {}, 0, {}, 0});
       instance_of_[id] = it->second;
     }
   }
-  // Members in group order.
   for (auto& inst : instances_) inst.members.assign(p_.groups[inst.group].devices.size(), -1);
   for (int id = 0; id < n; ++id) {
     if (instance_of_[id] < 0) continue;
@@ -133,6 +147,8 @@ ExecutionResult Executor::run() {
   r_.start.assign(n, -1);
   r_.end.assign(n, -1);
   r_.link_bytes.assign(platform_.links().size(), 0.0);
+  active_.assign(platform_.links().size(), 0);
+  holder_.assign(platform_.links().size(), -1);
   for (int id = 0; id < n; ++id) {
     if (pending_[id] == 0) make_ready(id, 0.0);
   }
@@ -194,13 +210,15 @@ void Executor::complete(int op, double t) {
   }
 }
 
+// ---- compute -----------------------------------------------------------------
+
 void Executor::start_compute_chain(int op, double t) {
   int last = op;
-  double at = t;
+  double when = t;
   while (true) {
-    r_.start[last] = at;
-    at += duration_[last];
-    r_.end[last] = at;
+    r_.start[last] = when;
+    when += duration_[last];
+    r_.end[last] = when;
     // Extend while this op's only successor is the next compute op of its stream
     // and that op waits on nothing else.
     const int next = stream_next_[last];
@@ -208,23 +226,53 @@ void Executor::start_compute_chain(int op, double t) {
                            succ_[succ_begin_[last]] == next;
     if (!only_next || p_.ops[next].kind != OpKind::kCompute || pending_[next] != 1) break;
     pending_[next] = 0;
-    r_.ready[next] = at;
+    r_.ready[next] = when;
     last = next;
   }
-  ++r_.timers;
-  const double end = at;
-  Timer::set(end, [this, last, end] {
-    g_graveyard.clear();
-    complete(last, end);
-    drain();
-  });
+  at(when, op, last);
 }
+
+void Executor::at(double time, int first, int last) {
+  auto it = slot_at_.find(time);
+  if (it != slot_at_.end()) {
+    slots_[it->second].emplace_back(first, last);
+    return;
+  }
+  int slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<int>(slots_.size());
+    slots_.emplace_back();
+    slot_time_.push_back(time);
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    slot_time_[slot] = time;
+  }
+  slots_[slot].emplace_back(first, last);
+  slot_at_.emplace(time, slot);
+  ++r_.timers;
+  Timer::set(time, [this, slot] { fire(slot); });
+}
+
+void Executor::fire(int slot) {
+  g_graveyard.clear();
+  const double t = slot_time_[slot];
+  slot_at_.erase(t);  // chains due now that are created while firing get a new timer
+  std::vector<std::pair<int, int>> chains;
+  chains.swap(slots_[slot]);
+  free_slots_.push_back(slot);
+  for (auto [first, last] : chains) complete(last, t);
+  drain();
+}
+
+// ---- transfers -----------------------------------------------------------------
 
 void Executor::start_transfer(int send, int recv, double t) {
   r_.start[send] = r_.start[recv] = t;
   const Op& op = p_.ops[send];
-  start_flow(op.device, op.peer, op.bytes, platform_.route(op.device, op.peer).latency_s, send,
-             false, send);
+  const int b = new_batch(send, false, cluster_.latency(op.device, op.peer));
+  add_flow(b, op.device, op.peer, op.bytes, send);
+  launch(b, t);
 }
 
 void Executor::start_collective(int index, double t) {
@@ -243,67 +291,152 @@ void Executor::start_collective(int index, double t) {
 }
 
 void Executor::start_phase(int index, double t) {
-  (void)t;
   Instance& inst = instances_[index];
   const Phase& ph = inst.phases[inst.phase];
   double hop = 0;
-  for (const auto& f : ph.flows) hop = std::max(hop, platform_.route(f.src, f.dst).latency_s);
-  inst.outstanding = static_cast<int>(ph.flows.size());
-  for (const auto& f : ph.flows)
-    start_flow(f.src, f.dst, f.bytes, ph.latency_steps * hop, index, true, inst.members.front());
+  for (const auto& f : ph.flows) hop = std::max(hop, cluster_.latency(f.src, f.dst));
+  const int b = new_batch(index, true, ph.latency_steps * hop);
+  for (const auto& f : ph.flows) add_flow(b, f.src, f.dst, f.bytes, inst.members.front());
+  launch(b, t);
 }
 
-// One SimGrid comm; `latency` is what the flow must be charged before its bytes move.
-void Executor::start_flow(int src, int dst, double bytes, double latency, int owner,
-                          bool collective, int trace_op) {
+int Executor::new_batch(int owner, bool collective, double latency) {
+  batches_.push_back({owner, collective, latency, 0.0, {}, nullptr, 0});
+  return static_cast<int>(batches_.size()) - 1;
+}
+
+void Executor::add_flow(int batch, int src, int dst, double bytes, int trace_op) {
   const Route& route = platform_.route(src, dst);
+  double bottleneck = 1e300;
+  for (int l : route.links) {
+    bottleneck = std::min(bottleneck, platform_.links()[l].bandwidth_Bps);
+    r_.link_bytes[l] += bytes;
+  }
   const int index = static_cast<int>(flows_.size());
-  flows_.push_back({owner, collective, nullptr});
-  const double now = sg4::Engine::get_clock();
-  r_.flows.push_back({src, dst, bytes, now, -1, trace_op});
-  for (int l : route.links) r_.link_bytes[l] += bytes;
-  auto [from, to] = platform_.endpoints(src, dst);
-  const auto size = static_cast<std::uint64_t>(std::llround(bytes));
-  if (size == 0 || route.latency_s <= 0) {
-    // SimGrid never starts a 0-byte comm, and a 0-latency route cannot be scaled:
-    // such flows are timers of their latency (plus bytes at the route's bottleneck).
-    double bw = 1e300;
-    for (int l : route.links) bw = std::min(bw, platform_.links()[l].bandwidth_Bps);
-    ++r_.timers;
-    Timer::set(now + latency + bytes / bw, [this, index] {
-      g_graveyard.clear();
-      on_flow_done(index, sg4::Engine::get_clock());
-      drain();
-    });
+  flows_.push_back({batch, &route, bottleneck, nullptr});
+  r_.flows.push_back({src, dst, bytes, 0.0, -1.0, trace_op});
+  batches_[batch].flows.push_back(index);
+}
+
+// Uncontended (no link shared with another flow, in or out of the batch): a timer.
+// Otherwise: SimGrid comms, after materialising any uncontended batch in the way.
+void Executor::launch(int b, double t) {
+  batches_[b].t0 = t;
+  bool alone = analytic_;
+  static std::vector<int> mark;
+  static int stamp = 0;
+  if (mark.size() < active_.size()) mark.assign(active_.size(), 0);
+  ++stamp;
+  for (int f : batches_[b].flows) {
+    for (int l : flows_[f].route->links) {
+      if (active_[l] > 0 || holder_[l] >= 0 || mark[l] == stamp) alone = false;
+      mark[l] = stamp;
+    }
+  }
+  if (alone) {
+    launch_analytic(b, t);
     return;
   }
+  for (int f : batches_[b].flows) {
+    for (int l : flows_[f].route->links) {
+      if (holder_[l] >= 0) materialise(holder_[l], t);
+    }
+  }
+  Batch& batch = batches_[b];
+  batch.outstanding = static_cast<int>(batch.flows.size());
+  for (int f : batch.flows) {
+    r_.flows[f].start = t;
+    launch_comm(f, r_.flows[f].bytes, batch.latency);
+  }
+}
+
+void Executor::launch_analytic(int b, double t) {
+  Batch& batch = batches_[b];
+  double end = t;
+  for (int f : batch.flows) {
+    FlowRecord& rec = r_.flows[f];
+    rec.start = t;
+    rec.end = t + batch.latency + rec.bytes / flows_[f].bottleneck;
+    end = std::max(end, rec.end);
+    for (int l : flows_[f].route->links) holder_[l] = b;
+  }
+  ++r_.analytic_batches;
+  ++r_.timers;
+  batch.timer = Timer::set(end, [this, b, end] {
+    g_graveyard.clear();
+    Batch& done = batches_[b];
+    done.timer = nullptr;
+    for (int f : done.flows) {
+      for (int l : flows_[f].route->links) holder_[l] = -1;
+    }
+    on_batch_done(b, end);
+    drain();
+  });
+}
+
+// An uncontended batch meets another flow at time t: what its flows have moved so
+// far is known exactly; the rest continues as SimGrid comms.
+void Executor::materialise(int b, double t) {
+  Batch& batch = batches_[b];
+  batch.timer->remove();
+  batch.timer = nullptr;
+  ++r_.materialised;
+  for (int f : batch.flows) {
+    for (int l : flows_[f].route->links) holder_[l] = -1;
+  }
+  const double latency_left = std::max(0.0, batch.t0 + batch.latency - t);
+  const double moving_for = std::max(0.0, t - batch.t0 - batch.latency);
+  batch.outstanding = 0;
+  for (int f : batch.flows) {
+    const double left = r_.flows[f].bytes - moving_for * flows_[f].bottleneck;
+    if (left < 0.5) continue;  // finished (its analytic end is already recorded)
+    r_.flows[f].end = -1;
+    ++batch.outstanding;
+    launch_comm(f, left, latency_left);
+  }
+  if (batch.outstanding == 0) on_batch_done(b, t);
+}
+
+void Executor::launch_comm(int f, double bytes, double latency) {
+  Flow& flow = flows_[f];
+  for (int l : flow.route->links) ++active_[l];
   ++r_.comms;
-  g_latency_factor = latency / route.latency_s;
+  const FlowRecord& rec = r_.flows[f];
+  auto [from, to] = platform_.endpoints(rec.src, rec.dst);
+  // Charge exactly `latency`: CM02 multiplies the route's latency by this factor. Never
+  // 0: CM02 gives a 0-latency comm a sharing weight that starves it (platform.hpp).
+  g_latency_factor = std::max(latency, 1e-12) / flow.route->latency_s;
   sg4::CommPtr comm = sg4::Comm::sendto_init(from, to);
-  comm->set_payload_size(size);
-  comm->set_data(reinterpret_cast<void*>(static_cast<std::intptr_t>(index) + 1));
-  flows_[index].comm = comm;
+  comm->set_payload_size(static_cast<std::uint64_t>(std::max(1LL, std::llround(bytes))));
+  comm->set_data(reinterpret_cast<void*>(static_cast<std::intptr_t>(f) + 1));
+  flow.comm = comm;
   comm->start();
   g_latency_factor = 1.0;
 }
 
-void Executor::on_flow_done(int index, double t) {
-  Flow& f = flows_[index];
-  r_.flows[index].end = t;
-  if (f.comm) g_graveyard.push_back(std::move(f.comm));
-  if (!f.collective) {
-    complete(f.owner, t);
-    complete(partner_[f.owner], t);
+void Executor::on_flow_done(int f, double t) {
+  Flow& flow = flows_[f];
+  for (int l : flow.route->links) --active_[l];
+  r_.flows[f].end = t;
+  if (flow.comm) g_graveyard.push_back(std::move(flow.comm));
+  if (--batches_[flow.batch].outstanding == 0) on_batch_done(flow.batch, t);
+}
+
+void Executor::on_batch_done(int b, double t) {
+  Batch& batch = batches_[b];
+  std::vector<int>().swap(batch.flows);
+  const int owner = batch.owner;
+  if (!batch.collective) {
+    complete(owner, t);
+    complete(partner_[owner], t);
     return;
   }
-  Instance& inst = instances_[f.owner];
-  if (--inst.outstanding > 0) return;
+  Instance& inst = instances_[owner];
   if (++inst.phase < static_cast<int>(inst.phases.size())) {
-    start_phase(f.owner, t);
+    start_phase(owner, t);
     return;
   }
-  inst.phases.clear();
-  inst.phases.shrink_to_fit();
+  std::vector<Phase>().swap(inst.phases);
   for (int op : inst.members) complete(op, t);
 }
 

@@ -132,6 +132,8 @@ SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
   }
   rep.comms = r.comms;
   rep.timers = r.timers;
+  rep.analytic_batches = r.analytic_batches;
+  rep.materialised = r.materialised;
   rep.activities = r.comms + r.timers;
   int dp = 0;
   for (const auto& l : p.devices) dp = std::max(dp, l.pipeline + 1);

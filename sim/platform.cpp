@@ -32,7 +32,6 @@ Platform::Platform(const Cluster& cluster) : cluster_(cluster) {
   hosts_.resize(cluster.num_devices(), nullptr);
   sg4::NetZone* root = sg4::create_star_zone("cluster");
   const bool uplinks = cluster.leaves().size() > 1 && cluster.has_spine();
-  const auto& lat = cluster.latencies();
   for (std::size_t l = 0; l < cluster.leaves().size(); ++l) {
     const Leaf& leaf = cluster.leaves()[l];
     sg4::NetZone* zone = sg4::create_star_zone(leaf.name);
@@ -47,53 +46,70 @@ Platform::Platform(const Cluster& cluster) : cluster_(cluster) {
     zone->seal();
     std::vector<sg4::LinkInRoute> up;
     if (uplinks)
-      up.emplace_back(
-          duplex(root, leaf.name + "/uplink", LinkKind::kUplink, leaf.uplink_Bps, lat.switch_s),
-          Dir::UP);
+      up.emplace_back(duplex(root, leaf.name + "/uplink", LinkKind::kUplink, leaf.uplink_Bps),
+                      Dir::UP);
     root->add_route(zone->get_netpoint(), nullptr, gw, nullptr, up, true);
   }
   build_overrides(root);
   root->seal();
 }
 
-sg4::Link* Platform::duplex(sg4::NetZone* zone, const std::string& name, LinkKind kind, double bw,
-                            double latency) {
-  sg4::Link* l = zone->create_split_duplex_link(name, bw)->set_latency(latency)->seal();
-  for (const char* dir : {"_UP", "_DOWN"}) {
-    sg4::Link* half = sg4::Link::by_name(name + dir);
+namespace {
+
+// SimGrid 3.32 checks a new link's or host's name against every existing one, one
+// string comparison each (quadratic in the platform size). Internal names that
+// differ in their first character make those comparisons cheap: the number in
+// reversed decimal digits, then a kind letter. Readable names stay in LinkInfo
+// (reports, traces).
+std::string short_name(int number, char kind) {
+  std::string digits = std::to_string(number);
+  std::reverse(digits.begin(), digits.end());
+  return digits + kind;
+}
+
+}  // namespace
+
+sg4::Link* Platform::duplex(sg4::NetZone* zone, const std::string& name, LinkKind kind, double bw) {
+  // Every route crosses exactly two of the source's and destination's first links
+  // (PCIe or NVLink ports) or one override link: all routes get SimGrid latency 2 eps.
+  const double latency = kind == LinkKind::kPcie || kind == LinkKind::kNvlink ? kRouteLatency / 2
+                         : kind == LinkKind::kOverride                        ? kRouteLatency
+                                                                              : 0.0;
+  sg4::SplitDuplexLink* l =
+      zone->create_split_duplex_link(short_name(static_cast<int>(links_.size()), 'l'), bw);
+  l->set_latency(latency)->seal();
+  // The directions through the link itself: Link::by_name walks every zone (quadratic).
+  for (sg4::Link* half : {l->get_link_up(), l->get_link_down()}) {
     link_index_[half] = static_cast<int>(links_.size());
-    links_.push_back({name + (dir[1] == 'U' ? ":up" : ":down"), kind, bw, half});
+    links_.push_back({name + (half == l->get_link_up() ? ":up" : ":down"), kind, bw, half});
   }
   return l;
 }
 
 simgrid::kernel::routing::NetPoint* Platform::build_machine(int mi, sg4::NetZone* leaf) {
   const Machine& m = cluster_.machines()[mi];
-  const auto& lat = cluster_.latencies();
   sg4::NetZone* zone = sg4::create_full_zone(m.name);
   zone->set_parent(leaf);
   const std::string base = m.name + "/";
-  auto* gw = zone->create_router(base + "gateway");
+  auto* gw = zone->create_router(short_name(mi, 'r'));
   std::vector<sg4::Link*> nics;
   for (int k = 0; k < m.nics; ++k) {
-    nics.push_back(duplex(zone, base + "nic" + std::to_string(k), LinkKind::kNic, m.nic_each_Bps(),
-                          lat.nic_s + lat.switch_s / 2));
+    nics.push_back(
+        duplex(zone, base + "nic" + std::to_string(k), LinkKind::kNic, m.nic_each_Bps()));
   }
   sg4::Link* socket = nullptr;
   if (m.sockets > 1 && m.intra_kind != IntraKind::kNvSwitch) {
-    socket = duplex(zone, base + "socket", LinkKind::kSocket, m.socket_Bps, lat.socket_s);
+    socket = duplex(zone, base + "socket", LinkKind::kSocket, m.socket_Bps);
   }
   std::vector<sg4::Link*> pcie, intra;
   const bool nvswitch = m.intra_kind == IntraKind::kNvSwitch;
   for (int g = 0; g < m.num_gpus; ++g) {
     const int device = m.first_device + g;
     const std::string gpu = base + "gpu" + std::to_string(g) + "/";
-    hosts_[device] =
-        zone->create_host("gpu" + std::to_string(device), cluster_.device_flops(device));
-    pcie.push_back(duplex(zone, gpu + "pcie", LinkKind::kPcie, m.pcie_Bps, 0.0));
+    hosts_[device] = zone->create_host(short_name(device, 'g'), cluster_.device_flops(device));
+    pcie.push_back(duplex(zone, gpu + "pcie", LinkKind::kPcie, m.pcie_Bps));
     intra.push_back(duplex(zone, gpu + (nvswitch ? "nvlink" : "p2p"),
-                           nvswitch ? LinkKind::kNvlink : LinkKind::kP2p, m.intra_Bps,
-                           m.intra_latency_s / 2));
+                           nvswitch ? LinkKind::kNvlink : LinkKind::kP2p, m.intra_Bps));
   }
   for (int a = 0; a < m.num_gpus; ++a) {
     auto* ha = hosts_[m.first_device + a]->get_netpoint();
@@ -130,7 +146,7 @@ void Platform::build_overrides(sg4::NetZone* root) {
     const std::string name = "override" + std::to_string(next++) + "-" + what;
     auto* a = zone->create_host(name + "/a", 1.0);
     auto* b = zone->create_host(name + "/b", 1.0);
-    sg4::Link* link = duplex(zone, name, LinkKind::kOverride, l.bandwidth_Bps, l.latency_s);
+    sg4::Link* link = duplex(zone, name, LinkKind::kOverride, l.bandwidth_Bps);
     zone->add_route(a->get_netpoint(), b->get_netpoint(), nullptr, nullptr, {{link, Dir::UP}},
                     true);
     table[key] = {a, b};

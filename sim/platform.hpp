@@ -2,19 +2,25 @@
 // sim/ internal (uses SimGrid types; included only by sim/*.cpp): the SimGrid
 // platform of a cluster.
 //
-// One host per GPU at its peak FLOP/s. Links (split-duplex, bytes/s, s):
-//   gpuN/pcie    the GPU's PCIe link (latency 0: NIC latencies include the hop)
-//   gpuN/nvlink  NVSwitch machines: the GPU's NVLink port (latency intra/2)
+// One host per GPU at its peak FLOP/s. Links (split-duplex, bytes/s):
+//   gpuN/pcie    the GPU's PCIe link
+//   gpuN/nvlink  NVSwitch machines: the GPU's NVLink port
 //   gpuN/p2p     PCIe / host-staged machines: the GPU's peer-to-peer (or host
-//                staging) rate, latency intra/2
+//                staging) rate
 //   socket       inter-socket link of a multi-socket PCIe machine
-//   nicK         a NIC (latency nic + switch/2, so two NICs add one leaf switch)
-//   leafL/uplink a leaf's uplink to the spine (latency one switch)
+//   nicK         a NIC
+//   leafL/uplink a leaf's uplink to the spine
 //   override     dedicated link of an explicit device- or machine-pair override
 // Routes follow Cluster::link's paths: same machine nvlink a -> nvlink b, or
 // pcie a -> p2p a [-> socket] -> p2p b -> pcie b; other machines pcie -> NIC ->
 // [uplink -> uplink ->] NIC -> pcie. So a single flow gets exactly
 // Cluster::link(a, b) and flows sharing a PCIe link, NIC or uplink contend.
+// Latency: SimGrid's CM02 weights each flow's share of a link by the inverse of
+// its route latency (RTT-unfair, like TCP; a 0-latency comm is even starved), so
+// every route here has the same tiny SimGrid latency kRouteLatency and the
+// executor charges each flow its real latency (Cluster::link, times the
+// collective's steps) through CM02's latency-factor hook: shares are plain
+// max-min and latencies exact.
 // Zones: a full zone per machine (its GPUs and a gateway), a star zone per leaf
 // (gateway: its first machine's), a star root; overrides live in their own zone between proxy
 // hosts.
@@ -42,9 +48,11 @@ struct LinkInfo {
   simgrid::s4u::Link* link = nullptr;
 };
 
+constexpr double kRouteLatency = 2e-9;  // s, SimGrid latency of every route (see above)
+
 struct Route {
   std::vector<int> links;  // indexes into Platform::links()
-  double latency_s = 0;
+  double latency_s = 0;    // SimGrid's latency of the route (kRouteLatency)
 };
 
 class Platform {
@@ -64,7 +72,7 @@ class Platform {
                                                     simgrid::s4u::NetZone* leaf);  // its gateway
   void build_overrides(simgrid::s4u::NetZone* root);
   simgrid::s4u::Link* duplex(simgrid::s4u::NetZone* zone, const std::string& name, LinkKind kind,
-                             double bw, double latency);
+                             double bw);
 
   const Cluster& cluster_;
   std::vector<simgrid::s4u::Host*> hosts_;

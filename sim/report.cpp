@@ -47,6 +47,8 @@ Json SimReport::to_json() const {
           {"activities", activities},
           {"comms", comms},
           {"timers", timers},
+          {"analytic_batches", analytic_batches},
+          {"materialised", materialised},
           {"feasible", feasible},
           {"problems", problems},
           {"devices", devs},
@@ -72,6 +74,8 @@ Result<SimReport> SimReport::from_json(const Json& j) {
     r.activities = j.at("activities").get<std::int64_t>();
     r.comms = j.at("comms").get<std::int64_t>();
     r.timers = j.at("timers").get<std::int64_t>();
+    r.analytic_batches = j.at("analytic_batches").get<std::int64_t>();
+    r.materialised = j.at("materialised").get<std::int64_t>();
     r.feasible = j.at("feasible").get<bool>();
     r.problems = j.at("problems").get<std::vector<std::string>>();
     for (const auto& d : j.at("devices")) {

@@ -115,10 +115,14 @@ Result<SimOutput> run_here(const Inputs& in) {
   sg4::Engine::set_config("network/model:CM02");   // latency + size / bandwidth, max-min sharing
   sg4::Engine::set_config("network/TCP-gamma:0");  // no TCP window cap
   sg4::Engine::set_config("network/crosstraffic:0");
+  const auto tp = std::chrono::steady_clock::now();
   sim::Platform platform(in.cluster);
+  const double platform_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
   sim::ExecutionResult r;
   {
-    sim::Executor executor(in.program, platform, in.cluster, duration, in.options.all_reduce);
+    sim::Executor executor(in.program, platform, in.cluster, duration, in.options.all_reduce,
+                           in.options.analytic_uncontended);
     r = executor.run();
   }
   if (!r.unfinished.empty()) {
@@ -139,6 +143,7 @@ Result<SimOutput> run_here(const Inputs& in) {
   if (in.options.trace) out.trace_json = sim::make_trace(run, r);
   out.report.wall_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.report.platform_s = platform_s;
   return out;
 }
 
@@ -184,7 +189,8 @@ bool take(std::string_view& in, std::string& out) {
     put(fd, "ok");
     put(fd, out->report_json);
     put(fd, out->trace_json);
-    put(fd, Json({{"wall_time_s", out->report.wall_time_s}}).dump());
+    put(fd, Json({{"wall_time_s", out->report.wall_time_s}, {"platform_s", out->report.platform_s}})
+                .dump());
   }
   ::close(fd);
   _exit(0);
@@ -228,7 +234,9 @@ Result<SimOutput> run_isolated(const Inputs& in) {
   if (!report) return report.error();
   SimOutput out;
   out.report = std::move(*report);
-  out.report.wall_time_s = Json::parse(c).at("wall_time_s").get<double>();
+  const Json meta = Json::parse(c);
+  out.report.wall_time_s = meta.at("wall_time_s").get<double>();
+  out.report.platform_s = meta.at("platform_s").get<double>();
   out.report.peak_rss_bytes = static_cast<double>(usage.ru_maxrss) * 1024.0;
   out.report_json = std::move(a);
   out.trace_json = std::move(b);

@@ -29,6 +29,9 @@ namespace hexi {
 struct SimOptions {
   sim::Algorithm all_reduce = sim::Algorithm::kAuto;  // DP/TP all-reduce algorithm
   bool trace = true;                                  // build trace.json
+  // Run uncontended transfers as timers (exact; see executor.hpp). false: every flow
+  // is a SimGrid comm (slower; for checking that both agree).
+  bool analytic_uncontended = true;
   bool isolate = true;   // run in a child process (false: in this process, at most once)
   std::string scenario;  // recorded in the report
 };
@@ -71,12 +74,15 @@ struct SimReport {
   std::int64_t activities = 0;  // SimGrid comms + kernel timers
   std::int64_t comms = 0;
   std::int64_t timers = 0;
+  std::int64_t analytic_batches = 0;  // transfers / collective phases run uncontended as timers
+  std::int64_t materialised = 0;      // of those, the ones that met other traffic
   bool feasible = true;
   std::vector<std::string> problems;  // devices over their memory
   std::vector<DeviceMetrics> devices;
   std::vector<LinkMetrics> links;  // links that carried bytes, in platform order
   // Not part of report.json (they vary from run to run):
   double wall_time_s = 0;     // SimGrid platform + run
+  double platform_s = 0;      // building the SimGrid platform
   double peak_rss_bytes = 0;  // of the simulating process
 
   Json to_json() const;  // deterministic: no wall time

@@ -68,6 +68,32 @@ double ring_all_reduce(int n, double bytes, double bw, double latency) {
   return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency;
 }
 
+TEST(Simulator, FlowsWithDifferentLatenciesShareALinkEqually) {
+  // Plain max-min, not CM02's latency-weighted sharing: device 0 sends 10 GB to a
+  // machine on its leaf (12 us) and 10 GB to one across the spine (16 us). The near
+  // flow moves alone for 4 us (100 kB), then both get 12.5 GB/s of the 25 GB/s NIC:
+  // the near one ends at 0.800008 s, the far one sends its last 100 kB alone.
+  Json j = {{"version", 1},
+            {"name", "two-leaves"},
+            {"network",
+             {{"nic_GBps", 25},
+              {"machines_per_leaf", 2},
+              {"latency_us", {{"nvswitch", 2}, {"nic", 5}, {"switch", 2}}}}},
+            {"machines", {{{"gpu", "unit"}, {"gpus", 1}, {"repeat", 4}}}}};
+  auto two = Cluster::from_json(j, "<two leaves>", testing::unit_catalog());
+  ASSERT_TRUE(two.ok());
+  ASSERT_NEAR(two->latency(0, 1), 12e-6, 1e-12);
+  ASSERT_NEAR(two->latency(0, 2), 16e-6, 1e-12);
+  ProgramBuilder b(4);
+  b.send(0, 1, 10e9, 0);
+  b.send(0, 2, 10e9, 0);
+  b.recv(1, 0, 10e9, 0);
+  b.recv(2, 0, 10e9, 0);
+  SimOutput out = run(b.build(), *two);
+  EXPECT_NEAR(finish(out, 1), 0.800008, 1e-7);
+  EXPECT_NEAR(finish(out, 2), 0.800012, 1e-7);
+}
+
 TEST(Simulator, RingAllReduceInsideAMachineMatchesTheFormula) {
   // 8 GPUs on a 100 GB/s NVSwitch (2 us per hop), S = 1 GB:
   // 2(n-1)/n S/bw + 2(n-1) lat = 17.5 ms + 28 us.
@@ -167,6 +193,49 @@ TEST(Simulator, DpAndPpTrafficThroughOneNicShareItMaxMin) {
   // 80 ms, and the DP flow sends its last 300 kB alone at 25 GB/s (12 us).
   EXPECT_NEAR(finish(out, 2), 0.08, 1e-7);
   EXPECT_NEAR(finish(out, 3), 0.08 + 12e-6, 1e-7);
+}
+
+TEST(Simulator, UncontendedTransferThatMeetsTrafficHalfwaySharesFromThen) {
+  // As above, but the DP all-reduce starts at 20 ms (after 2e10 FLOPs on device 1).
+  // The PP transfer runs uncontended (a timer) until then: 0.4997 GB moved, and the
+  // DP flows' 24 us latency lets it move 0.6 MB more alone. Then both share A's NIC:
+  // PP ends at 20.024 + 0.4997 GB / 12.5 GB/s = 60 ms; the DP flow has 0.5003 GB left,
+  // alone at 25 GB/s: 80.012 ms.
+  ProgramBuilder b(4);
+  b.send(0, 2, 1e9, 0);
+  b.recv(2, 0, 1e9, 0);
+  int c = b.compute(1, 2e10);
+  int g = b.group({1, 3});
+  b.collective(g, Collective::kAllReduce, 1e9, Stream::kDp, {{1, {c}}});
+  SimOutput out = run(b.build(), unit_cluster(2, 2));
+  EXPECT_NEAR(finish(out, 2), 0.06, 1e-7);
+  EXPECT_NEAR(finish(out, 3), 0.08 + 12e-6, 1e-7);
+  EXPECT_GE(out.report.materialised, 1);
+}
+
+TEST(Simulator, UncontendedTimersAgreeWithSimGridComms) {
+  // A lowered plan with TP, PP and DP traffic: the same report with and without the
+  // uncontended fast path (SimGrid's own precision is 1e-5 relative).
+  Cluster c = testing::make_cluster(2, 4);
+  const Model m = testing::tiny_model();
+  TrainingConfig t = testing::tiny_training(8);
+  auto program = lower_plan(testing::uniform_plan(2, 2, 2, 4, 8), c, m, t, {}, "<plan>");
+  ASSERT_TRUE(program.ok());
+  SimOptions fast, slow;
+  slow.analytic_uncontended = false;
+  auto a = simulate(*program, c, m, t, Profile{}, fast);
+  auto b = simulate(*program, c, m, t, Profile{}, slow);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(a->report.analytic_batches, 0);
+  EXPECT_EQ(b->report.analytic_batches, 0);
+  EXPECT_LT(a->report.comms, b->report.comms);
+  const double ta = a->report.iteration_time_s, tb = b->report.iteration_time_s;
+  EXPECT_NEAR(ta, tb, 1e-5 * tb);
+  for (std::size_t i = 0; i < a->report.devices.size(); ++i) {
+    EXPECT_NEAR(a->report.devices[i].bubble_s, b->report.devices[i].bubble_s, 1e-5 * tb);
+    EXPECT_NEAR(a->report.devices[i].exposed_comm_s, b->report.devices[i].exposed_comm_s,
+                1e-5 * tb);
+  }
 }
 
 TEST(Simulator, SingleFlowsGetExactlyClusterLink) {
