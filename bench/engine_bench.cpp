@@ -8,17 +8,18 @@
 // The step is a whole program (hexisim lower) executed by RankRuntime on one rank:
 // "small" = 2 layers of h 512, f 1376, 8 heads / 4 KV heads, V 256, sequence 256, global
 // batch 2 in micro-batches of 1 (the kernels bench's "small" shape), and "tiny" = the
-// shipped tiny-llama-cpu scenario (h 64). Op times are the engine's own (steady clock,
-// as in its trace); the Eigen reference is timed in this process, single-threaded, on
-// freshly allocated row-major matrices, best of repeated runs of >= 0.2 s.
+// shipped tiny-llama-cpu scenario (h 64). Both sides are timed in thread CPU time (the
+// cpu backend's CpuClock::kThreadCpu marks; everything is single-threaded), so other
+// processes on the machine do not skew the ratios; the Eigen reference runs on freshly
+// allocated row-major matrices for >= 0.2 s per shape.
 //
 //   build/bench/engine_bench [--benchmark_filter=small]
 
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
-#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <tuple>
 
@@ -154,7 +155,7 @@ void run_step_bench(benchmark::State& state, Setup st) {
   std::vector<StepStats> steps;
   Status status;
   run_fake_world(1, [&](Communicator& world) -> Status {
-    auto backend = make_cpu_backend();
+    auto backend = make_cpu_backend(CpuClock::kThreadCpu);
     Progress progress;
     auto rt = RankRuntime::create(*program, st.scenario.model, world, *backend, *data,
                                   RuntimeOptions{}, progress);

@@ -120,7 +120,11 @@ class Backend {
 // "cpu", or "cuda" when this build has the CUDA backend and a device is visible
 // (bad input naming the reason otherwise). `local_rank` picks the GPU of this process.
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name, int local_rank);
-std::unique_ptr<Backend> make_cpu_backend();
+// The cpu backend. Its op timestamps come from the steady clock (comparable across the
+// processes of a machine: traces), or from the thread's CPU time (kThreadCpu: for
+// single-threaded benchmarks, immune to other processes on the machine).
+enum class CpuClock { kSteady, kThreadCpu };
+std::unique_ptr<Backend> make_cpu_backend(CpuClock clock = CpuClock::kSteady);
 // Whether this build includes the CUDA backend (nvcc was found at configure time).
 bool cuda_backend_built();
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "engine/backend.hpp"
 #include "kernels/blocks_cpu.hpp"
@@ -151,24 +152,31 @@ class CpuBackend final : public Backend {
   }
 
   Status synchronize() override { return {}; }
-  void mark() override { marks_.push_back(std::chrono::steady_clock::now()); }
-  Result<std::vector<double>> mark_times() override {
-    std::vector<double> out;
-    out.reserve(marks_.size());
-    for (const auto& t : marks_)
-      out.push_back(std::chrono::duration<double>(t.time_since_epoch()).count());
-    return out;
-  }
+  void mark() override { marks_.push_back(now()); }
+  Result<std::vector<double>> mark_times() override { return marks_; }
   void clear_marks() override { marks_.clear(); }
 
+  explicit CpuBackend(CpuClock clock) : clock_(clock) {}
+
  private:
-  std::vector<std::chrono::steady_clock::time_point> marks_;
+  double now() const {
+    if (clock_ == CpuClock::kThreadCpu) {
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return ts.tv_sec + ts.tv_nsec * 1e-9;
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  CpuClock clock_;
+  std::vector<double> marks_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() {
-  return std::make_unique<CpuBackend>();
+std::unique_ptr<Backend> make_cpu_backend(CpuClock clock) {
+  return std::make_unique<CpuBackend>(clock);
 }
 
 }  // namespace hexi::engine
