@@ -58,13 +58,15 @@ class MpiRequest final : public Request {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Takes ownership of `comm` unless it is MPI_COMM_WORLD.
-  MpiCommunicator(MPI_Comm comm, std::vector<int> world_ranks)
-      : comm_(comm), world_ranks_(std::move(world_ranks)) {
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  // Takes ownership of `comm` unless it is MPI_COMM_WORLD; errors come back as Statuses.
+  static Result<std::unique_ptr<Communicator>> create(MPI_Comm comm, std::vector<int> world_ranks) {
+    std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, std::move(world_ranks)));
+    HEXI_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    HEXI_MPI_CHECK(MPI_Comm_rank(comm, &c->rank_));
+    HEXI_MPI_CHECK(MPI_Comm_size(comm, &c->size_));
+    return std::unique_ptr<Communicator>(std::move(c));
   }
+  // Destructors cannot report: a failing MPI_Comm_free is ignored (the job is ending).
   ~MpiCommunicator() override {
     if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
@@ -138,16 +140,18 @@ class MpiCommunicator final : public Communicator {
         MPI_Group_incl(parent, static_cast<int>(members.size()), members.data(), &group));
     MPI_Comm comm = MPI_COMM_NULL;
     // Collective over the members only (MPI 3), so disjoint groups form independently.
-    int rc = MPI_Comm_create_group(comm_, group, /*tag=*/0, &comm);
-    MPI_Group_free(&group);
-    MPI_Group_free(&parent);
-    HEXI_MPI_CHECK(rc);
+    HEXI_MPI_CHECK(MPI_Comm_create_group(comm_, group, /*tag=*/0, &comm));
+    HEXI_MPI_CHECK(MPI_Group_free(&group));
+    HEXI_MPI_CHECK(MPI_Group_free(&parent));
     std::vector<int> world;
     for (int m : members) world.push_back(world_ranks_[m]);
-    return std::unique_ptr<Communicator>(new MpiCommunicator(comm, std::move(world)));
+    return create(comm, std::move(world));
   }
 
  private:
+  MpiCommunicator(MPI_Comm comm, std::vector<int> world_ranks)
+      : comm_(comm), world_ranks_(std::move(world_ranks)) {}
+
   MPI_Comm comm_;
   std::vector<int> world_ranks_;
   int rank_ = 0;
@@ -168,32 +172,23 @@ Result<std::unique_ptr<MpiSession>> MpiSession::init(int* argc, char*** argv) {
     session->owns_ = true;
   }
   session->thread_multiple_ = provided == MPI_THREAD_MULTIPLE;
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  HEXI_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   return session;
 }
 
+// Destructors cannot report: MPI_Finalize's result is ignored (the process is ending).
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (owns_ && !finalized) MPI_Finalize();
 }
 
-int MpiSession::world_rank() const {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int MpiSession::world_size() const {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
 Result<std::unique_ptr<Communicator>> MpiSession::world() const {
-  std::vector<int> ranks(world_size());
-  for (int i = 0; i < world_size(); ++i) ranks[i] = i;
-  return std::unique_ptr<Communicator>(new MpiCommunicator(MPI_COMM_WORLD, std::move(ranks)));
+  int n = 0;
+  HEXI_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &n));
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  return MpiCommunicator::create(MPI_COMM_WORLD, std::move(ranks));
 }
 
 void MpiSession::abort(int code) {

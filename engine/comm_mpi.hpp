@@ -19,8 +19,6 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 
   bool thread_multiple() const { return thread_multiple_; }
-  int world_rank() const;
-  int world_size() const;
   // MPI_COMM_WORLD as a Communicator.
   Result<std::unique_ptr<Communicator>> world() const;
   // Ends every rank of the job with `code` (MPI_Abort); does not return.
