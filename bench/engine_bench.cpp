@@ -18,9 +18,9 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
-#include <algorithm>
 #include <map>
 #include <tuple>
 

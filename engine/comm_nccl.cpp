@@ -92,6 +92,7 @@ class NcclCommunicator final : public Communicator {
     HEXI_TRY(comm);
     return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(boot), *comm, stream));
   }
+  // Destructors cannot report: destroy calls' results are ignored (the rank is ending).
   ~NcclCommunicator() override {
     for (auto& [key, p] : pairs_) {
       ncclCommDestroy(p.comm);

@@ -28,9 +28,9 @@ struct TrainOptions {
   std::string plan;             // plan file; empty: the scenario's "plan"
   std::string backend = "cpu";  // cpu | cuda
   int steps = 10;
-  std::string trace;   // Chrome trace output file; empty: none
-  bool json = false;   // one JSON object on stdout instead of the table
-  std::string corpus;  // byte-level text; empty: engine/corpus/gpl-3.0.txt
+  std::string trace;                       // Chrome trace output file; empty: none
+  bool json = false;                       // one JSON object on stdout instead of the table
+  std::string corpus;                      // byte-level text; empty: engine/corpus/gpl-3.0.txt
   std::optional<std::uint64_t> data_seed;  // corpus sampling; default: the scenario's seed
   std::uint64_t init_seed = 1234;
   AdamW adamw;
