@@ -11,6 +11,8 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -73,8 +75,13 @@ std::optional<Workload> ten_thousand() {
   return Workload{std::move(*cluster), m, t, Profile{}, std::move(*plan)};
 }
 
-// One line per distinct pipeline shape, on stderr (what the generator chose).
+// One line per distinct pipeline shape, on stderr (what the generator chose); with
+// HEXISIM_BENCH_PLANS=DIR the plan is also written to DIR/<name>.json, to rerun it
+// with `hexisim simulate <scenario> --plan DIR/<name>.json`.
 void describe(const Workload& w, const std::string& name) {
+  if (const char* dir = std::getenv("HEXISIM_BENCH_PLANS")) {
+    std::ofstream(std::string(dir) + "/" + name + ".json") << plan_text(w.plan);
+  }
   std::map<std::string, int> shapes;
   for (const auto& p : w.plan.pipelines) {
     const Stage& s = p.stages.front();

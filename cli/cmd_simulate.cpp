@@ -82,7 +82,12 @@ void print_summary(const Scenario& sc, const SimReport& r, const std::optional<E
          est ? fmt(r.iteration_time_s / est->iteration_time_s, 3) : "-", std::to_string(r.ops),
          std::to_string(r.activities), fmt(r.wall_time_s, 2), fmt(r.peak_rss_bytes / kGiB, 2)});
   t.print(out);
-  for (const auto& p : r.problems) out << "  over memory: " << p << "\n";
+  for (std::size_t i = 0; i < r.problems.size() && i < 3; ++i)
+    out << "  over memory: " << r.problems[i] << "\n";
+  if (r.problems.size() > 3) {
+    out << "  ... and " << r.problems.size() - 3
+        << " more devices over memory (report.json lists them)\n";
+  }
   out << "\nper stage (slowest device; shares of the iteration):\n";
   print_stages(r, out);
   out << "\nbusiest links:\n";
@@ -164,7 +169,10 @@ int run_simulate(const SimulateOptions& opt) {
       const Estimate& e = *work->estimate;
       j["estimate"] = {{"iteration_time_s", e.iteration_time_s},
                        {"tokens_per_s", e.tokens_per_s},
-                       {"mfu", e.mfu}};
+                       {"mfu", e.mfu},
+                       {"pipeline_s", e.pipeline_s},
+                       {"dp_sync_s", e.dp_sync_s},
+                       {"optimizer_s", e.optimizer_s}};
     }
     print_json(j);
     return 0;

@@ -1,6 +1,7 @@
 #include "sim/metrics.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 namespace hexi::sim {
@@ -105,6 +106,12 @@ DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const E
   return m;
 }
 
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
+  return buf;
+}
+
 }  // namespace
 
 SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
@@ -143,8 +150,8 @@ SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
       rep.feasible = false;
       rep.problems.push_back("device " + std::to_string(m.device) + " (" + m.gpu + ", pipeline " +
                              std::to_string(m.pipeline) + " stage " + std::to_string(m.stage) +
-                             ") needs " + std::to_string(m.peak_memory_bytes / kGiB) + " GiB of " +
-                             std::to_string(m.capacity_bytes / kGiB) + " GiB with " +
+                             ") needs " + gib(m.peak_memory_bytes) + " GiB of " +
+                             gib(m.capacity_bytes) + " GiB with " +
                              std::to_string(m.max_in_flight) + " micro-batches in flight");
     }
     rep.devices.push_back(std::move(m));
