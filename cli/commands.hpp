@@ -13,6 +13,7 @@ void add_cluster_commands(CLI::App& app, Runner& run);
 void add_estimate_command(CLI::App& app, Runner& run);
 void add_lower_command(CLI::App& app, Runner& run);
 void add_simulate_command(CLI::App& app, Runner& run);
+void add_train_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
   add_info_command(app, run);
@@ -20,6 +21,7 @@ inline void add_all_commands(CLI::App& app, Runner& run) {
   add_estimate_command(app, run);
   add_lower_command(app, run);
   add_simulate_command(app, run);
+  add_train_command(app, run);
 }
 
 }  // namespace hexi::cli

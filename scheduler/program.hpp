@@ -286,6 +286,10 @@ StageShape stage_shape(const DeviceLayout& layout, int in_flight = 1, int dp = 1
 // (counting stream order and rendezvous).
 Status validate_program(const Program& program, const std::string& origin);
 
+// A short label of op `id` for traces, the same in the simulator's and the engine's
+// (e.g. "attn.fwd L3 mb2", "all-reduce activation mb0", "send activation to 4 mb1").
+std::string op_label(const Program& program, int id);
+
 Json to_json(const Program& program);
 // Canonical text: same program -> same bytes.
 std::string program_text(const Program& program);

@@ -35,23 +35,6 @@ class Writer {
   bool first_ = true;
 };
 
-// JSON-safe: our names are plain ASCII without quotes or backslashes.
-std::string op_label(const Program& p, int id) {
-  const Op& op = p.ops[id];
-  std::string s;
-  if (op.kind == OpKind::kCompute) {
-    s = std::string(to_string(op.compute));
-    if (op.layer >= 0) s += " L" + std::to_string(op.layer);
-  } else if (op.kind == OpKind::kCollective) {
-    s = std::string(to_string(op.collective)) + " " + std::string(to_string(op.tensor));
-  } else {
-    s = std::string(to_string(op.kind)) + " " + std::string(to_string(op.tensor)) +
-        (op.kind == OpKind::kSend ? " to " : " from ") + std::to_string(op.peer);
-  }
-  if (op.micro_batch >= 0) s += " mb" + std::to_string(op.micro_batch);
-  return s;
-}
-
 int tid_of(Stream s) {
   return static_cast<int>(s);
 }
