@@ -11,12 +11,18 @@ namespace hexi::cli {
 void add_info_command(CLI::App& app, Runner& run);
 void add_cluster_commands(CLI::App& app, Runner& run);
 void add_estimate_command(CLI::App& app, Runner& run);
+void add_lower_command(CLI::App& app, Runner& run);
+void add_simulate_command(CLI::App& app, Runner& run);
+void add_train_command(CLI::App& app, Runner& run);
 void add_plan_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
   add_info_command(app, run);
   add_cluster_commands(app, run);
   add_estimate_command(app, run);
+  add_lower_command(app, run);
+  add_simulate_command(app, run);
+  add_train_command(app, run);
   add_plan_command(app, run);
 }
 

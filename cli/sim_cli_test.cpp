@@ -1,0 +1,143 @@
+// End-to-end tests of `hexisim lower` and `hexisim simulate` (DESIGN §12): JSON
+// keys, byte-identical outputs, exit code 2 naming op ids for bad programs.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_runner.hpp"
+
+namespace hexi::testing {
+namespace {
+
+using json = nlohmann::json;
+
+// Two 4-GPU A100 machines, tiny-llama-8l, a 2-pipeline plan with TP, PP and DP.
+std::string write_scenario(const std::filesystem::path& dir) {
+  write_text(dir / "cluster.json", R"({"version": 1, "name": "c", "network": {"nic_GBps": 12.5},
+    "machines": [{"name": "m", "gpu": "A100", "gpus": 4, "repeat": 2}]})");
+  write_text(dir / "plan.json", R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0, 1], "layers": [0, 4]}, {"devices": [2], "layers": [4, 8]}]},
+    {"batch": 4, "stages": [{"devices": [4], "layers": [0, 3]}, {"devices": [5, 6, 7, 3], "layers": [3, 8]}]}]})");
+  write_text(dir / "scenario.json", R"({"version": 1, "name": "s", "cluster": "cluster.json",
+    "model": "tiny-llama-8l", "training": {"global_batch": 8, "seq_len": 64}, "plan": "plan.json"})");
+  return (dir / "scenario.json").string();
+}
+
+json parse(const CliResult& r) {
+  EXPECT_EQ(r.code, 0) << r.err;
+  return json::parse(r.out);
+}
+
+TEST(SimCli, LowerWritesAProgramAndCountsOps) {
+  auto dir = scratch_dir("lower");
+  const std::string scenario = write_scenario(dir);
+  json j =
+      parse(run_cli("lower " + scenario + " --out " + (dir / "program.json").string() + " --json"));
+  EXPECT_GT(j["ops"].get<int>(), 0);
+  EXPECT_EQ(j["devices"], 8);
+  EXPECT_EQ(j["granularity"], "layer");
+  EXPECT_GT(j["op_counts"]["attn.fwd"].get<int>(), 0);
+  json program = json::parse(read_text(dir / "program.json"));
+  EXPECT_EQ(program["version"], 1);
+  EXPECT_EQ(program["num_ops"], j["ops"]);
+}
+
+TEST(SimCli, SimulateJsonHasTheContractKeys) {
+  auto dir = scratch_dir("simjson");
+  const std::string scenario = write_scenario(dir);
+  json j = parse(run_cli("simulate " + scenario + " --json"));
+  for (const char* key : {"iteration_time_s", "tokens_per_s", "mfu", "fidelity", "activities",
+                          "wall_time_s", "devices", "links", "estimate"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["fidelity"], "layer");
+  EXPECT_EQ(j["devices"].size(), 8u);
+  EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
+  json stage = parse(run_cli("simulate " + scenario + " --fidelity stage --json"));
+  EXPECT_EQ(stage["fidelity"], "stage");
+  EXPECT_LT(stage["ops"].get<int>(), j["ops"].get<int>());
+}
+
+TEST(SimCli, SameInputsWriteByteIdenticalReportAndTrace) {
+  auto dir = scratch_dir("simout");
+  const std::string scenario = write_scenario(dir);
+  for (const char* run : {"a", "b"}) {
+    auto r = run_cli("simulate " + scenario + " --out " + (dir / run).string());
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("iteration s"), std::string::npos);
+  }
+  EXPECT_EQ(read_text(dir / "a/report.json"), read_text(dir / "b/report.json"));
+  EXPECT_EQ(read_text(dir / "a/trace.json"), read_text(dir / "b/trace.json"));
+  json trace = json::parse(read_text(dir / "a/trace.json"));
+  EXPECT_GT(trace["traceEvents"].size(), 100u);
+}
+
+TEST(SimCli, BadProgramsExitTwoNamingOpIds) {
+  auto dir = scratch_dir("badprogram");
+  const std::string scenario = write_scenario(dir);
+  const auto program = dir / "program.json";
+  ASSERT_EQ(run_cli("lower " + scenario + " --out " + program.string()).code, 0);
+  json good = json::parse(read_text(program));
+  // A cycle: device 0's first op waits for its last.
+  json cycle = good;
+  auto& ops = cycle["devices"][0]["ops"];
+  ops[0]["deps"].push_back(ops.back()["id"]);
+  write_text(dir / "cycle.json", cycle.dump());
+  auto r = run_cli("simulate " + scenario + " --program " + (dir / "cycle.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("dependency cycle: op "), std::string::npos) << r.err;
+  // An unmatched send: the first recv of device 2 gets another tag.
+  json unmatched = good;
+  int recv_id = -1;
+  for (auto& op : unmatched["devices"][2]["ops"]) {
+    if (op["op"] == "recv") {
+      op["tag"] = 12345;
+      recv_id = op["id"];
+      break;
+    }
+  }
+  ASSERT_GE(recv_id, 0);
+  write_text(dir / "unmatched.json", unmatched.dump());
+  r = run_cli("simulate " + scenario + " --program " + (dir / "unmatched.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unmatched send: op "), std::string::npos) << r.err;
+  // A program for another cluster.
+  json wrong = good;
+  wrong["num_devices"] = 16;
+  write_text(dir / "wrong.json", wrong.dump());
+  r = run_cli("simulate " + scenario + " --program " + (dir / "wrong.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("lowered for 16 devices"), std::string::npos) << r.err;
+}
+
+TEST(SimCli, PlansThatDoNotFitAndMissingPlansExitTwo) {
+  auto dir = scratch_dir("badplan");
+  const std::string scenario = write_scenario(dir);
+  write_text(dir / "bad.json", R"({"version": 1, "pipelines": [
+    {"batch": 8, "stages": [{"devices": [0, 9], "layers": [0, 8]}]}]})");
+  for (const char* cmd : {"simulate", "lower"}) {
+    auto r = run_cli(std::string(cmd) + " " + scenario + " --plan " + (dir / "bad.json").string() +
+                     " --out " + (dir / "x").string());
+    EXPECT_EQ(r.code, 2) << cmd;
+    EXPECT_NE(r.err.find("device 9 does not exist"), std::string::npos) << r.err;
+  }
+  write_text(dir / "noplan.json", R"({"version": 1, "name": "s", "cluster": "cluster.json",
+    "model": "tiny-llama-8l", "training": {"global_batch": 8, "seq_len": 64}})");
+  auto r = run_cli("simulate " + (dir / "noplan.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no plan"), std::string::npos) << r.err;
+}
+
+TEST(SimCli, HelpListsTheOptions) {
+  auto r = run_cli("simulate --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* opt :
+       {"--plan", "--program", "--scheduler", "--seed", "--fidelity", "--out", "--json"}) {
+    EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
+  }
+  EXPECT_EQ(run_cli("lower --help").code, 0);
+}
+
+}  // namespace
+}  // namespace hexi::testing

@@ -1,0 +1,182 @@
+// The cpu backend: host memory, the kernels/ CPU reference blocks (Eigen GEMMs) and
+// std::chrono timing. Synchronous: every call has finished when it returns.
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include "engine/backend.hpp"
+#include "kernels/blocks_cpu.hpp"
+#include "kernels/cpu_kernels.hpp"
+
+namespace hexi::engine {
+namespace {
+
+namespace kc = kernels::cpu;
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  std::string describe() const override {
+    return "cpu: kernels/ CPU reference, Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
+           std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) + " (" +
+           std::string(Eigen::SimdInstructionSetsInUse()) + "), 1 thread per rank";
+  }
+
+  Result<void*> allocate(std::size_t bytes) override {
+    void* p = std::malloc(bytes == 0 ? 1 : bytes);
+    if (p == nullptr)
+      return failure("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  Status upload(void* dst, const void* host, std::size_t bytes) override {
+    return copy(dst, host, bytes);
+  }
+  Status download(void* host, const void* src, std::size_t bytes) override {
+    return copy(host, src, bytes);
+  }
+  Status copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+    return {};
+  }
+  Status zero(void* dst, std::size_t bytes) override {
+    std::memset(dst, 0, bytes);
+    return {};
+  }
+
+  Status gather(float* dst, const float* src, const std::int64_t* idx, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
+    return {};
+  }
+  Status scatter(float* dst, const std::int64_t* idx, const float* src, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) dst[idx[i]] = src[i];
+    return {};
+  }
+  Status add_inplace(float* y, const float* x, std::size_t n) override {
+    kc::add_inplace(y, x, n);
+    return {};
+  }
+
+  Status pack_loss_stats(const HeadSaved<float>& saved, int n, float* stats) override {
+    for (int i = 0; i < n; ++i) {
+      stats[3 * i + 0] = saved.row_max[i];
+      stats[3 * i + 1] = saved.partials[2 * i + 0];
+      stats[3 * i + 2] = saved.partials[2 * i + 1];
+    }
+    return {};
+  }
+
+  Status combine_loss_stats(const float* gathered, int ranks, int n,
+                            const HeadSaved<float>& saved) override {
+    for (int i = 0; i < n; ++i) {
+      float m = gathered[3 * i];
+      for (int r = 1; r < ranks; ++r)
+        m = std::max(m, gathered[(static_cast<std::size_t>(r) * n + i) * 3]);
+      double sum = 0, target = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const float* st = gathered + (static_cast<std::size_t>(r) * n + i) * 3;
+        sum += static_cast<double>(st[1]) * std::exp(static_cast<double>(st[0]) - m);
+        target += st[2];
+      }
+      saved.row_max[i] = m;
+      saved.partials[2 * i + 0] = static_cast<float>(sum);
+      saved.partials[2 * i + 1] = static_cast<float>(target);
+    }
+    return {};
+  }
+
+  Status adamw(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& c,
+               double weight_decay, int step) override {
+    kc::adamw_update(param, grad, m, v, n, c.lr, c.beta1, c.beta2, c.eps, weight_decay, step);
+    return {};
+  }
+
+  Status attention_forward(const BlockShape& s, const AttentionWeights<float>& w, const float* x,
+                           const AttentionSaved<float>& saved, float* y_partial) override {
+    kc::attention_block_forward(s, w, x, saved, y_partial);
+    return {};
+  }
+  Status attention_backward(const BlockShape& s, const AttentionWeights<float>& w,
+                            const AttentionSaved<float>& saved, const float* x, const float* dy,
+                            float* dx_partial, const AttentionGrads<float>& grads) override {
+    kc::attention_block_backward(s, w, saved, x, dy, dx_partial, grads);
+    return {};
+  }
+  Status mlp_forward(const BlockShape& s, const MlpWeights<float>& w, const float* x,
+                     const MlpSaved<float>& saved, float* y_partial) override {
+    kc::mlp_block_forward(s, w, x, saved, y_partial);
+    return {};
+  }
+  Status mlp_backward(const BlockShape& s, const MlpWeights<float>& w, const MlpSaved<float>& saved,
+                      const float* x, const float* dy, float* dx_partial,
+                      const MlpGrads<float>& grads) override {
+    kc::mlp_block_backward(s, w, saved, x, dy, dx_partial, grads);
+    return {};
+  }
+  Status embedding_forward(const BlockShape& s, const float* table, const int* tokens,
+                           float* out_partial) override {
+    kc::embedding_block_forward(s, table, tokens, out_partial);
+    return {};
+  }
+  Status embedding_backward(const BlockShape& s, const int* tokens, const float* dout,
+                            float* dtable) override {
+    kc::embedding_block_backward(s, tokens, dout, dtable);
+    return {};
+  }
+  Status head_forward(const BlockShape& s, const HeadWeights<float>& w, const float* x,
+                      const HeadSaved<float>& saved) override {
+    kc::head_forward(s, w, x, saved);
+    return {};
+  }
+  Status head_loss_partials(const BlockShape& s, const HeadSaved<float>& saved,
+                            const int* targets) override {
+    kc::head_loss_partials(s, saved, targets);
+    return {};
+  }
+  Status head_loss(const BlockShape& s, const HeadSaved<float>& saved, float* loss) override {
+    kc::head_loss(s, saved, loss);
+    return {};
+  }
+  Status head_backward(const BlockShape& s, const HeadWeights<float>& w,
+                       const HeadSaved<float>& saved, const float* x, const int* targets,
+                       double loss_scale, float* dx_partial,
+                       const HeadGrads<float>& grads) override {
+    kc::head_backward(s, w, saved, x, targets, loss_scale, dx_partial, grads);
+    return {};
+  }
+
+  Status synchronize() override { return {}; }
+  void mark() override { marks_.push_back(now()); }
+  Result<std::vector<double>> mark_times() override { return marks_; }
+  void clear_marks() override { marks_.clear(); }
+
+  explicit CpuBackend(CpuClock clock) : clock_(clock) {}
+
+ private:
+  double now() const {
+    if (clock_ == CpuClock::kThreadCpu) {
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return ts.tv_sec + ts.tv_nsec * 1e-9;
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  CpuClock clock_;
+  std::vector<double> marks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(CpuClock clock) {
+  return std::make_unique<CpuBackend>(clock);
+}
+
+}  // namespace hexi::engine

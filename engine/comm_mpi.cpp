@@ -1,0 +1,199 @@
+#include "engine/comm_mpi.hpp"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "engine/check.hpp"
+
+namespace hexi::engine {
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
+  return std::string(text, length);
+}
+
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kI32:
+      return MPI_INT;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+}
+
+// MPI counts are int: larger buffers must be split by the caller (not needed here).
+Status check_count(std::size_t count, const char* what) {
+  if (count > static_cast<std::size_t>(INT32_MAX)) {
+    return failure(std::string(what) + ": " + std::to_string(count) +
+                   " elements exceed MPI's int count");
+  }
+  return {};
+}
+
+class MpiRequest final : public Request {
+ public:
+  MPI_Request request = MPI_REQUEST_NULL;
+  ~MpiRequest() override {
+    // An abandoned send must still complete before its buffer goes away.
+    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+  Status wait() override {
+    HEXI_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    return {};
+  }
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` unless it is MPI_COMM_WORLD; errors come back as Statuses.
+  static Result<std::unique_ptr<Communicator>> create(MPI_Comm comm, std::vector<int> world_ranks) {
+    std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(comm, std::move(world_ranks)));
+    HEXI_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    HEXI_MPI_CHECK(MPI_Comm_rank(comm, &c->rank_));
+    HEXI_MPI_CHECK(MPI_Comm_size(comm, &c->size_));
+    return std::unique_ptr<Communicator>(std::move(c));
+  }
+  // Destructors cannot report: a failing MPI_Comm_free is ignored (the job is ending).
+  ~MpiCommunicator() override {
+    if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+
+  std::string_view kind() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int world_rank(int member) const override { return world_ranks_[member]; }
+
+  Result<std::unique_ptr<Request>> isend(const void* buf, std::size_t count, DType type, int peer,
+                                         int tag) override {
+    HEXI_TRY(check_count(count, "isend"));
+    auto request = std::make_unique<MpiRequest>();
+    HEXI_MPI_CHECK(MPI_Isend(buf, static_cast<int>(count), mpi_type(type), peer, tag, comm_,
+                             &request->request));
+    return std::unique_ptr<Request>(std::move(request));
+  }
+
+  Status recv(void* buf, std::size_t count, DType type, int peer, int tag) override {
+    HEXI_TRY(check_count(count, "recv"));
+    HEXI_MPI_CHECK(MPI_Recv(buf, static_cast<int>(count), mpi_type(type), peer, tag, comm_,
+                            MPI_STATUS_IGNORE));
+    return {};
+  }
+
+  Status all_reduce(void* buf, std::size_t count, DType type, ReduceOp op) override {
+    HEXI_TRY(check_count(count, "all_reduce"));
+    HEXI_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_type(type),
+                                 mpi_op(op), comm_));
+    return {};
+  }
+
+  Status all_gather(const void* in, void* out, std::size_t count, DType type) override {
+    HEXI_TRY(check_count(count, "all_gather"));
+    HEXI_MPI_CHECK(MPI_Allgather(in, static_cast<int>(count), mpi_type(type), out,
+                                 static_cast<int>(count), mpi_type(type), comm_));
+    return {};
+  }
+
+  Status reduce_scatter(const void* in, void* out, std::size_t count, DType type,
+                        ReduceOp op) override {
+    HEXI_TRY(check_count(count * size_, "reduce_scatter"));
+    HEXI_MPI_CHECK(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(type),
+                                            mpi_op(op), comm_));
+    return {};
+  }
+
+  Status broadcast(void* buf, std::size_t count, DType type, int root) override {
+    HEXI_TRY(check_count(count, "broadcast"));
+    HEXI_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(count), mpi_type(type), root, comm_));
+    return {};
+  }
+
+  Status all_to_all(const void* in, void* out, std::size_t count, DType type) override {
+    HEXI_TRY(check_count(count * size_, "all_to_all"));
+    HEXI_MPI_CHECK(MPI_Alltoall(in, static_cast<int>(count), mpi_type(type), out,
+                                static_cast<int>(count), mpi_type(type), comm_));
+    return {};
+  }
+
+  Status barrier() override {
+    HEXI_MPI_CHECK(MPI_Barrier(comm_));
+    return {};
+  }
+
+  Result<std::unique_ptr<Communicator>> subgroup(const std::vector<int>& members) override {
+    HEXI_TRY(check_members(members, size_, rank_));
+    MPI_Group parent = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+    HEXI_MPI_CHECK(MPI_Comm_group(comm_, &parent));
+    HEXI_MPI_CHECK(
+        MPI_Group_incl(parent, static_cast<int>(members.size()), members.data(), &group));
+    MPI_Comm comm = MPI_COMM_NULL;
+    // Collective over the members only (MPI 3), so disjoint groups form independently.
+    HEXI_MPI_CHECK(MPI_Comm_create_group(comm_, group, /*tag=*/0, &comm));
+    HEXI_MPI_CHECK(MPI_Group_free(&group));
+    HEXI_MPI_CHECK(MPI_Group_free(&parent));
+    std::vector<int> world;
+    for (int m : members) world.push_back(world_ranks_[m]);
+    return create(comm, std::move(world));
+  }
+
+ private:
+  MpiCommunicator(MPI_Comm comm, std::vector<int> world_ranks)
+      : comm_(comm), world_ranks_(std::move(world_ranks)) {}
+
+  MPI_Comm comm_;
+  std::vector<int> world_ranks_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<MpiSession>> MpiSession::init(int* argc, char*** argv) {
+  std::unique_ptr<MpiSession> session(new MpiSession());
+  int initialized = 0;
+  HEXI_MPI_CHECK(MPI_Initialized(&initialized));
+  int provided = MPI_THREAD_SINGLE;
+  if (initialized) {
+    HEXI_MPI_CHECK(MPI_Query_thread(&provided));
+  } else {
+    HEXI_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    session->owns_ = true;
+  }
+  session->thread_multiple_ = provided == MPI_THREAD_MULTIPLE;
+  HEXI_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  return session;
+}
+
+// Destructors cannot report: MPI_Finalize's result is ignored (the process is ending).
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_ && !finalized) MPI_Finalize();
+}
+
+Result<std::unique_ptr<Communicator>> MpiSession::world() const {
+  int n = 0;
+  HEXI_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &n));
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  return MpiCommunicator::create(MPI_COMM_WORLD, std::move(ranks));
+}
+
+void MpiSession::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this is for the type system
+}
+
+}  // namespace hexi::engine

@@ -1,0 +1,290 @@
+#include "engine/engine_testing.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+
+#include "engine/check.hpp"
+#include "engine/comm_fake.hpp"
+#include "kernels/llama_model.hpp"
+#include "kernels/optimizer.hpp"
+#include "kernels/oracle.hpp"
+#include "scheduler/lower.hpp"
+#include "topologies/paths.hpp"
+
+namespace hexi::engine {
+
+Result<Program> lower_shipped(const std::string& scenario, const std::string& plan_file,
+                              Scenario* out) {
+  auto gpus = GpuCatalog::load_shipped();
+  HEXI_TRY(gpus);
+  auto models = ModelCatalog::load_shipped();
+  HEXI_TRY(models);
+  auto sc = load_scenario(scenario, *gpus, *models);
+  HEXI_TRY(sc);
+  const auto path = data_root() / "scenarios/plans" / plan_file;
+  auto plan = load_plan(path);
+  HEXI_TRY(plan);
+  LowerOptions lo;
+  lo.scenario = sc->name;
+  auto program = lower_plan(*plan, sc->cluster, sc->model, sc->training, lo, path.string());
+  if (out != nullptr) *out = std::move(*sc);
+  return program;
+}
+
+namespace {
+
+// Writes every rank's elements into full-model tensors; `pick` selects which elements a
+// rank contributes. Elements written twice must agree bit for bit.
+Status assemble(const std::vector<RankResult>& ranks,
+                const std::vector<kernels::ParamLayout>& layouts, const kernels::LlamaDims& dims,
+                std::vector<float> RankResult::*field, bool owned_only,
+                kernels::Params<float>& full, const std::string& what) {
+  full = kernels::Params<float>(kernels::model_layout(dims));
+  std::vector<char> written(full.data.size(), 0);
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const RankResult& rr = ranks[r];
+    for (const auto& t : layouts[r].tensors) {
+      const kernels::TensorInfo* ft = full.layout.find(t.name);
+      for (int i = 0; i < t.rows; ++i) {
+        for (int j = 0; j < t.cols; ++j) {
+          const std::size_t src = t.offset + static_cast<std::size_t>(i) * t.cols + j;
+          if (owned_only && !rr.owned[src]) continue;
+          const std::size_t dst =
+              ft->offset + static_cast<std::size_t>(t.row_begin + i) * ft->cols + t.col_begin + j;
+          const float v = (rr.*field)[src];
+          if (written[dst] && std::memcmp(&full.data[dst], &v, sizeof(float)) != 0) {
+            return failure(what + " of " + t.name + " element (" + std::to_string(t.row_begin + i) +
+                           ", " + std::to_string(t.col_begin + j) +
+                           ") differs between ranks: " + std::to_string(full.data[dst]) + " vs " +
+                           std::to_string(v) + " (rank " + std::to_string(r) + ")");
+          }
+          full.data[dst] = v;
+          written[dst] = 1;
+        }
+      }
+    }
+  }
+  for (const auto& t : full.layout.tensors) {
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      if (!written[t.offset + i])
+        return failure(what + ": element " + std::to_string(i) + " of " + t.name + " has no rank");
+    }
+  }
+  return {};
+}
+
+// The layout a device holds (the same function the runtime uses).
+kernels::ParamLayout device_layout(const DeviceLayout& l, const kernels::LlamaDims& dims) {
+  kernels::TpShard shard{l.head_begin, l.head_end,    l.ffn_begin,
+                         l.ffn_end,    l.vocab_begin, l.vocab_end};
+  return kernels::stage_layout(dims, {l.layer_begin, l.layer_end, l.first, l.last, shard});
+}
+
+}  // namespace
+
+Status run_rank(const Program& program, const Model& model, const DataSource& data,
+                const RuntimeOptions& options, int steps, Communicator& world, Backend& backend,
+                RankResult& mine, std::vector<double>& losses) {
+  Progress progress;
+  auto rt = RankRuntime::create(program, model, world, backend, data, options, progress);
+  HEXI_TRY(rt);
+  losses.assign(steps, 0.0);
+  for (int k = 0; k < steps; ++k) {
+    auto st = (*rt)->step();
+    HEXI_TRY(st);
+    double sums[2] = {st->loss_sum, st->loss_tokens};
+    HEXI_TRY(world.all_reduce(sums, 2, DType::kF64, ReduceOp::kSum));
+    losses[k] = sums[0] / sums[1];
+    auto g = (*rt)->grads();
+    HEXI_TRY(g);
+    if (k == 0) mine.grads_first = *g;
+    mine.grads_last = std::move(*g);
+  }
+  auto p = (*rt)->params();
+  HEXI_TRY(p);
+  mine.params = std::move(*p);
+  mine.owned = (*rt)->owned();
+  return {};
+}
+
+Result<Trajectory> assemble_trajectory(const Program& program, const Model& model,
+                                       const std::vector<RankResult>& ranks,
+                                       std::vector<double> losses) {
+  auto dims = llama_dims(model);
+  HEXI_TRY(dims);
+  std::vector<kernels::ParamLayout> layouts;
+  for (const auto& l : program.devices) layouts.push_back(device_layout(l, *dims));
+  Trajectory t;
+  t.losses = std::move(losses);
+  HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::params, false, t.params_last, "parameter"));
+  HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::grads_first, true, t.grads_first,
+                    "first-step gradient"));
+  HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::grads_last, true, t.grads_last,
+                    "last-step gradient"));
+  return t;
+}
+
+Result<Trajectory> run_fake(const Program& program, const Model& model, const DataSource& data,
+                            const RuntimeOptions& options, int steps) {
+  const int n = static_cast<int>(program.devices.size());
+  std::vector<RankResult> results(n);
+  std::vector<std::vector<double>> losses(n);
+  auto statuses = run_fake_world(n, [&](Communicator& world) -> Status {
+    auto backend = make_cpu_backend();
+    return run_rank(program, model, data, options, steps, world, *backend, results[world.rank()],
+                    losses[world.rank()]);
+  });
+  for (int r = 0; r < n; ++r) {
+    if (!statuses[r].ok()) {
+      return Error{statuses[r].error().kind,
+                   "rank " + std::to_string(r) + ": " + statuses[r].error().message};
+    }
+  }
+  return assemble_trajectory(program, model, results, losses[0]);
+}
+
+Result<Trajectory> run_mpi(const Program& program, const Model& model, const DataSource& data,
+                           const RuntimeOptions& options, int steps, Communicator& world) {
+  auto backend = make_cpu_backend();
+  RankResult mine;
+  std::vector<double> losses;
+  HEXI_TRY(run_rank(program, model, data, options, steps, world, *backend, mine, losses));
+  const int n = world.size();
+  std::vector<std::int32_t> owned(mine.owned.begin(), mine.owned.end());
+  if (world.rank() != 0) {
+    std::vector<std::unique_ptr<Request>> reqs;
+    int tag = 100;
+    for (auto* v : {&mine.params, &mine.grads_first, &mine.grads_last}) {
+      auto r = world.isend(v->data(), v->size(), DType::kF32, 0, tag++);
+      HEXI_TRY(r);
+      reqs.push_back(std::move(*r));
+    }
+    auto r = world.isend(owned.data(), owned.size(), DType::kI32, 0, tag);
+    HEXI_TRY(r);
+    reqs.push_back(std::move(*r));
+    for (auto& q : reqs) HEXI_TRY(q->wait());
+    HEXI_TRY(world.barrier());
+    return Trajectory{};
+  }
+  auto dims = llama_dims(model);
+  HEXI_TRY(dims);
+  std::vector<RankResult> results(n);
+  results[0] = std::move(mine);
+  for (int r = 1; r < n; ++r) {
+    const std::size_t size = device_layout(program.devices[r], *dims).total;
+    RankResult& rr = results[r];
+    int tag = 100;
+    for (auto* v : {&rr.params, &rr.grads_first, &rr.grads_last}) {
+      v->resize(size);
+      HEXI_TRY(world.recv(v->data(), size, DType::kF32, r, tag++));
+    }
+    std::vector<std::int32_t> o(size);
+    HEXI_TRY(world.recv(o.data(), size, DType::kI32, r, tag));
+    rr.owned.assign(o.begin(), o.end());
+  }
+  HEXI_TRY(world.barrier());
+  return assemble_trajectory(program, model, results, losses);
+}
+
+Trajectory run_reference(const Model& model, int global_batch, const DataSource& data,
+                         const RuntimeOptions& options, int steps) {
+  const kernels::LlamaDims dims = *llama_dims(model);
+  const int s = data.seq_len();
+  kernels::Params<float> params(kernels::model_layout(dims)), grads(params.layout);
+  kernels::init_params(params, dims, options.init);
+  kernels::AdamWState<float> state(params.layout);
+  kernels::AdamWConfig cfg{options.adamw.lr, options.adamw.beta1, options.adamw.beta2,
+                           options.adamw.eps, options.adamw.weight_decay};
+  kernels::LlamaModel<float> model_ref(dims, global_batch, s);
+  std::vector<int> tokens(static_cast<std::size_t>(global_batch) * s), targets(tokens.size());
+  Trajectory t;
+  for (int k = 0; k < steps; ++k) {
+    batch_tokens(data, global_batch, k, 0, global_batch, tokens.data(), targets.data());
+    grads.zero();
+    t.losses.push_back(model_ref.forward_backward(params, tokens.data(), targets.data(), grads));
+    if (k == 0) t.grads_first = grads;
+    kernels::adamw_step(params, grads, state, cfg);
+  }
+  t.grads_last = grads;
+  t.params_last = params;
+  return t;
+}
+
+std::vector<TensorError> compare(const kernels::Params<float>& ref,
+                                 const kernels::Params<float>& got, double atol_fraction,
+                                 double rtol) {
+  std::vector<TensorError> out;
+  for (const auto& t : ref.layout.tensors) {
+    const kernels::TensorInfo* g = got.layout.find(t.name);
+    TensorError e;
+    e.name = t.name;
+    if (g == nullptr || g->size() != t.size()) {
+      e.ok = false;
+      out.push_back(e);
+      continue;
+    }
+    double scale = 0;
+    for (std::size_t i = 0; i < t.size(); ++i)
+      scale = std::max(scale, std::fabs(double(ref.data[t.offset + i])));
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const double r = ref.data[t.offset + i], v = got.data[g->offset + i];
+      const double d = std::fabs(v - r);
+      e.max_abs = std::max(e.max_abs, d);
+      if (!(d <= atol_fraction * scale + rtol * std::fabs(r))) e.ok = false;
+    }
+    e.max_rel = scale > 0 ? e.max_abs / scale : e.max_abs;
+    out.push_back(e);
+  }
+  return out;
+}
+
+TensorError worst(const std::vector<TensorError>& errors) {
+  TensorError w;
+  w.name = "all";
+  for (const auto& e : errors) {
+    w.max_abs = std::max(w.max_abs, e.max_abs);
+    w.max_rel = std::max(w.max_rel, e.max_rel);
+    w.ok = w.ok && e.ok;
+  }
+  return w;
+}
+
+Result<OracleInputs> load_oracle_inputs() {
+  kernels::Oracle o;
+  std::string error;
+  if (!kernels::load_oracle(kernels::default_oracle_path(), o, error)) return bad_input(error);
+  OracleInputs in;
+  in.data = std::make_unique<FixedSource>(o.tokens, o.targets, o.seq);
+  in.options.init = o.init;
+  in.options.adamw =
+      AdamW{o.adamw.lr, o.adamw.beta1, o.adamw.beta2, o.adamw.eps, o.adamw.weight_decay};
+  in.grads = kernels::Params<float>(kernels::model_layout(o.dims));
+  for (const auto& t : in.grads.layout.tensors) {
+    auto it = o.tensors.find("grad/" + t.name);
+    if (it == o.tensors.end() || it->second.size() != t.size())
+      return bad_input("oracle lacks grad/" + t.name);
+    std::copy(it->second.begin(), it->second.end(), in.grads.get(t));
+  }
+  in.loss = o.loss;
+  in.loss_after_1 = o.loss_after_1;
+  in.loss_after_2 = o.loss_after_2;
+  in.batch = o.batch;
+  in.dims = o.dims;
+  return in;
+}
+
+std::string format_errors(const std::vector<TensorError>& errors) {
+  std::ostringstream s;
+  s.setf(std::ios::scientific);
+  s.precision(2);
+  for (const auto& e : errors) {
+    s << "  " << e.name << std::string(e.name.size() < 18 ? 18 - e.name.size() : 1, ' ')
+      << " max abs " << e.max_abs << "  max rel " << e.max_rel << (e.ok ? "" : "  FAIL") << "\n";
+  }
+  return s.str();
+}
+
+}  // namespace hexi::engine

@@ -1,0 +1,99 @@
+#pragma once
+// Test and report helpers: run a program in one process on the fake communicator
+// (one thread per rank), run the single-process reference (kernels::LlamaModel, the
+// whole global batch at once), assemble full-model tensors from the ranks' shards,
+// and compare them tensor by tensor.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data.hpp"
+#include "engine/runtime.hpp"
+#include "kernels/params.hpp"
+#include "scenarios/scenario.hpp"
+#include "scheduler/program.hpp"
+
+namespace hexi::engine {
+
+// Loss per step and full-model tensors: the gradients of the first and the last step
+// (after DP sync, before the update) and the parameters after the last step.
+struct Trajectory {
+  std::vector<double> losses;
+  kernels::Params<float> grads_first, grads_last, params_last;
+};
+
+// Loads a shipped scenario and a plan file (relative to scenarios/plans/) and lowers it.
+Result<Program> lower_shipped(const std::string& scenario, const std::string& plan_file,
+                              Scenario* scenario_out = nullptr);
+
+// What one rank hands back after its last step (host copies; layout from the program).
+struct RankResult {
+  std::vector<float> params, grads_first, grads_last;
+  std::vector<char> owned;
+};
+
+// Runs `steps` steps of this rank's part and collects its RankResult; losses (global
+// mean per step) are reduced over `world`.
+Status run_rank(const Program& program, const Model& model, const DataSource& data,
+                const RuntimeOptions& options, int steps, Communicator& world, Backend& backend,
+                RankResult& result, std::vector<double>& losses);
+
+// Full-model tensors from every rank's result (in program.devices order). Checks that
+// every element of the model is updated by some rank and that all ranks holding an
+// element agree on its parameter value bit for bit (replicas in sync) and, where they
+// update it, on its gradient.
+Result<Trajectory> assemble_trajectory(const Program& program, const Model& model,
+                                       const std::vector<RankResult>& ranks,
+                                       std::vector<double> losses);
+
+// The program under MPI (one process per device): every rank runs its part, rank 0
+// receives the others' results and returns the trajectory (other ranks: empty).
+Result<Trajectory> run_mpi(const Program& program, const Model& model, const DataSource& data,
+                           const RuntimeOptions& options, int steps, Communicator& world);
+
+// The program on program.devices.size() threads with the fake communicator. Besides
+// running it, checks that every element of the model is updated by some rank and that
+// all ranks holding an element agree on its parameter value bit for bit (replicas in
+// sync) and, where they update it, on its gradient.
+Result<Trajectory> run_fake(const Program& program, const Model& model, const DataSource& data,
+                            const RuntimeOptions& options, int steps);
+
+// The single-process reference: LlamaModel<float> over the whole global batch of each
+// step, kernels::adamw_step.
+Trajectory run_reference(const Model& model, int global_batch, const DataSource& data,
+                         const RuntimeOptions& options, int steps);
+
+// Per-tensor comparison: max |got - ref|, that divided by the tensor's max |ref|, and
+// whether every element satisfies |got - ref| <= atol_fraction * max|ref| + rtol * |ref|
+// (the kernels/ oracle test's convention: an absolute floor relative to the tensor's
+// scale, so that elements that are zero up to rounding do not need relative accuracy).
+struct TensorError {
+  std::string name;
+  double max_abs = 0;
+  double max_rel = 0;
+  bool ok = true;
+};
+std::vector<TensorError> compare(const kernels::Params<float>& ref,
+                                 const kernels::Params<float>& got, double atol_fraction,
+                                 double rtol);
+// The largest errors over all tensors (name "all").
+TensorError worst(const std::vector<TensorError>& errors);
+
+// The PyTorch oracle (kernels/testdata) as engine inputs: its batch as a data source
+// (cycled: a global batch that is a multiple of the oracle's repeats its sequences, so
+// loss and gradients stay the oracle's), its initialisation and AdamW settings, and its
+// gradients as full-model tensors.
+struct OracleInputs {
+  std::unique_ptr<DataSource> data;
+  RuntimeOptions options;
+  kernels::Params<float> grads;
+  double loss = 0, loss_after_1 = 0, loss_after_2 = 0;
+  int batch = 0;
+  kernels::LlamaDims dims;
+};
+Result<OracleInputs> load_oracle_inputs();
+// Human-readable table of the comparison (for test output and reports).
+std::string format_errors(const std::vector<TensorError>& errors);
+
+}  // namespace hexi::engine

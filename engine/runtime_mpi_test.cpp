@@ -1,0 +1,104 @@
+// One plan under real MPI ranks (one process per device, OpenMPI), against the PyTorch
+// oracle and the single-process reference; ctest runs it once per shipped tiny plan
+// with HEXISIM_TEST_SCENARIO / HEXISIM_TEST_PLAN set (engine/CMakeLists.txt). Rank 0
+// assembles full-model tensors from every rank and prints the per-tensor errors (the
+// figures of the engine's report). Tolerances as in runtime_test.cpp.
+
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "engine/comm_mpi.hpp"
+#include "engine/engine_testing.hpp"
+
+namespace hexi::engine {
+namespace {
+
+class MpiPlan : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* sc = std::getenv("HEXISIM_TEST_SCENARIO");
+    const char* plan = std::getenv("HEXISIM_TEST_PLAN");
+    ASSERT_TRUE(sc != nullptr && plan != nullptr)
+        << "set HEXISIM_TEST_SCENARIO and HEXISIM_TEST_PLAN";
+    plan_ = plan;
+    auto program = lower_shipped(sc, plan, &scenario_);
+    ASSERT_TRUE(program.ok()) << program.error().message;
+    program_ = std::move(*program);
+    auto session = MpiSession::init(nullptr, nullptr);
+    ASSERT_TRUE(session.ok());
+    auto w = (*session)->world();
+    ASSERT_TRUE(w.ok());
+    world_ = std::move(*w);
+    ASSERT_EQ(world_->size(), static_cast<int>(program_.devices.size()))
+        << "run with mpirun -np <plan devices>";
+  }
+
+  // A failure on any rank ends the job (other ranks would wait for its results).
+  Trajectory run(const DataSource& data, const RuntimeOptions& opt, int steps) {
+    auto t = run_mpi(program_, scenario_.model, data, opt, steps, *world_);
+    if (!t.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", world_->rank(), t.error().message.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return std::move(*t);
+  }
+
+  std::string plan_;
+  Scenario scenario_;
+  Program program_;
+  std::unique_ptr<Communicator> world_;
+};
+
+TEST_F(MpiPlan, MatchesPyTorchOracle) {
+  auto oracle = load_oracle_inputs();
+  ASSERT_TRUE(oracle.ok()) << oracle.error().message;
+  if (scenario_.model.layers != oracle->dims.layers ||
+      scenario_.training.seq_len != oracle->data->seq_len()) {
+    GTEST_SKIP() << scenario_.model.name << " is not the oracle's model (tiny-llama, sequence 32)";
+  }
+  Trajectory got = run(*oracle->data, oracle->options, 3);
+  if (world_->rank() != 0) return;
+  EXPECT_NEAR(got.losses[0], oracle->loss, 2e-5);
+  EXPECT_NEAR(got.losses[1], oracle->loss_after_1, 2e-5);
+  EXPECT_NEAR(got.losses[2], oracle->loss_after_2, 2e-5);
+  const auto errors = compare(oracle->grads, got.grads_first, 1e-5, 1e-4);
+  std::printf(
+      "oracle comparison, %s on %s (%zu MPI ranks): loss %.7f (torch %.7f), after 1 step %.7f "
+      "(%.7f), "
+      "after 2 %.7f (%.7f)\n%s",
+      plan_.c_str(), scenario_.name.c_str(), program_.devices.size(), got.losses[0], oracle->loss,
+      got.losses[1], oracle->loss_after_1, got.losses[2], oracle->loss_after_2,
+      format_errors(errors).c_str());
+  for (const auto& e : errors) EXPECT_TRUE(e.ok) << e.name;
+}
+
+TEST_F(MpiPlan, MatchesSingleProcessAfterOneAndTenSteps) {
+  auto corpus = CorpusSource::load(default_corpus(), scenario_.training.seq_len, 7);
+  ASSERT_TRUE(corpus.ok()) << corpus.error().message;
+  Trajectory got = run(*corpus, RuntimeOptions{}, 10);
+  if (world_->rank() != 0) return;
+  Trajectory ref = run_reference(scenario_.model, scenario_.training.global_batch, *corpus,
+                                 RuntimeOptions{}, 10);
+  double loss_err = 0;
+  for (int k = 0; k < 10; ++k) {
+    EXPECT_NEAR(got.losses[k], ref.losses[k], 1e-5 * ref.losses[k]) << "step " << k;
+    loss_err = std::max(loss_err, std::abs(got.losses[k] - ref.losses[k]) / ref.losses[k]);
+  }
+  const TensorError a = worst(compare(ref.grads_first, got.grads_first, 1e-5, 1e-4));
+  const TensorError b = worst(compare(ref.grads_last, got.grads_last, 1e-4, 1e-3));
+  const TensorError c = worst(compare(ref.params_last, got.params_last, 1e-4, 1e-3));
+  EXPECT_TRUE(a.ok && b.ok && c.ok);
+  std::printf(
+      "single-process comparison, %s on %s (%zu MPI ranks): losses %.6f -> %.6f (max rel err "
+      "%.1e); "
+      "max abs/rel err: grads step 1 %.1e/%.1e, step 10 %.1e/%.1e, params after 10 %.1e/%.1e\n",
+      plan_.c_str(), scenario_.name.c_str(), program_.devices.size(), got.losses[0], got.losses[9],
+      loss_err, a.max_abs, a.max_rel, b.max_abs, b.max_rel, c.max_abs, c.max_rel);
+}
+
+}  // namespace
+}  // namespace hexi::engine

@@ -1,0 +1,252 @@
+// RankRuntime set-up: which device this rank is, its shard, parameters, groups, DP
+// buckets, ownership of optimizer state and the activation buffer pool.
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "engine/runtime_impl.hpp"
+
+namespace hexi::engine {
+
+Result<kernels::LlamaDims> llama_dims(const Model& m) {
+  if (m.mlp != MlpKind::kSwiGlu || m.bias || m.layer_norm || m.tied_embeddings ||
+      m.learned_positions) {
+    return bad_input("model " + m.name +
+                     ": the engine trains Llama-style decoders (SwiGLU MLP, RMSNorm, RoPE, no "
+                     "biases, untied head, no learned positions)");
+  }
+  kernels::LlamaDims d;
+  d.layers = m.layers;
+  d.hidden = m.hidden;
+  d.ffn = m.ffn;
+  d.heads = m.heads;
+  d.kv_heads = m.kv_heads;
+  d.vocab = m.vocab;
+  if (std::string why = kernels::validate_dims(d); !why.empty()) {
+    return bad_input("model " + m.name + ": " + why);
+  }
+  return d;
+}
+
+Status RankRuntime::Impl::setup() {
+  if (static_cast<int>(prog.devices.size()) != world.size()) {
+    return bad_input("the program runs on " + std::to_string(prog.devices.size()) +
+                     " devices but the job has " + std::to_string(world.size()) + " ranks");
+  }
+  if (prog.granularity != Granularity::kLayer) {
+    return bad_input(
+        "the engine executes layer-granularity programs (got a stage-granularity one)");
+  }
+  lay = &prog.devices[world.rank()];
+  auto d = llama_dims(model);
+  HEXI_TRY(d);
+  dims = *d;
+  if (data.seq_len() != prog.seq_len) {
+    return bad_input("the data source gives sequences of " + std::to_string(data.seq_len()) +
+                     " tokens, the program trains on " + std::to_string(prog.seq_len));
+  }
+  kernels::TpShard shard{lay->head_begin, lay->head_end,    lay->ffn_begin,
+                         lay->ffn_end,    lay->vocab_begin, lay->vocab_end};
+  if (std::string why = kernels::validate_shard(dims, shard); !why.empty()) {
+    return bad_input("device " + std::to_string(lay->device) +
+                     ": its TP shard cannot be run: " + why);
+  }
+  if (kernels::kv_begin(dims, shard) != lay->kv_begin ||
+      kernels::kv_end(dims, shard) != lay->kv_end) {
+    return failure("device " + std::to_string(lay->device) +
+                   ": the program's KV-head range differs from the kernels' for the same heads");
+  }
+  shape = BlockShape{dims, shard, lay->micro_batch, prog.seq_len};
+  rows = shape.tokens();
+  hidden = dims.hidden;
+  layers = lay->layer_end - lay->layer_begin;
+  rank_of_device.assign(prog.num_devices, -1);
+  for (std::size_t r = 0; r < prog.devices.size(); ++r)
+    rank_of_device[prog.devices[r].device] = static_cast<int>(r);
+  // Pipelines take consecutive shares of the global batch, in pipeline order.
+  std::map<int, int> batch_of;
+  for (const auto& l : prog.devices) batch_of[l.pipeline] = l.micro_batch * l.micro_batches;
+  for (const auto& [p, b] : batch_of) {
+    if (p < lay->pipeline) first_sequence += b;
+  }
+  HEXI_TRY(setup_groups());
+  HEXI_TRY(setup_params());
+  HEXI_TRY(setup_buckets());
+  return setup_slots();
+}
+
+Status RankRuntime::Impl::setup_groups() {
+  // Every rank walks the groups in program order and joins those it belongs to: a
+  // consistent global order, so group creation cannot deadlock.
+  groups.resize(prog.groups.size());
+  for (std::size_t g = 0; g < prog.groups.size(); ++g) {
+    const auto& devs = prog.groups[g].devices;
+    if (std::find(devs.begin(), devs.end(), lay->device) == devs.end()) continue;
+    std::vector<int> members;
+    for (int dv : devs) members.push_back(rank_of_device[dv]);
+    progress.enter([g] { return "set-up: creating communicator group " + std::to_string(g); },
+                   true);
+    auto comm = world.subgroup(members);
+    HEXI_TRY(comm);
+    groups[g] = std::move(*comm);
+  }
+  // Point-to-point pairs of the whole program, in one global order.
+  std::set<std::pair<int, int>> pairs;
+  for (const Op& op : prog.ops) {
+    if (op.kind == OpKind::kSend)
+      pairs.insert({rank_of_device[op.device], rank_of_device[op.peer]});
+  }
+  progress.enter([] { return std::string("set-up: connecting point-to-point peers"); }, true);
+  return world.connect_peers({pairs.begin(), pairs.end()});
+}
+
+Status RankRuntime::Impl::setup_params() {
+  kernels::StageSpec spec{lay->layer_begin, lay->layer_end, lay->first, lay->last, shape.shard};
+  kernels::Params<float> host(kernels::stage_layout(dims, spec));
+  kernels::init_params(host, dims, opt.init);
+  layout = host.layout;
+  for (const auto& t : layout.tensors) offset_of[t.name] = t.offset;
+  auto p = DeviceArray<float>::make(be, layout.total);
+  HEXI_TRY(p);
+  params = std::move(*p);
+  auto g = DeviceArray<float>::make(be, layout.total);
+  HEXI_TRY(g);
+  grads = std::move(*g);
+  HEXI_TRY(be.upload(params.get(), host.data.data(), params.bytes()));
+  return be.zero(grads.get(), grads.bytes());
+}
+
+Status RankRuntime::Impl::setup_buckets() {
+  // Ownership: replicated tensors belong to TP rank 0 (it broadcasts them after the
+  // update), everything else to this device, unless a DP bucket says otherwise.
+  owned.assign(layout.total, 1);
+  std::vector<std::int64_t> rep;
+  for (const auto& t : layout.tensors) {
+    if (!t.replicated) continue;
+    if (lay->tp_rank > 0) std::fill_n(owned.begin() + t.offset, t.size(), 0);
+    for (std::size_t i = 0; i < t.size(); ++i)
+      rep.push_back(static_cast<std::int64_t>(t.offset + i));
+  }
+  std::size_t flat_size = lay->tp > 1 ? rep.size() : 0;
+  for (std::size_t b = 0; b < prog.buckets.size(); ++b) {
+    const Bucket& bk = prog.buckets[b];
+    const auto& devs = prog.groups[bk.group].devices;
+    auto me = std::find(devs.begin(), devs.end(), lay->device);
+    if (me == devs.end()) continue;
+    BucketState st;
+    st.comm = groups[bk.group].get();
+    st.member = static_cast<int>(me - devs.begin());
+    std::vector<std::int64_t> idx;
+    for (const Segment& seg : bk.segments) {
+      auto part = segment_indices(layout, dims, seg);
+      HEXI_TRY(part);
+      idx.insert(idx.end(), part->begin(), part->end());
+    }
+    st.elements = idx.size();
+    const std::size_t n = devs.size();
+    // ZeRO-1: member i owns [i*E/n, (i+1)*E/n) (program.hpp); ZeRO-0: everyone all of it.
+    for (std::size_t i = 0; i <= n; ++i) st.piece.push_back(i * st.elements / n);
+    for (std::size_t i = 0; i < n; ++i)
+      st.chunk = std::max(st.chunk, st.piece[i + 1] - st.piece[i]);
+    for (auto i : idx) owned[i] = 0;
+    const std::size_t lo = prog.zero_stage >= 1 ? st.piece[st.member] : 0;
+    const std::size_t hi = prog.zero_stage >= 1 ? st.piece[st.member + 1] : st.elements;
+    for (std::size_t i = lo; i < hi; ++i) owned[idx[i]] = 1;
+    auto dev_idx = DeviceArray<std::int64_t>::make(be, idx.size());
+    HEXI_TRY(dev_idx);
+    HEXI_TRY(be.upload(dev_idx->get(), idx.data(), idx.size() * sizeof(std::int64_t)));
+    st.idx = std::move(*dev_idx);
+    // Staging: the packed bucket (ZeRO-0), or n padded chunks plus this member's (ZeRO-1).
+    flat_size = std::max({flat_size, st.elements, (n + 1) * st.chunk});
+    buckets.emplace(static_cast<int>(b), std::move(st));
+  }
+  if (lay->tp > 1) {
+    auto r = DeviceArray<std::int64_t>::make(be, rep.size());
+    HEXI_TRY(r);
+    HEXI_TRY(be.upload(r->get(), rep.data(), rep.size() * sizeof(std::int64_t)));
+    replicated_idx = std::move(*r);
+    replicated_count = rep.size();
+  }
+  auto f = DeviceArray<float>::make(be, flat_size);
+  HEXI_TRY(f);
+  flat = std::move(*f);
+  return setup_ownership();
+}
+
+Status RankRuntime::Impl::setup_ownership() {
+  runs = masked_runs(layout, owned);
+  std::size_t total = 0;
+  for (const Run& r : runs) {
+    run_moment.push_back(total);
+    total += r.length;
+  }
+  auto m = DeviceArray<float>::make(be, total);
+  HEXI_TRY(m);
+  moment1 = std::move(*m);
+  auto v = DeviceArray<float>::make(be, total);
+  HEXI_TRY(v);
+  moment2 = std::move(*v);
+  HEXI_TRY(be.zero(moment1.get(), moment1.bytes()));
+  return be.zero(moment2.get(), moment2.bytes());
+}
+
+Status RankRuntime::Impl::setup_slots() {
+  // Live range of each micro-batch in this device's op list -> pool size.
+  const int count = lay->op_end - lay->op_begin;
+  std::vector<int> first(lay->micro_batches, -1), last(lay->micro_batches, -1);
+  for (int i = 0; i < count; ++i) {
+    const int j = prog.ops[lay->op_begin + i].micro_batch;
+    if (j < 0) continue;
+    if (j >= lay->micro_batches)
+      return failure("op " + std::to_string(lay->op_begin + i) + ": micro-batch out of range");
+    if (first[j] < 0) first[j] = i;
+    last[j] = i;
+  }
+  release_after.assign(count, -1);
+  int live = 0, peak = 0;
+  std::vector<int> delta(count + 1, 0);
+  for (int j = 0; j < lay->micro_batches; ++j) {
+    if (first[j] < 0) continue;
+    delta[first[j]] += 1;
+    delta[last[j] + 1] -= 1;
+    release_after[last[j]] = j;
+  }
+  for (int i = 0; i < count; ++i) peak = std::max(peak, live += delta[i]);
+  slot_of.assign(lay->micro_batches, -1);
+  const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
+  auto alloc = [&](DeviceArray<float>& a, std::size_t n) -> Status {
+    auto r = DeviceArray<float>::make(be, n);
+    HEXI_TRY(r);
+    a = std::move(*r);
+    return {};
+  };
+  auto alloc_int = [&](DeviceArray<int>& a, std::size_t n) -> Status {
+    auto r = DeviceArray<int>::make(be, n);
+    HEXI_TRY(r);
+    a = std::move(*r);
+    return {};
+  };
+  slots.resize(peak);
+  for (Slot& s : slots) {
+    HEXI_TRY(alloc(s.resid, (2 * layers + 1) * rh));
+    HEXI_TRY(alloc(s.attn_saved, layers * kernels::attention_saved_size(shape)));
+    HEXI_TRY(alloc(s.mlp_saved, layers * kernels::mlp_saved_size(shape)));
+    HEXI_TRY(alloc(s.head_saved, lay->last ? kernels::head_saved_size(shape) : 0));
+    HEXI_TRY(alloc(s.grad, rh));
+    HEXI_TRY(alloc_int(s.tokens, rows));
+    HEXI_TRY(alloc_int(s.targets, rows));
+  }
+  const std::size_t piece_rows = (rows + lay->tp - 1) / lay->tp;
+  HEXI_TRY(alloc(partial, rh + hidden));
+  HEXI_TRY(alloc(gather_in, piece_rows * hidden));
+  HEXI_TRY(alloc(gather_out, lay->tp * piece_rows * hidden));
+  HEXI_TRY(alloc(stats, 3 * static_cast<std::size_t>(rows)));
+  HEXI_TRY(alloc(stats_all, 3 * static_cast<std::size_t>(rows) * lay->tp));
+  HEXI_TRY(alloc(token_loss, rows));
+  host_tokens.resize(rows);
+  host_targets.resize(rows);
+  return {};
+}
+
+}  // namespace hexi::engine

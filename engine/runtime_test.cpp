@@ -1,0 +1,123 @@
+// The engine in one process on the fake communicator (one thread per rank): every
+// shipped tiny plan against the single-process reference (kernels::LlamaModel over the
+// whole global batch) and against the PyTorch oracle; checkpoint/resume; determinism.
+// The same comparisons under real MPI ranks: runtime_mpi_test.cpp.
+//
+// Tolerances (|got - ref| <= atol_fraction * max|ref| + rtol * |ref| per element; the
+// kernels/ oracle test's convention):
+// - first-step gradients: atol_fraction 1e-5, rtol 1e-4. Both sides are float32 and
+//   differ only in summation order: micro-batches accumulated one by one instead of one
+//   batch, partial sums over TP shards and pipelines, loss statistics combined across a
+//   vocab split. Observed errors are <= ~1e-6 of each tensor's scale.
+// - losses: relative 1e-5 for all ten steps (float32 loss of ~5, observed ~1e-7).
+// - after ten AdamW steps: gradients and parameters within atol_fraction 1e-4, rtol 1e-3.
+//   AdamW's update is ~lr * m/sqrt(v): for elements whose gradient is 0 up to rounding
+//   it amplifies rounding, so ten steps need a looser bound than one.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/engine_testing.hpp"
+
+namespace hexi::engine {
+namespace {
+
+struct Case {
+  const char* scenario;
+  const char* plan;
+};
+
+std::string name_of(const ::testing::TestParamInfo<Case>& info) {
+  std::string n = std::string(info.param.scenario) + "_" + info.param.plan;
+  for (char& c : n) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return n;
+}
+
+class PlanTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    auto program = lower_shipped(GetParam().scenario, GetParam().plan, &scenario_);
+    ASSERT_TRUE(program.ok()) << program.error().message;
+    program_ = std::move(*program);
+  }
+  Scenario scenario_;
+  Program program_;
+};
+
+TEST_P(PlanTest, MatchesSingleProcessAfterOneAndTenSteps) {
+  auto corpus = CorpusSource::load(default_corpus(), scenario_.training.seq_len, 7);
+  ASSERT_TRUE(corpus.ok()) << corpus.error().message;
+  RuntimeOptions opt;
+  const int steps = 10;
+  auto got = run_fake(program_, scenario_.model, *corpus, opt, steps);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  Trajectory ref =
+      run_reference(scenario_.model, scenario_.training.global_batch, *corpus, opt, steps);
+  for (int k = 0; k < steps; ++k)
+    EXPECT_NEAR(got->losses[k], ref.losses[k], 1e-5 * ref.losses[k]) << "step " << k;
+  EXPECT_LT(got->losses.back(), got->losses.front());
+  const auto first = compare(ref.grads_first, got->grads_first, 1e-5, 1e-4);
+  const auto last = compare(ref.grads_last, got->grads_last, 1e-4, 1e-3);
+  const auto params = compare(ref.params_last, got->params_last, 1e-4, 1e-3);
+  for (const auto* es : {&first, &last, &params}) {
+    for (const auto& e : *es) EXPECT_TRUE(e.ok) << e.name << ": " << format_errors({e});
+  }
+  const TensorError a = worst(first), b = worst(last), c = worst(params);
+  std::printf(
+      "%s on %s: loss step 0 %.6f / step 9 %.6f; max rel err: grads step 1 %.1e, step 10 %.1e, "
+      "params %.1e\n",
+      GetParam().plan, GetParam().scenario, got->losses[0], got->losses[9], a.max_rel, b.max_rel,
+      c.max_rel);
+}
+
+// The PyTorch oracle's loss and every gradient (its 2 sequences repeated to fill the
+// global batch leave both unchanged), and its losses after one and two AdamW steps.
+TEST_P(PlanTest, MatchesPyTorchOracle) {
+  auto oracle = load_oracle_inputs();
+  ASSERT_TRUE(oracle.ok()) << oracle.error().message;
+  if (scenario_.model.layers != oracle->dims.layers ||
+      scenario_.training.seq_len != oracle->data->seq_len()) {
+    GTEST_SKIP() << scenario_.model.name << " is not the oracle's model (tiny-llama, sequence 32)";
+  }
+  ASSERT_EQ(scenario_.training.global_batch % oracle->batch, 0);
+  auto got = run_fake(program_, scenario_.model, *oracle->data, oracle->options, 3);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  EXPECT_NEAR(got->losses[0], oracle->loss, 2e-5);
+  EXPECT_NEAR(got->losses[1], oracle->loss_after_1, 2e-5);
+  EXPECT_NEAR(got->losses[2], oracle->loss_after_2, 2e-5);
+  for (const auto& e : compare(oracle->grads, got->grads_first, 1e-5, 1e-4)) {
+    EXPECT_TRUE(e.ok) << e.name << ": " << format_errors({e});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, PlanTest,
+                         ::testing::Values(Case{"tiny-llama-cpu", "tiny-single.json"},
+                                           Case{"tiny-llama-cpu", "tiny-pp2-tp2-tp1.json"},
+                                           Case{"tiny-llama-cpu", "tiny-dp2-tp2-vs-pp2.json"},
+                                           Case{"tiny-llama-8l-cpu", "tiny-pp3-uneven.json"},
+                                           Case{"tiny-llama-cpu", "tiny-tp4-to-tp1.json"},
+                                           Case{"tiny-llama-cpu", "tiny-dp3-mixed.json"},
+                                           Case{"tiny-llama-cpu", "tiny-8rank.json"},
+                                           Case{"tiny-llama-cpu-zero1", "tiny-dp3-mixed.json"},
+                                           Case{"tiny-llama-cpu-gpipe", "tiny-pp2-tp2-tp1.json"}),
+                         name_of);
+
+// Same inputs, same bits: two runs give identical losses and parameters.
+TEST(Determinism, TwoRunsAreBitIdentical) {
+  Scenario sc;
+  auto program = lower_shipped("tiny-llama-cpu-zero1", "tiny-dp3-mixed.json", &sc);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
+  ASSERT_TRUE(corpus.ok());
+  auto a = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 3);
+  auto b = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 3);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->losses, b->losses);
+  EXPECT_EQ(a->params_last.data, b->params_last.data);
+}
+
+}  // namespace
+}  // namespace hexi::engine

@@ -1,0 +1,90 @@
+#include "engine/shards.hpp"
+
+namespace hexi::engine {
+namespace {
+
+enum class Axis { kRows, kCols, kWhole };
+
+struct AxisOf {
+  Axis axis = Axis::kWhole;
+  int unit = 1;  // rows or columns per unit of the program's axis
+};
+
+Result<AxisOf> axis_of(const std::string& param, const kernels::LlamaDims& d) {
+  const int hd = d.head_dim();
+  if (param == "wq" || param == "wk" || param == "wv") return AxisOf{Axis::kRows, hd};
+  if (param == "wo") return AxisOf{Axis::kCols, hd};
+  if (param == "w_gate" || param == "w_up" || param == "embedding" || param == "head") {
+    return AxisOf{Axis::kRows, 1};
+  }
+  if (param == "w_down") return AxisOf{Axis::kCols, 1};
+  if (param == "attn_norm" || param == "mlp_norm" || param == "final_norm") return AxisOf{};
+  return failure(
+      "the engine runs Llama models (SwiGLU, RMSNorm, no biases, untied head); "
+      "the program synchronises parameter \"" +
+      param + "\", which it does not have");
+}
+
+}  // namespace
+
+std::string tensor_name(const Segment& seg) {
+  if (seg.layer >= 0) return "layers." + std::to_string(seg.layer) + "." + seg.param;
+  return seg.param;
+}
+
+Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& layout,
+                                                  const kernels::LlamaDims& dims,
+                                                  const Segment& seg) {
+  const std::string name = tensor_name(seg);
+  auto axis = axis_of(seg.param, dims);
+  if (!axis.ok()) return axis.error();
+  const kernels::TensorInfo* t = layout.find(name);
+  if (t == nullptr) return failure("DP segment " + name + ": this device does not hold the tensor");
+  // The segment as a block [r0, r1) x [c0, c1) of the full tensor.
+  int r0 = 0, r1 = t->full_rows, c0 = 0, c1 = t->full_cols;
+  if (axis->axis == Axis::kRows) {
+    r0 = seg.begin * axis->unit;
+    r1 = seg.end * axis->unit;
+  } else if (axis->axis == Axis::kCols) {
+    c0 = seg.begin * axis->unit;
+    c1 = seg.end * axis->unit;
+  }
+  if (r0 < t->row_begin || r1 > t->row_begin + t->rows || c0 < t->col_begin ||
+      c1 > t->col_begin + t->cols || r0 >= r1 || c0 >= c1) {
+    return failure("DP segment " + name + " [" + std::to_string(seg.begin) + ", " +
+                   std::to_string(seg.end) + ") is not inside this device's shard of it");
+  }
+  std::vector<std::int64_t> idx;
+  idx.reserve(static_cast<std::size_t>(r1 - r0) * (c1 - c0));
+  for (int r = r0; r < r1; ++r) {
+    for (int c = c0; c < c1; ++c) {
+      idx.push_back(static_cast<std::int64_t>(t->offset) +
+                    static_cast<std::int64_t>(r - t->row_begin) * t->cols + (c - t->col_begin));
+    }
+  }
+  if (static_cast<double>(idx.size()) != seg.elements) {
+    return failure("DP segment " + name + ": the program counts " + std::to_string(seg.elements) +
+                   " elements, the layout " + std::to_string(idx.size()));
+  }
+  return idx;
+}
+
+std::vector<Run> masked_runs(const kernels::ParamLayout& layout, const std::vector<char>& mask) {
+  std::vector<Run> runs;
+  for (const auto& t : layout.tensors) {
+    const std::size_t end = t.offset + t.size();
+    for (std::size_t i = t.offset; i < end;) {
+      if (!mask[i]) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;
+      while (j < end && mask[j]) ++j;
+      runs.push_back({i, j - i, t.decay});
+      i = j;
+    }
+  }
+  return runs;
+}
+
+}  // namespace hexi::engine

@@ -1,0 +1,43 @@
+#pragma once
+// Where the program's parameter pieces live in a device's flat parameter buffer.
+//
+// A device holds its stage's tensors on its TP shard in the kernels/ layout
+// (kernels::stage_layout: each tensor a (rows, cols) block of the full tensor). The
+// program names DP-synchronised pieces as segments (scheduler/program.hpp, "DP
+// gradient synchronisation"): parameter `param` of layer `layer`, cut to [begin, end)
+// along its sharded axis, flattened row-major; replicated parameters whole. The axes
+// of the Llama parameters (units of the axis in rows or columns of the full tensor):
+//   wq, wk, wv      rows,    head_dim per (kv) head      wo      columns, head_dim per head
+//   w_gate, w_up    rows,    1 per ffn unit               w_down  columns, 1 per ffn unit
+//   embedding, head rows,    1 per vocab row              norms   replicated (whole)
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/params.hpp"
+#include "scheduler/program.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi::engine {
+
+// The kernels/ tensor name of a segment: "layers.3.wq", "embedding", "head", "final_norm".
+std::string tensor_name(const Segment& seg);
+
+// Flat-buffer indices of a segment's elements in their row-major order within the
+// segment; an error names the segment when the device does not hold all of it or the
+// parameter is not a Llama parameter.
+Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& layout,
+                                                  const kernels::LlamaDims& dims,
+                                                  const Segment& seg);
+
+// Contiguous runs of a flat buffer, per tensor (runs never cross tensors).
+struct Run {
+  std::size_t offset = 0;  // into the flat parameter buffer
+  std::size_t length = 0;
+  bool decay = true;  // AdamW weight decay applies (matrices)
+};
+// Runs of the elements with mask[i] != 0.
+std::vector<Run> masked_runs(const kernels::ParamLayout& layout, const std::vector<char>& mask);
+
+}  // namespace hexi::engine

@@ -1,0 +1,187 @@
+#include "engine/trace.hpp"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "engine/check.hpp"
+
+namespace hexi::engine {
+
+namespace {
+
+// Bytes the engine moves for a communication op: float32 elements of the program's
+// tensor (the program counts them at the scenario's precision).
+double engine_bytes(const Program& p, const Op& op) {
+  return op.kind == OpKind::kCompute ? 0.0 : op.bytes * 4.0 / p.bytes_per_element;
+}
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  int n = std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  return std::string(buf, std::min<int>(n, sizeof buf - 1));
+}
+
+}  // namespace
+
+std::string trace_events(const Program& p, int device, const std::string& device_name,
+                         const std::vector<StepStats>& steps, double t0) {
+  const DeviceLayout* l = p.layout(device);
+  std::string out;
+  out +=
+      format(
+          R"x({"name": "process_name", "ph": "M", "pid": %d, "args": {"name": "device %d %s (pipeline %d, stage %d, tp rank %d)"}})x",
+          device, device, device_name.c_str(), l->pipeline, l->stage, l->tp_rank) +
+      "\n";
+  out +=
+      format(
+          R"x({"name": "process_sort_index", "ph": "M", "pid": %d, "args": {"sort_index": %d}})x",
+          device, device) +
+      "\n";
+  for (Stream s : {Stream::kCompute, Stream::kP2p, Stream::kGather, Stream::kDp}) {
+    out +=
+        format(
+            R"x({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": "%s"}})x",
+            device, static_cast<int>(s), std::string(to_string(s)).c_str()) +
+        "\n";
+  }
+  for (const StepStats& st : steps) {
+    for (const OpTime& t : st.ops) {
+      const Op& op = p.ops[t.op];
+      const std::string label = op_label(p, t.op);
+      const int tid = static_cast<int>(op.stream);
+      const double ts = (t.start_s - t0) * 1e6, te = (t.end_s - t0) * 1e6;
+      if (op.stream == Stream::kP2p) {
+        out +=
+            format(
+                R"x({"name": "%s", "cat": "p2p", "ph": "b", "id": %d, "pid": %d, "tid": %d, "ts": %.3f, "args": {"op": %d, "step": %d, "bytes": %.0f}})x",
+                label.c_str(), t.op, device, tid, ts, t.op, st.step, engine_bytes(p, op)) +
+            "\n";
+        out +=
+            format(
+                R"x({"name": "%s", "cat": "p2p", "ph": "e", "id": %d, "pid": %d, "tid": %d, "ts": %.3f})x",
+                label.c_str(), t.op, device, tid, te) +
+            "\n";
+      } else if (op.kind == OpKind::kCompute) {
+        out +=
+            format(
+                R"x({"name": "%s", "cat": "compute", "ph": "X", "pid": %d, "tid": 0, "ts": %.3f, "dur": %.3f, "args": {"op": %d, "step": %d}})x",
+                label.c_str(), device, ts, te - ts, t.op, st.step) +
+            "\n";
+      } else {
+        out +=
+            format(
+                R"x({"name": "%s", "cat": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f, "args": {"op": %d, "step": %d, "bytes": %.0f, "group": %d}})x",
+                label.c_str(), std::string(to_string(op.stream)).c_str(), device, tid, ts, te - ts,
+                t.op, st.step, engine_bytes(p, op), op.group) +
+            "\n";
+      }
+    }
+  }
+  return out;
+}
+
+std::string trace_document(const std::vector<std::string>& per_device, const Json& other_data) {
+  std::string body;
+  for (const std::string& events : per_device) {
+    std::size_t start = 0;
+    while (start < events.size()) {
+      std::size_t end = events.find('\n', start);
+      if (end == std::string::npos) end = events.size();
+      if (end > start) {
+        body += body.empty() ? "\n" : ",\n";
+        body.append(events, start, end - start);
+      }
+      start = end + 1;
+    }
+  }
+  return "{\"displayTimeUnit\": \"ms\", \"otherData\": " + other_data.dump() +
+         ", \"traceEvents\": [" + body + "\n]}\n";
+}
+
+Result<std::vector<std::string>> gather_strings(Communicator& world, const std::string& mine) {
+  const int n = world.size();
+  std::int32_t size = static_cast<std::int32_t>(mine.size());
+  std::vector<std::int32_t> sizes(n);
+  HEXI_TRY(world.all_gather(&size, sizes.data(), 1, DType::kI32));
+  auto words = [](std::int32_t bytes) { return static_cast<std::size_t>((bytes + 3) / 4); };
+  std::vector<std::string> out;
+  if (world.rank() != 0) {
+    std::vector<std::int32_t> packed(words(size));
+    if (size > 0) std::memcpy(packed.data(), mine.data(), mine.size());
+    auto req = world.isend(packed.data(), packed.size(), DType::kI32, 0, 0x7ff0);
+    HEXI_TRY(req);
+    HEXI_TRY((*req)->wait());
+    return out;
+  }
+  out.push_back(mine);
+  for (int r = 1; r < n; ++r) {
+    std::vector<std::int32_t> packed(words(sizes[r]));
+    HEXI_TRY(world.recv(packed.data(), packed.size(), DType::kI32, r, 0x7ff0));
+    out.emplace_back(reinterpret_cast<const char*>(packed.data()), sizes[r]);
+  }
+  return out;
+}
+
+std::string op_class(const Program& p, const Op& op) {
+  switch (op.kind) {
+    case OpKind::kCompute:
+      return std::string(to_string(op.compute));
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      return std::string(to_string(op.kind)) + " " + std::string(to_string(op.tensor));
+    case OpKind::kCollective:
+      return std::string(to_string(op.collective)) + " " + std::string(to_string(op.tensor));
+  }
+  (void)p;
+  return "?";
+}
+
+OpClasses op_classes(const Program& p, const std::vector<StepStats>& steps) {
+  OpClasses out;
+  for (const StepStats& st : steps) {
+    for (const OpTime& t : st.ops) {
+      const Op& op = p.ops[t.op];
+      OpClassStats& c = out[op_class(p, op)];
+      c.count += 1;
+      c.seconds += t.end_s - t.start_s;
+      if (op.kind == OpKind::kCompute && op.shape >= 0) c.flops += p.shapes[op.shape].flops();
+      c.bytes += engine_bytes(p, op);
+    }
+  }
+  return out;
+}
+
+void merge(OpClasses& into, const OpClasses& from) {
+  for (const auto& [name, c] : from) {
+    OpClassStats& d = into[name];
+    d.count += c.count;
+    d.seconds += c.seconds;
+    d.flops += c.flops;
+    d.bytes += c.bytes;
+  }
+}
+
+Json to_json(const OpClasses& classes) {
+  Json out = Json::object();
+  for (const auto& [name, c] : classes) {
+    out[name] = {
+        {"count", c.count}, {"seconds", c.seconds}, {"flops", c.flops}, {"bytes", c.bytes}};
+  }
+  return out;
+}
+
+OpClasses op_classes_from_json(const Json& json) {
+  OpClasses out;
+  for (const auto& [name, c] : json.items()) {
+    out[name] = {c.value("count", 0), c.value("seconds", 0.0), c.value("flops", 0.0),
+                 c.value("bytes", 0.0)};
+  }
+  return out;
+}
+
+}  // namespace hexi::engine

@@ -1,0 +1,197 @@
+// `hexisim train` end to end under mpirun: output, trace, checkpoint/resume, learning,
+// and the robustness contract (issue 5): a plan whose device count differs from the
+// number of ranks, a missing file, a rank that fails, dies or hangs mid-step -> every
+// rank exits non-zero within 30 s with one clear message, no hang.
+
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Outcome {
+  int code = -1;
+  std::string output;  // stdout + stderr
+  double seconds = 0;
+};
+
+// $HEXISIM_ROOT / $HEXISIM_BIN when set, else the paths this test was built with.
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+std::string root() {
+  return env_or("HEXISIM_ROOT", HEXISIM_TEST_ROOT);
+}
+std::string bin() {
+  return env_or("HEXISIM_BIN", HEXISIM_TEST_BIN);
+}
+std::string plan(const std::string& name) {
+  return root() + "/scenarios/plans/" + name + ".json";
+}
+
+// Runs `mpirun -np N hexisim train ARGS` (env: extra variables) and waits for it.
+Outcome train(int np, const std::string& args, const std::string& env = "",
+              const std::string& stdout_file = "") {
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env +
+                          " mpirun -np " + std::to_string(np) + " --oversubscribe " + bin() +
+                          " train " + args +
+                          (stdout_file.empty() ? " 2>&1" : " 2>&1 >" + stdout_file);
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* pipe = popen(cmd.c_str(), "r");
+  Outcome o;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) o.output.append(buf, n);
+  const int status = pclose(pipe);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return o;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+std::string temp(const std::string& name) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("hexisim-train-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+// One message, from hexisim, naming the problem; every rank gone within 30 s.
+void expect_clean_failure(const Outcome& o, const std::string& message) {
+  EXPECT_NE(o.code, 0) << o.output;
+  EXPECT_LT(o.seconds, 30.0) << o.output;
+  EXPECT_EQ(count(o.output, "hexisim: error:"), 1) << o.output;
+  EXPECT_NE(o.output.find(message), std::string::npos) << o.output;
+}
+
+TEST(TrainRobustness, PlanDeviceCountDiffersFromRanks) {
+  Outcome o = train(2, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2");
+  expect_clean_failure(o, "the plan uses 3 devices but the job has 2 MPI ranks");
+  EXPECT_EQ(o.code, 2);
+}
+
+TEST(TrainRobustness, MissingPlanFile) {
+  Outcome o = train(3, "tiny-llama-cpu --plan /nonexistent/plan.json --steps 2");
+  expect_clean_failure(o, "/nonexistent/plan.json: cannot open file");
+  EXPECT_EQ(o.code, 2);
+}
+
+TEST(TrainRobustness, MissingCorpus) {
+  Outcome o = train(3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") +
+                           " --corpus /nonexistent/text --steps 2");
+  expect_clean_failure(o, "/nonexistent/text: cannot open the corpus");
+}
+
+TEST(TrainRobustness, RankFailsMidStep) {
+  Outcome o = train(3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 3",
+                    "HEXISIM_FAULT=rank=1,step=1,op=40,mode=error");
+  expect_clean_failure(o, "rank 1: device 1, step 1, op");
+  EXPECT_NE(o.output.find("injected fault"), std::string::npos) << o.output;
+}
+
+TEST(TrainRobustness, RankDiesMidStep) {
+  Outcome o = train(3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 3",
+                    "HEXISIM_FAULT=rank=2,step=1,op=20,mode=crash");
+  // A killed process cannot speak for itself: mpirun names it, and ends the others.
+  EXPECT_NE(o.code, 0) << o.output;
+  EXPECT_LT(o.seconds, 30.0) << o.output;
+  EXPECT_NE(o.output.find("rank 2"), std::string::npos) << o.output;
+}
+
+TEST(TrainRobustness, RankHangsMidStep) {
+  Outcome o =
+      train(3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 3 --watchdog 3",
+            "HEXISIM_FAULT=rank=0,step=1,op=30,mode=hang");
+  expect_clean_failure(o, "rank 0: no progress for");
+}
+
+TEST(Train, PrintsLossesAndWritesATraceWithEveryOp) {
+  const std::string trace = temp("trace.json"), out = temp("out.json");
+  Outcome o = train(
+      4,
+      "tiny-llama-cpu --plan " + plan("tiny-dp2-tp2-vs-pp2") + " --steps 3 --json --trace " + trace,
+      "", out);
+  ASSERT_EQ(o.code, 0) << o.output;
+  auto j = read_json(out);
+  ASSERT_EQ(j["losses"].size(), 3u);
+  EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
+  EXPECT_TRUE(j["op_classes"].contains("attn.fwd"));
+  const int ops = j["ops_per_step"];
+  auto t = read_json(trace);
+  std::set<std::pair<int, int>> seen;  // (op id, step)
+  std::set<int> pids;
+  int events = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "M" || e["ph"] == "e") continue;
+    ++events;
+    pids.insert(e["pid"].get<int>());
+    seen.insert({e["args"]["op"].get<int>(), e["args"]["step"].get<int>()});
+  }
+  EXPECT_EQ(events, 3 * ops);  // every op of every device, once per step
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(3 * ops));
+  EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
+}
+
+// Checkpoint after 3 steps, resume for 3 more: the same losses, bit for bit, as 6 steps
+// in one go (ZeRO-1: sharded AdamW moments are part of the checkpoint).
+TEST(Train, CheckpointResumeGivesIdenticalLosses) {
+  const std::string p = plan("tiny-dp2-tp2-vs-pp2"), ckpt = temp("ckpt");
+  const std::string a = temp("a.json"), b = temp("b.json"), c = temp("c.json");
+  ASSERT_EQ(train(4, "tiny-llama-cpu-zero1 --plan " + p + " --steps 6 --json", "", a).code, 0);
+  ASSERT_EQ(
+      train(4, "tiny-llama-cpu-zero1 --plan " + p + " --steps 3 --json --save " + ckpt, "", b).code,
+      0);
+  Outcome o =
+      train(4, "tiny-llama-cpu-zero1 --plan " + p + " --steps 3 --json --resume " + ckpt, "", c);
+  ASSERT_EQ(o.code, 0) << o.output;
+  auto full = read_json(a)["losses"], resumed = read_json(c)["losses"];
+  EXPECT_EQ(read_json(c)["first_step"], 3);
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(resumed[k].get<double>(), full[k + 3].get<double>()) << "step " << k + 3;
+  // A checkpoint of another plan is refused with a message, not loaded.
+  Outcome other = train(
+      3, "tiny-llama-cpu-zero1 --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 1 --resume " + ckpt);
+  expect_clean_failure(other, "written for another plan");
+}
+
+// The tiny Llama learns the corpus: mean loss of the last 10 of 200 steps well below
+// the first 10 (observed: 5.0 -> 2.4 with AdamW lr 1e-3; a byte-uniform model is 5.55).
+TEST(Train, LossFallsOver200Steps) {
+  const std::string out = temp("long.json");
+  Outcome o = train(3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 200 --json",
+                    "", out);
+  ASSERT_EQ(o.code, 0) << o.output;
+  auto losses = read_json(out)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 200u);
+  double first = 0, last = 0;
+  for (int k = 0; k < 10; ++k) {
+    first += losses[k] / 10;
+    last += losses[190 + k] / 10;
+  }
+  std::printf("mean loss of steps 0-9: %.4f, of steps 190-199: %.4f\n", first, last);
+  EXPECT_LT(last, 3.0);
+  EXPECT_LT(last, first - 1.5);
+}
+
+}  // namespace

@@ -1,0 +1,49 @@
+#pragma once
+// Collectives lowered to the point-to-point flows of their real algorithms, in
+// phases (each phase starts when the previous one has finished). Pure functions,
+// no SimGrid: the simulator starts every flow of a phase as one SimGrid comm and
+// charges each flow `latency_steps` times the phase's largest hop latency, so
+// that an uncontended collective takes exactly the time of collectives.hpp.
+//
+// Ring (NCCL's ring in steady state, chunks pipelined): n concurrent flows
+// i -> i+1 (group order), each carrying bus_factor(c, n) * S bytes:
+//   all-reduce 2(n-1)/n S, 2(n-1) steps | all-gather, reduce-scatter (n-1)/n S, n-1 steps
+// Broadcast (pipelined chain from the group's first device): n-1 flows of S bytes.
+// All-to-all (pairwise): every ordered pair exchanges S/n bytes, n-1 steps.
+// Hierarchical all-reduce (machines M >= 2 holding g >= 2 members each):
+//   intra-machine reduce-scatter, then M-member all-reduces of S/g per local
+//   rank across machines, then intra-machine all-gather.
+
+#include <string_view>
+#include <vector>
+
+#include "scheduler/collectives.hpp"
+#include "topologies/cluster.hpp"
+
+namespace hexi::sim {
+
+enum class Algorithm { kAuto, kRing, kHierarchical };
+std::string_view to_string(Algorithm a);
+
+struct FlowSpec {
+  int src = 0;
+  int dst = 0;
+  double bytes = 0;
+};
+
+struct Phase {
+  std::vector<FlowSpec> flows;
+  int latency_steps = 0;
+};
+
+// Members grouped by machine when every machine holds the same number (>= 2) of
+// them and there are >= 2 machines; empty otherwise.
+std::vector<std::vector<int>> machine_blocks(const std::vector<int>& devices,
+                                             const Cluster& cluster);
+
+// The phases of collective `c` of S bytes over `devices` (ring order).
+// kAuto picks hierarchical for all-reduces whose members form machine blocks.
+std::vector<Phase> expand_collective(Collective c, const std::vector<int>& devices, double bytes,
+                                     Algorithm algorithm, const Cluster& cluster);
+
+}  // namespace hexi::sim

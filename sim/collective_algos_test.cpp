@@ -1,0 +1,61 @@
+// Collective algorithms expanded into flows: byte counts per the bus factors of
+// collectives.hpp (nccl-tests PERFORMANCE.md), phases of the hierarchical variant.
+
+#include "sim/collective_algos.hpp"
+
+#include <gtest/gtest.h>
+
+#include "scheduler/testing.hpp"
+
+namespace hexi::sim {
+namespace {
+
+double total_bytes(const Phase& p) {
+  double s = 0;
+  for (const auto& f : p.flows) s += f.bytes;
+  return s;
+}
+
+TEST(CollectiveAlgos, RingAllReduceSendsTwoNMinusOneOverNPerRank) {
+  Cluster c = testing::make_cluster(1, 8);
+  auto phases = expand_collective(Collective::kAllReduce, {0, 1, 2, 3}, 100, Algorithm::kRing, c);
+  ASSERT_EQ(phases.size(), 1u);
+  ASSERT_EQ(phases[0].flows.size(), 4u);
+  EXPECT_DOUBLE_EQ(phases[0].flows[0].bytes, 150);  // 2 * 3/4 * 100
+  EXPECT_EQ(phases[0].flows[3].src, 3);
+  EXPECT_EQ(phases[0].flows[3].dst, 0);
+  EXPECT_EQ(phases[0].latency_steps, 6);
+}
+
+TEST(CollectiveAlgos, GatherScatterBroadcastAllToAll) {
+  Cluster c = testing::make_cluster(1, 8);
+  auto ag = expand_collective(Collective::kAllGather, {0, 1, 2, 3}, 100, Algorithm::kAuto, c);
+  EXPECT_DOUBLE_EQ(ag[0].flows[0].bytes, 75);
+  EXPECT_EQ(ag[0].latency_steps, 3);
+  auto bc = expand_collective(Collective::kBroadcast, {5, 6, 7}, 100, Algorithm::kAuto, c);
+  ASSERT_EQ(bc[0].flows.size(), 2u);  // 5 -> 6 -> 7, pipelined
+  EXPECT_EQ(bc[0].flows[0].src, 5);
+  EXPECT_DOUBLE_EQ(bc[0].flows[1].bytes, 100);
+  auto a2a = expand_collective(Collective::kAllToAll, {0, 1, 2, 3}, 100, Algorithm::kAuto, c);
+  EXPECT_EQ(a2a[0].flows.size(), 12u);
+  EXPECT_DOUBLE_EQ(total_bytes(a2a[0]), 12 * 25.0);
+  EXPECT_TRUE(expand_collective(Collective::kAllReduce, {3}, 100, Algorithm::kAuto, c).empty());
+}
+
+TEST(CollectiveAlgos, HierarchicalAllReduceWhenMachinesHoldEqualBlocks) {
+  Cluster c = testing::make_cluster(2, 4);
+  EXPECT_EQ(machine_blocks({0, 1, 4, 5}, c).size(), 2u);
+  EXPECT_TRUE(machine_blocks({0, 1, 4}, c).empty());  // unequal
+  EXPECT_TRUE(machine_blocks({0, 4}, c).empty());     // one per machine: a ring is as good
+  auto phases = expand_collective(Collective::kAllReduce, {0, 1, 4, 5}, 100, Algorithm::kAuto, c);
+  ASSERT_EQ(phases.size(), 3u);
+  EXPECT_DOUBLE_EQ(phases[0].flows[0].bytes, 50);  // reduce-scatter inside the machine: 1/2 * 100
+  EXPECT_EQ(phases[1].flows.size(), 4u);           // two 2-member rings across the machines
+  EXPECT_DOUBLE_EQ(phases[1].flows[0].bytes, 50);  // 2 * 1/2 * (100 / 2)
+  EXPECT_EQ(phases[2].latency_steps, 1);
+  auto ring = expand_collective(Collective::kAllReduce, {0, 1, 4, 5}, 100, Algorithm::kRing, c);
+  EXPECT_EQ(ring.size(), 1u);
+}
+
+}  // namespace
+}  // namespace hexi::sim

@@ -1,0 +1,158 @@
+#include "sim/metrics.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+namespace hexi::sim {
+namespace {
+
+bool is_forward(ComputeKind k) {
+  return k == ComputeKind::kEmbeddingFwd || k == ComputeKind::kAttnFwd ||
+         k == ComputeKind::kMlpFwd || k == ComputeKind::kHeadFwd || k == ComputeKind::kStageFwd;
+}
+
+bool is_backward(ComputeKind k) {
+  return k == ComputeKind::kEmbeddingBwd || k == ComputeKind::kAttnBwd ||
+         k == ComputeKind::kMlpBwd || k == ComputeKind::kAttnRecompute ||
+         k == ComputeKind::kMlpRecompute || k == ComputeKind::kHeadBwd ||
+         k == ComputeKind::kStageBwd;
+}
+
+// Micro-batches alive at once: from the start of a micro-batch's first forward op
+// to the end of its last backward op.
+int max_in_flight(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r) {
+  std::map<int, std::pair<double, double>>
+      span;  // micro-batch -> (first forward start, last backward end)
+  for (int id = l.op_begin; id < l.op_end; ++id) {
+    const Op& op = in.program.ops[id];
+    if (op.kind != OpKind::kCompute || op.micro_batch < 0) continue;
+    auto [it, fresh] = span.emplace(op.micro_batch, std::make_pair(1e300, -1.0));
+    if (is_forward(op.compute)) it->second.first = std::min(it->second.first, r.start[id]);
+    if (is_backward(op.compute)) it->second.second = std::max(it->second.second, r.end[id]);
+  }
+  std::vector<std::pair<double, int>> events;  // ends sort before starts at equal times
+  for (const auto& [mb, s] : span) {
+    events.emplace_back(s.first, 1);
+    events.emplace_back(s.second, -1);
+  }
+  std::sort(events.begin(), events.end());
+  int alive = 0, peak = 0;
+  for (auto [t, d] : events) peak = std::max(peak, alive += d);
+  return peak;
+}
+
+// Splits a device's compute-stream time into busy / exposed comm / bubble / idle.
+void stream_breakdown(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r,
+                      double iteration, DeviceMetrics& m) {
+  double prev_end = 0;
+  for (int id = l.op_begin; id < l.op_end; ++id) {
+    const Op& op = in.program.ops[id];
+    m.finish_s = std::max(m.finish_s, r.end[id]);
+    if (op.stream != Stream::kCompute) continue;
+    const double begin = op.kind == OpKind::kCompute ? r.start[id] : r.ready[id];
+    const double gap = std::max(0.0, begin - prev_end);
+    // The gap is charged to what the op waited for last.
+    int waited = -1;
+    for (int d : in.program.deps(id)) {
+      if (waited < 0 || r.end[d] > r.end[waited]) waited = d;
+    }
+    const Stream s = waited >= 0 ? in.program.ops[waited].stream : Stream::kCompute;
+    if (s == Stream::kP2p || s == Stream::kGather) {
+      m.bubble_s += gap;
+    } else if (s == Stream::kDp) {
+      m.exposed_comm_s += gap;
+    } else {
+      m.idle_s += gap;
+    }
+    if (op.kind == OpKind::kCompute) {
+      m.busy_s += in.duration[id] - in.folded[id];
+      m.exposed_comm_s += in.folded[id];
+    } else {
+      m.exposed_comm_s += r.end[id] - begin;
+    }
+    prev_end = r.end[id];
+  }
+  m.idle_s += std::max(0.0, iteration - prev_end);
+}
+
+DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r,
+                             double iteration, int dp) {
+  DeviceMetrics m;
+  m.device = l.device;
+  m.gpu = in.cluster.gpu(l.device).name;
+  m.pipeline = l.pipeline;
+  m.stage = l.stage;
+  m.tp_rank = l.tp_rank;
+  stream_breakdown(in, l, r, iteration, m);
+  m.max_in_flight = max_in_flight(in, l, r);
+  MemoryBreakdown mem = device_memory(in.model, in.training, stage_shape(l, m.max_in_flight, dp));
+  // The optimizer state this device really updates (ZeRO-1 shards of its buckets).
+  if (in.training.zero_stage >= 1)
+    mem.optimizer = (16.0 - 2 * in.training.bytes_per_element()) * l.owned_params;
+  m.peak_memory_bytes = mem.total();
+  m.capacity_bytes = in.cluster.device_memory_bytes(l.device);
+  m.memory = mem.to_json();
+  return m;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
+  return buf;
+}
+
+}  // namespace
+
+SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
+  const Program& p = in.program;
+  SimReport rep;
+  rep.scenario = p.scenario;
+  rep.cluster = in.cluster.name();
+  rep.model = in.model.name;
+  rep.fidelity = std::string(to_string(p.granularity));
+  rep.schedule = std::string(to_string(p.schedule));
+  rep.devices_used = static_cast<int>(p.devices.size());
+  rep.ops = p.num_ops();
+  for (int id = 0; id < p.num_ops(); ++id) {
+    rep.iteration_time_s = std::max(rep.iteration_time_s, r.end[id]);
+    const Op& op = p.ops[id];
+    if (op.kind == OpKind::kCompute && is_backward(op.compute))
+      rep.pipeline_s = std::max(rep.pipeline_s, r.end[id]);
+  }
+  const double t = rep.iteration_time_s;
+  const double flops = model_flops(in.model, in.training);
+  if (t > 0) {
+    rep.tokens_per_s = in.training.tokens_per_iteration() / t;
+    rep.achieved_pflops = flops / t / 1e15;
+    rep.mfu = flops / (t * in.cluster.peak_flops());
+  }
+  rep.comms = r.comms;
+  rep.timers = r.timers;
+  rep.analytic_batches = r.analytic_batches;
+  rep.materialised = r.materialised;
+  rep.activities = r.comms + r.timers;
+  int dp = 0;
+  for (const auto& l : p.devices) dp = std::max(dp, l.pipeline + 1);
+  for (const auto& l : p.devices) {
+    DeviceMetrics m = device_metrics(in, l, r, t, dp);
+    if (m.peak_memory_bytes > m.capacity_bytes) {
+      rep.feasible = false;
+      rep.problems.push_back("device " + std::to_string(m.device) + " (" + m.gpu + ", pipeline " +
+                             std::to_string(m.pipeline) + " stage " + std::to_string(m.stage) +
+                             ") needs " + gib(m.peak_memory_bytes) + " GiB of " +
+                             gib(m.capacity_bytes) + " GiB with " +
+                             std::to_string(m.max_in_flight) + " micro-batches in flight");
+    }
+    rep.devices.push_back(std::move(m));
+  }
+  for (std::size_t i = 0; i < in.links.size(); ++i) {
+    if (r.link_bytes[i] <= 0) continue;
+    const LinkInfo& l = in.links[i];
+    rep.links.push_back({l.name, std::string(to_string(l.kind)), l.bandwidth_Bps, r.link_bytes[i],
+                         t > 0 ? r.link_bytes[i] / (l.bandwidth_Bps * t) : 0});
+  }
+  return rep;
+}
+
+}  // namespace hexi::sim

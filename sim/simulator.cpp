@@ -1,0 +1,266 @@
+#include "sim/simulator.hpp"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "scheduler/estimate.hpp"
+#include "sim/executor.hpp"
+#include "sim/metrics.hpp"
+#include "sim/platform.hpp"
+
+namespace hexi {
+
+std::vector<double> compute_durations(const Program& p, const Cluster& cluster, const Model& model,
+                                      const TrainingConfig& training, const Profile& profile,
+                                      std::vector<double>* folded) {
+  CostModel cm(cluster, model, training, profile);
+  const std::size_t types = cluster.gpu_types().size();
+  std::vector<double> shape_time(p.shapes.size() * types, -1.0);
+  std::vector<double> fold_time(p.folds.size(), -1.0);
+  std::vector<double> out(p.num_ops(), 0.0);
+  if (folded != nullptr) folded->assign(p.num_ops(), 0.0);
+  for (int id = 0; id < p.num_ops(); ++id) {
+    const Op& op = p.ops[id];
+    if (op.kind != OpKind::kCompute) continue;
+    const int type = cluster.devices()[op.device].gpu_type;
+    double& st = shape_time[op.shape * types + type];
+    if (st < 0) {
+      const GpuSpec& gpu = cluster.gpu_types()[type];
+      st = kernels_time(p.shapes[op.shape].kernels, gpu, profile.device(gpu.name));
+    }
+    double fold = 0;
+    if (op.folded >= 0) {
+      double& ft = fold_time[op.folded];
+      if (ft < 0) {
+        const Fold& f = p.folds[op.folded];
+        const auto& devs = p.groups[f.group].devices;
+        auto [bw, lat] = cm.ring_link(devs);
+        const int n = static_cast<int>(devs.size());
+        ft = f.count * collective_time(f.collective, f.bytes, n, bw, lat) +
+             collective_time(Collective::kAllGather, f.loss_stats_bytes, n, bw, lat);
+      }
+      fold = ft;
+    }
+    out[id] = st + fold;
+    if (folded != nullptr) (*folded)[id] = fold;
+  }
+  return out;
+}
+
+namespace {
+
+namespace sg4 = simgrid::s4u;
+
+// Every transfer and collective must stay inside one connected part of the cluster.
+Status check_fits(const Program& p, const Cluster& cluster) {
+  if (p.num_devices != cluster.num_devices()) {
+    return bad_input("program: lowered for " + std::to_string(p.num_devices) +
+                     " devices but cluster \"" + cluster.name() + "\" has " +
+                     std::to_string(cluster.num_devices()));
+  }
+  std::vector<int> part(cluster.machines().size(), 0);
+  auto parts = cluster.connected_parts();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    for (int m : parts[i]) part[m] = static_cast<int>(i);
+  }
+  auto part_of = [&](int d) { return part[cluster.devices()[d].machine]; };
+  for (int id = 0; id < p.num_ops(); ++id) {
+    const Op& op = p.ops[id];
+    bool ok = true;
+    if (op.kind == OpKind::kSend) ok = part_of(op.device) == part_of(op.peer);
+    if (op.kind == OpKind::kCollective) {
+      for (int d : p.groups[op.group].devices) ok = ok && part_of(d) == part_of(op.device);
+    }
+    if (!ok) {
+      return bad_input("program: op " + std::to_string(id) + " (device " +
+                       std::to_string(op.device) + ") communicates with a device that cluster \"" +
+                       cluster.name() + "\" cannot reach (no spine between their leaves)");
+    }
+  }
+  return {};
+}
+
+struct Inputs {
+  const Program& program;
+  const Cluster& cluster;
+  const Model& model;
+  const TrainingConfig& training;
+  const Profile& profile;
+  const SimOptions& options;
+};
+
+// Runs SimGrid in this process (once per process).
+Result<SimOutput> run_here(const Inputs& in) {
+  static bool used = false;
+  if (used)
+    return failure("simulate: SimGrid runs one engine per process; use SimOptions::isolate");
+  used = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> folded;
+  std::vector<double> duration =
+      compute_durations(in.program, in.cluster, in.model, in.training, in.profile, &folded);
+  char arg0[] = "hexisim-simulate";
+  char arg1[] = "--log=root.thres:critical";
+  char* argv[] = {arg0, arg1, nullptr};
+  int argc = 2;
+  auto* engine =
+      new sg4::Engine(&argc, argv);  // lives until the process ends (SimGrid 3.32 cannot restart)
+  (void)engine;
+  sg4::Engine::set_config("network/model:CM02");   // latency + size / bandwidth, max-min sharing
+  sg4::Engine::set_config("network/TCP-gamma:0");  // no TCP window cap
+  sg4::Engine::set_config("network/crosstraffic:0");
+  const auto tp = std::chrono::steady_clock::now();
+  sim::Platform platform(in.cluster);
+  const double platform_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+  sim::ExecutionResult r;
+  {
+    sim::Executor executor(in.program, platform, in.cluster, duration, in.options.all_reduce,
+                           in.options.analytic_uncontended);
+    r = executor.run();
+  }
+  if (!r.unfinished.empty()) {
+    std::string ids;
+    for (std::size_t i = 0; i < r.unfinished.size() && i < 12; ++i)
+      ids += (i ? ", " : "") + std::to_string(r.unfinished[i]);
+    return failure("simulation stalled: " + std::to_string(r.unfinished.size()) +
+                   " ops never completed (" + ids + (r.unfinished.size() > 12 ? ", ..." : "") +
+                   ")");
+  }
+  sim::RunInputs run{in.program, in.cluster, in.model,         in.training,
+                     duration,   folded,     platform.links(), &platform};
+  SimOutput out;
+  out.report = sim::make_report(run, r);
+  out.report.scenario = in.options.scenario.empty() ? in.program.scenario : in.options.scenario;
+  out.report.algorithm = std::string(sim::to_string(in.options.all_reduce));
+  out.report_json = out.report.to_json().dump(1) + "\n";
+  if (in.options.trace) out.trace_json = sim::make_trace(run, r);
+  out.report.wall_time_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.report.platform_s = platform_s;
+  return out;
+}
+
+// ---- child process transport ----------------------------------------------
+void put(int fd, std::string_view bytes) {
+  std::uint64_t n = bytes.size();
+  auto write_all = [fd](const char* p, std::size_t len) {
+    while (len > 0) {
+      ssize_t k = ::write(fd, p, len);
+      if (k <= 0) _exit(3);
+      p += k;
+      len -= static_cast<std::size_t>(k);
+    }
+  };
+  write_all(reinterpret_cast<const char*>(&n), sizeof n);
+  write_all(bytes.data(), bytes.size());
+}
+
+bool take(std::string_view& in, std::string& out) {
+  std::uint64_t n = 0;
+  if (in.size() < sizeof n) return false;
+  std::memcpy(&n, in.data(), sizeof n);
+  in.remove_prefix(sizeof n);
+  if (in.size() < n) return false;
+  out.assign(in.data(), n);
+  in.remove_prefix(n);
+  return true;
+}
+
+[[noreturn]] void child(int fd, const Inputs& in) {
+  Result<SimOutput> out = failure("simulate: no result");
+  try {
+    out = run_here(in);
+  } catch (const std::exception& e) {
+    out = failure(std::string("simulate: ") + e.what());
+  } catch (...) {
+    out = failure("simulate: unknown exception in the simulation process");
+  }
+  if (!out) {
+    put(fd, out.error().kind == ErrorKind::kBadInput ? "bad" : "fail");
+    put(fd, out.error().message);
+  } else {
+    put(fd, "ok");
+    put(fd, out->report_json);
+    put(fd, out->trace_json);
+    put(fd, Json({{"wall_time_s", out->report.wall_time_s}, {"platform_s", out->report.platform_s}})
+                .dump());
+  }
+  ::close(fd);
+  _exit(0);
+}
+
+Result<SimOutput> run_isolated(const Inputs& in) {
+  int fds[2];
+  if (::pipe(fds) != 0) return failure("simulate: cannot create a pipe");
+  std::fflush(nullptr);  // the child must not flush the parent's buffered output again
+  pid_t pid = ::fork();
+  if (pid < 0) return failure("simulate: cannot fork");
+  if (pid == 0) {
+    ::close(fds[0]);
+    child(fds[1], in);
+  }
+  ::close(fds[1]);
+  std::string bytes;
+  char buf[1 << 16];
+  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (k < 0) break;
+    bytes.append(buf, static_cast<std::size_t>(k));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  struct rusage usage {};
+  ::wait4(pid, &status, 0, &usage);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return failure("simulate: the simulation process " +
+                   (WIFSIGNALED(status) ? "died of signal " + std::to_string(WTERMSIG(status))
+                                        : "exited with " + std::to_string(WEXITSTATUS(status))));
+  }
+  std::string_view view = bytes;
+  std::string kind, a, b, c;
+  if (!take(view, kind) || !take(view, a))
+    return failure("simulate: truncated result from the simulation process");
+  if (kind == "bad") return bad_input(a);
+  if (kind != "ok") return failure(a);
+  if (!take(view, b) || !take(view, c))
+    return failure("simulate: truncated result from the simulation process");
+  auto report = SimReport::from_json(Json::parse(a));
+  if (!report) return report.error();
+  SimOutput out;
+  out.report = std::move(*report);
+  const Json meta = Json::parse(c);
+  out.report.wall_time_s = meta.at("wall_time_s").get<double>();
+  out.report.platform_s = meta.at("platform_s").get<double>();
+  out.report.peak_rss_bytes = static_cast<double>(usage.ru_maxrss) * 1024.0;
+  out.report_json = std::move(a);
+  out.trace_json = std::move(b);
+  return out;
+}
+
+}  // namespace
+
+Result<SimOutput> simulate(const Program& program, const Cluster& cluster, const Model& model,
+                           const TrainingConfig& training, const Profile& profile,
+                           const SimOptions& options) {
+  if (auto st = validate_program(program, "program"); !st) return st.error();
+  if (auto st = check_fits(program, cluster); !st) return st.error();
+  Inputs in{program, cluster, model, training, profile, options};
+  if (!options.isolate) {
+    auto out = run_here(in);
+    if (out) {
+      struct rusage usage {};
+      ::getrusage(RUSAGE_SELF, &usage);
+      out->report.peak_rss_bytes = static_cast<double>(usage.ru_maxrss) * 1024.0;
+    }
+    return out;
+  }
+  return run_isolated(in);
+}
+
+}  // namespace hexi

@@ -1,0 +1,352 @@
+// The simulator against numbers checked by hand (SimGrid runs in a child process
+// per simulation). Each test states the system and the expectation.
+
+#include "sim/simulator.hpp"
+
+#include <gtest/gtest.h>
+
+#include "scheduler/estimate.hpp"
+#include "scheduler/lower.hpp"
+#include "scheduler/testing.hpp"
+#include "sim/sim_testing.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::ideal_profile;
+using testing::ProgramBuilder;
+using testing::unit_cluster;
+
+SimOutput run(const Program& p, const Cluster& c, const Profile& prof = ideal_profile(),
+              sim::Algorithm alg = sim::Algorithm::kRing, bool trace = false) {
+  SimOptions o;
+  o.all_reduce = alg;
+  o.trace = trace;
+  auto out = simulate(p, c, testing::tiny_model(), testing::tiny_training(1), prof, o);
+  if (!out) throw std::runtime_error(out.error().message);
+  return std::move(*out);
+}
+
+double finish(const SimOutput& out, int device) {
+  for (const auto& d : out.report.devices) {
+    if (d.device == device) return d.finish_s;
+  }
+  throw std::runtime_error("no such device");
+}
+
+TEST(Simulator, OneTflopOnAOneTflopGpuTakesOneSecond) {
+  ProgramBuilder b(1);
+  b.compute(0, 1e12);
+  SimOutput out = run(b.build(), unit_cluster(1, 1));
+  EXPECT_NEAR(out.report.iteration_time_s, 1.0, 1e-9);
+  EXPECT_NEAR(out.report.devices[0].busy_s, 1.0, 1e-9);
+}
+
+TEST(Simulator, SingleFlowTakesLatencyPlusSizeOverBandwidth) {
+  // Two machines, one NIC of 25 GB/s each: 10 GB take 0.4 s + 2 NICs (5 us) + switch (2 us).
+  ProgramBuilder b(2);
+  b.send(0, 1, 10e9, 0);
+  b.recv(1, 0, 10e9, 0);
+  SimOutput out = run(b.build(), unit_cluster(2, 1));
+  EXPECT_NEAR(out.report.iteration_time_s, 0.4 + 12e-6, 1e-9);
+}
+
+TEST(Simulator, TwoFlowsSharingANicEachGetHalf) {
+  // Device 0 sends 10 GB to devices 1 and 2 (other machines) at once: both flows
+  // cross machine 0's 25 GB/s NIC, 12.5 GB/s each, so both end at 0.8 s.
+  ProgramBuilder b(3);
+  b.send(0, 1, 10e9, 0);
+  b.send(0, 2, 10e9, 0);
+  b.recv(1, 0, 10e9, 0);
+  b.recv(2, 0, 10e9, 0);
+  SimOutput out = run(b.build(), unit_cluster(3, 1));
+  EXPECT_NEAR(finish(out, 1), 0.8 + 12e-6, 1e-6);
+  EXPECT_NEAR(finish(out, 2), 0.8 + 12e-6, 1e-6);
+}
+
+double ring_all_reduce(int n, double bytes, double bw, double latency) {
+  return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency;
+}
+
+TEST(Simulator, FlowsWithDifferentLatenciesShareALinkEqually) {
+  // Plain max-min, not CM02's latency-weighted sharing: device 0 sends 10 GB to a
+  // machine on its leaf (12 us) and 10 GB to one across the spine (16 us). The near
+  // flow moves alone for 4 us (100 kB), then both get 12.5 GB/s of the 25 GB/s NIC:
+  // the near one ends at 0.800008 s, the far one sends its last 100 kB alone.
+  Json j = {{"version", 1},
+            {"name", "two-leaves"},
+            {"network",
+             {{"nic_GBps", 25},
+              {"machines_per_leaf", 2},
+              {"latency_us", {{"nvswitch", 2}, {"nic", 5}, {"switch", 2}}}}},
+            {"machines", {{{"gpu", "unit"}, {"gpus", 1}, {"repeat", 4}}}}};
+  auto two = Cluster::from_json(j, "<two leaves>", testing::unit_catalog());
+  ASSERT_TRUE(two.ok());
+  ASSERT_NEAR(two->latency(0, 1), 12e-6, 1e-12);
+  ASSERT_NEAR(two->latency(0, 2), 16e-6, 1e-12);
+  ProgramBuilder b(4);
+  b.send(0, 1, 10e9, 0);
+  b.send(0, 2, 10e9, 0);
+  b.recv(1, 0, 10e9, 0);
+  b.recv(2, 0, 10e9, 0);
+  SimOutput out = run(b.build(), *two);
+  EXPECT_NEAR(finish(out, 1), 0.800008, 1e-7);
+  EXPECT_NEAR(finish(out, 2), 0.800012, 1e-7);
+}
+
+TEST(Simulator, RingAllReduceInsideAMachineMatchesTheFormula) {
+  // 8 GPUs on a 100 GB/s NVSwitch (2 us per hop), S = 1 GB:
+  // 2(n-1)/n S/bw + 2(n-1) lat = 17.5 ms + 28 us.
+  ProgramBuilder b(8);
+  int g = b.group({0, 1, 2, 3, 4, 5, 6, 7}, GroupKind::kTp);
+  b.collective(g, Collective::kAllReduce, 1e9, Stream::kCompute);
+  SimOutput out = run(b.build(), unit_cluster(1, 8));
+  const double expect = ring_all_reduce(8, 1e9, 100e9, 2e-6);
+  EXPECT_NEAR(out.report.iteration_time_s, expect, 0.01 * expect);
+  EXPECT_NEAR(out.report.iteration_time_s, expect, 1e-9);  // in fact exact
+}
+
+TEST(Simulator, RingAllReduceAcrossMachinesMatchesTheFormula) {
+  // 4 machines of one GPU, 25 GB/s NICs, 12 us per hop, S = 1 GB: 60 ms + 72 us.
+  ProgramBuilder b(4);
+  int g = b.group({0, 1, 2, 3});
+  b.collective(g, Collective::kAllReduce, 1e9);
+  SimOutput out = run(b.build(), unit_cluster(4, 1));
+  const double expect = ring_all_reduce(4, 1e9, 25e9, 12e-6);
+  EXPECT_NEAR(out.report.iteration_time_s, expect, 0.01 * expect);
+}
+
+TEST(Simulator, HierarchicalAllReduceBeatsTheFlatRingAsPredicted) {
+  // 2 machines x 4 GPUs, S = 1 GB. Flat ring: 2*7/8 S / 25 GB/s + 14 * 12 us.
+  // Hierarchical: reduce-scatter in the machine (3/4 S / 100 GB/s + 3 * 2 us), then four
+  // 2-member all-reduces of S/4 sharing each NIC (S / 25 GB/s + 2 * 12 us), then all-gather.
+  ProgramBuilder b(8);
+  int g = b.group({0, 1, 2, 3, 4, 5, 6, 7});
+  b.collective(g, Collective::kAllReduce, 1e9);
+  Program p = b.build();
+  SimOutput flat = run(p, unit_cluster(2, 4), ideal_profile(), sim::Algorithm::kRing);
+  SimOutput hier = run(p, unit_cluster(2, 4), ideal_profile(), sim::Algorithm::kHierarchical);
+  const double expect_flat = ring_all_reduce(8, 1e9, 25e9, 12e-6);
+  const double expect_hier = 2 * (0.75e9 / 100e9 + 3 * 2e-6) + (1e9 / 25e9 + 2 * 12e-6);
+  EXPECT_NEAR(flat.report.iteration_time_s, expect_flat, 1e-6);
+  EXPECT_NEAR(hier.report.iteration_time_s, expect_hier, 1e-6);
+}
+
+// p stages of one GPU, m micro-batches, F = 10 ms and B = 20 ms per micro-batch,
+// 1-byte stage-boundary messages; 1F1B order from lower.hpp.
+Program pipeline_program(int p, int m, PipelineSchedule schedule) {
+  ProgramBuilder b(p);
+  for (int s = 0; s < p; ++s) {
+    for (auto [fwd, j] : pipeline_order(schedule, s, p, m)) {
+      if (fwd) {
+        std::vector<int> deps;
+        if (s > 0) deps.push_back(b.recv(s, s - 1, 1, j));
+        int f = b.compute(s, 1e10, deps, j, ComputeKind::kAttnFwd);
+        if (s + 1 < p) b.send(s, s + 1, 1, j, {f});
+      } else {
+        std::vector<int> deps;
+        if (s + 1 < p) deps.push_back(b.recv(s, s + 1, 1, 100000 + j));
+        int bw = b.compute(s, 2e10, deps, j, ComputeKind::kAttnBwd);
+        if (s > 0) b.send(s, s - 1, 1, 100000 + j, {bw});
+      }
+    }
+  }
+  return b.build();
+}
+
+TEST(Simulator, OneFOneBBubbleIsPMinusOneOverMPlusPMinusOne) {
+  const int p = 4, m = 12;
+  SimOutput out = run(pipeline_program(p, m, PipelineSchedule::k1F1B), unit_cluster(1, p));
+  const double expect = static_cast<double>(p - 1) / (m + p - 1);  // 3/15 = 0.2
+  const double t = out.report.iteration_time_s;
+  EXPECT_NEAR(t, (m + p - 1) * 0.03, 0.01 * t);
+  for (const auto& d : out.report.devices) {
+    EXPECT_NEAR(d.busy_s, m * 0.03, 1e-9);
+    EXPECT_NEAR(1 - d.busy_s / t, expect, 0.01 * expect) << "stage " << d.stage;
+    EXPECT_NEAR(d.busy_s + d.exposed_comm_s + d.bubble_s + d.idle_s, t, 1e-9);
+  }
+  // In-flight micro-batches: stage s keeps p - s alive (1F1B), GPipe keeps all m.
+  EXPECT_EQ(out.report.devices[0].max_in_flight, p);
+  EXPECT_EQ(out.report.devices[p - 1].max_in_flight, 1);
+  SimOutput gpipe = run(pipeline_program(p, m, PipelineSchedule::kGPipe), unit_cluster(1, p));
+  EXPECT_NEAR(gpipe.report.iteration_time_s, t, 0.01 * t);
+  EXPECT_EQ(gpipe.report.devices[0].max_in_flight, m);
+}
+
+TEST(Simulator, DpAndPpTrafficThroughOneNicShareItMaxMin) {
+  // Machine A = devices 0, 1; machine B = devices 2, 3; 25 GB/s NICs.
+  // PP: 0 -> 2, 1 GB. DP: all-reduce of 1 GB between 1 and 3 (ring of 2: 1 GB each way).
+  // A's NIC carries 0->2 and 1->3 at 12.5 GB/s each: both finish at 80 ms, twice the
+  // 40 ms the PP transfer takes alone.
+  ProgramBuilder alone(4);
+  alone.send(0, 2, 1e9, 0);
+  alone.recv(2, 0, 1e9, 0);
+  EXPECT_NEAR(run(alone.build(), unit_cluster(2, 2)).report.iteration_time_s, 0.04 + 12e-6, 1e-7);
+  ProgramBuilder b(4);
+  b.send(0, 2, 1e9, 0);
+  b.recv(2, 0, 1e9, 0);
+  int g = b.group({1, 3});
+  b.collective(g, Collective::kAllReduce, 1e9);
+  SimOutput out = run(b.build(), unit_cluster(2, 2));
+  // Max-min in detail: the DP flows are charged 2 steps x 12 us of latency, so the PP
+  // flow runs alone from 12 to 24 us (300 kB) and then both share the NIC; PP ends at
+  // 80 ms, and the DP flow sends its last 300 kB alone at 25 GB/s (12 us).
+  EXPECT_NEAR(finish(out, 2), 0.08, 1e-7);
+  EXPECT_NEAR(finish(out, 3), 0.08 + 12e-6, 1e-7);
+}
+
+TEST(Simulator, UncontendedTransferThatMeetsTrafficHalfwaySharesFromThen) {
+  // As above, but the DP all-reduce starts at 20 ms (after 2e10 FLOPs on device 1).
+  // The PP transfer runs uncontended (a timer) until then: 0.4997 GB moved, and the
+  // DP flows' 24 us latency lets it move 0.6 MB more alone. Then both share A's NIC:
+  // PP ends at 20.024 + 0.4997 GB / 12.5 GB/s = 60 ms; the DP flow has 0.5003 GB left,
+  // alone at 25 GB/s: 80.012 ms.
+  ProgramBuilder b(4);
+  b.send(0, 2, 1e9, 0);
+  b.recv(2, 0, 1e9, 0);
+  int c = b.compute(1, 2e10);
+  int g = b.group({1, 3});
+  b.collective(g, Collective::kAllReduce, 1e9, Stream::kDp, {{1, {c}}});
+  SimOutput out = run(b.build(), unit_cluster(2, 2));
+  EXPECT_NEAR(finish(out, 2), 0.06, 1e-7);
+  EXPECT_NEAR(finish(out, 3), 0.08 + 12e-6, 1e-7);
+  EXPECT_GE(out.report.materialised, 1);
+}
+
+TEST(Simulator, UncontendedTimersAgreeWithSimGridComms) {
+  // A lowered plan with TP, PP and DP traffic: the same report with and without the
+  // uncontended fast path (SimGrid's own precision is 1e-5 relative).
+  Cluster c = testing::make_cluster(2, 4);
+  const Model m = testing::tiny_model();
+  TrainingConfig t = testing::tiny_training(8);
+  auto program = lower_plan(testing::uniform_plan(2, 2, 2, 4, 8), c, m, t, {}, "<plan>");
+  ASSERT_TRUE(program.ok());
+  SimOptions fast, slow;
+  slow.analytic_uncontended = false;
+  auto a = simulate(*program, c, m, t, Profile{}, fast);
+  auto b = simulate(*program, c, m, t, Profile{}, slow);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(a->report.analytic_batches, 0);
+  EXPECT_EQ(b->report.analytic_batches, 0);
+  EXPECT_LT(a->report.comms, b->report.comms);
+  const double ta = a->report.iteration_time_s, tb = b->report.iteration_time_s;
+  EXPECT_NEAR(ta, tb, 1e-5 * tb);
+  for (std::size_t i = 0; i < a->report.devices.size(); ++i) {
+    EXPECT_NEAR(a->report.devices[i].bubble_s, b->report.devices[i].bubble_s, 1e-5 * tb);
+    EXPECT_NEAR(a->report.devices[i].exposed_comm_s, b->report.devices[i].exposed_comm_s,
+                1e-5 * tb);
+  }
+}
+
+TEST(Simulator, SingleFlowsGetExactlyClusterLink) {
+  // Every link class: NVSwitch, PCIe across sockets, host staging, network across a
+  // spine with oversubscription, and an explicit override.
+  Json j = {{"version", 1},
+            {"name", "classes"},
+            {"network", {{"nic_GBps", 50}, {"machines_per_leaf", 1}, {"oversubscription", 4}}},
+            {"machines",
+             {{{"gpu", "A100-SXM-80GB"}, {"gpus", 2}},
+              {{"gpu", "A6000"}, {"gpus", 4}, {"sockets", 2}, {"socket_GBps", 20}},
+              {{"gpu", "RTX4090"}, {"gpus", 2}}}},
+            {"overrides", {{{"devices", {0, 7}}, {"GBps", 3}, {"latency_us", 40}}}}};
+  Cluster c = testing::cluster_from(j);
+  for (auto [a, bdev] :
+       std::vector<std::pair<int, int>>{{1, 6}, {0, 1}, {2, 5}, {6, 7}, {7, 0}, {3, 4}}) {
+    ProgramBuilder b(c.num_devices());
+    b.send(a, bdev, 1e9, 0);
+    b.recv(bdev, a, 1e9, 0);
+    const PairLink l = c.link(a, bdev);
+    const double expect = l.latency_s + 1e9 / l.bandwidth_Bps;
+    SimOptions o;
+    o.all_reduce = sim::Algorithm::kRing;
+    auto out = simulate(b.build(), c, testing::tiny_model(), testing::tiny_training(1),
+                        ideal_profile(), o);
+    ASSERT_TRUE(out.ok()) << a << " -> " << bdev << ": " << out.error().message;
+    EXPECT_NEAR(out->report.iteration_time_s, expect, 1e-9 * expect + 1e-9)
+        << a << " -> " << bdev << " (" << to_string(c.link_class(a, bdev)) << ")";
+  }
+}
+
+TEST(Simulator, UniformHomogeneousPlanAgreesWithTheEstimate) {
+  // 2 machines of 8 A100, Llama-2 7B, DP 2 x PP 2 x TP 4, 8 micro-batches per pipeline.
+  // Stage s of both pipelines sits on machine s: DP sync runs over NVLink and the
+  // stage boundary over the NICs, so no link is shared in a way the closed form does
+  // not model. (When DP crosses NICs, stages finishing at different times spread the
+  // NIC load and the simulator is faster than the estimate, which assumes every
+  // device of a machine syncs at once.)
+  auto models = ModelCatalog::load_shipped();
+  ASSERT_TRUE(models.ok());
+  const Model& m = *models->find("llama2-7b");
+  Cluster c = testing::make_cluster(2, 8);
+  TrainingConfig t = testing::tiny_training(16, 1, 4096);
+  Json pipes = Json::array();
+  for (int p = 0; p < 2; ++p) {
+    Json stages = Json::array();
+    for (int s = 0; s < 2; ++s) {
+      const int base = 8 * s + 4 * p;
+      stages.push_back(
+          {{"devices", {base, base + 1, base + 2, base + 3}}, {"layers", {16 * s, 16 * (s + 1)}}});
+    }
+    pipes.push_back({{"batch", 8}, {"stages", stages}});
+  }
+  Plan plan = testing::plan_from({{"version", 1}, {"pipelines", pipes}});
+  Profile prof;
+  CostModel cm(c, m, t, prof);
+  const double estimate = cm.estimate(plan).iteration_time_s;
+  for (Granularity g : {Granularity::kLayer, Granularity::kStage}) {
+    LowerOptions lo;
+    lo.granularity = g;
+    auto program = lower_plan(plan, c, m, t, lo, "<plan>");
+    ASSERT_TRUE(program.ok());
+    SimOptions o;
+    o.trace = false;
+    auto out = simulate(*program, c, m, t, prof, o);
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    EXPECT_NEAR(out->report.iteration_time_s, estimate, 0.02 * estimate) << to_string(g);
+    EXPECT_EQ(out->report.fidelity, to_string(g));
+  }
+}
+
+TEST(Simulator, SameInputsGiveByteIdenticalReportAndTrace) {
+  Cluster c = testing::make_cluster(2, 4);
+  const Model m = testing::tiny_model();
+  TrainingConfig t = testing::tiny_training(8);
+  auto program = lower_plan(testing::uniform_plan(2, 2, 2, 4, 8), c, m, t, {}, "<plan>");
+  ASSERT_TRUE(program.ok());
+  SimOptions o;
+  auto a = simulate(*program, c, m, t, Profile{}, o);
+  auto b = simulate(*program, c, m, t, Profile{}, o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->report_json, b->report_json);
+  EXPECT_EQ(a->trace_json, b->trace_json);
+  EXPECT_NE(a->trace_json.find("\"traceEvents\""), std::string::npos);
+  EXPECT_GT(a->report.activities, 0);
+  auto parsed = Json::parse(a->trace_json);  // valid JSON
+  EXPECT_GT(parsed.at("traceEvents").size(), 100u);
+}
+
+TEST(Simulator, ProgramsWithCyclesOrTheWrongClusterAreBadInput) {
+  ProgramBuilder b(2);
+  int r0 = b.recv(0, 1, 8, 0);
+  b.send(0, 1, 8, 0, {r0});
+  int r1 = b.recv(1, 0, 8, 0);
+  b.send(1, 0, 8, 0, {r1});
+  SimOptions o;
+  auto out = simulate(b.build(), unit_cluster(1, 2), testing::tiny_model(),
+                      testing::tiny_training(1), ideal_profile(), o);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(out.error().message.find("dependency cycle: op 0+3 -> op 1+2"), std::string::npos)
+      << out.error().message;
+  ProgramBuilder small(2);
+  small.compute(1, 1e9);
+  auto wrong = simulate(small.build(), unit_cluster(1, 4), testing::tiny_model(),
+                        testing::tiny_training(1), ideal_profile(), o);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(wrong.error().message.find("lowered for 2 devices"), std::string::npos)
+      << wrong.error().message;
+}
+
+}  // namespace
+}  // namespace hexi
