@@ -2,6 +2,7 @@
 # Debian 12 machine: install missing packages, configure (Release), build.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
+MAKEFLAGS += --no-print-directory
 SCENARIO ?= hexiscale-setting1-llama2-7b
 
 .PHONY: all setup configure build run test bench format clean

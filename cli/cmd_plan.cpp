@@ -21,12 +21,6 @@ struct PlanOptions {
   bool json = false;
 };
 
-void print_progress(const SearchProgress& p) {
-  std::cerr << "hexisim plan: " << p.scheduler << ": " << p.phase << ", " << fmt(p.elapsed_s, 1)
-            << " s, " << p.candidates << " candidates, best " << fmt(p.best_tokens_per_s, 0)
-            << " tokens/s\n";
-}
-
 void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& opt) {
   std::cout << "scheduler " << r.scheduler << ": " << r.candidates << " candidates in "
             << fmt(r.search_time_s, 2) << " s"
@@ -55,7 +49,7 @@ int run_plan(const PlanOptions& opt) {
   SearchOptions so;
   so.seed = opt.seed.value_or(sc->seed);
   so.time_budget_s = opt.time_budget_s;
-  so.progress = print_progress;
+  so.progress = print_search_progress;
   const std::string name = opt.scheduler.empty() ? sc->scheduler : opt.scheduler;
   if (!opt.options.empty()) {
     auto json = parse_json_text(opt.options, "--options");

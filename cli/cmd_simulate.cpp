@@ -10,6 +10,7 @@
 #include "cli/plan_report.hpp"
 #include "scheduler/estimate.hpp"
 #include "scheduler/lower.hpp"
+#include "scheduler/search.hpp"
 #include "sim/simulator.hpp"
 
 namespace hexi::cli {
@@ -20,7 +21,7 @@ struct SimulateOptions {
   std::string plan;
   std::string program;
   std::string scheduler;
-  std::uint64_t seed = 0;
+  std::optional<std::uint64_t> seed;
   std::string fidelity = "layer";
   std::string all_reduce = "auto";
   std::string out;
@@ -94,14 +95,22 @@ void print_summary(const Scenario& sc, const SimReport& r, const std::optional<E
   print_links(r, out, 8);
 }
 
-Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt) {
-  if (opt.plan.empty() && !sc.plan) {
-    return bad_input(sc.file.string() +
-                     ": no plan: pass --plan FILE. Planning inside `simulate` (--scheduler " +
-                     (opt.scheduler.empty() ? sc.scheduler : opt.scheduler) +
-                     ") needs scheduler/search.hpp, which this build does not have yet");
+// The plan to simulate, by priority: --plan; a search with --scheduler; the scenario's
+// "plan"; a search with the scenario's scheduler. `origin` names it in messages.
+Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, std::string& origin) {
+  if (!opt.plan.empty() || (opt.scheduler.empty() && sc.plan)) {
+    origin = opt.plan.empty() ? sc.plan->string() : opt.plan;
+    return load_checked_plan(sc, opt.plan);
   }
-  return load_checked_plan(sc, opt.plan);
+  SearchOptions so;
+  so.seed = opt.seed.value_or(sc.seed);
+  so.progress = print_search_progress;
+  const std::string scheduler = opt.scheduler.empty() ? sc.scheduler : opt.scheduler;
+  auto found = run_scheduler(scheduler, sc, so);
+  if (!found) return found.error();
+  std::cerr << "planned with " << scheduler << " in " << fmt(found->search_time_s, 2) << " s\n";
+  origin = scheduler + " plan";
+  return std::move(found->plan);
 }
 
 // What to simulate: a program read from --program (as written by `hexisim lower`),
@@ -119,12 +128,12 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
     if (!program) return program.error();
     return Work{std::move(*program), std::nullopt};
   }
-  auto plan = plan_for(sc, opt);
+  std::string origin;
+  auto plan = plan_for(sc, opt, origin);
   if (!plan) return plan.error();
   LowerOptions lo;
   lo.scenario = sc.name;
   lo.granularity = opt.fidelity == "stage" ? Granularity::kStage : Granularity::kLayer;
-  const std::string origin = opt.plan.empty() ? sc.plan->string() : opt.plan;
   std::cerr << "lowering " << origin << " (" << opt.fidelity << " fidelity)...\n";
   auto program = lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, origin);
   if (!program) return program.error();
@@ -196,8 +205,10 @@ void add_simulate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--plan", opt->plan, "Plan file (default: the scenario's \"plan\")");
   cmd->add_option("--program", opt->program,
                   "Simulate this program file (from `hexisim lower`) instead of lowering a plan");
-  cmd->add_option("--scheduler", opt->scheduler, "Scheduler to plan with when no plan is given");
-  cmd->add_option("--seed", opt->seed, "Seed for planning (default: the scenario's)");
+  cmd->add_option("--scheduler", opt->scheduler,
+                  "Plan with this scheduler instead of using the scenario's \"plan\" (without "
+                  "either, the scenario's scheduler plans)");
+  cmd->add_option("--seed", opt->seed, "Seed for planning (default: the scenario's \"seed\")");
   cmd->add_option(
          "--fidelity", opt->fidelity,
          "layer: every op of the program; stage: a stage's ops fused, intra-machine TP folded")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <iostream>
 #include <ostream>
 
 #include "cli/common.hpp"
@@ -63,6 +64,11 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
     }
     t.print(out);
   }
+}
+
+void print_search_progress(const SearchProgress& p) {
+  std::cerr << "hexisim: " << p.scheduler << ": " << p.phase << ", " << fmt(p.elapsed_s, 1) << " s, "
+            << p.candidates << " candidates, best " << fmt(p.best_tokens_per_s, 0) << " tokens/s\n";
 }
 
 Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg) {

@@ -6,6 +6,7 @@
 #include "scenarios/scenario.hpp"
 #include "scheduler/estimate.hpp"
 #include "scheduler/plan.hpp"
+#include "scheduler/search.hpp"
 
 namespace hexi::cli {
 
@@ -14,6 +15,9 @@ void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostrea
 // Per pipeline: devices by type, stages with TP degree, layers, compute/communication
 // time per micro-batch, memory and headroom.
 void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est, std::ostream& out);
+
+// Progress of a long search, one line on stderr.
+void print_search_progress(const SearchProgress& p);
 
 // Loads the plan named by --plan (or the scenario's "plan") and validates it.
 Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg);
