@@ -111,7 +111,7 @@ TEST(SimCli, BadProgramsExitTwoNamingOpIds) {
   EXPECT_NE(r.err.find("lowered for 16 devices"), std::string::npos) << r.err;
 }
 
-TEST(SimCli, PlansThatDoNotFitAndMissingPlansExitTwo) {
+TEST(SimCli, PlansThatDoNotMatchAndUnknownSchedulersExitTwo) {
   auto dir = scratch_dir("badplan");
   const std::string scenario = write_scenario(dir);
   write_text(dir / "bad.json", R"({"version": 1, "pipelines": [
@@ -124,9 +124,13 @@ TEST(SimCli, PlansThatDoNotFitAndMissingPlansExitTwo) {
   }
   write_text(dir / "noplan.json", R"({"version": 1, "name": "s", "cluster": "cluster.json",
     "model": "tiny-llama-8l", "training": {"global_batch": 8, "seq_len": 64}})");
-  auto r = run_cli("simulate " + (dir / "noplan.json").string());
+  // Without a plan, simulate plans first with the scenario's scheduler (hexiscale).
+  auto r = run_cli("simulate " + (dir / "noplan.json").string() + " --json");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("planned with hexiscale"), std::string::npos) << r.err;
+  r = run_cli("simulate " + (dir / "noplan.json").string() + " --scheduler nosuch");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("no plan"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nosuch"), std::string::npos) << r.err;
 }
 
 TEST(SimCli, HelpListsTheOptions) {
