@@ -1,8 +1,8 @@
 #include "cli/plan_report.hpp"
 
 #include <algorithm>
-#include <map>
 #include <iostream>
+#include <map>
 #include <ostream>
 
 #include "cli/common.hpp"
@@ -38,8 +38,8 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
       mix += (mix.empty() ? "" : ", ") + std::to_string(n) + "x " + name;
     out << "\npipeline " << pi << ": " << mix << "; batch " << p.batch << " (" << p.micro_batches()
         << " micro-batches of " << p.micro_batch << "), " << fmt(pe.time_s, 3) << " s\n";
-    Table t({"stage", "devices", "GPU", "TP", "layers", "fwd ms", "bwd ms", "TP comm ms", "send ms",
-             "mem GiB", "free GiB"});
+    Table t({"stage", "devices", "GPU", "TP", "layers", "recompute", "fwd ms", "bwd ms",
+             "TP comm ms", "send ms", "mem GiB", "free GiB"});
     for (std::size_t si = 0; si < p.stages.size(); ++si) {
       const Stage& s = p.stages[si];
       const StageEstimate& se = pe.stages[si];
@@ -59,16 +59,18 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
       }
       t.add({std::to_string(si), ids, gpus, std::to_string(s.tp()),
              "[" + std::to_string(s.layer_begin) + "," + std::to_string(s.layer_end) + ")",
-             fmt(1e3 * se.forward_s, 2), fmt(1e3 * se.backward_s, 2), fmt(1e3 * se.tp_comm_s, 2),
-             fmt(1e3 * se.send_s, 2), fmt(worst_mem / kGiB, 2), fmt(worst_free / kGiB, 2)});
+             std::string(to_string(se.recompute)), fmt(1e3 * se.forward_s, 2),
+             fmt(1e3 * se.backward_s, 2), fmt(1e3 * se.tp_comm_s, 2), fmt(1e3 * se.send_s, 2),
+             fmt(worst_mem / kGiB, 2), fmt(worst_free / kGiB, 2)});
     }
     t.print(out);
   }
 }
 
 void print_search_progress(const SearchProgress& p) {
-  std::cerr << "hexisim: " << p.scheduler << ": " << p.phase << ", " << fmt(p.elapsed_s, 1) << " s, "
-            << p.candidates << " candidates, best " << fmt(p.best_tokens_per_s, 0) << " tokens/s\n";
+  std::cerr << "hexisim: " << p.scheduler << ": " << p.phase << ", " << fmt(p.elapsed_s, 1)
+            << " s, " << p.candidates << " candidates, best " << fmt(p.best_tokens_per_s, 0)
+            << " tokens/s\n";
 }
 
 Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg) {

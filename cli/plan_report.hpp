@@ -12,7 +12,7 @@ namespace hexi::cli {
 
 // Headline: iteration time, tokens/s, MFU, PFLOP/s, feasibility and problems.
 void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostream& out);
-// Per pipeline: devices by type, stages with TP degree, layers, compute/communication
+// Per pipeline: devices by type, stages with TP degree, layers, recompute, compute/communication
 // time per micro-batch, memory and headroom.
 void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est, std::ostream& out);
 

@@ -101,6 +101,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, PlanTest,
                                            Case{"tiny-llama-cpu", "tiny-tp4-to-tp1.json"},
                                            Case{"tiny-llama-cpu", "tiny-dp3-mixed.json"},
                                            Case{"tiny-llama-cpu", "tiny-8rank.json"},
+                                           Case{"tiny-llama-cpu", "tiny-recompute-mixed.json"},
                                            Case{"tiny-llama-cpu-zero1", "tiny-dp3-mixed.json"},
                                            Case{"tiny-llama-cpu-gpipe", "tiny-pp2-tp2-tp1.json"}),
                          name_of);

@@ -22,6 +22,14 @@ std::string_view to_string(AttentionKernel k) {
   return k == AttentionKernel::kFlash ? "flash" : "dense";
 }
 
+Recompute read_recompute(const JsonNode& node) {
+  const std::string s = node.str();
+  if (s == "none") return Recompute::kNone;
+  if (s == "selective") return Recompute::kSelective;
+  if (s != "full") node.fail("\"none\", \"selective\" or \"full\"");
+  return Recompute::kFull;
+}
+
 TrainingConfig read_training(const JsonNode& node) {
   node.allow_only({"global_batch", "micro_batch", "seq_len", "precision", "zero_stage", "recompute",
                    "schedule", "attention", "sequence_parallel", "reserve_gib"});
@@ -38,18 +46,7 @@ TrainingConfig read_training(const JsonNode& node) {
     node.at("precision").fail("\"bf16\", \"fp16\" or \"fp32\"");
   }
   t.zero_stage = static_cast<int>(node.integer_or("zero_stage", 0, 1, t.zero_stage));
-  if (auto r = node.find("recompute")) {
-    std::string s = r->str();
-    if (s == "none") {
-      t.recompute = Recompute::kNone;
-    } else if (s == "selective") {
-      t.recompute = Recompute::kSelective;
-    } else if (s == "full") {
-      t.recompute = Recompute::kFull;
-    } else {
-      r->fail("\"none\", \"selective\" or \"full\"");
-    }
-  }
+  if (auto r = node.find("recompute")) t.recompute = read_recompute(*r);
   if (auto s = node.find("schedule")) {
     std::string v = s->str();
     if (v == "1f1b") {

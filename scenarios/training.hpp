@@ -39,6 +39,8 @@ struct TrainingConfig {
   double tokens_per_iteration() const { return static_cast<double>(global_batch) * seq_len; }
 };
 
+// Reads "none" | "selective" | "full" (InputError naming the node otherwise).
+Recompute read_recompute(const JsonNode& node);
 // Reads a "training" object; absent fields keep their defaults.
 TrainingConfig read_training(const JsonNode& node);
 Json to_json(const TrainingConfig& t);

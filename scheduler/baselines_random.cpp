@@ -57,7 +57,8 @@ Result<SearchResult> run_random_with(const Scenario& sc, const SearchOptions& op
   SearchClock clock("random", options);
   HexiScaleSearch phase2(ev, HexiScaleOptions{}, clock, options.seed);
   const std::vector<Unit> units = make_units(sc.cluster, false);
-  const int d_max = std::min<int>(max_pipelines_by_memory(cm), static_cast<int>(units.size()));
+  const int d_max = std::min<int>(max_pipelines_by_memory(cm, ev.least_memory_recompute()),
+                                  static_cast<int>(units.size()));
   // The reference's walk: start at 2, step +-1 within [n/L + 1, n/5].
   const int n = sc.cluster.num_devices();
   const int lo = std::min(n / sc.model.layers + 1, d_max), hi = std::clamp(n / 5, lo, d_max);

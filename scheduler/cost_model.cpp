@@ -78,11 +78,20 @@ std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block
 
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
                                    double phi) {
+  return block_backward(m, t, block, b, phi, t.recompute);
+}
+
+int recompute_all_reduces(Recompute r) {
+  return r == Recompute::kFull ? 2 : 0;
+}
+
+std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                   double phi, Recompute r) {
   std::vector<Kernel> fwd = block_forward(m, t, block, b, phi);
   std::vector<Kernel> out;
-  if (t.recompute == Recompute::kFull) {
+  if (r == Recompute::kFull) {
     for (const auto& k : fwd) out.push_back({"recompute", k.cls, k.flops, k.bytes});
-  } else if (t.recompute == Recompute::kSelective && block == Block::kAttention &&
+  } else if (r == Recompute::kSelective && block == Block::kAttention &&
              t.attention == AttentionKernel::kDense) {
     Kernel core = attention_core(m, t, b, phi);
     out.push_back({"recompute", core.cls, core.flops, core.bytes});
@@ -186,18 +195,23 @@ double hidden_bytes(const Model& m, const TrainingConfig& t, int b) {
 
 double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
                                   double phi) {
+  return activation_bytes_per_layer(m, t, b, tp, phi, t.recompute);
+}
+
+double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
+                                  double phi, Recompute r) {
   const double e = t.bytes_per_element(), s = t.seq_len, h = m.hidden, f = m.ffn;
   const double kd = m.kv_dim(), a = m.heads;
   const double sbh = s * b * h;
   const double sp_div = t.sequence_parallel ? tp : 1;
-  if (t.recompute == Recompute::kFull) return e * sbh / sp_div;
+  if (r == Recompute::kFull) return e * sbh / sp_div;
   double kept = e * sbh * 4 + (m.dropout ? 2 * sbh : 0);
   double split =
       e * (2 * sbh + 2 * s * b * kd) + e * s * b * f * (m.mlp == MlpKind::kSwiGlu ? 3 : 2);
   double core = 0;
   if (t.attention == AttentionKernel::kFlash) {
     core = 4 * a * s * b;
-  } else if (t.recompute == Recompute::kNone) {
+  } else if (r == Recompute::kNone) {
     core = (e + (m.dropout ? 1 + e : 0)) * a * s * s * b;
   }
   return kept / sp_div + (split + core) * phi;
@@ -231,8 +245,9 @@ MemoryBreakdown device_memory(const Model& m, const TrainingConfig& t, const Sta
   const double optimizer_bytes = 16 - 2 * e;
   mem.optimizer = optimizer_bytes * params / (t.zero_stage >= 1 ? s.dp : 1);
   const double layers = s.layer_end - s.layer_begin;
-  mem.activations =
-      layers * s.in_flight * activation_bytes_per_layer(m, t, s.micro_batch, s.tp, s.phi);
+  mem.activations = layers * s.in_flight *
+                    activation_bytes_per_layer(m, t, s.micro_batch, s.tp, s.phi,
+                                               s.recompute.value_or(t.recompute));
   if (s.first)
     mem.activations += s.in_flight * hidden_bytes(m, t, s.micro_batch);  // embedding output
   if (s.last) {

@@ -25,6 +25,7 @@
 // Sequence parallel splits everything over TP; selective recompute drops the dense
 // core; full recompute keeps only the layer input (e*sbh).
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -52,11 +53,17 @@ enum class Block { kAttention, kMlp };
 std::string_view to_string(Block b);
 
 // Kernels of one block's forward / backward on one TP rank holding `phi` of the
-// heads and ffn columns. Backward includes recompute as configured.
+// heads and ffn columns. Backward includes recompute: `r` (a stage's own choice), or
+// the training config's when not given.
 std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
                                   double phi);
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
                                    double phi);
+std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                   double phi, Recompute r);
+// TP all-reduces per layer that recompute adds to the backward (full: the replayed
+// forward's two; none / selective: 0).
+int recompute_all_reduces(Recompute r);
 // Token (+ position) embedding, first stage. Vocab-parallel: a rank holds phi of the table.
 std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b);
 std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b);
@@ -82,9 +89,12 @@ double megatron_flops(const Model& m, double batch, double seq);
 // Bytes of the tensor that crosses a TP all-reduce or a stage boundary: b*s*h*e.
 double hidden_bytes(const Model& m, const TrainingConfig& t, int b);
 
-// Activation bytes one TP rank keeps for one layer and one micro-batch.
+// Activation bytes one TP rank keeps for one layer and one micro-batch, under the
+// training config's recompute or an explicit `r`.
 double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
                                   double phi);
+double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
+                                  double phi, Recompute r);
 
 // What one device of a stage holds.
 struct StageShape {
@@ -97,6 +107,7 @@ struct StageShape {
   int in_flight = 1;  // micro-batches whose activations are alive at the peak
   int dp = 1;         // data-parallel replicas (ZeRO-1 shards optimizer state over them)
   int micro_batch = 1;
+  std::optional<Recompute> recompute;  // the stage's choice; absent: the training config's
 };
 
 // Micro-batches a stage keeps alive: 1F1B min(p - stage, m), GPipe m.

@@ -15,9 +15,11 @@ CostModel::CostModel(const Cluster& cluster, const Model& model, const TrainingC
                      const Profile& profile)
     : cluster_(cluster), model_(model), training_(training), profile_(profile) {}
 
-double CostModel::layer_s(int device, double phi, int micro_batch, bool forward) const {
+double CostModel::layer_s(int device, double phi, int micro_batch, bool forward,
+                          Recompute r) const {
   const int type = cluster_.devices()[device].gpu_type;
-  auto key = std::make_tuple(type, phi, micro_batch, forward);
+  if (forward) r = Recompute::kNone;  // the forward does not depend on it
+  auto key = std::make_tuple(type, phi, micro_batch, forward, r);
   auto it = layer_cache_.find(key);
   if (it != layer_cache_.end()) return it->second;
   const GpuSpec& gpu = cluster_.gpu_types()[type];
@@ -25,7 +27,7 @@ double CostModel::layer_s(int device, double phi, int micro_batch, bool forward)
   double t = 0;
   for (Block b : {Block::kAttention, Block::kMlp}) {
     t += kernels_time(forward ? block_forward(model_, training_, b, micro_batch, phi)
-                              : block_backward(model_, training_, b, micro_batch, phi),
+                              : block_backward(model_, training_, b, micro_batch, phi, r),
                       gpu, prof);
   }
   layer_cache_.emplace(key, t);
@@ -33,11 +35,15 @@ double CostModel::layer_s(int device, double phi, int micro_batch, bool forward)
 }
 
 double CostModel::layer_forward_s(int device, double phi, int micro_batch) const {
-  return layer_s(device, phi, micro_batch, true);
+  return layer_s(device, phi, micro_batch, true, Recompute::kNone);
 }
 
 double CostModel::layer_backward_s(int device, double phi, int micro_batch) const {
-  return layer_s(device, phi, micro_batch, false);
+  return layer_s(device, phi, micro_batch, false, training_.recompute);
+}
+
+double CostModel::layer_backward_s(int device, double phi, int micro_batch, Recompute r) const {
+  return layer_s(device, phi, micro_batch, false, r);
 }
 
 std::pair<double, double> CostModel::ring_link(const std::vector<int>& group) const {
@@ -56,6 +62,7 @@ std::pair<double, double> CostModel::ring_link(const std::vector<int>& group) co
 
 StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_batch) const {
   StageEstimate e;
+  e.recompute = s.recompute_in(training_);
   const int t = s.tp();
   double fwd = 0, bwd = 0;
   for (int r = 0; r < t; ++r) {
@@ -64,7 +71,7 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
     const GpuSpec& gpu = cluster_.gpu(d);
     const DeviceProfile& prof = profile_.device(gpu.name);
     double f = s.layers() * layer_forward_s(d, phi, micro_batch);
-    double b = s.layers() * layer_backward_s(d, phi, micro_batch);
+    double b = s.layers() * layer_backward_s(d, phi, micro_batch, e.recompute);
     if (first) {
       f += kernels_time(embedding_forward(model_, training_, micro_batch), gpu, prof);
       b += kernels_time(embedding_backward(model_, training_, micro_batch), gpu, prof);
@@ -80,7 +87,7 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
     auto [bw, lat] = ring_link(s.devices);
     const double ar = collective_time(Collective::kAllReduce,
                                       hidden_bytes(model_, training_, micro_batch), t, bw, lat);
-    const int recompute = training_.recompute == Recompute::kFull ? 2 : 0;
+    const int recompute = recompute_all_reduces(e.recompute);
     const double tp_f = ar * (2 * s.layers() + (first ? 1 : 0));
     const double tp_b = ar * ((2 + recompute) * s.layers() + (last ? 1 : 0));
     fwd += tp_f;
@@ -149,6 +156,7 @@ MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) c
   shape.in_flight = in_flight_micro_batches(training_.schedule, si, stages, p.micro_batches());
   shape.dp = dp;
   shape.micro_batch = p.micro_batch;
+  shape.recompute = s.recompute;
   return device_memory(model_, training_, shape);
 }
 
@@ -316,7 +324,8 @@ Json Estimate::to_json() const {
       stages.push_back({{"forward_s", s.forward_s},
                         {"backward_s", s.backward_s},
                         {"tp_comm_s", s.tp_comm_s},
-                        {"send_s", s.send_s}});
+                        {"send_s", s.send_s},
+                        {"recompute", to_string(s.recompute)}});
     }
     pipes.push_back({{"micro_batches", p.micro_batches},
                      {"time_s", p.time_s},

@@ -1,7 +1,8 @@
 #pragma once
 // Closed-form estimate of a plan's training iteration (DESIGN §4):
 //   per stage and micro-batch: forward / backward = slowest TP rank's kernels
-//     + TP all-reduces (2 per layer forward, 2 backward, 2 more under full recompute)
+//     + TP all-reduces (2 per layer forward, 2 backward, 2 more under full recompute),
+//     recompute being the stage's own (plan "recompute") or the training config's
 //   stage boundary: the b*s*h activation split into min(t_a, t_b) chunks sent in
 //     parallel, then all-gathered inside the receiving TP group; flows leaving or
 //     entering a machine share its NICs
@@ -34,6 +35,7 @@ struct StageEstimate {
   double backward_s = 0;  // per micro-batch, compute + TP collectives (incl. recompute)
   double tp_comm_s = 0;   // per micro-batch, forward + backward TP collectives
   double send_s = 0;      // per micro-batch, activation to the next stage (0 for the last)
+  Recompute recompute = Recompute::kSelective;  // what the stage runs
 };
 
 struct PipelineEstimate {
@@ -86,11 +88,12 @@ class CostModel {
   // Compute time of one layer (both blocks) forward / backward on one device (s).
   double layer_forward_s(int device, double phi, int micro_batch) const;
   double layer_backward_s(int device, double phi, int micro_batch) const;
+  double layer_backward_s(int device, double phi, int micro_batch, Recompute r) const;
 
   // Ring bottleneck bandwidth (bytes/s) and largest hop latency (s) of a group in order.
   std::pair<double, double> ring_link(const std::vector<int>& group) const;
 
-  // One stage of a pipeline (send_s left 0; see transfer_s).
+  // One stage of a pipeline under its recompute (send_s left 0; see transfer_s).
   StageEstimate stage(const Stage& s, bool first, bool last, int micro_batch) const;
   // Moving `bytes` from TP group `src` to TP group `dst` (chunks + all-gather).
   double transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes) const;
@@ -103,14 +106,14 @@ class CostModel {
   Estimate estimate(const Plan& plan) const;
 
  private:
-  double layer_s(int device, double phi, int micro_batch, bool forward) const;
+  double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r) const;
   void dp_sync(const Plan& plan, Estimate& est) const;
 
   const Cluster& cluster_;
   const Model& model_;
   const TrainingConfig& training_;
   const Profile& profile_;
-  mutable std::map<std::tuple<int, double, int, bool>, double> layer_cache_;
+  mutable std::map<std::tuple<int, double, int, bool, Recompute>, double> layer_cache_;
 };
 
 }  // namespace hexi

@@ -194,7 +194,7 @@ void ExactSearch::search(int d) {
 
 std::optional<SpecResult> ExactSearch::run(std::optional<SpecResult> incumbent) {
   best_ = std::move(incumbent);
-  const int d_max = max_pipelines_by_memory(ev_.cost_model());
+  const int d_max = max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute());
   for (int d = 1; d <= d_max && !stopped_; ++d) search(d);
   stats_.proven = !stopped_;
   return best_;

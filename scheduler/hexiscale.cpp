@@ -11,18 +11,22 @@ namespace hexi {
 Result<HexiScaleOptions> read_hexiscale_options(const Json& options, const std::string& origin) {
   return load_with([&] {
     JsonNode node(options, origin, "/scheduler");
-    node.allow_only({"tau", "seeds", "refine", "device_level_max"});
+    node.allow_only({"tau", "seeds", "refine", "device_level_max", "recompute"});
     HexiScaleOptions o;
     o.tau = static_cast<int>(node.integer_or("tau", 1, 16, o.tau));
     o.seeds = static_cast<int>(node.integer_or("seeds", 1, 64, o.seeds));
     o.refine = node.boolean_or("refine", o.refine);
     o.device_level_max =
         static_cast<int>(node.integer_or("device_level_max", 1, 1 << 20, o.device_level_max));
+    const std::string recompute = node.str_or("recompute", "per-stage");
+    if (recompute != "per-stage" && recompute != "scenario")
+      node.at("recompute").fail("\"per-stage\" or \"scenario\"");
+    o.per_stage_recompute = recompute == "per-stage";
     return o;
   });
 }
 
-int max_pipelines_by_memory(const CostModel& cm) {
+int max_pipelines_by_memory(const CostModel& cm, std::optional<Recompute> recompute) {
   const Model& m = cm.model();
   const TrainingConfig& t = cm.training();
   const Cluster& c = cm.cluster();
@@ -33,6 +37,7 @@ int max_pipelines_by_memory(const CostModel& cm) {
   whole.layer_end = m.layers;
   whole.first = whole.last = true;
   whole.micro_batch = t.micro_batch;
+  whole.recompute = recompute;
   MemoryBreakdown mem = device_memory(m, t, whole);
   const double replica = mem.weights + mem.gradients + mem.activations + mem.logits;
   double usable = 0;
@@ -74,7 +79,7 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
       sc.scheduler == "hexiscale" ? sc.scheduler_options : Json::object(), sc.file.string());
   if (!hx) return hx.error();
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
-  SpecEvaluator ev(cm);
+  SpecEvaluator ev(cm, hx->per_stage_recompute);
   SearchClock clock("hexiscale", options);
   auto best = hexiscale_search(ev, *hx, clock, options.seed);
   if (!best) return no_feasible_plan(sc, "hexiscale");

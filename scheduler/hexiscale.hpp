@@ -15,7 +15,7 @@
 // Deterministic for a seed when no time budget cuts it short. Large clusters
 // (more than 64 GPUs) partition machines rather than devices.
 // Scenario "scheduler" options: {"tau": 3, "seeds": 3, "refine": true,
-// "device_level_max": 64} (see README).
+// "device_level_max": 64, "recompute": "per-stage"} (see README).
 
 #include <optional>
 
@@ -25,10 +25,12 @@
 namespace hexi {
 
 struct HexiScaleOptions {
-  int tau = 3;                // top-tau greedy width for stage ordering
-  int seeds = 3;              // METIS seeds per (D, cut mode)
-  bool refine = true;         // local refinement after the partition sweep
-  int device_level_max = 64;  // partition devices up to this many GPUs, machines above
+  int tau = 3;                      // top-tau greedy width for stage ordering
+  int seeds = 3;                    // METIS seeds per (D, cut mode)
+  bool refine = true;               // local refinement after the partition sweep
+  int device_level_max = 64;        // partition devices up to this many GPUs, machines above
+  bool per_stage_recompute = true;  // stages choose none/selective/full ("per-stage"), or
+                                    // all run the scenario's ("scenario")
 };
 
 Result<HexiScaleOptions> read_hexiscale_options(const Json& options, const std::string& origin);
@@ -45,8 +47,9 @@ std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOpt
 Result<SearchResult> run_hexiscale(const Scenario& scenario, const SearchOptions& options);
 
 // The largest number of pipelines whose model replicas can fit in the cluster's
-// memory at all (ZeRO-1 shards the optimizer state over them); >= 1.
-int max_pipelines_by_memory(const CostModel& cm);
+// memory at all (ZeRO-1 shards the optimizer state over them), with activations
+// under `recompute` (default: the training config's); >= 1.
+int max_pipelines_by_memory(const CostModel& cm, std::optional<Recompute> recompute = std::nullopt);
 
 // Error for "no feasible plan found": memory needed vs available.
 Error no_feasible_plan(const Scenario& scenario, const std::string& scheduler);

@@ -193,7 +193,8 @@ void HexiScaleSearch::sweep() {
   // Every D from 1 to the most pipelines memory allows; when that is more than
   // kMaxSweep values, every stride-th D first, then every D around the best.
   const int d_max =
-      std::min<int>(max_pipelines_by_memory(ev_.cost_model()), static_cast<int>(units_.size()));
+      std::min<int>(max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute()),
+                    static_cast<int>(units_.size()));
   const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
   for (int d = 1; d <= d_max && !clock_.out_of_time(); d += stride) try_pipelines(d, d_max);
   if (stride > 1 && best_) {

@@ -56,7 +56,10 @@ struct ShapeKey {
   int layers;
   bool first, last;
   double extra;
-  auto tie() const { return std::tie(kind, micro_batch, phi, layers, first, last, extra); }
+  Recompute recompute;  // backward ops: the stage's recompute
+  auto tie() const {
+    return std::tie(kind, micro_batch, phi, layers, first, last, extra, recompute);
+  }
   bool operator<(const ShapeKey& o) const { return tie() < o.tie(); }
 };
 
@@ -136,6 +139,7 @@ class Lowerer {
           l.micro_batches = pipe.micro_batches();
           l.loss_scale = static_cast<double>(pipe.micro_batch) / t_.global_batch;
           l.params = stage_params(m_, stage_shape(l));
+          l.recompute = st.recompute_in(t_);
           used_.push_back(l.device);
         }
       }
@@ -167,9 +171,9 @@ class Lowerer {
 
   // Backward kernels of a block; under full recompute the replayed forward is its
   // own op, so its kernels are left out here.
-  std::vector<Kernel> backward_kernels(Block block, int b, double phi) const {
-    std::vector<Kernel> ks = block_backward(m_, t_, block, b, phi);
-    if (t_.recompute == Recompute::kFull) {
+  std::vector<Kernel> backward_kernels(Block block, int b, double phi, Recompute r) const {
+    std::vector<Kernel> ks = block_backward(m_, t_, block, b, phi, r);
+    if (r == Recompute::kFull) {
       std::erase_if(ks, [](const Kernel& k) { return k.name == "recompute"; });
     }
     return ks;
@@ -194,9 +198,9 @@ class Lowerer {
       case ComputeKind::kMlpRecompute:
         return block_forward(m_, t_, Block::kMlp, b, phi);
       case ComputeKind::kAttnBwd:
-        return backward_kernels(Block::kAttention, b, phi);
+        return backward_kernels(Block::kAttention, b, phi, k.recompute);
       case ComputeKind::kMlpBwd:
-        return backward_kernels(Block::kMlp, b, phi);
+        return backward_kernels(Block::kMlp, b, phi, k.recompute);
       case ComputeKind::kHeadFwd:
         return head_forward(m_, t_, b, phi);
       case ComputeKind::kHeadBwd:
@@ -212,8 +216,8 @@ class Lowerer {
       case ComputeKind::kStageBwd:
         if (k.last) append(out, head_backward(m_, t_, b, phi));
         for (int l = 0; l < k.layers; ++l) {
-          append(out, block_backward(m_, t_, Block::kMlp, b, phi));
-          append(out, block_backward(m_, t_, Block::kAttention, b, phi));
+          append(out, block_backward(m_, t_, Block::kMlp, b, phi, k.recompute));
+          append(out, block_backward(m_, t_, Block::kAttention, b, phi, k.recompute));
         }
         if (k.first) append(out, embedding_backward(m_, t_, b));
         return out;
@@ -331,12 +335,18 @@ class Lowerer {
 
   ShapeKey key(ComputeKind kind, const DeviceLayout& l, int layers = 0, double extra = 0) const {
     const bool stage_op = kind == ComputeKind::kStageFwd || kind == ComputeKind::kStageBwd;
-    return {kind, l.micro_batch, l.phi, layers, stage_op && l.first, stage_op && l.last, extra};
+    const bool backward = kind == ComputeKind::kAttnBwd || kind == ComputeKind::kMlpBwd ||
+                          kind == ComputeKind::kStageBwd;
+    // Only backward kernels depend on recompute; forward shapes stay shared.
+    const Recompute r = backward ? recompute_of(l) : Recompute::kNone;
+    return {kind, l.micro_batch, l.phi, layers, stage_op && l.first, stage_op && l.last, extra, r};
   }
+
+  Recompute recompute_of(const DeviceLayout& l) const { return l.recompute.value_or(t_.recompute); }
 
   int fold_id(const DeviceLayout& l, bool forward) {
     if (l.tp <= 1) return -1;
-    const int recompute = t_.recompute == Recompute::kFull ? 2 : 0;
+    const int recompute = recompute_all_reduces(recompute_of(l));
     const int layers = l.layer_end - l.layer_begin;
     Fold f;
     f.group = l.tp_group;
@@ -399,7 +409,7 @@ class Lowerer {
         tp_all_reduce(device, TensorKind::kActivationGrad, j);
       }
       for (int layer = l.layer_end - 1; layer >= l.layer_begin; --layer) {
-        if (t_.recompute == Recompute::kFull) {
+        if (recompute_of(l) == Recompute::kFull) {
           compute(device, ComputeKind::kAttnRecompute, layer, j,
                   key(ComputeKind::kAttnRecompute, l), dep);
           dep = -1;

@@ -25,6 +25,7 @@ double rank_memory(const CostModel& cm, const Stage& s, bool first, bool last, i
   shape.in_flight = in_flight;
   shape.dp = dp;
   shape.micro_batch = micro_batch;
+  shape.recompute = s.recompute;
   return device_memory(cm.model(), cm.training(), shape).total();
 }
 
@@ -41,13 +42,29 @@ void fit_memory(const CostModel& cm, const Stage& s, bool first, bool last, int 
   t.mem_slope = (m11 - m01) - t.mem_slope_f;
 }
 
+bool same_terms(const StageTerms& a, const StageTerms& b) {
+  return a.per_layer_s == b.per_layer_s && a.fixed_s == b.fixed_s && a.send_s == b.send_s &&
+         a.mem_base == b.mem_base && a.mem_base_f == b.mem_base_f && a.mem_slope == b.mem_slope &&
+         a.mem_slope_f == b.mem_slope_f && a.capacity_bytes == b.capacity_bytes;
+}
+
+// Most layers a stage may hold at a bound on its time (its memory cap without one).
+int fit_under(const StageTerms& t, int cap, double bound) {
+  if (std::isinf(bound)) return cap;
+  const double room = (bound - t.fixed_s) / t.per_layer_s + 1e-9;
+  return std::clamp(static_cast<int>(std::floor(room)), 0, cap);
+}
+
 }  // namespace
 
 StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, bool first, bool last,
-                       const std::vector<int>* next, int dp, int micro_batch) {
+                       const std::vector<int>* next, int dp, int micro_batch,
+                       std::optional<Recompute> r) {
   StageTerms t;
   Stage s;
   s.devices = devices;
+  s.recompute = r;
+  t.recompute = s.recompute_in(cm.training());
   s.layer_end = 1;
   StageEstimate one = cm.stage(s, first, last, micro_batch);
   s.layer_end = 2;
@@ -60,10 +77,10 @@ StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, boo
   }
   // The tightest rank: least headroom with one layer and one micro-batch in flight.
   double worst = kInfeasible;
-  for (int r = 0; r < s.tp(); ++r) {
+  for (int rank = 0; rank < s.tp(); ++rank) {
     StageTerms candidate;
-    fit_memory(cm, s, first, last, r, dp, micro_batch, candidate);
-    candidate.capacity_bytes = cm.cluster().device_memory_bytes(devices[r]);
+    fit_memory(cm, s, first, last, rank, dp, micro_batch, candidate);
+    candidate.capacity_bytes = cm.cluster().device_memory_bytes(devices[rank]);
     const double headroom = candidate.capacity_bytes - candidate.memory(1, 1);
     if (headroom < worst) {
       worst = headroom;
@@ -89,20 +106,61 @@ std::vector<StageTerms> pipeline_terms(const CostModel& cm,
   return out;
 }
 
+std::vector<std::vector<StageTerms>> pipeline_options(const CostModel& cm,
+                                                      const std::vector<std::vector<int>>& stages,
+                                                      int dp, int micro_batch,
+                                                      const std::vector<Recompute>& modes) {
+  std::vector<std::vector<StageTerms>> out;
+  const int k = static_cast<int>(stages.size());
+  for (int i = 0; i < k; ++i) {
+    std::vector<StageTerms> options;
+    for (std::size_t q = 0; q < modes.size(); ++q) {
+      // The send does not depend on recompute: computed once.
+      const std::vector<int>* next = q == 0 && i + 1 < k ? &stages[i + 1] : nullptr;
+      StageTerms t =
+          stage_terms(cm, stages[i], i == 0, i == k - 1, next, dp, micro_batch, modes[q]);
+      if (q > 0) t.send_s = options.front().send_s;
+      const bool duplicate = std::any_of(options.begin(), options.end(),
+                                         [&](const StageTerms& o) { return same_terms(o, t); });
+      if (!duplicate) options.push_back(t);
+    }
+    out.push_back(std::move(options));
+  }
+  return out;
+}
+
+std::vector<Recompute> recompute_modes(const TrainingConfig& t, bool per_stage) {
+  std::vector<Recompute> out{t.recompute};
+  if (!per_stage) return out;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    if (r != t.recompute) out.push_back(r);
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<std::vector<StageTerms>> one_option_each(std::vector<StageTerms> terms) {
+  std::vector<std::vector<StageTerms>> out;
+  for (auto& t : terms) out.push_back({std::move(t)});
+  return out;
+}
+
+}  // namespace
+
 PipelineCurve::PipelineCurve(std::vector<StageTerms> terms, int layers, PipelineSchedule schedule)
-    : terms_(std::move(terms)), num_layers_(layers), schedule_(schedule) {
-  by_cost_.resize(terms_.size());
-  std::iota(by_cost_.begin(), by_cost_.end(), 0);
-  std::stable_sort(by_cost_.begin(), by_cost_.end(),
-                   [&](int a, int b) { return terms_[a].per_layer_s < terms_[b].per_layer_s; });
-  for (const auto& t : terms_) {
-    fixed_sum_ += t.fixed_s + 2 * t.send_s;
-    send_max_ = std::max(send_max_, t.send_s);
+    : PipelineCurve(one_option_each(std::move(terms)), layers, schedule) {}
+
+PipelineCurve::PipelineCurve(std::vector<std::vector<StageTerms>> options, int layers,
+                             PipelineSchedule schedule)
+    : options_(std::move(options)), num_layers_(layers), schedule_(schedule) {
+  for (const auto& o : options_) {
+    send_sum_ += 2 * o.front().send_s;
+    send_max_ = std::max(send_max_, o.front().send_s);
   }
 }
 
-int PipelineCurve::layer_cap(int stage, int in_flight) const {
-  const StageTerms& t = terms_[stage];
+int PipelineCurve::layer_cap(const StageTerms& t, int in_flight) const {
   const double room =
       t.capacity_bytes * (1 - kMemoryMargin) - t.mem_base - in_flight * t.mem_base_f;
   const double slope = t.mem_slope + in_flight * t.mem_slope_f;
@@ -110,18 +168,63 @@ int PipelineCurve::layer_cap(int stage, int in_flight) const {
   return static_cast<int>(std::min<double>(num_layers_, std::floor(room / slope)));
 }
 
-double PipelineCurve::solve(int m, std::vector<int>* layers, double* bottleneck) const {
+void PipelineCurve::solve(int m, Solution& out) const {
   const int k = num_stages(), L = num_layers_;
-  if (k == 0 || k > L || m < 1) return kInfeasible;
-  std::vector<int> cap(k);
+  if (k == 0 || k > L || m < 1) return;
+  Choices choices(k);
   long total_cap = 0;
+  bool single = true;
   for (int i = 0; i < k; ++i) {
-    cap[i] = layer_cap(i, in_flight_micro_batches(schedule_, i, k, m));
-    if (cap[i] < 1) return kInfeasible;
-    total_cap += cap[i];
+    const int in_flight = in_flight_micro_batches(schedule_, i, k, m);
+    std::vector<Choice> all;
+    for (std::size_t q = 0; q < options_[i].size(); ++q) {
+      // No stage holds more than L - k + 1 layers (the others need one each).
+      const int cap = std::min(layer_cap(options_[i][q], in_flight), L - k + 1);
+      if (cap >= 1) all.push_back({&options_[i][q], static_cast<int>(q), cap});
+    }
+    // An option no faster, with no smaller fixed time, that holds as many layers
+    // makes another useless (on a tie, the earlier one stays).
+    auto dominates = [](const Choice& a, const Choice& b) {
+      const StageTerms &x = *a.terms, &y = *b.terms;
+      if (x.per_layer_s > y.per_layer_s || x.fixed_s > y.fixed_s || a.cap < b.cap) return false;
+      const bool tie = x.per_layer_s == y.per_layer_s && x.fixed_s == y.fixed_s && a.cap == b.cap;
+      return !tie || a.option < b.option;
+    };
+    for (const Choice& c : all) {
+      const bool useless = std::any_of(all.begin(), all.end(), [&](const Choice& o) {
+        return o.option != c.option && dominates(o, c);
+      });
+      if (!useless) choices[i].push_back(c);
+    }
+    if (choices[i].empty()) return;
+    int most = 0;
+    for (const Choice& c : choices[i]) most = std::max(most, c.cap);
+    total_cap += most;
+    single = single && choices[i].size() == 1;
   }
-  if (total_cap < L) return kInfeasible;
-  auto value = [&](int i, int l) { return terms_[i].fixed_s + l * terms_[i].per_layer_s; };
+  if (total_cap < L) return;
+  if (single) {
+    solve_single(m, choices, out);
+  } else {
+    solve_options(m, choices, out);
+  }
+}
+
+void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) const {
+  const int k = num_stages(), L = num_layers_;
+  std::vector<const StageTerms*> terms(k);
+  std::vector<int> cap(k);
+  double fixed_sum = 0;  // sum e_i + 2 sum C_i
+  for (int i = 0; i < k; ++i) {
+    terms[i] = choices[i].front().terms;
+    cap[i] = choices[i].front().cap;
+    fixed_sum += terms[i]->fixed_s + 2 * terms[i]->send_s;
+  }
+  std::vector<int> by_cost(k);  // stage indices, cheapest per-layer time first
+  std::iota(by_cost.begin(), by_cost.end(), 0);
+  std::stable_sort(by_cost.begin(), by_cost.end(),
+                   [&](int a, int b) { return terms[a]->per_layer_s < terms[b]->per_layer_s; });
+  auto value = [&](int i, int l) { return terms[i]->fixed_s + l * terms[i]->per_layer_s; };
   // Smallest feasible bound on the slowest stage: hand out layers one at a time to
   // the stage whose time grows least (optimal for min-max with per-stage caps).
   std::vector<int> l(k, 1);
@@ -140,17 +243,12 @@ double PipelineCurve::solve(int m, std::vector<int>* layers, double* bottleneck)
     if (l[i] < cap[i]) heap.emplace(value(i, l[i] + 1), i);
   }
   // For a bound B, the smallest sum fills the cheapest stages first.
-  auto fill = [&](double b, std::vector<int>& out) {
-    std::fill(out.begin(), out.end(), 1);
+  auto fill = [&](double b, std::vector<int>& ls) {
+    std::fill(ls.begin(), ls.end(), 1);
     int left = L - k;
-    for (int i : by_cost_) {
-      const int fit =
-          std::isinf(b)
-              ? cap[i]
-              : std::min<int>(cap[i], static_cast<int>(std::floor(
-                                          (b - terms_[i].fixed_s) / terms_[i].per_layer_s + 1e-9)));
-      const int add = std::clamp(fit - 1, 0, left);
-      out[i] += add;
+    for (int i : by_cost) {
+      const int add = std::clamp(fit_under(*terms[i], cap[i], b) - 1, 0, left);
+      ls[i] += add;
       left -= add;
     }
     return left == 0;
@@ -158,7 +256,7 @@ double PipelineCurve::solve(int m, std::vector<int>* layers, double* bottleneck)
   auto objective = [&](const std::vector<int>& ls, double* worst) {
     double sum = 0, top = 0;
     for (int i = 0; i < k; ++i) {
-      sum += ls[i] * terms_[i].per_layer_s;
+      sum += ls[i] * terms[i]->per_layer_s;
       top = std::max(top, value(i, ls[i]));
     }
     *worst = std::max(top, send_max_);
@@ -173,13 +271,12 @@ double PipelineCurve::solve(int m, std::vector<int>* layers, double* bottleneck)
     std::vector<int> floor_l(k);
     fill(kInfeasible, floor_l);
     double floor_sum = 0;
-    for (int i = 0; i < k; ++i) floor_sum += floor_l[i] * terms_[i].per_layer_s;
+    for (int i = 0; i < k; ++i) floor_sum += floor_l[i] * terms[i]->per_layer_s;
     // Larger bounds: only worth it while the smaller sum can pay for them.
     for (;;) {
       double next = kInfeasible;
       for (int i = 0; i < k; ++i) {
-        const double room = (bound - terms_[i].fixed_s) / terms_[i].per_layer_s + 1e-9;
-        const int at = std::min<int>(cap[i], static_cast<int>(std::floor(room)));
+        const int at = fit_under(*terms[i], cap[i], bound);
         if (at < cap[i]) next = std::min(next, value(i, at + 1));  // stage i's next breakpoint
       }
       if (std::isinf(next) || floor_sum + (m - 1) * std::max(next, send_max_) >= best) break;
@@ -194,18 +291,148 @@ double PipelineCurve::solve(int m, std::vector<int>* layers, double* bottleneck)
       }
     }
   }
-  if (layers != nullptr) *layers = best_l;
-  if (bottleneck != nullptr) *bottleneck = best_worst;
-  return fixed_sum_ + best;
+  out.time = fixed_sum + best;
+  out.bottleneck = best_worst;
+  out.layers = std::move(best_l);
+  out.option.resize(k);
+  for (int i = 0; i < k; ++i) out.option[i] = static_cast<std::uint8_t>(choices[i].front().option);
+}
+
+bool PipelineCurve::min_sum(const Choices& choices, double bound, std::vector<int>& layers,
+                            std::vector<std::uint8_t>& option, double& sum) const {
+  const int k = num_stages(), L = num_layers_;
+  const std::size_t width = static_cast<std::size_t>(L) + 1;
+  // best[j]: least sum of the stages so far holding j layers; from: (x, option) of
+  // stage i at j, x = layers of the stages before it.
+  std::vector<double> prev(width, kInfeasible), cur(width);
+  std::vector<std::pair<int, int>> from(static_cast<std::size_t>(k) * width, {-1, -1});
+  std::vector<int> window(width);  // a monotone deque of x, by prev[x] - x * c
+  prev[0] = 0;
+  for (int i = 0; i < k; ++i) {
+    std::fill(cur.begin(), cur.end(), kInfeasible);
+    const int lo = i + 1, hi = L - (k - 1 - i);  // layers of stages 0..i
+    for (const Choice& ch : choices[i]) {
+      const StageTerms& t = *ch.terms;
+      const int most = fit_under(t, ch.cap, bound);
+      if (most < 1) continue;
+      // cur[j] = min over l in [1, most] of prev[j - l] + e + l * c: a sliding minimum
+      // of prev[x] - x * c over x in [j - most, j - 1].
+      auto key = [&](int x) { return prev[x] - x * t.per_layer_s; };
+      int head = 0, tail = 0;
+      for (int j = lo; j <= hi; ++j) {
+        const int x = j - 1;
+        if (!std::isinf(prev[x])) {
+          while (tail > head && key(window[tail - 1]) >= key(x)) --tail;
+          window[tail++] = x;
+        }
+        while (tail > head && window[head] < j - most) ++head;
+        if (tail == head) continue;
+        const int y = window[head];
+        const double v = prev[y] + (t.fixed_s + (j - y) * t.per_layer_s);
+        if (v < cur[j]) {
+          cur[j] = v;
+          from[static_cast<std::size_t>(i) * width + j] = {y, ch.option};
+        }
+      }
+    }
+    std::swap(prev, cur);
+  }
+  if (std::isinf(prev[L])) return false;
+  layers.assign(k, 0);
+  option.assign(k, 0);
+  for (int i = k - 1, j = L; i >= 0; --i) {
+    auto [x, q] = from[static_cast<std::size_t>(i) * width + j];
+    layers[i] = j - x;
+    option[i] = static_cast<std::uint8_t>(q);
+    j = x;
+  }
+  sum = 0;
+  for (int i = 0; i < k; ++i) {
+    const StageTerms& t = options_[i][option[i]];
+    sum += t.fixed_s + layers[i] * t.per_layer_s;
+  }
+  return true;
+}
+
+void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) const {
+  const int k = num_stages(), L = num_layers_;
+  // g_i(l): the cheapest option of stage i that holds l layers.
+  auto g = [&](int i, int l) {
+    double v = kInfeasible;
+    for (const Choice& c : choices[i]) {
+      if (l <= c.cap) v = std::min(v, c.terms->fixed_s + l * c.terms->per_layer_s);
+    }
+    return v;
+  };
+  // Smallest feasible bound: the greedy over g_i (nondecreasing in l).
+  std::vector<int> l(k, 1);
+  using Item = std::pair<double, int>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
+  double bound = 0;
+  for (int i = 0; i < k; ++i) {
+    bound = std::max(bound, g(i, 1));
+    if (const double v = g(i, 2); !std::isinf(v)) heap.emplace(v, i);
+  }
+  for (int left = L - k; left > 0; --left) {
+    auto [v, i] = heap.top();
+    heap.pop();
+    ++l[i];
+    bound = std::max(bound, v);
+    if (const double w = g(i, l[i] + 1); !std::isinf(w)) heap.emplace(w, i);
+  }
+  double best = kInfeasible, best_worst = kInfeasible;
+  std::vector<int> ls;
+  std::vector<std::uint8_t> os;
+  auto consider = [&](double b) {
+    double sum = 0;
+    if (!min_sum(choices, b, ls, os, sum)) return;
+    double top = 0;
+    for (int i = 0; i < k; ++i) {
+      const StageTerms& t = options_[i][os[i]];
+      top = std::max(top, t.fixed_s + ls[i] * t.per_layer_s);
+    }
+    const double worst = std::max(top, send_max_);
+    const double obj = sum + (m - 1) * worst;
+    if (obj < best) {
+      best = obj;
+      best_worst = worst;
+      out.layers = ls;
+      out.option = os;
+    }
+  };
+  if (m == 1) {
+    consider(kInfeasible);  // no bound term: the smallest sum wins outright
+  } else {
+    consider(bound);
+    double floor_sum = 0;
+    if (!min_sum(choices, kInfeasible, ls, os, floor_sum)) return;
+    // Larger bounds (the options' breakpoints), while the smaller sum can pay for them.
+    for (;;) {
+      double next = kInfeasible;
+      for (int i = 0; i < k; ++i) {
+        for (const Choice& c : choices[i]) {
+          const int at = fit_under(*c.terms, c.cap, bound);
+          if (at < c.cap) next = std::min(next, c.terms->fixed_s + (at + 1) * c.terms->per_layer_s);
+        }
+      }
+      if (std::isinf(next) || floor_sum + (m - 1) * std::max(next, send_max_) >= best) break;
+      bound = next;
+      consider(bound);
+    }
+  }
+  if (std::isinf(best)) return;
+  out.time = send_sum_ + best;
+  out.bottleneck = best_worst;
 }
 
 const PipelineCurve::Solution& PipelineCurve::solution(int m) const {
   auto [it, fresh] = memo_.try_emplace(m);
   Solution& s = it->second;
   if (fresh) {
-    s.time = solve(m, &s.layers, &s.bottleneck);
+    solve(m, s);
     if (s.time == kInfeasible) {
       s.layers.clear();
+      s.option.clear();
       s.bottleneck = kInfeasible;
     }
   }
@@ -213,9 +440,10 @@ const PipelineCurve::Solution& PipelineCurve::solution(int m) const {
 }
 
 std::size_t PipelineCurve::memory_bytes() const {
-  std::size_t bytes = sizeof(*this) + terms_.size() * (sizeof(StageTerms) + sizeof(int));
+  std::size_t bytes = sizeof(*this);
+  for (const auto& o : options_) bytes += sizeof(o) + o.capacity() * sizeof(StageTerms);
   for (const auto& [_, s] : memo_)
-    bytes += 64 + sizeof(Solution) + s.layers.capacity() * sizeof(int);
+    bytes += 64 + sizeof(Solution) + s.layers.capacity() * sizeof(int) + s.option.capacity();
   return bytes;
 }
 
@@ -225,6 +453,15 @@ double PipelineCurve::time(int m) const {
 
 std::vector<int> PipelineCurve::layers(int m) const {
   return m < 1 ? std::vector<int>{} : solution(m).layers;
+}
+
+std::vector<Recompute> PipelineCurve::recompute(int m) const {
+  std::vector<Recompute> out;
+  if (m < 1) return out;
+  const Solution& s = solution(m);
+  for (std::size_t i = 0; i < s.option.size(); ++i)
+    out.push_back(options_[i][s.option[i]].recompute);
+  return out;
 }
 
 double PipelineCurve::bottleneck(int m) const {

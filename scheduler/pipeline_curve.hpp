@@ -15,8 +15,22 @@
 // where the smaller sum still pays for the (m - 1)-weighted larger bound.
 // T(m) equals CostModel::estimate's pipeline time for the same plan (tested);
 // memory caps keep a margin of 1e-9 of capacity against rounding.
+//
+// Per-stage recompute: a stage may come with several options (its terms under
+// recompute none / selective / full: full recompute costs one more forward per
+// layer but keeps only the layer input, so the stage holds more layers). The
+// cheapest option that fits l layers gives the stage's time g_i(l), nondecreasing
+// in l but no longer linear (it jumps where an option runs out of memory), so for
+// a bound B the smallest sum is a dynamic program over stages and layers (each
+// option's range of l a sliding-window minimum: O(stages x options x L)); the
+// smallest feasible bound is still the greedy over g_i, and the larger bounds are
+// the options' breakpoints, as above. Options that cannot help at a bound (another
+// is no slower and holds at least as many layers) are dropped first; when every
+// stage is left with one, the greedy fill above is used unchanged.
 
+#include <cstdint>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -28,6 +42,7 @@ constexpr double kInfeasible = std::numeric_limits<double>::infinity();
 
 // What a stage contributes, per micro-batch (from CostModel, see stage_terms()).
 struct StageTerms {
+  Recompute recompute = Recompute::kSelective;  // the stage's recompute these terms assume
   double per_layer_s = 0;  // c_i: forward + backward + TP collectives of one layer
   double fixed_s = 0;      // e_i: embedding (first) / head (last) and their collectives
   double send_s = 0;       // C_i: activation to the next stage (0 for the last)
@@ -42,26 +57,46 @@ struct StageTerms {
 };
 
 // Terms of the TP group `devices` at a pipeline position (first / last), sending
-// to `next` (nullptr for the last stage), in a plan of `dp` pipelines.
+// to `next` (nullptr for the last stage), in a plan of `dp` pipelines, under
+// recompute `r` (default: the training config's).
 StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, bool first, bool last,
-                       const std::vector<int>* next, int dp, int micro_batch);
-// Terms of every stage of a pipeline.
+                       const std::vector<int>* next, int dp, int micro_batch,
+                       std::optional<Recompute> r = std::nullopt);
+// Terms of every stage of a pipeline (the training config's recompute).
 std::vector<StageTerms> pipeline_terms(const CostModel& cm,
                                        const std::vector<std::vector<int>>& stages, int dp,
                                        int micro_batch);
+// Options of every stage of a pipeline: its terms under each of `modes` (in that
+// order; the first is preferred on ties), leaving out a mode whose terms equal an
+// earlier one's (selective is none under the flash kernel).
+std::vector<std::vector<StageTerms>> pipeline_options(const CostModel& cm,
+                                                      const std::vector<std::vector<int>>& stages,
+                                                      int dp, int micro_batch,
+                                                      const std::vector<Recompute>& modes);
+
+// The recompute modes a search may give a stage: the training config's first, then
+// the others (none, selective, full); only the training config's when `per_stage`
+// is false.
+std::vector<Recompute> recompute_modes(const TrainingConfig& t, bool per_stage);
 
 class PipelineCurve {
  public:
+  // One option per stage.
   PipelineCurve(std::vector<StageTerms> terms, int layers, PipelineSchedule schedule);
+  // Several options per stage (each non-empty; the first preferred on ties).
+  PipelineCurve(std::vector<std::vector<StageTerms>> options, int layers,
+                PipelineSchedule schedule);
 
-  int num_stages() const { return static_cast<int>(terms_.size()); }
-  const std::vector<StageTerms>& terms() const { return terms_; }
+  int num_stages() const { return static_cast<int>(options_.size()); }
+  const std::vector<std::vector<StageTerms>>& options() const { return options_; }
 
   // Pipeline time (s) with m micro-batches and the best layer split; kInfeasible
   // when no split fits in memory (or there are more stages than layers).
   double time(int m) const;
   // The layer count of each stage at that optimum (empty when infeasible).
   std::vector<int> layers(int m) const;
+  // The recompute of each stage at that optimum (empty when infeasible).
+  std::vector<Recompute> recompute(int m) const;
   // The largest m in [0, max_m] whose time is < `limit` (time is nondecreasing in m).
   int max_micro_batches_below(double limit, int max_m) const;
   // Steady-state seconds per micro-batch at m (the max term), kInfeasible if none.
@@ -73,17 +108,30 @@ class PipelineCurve {
   struct Solution {
     double time = kInfeasible;
     double bottleneck = kInfeasible;
-    std::vector<int> layers;  // empty when infeasible
+    std::vector<int> layers;           // empty when infeasible
+    std::vector<std::uint8_t> option;  // per stage: index into its options
   };
-  const Solution& solution(int m) const;  // memoised solve()
-  double solve(int m, std::vector<int>* layers, double* bottleneck) const;
-  int layer_cap(int stage, int in_flight) const;  // most layers that fit (0: none)
+  // An option of a stage usable at some m: its terms and the layers it can hold.
+  struct Choice {
+    const StageTerms* terms = nullptr;
+    int option = 0;
+    int cap = 0;
+  };
+  using Choices = std::vector<std::vector<Choice>>;  // per stage
+  const Solution& solution(int m) const;             // memoised solve()
+  void solve(int m, Solution& out) const;
+  void solve_single(int m, const Choices& choices, Solution& out) const;
+  void solve_options(int m, const Choices& choices, Solution& out) const;
+  // The least sum of stage times with every stage at most `bound` (DP over
+  // stages and layers); false when no split fits under it.
+  bool min_sum(const Choices& choices, double bound, std::vector<int>& layers,
+               std::vector<std::uint8_t>& option, double& sum) const;
+  int layer_cap(const StageTerms& t, int in_flight) const;  // most layers that fit (0: none)
 
-  std::vector<StageTerms> terms_;
+  std::vector<std::vector<StageTerms>> options_;
   int num_layers_ = 0;
   PipelineSchedule schedule_ = PipelineSchedule::k1F1B;
-  std::vector<int> by_cost_;  // stage indices, cheapest per-layer time first
-  double fixed_sum_ = 0;      // sum e_i + 2 sum C_i
+  double send_sum_ = 0;  // 2 sum C_i
   double send_max_ = 0;
   mutable std::unordered_map<int, Solution> memo_;  // by m (sparse: m reaches thousands)
 };

@@ -39,7 +39,7 @@ std::vector<int> Plan::devices() const {
 namespace {
 
 Stage read_stage(const JsonNode& node) {
-  node.allow_only({"devices", "layers", "head_split", "comment"});
+  node.allow_only({"devices", "layers", "head_split", "recompute", "comment"});
   Stage s;
   auto devices = node.at("devices");
   if (devices.size() == 0) devices.fail("a non-empty array of device ids");
@@ -59,6 +59,7 @@ Stage read_stage(const JsonNode& node) {
       s.head_split.push_back(static_cast<int>(split->at(i).integer_in(1, INT32_MAX)));
     }
   }
+  if (auto r = node.find("recompute")) s.recompute = read_recompute(*r);
   return s;
 }
 
@@ -111,6 +112,7 @@ Json to_json(const Plan& plan) {
     for (const auto& s : p.stages) {
       Json stage = {{"devices", s.devices}, {"layers", {s.layer_begin, s.layer_end}}};
       if (!s.head_split.empty()) stage["head_split"] = s.head_split;
+      if (s.recompute) stage["recompute"] = to_string(*s.recompute);
       stages.push_back(stage);
     }
     pipelines.push_back({{"batch", p.batch}, {"micro_batch", p.micro_batch}, {"stages", stages}});

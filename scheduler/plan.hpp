@@ -4,10 +4,13 @@
 //     "stages": [{"devices": [0, 1], "layers": [0, 16]}, ...]}, ...]}
 // Each pipeline takes its share of the global batch (uneven allowed); each stage
 // lists its devices (the TP group, in TP-rank order) and the layer range [l0, l1).
-// Optional per stage: "head_split": heads per device (uneven TP; default even).
+// Optional per stage: "head_split": heads per device (uneven TP; default even);
+// "recompute": "none" | "selective" | "full" (the stage's activation recompute;
+// default: the scenario's training.recompute).
 // Optional top level: "scheduler", "comment" (free text, kept on round trips).
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +26,8 @@ struct Stage {
   std::vector<int> devices;  // TP group, TP-rank order
   int layer_begin = 0;
   int layer_end = 0;
-  std::vector<int> head_split;  // empty: even split; else heads per device
+  std::vector<int> head_split;         // empty: even split; else heads per device
+  std::optional<Recompute> recompute;  // absent: the training config's
 
   int tp() const { return static_cast<int>(devices.size()); }
   int layers() const { return layer_end - layer_begin; }
@@ -31,6 +35,8 @@ struct Stage {
   double phi(int rank, int heads) const;
   // The largest fraction over the group (the slowest rank of an even-speed group).
   double max_phi(int heads) const;
+  // The recompute this stage runs under a training config.
+  Recompute recompute_in(const TrainingConfig& t) const { return recompute.value_or(t.recompute); }
 };
 
 struct Pipeline {

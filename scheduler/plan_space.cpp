@@ -72,11 +72,18 @@ std::vector<int> machine_classes(const Cluster& c) {
   return out;
 }
 
-SpecEvaluator::SpecEvaluator(const CostModel& cm)
-    : cm_(cm), class_of_(machine_classes(cm.cluster())) {
+SpecEvaluator::SpecEvaluator(const CostModel& cm, bool per_stage_recompute)
+    : cm_(cm),
+      modes_(hexi::recompute_modes(cm.training(), per_stage_recompute)),
+      class_of_(machine_classes(cm.cluster())) {
   for (std::size_t m = 0; m < cm.cluster().machines().size(); ++m) {
     symmetric_.push_back(machine_symmetric(cm.cluster(), static_cast<int>(m)));
   }
+}
+
+Recompute SpecEvaluator::least_memory_recompute() const {
+  const bool full = std::find(modes_.begin(), modes_.end(), Recompute::kFull) != modes_.end();
+  return full ? Recompute::kFull : cm_.training().recompute;
 }
 
 std::vector<std::vector<std::vector<int>>> SpecEvaluator::stages(const PlanSpec& spec) const {
@@ -127,7 +134,7 @@ std::shared_ptr<const PipelineCurve> SpecEvaluator::curve(const PlanSpec& spec, 
   }
   std::vector<std::vector<std::vector<int>>> all = stages(spec);
   auto curve = std::make_shared<const PipelineCurve>(
-      pipeline_terms(cm_, all[p], dp, cm_.training().micro_batch), cm_.model().layers,
+      pipeline_options(cm_, all[p], dp, cm_.training().micro_batch, modes_), cm_.model().layers,
       cm_.training().schedule);
   curves_.emplace(std::move(text), curve);
   return curve;
@@ -153,18 +160,26 @@ std::optional<Plan> SpecEvaluator::realize(const PlanSpec& spec, const std::stri
   if (bs.micro_batches.empty() || bs.slowest_s == kInfeasible) return std::nullopt;
   const int d = static_cast<int>(spec.pipelines.size());
   std::vector<std::vector<int>> layers;
+  std::vector<std::vector<std::optional<Recompute>>> recompute;
   for (int p = 0; p < d; ++p) {
-    layers.push_back(curve(spec, p, d)->layers(bs.micro_batches[p]));
+    auto c = curve(spec, p, d);
+    layers.push_back(c->layers(bs.micro_batches[p]));
     if (layers.back().empty()) return std::nullopt;
+    recompute.emplace_back();
+    for (Recompute r : c->recompute(bs.micro_batches[p])) {
+      recompute.back().push_back(r == cm_.training().recompute ? std::nullopt
+                                                               : std::optional<Recompute>(r));
+    }
   }
   return assemble_plan(stages(spec), layers, bs.micro_batches, cm_.training().micro_batch,
-                       scheduler);
+                       scheduler, recompute);
 }
 
 Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
                    const std::vector<std::vector<int>>& layers,
                    const std::vector<int>& micro_batches, int micro_batch,
-                   const std::string& scheduler) {
+                   const std::string& scheduler,
+                   const std::vector<std::vector<std::optional<Recompute>>>& recompute) {
   Plan plan;
   plan.scheduler = scheduler;
   for (std::size_t p = 0; p < stages.size(); ++p) {
@@ -174,7 +189,11 @@ Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
     int begin = 0;
     for (std::size_t s = 0; s < stages[p].size(); ++s) {
       if (layers[p][s] == 0) continue;
-      pipe.stages.push_back({stages[p][s], begin, begin + layers[p][s], {}});
+      pipe.stages.push_back({stages[p][s],
+                             begin,
+                             begin + layers[p][s],
+                             {},
+                             recompute.empty() ? std::nullopt : recompute[p][s]});
       begin += layers[p][s];
     }
     plan.pipelines.push_back(std::move(pipe));

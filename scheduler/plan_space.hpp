@@ -14,7 +14,10 @@
 //     has one CPU socket and no device-level link overrides);
 //   * the batch split is the exact minimiser of the slowest pipeline
 //     (batch_split.hpp) and each pipeline's layer split is the exact minimiser of
-//     its time (pipeline_curve.hpp), both subject to memory.
+//     its time (pipeline_curve.hpp), both subject to memory;
+//   * with per-stage recompute (the default), each stage's recompute (none /
+//     selective / full) is chosen with its layers by the same exact split; a plan
+//     stage names it only where it differs from the training config's.
 // A point of the space (a PlanSpec) therefore determines its Plan; the Plan's
 // iteration time comes from the full CostModel (pipelines + DP sync + optimizer).
 
@@ -67,9 +70,14 @@ struct ScoredPlan {
 // Turns PlanSpecs into Plans and scores them, caching per-pipeline curves.
 class SpecEvaluator {
  public:
-  explicit SpecEvaluator(const CostModel& cm);
+  // `per_stage_recompute`: stages may choose their recompute (recompute_modes());
+  // false: every stage runs the training config's.
+  explicit SpecEvaluator(const CostModel& cm, bool per_stage_recompute = true);
 
   const CostModel& cost_model() const { return cm_; }
+  const std::vector<Recompute>& recompute_modes() const { return modes_; }
+  // The mode of the least activation memory a stage may choose (for memory bounds).
+  Recompute least_memory_recompute() const;
   // TP groups of every pipeline (device ids), devices handed out in plan order.
   std::vector<std::vector<std::vector<int>>> stages(const PlanSpec& spec) const;
   // The curve of pipeline `p` of `spec` in a plan of `dp` pipelines (cached; the
@@ -93,19 +101,22 @@ class SpecEvaluator {
   BatchSplit split(const PlanSpec& spec);
 
   const CostModel& cm_;
-  std::vector<bool> symmetric_;  // per machine
-  std::vector<int> class_of_;    // per machine
+  std::vector<Recompute> modes_;  // the training config's first
+  std::vector<bool> symmetric_;   // per machine
+  std::vector<int> class_of_;     // per machine
   std::unordered_map<std::string, std::shared_ptr<const PipelineCurve>> curves_;
   long new_curves_ = 0;
   long evaluations_ = 0;
 };
 
 // A plan from per-pipeline TP groups, per-pipeline layers per stage (stages with 0
-// layers are left out: their GPUs idle) and micro-batches per pipeline.
+// layers are left out: their GPUs idle) and micro-batches per pipeline; `recompute`
+// (per pipeline and stage, empty: none given) sets the stages' "recompute".
 Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
                    const std::vector<std::vector<int>>& layers,
                    const std::vector<int>& micro_batches, int micro_batch,
-                   const std::string& scheduler);
+                   const std::string& scheduler,
+                   const std::vector<std::vector<std::optional<Recompute>>>& recompute = {});
 
 // A compact text form of a spec for logs and plan comments:
 // "3 pipelines: [m0:8/tp2 m1:4/tp1] [...]".

@@ -150,6 +150,7 @@ StageShape stage_shape(const DeviceLayout& l, int in_flight, int dp) {
   s.in_flight = in_flight;
   s.dp = dp;
   s.micro_batch = l.micro_batch;
+  s.recompute = l.recompute;
   return s;
 }
 

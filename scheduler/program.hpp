@@ -93,6 +93,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -235,9 +236,12 @@ struct DeviceLayout {
   double phi = 1.0;                    // (head_end - head_begin) / heads
   int micro_batch = 1;
   int micro_batches = 0;
-  double loss_scale = 0;         // micro_batch / global_batch
-  double params = 0;             // parameters held (stage_params)
-  double owned_params = 0;       // parameters this device's optimizer updates
+  double loss_scale = 0;    // micro_batch / global_batch
+  double params = 0;        // parameters held (stage_params)
+  double owned_params = 0;  // parameters this device's optimizer updates
+  // Its stage's activation recompute (lowering always sets it; absent in a file:
+  // the training config's). Full recompute is also visible as recompute ops.
+  std::optional<Recompute> recompute;
   int op_begin = 0, op_end = 0;  // its ops are ids [op_begin, op_end)
 };
 

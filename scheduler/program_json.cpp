@@ -72,28 +72,30 @@ Json op_json(const Program& p, int id) {
 Json layout_json(const Program& p, const DeviceLayout& l) {
   Json ops = Json::array();
   for (int id = l.op_begin; id < l.op_end; ++id) ops.push_back(op_json(p, id));
-  return {{"device", l.device},
-          {"pipeline", l.pipeline},
-          {"stage", l.stage},
-          {"stages", l.stages},
-          {"tp_rank", l.tp_rank},
-          {"tp", l.tp},
-          {"tp_group", l.tp_group},
-          {"gather_group", l.gather_group},
-          {"layers", {l.layer_begin, l.layer_end}},
-          {"first", l.first},
-          {"last", l.last},
-          {"heads", {l.head_begin, l.head_end}},
-          {"kv_heads", {l.kv_begin, l.kv_end}},
-          {"ffn", {l.ffn_begin, l.ffn_end}},
-          {"vocab", {l.vocab_begin, l.vocab_end}},
-          {"phi", l.phi},
-          {"micro_batch", l.micro_batch},
-          {"micro_batches", l.micro_batches},
-          {"loss_scale", l.loss_scale},
-          {"params", l.params},
-          {"owned_params", l.owned_params},
-          {"ops", ops}};
+  Json j = {{"device", l.device},
+            {"pipeline", l.pipeline},
+            {"stage", l.stage},
+            {"stages", l.stages},
+            {"tp_rank", l.tp_rank},
+            {"tp", l.tp},
+            {"tp_group", l.tp_group},
+            {"gather_group", l.gather_group},
+            {"layers", {l.layer_begin, l.layer_end}},
+            {"first", l.first},
+            {"last", l.last},
+            {"heads", {l.head_begin, l.head_end}},
+            {"kv_heads", {l.kv_begin, l.kv_end}},
+            {"ffn", {l.ffn_begin, l.ffn_end}},
+            {"vocab", {l.vocab_begin, l.vocab_end}},
+            {"phi", l.phi},
+            {"micro_batch", l.micro_batch},
+            {"micro_batches", l.micro_batches},
+            {"loss_scale", l.loss_scale},
+            {"params", l.params},
+            {"owned_params", l.owned_params}};
+  if (l.recompute) j["recompute"] = to_string(*l.recompute);
+  j["ops"] = ops;
+  return j;
 }
 
 Json shape_json(const Shape& s) {
@@ -212,11 +214,11 @@ void read_op(const JsonNode& j, int device, Program& p) {
 }
 
 void read_layout(const JsonNode& j, Program& p) {
-  j.allow_only({"device",       "pipeline",    "stage",         "stages",     "tp_rank",
-                "tp",           "tp_group",    "gather_group",  "layers",     "first",
-                "last",         "heads",       "kv_heads",      "ffn",        "vocab",
-                "phi",          "micro_batch", "micro_batches", "loss_scale", "params",
-                "owned_params", "ops"});
+  j.allow_only(
+      {"device",     "pipeline",     "stage",        "stages",    "tp_rank",     "tp",
+       "tp_group",   "gather_group", "layers",       "first",     "last",        "heads",
+       "kv_heads",   "ffn",          "vocab",        "phi",       "micro_batch", "micro_batches",
+       "loss_scale", "params",       "owned_params", "recompute", "ops"});
   DeviceLayout l;
   l.device = static_cast<int>(j.integer_in("device", 0, INT32_MAX));
   l.pipeline = static_cast<int>(j.integer_in("pipeline", 0, INT32_MAX));
@@ -239,6 +241,7 @@ void read_layout(const JsonNode& j, Program& p) {
   l.loss_scale = j.at("loss_scale").number_in(0, 1);
   l.params = j.at("params").number_in(0, 1e300);
   l.owned_params = j.at("owned_params").number_in(0, 1e300);
+  if (auto r = j.find("recompute")) l.recompute = read_recompute(*r);
   l.op_begin = p.num_ops();
   auto ops = j.at("ops");
   for (std::size_t i = 0; i < ops.size(); ++i) read_op(ops.at(i), l.device, p);

@@ -20,12 +20,14 @@ std::string gib(double bytes) {
 
 // Bytes any plan needs at least, besides the per-GPU reserve: every parameter
 // once with its 16 bytes of mixed-precision Adam state (no ZeRO saving with one
-// replica), one micro-batch of activations through every layer, and the logits.
+// replica), one micro-batch of activations through every layer (under full
+// recompute, which a plan may give every stage), and the logits.
 double minimum_memory_bytes(const Model& m, const TrainingConfig& t) {
   StageShape whole;
   whole.layer_end = m.layers;
   whole.first = whole.last = true;
   whole.micro_batch = t.micro_batch;
+  whole.recompute = Recompute::kFull;
   MemoryBreakdown mem = device_memory(m, t, whole);
   return mem.total() - mem.reserve;
 }
@@ -105,7 +107,8 @@ Status check_schedulable(const Scenario& sc) {
     return bad_input(sc.model.name + " does not fit in cluster \"" + c.name() +
                      "\": any plan needs at least " + gib(need) +
                      " GiB (16 bytes per parameter for " + billions(sc.model.params()) +
-                     "e9 parameters, plus activations and logits of one micro-batch) besides the " +
+                     "e9 parameters, plus activations under full recompute and logits of one "
+                     "micro-batch) besides the " +
                      gib(reserve) + " GiB reserve per GPU; the cluster has " +
                      gib(c.memory_bytes()) + " GiB, " + gib(usable) + " GiB after the reserves");
   }
