@@ -57,6 +57,25 @@ int fit_under(const StageTerms& t, int cap, double bound) {
 
 }  // namespace
 
+// An option no faster, with no smaller fixed time, that holds as many layers makes
+// another useless (on a tie, the earlier one stays).
+void PipelineCurve::drop_useless(std::vector<Choice>& all) {
+  auto dominates = [](const Choice& a, const Choice& b) {
+    const StageTerms &x = *a.terms, &y = *b.terms;
+    if (x.per_layer_s > y.per_layer_s || x.fixed_s > y.fixed_s || a.cap < b.cap) return false;
+    const bool tie = x.per_layer_s == y.per_layer_s && x.fixed_s == y.fixed_s && a.cap == b.cap;
+    return !tie || a.option < b.option;
+  };
+  std::vector<Choice> kept;
+  for (const Choice& c : all) {
+    const bool useless = std::any_of(all.begin(), all.end(), [&](const Choice& o) {
+      return o.option != c.option && dominates(o, c);
+    });
+    if (!useless) kept.push_back(c);
+  }
+  all = std::move(kept);
+}
+
 StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, bool first, bool last,
                        const std::vector<int>* next, int dp, int micro_batch,
                        std::optional<Recompute> r) {
@@ -176,26 +195,12 @@ void PipelineCurve::solve(int m, Solution& out) const {
   bool single = true;
   for (int i = 0; i < k; ++i) {
     const int in_flight = in_flight_micro_batches(schedule_, i, k, m);
-    std::vector<Choice> all;
     for (std::size_t q = 0; q < options_[i].size(); ++q) {
       // No stage holds more than L - k + 1 layers (the others need one each).
       const int cap = std::min(layer_cap(options_[i][q], in_flight), L - k + 1);
-      if (cap >= 1) all.push_back({&options_[i][q], static_cast<int>(q), cap});
+      if (cap >= 1) choices[i].push_back({&options_[i][q], static_cast<int>(q), cap});
     }
-    // An option no faster, with no smaller fixed time, that holds as many layers
-    // makes another useless (on a tie, the earlier one stays).
-    auto dominates = [](const Choice& a, const Choice& b) {
-      const StageTerms &x = *a.terms, &y = *b.terms;
-      if (x.per_layer_s > y.per_layer_s || x.fixed_s > y.fixed_s || a.cap < b.cap) return false;
-      const bool tie = x.per_layer_s == y.per_layer_s && x.fixed_s == y.fixed_s && a.cap == b.cap;
-      return !tie || a.option < b.option;
-    };
-    for (const Choice& c : all) {
-      const bool useless = std::any_of(all.begin(), all.end(), [&](const Choice& o) {
-        return o.option != c.option && dominates(o, c);
-      });
-      if (!useless) choices[i].push_back(c);
-    }
+    drop_useless(choices[i]);
     if (choices[i].empty()) return;
     int most = 0;
     for (const Choice& c : choices[i]) most = std::max(most, c.cap);
@@ -298,25 +303,81 @@ void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) c
   for (int i = 0; i < k; ++i) out.option[i] = static_cast<std::uint8_t>(choices[i].front().option);
 }
 
+bool PipelineCurve::fill_cheapest(const Choices& useful, const std::vector<int>& pick,
+                                  std::vector<int>& layers, double& sum) const {
+  const int k = num_stages(), L = num_layers_;
+  std::vector<int> order(k);
+  std::iota(order.begin(), order.end(), 0);
+  auto c = [&](int i) { return useful[i][pick[i]].terms->per_layer_s; };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return c(a) < c(b); });
+  layers.assign(k, 1);
+  int left = L - k;
+  for (int i : order) {
+    const int add = std::clamp(useful[i][pick[i]].cap - 1, 0, left);
+    layers[i] += add;
+    left -= add;
+  }
+  if (left > 0) return false;
+  sum = 0;
+  for (int i = 0; i < k; ++i) {
+    const StageTerms& t = *useful[i][pick[i]].terms;
+    sum += t.fixed_s + layers[i] * t.per_layer_s;
+  }
+  return true;
+}
+
 bool PipelineCurve::min_sum(const Choices& choices, double bound, std::vector<int>& layers,
                             std::vector<std::uint8_t>& option, double& sum) const {
   const int k = num_stages(), L = num_layers_;
+  // What can help under the bound: each option capped by it, the useless dropped.
+  Choices useful(k);
+  long combinations = 1;
+  for (int i = 0; i < k; ++i) {
+    for (const Choice& ch : choices[i]) {
+      const int most = fit_under(*ch.terms, ch.cap, bound);
+      if (most >= 1) useful[i].push_back({ch.terms, ch.option, most});
+    }
+    drop_useless(useful[i]);
+    if (useful[i].empty()) return false;
+    combinations = std::min<long>(combinations * static_cast<long>(useful[i].size()), 1 << 20);
+  }
+  // With options fixed, the cheapest-first fill is the least sum; when few stages
+  // keep several options, try every assignment (the earlier options first, so ties
+  // keep them).
+  constexpr long kEnumerateUpTo = 16;
+  if (combinations <= kEnumerateUpTo) {
+    std::vector<int> pick(k, 0), trial;
+    bool found = false;
+    for (;;) {
+      double s = 0;
+      if (fill_cheapest(useful, pick, trial, s) && (!found || s < sum)) {
+        found = true;
+        sum = s;
+        layers = trial;
+        option.resize(k);
+        for (int i = 0; i < k; ++i)
+          option[i] = static_cast<std::uint8_t>(useful[i][pick[i]].option);
+      }
+      int i = 0;
+      while (i < k && ++pick[i] == static_cast<int>(useful[i].size())) pick[i++] = 0;
+      if (i == k) break;
+    }
+    return found;
+  }
+  // Otherwise a dynamic program over stages and layers: best[j] = least sum of the
+  // stages so far holding j layers; each option's range of l a sliding minimum of
+  // prev[x] - x * c over x in [j - most, j - 1].
   const std::size_t width = static_cast<std::size_t>(L) + 1;
-  // best[j]: least sum of the stages so far holding j layers; from: (x, option) of
-  // stage i at j, x = layers of the stages before it.
   std::vector<double> prev(width, kInfeasible), cur(width);
   std::vector<std::pair<int, int>> from(static_cast<std::size_t>(k) * width, {-1, -1});
-  std::vector<int> window(width);  // a monotone deque of x, by prev[x] - x * c
+  std::vector<int> window(width);  // a monotone deque of x
   prev[0] = 0;
   for (int i = 0; i < k; ++i) {
     std::fill(cur.begin(), cur.end(), kInfeasible);
     const int lo = i + 1, hi = L - (k - 1 - i);  // layers of stages 0..i
-    for (const Choice& ch : choices[i]) {
+    for (const Choice& ch : useful[i]) {
       const StageTerms& t = *ch.terms;
-      const int most = fit_under(t, ch.cap, bound);
-      if (most < 1) continue;
-      // cur[j] = min over l in [1, most] of prev[j - l] + e + l * c: a sliding minimum
-      // of prev[x] - x * c over x in [j - most, j - 1].
+      const int most = ch.cap;
       auto key = [&](int x) { return prev[x] - x * t.per_layer_s; };
       int head = 0, tail = 0;
       for (int j = lo; j <= hi; ++j) {
@@ -404,8 +465,24 @@ void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) 
     consider(kInfeasible);  // no bound term: the smallest sum wins outright
   } else {
     consider(bound);
+    // A lower bound of the smallest sum at any bound: every stage as cheap as its
+    // cheapest option and as roomy as its roomiest (a relaxation, filled greedily).
     double floor_sum = 0;
-    if (!min_sum(choices, kInfeasible, ls, os, floor_sum)) return;
+    {
+      Choices relaxed(k);
+      std::vector<StageTerms> cheapest(k);
+      for (int i = 0; i < k; ++i) {
+        cheapest[i] = *choices[i].front().terms;
+        int most = 0;
+        for (const Choice& c : choices[i]) {
+          cheapest[i].per_layer_s = std::min(cheapest[i].per_layer_s, c.terms->per_layer_s);
+          cheapest[i].fixed_s = std::min(cheapest[i].fixed_s, c.terms->fixed_s);
+          most = std::max(most, c.cap);
+        }
+        relaxed[i].push_back({&cheapest[i], 0, most});
+      }
+      if (!fill_cheapest(relaxed, std::vector<int>(k, 0), ls, floor_sum)) return;
+    }
     // Larger bounds (the options' breakpoints), while the smaller sum can pay for them.
     for (;;) {
       double next = kInfeasible;

@@ -122,10 +122,16 @@ class PipelineCurve {
   void solve(int m, Solution& out) const;
   void solve_single(int m, const Choices& choices, Solution& out) const;
   void solve_options(int m, const Choices& choices, Solution& out) const;
-  // The least sum of stage times with every stage at most `bound` (DP over
-  // stages and layers); false when no split fits under it.
+  // The least sum of stage times with every stage at most `bound` (every
+  // assignment of the options still useful under it, or a DP over stages and
+  // layers when there are many); false when no split fits under it.
   bool min_sum(const Choices& choices, double bound, std::vector<int>& layers,
                std::vector<std::uint8_t>& option, double& sum) const;
+  // Options fixed (pick[i] of useful[i], whose cap is the most layers it may take):
+  // layers to the cheapest stages first; false when they cannot hold L.
+  bool fill_cheapest(const Choices& useful, const std::vector<int>& pick, std::vector<int>& layers,
+                     double& sum) const;
+  static void drop_useless(std::vector<Choice>& choices);
   int layer_cap(const StageTerms& t, int in_flight) const;  // most layers that fit (0: none)
 
   std::vector<std::vector<StageTerms>> options_;
