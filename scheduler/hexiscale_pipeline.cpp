@@ -11,6 +11,9 @@ namespace {
 constexpr int kAllOrdersUpTo = 5;     // groups; 5! = 120 orders
 constexpr std::size_t kMaxBeam = 64;  // partial orders kept by the top-tau beam
 constexpr int kRounds = 4;            // coordinate-descent rounds over degrees and order
+// Pipelines of at most this many groups get the wider phase 2: several starts, and
+// degree changes tried at every position (cost grows with groups squared).
+constexpr std::size_t kWideSearchUpTo = 5;
 
 // Pipelines that cannot run their share still need a ranking that leads towards
 // feasibility: runnable with one micro-batch beats not runnable at all.
@@ -113,13 +116,43 @@ PipelineSpec PipelineBuilder::optimise(std::vector<Segment> segs, int dp, int m)
   for (auto& s : segs) s.tp = segment_degrees(model, s.count).back();  // most memory-friendly start
   // Even the largest degrees give more stages than layers: nothing to optimise.
   if (PipelineSpec{segs}.num_stages() > model.layers) return PipelineSpec{segs};
+  // Starts: the largest degrees, and every degree for all segments at once (when it
+  // divides them all). Single changes from one start miss plans such as TP 1
+  // everywhere with full recompute on the memory-starved stages, which beats TP 2
+  // while TP 1 on one machine alone does not.
+  std::vector<std::vector<Segment>> starts{segs};
+  const bool small = wide_ && segs.size() <= kWideSearchUpTo;
+  for (int t : small ? tp_degrees(model, segs.front().count) : std::vector<int>{}) {
+    std::vector<Segment> start = segs;
+    bool valid = true;
+    for (auto& s : start) {
+      valid = valid && s.count % t == 0;
+      s.tp = t;
+    }
+    if (valid && start != segs) starts.push_back(std::move(start));
+  }
+  double best = kInfeasible;
+  std::vector<Segment> best_segs = segs;
+  for (auto& start : starts) {
+    double score = kInfeasible;
+    std::vector<Segment> found = descend(std::move(start), dp, m, score);
+    if (score < best * (1 - 1e-12)) {
+      best = score;
+      best_segs = std::move(found);
+    }
+  }
+  return PipelineSpec{best_segs};
+}
+
+std::vector<Segment> PipelineBuilder::descend(std::vector<Segment> segs, int dp, int m,
+                                              double& best) {
+  const Model& model = ev_.cost_model().model();
   auto arrange = [](const std::vector<Segment>& base, const std::vector<int>& order) {
     PipelineSpec p;
     for (int i : order) p.segments.push_back(base[i]);
     return p;
   };
   // `segs` is kept in the current best order.
-  double best = kInfeasible;
   auto try_orders = [&]() {
     bool changed = false;
     const std::vector<Segment> base = segs;
@@ -141,21 +174,31 @@ PipelineSpec PipelineBuilder::optimise(std::vector<Segment> segs, int dp, int m)
     for (std::size_t i = 0; i < segs.size(); ++i) {
       for (int t : segment_degrees(model, segs[i].count)) {
         if (t == segs[i].tp) continue;
-        const int before = segs[i].tp;
-        segs[i].tp = t;
-        const double s = score(PipelineSpec{segs}, dp, m);
-        if (s < best * (1 - 1e-12)) {
-          best = s;
-          changed = true;
-        } else {
-          segs[i].tp = before;
+        // The new degree at the segment's place, then (small pipelines) at every
+        // other place: a stage's position sets its in-flight micro-batches, so a
+        // degree that needs less memory may only pay somewhere else.
+        const std::size_t places = wide_ && segs.size() <= kWideSearchUpTo ? segs.size() : 1;
+        for (std::size_t j = 0; j < places; ++j) {
+          std::vector<Segment> trial = segs;
+          Segment moved = trial[i];
+          moved.tp = t;
+          trial.erase(trial.begin() + static_cast<long>(i));
+          const std::size_t at = places == 1 ? i : j;
+          trial.insert(trial.begin() + static_cast<long>(at), moved);
+          const double sc = score(PipelineSpec{trial}, dp, m);
+          if (sc < best * (1 - 1e-12)) {
+            best = sc;
+            segs = std::move(trial);
+            changed = true;
+            break;
+          }
         }
       }
     }
     if (try_orders()) changed = true;
     if (!changed) break;
   }
-  return PipelineSpec{segs};
+  return segs;
 }
 
 PipelineSpec PipelineBuilder::build(const std::vector<Unit>& devices, int dp, int micro_batches) {

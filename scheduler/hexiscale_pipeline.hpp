@@ -9,7 +9,11 @@
 //         that maximises the bottleneck link between consecutive stages (all
 //         orders when there are at most 5 groups);
 // each choice scored by the pipeline's exact time (pipeline_curve.hpp) at its
-// expected micro-batch count, by coordinate descent over (ii) and (iii).
+// expected micro-batch count, by coordinate descent over (ii) and (iii) from the
+// largest degrees; pipelines of at most 5 groups also start from each degree on
+// every group, and try a degree change at every position of the group (a stage's
+// position sets its in-flight micro-batches and so its memory). HexiScale turns
+// that wider search off where it partitions whole machines (> 64 GPUs).
 // Layers per stage (minimising the slowest stage subject to memory) come with the
 // curve. Results are cached per composition (machine classes and counts).
 
@@ -30,14 +34,20 @@ class PipelineBuilder {
   PipelineSpec build(const std::vector<Unit>& devices, int dp, int micro_batches);
 
   long evaluations() const { return evaluations_; }
+  // The wider search for pipelines of at most 5 groups (see above); on by default.
+  void set_wide(bool wide) { wide_ = wide; }
 
  private:
   double score(const PipelineSpec& p, int dp, int m);
   std::vector<std::vector<int>> candidate_orders(const std::vector<Segment>& segs) const;
   PipelineSpec optimise(std::vector<Segment> segs, int dp, int m);
+  // Coordinate descent over degrees (small pipelines: each at every place) and
+  // orders from `segs`; `score` gets the best score.
+  std::vector<Segment> descend(std::vector<Segment> segs, int dp, int m, double& score);
 
   SpecEvaluator& ev_;
   int tau_ = 3;
+  bool wide_ = true;
   std::map<std::vector<int>, std::vector<Segment>> cache_;  // by (dp, m, classes, counts)
   long evaluations_ = 0;
 };

@@ -35,6 +35,7 @@ HexiScaleSearch::HexiScaleSearch(SpecEvaluator& ev, const HexiScaleOptions& opti
     : ev_(ev), options_(options), clock_(clock), seed_(seed), builder_(ev, options.tau) {
   const Cluster& c = ev.cost_model().cluster();
   per_machine_ = c.num_devices() > options.device_level_max;
+  builder_.set_wide(!per_machine_);  // the wider phase 2 where groups are parts of machines
   units_ = make_units(c, per_machine_);
   total_flops_ = c.peak_flops();
 }
