@@ -1,8 +1,8 @@
 #include "cli/plan_report.hpp"
 
 #include <algorithm>
-#include <map>
 #include <iostream>
+#include <map>
 #include <ostream>
 
 #include "cli/common.hpp"
@@ -67,8 +67,9 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
 }
 
 void print_search_progress(const SearchProgress& p) {
-  std::cerr << "hexisim: " << p.scheduler << ": " << p.phase << ", " << fmt(p.elapsed_s, 1) << " s, "
-            << p.candidates << " candidates, best " << fmt(p.best_tokens_per_s, 0) << " tokens/s\n";
+  std::cerr << "hexisim: " << p.scheduler << ": " << p.phase << ", " << fmt(p.elapsed_s, 1)
+            << " s, " << p.candidates << " candidates, best " << fmt(p.best_tokens_per_s, 0)
+            << " tokens/s\n";
 }
 
 Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg) {
