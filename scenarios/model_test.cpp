@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 namespace hexi {
 namespace {
 
@@ -29,6 +31,8 @@ TEST(Model, PublishedParameterCounts) {
   for (const auto& [name, params, tol] : expected) {
     const Model* m = models().find(name);
     ASSERT_NE(m, nullptr) << name;
+    std::printf("%-11s %15.0f parameters, published %.2fB, ratio %.5f\n", name.c_str(), m->params(),
+                params / 1e9, m->params() / params);
     EXPECT_NEAR(m->params() / params, 1.0, tol) << name << ": " << m->params();
   }
   EXPECT_DOUBLE_EQ(models().find("llama2-7b")->params(), 6738415616.0);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 namespace hexi {
 namespace {
 
@@ -38,6 +40,10 @@ TEST(CostModel, ReproducesMegatronFlopsForGptShapes) {
            {gpt(80, 8192, 64, 51200), 1024, 4096}}) {
     double ours = iteration_flops(m, megatron_config(batch, seq));
     double theirs = megatron_flops(m, batch, seq);
+    std::printf(
+        "Megatron FLOPs, GPT h=%d L=%d B=%d s=%d: ours %.6e, 96BsLh^2(1+s/6h+V/16Lh) %.6e, ratio "
+        "%.15f\n",
+        m.hidden, m.layers, batch, seq, ours, theirs, ours / theirs);
     EXPECT_NEAR(ours / theirs, 1.0, 1e-12) << m.hidden;
   }
   // Model FLOPs (no recompute): 72 B s L h^2 (1 + s/6h) + 6 B s h V.
@@ -89,18 +95,28 @@ TEST(CostModel, KorthikantiActivationBytes) {
   t.seq_len = 2048;
   t.attention = AttentionKernel::kDense;
   t.recompute = Recompute::kNone;
+  std::printf(
+      "Korthikanti bytes/layer (GPT-3, s=2048, b=2), no parallelism: %.4e vs sbh(34+5as/h) %.4e\n",
+      activation_bytes_per_layer(m, t, 2, 1, 1.0), sbh * (34 + 5 * a * s / h));
   EXPECT_NEAR(activation_bytes_per_layer(m, t, 2, 1, 1.0) / (sbh * (34 + 5 * a * s / h)), 1.0,
               1e-12);
   for (int tp : {2, 4, 8}) {  // tensor parallel
+    std::printf("Korthikanti bytes/layer, TP %d: %.4e vs sbh(10+24/t+5as/ht) %.4e\n", tp,
+                activation_bytes_per_layer(m, t, 2, tp, 1.0 / tp),
+                sbh * (10 + 24.0 / tp + 5 * a * s / (h * tp)));
     EXPECT_NEAR(activation_bytes_per_layer(m, t, 2, tp, 1.0 / tp) /
                     (sbh * (10 + 24.0 / tp + 5 * a * s / (h * tp))),
                 1.0, 1e-12);
   }
   t.sequence_parallel = true;  // + sequence parallel + selective recompute
   t.recompute = Recompute::kSelective;
+  std::printf("Korthikanti bytes/layer, TP 8 + SP + selective: %.4e vs 34sbh/t %.4e\n",
+              activation_bytes_per_layer(m, t, 2, 8, 1.0 / 8), sbh * 34 / 8);
   EXPECT_NEAR(activation_bytes_per_layer(m, t, 2, 8, 1.0 / 8) / (sbh * 34 / 8), 1.0, 1e-12);
   t.sequence_parallel = false;  // full recompute keeps the layer input
   t.recompute = Recompute::kFull;
+  std::printf("Korthikanti bytes/layer, full recompute: %.4e vs 2sbh %.4e\n",
+              activation_bytes_per_layer(m, t, 2, 8, 1.0 / 8), 2 * sbh);
   EXPECT_NEAR(activation_bytes_per_layer(m, t, 2, 8, 1.0 / 8) / (2 * sbh), 1.0, 1e-12);
 }
 
