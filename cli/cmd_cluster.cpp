@@ -84,8 +84,8 @@ void print_cluster(const Cluster& c) {
   Table t({"GPU type", "count", "TFLOP/s each", "PFLOP/s total", "GiB each"});
   for (const auto& g : c.gpu_types()) {
     int n = types[g.name];
-    t.add({g.name, std::to_string(n), fmt(g.tflops, g.tflops < 1 ? 3 : 1), fmt(n * g.tflops / 1e3, 3),
-           fmt(g.memory_gib, 0)});
+    t.add({g.name, std::to_string(n), fmt(g.tflops, g.tflops < 1 ? 3 : 1),
+           fmt(n * g.tflops / 1e3, 3), fmt(g.memory_gib, 0)});
   }
   t.print(std::cout);
   std::cout << "\n";

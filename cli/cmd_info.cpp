@@ -46,8 +46,8 @@ int run_info(const InfoOptions& opt) {
   std::cout << "GPU types (dense fp16/bf16 tensor TFLOP/s, fp32 accumulate):\n";
   Table gt({"name", "TFLOP/s", "memory GiB", "HBM GB/s", "intra", "intra GB/s"});
   for (const auto& g : catalogs->gpus.gpus()) {
-    gt.add({g.name, fmt(g.tflops, g.tflops < 1 ? 3 : 1), fmt(g.memory_gib, 0), fmt(g.memory_GBps, 0),
-            std::string(to_string(g.intra_kind)), fmt(g.intra_GBps, 0)});
+    gt.add({g.name, fmt(g.tflops, g.tflops < 1 ? 3 : 1), fmt(g.memory_gib, 0),
+            fmt(g.memory_GBps, 0), std::string(to_string(g.intra_kind)), fmt(g.intra_GBps, 0)});
   }
   gt.print(std::cout);
   std::cout << "\nModels:\n";

@@ -327,10 +327,11 @@ TEST(RecomputeSearch, HexiScaleNearTheOptimumOnConsumerClusters) {
       machines += (machines.empty() ? "" : " + ") + std::to_string(m["gpus"].get<int>()) + "x" +
                   m["gpu"].get<std::string>();
     }
-    std::printf("  cluster %2d: %-34s hexiscale %7.0f (%d full)  exact %7.0f (%d full)  ratio %.4f  "
-                "(exact %.2f s)\n",
-                i, machines.c_str(), hx->estimate.tokens_per_s, full_stages(hx->plan),
-                ex->estimate.tokens_per_s, full_stages(ex->plan), ratio, ex->search_time_s);
+    std::printf(
+        "  cluster %2d: %-34s hexiscale %7.0f (%d full)  exact %7.0f (%d full)  ratio %.4f  "
+        "(exact %.2f s)\n",
+        i, machines.c_str(), hx->estimate.tokens_per_s, full_stages(hx->plan),
+        ex->estimate.tokens_per_s, full_stages(ex->plan), ratio, ex->search_time_s);
     EXPECT_LE(ratio, 1 + 1e-9);
     EXPECT_GE(ratio, 0.97) << "cluster " << i << ": " << machines;
     with_full += full_stages(ex->plan) > 0;
@@ -338,9 +339,10 @@ TEST(RecomputeSearch, HexiScaleNearTheOptimumOnConsumerClusters) {
   }
   ASSERT_EQ(ratios.size(), 20u);
   std::sort(ratios.begin(), ratios.end());
-  std::printf("  HexiScale / exact over %zu consumer clusters: min %.4f  median %.4f; %d optima use "
-              "full recompute on some stage\n",
-              ratios.size(), ratios.front(), (ratios[9] + ratios[10]) / 2, with_full);
+  std::printf(
+      "  HexiScale / exact over %zu consumer clusters: min %.4f  median %.4f; %d optima use "
+      "full recompute on some stage\n",
+      ratios.size(), ratios.front(), (ratios[9] + ratios[10]) / 2, with_full);
   EXPECT_GT(with_full, 0);
 }
 
