@@ -156,3 +156,10 @@ if fixed:
 if best:
     print(f"  against the better of uniform and HexiScale on the A800 clusters: average {sum(best) / len(best):.2f}x, min {min(best):.2f}x")
 EOF
+
+echo
+echo "Where the time goes (closed form, share of the iteration per GPU type; scripts/time_breakdown.py):"
+"$PY" "$(dirname "$0")/time_breakdown.py" "$BIN" "$OUT" \
+  hexiscale-setting1-llama2-7b:hexiscale hexiscale-setting2-llama2-7b:hexiscale a800-2x8-llama2-7b:uniform \
+  hexiscale-setting1-llama2-13b:hexiscale hexiscale-setting2-llama2-13b:hexiscale a800-2x8-llama2-13b:uniform \
+  hexiscale-setting3-llama-30b:hexiscale a800-4x8-llama-30b:uniform
