@@ -13,7 +13,7 @@ constexpr std::size_t kMaxBeam = 64;  // partial orders kept by the top-tau beam
 constexpr int kRounds = 4;            // coordinate-descent rounds over degrees and order
 // Pipelines of at most this many groups get the wider phase 2: several starts, and
 // degree changes tried at every position (cost grows with groups squared).
-constexpr std::size_t kWideSearchUpTo = 5;
+constexpr std::size_t kWideSearchUpTo = 8;
 
 // Pipelines that cannot run their share still need a ranking that leads towards
 // feasibility: runnable with one micro-batch beats not runnable at all.

@@ -10,7 +10,7 @@
 //         orders when there are at most 5 groups);
 // each choice scored by the pipeline's exact time (pipeline_curve.hpp) at its
 // expected micro-batch count, by coordinate descent over (ii) and (iii) from the
-// largest degrees; pipelines of at most 5 groups also start from each degree on
+// largest degrees; pipelines of at most 8 groups also start from each degree on
 // every group, and try a degree change at every position of the group (a stage's
 // position sets its in-flight micro-batches and so its memory). HexiScale turns
 // that wider search off where it partitions whole machines (> 64 GPUs).
@@ -34,7 +34,7 @@ class PipelineBuilder {
   PipelineSpec build(const std::vector<Unit>& devices, int dp, int micro_batches);
 
   long evaluations() const { return evaluations_; }
-  // The wider search for pipelines of at most 5 groups (see above); on by default.
+  // The wider search for pipelines of at most 8 groups (see above); on by default.
   void set_wide(bool wide) { wide_ = wide; }
 
  private:
