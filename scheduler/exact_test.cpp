@@ -111,11 +111,7 @@ TEST(Exact, HexiScaleReachesTheOptimumOnRandomClusters) {
     ASSERT_TRUE(ex.ok()) << ex.error().message;
     ASSERT_EQ(ex->notes[0].rfind("proven optimal", 0), 0u) << ex->notes[0];
     const double ratio = hx->estimate.tokens_per_s / ex->estimate.tokens_per_s;
-    std::string machines;
-    for (const auto& m : cluster["machines"]) {
-      machines += (machines.empty() ? "" : " + ") + std::to_string(m["gpus"].get<int>()) + "x" +
-                  m["gpu"].get<std::string>();
-    }
+    const std::string machines = testing::machines_text(cluster);
     std::printf(
         "  cluster %2d: %-44s hexiscale %8.0f  exact %8.0f tokens/s  ratio %.4f  (exact %.2f s)\n",
         i, machines.c_str(), hx->estimate.tokens_per_s, ex->estimate.tokens_per_s, ratio,

@@ -15,6 +15,7 @@ namespace {
 
 using testing::catalogs;
 using testing::cluster_json;
+using testing::compositions;
 using testing::make_scenario;
 using testing::shipped;
 
@@ -23,21 +24,6 @@ using testing::shipped;
 Json small_model() {
   return {{"name", "test-12l"}, {"layers", 12},   {"hidden", 4096}, {"ffn", 11008},
           {"heads", 32},        {"kv_heads", 32}, {"vocab", 32000}, {"max_seq", 2048}};
-}
-
-// Every split of `layers` into `k` parts of at least one layer.
-void compositions(int layers, int k, std::vector<int>& cur, const std::function<void()>& visit) {
-  if (static_cast<int>(cur.size()) == k - 1) {
-    cur.push_back(layers);
-    visit();
-    cur.pop_back();
-    return;
-  }
-  for (int l = 1; l <= layers - (k - 1 - static_cast<int>(cur.size())); ++l) {
-    cur.push_back(l);
-    compositions(layers - l, k, cur, visit);
-    cur.pop_back();
-  }
 }
 
 TEST(PipelineCurve, BestSplitEqualsBruteForceOverAllSplits) {

@@ -16,6 +16,7 @@ namespace hexi {
 namespace {
 
 using testing::cluster_json;
+using testing::compositions;
 using testing::make_scenario;
 using testing::shipped;
 
@@ -124,21 +125,6 @@ TEST(RecomputeEstimate, StageRunsItsOwnRecompute) {
     }
   }
   EXPECT_EQ(mixed.to_json()["pipelines"][0]["stages"][0]["recompute"], "full");
-}
-
-// Every split of `layers` into `k` parts of at least one layer.
-void compositions(int layers, int k, std::vector<int>& cur, const std::function<void()>& visit) {
-  if (static_cast<int>(cur.size()) == k - 1) {
-    cur.push_back(layers);
-    visit();
-    cur.pop_back();
-    return;
-  }
-  for (int l = 1; l <= layers - (k - 1 - static_cast<int>(cur.size())); ++l) {
-    cur.push_back(l);
-    compositions(layers - l, k, cur, visit);
-    cur.pop_back();
-  }
 }
 
 // The curve with recompute options against all splits x all recompute assignments.
@@ -322,11 +308,7 @@ TEST(RecomputeSearch, HexiScaleNearTheOptimumOnConsumerClusters) {
     ASSERT_TRUE(ex.ok()) << ex.error().message;
     ASSERT_EQ(ex->notes[0].rfind("proven optimal", 0), 0u) << ex->notes[0];
     const double ratio = hx->estimate.tokens_per_s / ex->estimate.tokens_per_s;
-    std::string machines;
-    for (const auto& m : cluster["machines"]) {
-      machines += (machines.empty() ? "" : " + ") + std::to_string(m["gpus"].get<int>()) + "x" +
-                  m["gpu"].get<std::string>();
-    }
+    const std::string machines = testing::machines_text(cluster);
     std::printf(
         "  cluster %2d: %-34s hexiscale %7.0f (%d full)  exact %7.0f (%d full)  ratio %.4f  "
         "(exact %.2f s)\n",

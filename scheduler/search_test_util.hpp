@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "scenarios/scenario.hpp"
 #include "scheduler/baselines_util.hpp"
@@ -74,6 +76,32 @@ inline Json random_cluster(std::uint64_t seed, int index) {
   }
   const double nic = next_random(state) % 2 ? 25.0 : 12.5;
   return cluster_json("random-" + std::to_string(index), machines, nic);
+}
+
+// "4xA10 + 8xRTX3090" for a cluster JSON from cluster_json / random_cluster.
+inline std::string machines_text(const Json& cluster) {
+  std::string out;
+  for (const auto& m : cluster["machines"]) {
+    out += (out.empty() ? "" : " + ") + std::to_string(m["gpus"].get<int>()) + "x" +
+           m["gpu"].get<std::string>();
+  }
+  return out;
+}
+
+// Every split of `layers` into `k` parts of at least one layer: `visit` sees each in `cur`.
+inline void compositions(int layers, int k, std::vector<int>& cur,
+                         const std::function<void()>& visit) {
+  if (static_cast<int>(cur.size()) == k - 1) {
+    cur.push_back(layers);
+    visit();
+    cur.pop_back();
+    return;
+  }
+  for (int l = 1; l <= layers - (k - 1 - static_cast<int>(cur.size())); ++l) {
+    cur.push_back(l);
+    compositions(layers - l, k, cur, visit);
+    cur.pop_back();
+  }
 }
 
 }  // namespace hexi::testing
