@@ -4,7 +4,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
+
+#include "topologies/text.hpp"
 
 namespace hexi::cli {
 
@@ -68,11 +69,7 @@ void Table::print(std::ostream& out) const {
 }
 
 std::string fmt(double value, int decimals) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(decimals);
-  out << value;
-  return out.str();
+  return fixed(value, decimals);
 }
 
 }  // namespace hexi::cli

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <sstream>
 #include <unordered_map>
 
 #include "scheduler/collectives.hpp"
+#include "topologies/text.hpp"
 
 namespace hexi {
 
@@ -163,11 +163,7 @@ MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) c
 namespace {
 
 std::string gib(double bytes) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(2);
-  out << bytes / kGiB;
-  return out.str();
+  return fixed(bytes / kGiB, 2);
 }
 
 }  // namespace

@@ -1,21 +1,17 @@
 #include "scheduler/search.hpp"
 
 #include <algorithm>
-#include <sstream>
 
 #include "scheduler/baselines.hpp"
 #include "scheduler/exact.hpp"
 #include "scheduler/hexiscale.hpp"
+#include "topologies/text.hpp"
 
 namespace hexi {
 namespace {
 
 std::string gib(double bytes) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(1);
-  out << bytes / kGiB;
-  return out.str();
+  return fixed(bytes / kGiB, 1);
 }
 
 // Bytes any plan needs at least, besides the per-GPU reserve: every parameter
@@ -33,11 +29,7 @@ double minimum_memory_bytes(const Model& m, const TrainingConfig& t) {
 }
 
 std::string billions(double n) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(2);
-  out << n / 1e9;
-  return out.str();
+  return fixed(n / 1e9, 2);
 }
 
 }  // namespace
