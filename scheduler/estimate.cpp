@@ -179,23 +179,64 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
       for (int l = s.layer_begin; l < s.layer_end; ++l) holder[p][l] = &s;
     }
   }
-  // Off-machine DP flows per machine share its NICs.
-  std::unordered_map<int, int> off_machine;
-  std::vector<std::vector<int>> peers(est.devices.size());
+  // A device's gradients fall into pieces, each reduced with the same stages of the
+  // other pipelines (as the lowering's DP buckets do): the embedding, runs of layers
+  // whose holders do not change, the head.
+  struct Piece {
+    double params = 0;
+    std::vector<const Stage*> with;  // one stage per other pipeline
+  };
+  std::vector<std::vector<Piece>> pieces(est.devices.size());
+  std::unordered_map<int, int> off_machine;  // off-machine DP flows per machine share its NICs
   for (std::size_t i = 0; i < est.devices.size(); ++i) {
     const DeviceEstimate& de = est.devices[i];
-    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
+    const Pipeline& pipe = plan.pipelines[de.pipeline];
+    const Stage& s = pipe.stages[de.stage];
+    StageShape shape;
+    shape.layer_begin = s.layer_begin;
+    shape.layer_end = s.layer_end;
+    shape.first = de.stage == 0;
+    shape.last = de.stage == static_cast<int>(pipe.stages.size()) - 1;
+    shape.tp = s.tp();
+    shape.phi = s.phi(de.tp_rank, model_.heads);
+    StageShape one_layer = shape;
+    one_layer.layer_begin = 0;
+    one_layer.layer_end = 1;
+    one_layer.first = one_layer.last = false;
+    const double per_layer = stage_params(model_, one_layer);
+    auto others = [&](auto pick) {
+      std::vector<const Stage*> with;
+      for (int q = 0; q < dp; ++q) {
+        if (q != de.pipeline) with.push_back(pick(q));
+      }
+      return with;
+    };
+    auto& mine = pieces[i];
+    double rest = stage_params(model_, shape);
+    if (shape.first) {
+      StageShape emb = shape;
+      emb.layer_end = emb.layer_begin;
+      emb.last = false;
+      mine.push_back({stage_params(model_, emb),
+                      others([&](int q) { return &plan.pipelines[q].stages.front(); })});
+      rest -= mine.back().params;
+    }
+    for (int l = s.layer_begin; l < s.layer_end; ++l) {
+      auto with = others([&](int q) { return holder[q][l]; });
+      if (mine.empty() || l == s.layer_begin || mine.back().with != with) {
+        mine.push_back({0, std::move(with)});
+      }
+      mine.back().params += per_layer;
+      rest -= per_layer;
+    }
+    if (shape.last) {
+      mine.push_back({rest, others([&](int q) { return &plan.pipelines[q].stages.back(); })});
+    }
     bool off = false;
-    for (int q = 0; q < dp; ++q) {
-      if (q == de.pipeline) continue;
-      const Stage* last = nullptr;
-      for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        const Stage* h = holder[q][l];
-        if (h == last) continue;
-        last = h;
-        for (int e : h->devices) {
-          peers[i].push_back(e);
-          off = off || cluster_.devices()[e].machine != cluster_.devices()[de.device].machine;
+    for (const Piece& pc : mine) {
+      for (const Stage* h : pc.with) {
+        for (int d : h->devices) {
+          off = off || cluster_.devices()[d].machine != cluster_.devices()[de.device].machine;
         }
       }
     }
@@ -207,31 +248,49 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
     return std::min(m.nic_each_Bps(), m.nic_Bps / n);
   };
   const double e = training_.bytes_per_element();
+  // Each piece is a ring at the slowest link to its holders; a device reduces its
+  // pieces one after another.
+  std::vector<std::vector<int>> peers(est.devices.size());
   for (std::size_t i = 0; i < est.devices.size(); ++i) {
     DeviceEstimate& de = est.devices[i];
-    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
-    const Pipeline& p = plan.pipelines[de.pipeline];
-    StageShape shape;
-    shape.layer_begin = s.layer_begin;
-    shape.layer_end = s.layer_end;
-    shape.first = de.stage == 0;
-    shape.last = de.stage == static_cast<int>(p.stages.size()) - 1;
-    shape.tp = s.tp();
-    shape.phi = s.phi(de.tp_rank, model_.heads);
-    const double bytes = e * stage_params(model_, shape);
-    double bw = std::numeric_limits<double>::infinity(), lat = 0;
-    for (int peer : peers[i]) {
-      PairLink l = cluster_.link(de.device, peer);
-      double b = l.bandwidth_Bps;
-      if (cluster_.devices()[peer].machine != cluster_.devices()[de.device].machine) {
-        b = std::min({b, nic_share(de.device), nic_share(peer)});
+    de.dp_sync_s = 0;
+    for (const Piece& pc : pieces[i]) {
+      double bw = std::numeric_limits<double>::infinity(), lat = 0;
+      for (const Stage* h : pc.with) {
+        for (int peer : h->devices) {
+          peers[i].push_back(peer);
+          PairLink l = cluster_.link(de.device, peer);
+          double b = l.bandwidth_Bps;
+          if (cluster_.devices()[peer].machine != cluster_.devices()[de.device].machine) {
+            b = std::min({b, nic_share(de.device), nic_share(peer)});
+          }
+          bw = std::min(bw, b);
+          lat = std::max(lat, l.latency_s);
+        }
       }
-      bw = std::min(bw, b);
-      lat = std::max(lat, l.latency_s);
+      de.dp_sync_s += collective_time(Collective::kAllReduce, e * pc.params, dp, bw, lat);
     }
-    de.dp_sync_s = collective_time(Collective::kAllReduce, bytes, dp, bw, lat);
-    est.dp_sync_s = std::max(est.dp_sync_s, de.dp_sync_s);
   }
+  // Every stage syncs as soon as its own schedule ends (as Megatron and the simulator
+  // do): the pipeline drains from the last stage to the first, so stage s finishes
+  // the backwards and gradient sends of stages 0..s-1 before its pipeline ends. A
+  // device's collective starts when every holder of its layers has finished; what
+  // runs past the slowest pipeline is exposed.
+  std::vector<double> finish(cluster_.num_devices(), 0);
+  for (auto& de : est.devices) {
+    const PipelineEstimate& pe = est.pipelines[de.pipeline];
+    double tail = 0;
+    for (int k = 0; k < de.stage; ++k) tail += pe.stages[k].backward_s + pe.stages[k].send_s;
+    finish[de.device] = pe.time_s - tail;
+  }
+  double end = 0;
+  for (std::size_t i = 0; i < est.devices.size(); ++i) {
+    const DeviceEstimate& de = est.devices[i];
+    double start = finish[de.device];
+    for (int peer : peers[i]) start = std::max(start, finish[peer]);
+    end = std::max(end, start + de.dp_sync_s);
+  }
+  est.dp_sync_s = std::max(0.0, end - est.pipeline_s);
 }
 
 Estimate CostModel::estimate(const Plan& plan) const {
