@@ -171,72 +171,41 @@ std::string gib(double bytes) {
 void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
   const int dp = static_cast<int>(plan.pipelines.size());
   if (dp <= 1) return;
-  // Who holds each layer in each pipeline: the stage's device list.
+  // Who holds each layer in each pipeline, and at which layers some pipeline's stage starts.
   std::vector<std::vector<const Stage*>> holder(dp,
                                                 std::vector<const Stage*>(model_.layers, nullptr));
+  std::vector<char> boundary(model_.layers, 0);
   for (int p = 0; p < dp; ++p) {
     for (const auto& s : plan.pipelines[p].stages) {
       for (int l = s.layer_begin; l < s.layer_end; ++l) holder[p][l] = &s;
+      if (s.layer_begin < model_.layers) boundary[s.layer_begin] = 1;
     }
   }
-  // A device's gradients fall into pieces, each reduced with the same stages of the
-  // other pipelines (as the lowering's DP buckets do): the embedding, runs of layers
-  // whose holders do not change, the head.
-  struct Piece {
-    double params = 0;
-    std::vector<const Stage*> with;  // one stage per other pipeline
+  // The stage of pipeline q holding a device's piece: the embedding (layer -1), a layer
+  // run starting at `layer`, or the head (layer == model_.layers).
+  auto holder_of = [&](int q, int layer) {
+    const auto& stages = plan.pipelines[q].stages;
+    if (layer < 0) return &stages.front();
+    if (layer >= model_.layers) return &stages.back();
+    return holder[q][layer];
   };
-  std::vector<std::vector<Piece>> pieces(est.devices.size());
-  std::unordered_map<int, int> off_machine;  // off-machine DP flows per machine share its NICs
+  // Off-machine DP flows per machine share its NICs.
+  std::unordered_map<int, int> off_machine;
+  std::vector<std::vector<int>> peers(est.devices.size());
   for (std::size_t i = 0; i < est.devices.size(); ++i) {
     const DeviceEstimate& de = est.devices[i];
-    const Pipeline& pipe = plan.pipelines[de.pipeline];
-    const Stage& s = pipe.stages[de.stage];
-    StageShape shape;
-    shape.layer_begin = s.layer_begin;
-    shape.layer_end = s.layer_end;
-    shape.first = de.stage == 0;
-    shape.last = de.stage == static_cast<int>(pipe.stages.size()) - 1;
-    shape.tp = s.tp();
-    shape.phi = s.phi(de.tp_rank, model_.heads);
-    StageShape one_layer = shape;
-    one_layer.layer_begin = 0;
-    one_layer.layer_end = 1;
-    one_layer.first = one_layer.last = false;
-    const double per_layer = stage_params(model_, one_layer);
-    auto others = [&](auto pick) {
-      std::vector<const Stage*> with;
-      for (int q = 0; q < dp; ++q) {
-        if (q != de.pipeline) with.push_back(pick(q));
-      }
-      return with;
-    };
-    auto& mine = pieces[i];
-    double rest = stage_params(model_, shape);
-    if (shape.first) {
-      StageShape emb = shape;
-      emb.layer_end = emb.layer_begin;
-      emb.last = false;
-      mine.push_back({stage_params(model_, emb),
-                      others([&](int q) { return &plan.pipelines[q].stages.front(); })});
-      rest -= mine.back().params;
-    }
-    for (int l = s.layer_begin; l < s.layer_end; ++l) {
-      auto with = others([&](int q) { return holder[q][l]; });
-      if (mine.empty() || l == s.layer_begin || mine.back().with != with) {
-        mine.push_back({0, std::move(with)});
-      }
-      mine.back().params += per_layer;
-      rest -= per_layer;
-    }
-    if (shape.last) {
-      mine.push_back({rest, others([&](int q) { return &plan.pipelines[q].stages.back(); })});
-    }
+    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
     bool off = false;
-    for (const Piece& pc : mine) {
-      for (const Stage* h : pc.with) {
-        for (int d : h->devices) {
-          off = off || cluster_.devices()[d].machine != cluster_.devices()[de.device].machine;
+    for (int q = 0; q < dp; ++q) {
+      if (q == de.pipeline) continue;
+      const Stage* last = nullptr;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        const Stage* h = holder[q][l];
+        if (h == last) continue;
+        last = h;
+        for (int e : h->devices) {
+          peers[i].push_back(e);
+          off = off || cluster_.devices()[e].machine != cluster_.devices()[de.device].machine;
         }
       }
     }
@@ -248,27 +217,68 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
     return std::min(m.nic_each_Bps(), m.nic_Bps / n);
   };
   const double e = training_.bytes_per_element();
-  // Each piece is a ring at the slowest link to its holders; a device reduces its
-  // pieces one after another.
-  std::vector<std::vector<int>> peers(est.devices.size());
-  for (std::size_t i = 0; i < est.devices.size(); ++i) {
-    DeviceEstimate& de = est.devices[i];
-    de.dp_sync_s = 0;
-    for (const Piece& pc : pieces[i]) {
-      double bw = std::numeric_limits<double>::infinity(), lat = 0;
-      for (const Stage* h : pc.with) {
+  // A device's gradients fall into pieces, each reduced with the same stages of the
+  // other pipelines (as the lowering's DP buckets do): the embedding, runs of layers
+  // in which no pipeline changes stage, the head. Each piece is a ring all-reduce at
+  // the slowest link to its holders; a device reduces its pieces one after another.
+  for (auto& de : est.devices) {
+    const Pipeline& pipe = plan.pipelines[de.pipeline];
+    const Stage& s = pipe.stages[de.stage];
+    StageShape shape;
+    shape.layer_begin = s.layer_begin;
+    shape.layer_end = s.layer_end;
+    shape.first = de.stage == 0;
+    shape.last = de.stage == static_cast<int>(pipe.stages.size()) - 1;
+    shape.tp = s.tp();
+    shape.phi = s.phi(de.tp_rank, model_.heads);
+    StageShape piece = shape;
+    piece.first = piece.last = false;
+    std::vector<std::pair<int, double>> pieces;  // (first layer, parameters)
+    double rest = stage_params(model_, shape);
+    if (shape.first) {
+      StageShape emb = shape;
+      emb.layer_end = emb.layer_begin;
+      emb.last = false;
+      pieces.emplace_back(-1, stage_params(model_, emb));
+      rest -= pieces.back().second;
+    }
+    for (int l = s.layer_begin; l < s.layer_end;) {
+      int end = l + 1;
+      while (end < s.layer_end && !boundary[end]) ++end;
+      piece.layer_begin = l;
+      piece.layer_end = end;
+      pieces.emplace_back(l, stage_params(model_, piece));
+      rest -= pieces.back().second;
+      l = end;
+    }
+    if (shape.last) pieces.emplace_back(model_.layers, rest);
+    // The slowest link and largest latency from this device to each holder stage.
+    std::unordered_map<const Stage*, std::pair<double, double>> link_to;
+    auto link_of = [&](const Stage* h) {
+      auto [it, fresh] = link_to.try_emplace(h, std::numeric_limits<double>::infinity(), 0.0);
+      if (fresh) {
         for (int peer : h->devices) {
-          peers[i].push_back(peer);
           PairLink l = cluster_.link(de.device, peer);
           double b = l.bandwidth_Bps;
           if (cluster_.devices()[peer].machine != cluster_.devices()[de.device].machine) {
             b = std::min({b, nic_share(de.device), nic_share(peer)});
           }
-          bw = std::min(bw, b);
-          lat = std::max(lat, l.latency_s);
+          it->second.first = std::min(it->second.first, b);
+          it->second.second = std::max(it->second.second, l.latency_s);
         }
       }
-      de.dp_sync_s += collective_time(Collective::kAllReduce, e * pc.params, dp, bw, lat);
+      return it->second;
+    };
+    de.dp_sync_s = 0;
+    for (auto [layer, params] : pieces) {
+      double bw = std::numeric_limits<double>::infinity(), lat = 0;
+      for (int q = 0; q < dp; ++q) {
+        if (q == de.pipeline) continue;
+        auto [b, l] = link_of(holder_of(q, layer));
+        bw = std::min(bw, b);
+        lat = std::max(lat, l);
+      }
+      de.dp_sync_s += collective_time(Collective::kAllReduce, e * params, dp, bw, lat);
     }
   }
   // Every stage syncs as soon as its own schedule ends (as Megatron and the simulator
