@@ -171,14 +171,24 @@ std::string gib(double bytes) {
 void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
   const int dp = static_cast<int>(plan.pipelines.size());
   if (dp <= 1) return;
-  // Who holds each layer in each pipeline: the stage's device list.
+  // Who holds each layer in each pipeline, and at which layers some pipeline's stage starts.
   std::vector<std::vector<const Stage*>> holder(dp,
                                                 std::vector<const Stage*>(model_.layers, nullptr));
+  std::vector<char> boundary(model_.layers, 0);
   for (int p = 0; p < dp; ++p) {
     for (const auto& s : plan.pipelines[p].stages) {
       for (int l = s.layer_begin; l < s.layer_end; ++l) holder[p][l] = &s;
+      if (s.layer_begin < model_.layers) boundary[s.layer_begin] = 1;
     }
   }
+  // The stage of pipeline q holding a device's piece: the embedding (layer -1), a layer
+  // run starting at `layer`, or the head (layer == model_.layers).
+  auto holder_of = [&](int q, int layer) {
+    const auto& stages = plan.pipelines[q].stages;
+    if (layer < 0) return &stages.front();
+    if (layer >= model_.layers) return &stages.back();
+    return holder[q][layer];
+  };
   // Off-machine DP flows per machine share its NICs.
   std::unordered_map<int, int> off_machine;
   std::vector<std::vector<int>> peers(est.devices.size());
@@ -207,31 +217,90 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
     return std::min(m.nic_each_Bps(), m.nic_Bps / n);
   };
   const double e = training_.bytes_per_element();
-  for (std::size_t i = 0; i < est.devices.size(); ++i) {
-    DeviceEstimate& de = est.devices[i];
-    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
-    const Pipeline& p = plan.pipelines[de.pipeline];
+  // A device's gradients fall into pieces, each reduced with the same stages of the
+  // other pipelines (as the lowering's DP buckets do): the embedding, runs of layers
+  // in which no pipeline changes stage, the head. Each piece is a ring all-reduce at
+  // the slowest link to its holders; a device reduces its pieces one after another.
+  for (auto& de : est.devices) {
+    const Pipeline& pipe = plan.pipelines[de.pipeline];
+    const Stage& s = pipe.stages[de.stage];
     StageShape shape;
     shape.layer_begin = s.layer_begin;
     shape.layer_end = s.layer_end;
     shape.first = de.stage == 0;
-    shape.last = de.stage == static_cast<int>(p.stages.size()) - 1;
+    shape.last = de.stage == static_cast<int>(pipe.stages.size()) - 1;
     shape.tp = s.tp();
     shape.phi = s.phi(de.tp_rank, model_.heads);
-    const double bytes = e * stage_params(model_, shape);
-    double bw = std::numeric_limits<double>::infinity(), lat = 0;
-    for (int peer : peers[i]) {
-      PairLink l = cluster_.link(de.device, peer);
-      double b = l.bandwidth_Bps;
-      if (cluster_.devices()[peer].machine != cluster_.devices()[de.device].machine) {
-        b = std::min({b, nic_share(de.device), nic_share(peer)});
-      }
-      bw = std::min(bw, b);
-      lat = std::max(lat, l.latency_s);
+    StageShape piece = shape;
+    piece.first = piece.last = false;
+    std::vector<std::pair<int, double>> pieces;  // (first layer, parameters)
+    double rest = stage_params(model_, shape);
+    if (shape.first) {
+      StageShape emb = shape;
+      emb.layer_end = emb.layer_begin;
+      emb.last = false;
+      pieces.emplace_back(-1, stage_params(model_, emb));
+      rest -= pieces.back().second;
     }
-    de.dp_sync_s = collective_time(Collective::kAllReduce, bytes, dp, bw, lat);
-    est.dp_sync_s = std::max(est.dp_sync_s, de.dp_sync_s);
+    for (int l = s.layer_begin; l < s.layer_end;) {
+      int end = l + 1;
+      while (end < s.layer_end && !boundary[end]) ++end;
+      piece.layer_begin = l;
+      piece.layer_end = end;
+      pieces.emplace_back(l, stage_params(model_, piece));
+      rest -= pieces.back().second;
+      l = end;
+    }
+    if (shape.last) pieces.emplace_back(model_.layers, rest);
+    // The slowest link and largest latency from this device to each holder stage.
+    std::unordered_map<const Stage*, std::pair<double, double>> link_to;
+    auto link_of = [&](const Stage* h) {
+      auto [it, fresh] = link_to.try_emplace(h, std::numeric_limits<double>::infinity(), 0.0);
+      if (fresh) {
+        for (int peer : h->devices) {
+          PairLink l = cluster_.link(de.device, peer);
+          double b = l.bandwidth_Bps;
+          if (cluster_.devices()[peer].machine != cluster_.devices()[de.device].machine) {
+            b = std::min({b, nic_share(de.device), nic_share(peer)});
+          }
+          it->second.first = std::min(it->second.first, b);
+          it->second.second = std::max(it->second.second, l.latency_s);
+        }
+      }
+      return it->second;
+    };
+    de.dp_sync_s = 0;
+    for (auto [layer, params] : pieces) {
+      double bw = std::numeric_limits<double>::infinity(), lat = 0;
+      for (int q = 0; q < dp; ++q) {
+        if (q == de.pipeline) continue;
+        auto [b, l] = link_of(holder_of(q, layer));
+        bw = std::min(bw, b);
+        lat = std::max(lat, l);
+      }
+      de.dp_sync_s += collective_time(Collective::kAllReduce, e * params, dp, bw, lat);
+    }
   }
+  // Every stage syncs as soon as its own schedule ends (as Megatron and the simulator
+  // do): the pipeline drains from the last stage to the first, so stage s finishes
+  // the backwards and gradient sends of stages 0..s-1 before its pipeline ends. A
+  // device's collective starts when every holder of its layers has finished; what
+  // runs past the slowest pipeline is exposed.
+  std::vector<double> finish(cluster_.num_devices(), 0);
+  for (auto& de : est.devices) {
+    const PipelineEstimate& pe = est.pipelines[de.pipeline];
+    double tail = 0;
+    for (int k = 0; k < de.stage; ++k) tail += pe.stages[k].backward_s + pe.stages[k].send_s;
+    finish[de.device] = pe.time_s - tail;
+  }
+  double end = 0;
+  for (std::size_t i = 0; i < est.devices.size(); ++i) {
+    const DeviceEstimate& de = est.devices[i];
+    double start = finish[de.device];
+    for (int peer : peers[i]) start = std::max(start, finish[peer]);
+    end = std::max(end, start + de.dp_sync_s);
+  }
+  est.dp_sync_s = std::max(0.0, end - est.pipeline_s);
 }
 
 Estimate CostModel::estimate(const Plan& plan) const {

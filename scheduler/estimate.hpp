@@ -63,7 +63,7 @@ struct Estimate {
   double mfu = 0;              // against the whole cluster's summed peak
   double achieved_pflops = 0;  // model FLOPs / iteration time
   double pipeline_s = 0;       // slowest pipeline
-  double dp_sync_s = 0;
+  double dp_sync_s = 0;        // DP sync still running after the slowest pipeline
   double optimizer_s = 0;
   bool feasible = true;               // every device fits in memory
   std::vector<std::string> problems;  // which device is over by how many GiB

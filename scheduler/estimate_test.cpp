@@ -91,13 +91,43 @@ TEST_F(Fixture, DataParallelAcrossMachines) {
     {"batch": 3, "stages": [{"devices": [0], "layers": [0, 8]}]},
     {"batch": 5, "stages": [{"devices": [4], "layers": [0, 8]}]}]})");
   Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
-  // Ring all-reduce of all bf16 gradients between two machines: min(PCIe 32, NIC 25)
-  // GB/s, latency NIC + switch + NIC = 11 us.
-  const double grads = 2 * sc.model.params();
-  EXPECT_NEAR(e.dp_sync_s, collective_time(Collective::kAllReduce, grads, 2, 25e9, 11e-6), 1e-15);
+  // Ring all-reduces of the bf16 gradients between two machines, one per piece (the
+  // embedding, the 8 layers, the head): min(PCIe 32, NIC 25) GB/s, latency NIC + switch
+  // + NIC = 11 us. Both pipelines end when the slower does, so all of it is exposed.
+  StageShape emb, layers;
+  emb.first = true;
+  layers.layer_end = 8;
+  const double piece[3] = {
+      stage_params(sc.model, emb), stage_params(sc.model, layers),
+      sc.model.params() - stage_params(sc.model, emb) - stage_params(sc.model, layers)};
+  double expect = 0;
+  for (double params : piece) {
+    expect += collective_time(Collective::kAllReduce, 2 * params, 2, 25e9, 11e-6);
+  }
+  EXPECT_NEAR(e.devices[0].dp_sync_s, expect, 1e-15);
+  EXPECT_NEAR(e.dp_sync_s, expect, 1e-15);
+  EXPECT_NEAR(e.iteration_time_s, e.pipeline_s + e.dp_sync_s + e.optimizer_s, 1e-15);
   // Uneven batch: the pipeline with 5 micro-batches is the slower one.
   EXPECT_GT(e.pipelines[1].time_s, e.pipelines[0].time_s);
   EXPECT_DOUBLE_EQ(e.pipeline_s, e.pipelines[1].time_s);
+}
+
+// Each stage starts its DP sync when its own schedule ends: the last stage is done
+// one backward and one gradient send before the first, so that much of its sync is
+// hidden behind the drain. Stage 1 holds 6 of 8 layers: its sync is the longest.
+TEST_F(Fixture, DataParallelSyncOverlapsTheDrain) {
+  Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0], "layers": [0, 2]}, {"devices": [1], "layers": [2, 8]}]},
+    {"batch": 4, "stages": [{"devices": [4], "layers": [0, 2]}, {"devices": [5], "layers": [2, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  ASSERT_EQ(e.devices.size(), 4u);
+  const StageEstimate& first = e.pipelines[0].stages[0];
+  const double hidden = first.backward_s + first.send_s;
+  ASSERT_GT(e.devices[1].dp_sync_s, 0);
+  const double expect = std::max(e.devices[0].dp_sync_s, e.devices[1].dp_sync_s - hidden);
+  EXPECT_NEAR(e.dp_sync_s, std::max(expect, 0.0), 1e-12);
+  EXPECT_LT(e.dp_sync_s, e.devices[1].dp_sync_s);  // the 6-layer stage's sync is partly hidden
+  EXPECT_NEAR(e.iteration_time_s, e.pipeline_s + e.dp_sync_s + e.optimizer_s, 1e-12);
 }
 
 TEST_F(Fixture, ReportsDevicesOverMemory) {

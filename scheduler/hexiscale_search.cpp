@@ -10,6 +10,8 @@ namespace {
 constexpr std::size_t kEliteStarts = 5;
 // Most D values the sweep visits one by one (then it strides; see sweep()).
 constexpr int kMaxSweep = 128;
+// A candidate within this factor of the best plan's time also tries its pipelines reversed.
+constexpr double kNearBest = 1.05;
 
 std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   // splitmix64 step: distinct, reproducible METIS seeds per (seed, D, mode, round).
@@ -132,20 +134,20 @@ double HexiScaleSearch::consider(const Assignment& a, std::optional<double> thre
   }
   if (differs) variants.push_back(std::move(same_order));
   double slowest = kInfeasible, objective = kInfeasible;
-  for (PlanSpec& spec : variants) {
+  auto score = [&](PlanSpec& spec) {
     // The slowest pipeline bounds the iteration time from below: skip the full
     // estimate when it alone cannot beat the limit.
     const double w = ev_.pipelines_s(spec);
     slowest = std::min(slowest, w);
     if (!(w < limit)) {
       clock_.count();
-      continue;
+      return;
     }
     auto scored = ev_.evaluate(spec, "hexiscale");
     seen.estimated = true;
     if (!scored || !scored->estimate.feasible) {
       clock_.count();
-      continue;
+      return;
     }
     clock_.count(scored->estimate.tokens_per_s);
     objective = std::min(objective, scored->objective());
@@ -153,7 +155,15 @@ double HexiScaleSearch::consider(const Assignment& a, std::optional<double> thre
       best_ = SpecResult{std::move(spec), std::move(*scored)};
       best_assignment_ = a;
     }
-  }
+  };
+  PlanSpec reversed = variants[0];
+  for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
+  for (PlanSpec& spec : variants) score(spec);
+  // Reversed pipelines keep every inter-stage bandwidth but swap which stages drain
+  // first (and so sync their gradients behind the rest of the drain) and which hold
+  // the embedding and the most in-flight activations. Worth a second phase 2 only
+  // near the best plan.
+  if (objective < kNearBest * best_objective()) score(reversed);
   seen.slowest = slowest;
   seen.objective = objective;
   return objective;
