@@ -99,29 +99,63 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
   return e;
 }
 
-double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>& dst,
-                             double bytes) const {
-  const int n = static_cast<int>(std::min(src.size(), dst.size()));
+std::vector<std::pair<int, int>> CostModel::boundary_flows(const std::vector<int>& src,
+                                                           const std::vector<int>& dst) {
   const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
-  // Chunk c goes from src rank c*ts/n to dst rank c*td/n; flows off a machine share its NICs.
-  std::unordered_map<int, int> out_flows, in_flows;
+  const int n = std::min(ts, td);
   std::vector<std::pair<int, int>> flows;
-  for (int c = 0; c < n; ++c) {
-    int a = src[c * ts / n], b = dst[c * td / n];
-    flows.emplace_back(a, b);
-    if (cluster_.devices()[a].machine != cluster_.devices()[b].machine) {
-      ++out_flows[cluster_.devices()[a].machine];
-      ++in_flows[cluster_.devices()[b].machine];
+  for (int c = 0; c < n; ++c) flows.emplace_back(src[c * ts / n], dst[c * td / n]);
+  return flows;
+}
+
+NicFlows CostModel::nic_flows(const Plan& plan) const {
+  NicFlows f;
+  for (const auto& p : plan.pipelines) {
+    for (std::size_t s = 0; s + 1 < p.stages.size(); ++s) {
+      for (auto [a, b] : boundary_flows(p.stages[s].devices, p.stages[s + 1].devices)) {
+        const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
+        if (ma == mb) continue;
+        ++f.out[ma];
+        ++f.in[mb];
+      }
     }
   }
+  return f;
+}
+
+double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
+                             const NicFlows* busy) const {
+  const int td = static_cast<int>(dst.size());
+  // Flows off a machine share its NICs: those of this boundary, or of every pipeline's
+  // boundaries when `busy` counts them.
+  const std::vector<std::pair<int, int>> flows = boundary_flows(src, dst);
+  const double n = static_cast<double>(flows.size());
+  NicFlows mine;
+  for (auto [a, b] : flows) {
+    const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
+    if (ma == mb) continue;
+    ++mine.out[ma];
+    ++mine.in[mb];
+  }
+  auto sharing = [&](const std::unordered_map<int, int>& own,
+                     const std::unordered_map<int, int>* all, int machine) {
+    int k = own.at(machine);
+    if (all != nullptr) {
+      auto it = all->find(machine);
+      if (it != all->end()) k = std::max(k, it->second);
+    }
+    return k;
+  };
   double worst = 0;
   for (auto [a, b] : flows) {
     PairLink l = cluster_.link(a, b);
     double bw = l.bandwidth_Bps;
     int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
     if (ma != mb) {
-      bw = std::min(bw, cluster_.machines()[ma].nic_Bps / out_flows[ma]);
-      bw = std::min(bw, cluster_.machines()[mb].nic_Bps / in_flows[mb]);
+      bw = std::min(bw, cluster_.machines()[ma].nic_Bps /
+                            sharing(mine.out, busy != nullptr ? &busy->out : nullptr, ma));
+      bw = std::min(bw, cluster_.machines()[mb].nic_Bps /
+                            sharing(mine.in, busy != nullptr ? &busy->in : nullptr, mb));
     }
     worst = std::max(worst, p2p_time(bytes / n, bw, l.latency_s));
   }
@@ -306,6 +340,7 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
 Estimate CostModel::estimate(const Plan& plan) const {
   Estimate est;
   const int dp = static_cast<int>(plan.pipelines.size());
+  const NicFlows busy = nic_flows(plan);
   for (int pi = 0; pi < dp; ++pi) {
     const Pipeline& p = plan.pipelines[pi];
     PipelineEstimate pe;
@@ -316,7 +351,7 @@ Estimate CostModel::estimate(const Plan& plan) const {
       StageEstimate se = stage(s, si == 0, si == stages - 1, p.micro_batch);
       if (si + 1 < stages) {
         se.send_s = transfer_s(s.devices, p.stages[si + 1].devices,
-                               hidden_bytes(model_, training_, p.micro_batch));
+                               hidden_bytes(model_, training_, p.micro_batch), &busy);
       }
       pe.stages.push_back(se);
       for (int r = 0; r < s.tp(); ++r) {

@@ -19,6 +19,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "scenarios/model.hpp"
@@ -73,6 +74,11 @@ struct Estimate {
   Json to_json() const;
 };
 
+// Off-machine flows per machine (ids of Cluster::machines()), leaving and entering it.
+struct NicFlows {
+  std::unordered_map<int, int> out, in;
+};
+
 // The cost model over one cluster/model/config, with per-(GPU type, shard, micro-batch)
 // caches so that the search can evaluate thousands of candidate stages cheaply.
 class CostModel {
@@ -96,7 +102,16 @@ class CostModel {
   // One stage of a pipeline under its recompute (send_s left 0; see transfer_s).
   StageEstimate stage(const Stage& s, bool first, bool last, int micro_batch) const;
   // Moving `bytes` from TP group `src` to TP group `dst` (chunks + all-gather).
-  double transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes) const;
+  // `busy`, when given, counts the boundary flows of every pipeline through each
+  // machine's NICs (nic_flows): pipelines that run in step send at the same time.
+  double transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
+                    const NicFlows* busy = nullptr) const;
+  // Point-to-point flows of one stage boundary: chunk c of min(ts, td) goes from src
+  // rank c*ts/n to dst rank c*td/n.
+  static std::vector<std::pair<int, int>> boundary_flows(const std::vector<int>& src,
+                                                         const std::vector<int>& dst);
+  // Off-machine boundary flows of every pipeline of a plan, per machine and direction.
+  NicFlows nic_flows(const Plan& plan) const;
   // Pipeline time from its stages (send_s filled in).
   double pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches,
                     double* bottleneck = nullptr) const;

@@ -112,6 +112,25 @@ TEST_F(Fixture, DataParallelAcrossMachines) {
   EXPECT_DOUBLE_EQ(e.pipeline_s, e.pipelines[1].time_s);
 }
 
+// Pipelines that run in step send across a stage boundary at the same time: two
+// pipelines crossing from machine 0 to machine 1 share both NICs.
+TEST_F(Fixture, BoundaryFlowsOfAllPipelinesShareTheNics) {
+  const double bytes = 2.0 * 64 * 64;  // one activation, b*s*h bf16
+  Plan one = plan(R"({"version": 1, "pipelines": [
+    {"batch": 8, "stages": [{"devices": [0], "layers": [0, 4]}, {"devices": [4], "layers": [4, 8]}]}]})");
+  Plan two = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0], "layers": [0, 4]}, {"devices": [4], "layers": [4, 8]}]},
+    {"batch": 4, "stages": [{"devices": [1], "layers": [0, 4]}, {"devices": [5], "layers": [4, 8]}]}]})");
+  CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+  EXPECT_NEAR(cm.estimate(one).pipelines[0].stages[0].send_s, p2p_time(bytes, 25e9, 11e-6), 1e-15);
+  Estimate e = cm.estimate(two);
+  for (const auto& p : e.pipelines) {
+    EXPECT_NEAR(p.stages[0].send_s, p2p_time(bytes, 12.5e9, 11e-6), 1e-15);
+  }
+  // Without the other pipelines' flows (as the layer split sees one pipeline), NIC to itself.
+  EXPECT_NEAR(cm.transfer_s({0}, {4}, bytes), p2p_time(bytes, 25e9, 11e-6), 1e-15);
+}
+
 // Each stage starts its DP sync when its own schedule ends: the last stage is done
 // one backward and one gradient send before the first, so that much of its sync is
 // hidden behind the drain. Stage 1 holds 6 of 8 layers: its sync is the longest.
