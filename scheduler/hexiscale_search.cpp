@@ -161,8 +161,8 @@ double HexiScaleSearch::consider(const Assignment& a, std::optional<double> thre
   for (PlanSpec& spec : variants) score(spec);
   // Reversed pipelines keep every inter-stage bandwidth but swap which stages drain
   // first (and so sync their gradients behind the rest of the drain) and which hold
-  // the embedding and the most in-flight activations. Worth a second phase 2 only
-  // near the best plan.
+  // the embedding and the most in-flight activations (layers, recompute and batch are
+  // split anew for the new order). Worth the extra estimate only near the best plan.
   if (objective < kNearBest * best_objective()) score(reversed);
   seen.slowest = slowest;
   seen.objective = objective;
