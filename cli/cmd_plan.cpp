@@ -58,6 +58,7 @@ int run_plan(const PlanOptions& opt) {
       return report(bad_input("--options: expected a JSON object, e.g. '{\"seeds\": 4}'"));
     sc->scheduler = name;  // the options are for the scheduler being run
     sc->scheduler_options = std::move(*json);
+    sc->scheduler_options_origin = "--options";
   }
   auto result = run_scheduler(name, *sc, so);
   if (!result) return report(result.error());
@@ -98,7 +99,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
                   "Stop searching after this many seconds and return the best plan so far (default "
                   "0: run to "
                   "convergence; only then is the result independent of machine speed)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e7));  // seconds (about 115 days at most)
   cmd->add_flag(
       "--explain", opt->explain,
       "Per pipeline: devices by type, stages, TP degrees, layers, batch share, stage compute and "

@@ -54,6 +54,14 @@ TEST(CliPlan, BadInputExitsWithTwo) {
   EXPECT_NE(r.err.find("unknown scheduler"), std::string::npos) << r.err;
   r = run_cli("plan testbed-h100-a100-llama2-13b --options '{\"tua\": 1}'");
   EXPECT_EQ(r.code, 2);
+  // Errors in --options name --options, not the scenario file.
+  r = run_cli(
+      "plan testbed-h100-a100-llama2-13b --scheduler random --options '{\"iterations\": 0}'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--options: /iterations: expected an integer"), std::string::npos) << r.err;
+  r = run_cli("plan testbed-h100-a100-llama2-13b --time-budget -1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--time-budget"), std::string::npos) << r.err;
   r = run_cli("plan testbed-h100-a100-llama2-13b --options '[1]'");
   EXPECT_EQ(r.code, 2);
   r = run_cli("plan no-such-scenario");

@@ -139,4 +139,9 @@ Result<Scenario> load_scenario(const std::string& ref, const GpuCatalog& catalog
   return scenario_from_json(*json, p, catalog, models);
 }
 
+JsonNode Scenario::scheduler_options_node() const {
+  if (!scheduler_options_origin.empty()) return {scheduler_options, scheduler_options_origin};
+  return {scheduler_options, file.string(), "/scheduler"};
+}
+
 }  // namespace hexi

@@ -13,6 +13,7 @@
 #include "scenarios/training.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/gpu_catalog.hpp"
+#include "topologies/json_input.hpp"
 #include "topologies/profile.hpp"
 
 namespace hexi {
@@ -27,9 +28,15 @@ struct Scenario {
   TrainingConfig training;
   std::string scheduler = "hexiscale";
   Json scheduler_options = Json::object();  // scheduler-specific; validated by the scheduler
+  // Where scheduler_options came from, for error messages: empty for the scenario file's
+  // "scheduler" member, else e.g. "--options" when a command line replaced them.
+  std::string scheduler_options_origin;
   std::uint64_t seed = 1;
   std::optional<std::filesystem::path> plan;  // optional plan file (resolved path)
   Profile profile;  // device efficiencies: the documented defaults unless "profile" names a file
+
+  // scheduler_options, reporting errors against their origin (file and JSON path).
+  JsonNode scheduler_options_node() const;
 };
 
 // Loads a scenario by file path or by shipped name. Relative cluster / plan paths are

@@ -396,7 +396,7 @@ Result<FfOptions> read_options(const Scenario& sc) {
   return load_with([&] {
     FfOptions o;
     if (sc.scheduler != "flashflex") return o;
-    JsonNode node(sc.scheduler_options, sc.file.string(), "/scheduler");
+    JsonNode node = sc.scheduler_options_node();
     node.allow_only({"iterations", "initial_pipelines", "random_partition"});
     o.random_partition = node.boolean_or("random_partition", o.random_partition);
     o.iterations = static_cast<int>(node.integer_or("iterations", 1, 100000, o.iterations));

@@ -23,7 +23,7 @@ Result<RandomOptions> read_random_options(const Scenario& sc) {
   return load_with([&] {
     RandomOptions o;
     if (sc.scheduler != "random") return o;
-    JsonNode node(sc.scheduler_options, sc.file.string(), "/scheduler");
+    JsonNode node = sc.scheduler_options_node();
     node.allow_only({"iterations", "d_range"});
     o.iterations = static_cast<int>(node.integer_or("iterations", 1, 1 << 20, o.iterations));
     const std::string range = node.str_or("d_range", "reference");

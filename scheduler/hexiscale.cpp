@@ -8,11 +8,12 @@
 
 namespace hexi {
 
-Result<HexiScaleOptions> read_hexiscale_options(const Json& options, const std::string& origin) {
+Result<HexiScaleOptions> read_hexiscale_options(const Scenario& sc) {
   return load_with([&] {
-    JsonNode node(options, origin, "/scheduler");
-    node.allow_only({"tau", "seeds", "refine", "device_level_max", "recompute"});
     HexiScaleOptions o;
+    if (sc.scheduler != "hexiscale") return o;
+    JsonNode node = sc.scheduler_options_node();
+    node.allow_only({"tau", "seeds", "refine", "device_level_max", "recompute"});
     o.tau = static_cast<int>(node.integer_or("tau", 1, 16, o.tau));
     o.seeds = static_cast<int>(node.integer_or("seeds", 1, 64, o.seeds));
     o.refine = node.boolean_or("refine", o.refine);
@@ -75,8 +76,7 @@ std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOpt
 }
 
 Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& options) {
-  auto hx = read_hexiscale_options(
-      sc.scheduler == "hexiscale" ? sc.scheduler_options : Json::object(), sc.file.string());
+  auto hx = read_hexiscale_options(sc);
   if (!hx) return hx.error();
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
   SpecEvaluator ev(cm, hx->per_stage_recompute);

@@ -33,7 +33,7 @@ struct HexiScaleOptions {
                                     // all run the scenario's ("scenario")
 };
 
-Result<HexiScaleOptions> read_hexiscale_options(const Json& options, const std::string& origin);
+Result<HexiScaleOptions> read_hexiscale_options(const Scenario& sc);
 
 struct SpecResult {
   PlanSpec spec;
