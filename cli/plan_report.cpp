@@ -13,8 +13,8 @@ void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostrea
   out << "scenario " << sc.name << ": " << sc.model.name << " on " << sc.cluster.name() << " ("
       << sc.cluster.num_devices() << " GPUs), global batch " << sc.training.global_batch << " x "
       << sc.training.seq_len << " tokens\n";
-  Table t({"iteration s", "tokens/s", "MFU", "PFLOP/s", "pipelines s", "DP sync s", "optimizer s",
-           "fits"});
+  Table t({"iteration s", "tokens/s", "MFU", "PFLOP/s", "pipelines s", "DP exposed s",
+           "optimizer s", "fits"});
   t.add({fmt(est.iteration_time_s, 3), fmt(est.tokens_per_s, 0), fmt(100 * est.mfu, 1) + "%",
          fmt(est.achieved_pflops, 3), fmt(est.pipeline_s, 3), fmt(est.dp_sync_s, 3),
          fmt(est.optimizer_s, 3), est.feasible ? "yes" : "NO"});
