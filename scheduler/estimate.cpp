@@ -108,16 +108,21 @@ std::vector<std::pair<int, int>> CostModel::boundary_flows(const std::vector<int
   return flows;
 }
 
+void CostModel::count_off_machine(const std::vector<std::pair<int, int>>& flows,
+                                  NicFlows& f) const {
+  for (auto [a, b] : flows) {
+    const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
+    if (ma == mb) continue;
+    ++f.out[ma];
+    ++f.in[mb];
+  }
+}
+
 NicFlows CostModel::nic_flows(const Plan& plan) const {
   NicFlows f;
   for (const auto& p : plan.pipelines) {
     for (std::size_t s = 0; s + 1 < p.stages.size(); ++s) {
-      for (auto [a, b] : boundary_flows(p.stages[s].devices, p.stages[s + 1].devices)) {
-        const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
-        if (ma == mb) continue;
-        ++f.out[ma];
-        ++f.in[mb];
-      }
+      count_off_machine(boundary_flows(p.stages[s].devices, p.stages[s + 1].devices), f);
     }
   }
   return f;
@@ -131,12 +136,7 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
   const std::vector<std::pair<int, int>> flows = boundary_flows(src, dst);
   const double n = static_cast<double>(flows.size());
   NicFlows mine;
-  for (auto [a, b] : flows) {
-    const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
-    if (ma == mb) continue;
-    ++mine.out[ma];
-    ++mine.in[mb];
-  }
+  count_off_machine(flows, mine);
   auto sharing = [&](const std::unordered_map<int, int>& own,
                      const std::unordered_map<int, int>* all, int machine) {
     int k = own.at(machine);

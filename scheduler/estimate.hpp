@@ -121,6 +121,7 @@ class CostModel {
   Estimate estimate(const Plan& plan) const;
 
  private:
+  void count_off_machine(const std::vector<std::pair<int, int>>& flows, NicFlows& f) const;
   double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r) const;
   void dp_sync(const Plan& plan, Estimate& est) const;
 
