@@ -177,20 +177,31 @@ double CostModel::pipeline_s(const std::vector<StageEstimate>& stages, int micro
   return sum + (micro_batches - 1) * worst;
 }
 
-MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) const {
+namespace {
+
+// TP rank `rank` of stage `si` of pipeline `p`: its layers, ends, shard, micro-batch and
+// recompute (in_flight and dp are left to the caller).
+StageShape rank_shape(const Pipeline& p, int si, int rank, int heads) {
   const Stage& s = p.stages[si];
-  const int stages = static_cast<int>(p.stages.size());
   StageShape shape;
   shape.layer_begin = s.layer_begin;
   shape.layer_end = s.layer_end;
   shape.first = si == 0;
-  shape.last = si == stages - 1;
+  shape.last = si == static_cast<int>(p.stages.size()) - 1;
   shape.tp = s.tp();
-  shape.phi = s.phi(rank, model_.heads);
-  shape.in_flight = in_flight_micro_batches(training_.schedule, si, stages, p.micro_batches());
-  shape.dp = dp;
+  shape.phi = s.phi(rank, heads);
   shape.micro_batch = p.micro_batch;
   shape.recompute = s.recompute;
+  return shape;
+}
+
+}  // namespace
+
+MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) const {
+  StageShape shape = rank_shape(p, si, rank, model_.heads);
+  shape.in_flight = in_flight_micro_batches(training_.schedule, si,
+                                            static_cast<int>(p.stages.size()), p.micro_batches());
+  shape.dp = dp;
   return device_memory(model_, training_, shape);
 }
 
@@ -256,15 +267,9 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
   // in which no pipeline changes stage, the head. Each piece is a ring all-reduce at
   // the slowest link to its holders; a device reduces its pieces one after another.
   for (auto& de : est.devices) {
-    const Pipeline& pipe = plan.pipelines[de.pipeline];
-    const Stage& s = pipe.stages[de.stage];
-    StageShape shape;
-    shape.layer_begin = s.layer_begin;
-    shape.layer_end = s.layer_end;
-    shape.first = de.stage == 0;
-    shape.last = de.stage == static_cast<int>(pipe.stages.size()) - 1;
-    shape.tp = s.tp();
-    shape.phi = s.phi(de.tp_rank, model_.heads);
+    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
+    const StageShape shape =
+        rank_shape(plan.pipelines[de.pipeline], de.stage, de.tp_rank, model_.heads);
     StageShape piece = shape;
     piece.first = piece.last = false;
     std::vector<std::pair<int, double>> pieces;  // (first layer, parameters)
