@@ -134,7 +134,7 @@ double HexiScaleSearch::consider(const Assignment& a, std::optional<double> thre
   }
   if (differs) variants.push_back(std::move(same_order));
   double slowest = kInfeasible, objective = kInfeasible;
-  auto score = [&](PlanSpec& spec) {
+  auto score = [&](const PlanSpec& spec) {
     // The slowest pipeline bounds the iteration time from below: skip the full
     // estimate when it alone cannot beat the limit.
     const double w = ev_.pipelines_s(spec);
@@ -152,18 +152,20 @@ double HexiScaleSearch::consider(const Assignment& a, std::optional<double> thre
     clock_.count(scored->estimate.tokens_per_s);
     objective = std::min(objective, scored->objective());
     if (scored->objective() < best_objective()) {
-      best_ = SpecResult{std::move(spec), std::move(*scored)};
+      best_ = SpecResult{spec, std::move(*scored)};
       best_assignment_ = a;
     }
   };
-  PlanSpec reversed = variants[0];
-  for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
-  for (PlanSpec& spec : variants) score(spec);
+  for (const PlanSpec& spec : variants) score(spec);
   // Reversed pipelines keep every inter-stage bandwidth but swap which stages drain
   // first (and so sync their gradients behind the rest of the drain) and which hold
   // the embedding and the most in-flight activations (layers, recompute and batch are
   // split anew for the new order). Worth the extra estimate only near the best plan.
-  if (objective < kNearBest * best_objective()) score(reversed);
+  if (objective < kNearBest * best_objective()) {
+    PlanSpec& reversed = variants[0];
+    for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
+    score(reversed);
+  }
   seen.slowest = slowest;
   seen.objective = objective;
   return objective;
