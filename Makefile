@@ -1,11 +1,12 @@
 # hexisim top-level commands. `make run` and `make test` do all set-up on a fresh
 # Debian 12 machine: install missing packages, configure (Release), build.
 BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 SCENARIO ?= hexiscale-setting1-llama2-7b
 
-.PHONY: all setup configure build run test bench format clean
+.PHONY: all setup configure build run test check-asan bench format clean
 
 all: build
 
@@ -26,6 +27,17 @@ run: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
+# Debug + AddressSanitizer + UBSan + LTO with -Wodr: builds the module (unit) tests
+# and runs them; any sanitizer report or ODR violation fails. MPI, CLI and CUDA tests
+# and the slowest searches are left to `make test` (Release).
+ASAN_SLOW = Search.EveryScheduler|Exact.HexiScaleReaches|Search.HexiScaleBeatsOrMatches|Search.SameSeedSamePlanBytes|RecomputeSearch.HexiScaleNear
+check-asan: setup
+	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DHEXISIM_SANITIZE=ON -DHEXISIM_LTO_ODR=ON \
+	  -DHEXISIM_CUDA=OFF
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target unit_tests
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 900 -L unit -E '$(ASAN_SLOW)'
+
 bench: build
 	./scripts/run_benchmarks.sh $(BUILD_DIR)
 
@@ -33,4 +45,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)

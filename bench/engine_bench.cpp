@@ -1,4 +1,4 @@
-// The engine's cpu backend inside a real training step (issue 5 figures): per op class,
+// The engine's cpu backend inside a real training step: per op class,
 // best time per step, achieved GFLOP/s (program FLOPs, i.e. the cost model's count for the
 // op's shard) and, for the GEMM-bound classes, `vs_eigen` = the time the op's GEMMs take
 // as standalone Eigen products of the same shapes / the op's measured time (1.0: the op
@@ -29,7 +29,7 @@
 #include "engine/runtime.hpp"
 #include "engine/trace.hpp"
 #include "scenarios/scenario.hpp"
-#include "scheduler/lower.hpp"
+#include "scheduler/program/lower.hpp"
 
 namespace hexi::engine {
 namespace {

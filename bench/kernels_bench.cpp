@@ -1,4 +1,4 @@
-// CPU kernels against a standalone Eigen GEMM of the same shape (issue 5: GEMM-bound ops
+// CPU kernels against a standalone Eigen GEMM of the same shape (GEMM-bound ops
 // at >= 70 % of it). Every benchmark reports GFLOP/s and `vs_eigen`:
 // - a linear-layer kernel (matmul_*): its GFLOP/s over the GFLOP/s of a plain Eigen
 //   product `C = A * B` with the same (m, n, k) and transposes, on freshly allocated

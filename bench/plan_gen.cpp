@@ -4,7 +4,8 @@
 #include <cmath>
 #include <map>
 
-#include "scheduler/estimate.hpp"
+#include "scheduler/estimate/estimate.hpp"
+#include "scheduler/search/batch_split.hpp"
 
 namespace hexi::bench {
 namespace {
@@ -82,7 +83,7 @@ Choice choose(const CostModel& cm, const std::vector<int>& machines, int total_m
   const int max_k =
       std::max(1, static_cast<int>(machines.size()) / 2);  // at least two pipelines if possible
   for (int tp = 1; tp <= gpus; tp *= 2) {
-    if (gpus % tp != 0 || cm.model().heads % tp != 0) continue;
+    if (gpus % tp != 0 || !cm.model().even_tp_degree(tp)) continue;
     for (int k = 1; k <= max_k; ++k) {
       const int stages = k * gpus / tp;
       if (stages > cm.model().layers) break;
@@ -139,24 +140,9 @@ Result<Plan> generate_plan(const Cluster& cluster, const Model& model,
                    [](const auto& a, const auto& b) { return a.bottleneck < b.bottleneck; });
   const int micro = training.global_batch / training.micro_batch;
   if (static_cast<int>(pipes.size()) > micro) pipes.resize(micro);
-  double rate = 0;
-  for (const auto& p : pipes) rate += 1 / p.bottleneck;
-  std::vector<int> share(pipes.size());
-  std::vector<std::pair<double, int>> rest;
-  int given = 0;
-  for (std::size_t i = 0; i < pipes.size(); ++i) {
-    const double exact = micro / pipes[i].bottleneck / rate;
-    share[i] = std::max(1, static_cast<int>(std::floor(exact)));
-    given += share[i];
-    rest.emplace_back(exact - std::floor(exact), static_cast<int>(i));
-  }
-  std::stable_sort(rest.begin(), rest.end(), [](auto a, auto b) { return a.first > b.first; });
-  for (std::size_t i = 0; given < micro; i = (i + 1) % rest.size(), ++given)
-    ++share[rest[i].second];
-  while (given > micro) {  // the minimum of one micro-batch overshot: take from the largest shares
-    --*std::max_element(share.begin(), share.end());
-    --given;
-  }
+  std::vector<double> rate;
+  for (const auto& p : pipes) rate.push_back(1 / p.bottleneck);
+  const std::vector<int> share = proportional_split(rate, micro);
   Plan plan;
   plan.scheduler = "bench-generator";
   plan.comment = "simulator benchmark plan: per GPU type, pipelines of whole machines";

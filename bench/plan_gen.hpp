@@ -7,7 +7,7 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
-#include "scheduler/plan.hpp"
+#include "scheduler/plan/plan.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/profile.hpp"
 #include "topologies/status.hpp"

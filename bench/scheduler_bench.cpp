@@ -3,7 +3,7 @@
 // machines from cluster_gen, 16 machines per leaf, 200 Gbit/s NICs), Llama-2 70B
 // (13B at 32 GPUs, where 70B fits in no plan with selective recompute), global batch
 // 4 x GPUs (2 x GPUs above 128), sequence 4096.
-// Targets (DESIGN §10): HexiScale 128 GPUs <= 5 s, 1 024 GPUs <= 60 s on 2 cores.
+// Targets: HexiScale 128 GPUs <= 5 s, 1 024 GPUs <= 60 s on 2 cores.
 //
 // Each measurement runs in a forked child so that its peak resident memory
 // (getrusage ru_maxrss of that child alone) belongs to that search only; the
@@ -20,7 +20,7 @@
 #include <string>
 
 #include "scenarios/scenario.hpp"
-#include "scheduler/search.hpp"
+#include "scheduler/scheduler.hpp"
 #include "topologies/cluster_gen.hpp"
 
 namespace hexi {

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "cli/commands.hpp"
-#include "scheduler/cost_model.hpp"
+#include "scheduler/cost/cost_model.hpp"
 #include "topologies/cluster_gen.hpp"
 
 namespace hexi::cli {

@@ -4,7 +4,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
-#include "scheduler/estimate.hpp"
+#include "scheduler/estimate/estimate.hpp"
 
 namespace hexi::cli {
 namespace {

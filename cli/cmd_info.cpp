@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "scheduler/cost_model.hpp"
+#include "scheduler/cost/cost_model.hpp"
 
 namespace hexi::cli {
 namespace {

@@ -1,12 +1,12 @@
 // hexisim lower SCENARIO --plan FILE --out program.json: the plan lowered into
-// per-device op streams (scheduler/program.hpp), for reading and for the engine.
+// per-device op streams (scheduler/program/program.hpp), for reading and for the engine.
 
 #include <iostream>
 #include <map>
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
-#include "scheduler/lower.hpp"
+#include "scheduler/program/lower.hpp"
 
 namespace hexi::cli {
 namespace {

@@ -1,11 +1,11 @@
 // hexisim plan SCENARIO [--scheduler NAME] [--seed N] [--out FILE] [--time-budget S]
-//                       [--explain] [--json]: searches a plan (DESIGN §12).
+//                       [--explain] [--json]: searches a plan (the contract: README command table).
 
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
-#include "scheduler/search.hpp"
+#include "scheduler/scheduler.hpp"
 
 namespace hexi::cli {
 namespace {

@@ -1,5 +1,5 @@
-// `hexisim plan` end to end (DESIGN §12): the JSON contract, --out, --explain,
-// determinism of the written plan, and exit codes for bad input.
+// `hexisim plan` end to end (the contract: README command table): the JSON contract, --out,
+// --explain, determinism of the written plan, and exit codes for bad input.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

@@ -8,9 +8,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
-#include "scheduler/estimate.hpp"
-#include "scheduler/lower.hpp"
-#include "scheduler/search.hpp"
+#include "scheduler/estimate/estimate.hpp"
+#include "scheduler/program/lower.hpp"
+#include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
 
 namespace hexi::cli {

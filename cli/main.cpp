@@ -1,6 +1,6 @@
 // hexisim: plan, simulate and run LLM training on heterogeneous GPU clusters.
-// One executable, one subcommand per task (DESIGN §12). Only main() turns errors
-// into exit codes: 0 success, 2 bad input (files, flags), 1 failure.
+// One executable, one subcommand per task (the contract: README command table). Only main() turns
+// errors into exit codes: 0 success, 2 bad input (files, flags), 1 failure.
 
 #include <iostream>
 

@@ -4,9 +4,9 @@
 #include <iosfwd>
 
 #include "scenarios/scenario.hpp"
-#include "scheduler/estimate.hpp"
-#include "scheduler/plan.hpp"
-#include "scheduler/search.hpp"
+#include "scheduler/estimate/estimate.hpp"
+#include "scheduler/plan/plan.hpp"
+#include "scheduler/search/search.hpp"
 
 namespace hexi::cli {
 

@@ -1,5 +1,5 @@
-// End-to-end tests of `hexisim lower` and `hexisim simulate` (DESIGN §12): JSON
-// keys, byte-identical outputs, exit code 2 naming op ids for bad programs.
+// End-to-end tests of `hexisim lower` and `hexisim simulate` (the contract: README command table):
+// JSON keys, byte-identical outputs, exit code 2 naming op ids for bad programs.
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 #pragma once
-// The engine's compute seam (STYLE 9): memory, the TP-shard blocks of kernels/, the
-// few engine-side kernels (index gather/scatter for gradient buckets, loss statistics
-// of a vocab-parallel head, AdamW) and op timing, behind one interface:
+// The engine's compute seam (a seam: cpu and cuda backends behind one interface): memory, the
+// TP-shard blocks of kernels/, the few engine-side kernels (index gather/scatter for gradient
+// buckets, loss statistics of a vocab-parallel head, AdamW) and op timing, behind one interface:
 //   cpu   backend_cpu.cpp   host memory, kernels/ CPU reference (Eigen), std::chrono
 //   cuda  backend_cuda.cu   device memory, kernels/ CUDA (cuBLAS), cudaEvent timing
 // Every pointer a Backend method takes is memory of that backend (device memory for

@@ -1,8 +1,8 @@
 #pragma once
-// Check macros for library calls (STYLE 10, after nccl-tests' TESTCHECK and llm.c's
-// cudaCheck): every MPI / CUDA / NCCL call goes through one of these. On failure the
-// enclosing function returns a failure Status naming the call, the file, the line and
-// the library's own error string, e.g.
+// Check macros for library calls (every error records file, line and the library's message; after
+// nccl-tests' TESTCHECK and llm.c's cudaCheck): every MPI / CUDA / NCCL call goes through one of
+// these. On failure the enclosing function returns a failure Status naming the call, the file, the
+// line and the library's own error string, e.g.
 //   engine/comm_mpi.cpp:88: MPI_Allreduce(...) failed: MPI_ERR_TRUNCATE: message truncated
 // Only main() turns that into an exit code (the rank runtime aborts the MPI job).
 

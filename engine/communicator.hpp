@@ -1,6 +1,6 @@
 #pragma once
-// The engine's communication seam (STYLE 9): point-to-point and collectives over a
-// group of ranks, with three implementations behind one interface:
+// The engine's communication seam (a seam, so that tests run on the in-memory fake): point-to-point
+// and collectives over a group of ranks, with three implementations behind one interface:
 //   MpiCommunicator  (comm_mpi.hpp)   host buffers, OpenMPI; the cpu backend
 //   NcclCommunicator (comm_nccl.hpp)  device buffers, NCCL (unique id over MPI); cuda
 //   FakeCommunicator (comm_fake.hpp)  host buffers, threads of one process; unit tests
@@ -13,7 +13,7 @@
 // - isend is non-blocking: the buffer must stay untouched until wait() on its request.
 //   recv blocks until the matching message (same peer and tag) has arrived. With sends
 //   asynchronous, any program that is deadlock-free under blocking sends stays so.
-// - Byte counts and bus factors of each collective: scheduler/collectives.hpp.
+// - Byte counts and bus factors of each collective: scheduler/cost/collectives.hpp.
 
 #include <cstddef>
 #include <cstdint>

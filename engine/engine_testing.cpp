@@ -11,7 +11,7 @@
 #include "kernels/llama_model.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/oracle.hpp"
-#include "scheduler/lower.hpp"
+#include "scheduler/program/lower.hpp"
 #include "topologies/paths.hpp"
 
 namespace hexi::engine {

@@ -12,7 +12,7 @@
 #include "engine/runtime.hpp"
 #include "kernels/params.hpp"
 #include "scenarios/scenario.hpp"
-#include "scheduler/program.hpp"
+#include "scheduler/program/program.hpp"
 
 namespace hexi::engine {
 

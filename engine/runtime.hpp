@@ -1,7 +1,7 @@
 #pragma once
 // One rank of the engine: executes its device's op stream of a program (scheduler/
-// program.hpp) for real, op for op and in list order, on a Backend and a Communicator,
-// and times every op (the trace keeps the program's op ids).
+// scheduler/program/program.hpp) for real, op for op and in list order, on a Backend and a
+// Communicator, and times every op (the trace keeps the program's op ids).
 //
 // Executing the program's semantics with the kernels/ TP-shard blocks:
 // - compute ops run the block on the device's shard; a block's partial output (or
@@ -40,7 +40,7 @@
 #include "engine/watchdog.hpp"
 #include "kernels/params.hpp"
 #include "scenarios/model.hpp"
-#include "scheduler/program.hpp"
+#include "scheduler/program/program.hpp"
 
 namespace hexi::engine {
 

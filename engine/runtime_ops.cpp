@@ -1,5 +1,5 @@
 // The op interpreter: one rank's op stream, in list order (semantics: runtime.hpp and
-// scheduler/program.hpp).
+// scheduler/program/program.hpp).
 
 #include <chrono>
 #include <csignal>

@@ -138,14 +138,15 @@ Status RankRuntime::Impl::setup_buckets() {
     st.comm = groups[bk.group].get();
     st.member = static_cast<int>(me - devs.begin());
     std::vector<std::int64_t> idx;
-    for (const Segment& seg : bk.segments) {
+    for (const ParamSegment& seg : bk.segments) {
       auto part = segment_indices(layout, dims, seg);
       HEXI_TRY(part);
       idx.insert(idx.end(), part->begin(), part->end());
     }
     st.elements = idx.size();
     const std::size_t n = devs.size();
-    // ZeRO-1: member i owns [i*E/n, (i+1)*E/n) (program.hpp); ZeRO-0: everyone all of it.
+    // ZeRO-1: member i owns [i*E/n, (i+1)*E/n) (scheduler/program/program.hpp); ZeRO-0: everyone
+    // all of it.
     for (std::size_t i = 0; i <= n; ++i) st.piece.push_back(i * st.elements / n);
     for (std::size_t i = 0; i < n; ++i)
       st.chunk = std::max(st.chunk, st.piece[i + 1] - st.piece[i]);

@@ -27,14 +27,14 @@ Result<AxisOf> axis_of(const std::string& param, const kernels::LlamaDims& d) {
 
 }  // namespace
 
-std::string tensor_name(const Segment& seg) {
+std::string tensor_name(const ParamSegment& seg) {
   if (seg.layer >= 0) return "layers." + std::to_string(seg.layer) + "." + seg.param;
   return seg.param;
 }
 
 Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& layout,
                                                   const kernels::LlamaDims& dims,
-                                                  const Segment& seg) {
+                                                  const ParamSegment& seg) {
   const std::string name = tensor_name(seg);
   auto axis = axis_of(seg.param, dims);
   if (!axis.ok()) return axis.error();

@@ -3,7 +3,7 @@
 //
 // A device holds its stage's tensors on its TP shard in the kernels/ layout
 // (kernels::stage_layout: each tensor a (rows, cols) block of the full tensor). The
-// program names DP-synchronised pieces as segments (scheduler/program.hpp, "DP
+// program names DP-synchronised pieces as segments (scheduler/program/program.hpp, "DP
 // gradient synchronisation"): parameter `param` of layer `layer`, cut to [begin, end)
 // along its sharded axis, flattened row-major; replicated parameters whole. The axes
 // of the Llama parameters (units of the axis in rows or columns of the full tensor):
@@ -16,20 +16,20 @@
 #include <vector>
 
 #include "kernels/params.hpp"
-#include "scheduler/program.hpp"
+#include "scheduler/program/program.hpp"
 #include "topologies/status.hpp"
 
 namespace hexi::engine {
 
 // The kernels/ tensor name of a segment: "layers.3.wq", "embedding", "head", "final_norm".
-std::string tensor_name(const Segment& seg);
+std::string tensor_name(const ParamSegment& seg);
 
 // Flat-buffer indices of a segment's elements in their row-major order within the
 // segment; an error names the segment when the device does not hold all of it or the
 // parameter is not a Llama parameter.
 Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& layout,
                                                   const kernels::LlamaDims& dims,
-                                                  const Segment& seg);
+                                                  const ParamSegment& seg);
 
 // Contiguous runs of a flat buffer, per tensor (runs never cross tensors).
 struct Run {

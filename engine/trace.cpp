@@ -1,7 +1,5 @@
 #include "engine/trace.hpp"
 
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 
 #include "engine/check.hpp"
@@ -16,91 +14,25 @@ double engine_bytes(const Program& p, const Op& op) {
   return op.kind == OpKind::kCompute ? 0.0 : op.bytes * 4.0 / p.bytes_per_element;
 }
 
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, fmt);
-  int n = std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return std::string(buf, std::min<int>(n, sizeof buf - 1));
-}
-
 }  // namespace
 
 std::string trace_events(const Program& p, int device, const std::string& device_name,
                          const std::vector<StepStats>& steps, double t0) {
-  const DeviceLayout* l = p.layout(device);
-  std::string out;
-  out +=
-      format(
-          R"x({"name": "process_name", "ph": "M", "pid": %d, "args": {"name": "device %d %s (pipeline %d, stage %d, tp rank %d)"}})x",
-          device, device, device_name.c_str(), l->pipeline, l->stage, l->tp_rank) +
-      "\n";
-  out +=
-      format(
-          R"x({"name": "process_sort_index", "ph": "M", "pid": %d, "args": {"sort_index": %d}})x",
-          device, device) +
-      "\n";
-  for (Stream s : {Stream::kCompute, Stream::kP2p, Stream::kGather, Stream::kDp}) {
-    out +=
-        format(
-            R"x({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": "%s"}})x",
-            device, static_cast<int>(s), std::string(to_string(s)).c_str()) +
-        "\n";
-  }
+  TraceWriter w;
+  w.device(p, device, device_name);
   for (const StepStats& st : steps) {
     for (const OpTime& t : st.ops) {
-      const Op& op = p.ops[t.op];
-      const std::string label = op_label(p, t.op);
-      const int tid = static_cast<int>(op.stream);
-      const double ts = (t.start_s - t0) * 1e6, te = (t.end_s - t0) * 1e6;
-      if (op.stream == Stream::kP2p) {
-        out +=
-            format(
-                R"x({"name": "%s", "cat": "p2p", "ph": "b", "id": %d, "pid": %d, "tid": %d, "ts": %.3f, "args": {"op": %d, "step": %d, "bytes": %.0f}})x",
-                label.c_str(), t.op, device, tid, ts, t.op, st.step, engine_bytes(p, op)) +
-            "\n";
-        out +=
-            format(
-                R"x({"name": "%s", "cat": "p2p", "ph": "e", "id": %d, "pid": %d, "tid": %d, "ts": %.3f})x",
-                label.c_str(), t.op, device, tid, te) +
-            "\n";
-      } else if (op.kind == OpKind::kCompute) {
-        out +=
-            format(
-                R"x({"name": "%s", "cat": "compute", "ph": "X", "pid": %d, "tid": 0, "ts": %.3f, "dur": %.3f, "args": {"op": %d, "step": %d}})x",
-                label.c_str(), device, ts, te - ts, t.op, st.step) +
-            "\n";
-      } else {
-        out +=
-            format(
-                R"x({"name": "%s", "cat": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f, "args": {"op": %d, "step": %d, "bytes": %.0f, "group": %d}})x",
-                label.c_str(), std::string(to_string(op.stream)).c_str(), device, tid, ts, te - ts,
-                t.op, st.step, engine_bytes(p, op), op.group) +
-            "\n";
-      }
+      TraceOp e;
+      e.op = t.op;
+      e.device = device;
+      e.start_us = (t.start_s - t0) * 1e6;
+      e.end_us = (t.end_s - t0) * 1e6;
+      e.step = st.step;
+      e.bytes = engine_bytes(p, p.ops[t.op]);
+      w.op(p, e);
     }
   }
-  return out;
-}
-
-std::string trace_document(const std::vector<std::string>& per_device, const Json& other_data) {
-  std::string body;
-  for (const std::string& events : per_device) {
-    std::size_t start = 0;
-    while (start < events.size()) {
-      std::size_t end = events.find('\n', start);
-      if (end == std::string::npos) end = events.size();
-      if (end > start) {
-        body += body.empty() ? "\n" : ",\n";
-        body.append(events, start, end - start);
-      }
-      start = end + 1;
-    }
-  }
-  return "{\"displayTimeUnit\": \"ms\", \"otherData\": " + other_data.dump() +
-         ", \"traceEvents\": [" + body + "\n]}\n";
+  return w.lines();
 }
 
 Result<std::vector<std::string>> gather_strings(Communicator& world, const std::string& mine) {

@@ -17,7 +17,7 @@
 #include "engine/trace.hpp"
 #include "engine/watchdog.hpp"
 #include "scenarios/scenario.hpp"
-#include "scheduler/lower.hpp"
+#include "scheduler/program/lower.hpp"
 
 namespace hexi::engine {
 

@@ -1,6 +1,6 @@
 #pragma once
 // `hexisim train`: one MPI rank per plan device (launched with mpirun). Each rank loads
-// the scenario and plan, lowers them to the program (scheduler/lower), builds its
+// the scenario and plan, lowers them to the program (scheduler/program/lower), builds its
 // backend and communicators, and runs its op stream for the requested steps
 // (engine/runtime.hpp). Rank 0 prints per-step loss and time, writes the trace and the
 // JSON summary.

@@ -1,5 +1,5 @@
 // `hexisim train` end to end under mpirun: output, trace, checkpoint/resume, learning,
-// and the robustness contract (issue 5): a plan whose device count differs from the
+// and the robustness contract (one message, no hang): a plan whose device count differs from the
 // number of ranks, a missing file, a rank that fails, dies or hangs mid-step -> every
 // rank exits non-zero within 30 s with one clear message, no hang.
 

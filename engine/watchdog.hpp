@@ -1,5 +1,5 @@
 #pragma once
-// No hangs (issue 5, robustness): each rank runs a watchdog thread that watches the
+// No hangs: each rank runs a watchdog thread that watches the
 // rank's progress counter. When it has not moved for `timeout` seconds, the watchdog
 // reports what the rank was doing (the op id and what it moves or computes) and calls
 // the abort handler (MPI_Abort in the launcher: every rank of the job ends, non-zero).

@@ -1,8 +1,8 @@
 #pragma once
 // CPU reference kernels of a Llama-style decoder, forward and backward. These are the
-// specification: plain loops, GEMMs through Eigen, never optimised beyond that (STYLE 1).
-// The CUDA kernels in cuda_kernels.hpp have the same names and arguments (plus a leading
-// cuda::Context&) and are tested against these.
+// specification: plain loops, GEMMs through Eigen, never optimised beyond that: the fast paths are
+// checked against it. The CUDA kernels in cuda_kernels.hpp have the same names and arguments (plus
+// a leading cuda::Context&) and are tested against these.
 //
 // Conventions (see shapes.hpp for layouts):
 // - T is float or double (double for finite-difference tests); explicit instantiations

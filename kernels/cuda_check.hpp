@@ -1,7 +1,7 @@
 #pragma once
-// Every CUDA runtime and cuBLAS call goes through these macros (STYLE 10; llm.c's
-// cudaCheck): a failure throws cuda::Error whose message records the file, the line,
-// the failed expression and the library's own error string. Kernel launches are
+// Every CUDA runtime and cuBLAS call goes through these macros (each records file, line and the
+// library's error string; llm.c's cudaCheck): a failure throws cuda::Error whose message records
+// the file, the line, the failed expression and the library's own error string. Kernel launches are
 // followed by HEXI_CUDA_CHECK(cudaGetLastError()). The engine catches cuda::Error at
 // the rank level and turns it into one clear message and a non-zero exit.
 

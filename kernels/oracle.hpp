@@ -1,6 +1,7 @@
 #pragma once
-// Reader of the PyTorch oracle file written by scripts/make_oracle.py (STYLE 3):
-// kernels/testdata/tiny_llama_oracle.bin. Format "hexisim-oracle" version 1:
+// Reader of the PyTorch oracle file written by scripts/make_oracle.py (an independent oracle: a
+// program nobody here wrote): kernels/testdata/tiny_llama_oracle.bin. Format "hexisim-oracle"
+// version 1:
 //   line 1: a JSON header terminated by '\n'
 //   then:   raw little-endian float32 values; the header's "tensors" list gives each
 //           tensor's name, shape and offset (in floats) into that blob.

@@ -1,4 +1,4 @@
-// The single-process tiny Llama against the PyTorch oracle (STYLE 3): the committed
+// The single-process tiny Llama against the PyTorch oracle (an independent oracle): the committed
 // file kernels/testdata/tiny_llama_oracle.bin (scripts/make_oracle.py) holds the loss,
 // every parameter gradient and an AdamW step computed by torch autograd for the same
 // weights (hash-uniform-v1 init, checked bit for bit) and data.

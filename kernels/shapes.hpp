@@ -9,7 +9,7 @@
 // - A linear layer's weight is (out_features, in_features), as in PyTorch: y = x W^T.
 // - Vectors (norm gains) are (features).
 //
-// Notation as in scheduler/cost_model.hpp: b micro-batch, s sequence, h hidden,
+// Notation as in scheduler/cost/cost_model.hpp: b micro-batch, s sequence, h hidden,
 // f ffn, a query heads, k kv heads, d = h/a, g = a/k query heads per kv head, V vocab.
 
 #include <cstddef>

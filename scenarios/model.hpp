@@ -34,6 +34,12 @@ struct Model {
 
   int head_dim() const { return hidden / heads; }  // d
   int kv_dim() const { return kv_heads * head_dim(); }
+  // Whether TP degree t splits the heads evenly (Megatron's rule, the one every plan
+  // check and search uses): t divides the query heads, and t divides the KV heads or is
+  // a multiple of them (each KV head then replicated on t / k ranks).
+  bool even_tp_degree(int t) const {
+    return t >= 1 && heads % t == 0 && (kv_heads % t == 0 || t % kv_heads == 0);
+  }
 
   double attention_params() const;  // per layer: q, k, v, o (+ biases)
   double mlp_params() const;        // per layer

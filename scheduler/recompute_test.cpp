@@ -7,10 +7,11 @@
 #include <cmath>
 #include <functional>
 
-#include "scheduler/exact.hpp"
-#include "scheduler/pipeline_curve.hpp"
-#include "scheduler/plan_space.hpp"
-#include "scheduler/search_test_util.hpp"
+#include "scheduler/hexiscale/exact.hpp"
+#include "scheduler/scheduler.hpp"
+#include "scheduler/search/pipeline_curve.hpp"
+#include "scheduler/search/plan_space.hpp"
+#include "scheduler/search/testing.hpp"
 
 namespace hexi {
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HexiScale against every baseline (issue 3): estimated tokens/s on the three paper
+# HexiScale against every baseline: estimated tokens/s on the three paper
 # settings (Llama-2 7B / 13B on settings 1-2, LLaMA 30B on setting 3) and on the 128-
 # and 1 024-GPU four-type mixes (Llama-2 70B), and HexiScale on settings 1-3 against
 # `uniform` on the FLOP-matched homogeneous A800 clusters.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch oracle for hexisim's kernels (STYLE 3): writes the loss and every parameter
+"""PyTorch oracle for hexisim's kernels (an independent oracle for the end-to-end numbers): writes the loss and every parameter
 gradient of a tiny Llama with fixed weights and data, and one AdamW step, to
 kernels/testdata/tiny_llama_oracle.bin. The C++ tests (kernels/oracle_test.cpp and the
 engine's) read that committed file; torch is needed only to regenerate it:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Simulated vs closed-form throughput of every scheduler's plan (issue 4 figures).
+"""Simulated vs closed-form throughput of every scheduler's plan (the simulator-vs-closed-form figures).
 
 For each scenario and scheduler: `hexisim plan` (skipped when the build has no
 `plan` command: the scenario's own plan is used), then `hexisim simulate --json`

@@ -3,7 +3,7 @@
 // phases (each phase starts when the previous one has finished). Pure functions,
 // no SimGrid: the simulator starts every flow of a phase as one SimGrid comm and
 // charges each flow `latency_steps` times the phase's largest hop latency, so
-// that an uncontended collective takes exactly the time of collectives.hpp.
+// that an uncontended collective takes exactly the time of scheduler/cost/collectives.hpp.
 //
 // Ring (NCCL's ring in steady state, chunks pipelined): n concurrent flows
 // i -> i+1 (group order), each carrying bus_factor(c, n) * S bytes:
@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/collectives.hpp"
+#include "scheduler/cost/collectives.hpp"
 #include "topologies/cluster.hpp"
 
 namespace hexi::sim {

@@ -1,11 +1,11 @@
 // Collective algorithms expanded into flows: byte counts per the bus factors of
-// collectives.hpp (nccl-tests PERFORMANCE.md), phases of the hierarchical variant.
+// scheduler/cost/collectives.hpp (nccl-tests PERFORMANCE.md), phases of the hierarchical variant.
 
 #include "sim/collective_algos.hpp"
 
 #include <gtest/gtest.h>
 
-#include "scheduler/testing.hpp"
+#include "scheduler/plan/testing.hpp"
 
 namespace hexi::sim {
 namespace {

@@ -11,9 +11,9 @@
 
 #include <gtest/gtest.h>
 
-#include "scheduler/estimate.hpp"
-#include "scheduler/lower.hpp"
-#include "scheduler/testing.hpp"
+#include "scheduler/estimate/estimate.hpp"
+#include "scheduler/plan/testing.hpp"
+#include "scheduler/program/lower.hpp"
 #include "sim/simulator.hpp"
 
 namespace hexi {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/program.hpp"
+#include "scheduler/program/program.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/profile.hpp"

@@ -9,17 +9,15 @@
 #include <cstring>
 #include <string_view>
 
-#include "scheduler/estimate.hpp"
+#include "scheduler/cost/collectives.hpp"
 #include "sim/executor.hpp"
 #include "sim/metrics.hpp"
 #include "sim/platform.hpp"
 
 namespace hexi {
 
-std::vector<double> compute_durations(const Program& p, const Cluster& cluster, const Model& model,
-                                      const TrainingConfig& training, const Profile& profile,
-                                      std::vector<double>* folded) {
-  CostModel cm(cluster, model, training, profile);
+std::vector<double> compute_durations(const Program& p, const Cluster& cluster,
+                                      const Profile& profile, std::vector<double>* folded) {
   const std::size_t types = cluster.gpu_types().size();
   std::vector<double> shape_time(p.shapes.size() * types, -1.0);
   std::vector<double> fold_time(p.folds.size(), -1.0);
@@ -40,7 +38,7 @@ std::vector<double> compute_durations(const Program& p, const Cluster& cluster, 
       if (ft < 0) {
         const Fold& f = p.folds[op.folded];
         const auto& devs = p.groups[f.group].devices;
-        auto [bw, lat] = cm.ring_link(devs);
+        auto [bw, lat] = ring_link(cluster, devs);
         const int n = static_cast<int>(devs.size());
         ft = f.count * collective_time(f.collective, f.bytes, n, bw, lat) +
              collective_time(Collective::kAllGather, f.loss_stats_bytes, n, bw, lat);
@@ -103,8 +101,7 @@ Result<SimOutput> run_here(const Inputs& in) {
   used = true;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<double> folded;
-  std::vector<double> duration =
-      compute_durations(in.program, in.cluster, in.model, in.training, in.profile, &folded);
+  std::vector<double> duration = compute_durations(in.program, in.cluster, in.profile, &folded);
   char arg0[] = "hexisim-simulate";
   char arg1[] = "--log=root.thres:critical";
   char* argv[] = {arg0, arg1, nullptr};

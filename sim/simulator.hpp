@@ -1,10 +1,11 @@
 #pragma once
 // The simulator's public API (no SimGrid types): simulate one training iteration
-// of a program on a cluster with SimGrid (DESIGN §7) and report it (DESIGN §3).
+// of a program on a cluster with SimGrid and report it
+// (report.json and trace.json, see sim/README.md).
 //
 // Fidelity is the program's granularity: a `layer` program simulates every op; a
 // `stage` program has each stage's forward/backward fused with its intra-machine
-// TP collectives folded analytically (lower.hpp). The report says which.
+// TP collectives folded analytically (scheduler/program/lower.hpp). The report says which.
 //
 // SimGrid 3.32 allows one engine per process, so by default each simulation runs
 // in a forked child process that sends its results back through a pipe; the
@@ -16,8 +17,8 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
-#include "scheduler/cost_model.hpp"
-#include "scheduler/program.hpp"
+#include "scheduler/cost/cost_model.hpp"
+#include "scheduler/program/program.hpp"
 #include "sim/collective_algos.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/json_input.hpp"
@@ -104,7 +105,6 @@ Result<SimOutput> simulate(const Program& program, const Cluster& cluster, const
 
 // Seconds of each compute op (kernel model + folded collectives), 0 for others.
 std::vector<double> compute_durations(const Program& program, const Cluster& cluster,
-                                      const Model& model, const TrainingConfig& training,
                                       const Profile& profile,
                                       std::vector<double>* folded = nullptr);
 

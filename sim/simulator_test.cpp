@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "scheduler/estimate.hpp"
-#include "scheduler/lower.hpp"
-#include "scheduler/testing.hpp"
+#include "scheduler/estimate/estimate.hpp"
+#include "scheduler/plan/testing.hpp"
+#include "scheduler/program/lower.hpp"
 #include "sim/sim_testing.hpp"
 
 namespace hexi {
@@ -133,7 +133,7 @@ TEST(Simulator, HierarchicalAllReduceBeatsTheFlatRingAsPredicted) {
 }
 
 // p stages of one GPU, m micro-batches, F = 10 ms and B = 20 ms per micro-batch,
-// 1-byte stage-boundary messages; 1F1B order from lower.hpp.
+// 1-byte stage-boundary messages; 1F1B order from scheduler/program/lower.hpp.
 Program pipeline_program(int p, int m, PipelineSchedule schedule) {
   ProgramBuilder b(p);
   for (int s = 0; s < p; ++s) {

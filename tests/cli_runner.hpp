@@ -1,6 +1,7 @@
 #pragma once
 // Runs the hexisim executable (path in $HEXISIM_BIN) and captures its exit code,
-// stdout and stderr, for end-to-end tests of the command line contract (DESIGN §12).
+// stdout and stderr, for end-to-end tests of the command line contract (the contract: README
+// command table).
 
 #include <cstdlib>
 #include <filesystem>

@@ -1,4 +1,4 @@
-// End-to-end tests of the hexisim command line: the JSON contract of DESIGN §12 and
+// End-to-end tests of the hexisim command line: the JSON contract (README command table) and
 // bad input (exit code 2, one message naming the file, the JSON path, the expectation).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

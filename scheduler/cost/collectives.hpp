@@ -1,0 +1,43 @@
+#pragma once
+// Collectives, each described once by its byte count and its bus-bandwidth factor
+// (nccl-tests doc/PERFORMANCE.md): for a ring of n ranks and a buffer of S bytes,
+//   all-reduce       time = 2(n-1)/n * S / bw + 2(n-1) * latency
+//   all-gather       time =  (n-1)/n * S / bw +  (n-1) * latency   (S = gathered size)
+//   reduce-scatter   time =  (n-1)/n * S / bw +  (n-1) * latency   (S = input size)
+//   broadcast (pipelined chain) time = S / bw + (n-1) * latency
+//   all-to-all (pairwise)       time = (n-1)/n * S / bw + (n-1) * latency (S = per-rank buffer)
+// bw is the bottleneck link bandwidth of the ring (bytes/s). The cost model, the
+// simulator's analytic folds and the engine's reports all use these functions.
+
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "topologies/cluster.hpp"
+
+namespace hexi {
+inline namespace cost {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll };
+
+std::string_view to_string(Collective c);
+
+// Bytes each rank sends per byte of S: 2(n-1)/n for all-reduce, (n-1)/n for
+// all-gather / reduce-scatter / all-to-all, 1 for broadcast. 0 when n <= 1.
+double bus_factor(Collective c, int n);
+
+// Number of sequential latency-bound steps of the ring algorithm.
+int latency_steps(Collective c, int n);
+
+// Time of the ring algorithm (s); 0 when n <= 1 or bytes <= 0.
+double collective_time(Collective c, double bytes, int n, double bandwidth_Bps, double latency_s);
+
+// Point-to-point: latency + bytes / bandwidth.
+double p2p_time(double bytes, double bandwidth_Bps, double latency_s);
+
+// The link of a ring over `group` (devices in ring order): the smallest bandwidth
+// (bytes/s) and the largest latency (s) of its edges; {infinity, 0} for one device.
+std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& group);
+
+}  // namespace cost
+}  // namespace hexi

@@ -1,0 +1,269 @@
+#include "scheduler/cost/cost_model.hpp"
+
+#include <algorithm>
+
+namespace hexi {
+inline namespace cost {
+namespace {
+
+// A GEMM (m x k) * (k x n): 2mkn FLOPs, reads both operands and writes the result.
+Kernel gemm(std::string_view name, double m, double n, double k, double e) {
+  return {name, KernelClass::kGemm, 2 * m * n * k, e * (m * k + k * n + m * n)};
+}
+
+Kernel elementwise(std::string_view name, double bytes) {
+  return {name, KernelClass::kElementwise, 0, bytes};
+}
+
+// The backward of a GEMM: the input gradient (dgrad) and the weight gradient (wgrad),
+// each as many FLOPs as the forward.
+void gemm_backward(std::vector<Kernel>& out, const Kernel& fwd, std::string_view dgrad,
+                   std::string_view wgrad) {
+  out.push_back({dgrad, KernelClass::kGemm, fwd.flops, fwd.bytes});
+  out.push_back({wgrad, KernelClass::kGemm, fwd.flops, fwd.bytes});
+}
+
+double causal_factor(const TrainingConfig& t) {
+  return t.attention == AttentionKernel::kFlash ? 0.5 : 1.0;
+}
+
+Kernel attention_core(const Model& m, const TrainingConfig& t, int b, double phi) {
+  const double e = t.bytes_per_element(), s = t.seq_len, h = m.hidden, kd = m.kv_dim();
+  double flops = 4.0 * b * s * s * h * phi * causal_factor(t);
+  double bytes = e * b * s * phi * (2 * h + 2 * kd);  // read q, k, v; write o
+  if (t.attention == AttentionKernel::kDense) {
+    bytes += 4 * e * b * m.heads * phi * s * s;  // write scores, softmax read+write, read in AV
+  }
+  return {"attention", KernelClass::kAttention, flops, bytes};
+}
+
+}  // namespace
+
+std::string_view to_string(KernelClass c) {
+  switch (c) {
+    case KernelClass::kGemm:
+      return "gemm";
+    case KernelClass::kAttention:
+      return "attention";
+    case KernelClass::kElementwise:
+      return "elementwise";
+  }
+  return "?";
+}
+
+std::string_view to_string(Block b) {
+  return b == Block::kAttention ? "attn" : "mlp";
+}
+
+std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                  double phi) {
+  const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
+  const double h = m.hidden, f = m.ffn, kd = m.kv_dim();
+  if (block == Block::kAttention) {
+    return {elementwise("attn_norm", 2 * e * bs * h),
+            gemm("qkv", bs, phi * (h + 2 * kd), h, e),
+            elementwise("rope", 2 * e * bs * phi * (h + kd)),
+            attention_core(m, t, b, phi),
+            gemm("out_proj", bs, h, phi * h, e),
+            elementwise("attn_residual", 3 * e * bs * h)};
+  }
+  if (m.mlp == MlpKind::kSwiGlu) {
+    return {elementwise("mlp_norm", 2 * e * bs * h), gemm("gate_up", bs, 2 * phi * f, h, e),
+            elementwise("swiglu", 3 * e * bs * phi * f), gemm("down", bs, h, phi * f, e),
+            elementwise("mlp_residual", 3 * e * bs * h)};
+  }
+  return {elementwise("mlp_norm", 2 * e * bs * h), gemm("fc1", bs, phi * f, h, e),
+          elementwise("gelu", 2 * e * bs * phi * f), gemm("fc2", bs, h, phi * f, e),
+          elementwise("mlp_residual", 3 * e * bs * h)};
+}
+
+std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                   double phi) {
+  return block_backward(m, t, block, b, phi, t.recompute);
+}
+
+int recompute_all_reduces(Recompute r) {
+  return r == Recompute::kFull ? 2 : 0;
+}
+
+std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                   double phi, Recompute r) {
+  std::vector<Kernel> fwd = block_forward(m, t, block, b, phi);
+  std::vector<Kernel> out;
+  if (r == Recompute::kFull) {
+    for (const auto& k : fwd) out.push_back({"recompute", k.cls, k.flops, k.bytes});
+  } else if (r == Recompute::kSelective && block == Block::kAttention &&
+             t.attention == AttentionKernel::kDense) {
+    Kernel core = attention_core(m, t, b, phi);
+    out.push_back({"recompute", core.cls, core.flops, core.bytes});
+  }
+  // Walk the forward in reverse; names stay static strings.
+  for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
+    const Kernel& k = *it;
+    if (k.cls == KernelClass::kGemm) {
+      std::string_view n = k.name;
+      if (n == "qkv") gemm_backward(out, k, "qkv.dgrad", "qkv.wgrad");
+      if (n == "out_proj") gemm_backward(out, k, "out_proj.dgrad", "out_proj.wgrad");
+      if (n == "gate_up") gemm_backward(out, k, "gate_up.dgrad", "gate_up.wgrad");
+      if (n == "down") gemm_backward(out, k, "down.dgrad", "down.wgrad");
+      if (n == "fc1") gemm_backward(out, k, "fc1.dgrad", "fc1.wgrad");
+      if (n == "fc2") gemm_backward(out, k, "fc2.dgrad", "fc2.wgrad");
+    } else if (k.cls == KernelClass::kAttention) {
+      out.push_back({"attention.bwd", k.cls, 2 * k.flops, 2 * k.bytes});
+    } else {
+      out.push_back({"elementwise.bwd", k.cls, 0, 2 * k.bytes});
+    }
+  }
+  return out;
+}
+
+std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b) {
+  const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
+  return {elementwise("embedding", 2 * e * bs * m.hidden)};  // gather rows, write activations
+}
+
+std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b) {
+  const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
+  return {elementwise("embedding.bwd", 3 * e * bs * m.hidden)};  // scatter-add into the table
+}
+
+std::vector<Kernel> head_forward(const Model& m, const TrainingConfig& t, int b, double phi) {
+  const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
+  const double h = m.hidden, v = phi * m.vocab;
+  return {elementwise("final_norm", 2 * e * bs * h), gemm("logits", bs, v, h, e),
+          elementwise("cross_entropy", bs * v * (e + 4))};
+}
+
+std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b, double phi) {
+  const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
+  const double h = m.hidden, v = phi * m.vocab;
+  std::vector<Kernel> out{elementwise("cross_entropy.bwd", bs * v * (e + 4))};
+  gemm_backward(out, gemm("logits", bs, v, h, e), "logits.dgrad", "logits.wgrad");
+  out.push_back(elementwise("final_norm.bwd", 4 * e * bs * h));
+  return out;
+}
+
+double kernel_time(const Kernel& k, const GpuSpec& gpu, const DeviceProfile& p) {
+  double eff = k.cls == KernelClass::kGemm        ? p.gemm_efficiency
+               : k.cls == KernelClass::kAttention ? p.attention_efficiency
+                                                  : 1.0;
+  double compute = k.flops / (gpu.flops() * eff);
+  double memory = k.bytes / (gpu.memory_GBps * 1e9 * p.memory_efficiency);
+  return p.kernel_overhead_s + std::max(compute, memory);
+}
+
+double kernels_time(const std::vector<Kernel>& ks, const GpuSpec& gpu, const DeviceProfile& p) {
+  double sum = 0;
+  for (const auto& k : ks) sum += kernel_time(k, gpu, p);
+  return sum;
+}
+
+double kernels_flops(const std::vector<Kernel>& ks) {
+  double sum = 0;
+  for (const auto& k : ks) sum += k.flops;
+  return sum;
+}
+
+double layer_forward_flops(const Model& m, const TrainingConfig& t, int b) {
+  return kernels_flops(block_forward(m, t, Block::kAttention, b, 1.0)) +
+         kernels_flops(block_forward(m, t, Block::kMlp, b, 1.0));
+}
+
+double iteration_flops(const Model& m, const TrainingConfig& t) {
+  const int b = t.global_batch;
+  double layer = kernels_flops(block_forward(m, t, Block::kAttention, b, 1.0)) +
+                 kernels_flops(block_forward(m, t, Block::kMlp, b, 1.0)) +
+                 kernels_flops(block_backward(m, t, Block::kAttention, b, 1.0)) +
+                 kernels_flops(block_backward(m, t, Block::kMlp, b, 1.0));
+  double head =
+      kernels_flops(head_forward(m, t, b, 1.0)) + kernels_flops(head_backward(m, t, b, 1.0));
+  return m.layers * layer + head;
+}
+
+double model_flops(const Model& m, const TrainingConfig& t) {
+  return 3 * (m.layers * layer_forward_flops(m, t, t.global_batch) +
+              kernels_flops(head_forward(m, t, t.global_batch, 1.0)));
+}
+
+double megatron_flops(const Model& m, double batch, double seq) {
+  const double h = m.hidden, L = m.layers, V = m.vocab;
+  return 96 * batch * seq * L * h * h * (1 + seq / (6 * h) + V / (16 * L * h));
+}
+
+double hidden_bytes(const Model& m, const TrainingConfig& t, int b) {
+  return static_cast<double>(t.bytes_per_element()) * b * t.seq_len * m.hidden;
+}
+
+double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
+                                  double phi) {
+  return activation_bytes_per_layer(m, t, b, tp, phi, t.recompute);
+}
+
+double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
+                                  double phi, Recompute r) {
+  const double e = t.bytes_per_element(), s = t.seq_len, h = m.hidden, f = m.ffn;
+  const double kd = m.kv_dim(), a = m.heads;
+  const double sbh = s * b * h;
+  const double sp_div = t.sequence_parallel ? tp : 1;
+  if (r == Recompute::kFull) return e * sbh / sp_div;
+  double kept = e * sbh * 4 + (m.dropout ? 2 * sbh : 0);
+  double split =
+      e * (2 * sbh + 2 * s * b * kd) + e * s * b * f * (m.mlp == MlpKind::kSwiGlu ? 3 : 2);
+  double core = 0;
+  if (t.attention == AttentionKernel::kFlash) {
+    core = 4 * a * s * b;
+  } else if (r == Recompute::kNone) {
+    core = (e + (m.dropout ? 1 + e : 0)) * a * s * s * b;
+  }
+  return kept / sp_div + (split + core) * phi;
+}
+
+int in_flight_micro_batches(PipelineSchedule s, int stage, int stages, int micro_batches) {
+  if (s == PipelineSchedule::kGPipe) return micro_batches;
+  return std::min(stages - stage, micro_batches);
+}
+
+double stage_params(const Model& m, const StageShape& s) {
+  const double layers = s.layer_end - s.layer_begin;
+  double p = layers * ((m.attention_params() + m.mlp_params()) * s.phi + m.norm_params());
+  const double table = static_cast<double>(m.vocab) * m.hidden;
+  if (s.first) p += table * s.phi + (m.embedding_params() - table);  // positions replicated
+  if (s.last) {
+    double final_norm = static_cast<double>(m.hidden) * (m.layer_norm ? 2 : 1);
+    p += final_norm + table * s.phi;  // untied head, or the tied copy of the embedding
+  }
+  if (s.first && s.last && m.tied_embeddings) p -= table * s.phi;  // one copy when shared in place
+  return p;
+}
+
+MemoryBreakdown device_memory(const Model& m, const TrainingConfig& t, const StageShape& s) {
+  MemoryBreakdown mem;
+  const double params = stage_params(m, s);
+  const double e = t.bytes_per_element();
+  // Mixed-precision Adam: 16 bytes/param = e weights + e grads + fp32 master/moments.
+  mem.weights = e * params;
+  mem.gradients = e * params;
+  const double optimizer_bytes = 16 - 2 * e;
+  mem.optimizer = optimizer_bytes * params / (t.zero_stage >= 1 ? s.dp : 1);
+  const double layers = s.layer_end - s.layer_begin;
+  mem.activations = layers * s.in_flight *
+                    activation_bytes_per_layer(m, t, s.micro_batch, s.tp, s.phi,
+                                               s.recompute.value_or(t.recompute));
+  if (s.first)
+    mem.activations += s.in_flight * hidden_bytes(m, t, s.micro_batch);  // embedding output
+  if (s.last) {
+    mem.logits = static_cast<double>(s.micro_batch) * t.seq_len * m.vocab * s.phi * (e + 4);
+  }
+  mem.reserve = t.reserve_gib * kGiB;
+  return mem;
+}
+
+Json MemoryBreakdown::to_json() const {
+  return {{"weights_gib", weights / kGiB},     {"gradients_gib", gradients / kGiB},
+          {"optimizer_gib", optimizer / kGiB}, {"activations_gib", activations / kGiB},
+          {"logits_gib", logits / kGiB},       {"reserve_gib", reserve / kGiB},
+          {"total_gib", total() / kGiB}};
+}
+
+}  // namespace cost
+}  // namespace hexi

@@ -1,0 +1,135 @@
+#pragma once
+// Closed-form cost model: the kernels of a Llama/GPT decoder with their
+// FLOPs and HBM bytes, their time on a GPU (roofline with a per-class ceiling from
+// the device profile), FLOP totals, and memory per device.
+//
+// Notation: b micro-batch, s sequence, h hidden, f ffn, a heads, k kv heads,
+// d = h/a, kd = k*d, V vocab, L layers, t TP degree, e bytes per element,
+// phi = the fraction of heads (and ffn columns, and vocab) a TP rank holds (1/t when even).
+//
+// Forward FLOPs of one layer (whole, phi = 1):
+//   QKV 2bsh(h + 2kd) + scores&AV 4bs^2h * c + out-proj 2bsh^2 + MLP (SwiGLU 6bshf | GELU 4bshf)
+// with c = 1/2 for the flash kernel (the causal mask skips half of the blocks) and
+// c = 1 for the dense kernel (Megatron's accounting). Backward = 2x forward; full
+// recompute adds one forward; selective recompute with the dense kernel adds the
+// attention core's forward. Logits 2bshV.
+//
+// Activation bytes of one layer per micro-batch (Korthikanti et al. 2022, "Reducing
+// Activation Recomputation in Large Transformer Models", generalised to SwiGLU, GQA
+// and the flash kernel; equal to their sbh(34 + 5as/h) for GPT shapes):
+//   kept on every TP rank: 2 norm inputs, QKV input, MLP input (e*sbh each) + 2 dropout masks (sbh)
+//   split over TP:        Q (e*sbh), K and V (e*s*b*kd each), out-proj input (e*sbh),
+//                         MLP intermediates (GELU 2, SwiGLU 3 tensors of e*sbf)
+//   attention core:       dense: softmax e*as^2b (+ dropout mask as^2b + output e*as^2b);
+//                         flash: the fp32 log-sum-exp 4asb
+// Sequence parallel splits everything over TP; selective recompute drops the dense
+// core; full recompute keeps only the layer input (e*sbh).
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "scenarios/model.hpp"
+#include "scenarios/training.hpp"
+#include "topologies/gpu_catalog.hpp"
+#include "topologies/json_input.hpp"
+#include "topologies/profile.hpp"
+
+namespace hexi {
+inline namespace cost {
+
+enum class KernelClass { kGemm, kAttention, kElementwise };
+std::string_view to_string(KernelClass c);
+
+// One kernel on one device for one micro-batch.
+struct Kernel {
+  std::string_view name;  // static string, e.g. "qkv", "qkv.dgrad"
+  KernelClass cls = KernelClass::kElementwise;
+  double flops = 0;  // FLOP
+  double bytes = 0;  // HBM bytes read + written
+};
+
+// A decoder layer is two blocks, each ending in a TP all-reduce (Megatron).
+enum class Block { kAttention, kMlp };
+std::string_view to_string(Block b);
+
+// Kernels of one block's forward / backward on one TP rank holding `phi` of the
+// heads and ffn columns. Backward includes recompute: `r` (a stage's own choice), or
+// the training config's when not given.
+std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                  double phi);
+std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                   double phi);
+std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
+                                   double phi, Recompute r);
+// TP all-reduces per layer that recompute adds to the backward (full: the replayed
+// forward's two; none / selective: 0).
+int recompute_all_reduces(Recompute r);
+// Token (+ position) embedding, first stage. Vocab-parallel: a rank holds phi of the table.
+std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b);
+std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b);
+// Final norm, logits (vocab-parallel, phi of V) and cross-entropy, last stage.
+std::vector<Kernel> head_forward(const Model& m, const TrainingConfig& t, int b, double phi);
+std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b, double phi);
+
+// time = overhead + max(FLOPs / (peak * eff[class]), bytes / (HBM * memory_eff))  (s)
+double kernel_time(const Kernel& k, const GpuSpec& gpu, const DeviceProfile& p);
+double kernels_time(const std::vector<Kernel>& ks, const GpuSpec& gpu, const DeviceProfile& p);
+double kernels_flops(const std::vector<Kernel>& ks);
+
+// FLOPs of one whole layer's forward for micro-batch b (phi = 1).
+double layer_forward_flops(const Model& m, const TrainingConfig& t, int b);
+// Hardware FLOPs of one iteration (global batch), including recompute.
+double iteration_flops(const Model& m, const TrainingConfig& t);
+// Model FLOPs of one iteration: 3x forward, no recompute (the numerator of MFU).
+double model_flops(const Model& m, const TrainingConfig& t);
+// Megatron-LM's closed form for GPT with full recompute (Narayanan et al. 2021):
+// 96 B s L h^2 (1 + s/6h + V/16Lh).
+double megatron_flops(const Model& m, double batch, double seq);
+
+// Bytes of the tensor that crosses a TP all-reduce or a stage boundary: b*s*h*e.
+double hidden_bytes(const Model& m, const TrainingConfig& t, int b);
+
+// Activation bytes one TP rank keeps for one layer and one micro-batch, under the
+// training config's recompute or an explicit `r`.
+double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
+                                  double phi);
+double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
+                                  double phi, Recompute r);
+
+// What one device of a stage holds.
+struct StageShape {
+  int layer_begin = 0;
+  int layer_end = 0;
+  bool first = false;  // holds the embedding
+  bool last = false;   // holds the head and computes the loss
+  int tp = 1;
+  double phi = 1.0;   // fraction of heads / ffn / vocab on this device
+  int in_flight = 1;  // micro-batches whose activations are alive at the peak
+  int dp = 1;         // data-parallel replicas (ZeRO-1 shards optimizer state over them)
+  int micro_batch = 1;
+  std::optional<Recompute> recompute;  // the stage's choice; absent: the training config's
+};
+
+// Micro-batches a stage keeps alive: 1F1B min(p - stage, m), GPipe m.
+int in_flight_micro_batches(PipelineSchedule s, int stage, int stages, int micro_batches);
+
+struct MemoryBreakdown {
+  double weights = 0;      // bytes
+  double gradients = 0;    // bytes
+  double optimizer = 0;    // bytes (fp32 master + Adam moments, / dp under ZeRO-1)
+  double activations = 0;  // bytes, all in-flight micro-batches
+  double logits = 0;       // bytes, last stage: logits + fp32 softmax of one micro-batch
+  double reserve = 0;      // bytes, fixed per device
+  double total() const { return weights + gradients + optimizer + activations + logits + reserve; }
+  Json to_json() const;  // in GiB
+};
+
+// Parameters a device holds (its layers' TP shards, norms replicated, embedding/head).
+double stage_params(const Model& m, const StageShape& s);
+MemoryBreakdown device_memory(const Model& m, const TrainingConfig& t, const StageShape& s);
+
+constexpr double kGiB = 1073741824.0;
+
+}  // namespace cost
+}  // namespace hexi

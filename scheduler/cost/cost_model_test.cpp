@@ -1,0 +1,165 @@
+// The closed-form cost model pinned to published figures: Megatron-LM's FLOP formula,
+// Korthikanti et al.'s activation bytes, Adam's 16 bytes per parameter.
+#include "scheduler/cost/cost_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+namespace hexi {
+namespace {
+
+Model gpt(int layers, int hidden, int heads, int vocab) {
+  Model m;
+  m.name = "gpt";
+  m.layers = layers;
+  m.hidden = hidden;
+  m.ffn = 4 * hidden;
+  m.heads = m.kv_heads = heads;
+  m.vocab = vocab;
+  m.max_seq = 2048;
+  m.mlp = MlpKind::kGelu;
+  m.bias = m.layer_norm = m.learned_positions = m.dropout = true;
+  return m;
+}
+
+TrainingConfig megatron_config(int batch, int seq) {
+  TrainingConfig t;
+  t.global_batch = batch;
+  t.seq_len = seq;
+  t.recompute = Recompute::kFull;
+  t.attention = AttentionKernel::kDense;
+  return t;
+}
+
+TEST(CostModel, ReproducesMegatronFlopsForGptShapes) {
+  // Narayanan et al. 2021, eq. 3: 96 B s L h^2 (1 + s/6h + V/16Lh) with full recompute.
+  for (auto [m, batch, seq] : std::vector<std::tuple<Model, int, int>>{
+           {gpt(96, 12288, 96, 51200), 1536, 2048},  // GPT-3 175B
+           {gpt(24, 2048, 16, 51200), 512, 2048},    // GPT 1.3B
+           {gpt(80, 8192, 64, 51200), 1024, 4096}}) {
+    double ours = iteration_flops(m, megatron_config(batch, seq));
+    double theirs = megatron_flops(m, batch, seq);
+    std::printf(
+        "Megatron FLOPs, GPT h=%d L=%d B=%d s=%d: ours %.6e, 96BsLh^2(1+s/6h+V/16Lh) %.6e, ratio "
+        "%.15f\n",
+        m.hidden, m.layers, batch, seq, ours, theirs, ours / theirs);
+    EXPECT_NEAR(ours / theirs, 1.0, 1e-12) << m.hidden;
+  }
+  // Model FLOPs (no recompute): 72 B s L h^2 (1 + s/6h) + 6 B s h V.
+  Model m = gpt(96, 12288, 96, 51200);
+  const double B = 8, s = 2048, h = 12288;
+  EXPECT_NEAR(model_flops(m, megatron_config(8, 2048)) /
+                  (72 * B * s * 96 * h * h * (1 + s / (6 * h)) + 6 * B * s * h * 51200),
+              1.0, 1e-12);
+}
+
+TEST(CostModel, LlamaLayerFlopsWithCausalFlashKernel) {
+  Model m;
+  m.layers = 32;
+  m.hidden = 4096;
+  m.ffn = 11008;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.vocab = 32000;
+  TrainingConfig t;
+  t.seq_len = 4096;
+  const double b = 2, s = 4096, h = 4096, f = 11008, kd = 8 * 128;
+  // QKV 2bsh(h + 2kd) + (4bs^2h)/2 + out 2bsh^2 + SwiGLU 6bshf
+  double expected =
+      2 * b * s * h * (h + 2 * kd) + 2 * b * s * s * h + 2 * b * s * h * h + 6 * b * s * h * f;
+  EXPECT_NEAR(layer_forward_flops(m, t, 2) / expected, 1.0, 1e-12);
+  t.attention = AttentionKernel::kDense;
+  EXPECT_NEAR(layer_forward_flops(m, t, 2) / (expected + 2 * b * s * s * h), 1.0, 1e-12);
+  // Backward is twice the forward; full recompute adds a forward.
+  t.attention = AttentionKernel::kFlash;
+  double fwd = layer_forward_flops(m, t, 1);
+  double bwd = kernels_flops(block_backward(m, t, Block::kAttention, 1, 1.0)) +
+               kernels_flops(block_backward(m, t, Block::kMlp, 1, 1.0));
+  EXPECT_NEAR(bwd / fwd, 2.0, 1e-12);
+  t.recompute = Recompute::kFull;
+  bwd = kernels_flops(block_backward(m, t, Block::kAttention, 1, 1.0)) +
+        kernels_flops(block_backward(m, t, Block::kMlp, 1, 1.0));
+  EXPECT_NEAR(bwd / fwd, 3.0, 1e-12);
+  // A TP rank holding a quarter of the heads and ffn does a quarter of QKV/attention/MLP.
+  EXPECT_NEAR(kernels_flops(block_forward(m, t, Block::kMlp, 1, 0.25)) /
+                  kernels_flops(block_forward(m, t, Block::kMlp, 1, 1.0)),
+              0.25, 1e-12);
+}
+
+TEST(CostModel, KorthikantiActivationBytes) {
+  // Korthikanti et al. 2022, table 2, bytes per layer for GPT with fp16 and dropout.
+  Model m = gpt(96, 12288, 96, 51200);
+  const double s = 2048, b = 2, h = 12288, a = 96, sbh = s * b * h;
+  TrainingConfig t;
+  t.seq_len = 2048;
+  t.attention = AttentionKernel::kDense;
+  t.recompute = Recompute::kNone;
+  std::printf(
+      "Korthikanti bytes/layer (GPT-3, s=2048, b=2), no parallelism: %.4e vs sbh(34+5as/h) %.4e\n",
+      activation_bytes_per_layer(m, t, 2, 1, 1.0), sbh * (34 + 5 * a * s / h));
+  EXPECT_NEAR(activation_bytes_per_layer(m, t, 2, 1, 1.0) / (sbh * (34 + 5 * a * s / h)), 1.0,
+              1e-12);
+  for (int tp : {2, 4, 8}) {  // tensor parallel
+    std::printf("Korthikanti bytes/layer, TP %d: %.4e vs sbh(10+24/t+5as/ht) %.4e\n", tp,
+                activation_bytes_per_layer(m, t, 2, tp, 1.0 / tp),
+                sbh * (10 + 24.0 / tp + 5 * a * s / (h * tp)));
+    EXPECT_NEAR(activation_bytes_per_layer(m, t, 2, tp, 1.0 / tp) /
+                    (sbh * (10 + 24.0 / tp + 5 * a * s / (h * tp))),
+                1.0, 1e-12);
+  }
+  t.sequence_parallel = true;  // + sequence parallel + selective recompute
+  t.recompute = Recompute::kSelective;
+  std::printf("Korthikanti bytes/layer, TP 8 + SP + selective: %.4e vs 34sbh/t %.4e\n",
+              activation_bytes_per_layer(m, t, 2, 8, 1.0 / 8), sbh * 34 / 8);
+  EXPECT_NEAR(activation_bytes_per_layer(m, t, 2, 8, 1.0 / 8) / (sbh * 34 / 8), 1.0, 1e-12);
+  t.sequence_parallel = false;  // full recompute keeps the layer input
+  t.recompute = Recompute::kFull;
+  std::printf("Korthikanti bytes/layer, full recompute: %.4e vs 2sbh %.4e\n",
+              activation_bytes_per_layer(m, t, 2, 8, 1.0 / 8), 2 * sbh);
+  EXPECT_NEAR(activation_bytes_per_layer(m, t, 2, 8, 1.0 / 8) / (2 * sbh), 1.0, 1e-12);
+}
+
+TEST(CostModel, AdamSixteenBytesPerParameterAndZero1) {
+  Model m = gpt(4, 1024, 8, 1000);
+  m.dropout = false;
+  TrainingConfig t;
+  t.zero_stage = 0;
+  StageShape whole;
+  whole.layer_end = 4;
+  whole.first = whole.last = true;
+  MemoryBreakdown mem = device_memory(m, t, whole);
+  // One device holding everything holds every parameter once (tied table counted once).
+  const double params = stage_params(m, whole);
+  EXPECT_NEAR(params, m.params(), 1.0);
+  EXPECT_DOUBLE_EQ(mem.weights + mem.gradients + mem.optimizer, 16 * params);
+  t.zero_stage = 1;
+  whole.dp = 4;
+  mem = device_memory(m, t, whole);
+  EXPECT_DOUBLE_EQ(mem.weights + mem.gradients + mem.optimizer, (4 + 12.0 / 4) * params);
+  EXPECT_DOUBLE_EQ(mem.reserve, 1.5 * kGiB);
+}
+
+TEST(CostModel, InFlightMicroBatches) {
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::k1F1B, 0, 4, 8), 4);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::k1F1B, 3, 4, 8), 1);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::k1F1B, 0, 4, 2), 2);
+  EXPECT_EQ(in_flight_micro_batches(PipelineSchedule::kGPipe, 3, 4, 8), 8);
+}
+
+TEST(CostModel, KernelTimeIsARoofline) {
+  GpuSpec gpu;
+  gpu.tflops = 1;         // 1 TFLOP/s
+  gpu.memory_GBps = 100;  // 100 GB/s
+  DeviceProfile ideal{1.0, 1.0, 1.0, 0.0};
+  // 1 TFLOP on a 1 TFLOP/s GPU takes exactly 1 s.
+  EXPECT_DOUBLE_EQ(kernel_time({"gemm", KernelClass::kGemm, 1e12, 1e9}, gpu, ideal), 1.0);
+  // A memory-bound kernel: 200 GB at 100 GB/s.
+  EXPECT_DOUBLE_EQ(kernel_time({"copy", KernelClass::kElementwise, 0, 200e9}, gpu, ideal), 2.0);
+  DeviceProfile half{0.5, 0.25, 0.5, 1e-3};
+  EXPECT_DOUBLE_EQ(kernel_time({"gemm", KernelClass::kGemm, 1e12, 1e9}, gpu, half), 2.001);
+  EXPECT_DOUBLE_EQ(kernel_time({"attn", KernelClass::kAttention, 1e12, 1e9}, gpu, half), 4.001);
+}
+
+}  // namespace
+}  // namespace hexi

@@ -1,0 +1,441 @@
+#include "scheduler/estimate/estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+#include "scheduler/cost/collectives.hpp"
+#include "topologies/text.hpp"
+
+namespace hexi {
+inline namespace estimate {
+
+CostModel::CostModel(const Cluster& cluster, const Model& model, const TrainingConfig& training,
+                     const Profile& profile)
+    : cluster_(cluster), model_(model), training_(training), profile_(profile) {}
+
+double CostModel::layer_s(int device, double phi, int micro_batch, bool forward,
+                          Recompute r) const {
+  const int type = cluster_.devices()[device].gpu_type;
+  if (forward) r = Recompute::kNone;  // the forward does not depend on it
+  auto key = std::make_tuple(type, phi, micro_batch, forward, r);
+  auto it = layer_cache_.find(key);
+  if (it != layer_cache_.end()) return it->second;
+  const GpuSpec& gpu = cluster_.gpu_types()[type];
+  const DeviceProfile& prof = profile_.device(gpu.name);
+  double t = 0;
+  for (Block b : {Block::kAttention, Block::kMlp}) {
+    t += kernels_time(forward ? block_forward(model_, training_, b, micro_batch, phi)
+                              : block_backward(model_, training_, b, micro_batch, phi, r),
+                      gpu, prof);
+  }
+  layer_cache_.emplace(key, t);
+  return t;
+}
+
+double CostModel::layer_forward_s(int device, double phi, int micro_batch) const {
+  return layer_s(device, phi, micro_batch, true, Recompute::kNone);
+}
+
+double CostModel::layer_backward_s(int device, double phi, int micro_batch) const {
+  return layer_s(device, phi, micro_batch, false, training_.recompute);
+}
+
+double CostModel::layer_backward_s(int device, double phi, int micro_batch, Recompute r) const {
+  return layer_s(device, phi, micro_batch, false, r);
+}
+
+StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_batch) const {
+  StageEstimate e;
+  e.recompute = s.recompute_in(training_);
+  const int t = s.tp();
+  double fwd = 0, bwd = 0;
+  for (int r = 0; r < t; ++r) {
+    const int d = s.devices[r];
+    const double phi = s.phi(r, model_.heads);
+    const GpuSpec& gpu = cluster_.gpu(d);
+    const DeviceProfile& prof = profile_.device(gpu.name);
+    double f = s.layers() * layer_forward_s(d, phi, micro_batch);
+    double b = s.layers() * layer_backward_s(d, phi, micro_batch, e.recompute);
+    if (first) {
+      f += kernels_time(embedding_forward(model_, training_, micro_batch), gpu, prof);
+      b += kernels_time(embedding_backward(model_, training_, micro_batch), gpu, prof);
+    }
+    if (last) {
+      f += kernels_time(head_forward(model_, training_, micro_batch, phi), gpu, prof);
+      b += kernels_time(head_backward(model_, training_, micro_batch, phi), gpu, prof);
+    }
+    fwd = std::max(fwd, f);
+    bwd = std::max(bwd, b);
+  }
+  if (t > 1) {
+    auto [bw, lat] = ring_link(cluster_, s.devices);
+    const double ar = collective_time(Collective::kAllReduce,
+                                      hidden_bytes(model_, training_, micro_batch), t, bw, lat);
+    const int recompute = recompute_all_reduces(e.recompute);
+    const double tp_f = ar * (2 * s.layers() + (first ? 1 : 0));
+    const double tp_b = ar * ((2 + recompute) * s.layers() + (last ? 1 : 0));
+    fwd += tp_f;
+    bwd += tp_b;
+    e.tp_comm_s = tp_f + tp_b;
+  }
+  e.forward_s = fwd;
+  e.backward_s = bwd;
+  return e;
+}
+
+std::vector<std::pair<int, int>> CostModel::boundary_flows(const std::vector<int>& src,
+                                                           const std::vector<int>& dst) {
+  const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
+  const int n = std::min(ts, td);
+  std::vector<std::pair<int, int>> flows;
+  for (int c = 0; c < n; ++c) flows.emplace_back(src[c * ts / n], dst[c * td / n]);
+  return flows;
+}
+
+void CostModel::count_off_machine(const std::vector<std::pair<int, int>>& flows,
+                                  NicFlows& f) const {
+  for (auto [a, b] : flows) {
+    const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
+    if (ma == mb) continue;
+    ++f.out[ma];
+    ++f.in[mb];
+  }
+}
+
+NicFlows CostModel::nic_flows(const Plan& plan) const {
+  NicFlows f;
+  for (const auto& p : plan.pipelines) {
+    for (std::size_t s = 0; s + 1 < p.stages.size(); ++s) {
+      count_off_machine(boundary_flows(p.stages[s].devices, p.stages[s + 1].devices), f);
+    }
+  }
+  return f;
+}
+
+double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
+                             const NicFlows* busy) const {
+  const int td = static_cast<int>(dst.size());
+  // Flows off a machine share its NICs: those of this boundary, or of every pipeline's
+  // boundaries when `busy` counts them.
+  const std::vector<std::pair<int, int>> flows = boundary_flows(src, dst);
+  const double n = static_cast<double>(flows.size());
+  NicFlows mine;
+  count_off_machine(flows, mine);
+  auto sharing = [&](const std::unordered_map<int, int>& own,
+                     const std::unordered_map<int, int>* all, int machine) {
+    int k = own.at(machine);
+    if (all != nullptr) {
+      auto it = all->find(machine);
+      if (it != all->end()) k = std::max(k, it->second);
+    }
+    return k;
+  };
+  double worst = 0;
+  for (auto [a, b] : flows) {
+    PairLink l = cluster_.link(a, b);
+    double bw = l.bandwidth_Bps;
+    int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
+    if (ma != mb) {
+      bw = std::min(bw, cluster_.machines()[ma].nic_Bps /
+                            sharing(mine.out, busy != nullptr ? &busy->out : nullptr, ma));
+      bw = std::min(bw, cluster_.machines()[mb].nic_Bps /
+                            sharing(mine.in, busy != nullptr ? &busy->in : nullptr, mb));
+    }
+    worst = std::max(worst, p2p_time(bytes / n, bw, l.latency_s));
+  }
+  if (td > 1) {
+    auto [bw, lat] = ring_link(cluster_, dst);
+    worst += collective_time(Collective::kAllGather, bytes, td, bw, lat);
+  }
+  return worst;
+}
+
+double CostModel::pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches,
+                             double* bottleneck) const {
+  double sum = 0, worst = 0;
+  for (const auto& s : stages) {
+    sum += s.forward_s + s.backward_s + 2 * s.send_s;
+    worst = std::max({worst, s.forward_s + s.backward_s, s.send_s});
+  }
+  if (bottleneck != nullptr) *bottleneck = worst;
+  return sum + (micro_batches - 1) * worst;
+}
+
+namespace {
+
+// TP rank `rank` of stage `si` of pipeline `p`: its layers, ends, shard, micro-batch and
+// recompute (in_flight and dp are left to the caller).
+StageShape rank_shape(const Pipeline& p, int si, int rank, int heads) {
+  const Stage& s = p.stages[si];
+  StageShape shape;
+  shape.layer_begin = s.layer_begin;
+  shape.layer_end = s.layer_end;
+  shape.first = si == 0;
+  shape.last = si == static_cast<int>(p.stages.size()) - 1;
+  shape.tp = s.tp();
+  shape.phi = s.phi(rank, heads);
+  shape.micro_batch = p.micro_batch;
+  shape.recompute = s.recompute;
+  return shape;
+}
+
+}  // namespace
+
+MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) const {
+  StageShape shape = rank_shape(p, si, rank, model_.heads);
+  shape.in_flight = in_flight_micro_batches(training_.schedule, si,
+                                            static_cast<int>(p.stages.size()), p.micro_batches());
+  shape.dp = dp;
+  return device_memory(model_, training_, shape);
+}
+
+namespace {
+
+std::string gib(double bytes) {
+  return fixed(bytes / kGiB, 2);
+}
+
+}  // namespace
+
+void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
+  const int dp = static_cast<int>(plan.pipelines.size());
+  if (dp <= 1) return;
+  // Who holds each layer in each pipeline, and at which layers some pipeline's stage starts.
+  std::vector<std::vector<const Stage*>> holder(dp,
+                                                std::vector<const Stage*>(model_.layers, nullptr));
+  std::vector<char> boundary(model_.layers, 0);
+  for (int p = 0; p < dp; ++p) {
+    for (const auto& s : plan.pipelines[p].stages) {
+      for (int l = s.layer_begin; l < s.layer_end; ++l) holder[p][l] = &s;
+      if (s.layer_begin < model_.layers) boundary[s.layer_begin] = 1;
+    }
+  }
+  // The stage of pipeline q holding a device's piece: the embedding (layer -1), a layer
+  // run starting at `layer`, or the head (layer == model_.layers).
+  auto holder_of = [&](int q, int layer) {
+    const auto& stages = plan.pipelines[q].stages;
+    if (layer < 0) return &stages.front();
+    if (layer >= model_.layers) return &stages.back();
+    return holder[q][layer];
+  };
+  // Off-machine DP flows per machine share its NICs.
+  std::unordered_map<int, int> off_machine;
+  std::vector<std::vector<int>> peers(est.devices.size());
+  for (std::size_t i = 0; i < est.devices.size(); ++i) {
+    const DeviceEstimate& de = est.devices[i];
+    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
+    bool off = false;
+    for (int q = 0; q < dp; ++q) {
+      if (q == de.pipeline) continue;
+      const Stage* last = nullptr;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        const Stage* h = holder[q][l];
+        if (h == last) continue;
+        last = h;
+        for (int e : h->devices) {
+          peers[i].push_back(e);
+          off = off || cluster_.devices()[e].machine != cluster_.devices()[de.device].machine;
+        }
+      }
+    }
+    if (off) ++off_machine[cluster_.devices()[de.device].machine];
+  }
+  auto nic_share = [&](int device) {
+    const Machine& m = cluster_.machine_of(device);
+    int n = std::max(1, off_machine[cluster_.devices()[device].machine]);
+    return std::min(m.nic_each_Bps(), m.nic_Bps / n);
+  };
+  const double e = training_.bytes_per_element();
+  // A device's gradients fall into pieces, each reduced with the same stages of the
+  // other pipelines (as the lowering's DP buckets do): the embedding, runs of layers
+  // in which no pipeline changes stage, the head. Each piece is a ring all-reduce at
+  // the slowest link to its holders; a device reduces its pieces one after another.
+  for (auto& de : est.devices) {
+    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
+    const StageShape shape =
+        rank_shape(plan.pipelines[de.pipeline], de.stage, de.tp_rank, model_.heads);
+    StageShape piece = shape;
+    piece.first = piece.last = false;
+    std::vector<std::pair<int, double>> pieces;  // (first layer, parameters)
+    double rest = stage_params(model_, shape);
+    if (shape.first) {
+      StageShape emb = shape;
+      emb.layer_end = emb.layer_begin;
+      emb.last = false;
+      pieces.emplace_back(-1, stage_params(model_, emb));
+      rest -= pieces.back().second;
+    }
+    for (int l = s.layer_begin; l < s.layer_end;) {
+      int end = l + 1;
+      while (end < s.layer_end && !boundary[end]) ++end;
+      piece.layer_begin = l;
+      piece.layer_end = end;
+      pieces.emplace_back(l, stage_params(model_, piece));
+      rest -= pieces.back().second;
+      l = end;
+    }
+    if (shape.last) pieces.emplace_back(model_.layers, rest);
+    // The slowest link and largest latency from this device to each holder stage.
+    std::unordered_map<const Stage*, std::pair<double, double>> link_to;
+    auto link_of = [&](const Stage* h) {
+      auto [it, fresh] = link_to.try_emplace(h, std::numeric_limits<double>::infinity(), 0.0);
+      if (fresh) {
+        for (int peer : h->devices) {
+          PairLink l = cluster_.link(de.device, peer);
+          double b = l.bandwidth_Bps;
+          if (cluster_.devices()[peer].machine != cluster_.devices()[de.device].machine) {
+            b = std::min({b, nic_share(de.device), nic_share(peer)});
+          }
+          it->second.first = std::min(it->second.first, b);
+          it->second.second = std::max(it->second.second, l.latency_s);
+        }
+      }
+      return it->second;
+    };
+    de.dp_sync_s = 0;
+    for (auto [layer, params] : pieces) {
+      double bw = std::numeric_limits<double>::infinity(), lat = 0;
+      for (int q = 0; q < dp; ++q) {
+        if (q == de.pipeline) continue;
+        auto [b, l] = link_of(holder_of(q, layer));
+        bw = std::min(bw, b);
+        lat = std::max(lat, l);
+      }
+      de.dp_sync_s += collective_time(Collective::kAllReduce, e * params, dp, bw, lat);
+    }
+  }
+  // Every stage syncs as soon as its own schedule ends (as Megatron and the simulator
+  // do): the pipeline drains from the last stage to the first, so stage s finishes
+  // the backwards and gradient sends of stages 0..s-1 before its pipeline ends. A
+  // device's collective starts when every holder of its layers has finished; what
+  // runs past the slowest pipeline is exposed.
+  std::vector<double> finish(cluster_.num_devices(), 0);
+  for (auto& de : est.devices) {
+    const PipelineEstimate& pe = est.pipelines[de.pipeline];
+    double tail = 0;
+    for (int k = 0; k < de.stage; ++k) tail += pe.stages[k].backward_s + pe.stages[k].send_s;
+    finish[de.device] = pe.time_s - tail;
+  }
+  double end = 0;
+  for (std::size_t i = 0; i < est.devices.size(); ++i) {
+    const DeviceEstimate& de = est.devices[i];
+    double start = finish[de.device];
+    for (int peer : peers[i]) start = std::max(start, finish[peer]);
+    end = std::max(end, start + de.dp_sync_s);
+  }
+  est.dp_sync_s = std::max(0.0, end - est.pipeline_s);
+}
+
+Estimate CostModel::estimate(const Plan& plan) const {
+  Estimate est;
+  const int dp = static_cast<int>(plan.pipelines.size());
+  const NicFlows busy = nic_flows(plan);
+  for (int pi = 0; pi < dp; ++pi) {
+    const Pipeline& p = plan.pipelines[pi];
+    PipelineEstimate pe;
+    pe.micro_batches = p.micro_batches();
+    const int stages = static_cast<int>(p.stages.size());
+    for (int si = 0; si < stages; ++si) {
+      const Stage& s = p.stages[si];
+      StageEstimate se = stage(s, si == 0, si == stages - 1, p.micro_batch);
+      if (si + 1 < stages) {
+        se.send_s = transfer_s(s.devices, p.stages[si + 1].devices,
+                               hidden_bytes(model_, training_, p.micro_batch), &busy);
+      }
+      pe.stages.push_back(se);
+      for (int r = 0; r < s.tp(); ++r) {
+        DeviceEstimate de;
+        de.device = s.devices[r];
+        de.pipeline = pi;
+        de.stage = si;
+        de.tp_rank = r;
+        de.memory = memory(p, si, r, dp);
+        de.capacity_bytes = cluster_.device_memory_bytes(de.device);
+        de.busy_s = pe.micro_batches * (se.forward_s + se.backward_s - se.tp_comm_s);
+        est.devices.push_back(de);
+      }
+    }
+    pe.time_s = pipeline_s(pe.stages, pe.micro_batches, &pe.bottleneck_s);
+    est.pipeline_s = std::max(est.pipeline_s, pe.time_s);
+    est.pipelines.push_back(std::move(pe));
+  }
+  dp_sync(plan, est);
+  // Adam touches fp32 master weights and both moments (read + write) and the e-byte
+  // weights and grads: ~28 bytes per locally owned parameter.
+  for (auto& de : est.devices) {
+    const GpuSpec& gpu = cluster_.gpu(de.device);
+    const double owned =
+        (de.memory.weights / training_.bytes_per_element()) / (training_.zero_stage >= 1 ? dp : 1);
+    de.optimizer_s =
+        owned * 28 / (gpu.memory_GBps * 1e9 * profile_.device(gpu.name).memory_efficiency);
+    est.optimizer_s = std::max(est.optimizer_s, de.optimizer_s);
+    if (de.memory.total() > de.capacity_bytes) {
+      est.feasible = false;
+      const Machine& m = cluster_.machine_of(de.device);
+      est.problems.push_back(
+          "device " + std::to_string(de.device) + " (" + cluster_.gpu(de.device).name +
+          " in machine " + m.name + ", pipeline " + std::to_string(de.pipeline) + " stage " +
+          std::to_string(de.stage) + ") needs " + gib(de.memory.total()) + " GiB of " +
+          gib(de.capacity_bytes) + " GiB: over by " + gib(de.memory.total() - de.capacity_bytes) +
+          " GiB (weights " + gib(de.memory.weights) + ", gradients " + gib(de.memory.gradients) +
+          ", optimizer " + gib(de.memory.optimizer) + ", activations " +
+          gib(de.memory.activations) + ", logits " + gib(de.memory.logits) + ", reserve " +
+          gib(de.memory.reserve) + ")");
+    }
+  }
+  est.iteration_time_s = est.pipeline_s + est.dp_sync_s + est.optimizer_s;
+  const double tokens = training_.tokens_per_iteration();
+  est.tokens_per_s = tokens / est.iteration_time_s;
+  const double flops = model_flops(model_, training_);
+  est.achieved_pflops = flops / est.iteration_time_s / 1e15;
+  est.mfu = flops / (est.iteration_time_s * cluster_.peak_flops());
+  return est;
+}
+
+Json Estimate::to_json() const {
+  Json devs = Json::array();
+  for (const auto& d : devices) {
+    devs.push_back({{"device", d.device},
+                    {"pipeline", d.pipeline},
+                    {"stage", d.stage},
+                    {"tp_rank", d.tp_rank},
+                    {"peak_memory_gib", d.memory.total() / kGiB},
+                    {"capacity_gib", d.capacity_bytes / kGiB},
+                    {"memory", d.memory.to_json()},
+                    {"busy_s", d.busy_s},
+                    {"dp_sync_s", d.dp_sync_s},
+                    {"optimizer_s", d.optimizer_s}});
+  }
+  Json pipes = Json::array();
+  for (const auto& p : pipelines) {
+    Json stages = Json::array();
+    for (const auto& s : p.stages) {
+      stages.push_back({{"forward_s", s.forward_s},
+                        {"backward_s", s.backward_s},
+                        {"tp_comm_s", s.tp_comm_s},
+                        {"send_s", s.send_s},
+                        {"recompute", to_string(s.recompute)}});
+    }
+    pipes.push_back({{"micro_batches", p.micro_batches},
+                     {"time_s", p.time_s},
+                     {"bottleneck_s", p.bottleneck_s},
+                     {"stages", stages}});
+  }
+  return {{"iteration_time_s", iteration_time_s},
+          {"tokens_per_s", tokens_per_s},
+          {"mfu", mfu},
+          {"achieved_pflops", achieved_pflops},
+          {"pipeline_s", pipeline_s},
+          {"dp_sync_s", dp_sync_s},
+          {"optimizer_s", optimizer_s},
+          {"feasible", feasible},
+          {"problems", problems},
+          {"pipelines", pipes},
+          {"devices", devs}};
+}
+
+}  // namespace estimate
+}  // namespace hexi

@@ -1,0 +1,134 @@
+#pragma once
+// Closed-form estimate of a plan's training iteration:
+//   per stage and micro-batch: forward / backward = slowest TP rank's kernels
+//     + TP all-reduces (2 per layer forward, 2 backward, 2 more under full recompute),
+//     recompute being the stage's own (plan "recompute") or the training config's
+//   stage boundary: the b*s*h activation split into min(t_a, t_b) chunks sent in
+//     parallel, then all-gathered inside the receiving TP group; flows leaving or
+//     entering a machine share its NICs
+//   pipeline (1F1B or GPipe, m micro-batches):
+//     T = sum_i (F_i + B_i) + 2 * sum_j C_j + (m - 1) * max(max_i (F_i + B_i), max_j C_j)
+//   DP: per layer, gradients all-reduced across pipelines piece by piece (a TP-t
+//     rank holds 1/t of the layer; pieces of 1/lcm(t) match across layouts), ring
+//     time per device over its slowest peer link, NICs shared by the machine's
+//     devices that sync off-machine; not overlapped with backward (conservative)
+//   optimizer: memory-bound Adam over the device's (ZeRO-1 sharded) state
+//   iteration = max over pipelines + DP sync + optimizer
+// MFU = model FLOPs (3x forward, no recompute) / (iteration time x cluster peak).
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "scenarios/model.hpp"
+#include "scenarios/training.hpp"
+#include "scheduler/cost/cost_model.hpp"
+#include "scheduler/plan/plan.hpp"
+#include "topologies/cluster.hpp"
+#include "topologies/profile.hpp"
+
+namespace hexi {
+inline namespace estimate {
+
+struct StageEstimate {
+  double forward_s = 0;   // per micro-batch, compute + TP collectives
+  double backward_s = 0;  // per micro-batch, compute + TP collectives (incl. recompute)
+  double tp_comm_s = 0;   // per micro-batch, forward + backward TP collectives
+  double send_s = 0;      // per micro-batch, activation to the next stage (0 for the last)
+  Recompute recompute = Recompute::kSelective;  // what the stage runs
+};
+
+struct PipelineEstimate {
+  int micro_batches = 0;
+  double time_s = 0;        // one iteration of this pipeline, without DP sync
+  double bottleneck_s = 0;  // steady-state time per micro-batch
+  std::vector<StageEstimate> stages;
+};
+
+struct DeviceEstimate {
+  int device = 0;
+  int pipeline = 0;
+  int stage = 0;
+  int tp_rank = 0;
+  MemoryBreakdown memory;
+  double capacity_bytes = 0;
+  double busy_s = 0;       // compute per iteration
+  double dp_sync_s = 0;    // its DP all-reduce time
+  double optimizer_s = 0;  // its optimizer step
+};
+
+struct Estimate {
+  double iteration_time_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;              // against the whole cluster's summed peak
+  double achieved_pflops = 0;  // model FLOPs / iteration time
+  double pipeline_s = 0;       // slowest pipeline
+  double dp_sync_s = 0;        // DP sync still running after the slowest pipeline
+  double optimizer_s = 0;
+  bool feasible = true;               // every device fits in memory
+  std::vector<std::string> problems;  // which device is over by how many GiB
+  std::vector<PipelineEstimate> pipelines;
+  std::vector<DeviceEstimate> devices;  // in plan order
+
+  Json to_json() const;
+};
+
+// Off-machine flows per machine (ids of Cluster::machines()), leaving and entering it.
+struct NicFlows {
+  std::unordered_map<int, int> out, in;
+};
+
+// The cost model over one cluster/model/config, with per-(GPU type, shard, micro-batch)
+// caches so that the search can evaluate thousands of candidate stages cheaply.
+class CostModel {
+ public:
+  CostModel(const Cluster& cluster, const Model& model, const TrainingConfig& training,
+            const Profile& profile);
+
+  const Cluster& cluster() const { return cluster_; }
+  const Model& model() const { return model_; }
+  const TrainingConfig& training() const { return training_; }
+  const Profile& profile() const { return profile_; }
+
+  // Compute time of one layer (both blocks) forward / backward on one device (s).
+  double layer_forward_s(int device, double phi, int micro_batch) const;
+  double layer_backward_s(int device, double phi, int micro_batch) const;
+  double layer_backward_s(int device, double phi, int micro_batch, Recompute r) const;
+
+  // One stage of a pipeline under its recompute (send_s left 0; see transfer_s).
+  StageEstimate stage(const Stage& s, bool first, bool last, int micro_batch) const;
+  // Moving `bytes` from TP group `src` to TP group `dst` (chunks + all-gather).
+  // `busy`, when given, counts the boundary flows of every pipeline through each
+  // machine's NICs (nic_flows): pipelines that run in step send at the same time.
+  double transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
+                    const NicFlows* busy = nullptr) const;
+  // Point-to-point flows of one stage boundary: chunk c of min(ts, td) goes from src
+  // rank c*ts/n to dst rank c*td/n.
+  static std::vector<std::pair<int, int>> boundary_flows(const std::vector<int>& src,
+                                                         const std::vector<int>& dst);
+  // Off-machine boundary flows of every pipeline of a plan, per machine and direction.
+  NicFlows nic_flows(const Plan& plan) const;
+  // Pipeline time from its stages (send_s filled in).
+  double pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches,
+                    double* bottleneck = nullptr) const;
+  // Memory of TP rank `rank` of stage `si` of pipeline `p` in a plan with `dp` pipelines.
+  MemoryBreakdown memory(const Pipeline& p, int si, int rank, int dp) const;
+
+  Estimate estimate(const Plan& plan) const;
+
+ private:
+  void count_off_machine(const std::vector<std::pair<int, int>>& flows, NicFlows& f) const;
+  double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r) const;
+  void dp_sync(const Plan& plan, Estimate& est) const;
+
+  const Cluster& cluster_;
+  const Model& model_;
+  const TrainingConfig& training_;
+  const Profile& profile_;
+  mutable std::map<std::tuple<int, double, int, bool, Recompute>, double> layer_cache_;
+};
+
+}  // namespace estimate
+}  // namespace hexi

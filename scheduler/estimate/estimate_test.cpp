@@ -1,0 +1,170 @@
+// The closed-form estimate of whole plans, recomputed by hand from its parts with
+// an ideal profile (efficiency 1, no kernel overhead).
+#include "scheduler/estimate/estimate.hpp"
+
+#include <gtest/gtest.h>
+
+#include "scenarios/testing.hpp"
+#include "scheduler/cost/collectives.hpp"
+
+namespace hexi {
+namespace {
+
+struct Fixture : ::testing::Test {
+  Scenario sc = testing::tiny_scenario();
+  Fixture() { sc.profile.set_default(DeviceProfile{1.0, 1.0, 1.0, 0.0}); }
+
+  Plan plan(const std::string& text) {
+    auto p = plan_from_json(Json::parse(text), "p.json");
+    EXPECT_TRUE(p.ok()) << p.error().message;
+    EXPECT_TRUE(validate_plan(*p, sc.cluster, sc.model, sc.training, "p.json").ok());
+    return *p;
+  }
+  // Forward / backward of `layers` layers (+ embedding / head) on device 0 with shard phi.
+  double fwd(int layers, bool first, bool last, double phi = 1.0) {
+    const GpuSpec& g = sc.cluster.gpu(0);
+    const DeviceProfile& p = sc.profile.default_device();
+    double t =
+        layers *
+        (kernels_time(block_forward(sc.model, sc.training, Block::kAttention, 1, phi), g, p) +
+         kernels_time(block_forward(sc.model, sc.training, Block::kMlp, 1, phi), g, p));
+    if (first) t += kernels_time(embedding_forward(sc.model, sc.training, 1), g, p);
+    if (last) t += kernels_time(head_forward(sc.model, sc.training, 1, phi), g, p);
+    return t;
+  }
+  double bwd(int layers, bool first, bool last, double phi = 1.0) {
+    const GpuSpec& g = sc.cluster.gpu(0);
+    const DeviceProfile& p = sc.profile.default_device();
+    double t =
+        layers *
+        (kernels_time(block_backward(sc.model, sc.training, Block::kAttention, 1, phi), g, p) +
+         kernels_time(block_backward(sc.model, sc.training, Block::kMlp, 1, phi), g, p));
+    if (first) t += kernels_time(embedding_backward(sc.model, sc.training, 1), g, p);
+    if (last) t += kernels_time(head_backward(sc.model, sc.training, 1, phi), g, p);
+    return t;
+  }
+};
+
+TEST_F(Fixture, SingleDevice) {
+  Plan p = plan(
+      R"({"version": 1, "pipelines": [{"batch": 8, "stages": [{"devices": [0], "layers": [0, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const double f = fwd(8, true, true), b = bwd(8, true, true);
+  EXPECT_NEAR(e.pipeline_s, 8 * (f + b), 1e-15);
+  EXPECT_DOUBLE_EQ(e.dp_sync_s, 0);
+  EXPECT_NEAR(e.iteration_time_s, e.pipeline_s + e.optimizer_s, 1e-15);
+  EXPECT_NEAR(e.tokens_per_s, 8 * 64 / e.iteration_time_s, 1e-6);
+  EXPECT_NEAR(e.mfu,
+              model_flops(sc.model, sc.training) / (e.iteration_time_s * sc.cluster.peak_flops()),
+              1e-15);
+  EXPECT_TRUE(e.feasible);
+}
+
+TEST_F(Fixture, TwoStagePipelineOneF1B) {
+  Plan p = plan(R"({"version": 1, "pipelines": [{"batch": 8, "stages": [
+    {"devices": [0], "layers": [0, 3]}, {"devices": [1], "layers": [3, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const double s0 = fwd(3, true, false) + bwd(3, true, false);
+  const double s1 = fwd(5, false, true) + bwd(5, false, true);
+  // One activation of b*s*h bf16 over NVSwitch (300 GB/s, 3 us).
+  const double send = p2p_time(2.0 * 64 * 64, 300e9, 3e-6);
+  ASSERT_EQ(e.pipelines.size(), 1u);
+  EXPECT_NEAR(e.pipelines[0].stages[0].send_s, send, 1e-15);
+  EXPECT_NEAR(e.pipeline_s, s0 + s1 + 2 * send + 7 * std::max(s0, s1), 1e-12);
+  // 1F1B keeps 2 micro-batches alive on stage 0 and 1 on stage 1.
+  EXPECT_GT(e.devices[0].memory.activations, e.devices[1].memory.activations);
+}
+
+TEST_F(Fixture, TensorParallelStage) {
+  Plan p = plan(
+      R"({"version": 1, "pipelines": [{"batch": 8, "stages": [{"devices": [0, 1], "layers": [0, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const double ar = collective_time(Collective::kAllReduce, 2.0 * 64 * 64, 2, 300e9, 3e-6);
+  // Forward: 2 all-reduces per layer + 1 for the vocab-parallel embedding; backward: 2 per
+  // layer + 1 for the head's input gradient.
+  EXPECT_NEAR(e.pipelines[0].stages[0].tp_comm_s, ar * (2 * 8 + 1 + 2 * 8 + 1), 1e-15);
+  EXPECT_NEAR(e.pipelines[0].stages[0].forward_s, fwd(8, true, true, 0.5) + ar * 17, 1e-12);
+}
+
+TEST_F(Fixture, DataParallelAcrossMachines) {
+  Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 3, "stages": [{"devices": [0], "layers": [0, 8]}]},
+    {"batch": 5, "stages": [{"devices": [4], "layers": [0, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  // Ring all-reduces of the bf16 gradients between two machines, one per piece (the
+  // embedding, the 8 layers, the head): min(PCIe 32, NIC 25) GB/s, latency NIC + switch
+  // + NIC = 11 us. Both pipelines end when the slower does, so all of it is exposed.
+  StageShape emb, layers;
+  emb.first = true;
+  layers.layer_end = 8;
+  const double piece[3] = {
+      stage_params(sc.model, emb), stage_params(sc.model, layers),
+      sc.model.params() - stage_params(sc.model, emb) - stage_params(sc.model, layers)};
+  double expect = 0;
+  for (double params : piece) {
+    expect += collective_time(Collective::kAllReduce, 2 * params, 2, 25e9, 11e-6);
+  }
+  EXPECT_NEAR(e.devices[0].dp_sync_s, expect, 1e-15);
+  EXPECT_NEAR(e.dp_sync_s, expect, 1e-15);
+  EXPECT_NEAR(e.iteration_time_s, e.pipeline_s + e.dp_sync_s + e.optimizer_s, 1e-15);
+  // Uneven batch: the pipeline with 5 micro-batches is the slower one.
+  EXPECT_GT(e.pipelines[1].time_s, e.pipelines[0].time_s);
+  EXPECT_DOUBLE_EQ(e.pipeline_s, e.pipelines[1].time_s);
+}
+
+// Pipelines that run in step send across a stage boundary at the same time: two
+// pipelines crossing from machine 0 to machine 1 share both NICs.
+TEST_F(Fixture, BoundaryFlowsOfAllPipelinesShareTheNics) {
+  const double bytes = 2.0 * 64 * 64;  // one activation, b*s*h bf16
+  Plan one = plan(R"({"version": 1, "pipelines": [
+    {"batch": 8, "stages": [{"devices": [0], "layers": [0, 4]}, {"devices": [4], "layers": [4, 8]}]}]})");
+  Plan two = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0], "layers": [0, 4]}, {"devices": [4], "layers": [4, 8]}]},
+    {"batch": 4, "stages": [{"devices": [1], "layers": [0, 4]}, {"devices": [5], "layers": [4, 8]}]}]})");
+  CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+  EXPECT_NEAR(cm.estimate(one).pipelines[0].stages[0].send_s, p2p_time(bytes, 25e9, 11e-6), 1e-15);
+  Estimate e = cm.estimate(two);
+  for (const auto& p : e.pipelines) {
+    EXPECT_NEAR(p.stages[0].send_s, p2p_time(bytes, 12.5e9, 11e-6), 1e-15);
+  }
+  // Without the other pipelines' flows (as the layer split sees one pipeline), NIC to itself.
+  EXPECT_NEAR(cm.transfer_s({0}, {4}, bytes), p2p_time(bytes, 25e9, 11e-6), 1e-15);
+}
+
+// Each stage starts its DP sync when its own schedule ends: the last stage is done
+// one backward and one gradient send before the first, so that much of its sync is
+// hidden behind the drain. Stage 1 holds 6 of 8 layers: its sync is the longest.
+TEST_F(Fixture, DataParallelSyncOverlapsTheDrain) {
+  Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0], "layers": [0, 2]}, {"devices": [1], "layers": [2, 8]}]},
+    {"batch": 4, "stages": [{"devices": [4], "layers": [0, 2]}, {"devices": [5], "layers": [2, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  ASSERT_EQ(e.devices.size(), 4u);
+  const StageEstimate& first = e.pipelines[0].stages[0];
+  const double hidden = first.backward_s + first.send_s;
+  ASSERT_GT(e.devices[1].dp_sync_s, 0);
+  const double expect = std::max(e.devices[0].dp_sync_s, e.devices[1].dp_sync_s - hidden);
+  EXPECT_NEAR(e.dp_sync_s, std::max(expect, 0.0), 1e-12);
+  EXPECT_LT(e.dp_sync_s, e.devices[1].dp_sync_s);  // the 6-layer stage's sync is partly hidden
+  EXPECT_NEAR(e.iteration_time_s, e.pipeline_s + e.dp_sync_s + e.optimizer_s, 1e-12);
+}
+
+TEST_F(Fixture, ReportsDevicesOverMemory) {
+  sc.model.layers = 8;
+  sc.model.hidden = 8192;
+  sc.model.ffn = 28672;
+  sc.model.heads = 64;
+  sc.model.kv_heads = 8;  // a 70B-size layer stack on one 80 GiB device
+  Plan p = plan(
+      R"({"version": 1, "pipelines": [{"batch": 8, "stages": [{"devices": [0], "layers": [0, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  EXPECT_FALSE(e.feasible);
+  ASSERT_EQ(e.problems.size(), 1u);
+  EXPECT_NE(e.problems[0].find("device 0 (A100-SXM-80GB in machine m-0, pipeline 0 stage 0) needs"),
+            std::string::npos)
+      << e.problems[0];
+  EXPECT_NE(e.problems[0].find("GiB of 80.00 GiB: over by"), std::string::npos) << e.problems[0];
+}
+
+}  // namespace
+}  // namespace hexi

@@ -1,0 +1,251 @@
+#include "scheduler/hexiscale/exact.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "scheduler/hexiscale/pipeline.hpp"
+
+namespace hexi {
+inline namespace hexiscale {
+namespace {
+
+constexpr long kMaxTypes = 400000;  // beyond this the cluster is too big to enumerate
+
+struct Type {
+  PipelineSpec spec;
+  int index = 0;  // mixed-radix index of its per-machine device counts
+};
+
+class ExactSearch {
+ public:
+  ExactSearch(SpecEvaluator& ev, SearchClock& clock, ExactStats& stats)
+      : ev_(ev), clock_(clock), stats_(stats), machines_(ev.cost_model().cluster().machines()) {
+    stride_.resize(machines_.size());
+    int s = 1;
+    for (std::size_t m = 0; m < machines_.size(); ++m) {
+      stride_[m] = s;
+      s *= machines_[m].num_gpus + 1;
+    }
+    states_ = s;
+    for (int i = 0; i < states_; ++i) {
+      for (std::size_t m = 0; m < machines_.size(); ++m) digits_.push_back(digit(i, m));
+    }
+  }
+
+  Status enumerate();
+  std::optional<SpecResult> run(std::optional<SpecResult> incumbent);
+
+ private:
+  void search(int d);
+  void bounds(int d);
+  void dfs(std::size_t from, int remaining, int left, long served);
+  void leaf();
+  double best_objective() const { return best_ ? best_->scored.objective() : kInfeasible; }
+  bool fits(int type, int remaining) const;
+  int digit(int index, std::size_t m) const;  // devices of machine m in a count vector
+
+  SpecEvaluator& ev_;
+  SearchClock& clock_;
+  ExactStats& stats_;
+  const std::vector<Machine>& machines_;
+  std::vector<int> stride_;
+  int states_ = 1;
+  std::vector<int> digits_;  // [state * machines + m]
+  std::vector<Type> types_;
+  // Per D: candidate types (indices into types_, best first), their micro-batch
+  // capacity below T*, and the best capacity of (remaining devices, pipelines left).
+  int d_ = 1;
+  std::vector<int> order_;
+  std::vector<long> capacity_;  // by type index
+  std::vector<long> table_;     // [remaining * (d + 1) + left], -1 = impossible
+  std::vector<int> chosen_;
+  std::optional<SpecResult> best_;
+  bool stopped_ = false;
+};
+
+int ExactSearch::digit(int index, std::size_t m) const {
+  return index / stride_[m] % (machines_[m].num_gpus + 1);
+}
+
+bool ExactSearch::fits(int type, int remaining) const {
+  const std::size_t nm = machines_.size();
+  const int* u = &digits_[static_cast<std::size_t>(types_[type].index) * nm];
+  const int* r = &digits_[static_cast<std::size_t>(remaining) * nm];
+  for (std::size_t m = 0; m < nm; ++m) {
+    if (u[m] > r[m]) return false;
+  }
+  return true;
+}
+
+Status ExactSearch::enumerate() {
+  const Model& model = ev_.cost_model().model();
+  const int nm = static_cast<int>(machines_.size());
+  for (int idx = 1; idx < states_; ++idx) {
+    std::vector<int> used, count;
+    for (int m = 0; m < nm; ++m) {
+      const int u = digit(idx, m);
+      if (u > 0) {
+        used.push_back(m);
+        count.push_back(u);
+      }
+    }
+    // Every degree combination, then every order of the machines.
+    std::vector<std::vector<int>> degrees;
+    for (int c : count) degrees.push_back(segment_degrees(model, c));
+    std::vector<std::size_t> pick(used.size(), 0);
+    for (;;) {
+      std::vector<int> perm(used.size());
+      std::iota(perm.begin(), perm.end(), 0);
+      do {
+        Type t;
+        t.index = idx;
+        for (int i : perm) t.spec.segments.push_back({used[i], count[i], degrees[i][pick[i]]});
+        types_.push_back(std::move(t));
+      } while (std::next_permutation(perm.begin(), perm.end()));
+      if (static_cast<long>(types_.size()) > kMaxTypes) {
+        return bad_input(
+            "exact: cluster \"" + ev_.cost_model().cluster().name() + "\" has more than " +
+            std::to_string(kMaxTypes) +
+            " pipeline types to enumerate (too many machines); use fewer, larger machines");
+      }
+      std::size_t i = 0;
+      while (i < pick.size() && ++pick[i] == degrees[i].size()) pick[i++] = 0;
+      if (i == pick.size()) break;
+    }
+  }
+  stats_.types = static_cast<long>(types_.size());
+  return {};
+}
+
+void ExactSearch::bounds(int d) {
+  const int micro = ev_.micro_batches();
+  const double limit = best_objective();
+  capacity_.assign(types_.size(), 0);
+  for (int t : order_) {
+    PlanSpec one{{types_[t].spec}};
+    capacity_[t] = ev_.curve(one, 0, d)->max_micro_batches_below(limit, micro - (d - 1));
+  }
+  // table[r][k]: the most micro-batches k pipelines covering exactly r can run.
+  table_.assign(static_cast<std::size_t>(states_) * (d + 1), -1);
+  table_[0] = 0;
+  for (int k = 1; k <= d; ++k) {
+    for (int r = 1; r < states_; ++r) {
+      long best = -1;
+      for (int t : order_) {
+        if (capacity_[t] == 0 || !fits(t, r)) continue;
+        const long rest = table_[static_cast<std::size_t>(r - types_[t].index) * (d + 1) + k - 1];
+        if (rest >= 0) best = std::max(best, rest + capacity_[t]);
+      }
+      table_[static_cast<std::size_t>(r) * (d + 1) + k] = best;
+    }
+  }
+}
+
+void ExactSearch::leaf() {
+  ++stats_.leaves;
+  PlanSpec spec;
+  for (int t : chosen_) spec.pipelines.push_back(types_[t].spec);
+  const double slowest = ev_.pipelines_s(spec);
+  clock_.count();
+  if (!(slowest < best_objective())) return;
+  ++stats_.full_estimates;
+  auto scored = ev_.evaluate(spec, "exact");
+  if (!scored || !scored->estimate.feasible || !(scored->objective() < best_objective())) return;
+  clock_.count(scored->estimate.tokens_per_s);
+  best_ = SpecResult{std::move(spec), std::move(*scored)};
+  bounds(d_);  // a lower T* cuts harder
+}
+
+void ExactSearch::dfs(std::size_t from, int remaining, int left, long served) {
+  ++stats_.nodes;
+  if ((stats_.nodes & 1023) == 0 && clock_.out_of_time()) stopped_ = true;
+  if (stopped_) return;
+  if (left == 0) {
+    if (remaining == 0) leaf();
+    return;
+  }
+  const int micro = ev_.micro_batches();
+  for (std::size_t i = from; i < order_.size() && !stopped_; ++i) {
+    const int t = order_[i];
+    if (capacity_[t] == 0 || !fits(t, remaining)) continue;
+    const int rest = remaining - types_[t].index;
+    const long more = table_[static_cast<std::size_t>(rest) * (d_ + 1) + left - 1];
+    if (more < 0 || served + capacity_[t] + more < micro) continue;
+    chosen_.push_back(t);
+    dfs(i, rest, left - 1, served + capacity_[t]);
+    chosen_.pop_back();
+  }
+}
+
+void ExactSearch::search(int d) {
+  d_ = d;
+  order_.clear();
+  for (std::size_t t = 0; t < types_.size(); ++t) {
+    PlanSpec one{{types_[t].spec}};
+    if (ev_.curve(one, 0, d)->time(1) != kInfeasible) order_.push_back(static_cast<int>(t));
+  }
+  bounds(d);
+  // Most capable types first: good plans early, so T* tightens early.
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](int a, int b) { return capacity_[a] > capacity_[b]; });
+  clock_.phase("exact: D=" + std::to_string(d) + ", " + std::to_string(order_.size()) +
+               " pipeline types");
+  dfs(0, states_ - 1, d, 0);
+}
+
+std::optional<SpecResult> ExactSearch::run(std::optional<SpecResult> incumbent) {
+  best_ = std::move(incumbent);
+  const int d_max = max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute());
+  for (int d = 1; d <= d_max && !stopped_; ++d) search(d);
+  stats_.proven = !stopped_;
+  return best_;
+}
+
+}  // namespace
+
+std::optional<SpecResult> exact_search(SpecEvaluator& ev, SearchClock& clock,
+                                       std::optional<SpecResult> incumbent, ExactStats& stats) {
+  ExactSearch search(ev, clock, stats);
+  if (!search.enumerate()) return std::nullopt;
+  return search.run(std::move(incumbent));
+}
+
+Result<SearchResult> run_exact(const Scenario& sc, const SearchOptions& options) {
+  const Cluster& c = sc.cluster;
+  if (c.num_devices() > kExactMaxGpus) {
+    return bad_input("exact: cluster \"" + c.name() + "\" has " + std::to_string(c.num_devices()) +
+                     " GPUs; the exhaustive search is limited to " + std::to_string(kExactMaxGpus));
+  }
+  for (std::size_t m = 0; m < c.machines().size(); ++m) {
+    if (!machine_symmetric(c, static_cast<int>(m))) {
+      return bad_input(
+          "exact: machine \"" + c.machines()[m].name +
+          "\" has GPUs that are not interchangeable (several CPU sockets behind PCIe, or device "
+          "link overrides); the exact search assumes they are");
+    }
+  }
+  CostModel cm(c, sc.model, sc.training, sc.profile);
+  SpecEvaluator ev(cm);
+  SearchClock clock("exact", options);
+  ExactStats stats;
+  auto incumbent = hexiscale_search(ev, HexiScaleOptions{}, clock, options.seed);
+  ExactSearch exact(ev, clock, stats);
+  if (auto st = exact.enumerate(); !st) return st.error();
+  auto best = exact.run(std::move(incumbent));
+  if (!best) return no_feasible_plan(sc, "exact");
+  SearchResult out;
+  out.plan = std::move(best->scored.plan);
+  out.plan.scheduler = "exact";
+  out.plan.comment = "exact: " + describe(best->spec, c);
+  out.estimate = std::move(best->scored.estimate);
+  clock.finish(out);
+  out.notes.push_back(
+      std::string(stats.proven ? "proven optimal" : "NOT proven optimal (time budget)") +
+      " over HexiScale's plan space: " + std::to_string(stats.types) + " pipeline types, " +
+      std::to_string(stats.nodes) + " partial plans, " + std::to_string(stats.leaves) +
+      " complete plans, " + std::to_string(stats.full_estimates) + " estimated in full");
+  return out;
+}
+
+}  // namespace hexiscale
+}  // namespace hexi

@@ -1,0 +1,54 @@
+#pragma once
+// Exact search (ground truth for HexiScale) over the plan space of plan_space.hpp,
+// for clusters of at most 16 GPUs, under the same cost model.
+//
+// What it is exact over: every plan that uses all devices, whose pipelines visit
+// each machine at most once in one contiguous segment of TP groups of one degree
+// (any valid degree dividing the segment; any number of pipelines; any order of
+// segments), with devices handed out canonically, the batch split that minimises
+// the slowest pipeline and each pipeline's time-minimal layer split (both exact).
+// HexiScale searches the same space, so HexiScale / exact <= 1 and the ratio says
+// how much its heuristics lose. The objective is the full estimate's iteration
+// time (pipelines + DP sync + optimizer); ties within 1e-9 are equal.
+//
+// How: for each D (1 .. the most pipelines memory allows), enumerate multisets of
+// D "pipeline types" (per-machine counts, degrees, segment order) that cover the
+// cluster, depth first, with branch and bound:
+//   * T* = the best iteration time so far (HexiScale's plan to start with);
+//   * n_t = the most micro-batches type t can run in less than T* (its exact
+//     pipeline curve); a plan beats T* only if every pipeline runs >= 1
+//     micro-batch below T* and they cover the global batch, so types with n_t = 0
+//     are out, and a partial plan is cut when its n_t plus the best any
+//     completion can add (a dynamic program over remaining devices and
+//     pipelines) stays below the global micro-batch count;
+//   * at a leaf, the exact batch split gives the slowest pipeline W <= iteration
+//     time; only W < T* is estimated in full.
+// Symmetry: pipelines are unordered (multisets of types); devices within a machine
+// are interchangeable (canonical ids). A time budget ends it early without proof.
+
+#include <optional>
+
+#include "scheduler/hexiscale/hexiscale.hpp"
+#include "scheduler/search/search.hpp"
+
+namespace hexi {
+inline namespace hexiscale {
+
+constexpr int kExactMaxGpus = 16;
+
+struct ExactStats {
+  long types = 0;           // pipeline types enumerated (all D)
+  long nodes = 0;           // partial plans visited
+  long leaves = 0;          // complete plans reached
+  long full_estimates = 0;  // complete plans estimated in full
+  bool proven = false;      // finished without hitting the time budget
+};
+
+// Exhaustive search from an incumbent (may be empty). nullopt: nothing feasible.
+std::optional<SpecResult> exact_search(SpecEvaluator& ev, SearchClock& clock,
+                                       std::optional<SpecResult> incumbent, ExactStats& stats);
+
+Result<SearchResult> run_exact(const Scenario& scenario, const SearchOptions& options);
+
+}  // namespace hexiscale
+}  // namespace hexi

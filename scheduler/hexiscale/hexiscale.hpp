@@ -1,0 +1,59 @@
+#pragma once
+// HexiScale (Yan, Jiang et al., "HexiScale: Facilitating Large Language Model
+// Training over Heterogeneous Hardware", arXiv 2409.01143): hierarchical graph
+// partitioning for asymmetric DP / TP / PP plans.
+//
+//   for D over its feasible range (1 .. the most pipelines memory allows):
+//     for each cut mode (DP on slow links / on fast links) and seed:
+//       phase 1: METIS splits the device graph into D pipelines (hexiscale_partition)
+//       phase 2: each pipeline: groups, TP degrees, order, layers (hexiscale_pipeline)
+//       batch split across pipelines, proportional then exact (batch_split)
+//       score the plan with the full cost model; keep the best
+//   refinement from the best plans: move devices (or whole machines) to another
+//   or a new pipeline, merge pipelines, swap machines, while the cost model
+//   improves; stop on convergence or the time budget.
+// Deterministic for a seed when no time budget cuts it short. Large clusters
+// (more than 64 GPUs) partition machines rather than devices.
+// Scenario "scheduler" options: {"tau": 3, "seeds": 3, "refine": true,
+// "device_level_max": 64, "recompute": "per-stage"} (see README).
+
+#include <optional>
+
+#include "scheduler/search/plan_space.hpp"
+#include "scheduler/search/search.hpp"
+
+namespace hexi {
+inline namespace hexiscale {
+
+struct HexiScaleOptions {
+  int tau = 3;                      // top-tau greedy width for stage ordering
+  int seeds = 3;                    // METIS seeds per (D, cut mode)
+  bool refine = true;               // local refinement after the partition sweep
+  int device_level_max = 64;        // partition devices up to this many GPUs, machines above
+  bool per_stage_recompute = true;  // stages choose none/selective/full ("per-stage"), or
+                                    // all run the scenario's ("scenario")
+};
+
+Result<HexiScaleOptions> read_hexiscale_options(const Scenario& sc);
+
+struct SpecResult {
+  PlanSpec spec;
+  ScoredPlan scored;
+};
+
+// The search itself, over an existing evaluator (the exact search reuses it).
+std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
+                                           SearchClock& clock, std::uint64_t seed);
+
+Result<SearchResult> run_hexiscale(const Scenario& scenario, const SearchOptions& options);
+
+// The largest number of pipelines whose model replicas can fit in the cluster's
+// memory at all (ZeRO-1 shards the optimizer state over them), with activations
+// under `recompute` (default: the training config's); >= 1.
+int max_pipelines_by_memory(const CostModel& cm, std::optional<Recompute> recompute = std::nullopt);
+
+// Error for "no feasible plan found": memory needed vs available.
+Error no_feasible_plan(const Scenario& scenario, const std::string& scheduler);
+
+}  // namespace hexiscale
+}  // namespace hexi

@@ -1,0 +1,132 @@
+// HexiScale refinement: local search over assignments of devices to pipelines,
+// first improvement, until a full round of moves brings nothing (or the budget
+// ends). Moves, in a fixed order (deterministic):
+//   transfer  some devices of one machine to another pipeline or a new one
+//             (powers of two and all of them; whole machines on large clusters)
+//   merge     two pipelines into one (one fewer replica, less DP traffic)
+//   swap      the segments of two machines of different classes between pipelines
+//   exchange  some devices of one machine for as many of another between two
+//             pipelines (powers of two; device-level partitions only)
+// Moves are small descriptors applied on demand: a plan of hundreds of pipelines
+// has hundreds of thousands of neighbours.
+#include <algorithm>
+
+#include "scheduler/hexiscale/search.hpp"
+
+namespace hexi {
+inline namespace hexiscale {
+namespace {
+
+constexpr std::size_t kLargePatience = 1000;  // moves without improvement, machine-level search
+
+void take(std::map<int, int>& p, int machine, int n) {
+  if ((p[machine] -= n) == 0) p.erase(machine);
+}
+
+void drop_empty(Assignment& a) {
+  a.erase(std::remove_if(a.begin(), a.end(), [](const auto& p) { return p.empty(); }), a.end());
+}
+
+}  // namespace
+
+Assignment apply_move(const Assignment& a, const Move& mv) {
+  Assignment b = a;
+  switch (mv.kind) {
+    case Move::kTransfer:
+      take(b[mv.p], mv.m1, mv.n1);
+      if (mv.q == static_cast<int>(b.size())) b.emplace_back();
+      b[mv.q][mv.m1] += mv.n1;
+      break;
+    case Move::kMerge:
+      for (auto [m, n] : b[mv.q]) b[mv.p][m] += n;
+      b[mv.q].clear();
+      break;
+    case Move::kSwap:  // n1 devices of m1 (p -> q) against n2 of m2 (q -> p)
+      take(b[mv.p], mv.m1, mv.n1);
+      take(b[mv.q], mv.m2, mv.n2);
+      b[mv.p][mv.m2] += mv.n2;
+      b[mv.q][mv.m1] += mv.n1;
+      break;
+  }
+  drop_empty(b);
+  return b;
+}
+
+std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a) const {
+  std::vector<Move> out;
+  const int d = static_cast<int>(a.size());
+  for (int p = 0; p < d; ++p) {
+    for (auto [m, count] : a[p]) {
+      std::vector<int> deltas;
+      if (!per_machine_) {
+        for (int x = 1; x < count; x *= 2) deltas.push_back(x);
+      }
+      deltas.push_back(count);
+      for (int delta : deltas) {
+        for (int q = 0; q <= d; ++q) {
+          if (q == p || (q == d && delta == count && a[p].size() == 1)) continue;
+          out.push_back({Move::kTransfer, p, q, m, delta, 0, 0});
+        }
+      }
+    }
+  }
+  for (int p = 0; p < d; ++p) {
+    for (int q = p + 1; q < d; ++q) out.push_back({Move::kMerge, p, q, 0, 0, 0, 0});
+  }
+  for (int p = 0; p < d; ++p) {
+    for (int q = p + 1; q < d; ++q) {
+      for (auto [m1, n1] : a[p]) {
+        for (auto [m2, n2] : a[q]) {
+          if (m1 == m2 || a[p].count(m2) || a[q].count(m1)) continue;
+          if (ev_.machine_class(m1) == ev_.machine_class(m2) && n1 == n2) continue;  // no change
+          out.push_back({Move::kSwap, p, q, m1, n1, m2, n2});
+        }
+      }
+    }
+  }
+  if (per_machine_) return out;
+  for (int p = 0; p < d; ++p) {
+    for (int q = 0; q < d; ++q) {
+      if (p == q) continue;
+      for (auto [m1, n1] : a[p]) {
+        for (auto [m2, n2] : a[q]) {
+          if (ev_.machine_class(m1) == ev_.machine_class(m2)) continue;
+          for (int x = 1; x <= std::min(n1, n2); x *= 2) {
+            if (x == n1 && x == n2 && p > q) continue;  // the whole-segment swap, listed once
+            out.push_back({Move::kSwap, p, q, m1, x, m2, x});
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void HexiScaleSearch::refine(Assignment a) {
+  double current = consider(a, kInfeasible);
+  if (current == kInfeasible) return;
+  std::vector<Move> moves = neighbours(a);
+  // Converged: a whole round of moves without improvement (on large clusters, at
+  // most kLargePatience moves in a row).
+  auto patience = [&] {
+    return per_machine_ ? std::min(moves.size(), kLargePatience) : moves.size();
+  };
+  std::size_t i = 0, since_improvement = 0;
+  while (since_improvement < patience() && !clock_.out_of_time()) {
+    clock_.phase("refinement: " + std::to_string(a.size()) + " pipelines");
+    Assignment b = apply_move(a, moves[i % moves.size()]);
+    const double objective = consider(b, current);
+    if (objective < current * (1 - 1e-9)) {
+      current = objective;
+      a = std::move(b);
+      moves = neighbours(a);
+      since_improvement = 0;
+      continue;  // same position in the new list
+    }
+    ++i;
+    ++since_improvement;
+  }
+}
+
+}  // namespace hexiscale
+}  // namespace hexi

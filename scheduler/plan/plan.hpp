@@ -1,0 +1,77 @@
+#pragma once
+// A parallel plan (plan JSON, format version 1; one format for every scheduler):
+//   {"version": 1, "pipelines": [{"batch": 32, "micro_batch": 1,
+//     "stages": [{"devices": [0, 1], "layers": [0, 16]}, ...]}, ...]}
+// Each pipeline takes its share of the global batch (uneven allowed); each stage
+// lists its devices (the TP group, in TP-rank order) and the layer range [l0, l1).
+// Optional per stage: "head_split": heads per device (uneven TP; default even);
+// "recompute": "none" | "selective" | "full" (the stage's activation recompute;
+// default: the scenario's training.recompute).
+// Optional top level: "scheduler", "comment" (free text, kept on round trips).
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scenarios/model.hpp"
+#include "scenarios/training.hpp"
+#include "topologies/cluster.hpp"
+#include "topologies/json_input.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi {
+inline namespace plan {
+
+struct Stage {
+  std::vector<int> devices;  // TP group, TP-rank order
+  int layer_begin = 0;
+  int layer_end = 0;
+  std::vector<int> head_split;         // empty: even split; else heads per device
+  std::optional<Recompute> recompute;  // absent: the training config's
+
+  int tp() const { return static_cast<int>(devices.size()); }
+  int layers() const { return layer_end - layer_begin; }
+  // Fraction of heads (and ffn / vocab columns) on TP rank r.
+  double phi(int rank, int heads) const;
+  // The largest fraction over the group (the slowest rank of an even-speed group).
+  double max_phi(int heads) const;
+  // The recompute this stage runs under a training config.
+  Recompute recompute_in(const TrainingConfig& t) const { return recompute.value_or(t.recompute); }
+};
+
+struct Pipeline {
+  int batch = 0;        // sequences per iteration
+  int micro_batch = 1;  // sequences per micro-batch
+  std::vector<Stage> stages;
+
+  int micro_batches() const { return batch / micro_batch; }
+  int num_devices() const;
+};
+
+struct Plan {
+  std::string scheduler;  // who made it ("hand" if unknown)
+  std::string comment;
+  std::vector<Pipeline> pipelines;
+
+  int num_devices() const;
+  std::vector<int> devices() const;  // all devices used, pipeline by pipeline
+};
+
+// Syntax and local consistency (types, ranges, head_split sizes).
+Result<Plan> plan_from_json(const Json& json, const std::string& origin);
+Result<Plan> load_plan(const std::filesystem::path& path);
+Json to_json(const Plan& plan);
+// Canonical JSON text (2-space indent, fixed key order): same plan -> same bytes.
+std::string plan_text(const Plan& plan);
+
+// Structural validity against the cluster, model and training config: devices exist
+// and are used at most once, stages cover [0, L) exactly with no gaps or overlaps,
+// batch shares sum to the global batch in whole micro-batches, TP degrees divide the
+// heads (or an explicit head_split). Errors name `origin` and the JSON path.
+// Memory is checked by the estimate (it needs the cost model), see estimate.hpp.
+Status validate_plan(const Plan& plan, const Cluster& cluster, const Model& model,
+                     const TrainingConfig& training, const std::string& origin);
+
+}  // namespace plan
+}  // namespace hexi

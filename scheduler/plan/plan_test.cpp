@@ -1,0 +1,119 @@
+// Plan JSON and structural validation: each error names the file, the JSON path and
+// what was expected.
+#include "scheduler/plan/plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include "scenarios/testing.hpp"
+
+namespace hexi {
+namespace {
+
+// Two pipelines: one of two TP-2 stages, one single TP-4 stage; batch 3 + 5 (uneven).
+const char* kPlan = R"({"version": 1, "pipelines": [
+  {"batch": 3, "micro_batch": 1, "stages": [{"devices": [0, 1], "layers": [0, 5]},
+                                            {"devices": [2, 3], "layers": [5, 8]}]},
+  {"batch": 5, "stages": [{"devices": [4, 5, 6, 7], "layers": [0, 8]}]}]})";
+
+Result<Plan> parse(const std::string& text) {
+  auto json = parse_json_text(text, "p.json");
+  if (!json) return json.error();
+  return plan_from_json(*json, "p.json");
+}
+
+Status validate(const std::string& text) {
+  static const Scenario sc = testing::tiny_scenario();
+  auto plan = parse(text);
+  if (!plan) return plan.error();
+  return validate_plan(*plan, sc.cluster, sc.model, sc.training, "p.json");
+}
+
+std::string edited(std::string text, const std::string& from, const std::string& to) {
+  auto at = text.find(from);
+  if (at == std::string::npos) throw std::runtime_error("no " + from);
+  return text.replace(at, from.size(), to);
+}
+
+TEST(Plan, ParsesAndRoundTrips) {
+  auto plan = parse(kPlan);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  ASSERT_EQ(plan->pipelines.size(), 2u);
+  EXPECT_EQ(plan->pipelines[0].stages[1].tp(), 2);
+  EXPECT_EQ(plan->pipelines[1].micro_batches(), 5);
+  EXPECT_EQ(plan->num_devices(), 8);
+  EXPECT_EQ(plan->scheduler, "hand");
+  auto again = plan_from_json(to_json(*plan), "again");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(plan_text(*again), plan_text(*plan));
+  EXPECT_TRUE(validate(kPlan).ok()) << validate(kPlan).error().message;
+}
+
+TEST(Plan, HeadSplitFractions) {
+  Stage s;
+  s.devices = {0, 1};
+  EXPECT_DOUBLE_EQ(s.phi(1, 4), 0.5);
+  s.head_split = {2, 6};
+  EXPECT_DOUBLE_EQ(s.phi(0, 8), 0.25);
+  EXPECT_DOUBLE_EQ(s.max_phi(8), 0.75);
+}
+
+TEST(Plan, StructuralErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {edited(kPlan, "[4, 5, 6, 7]", "[4, 5, 6, 9]"),
+       "p.json: /pipelines/1/stages/0/devices/3: device 9 does not exist (cluster "
+       "\"two-a100-boxes\" has devices 0..7)"},
+      {edited(kPlan, "[4, 5, 6, 7]", "[4, 5, 6, 1]"),
+       "p.json: /pipelines/1/stages/0/devices/3: device 1 is already used at "
+       "/pipelines/0/stages/0/devices/1"},
+      {edited(kPlan, "\"layers\": [5, 8]", "\"layers\": [6, 8]"),
+       "p.json: /pipelines/0/stages/1/layers: layers [5, 6) are not assigned (gap before this "
+       "stage)"},
+      {edited(kPlan, "\"layers\": [5, 8]", "\"layers\": [4, 8]"),
+       "p.json: /pipelines/0/stages/1/layers: layers [4, 5) are assigned twice (overlap with the "
+       "previous stage)"},
+      {edited(kPlan, "\"layers\": [0, 8]", "\"layers\": [0, 7]"),
+       "p.json: /pipelines/1/stages: stages cover layers [0, 7) but tiny-llama-8l has 8 layers"},
+      {edited(kPlan, "\"layers\": [5, 8]", "\"layers\": [5, 9]"),
+       "p.json: /pipelines/0/stages/1/layers: layer range ends at 9 but tiny-llama-8l has 8 "
+       "layers"},
+      {edited(kPlan, "\"batch\": 5", "\"batch\": 6"),
+       "p.json: /pipelines: batch shares sum to 9 sequences, expected the global batch 8"},
+      {edited(kPlan, "[4, 5, 6, 7]", "[4, 5, 6]"),
+       "p.json: /pipelines/1/stages/0/devices: TP degree 3 does not divide"},
+      {edited(kPlan, "[4, 5, 6, 7]", "[4, 5, 6], \"head_split\": [2, 1, 1]"),
+       "p.json: /pipelines/1/stages/0/head_split/1: expected a multiple of 2 heads (whole "
+       "grouped-query KV groups), got 1"},
+      {edited(kPlan, "[4, 5, 6, 7]", "[4, 5], \"head_split\": [2, 4]"),
+       "p.json: /pipelines/1/stages/0/head_split: head counts sum to 6, expected 4"},
+      {edited(kPlan, "\"layers\": [5, 8]", "\"layers\": [5, 5]"),
+       "p.json: /pipelines/0/stages/1/layers: expected a non-empty layer range [l0, l1) with l0 < "
+       "l1, got an array [5,5]"},
+      {edited(kPlan, "\"batch\": 3, \"micro_batch\": 1", "\"batch\": 3, \"micro_batch\": 2"),
+       "p.json: /pipelines/0/batch: expected a multiple of micro_batch (2), got 3"},
+      {edited(kPlan, "\"version\": 1", "\"version\": 0"),
+       "p.json: /version: expected format version 1, got 0"},
+      {edited(kPlan, "\"devices\": [0, 1]", "\"devices\": []"),
+       "p.json: /pipelines/0/stages/0/devices: expected a non-empty array of device ids, got an "
+       "array []"},
+      {edited(kPlan, "\"devices\": [0, 1]", "\"devices\": [0, -1]"),
+       "p.json: /pipelines/0/stages/0/devices/1: expected an integer in [0, 2147483647], got -1"},
+      {edited(kPlan, "\"micro_batch\": 1,", "\"micro_batch\": 1, \"tp\": 2,"),
+       "p.json: /pipelines/0: unknown field \"tp\""},
+  };
+  for (const auto& [text, expected] : cases) {
+    Status st = validate(text);
+    ASSERT_FALSE(st.ok()) << expected;
+    EXPECT_EQ(st.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(st.error().message.find(expected), std::string::npos) << st.error().message;
+  }
+}
+
+TEST(Plan, ExplicitHeadSplitIsValid) {
+  std::string text = edited(kPlan, "[4, 5, 6, 7]", "[4, 5, 6], \"head_split\": [2, 0, 2]");
+  EXPECT_FALSE(validate(text).ok());  // zero heads on a device: not a TP rank
+  text = edited(kPlan, "[4, 5, 6, 7]", "[4, 5], \"head_split\": [2, 2]");
+  EXPECT_TRUE(validate(text).ok());
+}
+
+}  // namespace
+}  // namespace hexi

@@ -1,0 +1,527 @@
+#include "scheduler/program/lower.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "scheduler/program/dp_buckets.hpp"
+
+namespace hexi {
+inline namespace program {
+
+std::vector<std::pair<bool, int>> pipeline_order(PipelineSchedule schedule, int stage, int stages,
+                                                 int micro_batches) {
+  std::vector<std::pair<bool, int>> order;
+  const int m = micro_batches;
+  if (schedule == PipelineSchedule::kGPipe) {
+    for (int j = 0; j < m; ++j) order.emplace_back(true, j);
+    for (int j = 0; j < m; ++j) order.emplace_back(false, j);
+    return order;
+  }
+  const int warmup = std::min(stages - 1 - stage, m);
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) order.emplace_back(true, f);
+  for (; f < m; ++f, ++b) {
+    order.emplace_back(true, f);
+    order.emplace_back(false, b);
+  }
+  for (; b < m; ++b) order.emplace_back(false, b);
+  return order;
+}
+
+std::vector<Piece> boundary_pieces(int ts, int td, int rows) {
+  std::vector<Piece> pieces;
+  for (int j = 0; j < td; ++j) {
+    Piece p{static_cast<int>(static_cast<std::int64_t>(j) * ts / td), j,
+            static_cast<int>(static_cast<std::int64_t>(j) * rows / td),
+            static_cast<int>(static_cast<std::int64_t>(j + 1) * rows / td)};
+    if (p.rows_end > p.rows_begin) pieces.push_back(p);
+  }
+  return pieces;
+}
+
+namespace {
+
+// One device's ops while lowering; deps are local indices until ids are assigned.
+struct Draft {
+  std::vector<Op> ops;
+  std::vector<int> deps;
+  int last_compute = -1;  // the last op on the compute stream
+};
+
+struct ShapeKey {
+  ComputeKind kind;
+  int micro_batch;
+  double phi;
+  int layers;
+  bool first, last;
+  double extra;
+  Recompute recompute;  // backward ops: the stage's recompute
+  auto tie() const {
+    return std::tie(kind, micro_batch, phi, layers, first, last, extra, recompute);
+  }
+  bool operator<(const ShapeKey& o) const { return tie() < o.tie(); }
+};
+
+class Lowerer {
+ public:
+  Lowerer(const Plan& plan, const Cluster& cluster, const Model& model,
+          const TrainingConfig& training, const LowerOptions& options)
+      : plan_(plan), cluster_(cluster), m_(model), t_(training), opt_(options) {}
+
+  Program run() {
+    prog_.scenario = opt_.scenario;
+    prog_.cluster = cluster_.name();
+    prog_.model = m_.name;
+    prog_.granularity = opt_.granularity;
+    prog_.schedule = t_.schedule;
+    prog_.num_devices = cluster_.num_devices();
+    prog_.bytes_per_element = t_.bytes_per_element();
+    prog_.global_batch = t_.global_batch;
+    prog_.seq_len = t_.seq_len;
+    prog_.zero_stage = t_.zero_stage;
+    drafts_.resize(cluster_.num_devices());
+    layouts_.resize(cluster_.num_devices());
+    make_layouts_and_groups();
+    dp_ = plan_dp_buckets(plan_, m_, t_.zero_stage, cluster_.num_devices());
+    for (const auto& g : dp_.groups) dp_group_ids_.push_back(group_id(GroupKind::kDp, g));
+    prog_.buckets = dp_.buckets;
+    for (auto& b : prog_.buckets) b.group = dp_group_ids_[b.group];
+    for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
+      const auto& stages = plan_.pipelines[p].stages;
+      for (std::size_t s = 0; s < stages.size(); ++s) {
+        for (int d : stages[s].devices) emit_device(static_cast<int>(p), static_cast<int>(s), d);
+      }
+    }
+    finalize();
+    return std::move(prog_);
+  }
+
+ private:
+  // ---- layouts, groups, shapes -------------------------------------------
+  void make_layouts_and_groups() {
+    for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
+      const Pipeline& pipe = plan_.pipelines[p];
+      const int stages = static_cast<int>(pipe.stages.size());
+      for (int s = 0; s < stages; ++s) {
+        const Stage& st = pipe.stages[s];
+        int tp_group = -1, gather_group = -1;
+        if (st.tp() > 1) {
+          tp_group = group_id(GroupKind::kTp, st.devices);
+          gather_group = group_id(GroupKind::kGather, st.devices);
+        }
+        for (int r = 0; r < st.tp(); ++r) {
+          DeviceLayout& l = layouts_[st.devices[r]];
+          l.device = st.devices[r];
+          l.pipeline = static_cast<int>(p);
+          l.stage = s;
+          l.stages = stages;
+          l.tp_rank = r;
+          l.tp = st.tp();
+          l.tp_group = tp_group;
+          l.gather_group = gather_group;
+          l.layer_begin = st.layer_begin;
+          l.layer_end = st.layer_end;
+          l.first = s == 0;
+          l.last = s == stages - 1;
+          auto [a0, a1] = head_range(st, r, m_.heads);
+          ShardRanges sr = shard_ranges(m_, a0, a1);
+          l.head_begin = sr.head_begin;
+          l.head_end = sr.head_end;
+          l.kv_begin = sr.kv_begin;
+          l.kv_end = sr.kv_end;
+          l.ffn_begin = sr.ffn_begin;
+          l.ffn_end = sr.ffn_end;
+          l.vocab_begin = sr.vocab_begin;
+          l.vocab_end = sr.vocab_end;
+          l.phi = st.phi(r, m_.heads);
+          l.micro_batch = pipe.micro_batch;
+          l.micro_batches = pipe.micro_batches();
+          l.loss_scale = static_cast<double>(pipe.micro_batch) / t_.global_batch;
+          l.params = stage_params(m_, stage_shape(l));
+          l.recompute = st.recompute_in(t_);
+          used_.push_back(l.device);
+        }
+      }
+    }
+    std::sort(used_.begin(), used_.end());
+  }
+
+  int group_id(GroupKind kind, const std::vector<int>& devices) {
+    auto [it, fresh] =
+        group_ids_.emplace(std::make_pair(kind, devices), static_cast<int>(prog_.groups.size()));
+    if (fresh) prog_.groups.push_back({kind, devices});
+    return it->second;
+  }
+
+  int shape_id(const ShapeKey& key) {
+    auto it = shape_ids_.find(key);
+    if (it != shape_ids_.end()) return it->second;
+    Shape s;
+    s.kind = key.kind;
+    s.micro_batch = key.micro_batch;
+    s.phi = key.phi;
+    s.layers = key.layers;
+    s.kernels = kernels_of(key);
+    const int id = static_cast<int>(prog_.shapes.size());
+    prog_.shapes.push_back(std::move(s));
+    shape_ids_.emplace(key, id);
+    return id;
+  }
+
+  // Backward kernels of a block; under full recompute the replayed forward is its
+  // own op, so its kernels are left out here.
+  std::vector<Kernel> backward_kernels(Block block, int b, double phi, Recompute r) const {
+    std::vector<Kernel> ks = block_backward(m_, t_, block, b, phi, r);
+    if (r == Recompute::kFull) {
+      std::erase_if(ks, [](const Kernel& k) { return k.name == "recompute"; });
+    }
+    return ks;
+  }
+
+  std::vector<Kernel> kernels_of(const ShapeKey& k) const {
+    const int b = k.micro_batch;
+    const double phi = k.phi;
+    auto append = [](std::vector<Kernel>& out, const std::vector<Kernel>& more) {
+      out.insert(out.end(), more.begin(), more.end());
+    };
+    std::vector<Kernel> out;
+    switch (k.kind) {
+      case ComputeKind::kEmbeddingFwd:
+        return embedding_forward(m_, t_, b);
+      case ComputeKind::kEmbeddingBwd:
+        return embedding_backward(m_, t_, b);
+      case ComputeKind::kAttnFwd:
+      case ComputeKind::kAttnRecompute:
+        return block_forward(m_, t_, Block::kAttention, b, phi);
+      case ComputeKind::kMlpFwd:
+      case ComputeKind::kMlpRecompute:
+        return block_forward(m_, t_, Block::kMlp, b, phi);
+      case ComputeKind::kAttnBwd:
+        return backward_kernels(Block::kAttention, b, phi, k.recompute);
+      case ComputeKind::kMlpBwd:
+        return backward_kernels(Block::kMlp, b, phi, k.recompute);
+      case ComputeKind::kHeadFwd:
+        return head_forward(m_, t_, b, phi);
+      case ComputeKind::kHeadBwd:
+        return head_backward(m_, t_, b, phi);
+      case ComputeKind::kStageFwd:
+        if (k.first) append(out, embedding_forward(m_, t_, b));
+        for (int l = 0; l < k.layers; ++l) {
+          append(out, block_forward(m_, t_, Block::kAttention, b, phi));
+          append(out, block_forward(m_, t_, Block::kMlp, b, phi));
+        }
+        if (k.last) append(out, head_forward(m_, t_, b, phi));
+        return out;
+      case ComputeKind::kStageBwd:
+        if (k.last) append(out, head_backward(m_, t_, b, phi));
+        for (int l = 0; l < k.layers; ++l) {
+          append(out, block_backward(m_, t_, Block::kMlp, b, phi, k.recompute));
+          append(out, block_backward(m_, t_, Block::kAttention, b, phi, k.recompute));
+        }
+        if (k.first) append(out, embedding_backward(m_, t_, b));
+        return out;
+      case ComputeKind::kOptimizer:
+        // Adam reads and writes fp32 master weights and both moments and the
+        // e-byte weights and gradients: ~28 bytes per owned parameter, memory-bound.
+        return {{"adam", KernelClass::kElementwise, 0.0, 28.0 * k.extra}};
+    }
+    return out;
+  }
+
+  // ---- emission ------------------------------------------------------------
+  int add(int device, Op op, std::initializer_list<int> deps) {
+    Draft& d = drafts_[device];
+    op.device = device;
+    op.deps_begin = static_cast<std::uint32_t>(d.deps.size());
+    for (int x : deps) {
+      if (x >= 0) d.deps.push_back(x);
+    }
+    op.deps_count = static_cast<std::uint32_t>(d.deps.size() - op.deps_begin);
+    d.ops.push_back(op);
+    const int index = static_cast<int>(d.ops.size()) - 1;
+    if (op.stream == Stream::kCompute) d.last_compute = index;
+    return index;
+  }
+
+  int compute(int device, ComputeKind kind, int layer, int mb, const ShapeKey& key, int dep = -1,
+              int fold = -1) {
+    Op op;
+    op.kind = OpKind::kCompute;
+    op.compute = kind;
+    op.layer = layer;
+    op.micro_batch = mb;
+    op.shape = shape_id(key);
+    op.folded = fold;
+    return add(device, op, {dep});
+  }
+
+  int collective(int device, int group, Stream stream, Collective c, TensorKind tensor,
+                 double bytes, int mb, int dep = -1, int bucket = -1) {
+    Op op;
+    op.kind = OpKind::kCollective;
+    op.stream = stream;
+    op.collective = c;
+    op.tensor = tensor;
+    op.group = group;
+    op.instance =
+        instances_[(static_cast<std::int64_t>(device) << 32) | static_cast<std::uint32_t>(group)]++;
+    op.bytes = bytes;
+    op.micro_batch = mb;
+    op.bucket = bucket;
+    return add(device, op, {dep});
+  }
+
+  int p2p(int device, OpKind kind, int peer, TensorKind tensor, int mb, const Piece& piece,
+          int dep = -1) {
+    Op op;
+    op.kind = kind;
+    op.stream = Stream::kP2p;
+    op.tensor = tensor;
+    op.peer = peer;
+    op.tag = mb;  // one message per ordered pair and micro-batch in each direction
+    op.micro_batch = mb;
+    op.rows_begin = piece.rows_begin;
+    op.rows_end = piece.rows_end;
+    op.bytes =
+        static_cast<double>(piece.rows_end - piece.rows_begin) * m_.hidden * t_.bytes_per_element();
+    return add(device, op, {dep});
+  }
+
+  // Receives a boundary tensor for micro-batch j from stage `from` and all-gathers
+  // it; returns the op the consumer must wait for (-1 if none).
+  int receive(int device, const Stage& from, TensorKind tensor, int j) {
+    const DeviceLayout& l = layouts_[device];
+    const int rows = l.micro_batch * t_.seq_len;
+    int ready = -1;
+    for (const Piece& pc : boundary_pieces(from.tp(), l.tp, rows)) {
+      if (pc.dst_rank == l.tp_rank)
+        ready = p2p(device, OpKind::kRecv, from.devices[pc.src_rank], tensor, j, pc);
+    }
+    if (l.tp > 1) {
+      ready = collective(device, l.gather_group, Stream::kGather, Collective::kAllGather, tensor,
+                         hidden_bytes(m_, t_, l.micro_batch), j, ready);
+    }
+    return ready;
+  }
+
+  void send(int device, const Stage& to, TensorKind tensor, int j) {
+    const DeviceLayout& l = layouts_[device];
+    const int rows = l.micro_batch * t_.seq_len;
+    const int dep = drafts_[device].last_compute;
+    for (const Piece& pc : boundary_pieces(l.tp, to.tp(), rows)) {
+      if (pc.src_rank == l.tp_rank)
+        p2p(device, OpKind::kSend, to.devices[pc.dst_rank], tensor, j, pc, dep);
+    }
+  }
+
+  void tp_all_reduce(int device, TensorKind tensor, int j) {
+    const DeviceLayout& l = layouts_[device];
+    if (l.tp > 1) {
+      collective(device, l.tp_group, Stream::kCompute, Collective::kAllReduce, tensor,
+                 hidden_bytes(m_, t_, l.micro_batch), j);
+    }
+  }
+
+  bool fused(const DeviceLayout& l) const {
+    if (opt_.granularity != Granularity::kStage) return false;
+    const Stage& st = plan_.pipelines[l.pipeline].stages[l.stage];
+    for (int d : st.devices) {
+      if (cluster_.devices()[d].machine != cluster_.devices()[st.devices.front()].machine)
+        return false;
+    }
+    return true;
+  }
+
+  ShapeKey key(ComputeKind kind, const DeviceLayout& l, int layers = 0, double extra = 0) const {
+    const bool stage_op = kind == ComputeKind::kStageFwd || kind == ComputeKind::kStageBwd;
+    const bool backward = kind == ComputeKind::kAttnBwd || kind == ComputeKind::kMlpBwd ||
+                          kind == ComputeKind::kStageBwd;
+    // Only backward kernels depend on recompute; forward shapes stay shared.
+    const Recompute r = backward ? recompute_of(l) : Recompute::kNone;
+    return {kind, l.micro_batch, l.phi, layers, stage_op && l.first, stage_op && l.last, extra, r};
+  }
+
+  Recompute recompute_of(const DeviceLayout& l) const { return l.recompute.value_or(t_.recompute); }
+
+  int fold_id(const DeviceLayout& l, bool forward) {
+    if (l.tp <= 1) return -1;
+    const int recompute = recompute_all_reduces(recompute_of(l));
+    const int layers = l.layer_end - l.layer_begin;
+    Fold f;
+    f.group = l.tp_group;
+    f.collective = Collective::kAllReduce;
+    f.bytes = hidden_bytes(m_, t_, l.micro_batch);
+    f.count =
+        forward ? 2 * layers + (l.first ? 1 : 0) : (2 + recompute) * layers + (l.last ? 1 : 0);
+    f.loss_stats_bytes = forward && l.last ? loss_stats_bytes(l) : 0;
+    auto k = std::make_tuple(f.group, f.bytes, f.count, f.loss_stats_bytes);
+    auto [it, fresh] = fold_ids_.emplace(k, static_cast<int>(prog_.folds.size()));
+    if (fresh) prog_.folds.push_back(f);
+    return it->second;
+  }
+
+  double loss_stats_bytes(const DeviceLayout& l) const {
+    return 12.0 * l.micro_batch * t_.seq_len * l.tp;  // 3 fp32 per token row per rank
+  }
+
+  void forward(int device, const Pipeline& pipe, int j) {
+    const DeviceLayout& l = layouts_[device];
+    int dep =
+        l.stage > 0 ? receive(device, pipe.stages[l.stage - 1], TensorKind::kActivation, j) : -1;
+    if (fused(l)) {
+      compute(device, ComputeKind::kStageFwd, -1, j,
+              key(ComputeKind::kStageFwd, l, l.layer_end - l.layer_begin), dep, fold_id(l, true));
+    } else {
+      if (l.first) {
+        compute(device, ComputeKind::kEmbeddingFwd, -1, j, key(ComputeKind::kEmbeddingFwd, l), dep);
+        dep = -1;
+        tp_all_reduce(device, TensorKind::kActivation, j);
+      }
+      for (int layer = l.layer_begin; layer < l.layer_end; ++layer) {
+        compute(device, ComputeKind::kAttnFwd, layer, j, key(ComputeKind::kAttnFwd, l), dep);
+        dep = -1;
+        tp_all_reduce(device, TensorKind::kActivation, j);
+        compute(device, ComputeKind::kMlpFwd, layer, j, key(ComputeKind::kMlpFwd, l));
+        tp_all_reduce(device, TensorKind::kActivation, j);
+      }
+      if (l.last) {
+        compute(device, ComputeKind::kHeadFwd, -1, j, key(ComputeKind::kHeadFwd, l));
+        if (l.tp > 1) {
+          collective(device, l.tp_group, Stream::kCompute, Collective::kAllGather,
+                     TensorKind::kLossStats, loss_stats_bytes(l), j);
+        }
+      }
+    }
+    if (!l.last) send(device, pipe.stages[l.stage + 1], TensorKind::kActivation, j);
+  }
+
+  void backward(int device, const Pipeline& pipe, int j) {
+    const DeviceLayout& l = layouts_[device];
+    int dep =
+        l.last ? -1 : receive(device, pipe.stages[l.stage + 1], TensorKind::kActivationGrad, j);
+    if (fused(l)) {
+      compute(device, ComputeKind::kStageBwd, -1, j,
+              key(ComputeKind::kStageBwd, l, l.layer_end - l.layer_begin), dep, fold_id(l, false));
+    } else {
+      if (l.last) {
+        compute(device, ComputeKind::kHeadBwd, -1, j, key(ComputeKind::kHeadBwd, l));
+        tp_all_reduce(device, TensorKind::kActivationGrad, j);
+      }
+      for (int layer = l.layer_end - 1; layer >= l.layer_begin; --layer) {
+        if (recompute_of(l) == Recompute::kFull) {
+          compute(device, ComputeKind::kAttnRecompute, layer, j,
+                  key(ComputeKind::kAttnRecompute, l), dep);
+          dep = -1;
+          tp_all_reduce(device, TensorKind::kActivation, j);
+          compute(device, ComputeKind::kMlpRecompute, layer, j, key(ComputeKind::kMlpRecompute, l));
+          tp_all_reduce(device, TensorKind::kActivation, j);
+        }
+        compute(device, ComputeKind::kMlpBwd, layer, j, key(ComputeKind::kMlpBwd, l), dep);
+        dep = -1;
+        tp_all_reduce(device, TensorKind::kActivationGrad, j);
+        compute(device, ComputeKind::kAttnBwd, layer, j, key(ComputeKind::kAttnBwd, l));
+        tp_all_reduce(device, TensorKind::kActivationGrad, j);
+      }
+      if (l.first)
+        compute(device, ComputeKind::kEmbeddingBwd, -1, j, key(ComputeKind::kEmbeddingBwd, l));
+    }
+    if (!l.first) send(device, pipe.stages[l.stage - 1], TensorKind::kActivationGrad, j);
+  }
+
+  // DP sync (all-reduce, or reduce-scatter + all-gather under ZeRO-1), optimizer,
+  // and the broadcast of replicated parameters from TP rank 0.
+  void synchronise(int device) {
+    DeviceLayout& l = layouts_[device];
+    const double e = t_.bytes_per_element();
+    const bool zero = t_.zero_stage >= 1;
+    int dep = drafts_[device].last_compute;
+    for (int b : dp_.device_buckets[device]) {
+      const Bucket& bk = prog_.buckets[b];
+      dep = collective(device, bk.group, Stream::kDp,
+                       zero ? Collective::kReduceScatter : Collective::kAllReduce,
+                       TensorKind::kGradBucket, bk.elements * e, -1, dep, b);
+    }
+    l.owned_params = dp_.owned_params[device];
+    dep = compute(device, ComputeKind::kOptimizer, -1, -1,
+                  key(ComputeKind::kOptimizer, l, 0, l.owned_params), dep);
+    if (zero) {
+      for (int b : dp_.device_buckets[device]) {
+        const Bucket& bk = prog_.buckets[b];
+        dep = collective(device, bk.group, Stream::kDp, Collective::kAllGather,
+                         TensorKind::kWeightBucket, bk.elements * e, -1, dep, b);
+      }
+    }
+    if (l.tp > 1 && dp_.replicated_params[device] > 0) {
+      collective(device, l.tp_group, Stream::kCompute, Collective::kBroadcast,
+                 TensorKind::kReplicas, dp_.replicated_params[device] * e, -1, dep);
+    }
+  }
+
+  void emit_device(int p, int s, int device) {
+    const Pipeline& pipe = plan_.pipelines[p];
+    const int stages = static_cast<int>(pipe.stages.size());
+    for (auto [fwd, j] : pipeline_order(t_.schedule, s, stages, pipe.micro_batches())) {
+      if (fwd) {
+        forward(device, pipe, j);
+      } else {
+        backward(device, pipe, j);
+      }
+    }
+    synchronise(device);
+  }
+
+  // Numbers ops device by device and turns local deps into ids.
+  void finalize() {
+    std::size_t total_ops = 0, total_deps = 0;
+    for (int d : used_) {
+      total_ops += drafts_[d].ops.size();
+      total_deps += drafts_[d].deps.size();
+    }
+    prog_.ops.reserve(total_ops);
+    prog_.dep_ids.reserve(total_deps);
+    for (int d : used_) {
+      Draft& draft = drafts_[d];
+      DeviceLayout l = layouts_[d];
+      l.op_begin = static_cast<int>(prog_.ops.size());
+      const auto dep_base = static_cast<std::uint32_t>(prog_.dep_ids.size());
+      for (int x : draft.deps) prog_.dep_ids.push_back(x + l.op_begin);
+      for (Op op : draft.ops) {
+        op.deps_begin += dep_base;
+        prog_.ops.push_back(op);
+      }
+      l.op_end = static_cast<int>(prog_.ops.size());
+      prog_.devices.push_back(l);
+      draft = Draft{};
+    }
+  }
+
+  const Plan& plan_;
+  const Cluster& cluster_;
+  const Model& m_;
+  const TrainingConfig& t_;
+  const LowerOptions& opt_;
+  Program prog_;
+  std::vector<Draft> drafts_;
+  std::vector<DeviceLayout> layouts_;
+  std::vector<int> used_;
+  DpBuckets dp_;
+  std::vector<int> dp_group_ids_;
+  std::map<std::pair<GroupKind, std::vector<int>>, int> group_ids_;
+  std::map<ShapeKey, int> shape_ids_;
+  std::map<std::tuple<int, double, int, double>, int> fold_ids_;
+  std::unordered_map<std::int64_t, int> instances_;
+};
+
+}  // namespace
+
+Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model& model,
+                           const TrainingConfig& training, const LowerOptions& options,
+                           const std::string& plan_origin) {
+  if (auto st = validate_plan(plan, cluster, model, training, plan_origin); !st) return st.error();
+  return Lowerer(plan, cluster, model, training, options).run();
+}
+
+}  // namespace program
+}  // namespace hexi

@@ -1,0 +1,53 @@
+#pragma once
+// Lowering a plan into a program (program.hpp): per device, the micro-batches of
+// its pipeline in 1F1B or GPipe order, each stage's forward and backward as
+// compute ops with their TP collectives, the stage-boundary transfers (pieces +
+// all-gather), then DP gradient synchronisation, the optimizer step and the
+// ZeRO-1 / replicated-parameter all-gathers. Deterministic: same inputs, same
+// program.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "scenarios/model.hpp"
+#include "scenarios/training.hpp"
+#include "scheduler/plan/plan.hpp"
+#include "scheduler/program/program.hpp"
+#include "topologies/cluster.hpp"
+
+namespace hexi {
+inline namespace program {
+
+struct LowerOptions {
+  Granularity granularity = Granularity::kLayer;
+  std::string scenario;  // recorded in the program
+};
+
+// Validates the plan against the cluster, model and training config (bad input
+// naming `plan_origin` when they do not match), then lowers it.
+Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model& model,
+                           const TrainingConfig& training, const LowerOptions& options,
+                           const std::string& plan_origin);
+
+// Micro-batch order of one stage: (true, j) = forward of micro-batch j, (false, j)
+// = its backward. 1F1B: min(p - 1 - stage, m) warm-up forwards, then one forward
+// and one backward alternating, then the remaining backwards. GPipe: all
+// forwards, then all backwards.
+std::vector<std::pair<bool, int>> pipeline_order(PipelineSchedule schedule, int stage, int stages,
+                                                 int micro_batches);
+
+// The pieces of a stage-boundary transfer of `rows` token rows from a TP group of
+// `ts` ranks to one of `td` ranks: piece j = rows [j*rows/td, (j+1)*rows/td) from
+// source rank floor(j*ts/td) to destination rank j (program.hpp). Empty pieces
+// (rows < td) are left out.
+struct Piece {
+  int src_rank = 0;
+  int dst_rank = 0;
+  int rows_begin = 0;
+  int rows_end = 0;
+};
+std::vector<Piece> boundary_pieces(int ts, int td, int rows);
+
+}  // namespace program
+}  // namespace hexi

@@ -1,0 +1,300 @@
+// Lowering plans into programs: op counts by hand for tiny plans, matched
+// transfers, no cycles, DP buckets that cover every parameter, determinism.
+
+#include "scheduler/program/lower.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "scheduler/plan/testing.hpp"
+#include "scheduler/program/dp_buckets.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::make_cluster;
+using testing::plan_from;
+using testing::tiny_model;
+using testing::tiny_training;
+using testing::uniform_plan;
+
+Program lower_ok(const Plan& plan, const Cluster& c, const Model& m, const TrainingConfig& t,
+                 Granularity g = Granularity::kLayer) {
+  LowerOptions o;
+  o.granularity = g;
+  auto p = lower_plan(plan, c, m, t, o, "<test plan>");
+  if (!p) throw std::runtime_error(p.error().message);
+  auto st = validate_program(*p, "<lowered>");
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  return std::move(*p);
+}
+
+// Ops of one device whose kind (compute name, or "send"/"recv"/collective name) is `what`.
+int count(const Program& p, int device, const std::string& what) {
+  const DeviceLayout* l = p.layout(device);
+  int n = 0;
+  for (int id = l->op_begin; id < l->op_end; ++id) {
+    const Op& op = p.ops[id];
+    std::string k = op.kind == OpKind::kCompute      ? std::string(to_string(op.compute))
+                    : op.kind == OpKind::kCollective ? std::string(to_string(op.collective))
+                                                     : std::string(to_string(op.kind));
+    n += k == what;
+  }
+  return n;
+}
+
+std::string order_text(const std::vector<std::pair<bool, int>>& order) {
+  std::string s;
+  for (auto [f, j] : order) s += (f ? "F" : "B") + std::to_string(j) + " ";
+  return s;
+}
+
+TEST(PipelineOrder, OneFOneBWarmsUpThenAlternates) {
+  // 4 stages, 6 micro-batches: stage 0 warms up with p-1 = 3 forwards.
+  EXPECT_EQ(order_text(pipeline_order(PipelineSchedule::k1F1B, 0, 4, 6)),
+            "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 ");
+  EXPECT_EQ(order_text(pipeline_order(PipelineSchedule::k1F1B, 3, 4, 6)),
+            "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 ");
+  // Fewer micro-batches than stages: warm-up is capped at m.
+  EXPECT_EQ(order_text(pipeline_order(PipelineSchedule::k1F1B, 0, 4, 2)), "F0 F1 B0 B1 ");
+  EXPECT_EQ(order_text(pipeline_order(PipelineSchedule::kGPipe, 1, 4, 3)), "F0 F1 F2 B0 B1 B2 ");
+}
+
+TEST(BoundaryPieces, ChunksFollowTheEstimateScheme) {
+  // ts = 4 -> td = 2: chunk c of n = 2 from src rank c*4/2 to dst rank c.
+  auto down = boundary_pieces(4, 2, 8);
+  ASSERT_EQ(down.size(), 2u);
+  EXPECT_EQ(down[0].src_rank, 0);
+  EXPECT_EQ(down[1].src_rank, 2);
+  EXPECT_EQ(down[1].dst_rank, 1);
+  EXPECT_EQ(down[1].rows_begin, 4);
+  EXPECT_EQ(down[1].rows_end, 8);
+  // ts = 2 -> td = 4: each source sends its half as two quarter pieces.
+  auto up = boundary_pieces(2, 4, 8);
+  ASSERT_EQ(up.size(), 4u);
+  EXPECT_EQ(up[1].src_rank, 0);
+  EXPECT_EQ(up[2].src_rank, 1);
+  EXPECT_EQ(up[3].rows_begin, 6);
+  // Fewer rows than destinations: empty pieces are left out.
+  EXPECT_EQ(boundary_pieces(1, 4, 2).size(), 2u);
+}
+
+TEST(Lower, TwoStagePipelineOpCountsByHand) {
+  // 1 pipeline, 2 stages of TP 1, 4 layers, 2 micro-batches, one pipeline: no DP.
+  Cluster c = make_cluster(1, 2);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(2);
+  Program p = lower_ok(uniform_plan(1, 2, 1, 4, 2), c, m, t);
+  // Stage 0 per micro-batch: embedding + 2 x (attn, mlp) forward, the same backward,
+  // one send (activation) and one recv (its gradient); then the optimizer.
+  EXPECT_EQ(count(p, 0, "embedding.fwd"), 2);
+  EXPECT_EQ(count(p, 0, "attn.fwd"), 4);
+  EXPECT_EQ(count(p, 0, "mlp.bwd"), 4);
+  EXPECT_EQ(count(p, 0, "send"), 2);
+  EXPECT_EQ(count(p, 0, "recv"), 2);
+  EXPECT_EQ(count(p, 0, "optimizer"), 1);
+  EXPECT_EQ(p.layout(0)->op_end - p.layout(0)->op_begin, 2 * (5 + 5 + 2) + 1);
+  EXPECT_EQ(count(p, 1, "head.fwd"), 2);
+  EXPECT_EQ(count(p, 1, "head.bwd"), 2);
+  EXPECT_EQ(p.layout(1)->op_end - p.layout(1)->op_begin, 2 * (5 + 5 + 2) + 1);
+  EXPECT_EQ(count(p, 0, "all-reduce"), 0);
+  EXPECT_TRUE(p.buckets.empty());
+  // The forward of micro-batch 0 on stage 1 waits for its recv.
+  const DeviceLayout* l1 = p.layout(1);
+  const Op& recv = p.ops[l1->op_begin];
+  EXPECT_EQ(recv.kind, OpKind::kRecv);
+  EXPECT_EQ(recv.peer, 0);
+  EXPECT_EQ(recv.bytes, 32.0 * 64 * 2);  // b*s*h*e
+  auto deps = p.deps(l1->op_begin + 1);
+  ASSERT_EQ(deps.size(), 1u);
+  EXPECT_EQ(deps[0], l1->op_begin);
+}
+
+TEST(Lower, TensorParallelCollectivesMatchTheEstimateCounts) {
+  // 2 pipelines x 2 stages x TP 2, 4 layers, 2 micro-batches each.
+  Cluster c = make_cluster(2, 4);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4);
+  t.zero_stage = 0;
+  Program p = lower_ok(uniform_plan(2, 2, 2, 4, 4), c, m, t);
+  const int mb = 2, layers = 2;
+  // Forward 2 per layer (+1 embedding on the first stage); backward 2 per layer
+  // (+1 head on the last stage): CostModel::stage's counts.
+  EXPECT_EQ(count(p, 0, "all-reduce"), mb * ((2 * layers + 1) + 2 * layers) + /*DP*/ 1);
+  EXPECT_EQ(count(p, 2, "all-reduce"), mb * (2 * layers + (2 * layers + 1)) + 1);
+  // Loss statistics (last stage) and the boundary all-gather (receiving side).
+  EXPECT_EQ(count(p, 2, "all-gather"), mb * 2);
+  EXPECT_EQ(count(p, 0, "all-gather"), mb);
+  EXPECT_EQ(count(p, 2, "broadcast"), 1);
+  // TP 2 -> TP 2: each rank sends its half of the rows to the same rank.
+  const DeviceLayout* l = p.layout(0);
+  for (int id = l->op_begin; id < l->op_end; ++id) {
+    if (p.ops[id].kind == OpKind::kSend) {
+      EXPECT_EQ(p.ops[id].peer, 2);
+      EXPECT_EQ(p.ops[id].rows_end - p.ops[id].rows_begin, 16);
+    }
+  }
+}
+
+TEST(Lower, ReshardingBetweenStagesOfDifferentTp) {
+  // One pipeline: stage 0 TP 2 (devices 0, 1) -> stage 1 TP 4 (devices 2..5).
+  Cluster c = make_cluster(1, 8);
+  Model m = tiny_model(4, 4);
+  TrainingConfig t = tiny_training(1);
+  Plan plan = plan_from({{"version", 1},
+                         {"pipelines",
+                          {{{"batch", 1},
+                            {"stages",
+                             {{{"devices", {0, 1}}, {"layers", {0, 2}}},
+                              {{"devices", {2, 3, 4, 5}}, {"layers", {2, 4}}}}}}}}});
+  Program p = lower_ok(plan, c, m, t);
+  // Forward: rank 0 sends quarter pieces 0 and 1 to devices 2 and 3.
+  std::map<int, std::vector<int>> peers;
+  for (const auto& op : p.ops) {
+    if (op.kind == OpKind::kSend && op.tensor == TensorKind::kActivation)
+      peers[op.device].push_back(op.peer);
+  }
+  EXPECT_EQ(peers[0], (std::vector<int>{2, 3}));
+  EXPECT_EQ(peers[1], (std::vector<int>{4, 5}));
+  // Backward: TP 4 -> TP 2, pieces from ranks 0 and 2 of the TP-4 group.
+  std::map<int, std::vector<int>> grads;
+  for (const auto& op : p.ops) {
+    if (op.kind == OpKind::kSend && op.tensor == TensorKind::kActivationGrad)
+      grads[op.device].push_back(op.peer);
+  }
+  EXPECT_EQ(grads.size(), 2u);
+  EXPECT_EQ(grads[2], (std::vector<int>{0}));
+  EXPECT_EQ(grads[4], (std::vector<int>{1}));
+}
+
+TEST(Lower, UnevenBatchesPerPipelineAndLossScale) {
+  Cluster c = make_cluster(1, 2);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4);
+  Plan plan = plan_from({{"version", 1},
+                         {"pipelines",
+                          {{{"batch", 3}, {"stages", {{{"devices", {0}}, {"layers", {0, 4}}}}}},
+                           {{"batch", 1}, {"stages", {{{"devices", {1}}, {"layers", {0, 4}}}}}}}}});
+  Program p = lower_ok(plan, c, m, t);
+  EXPECT_EQ(count(p, 0, "head.fwd"), 3);
+  EXPECT_EQ(count(p, 1, "head.fwd"), 1);
+  EXPECT_DOUBLE_EQ(p.layout(0)->loss_scale, 0.25);
+  EXPECT_DOUBLE_EQ(p.layout(1)->loss_scale, 0.25);
+  EXPECT_EQ(p.layout(0)->micro_batches, 3);
+}
+
+TEST(DpBuckets, EqualLayoutsGiveOneBucketPerRankCoveringEveryParameter) {
+  Model m = tiny_model();
+  Plan plan = uniform_plan(2, 2, 2, 4, 4);
+  DpBuckets b = plan_dp_buckets(plan, m, 1, 8);
+  double covered = 0;
+  for (const auto& bk : b.buckets) covered += bk.elements;
+  EXPECT_DOUBLE_EQ(covered, m.params());  // every element synchronised exactly once
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(b.device_buckets[d].size(), 1u) << "device " << d;
+  // ZeRO-1: owned parameters add up to the model.
+  EXPECT_DOUBLE_EQ(std::accumulate(b.owned_params.begin(), b.owned_params.end(), 0.0), m.params());
+}
+
+TEST(DpBuckets, DifferentTpDegreesSplitTheSmallerShard) {
+  // Pipeline A: TP 2 (devices 0, 1); pipeline B: TP 4 (2..5), kv heads 2 < 4 (replicated in B).
+  Model m = tiny_model(2, 2);
+  Plan plan = plan_from(
+      {{"version", 1},
+       {"pipelines",
+        {{{"batch", 1}, {"stages", {{{"devices", {0, 1}}, {"layers", {0, 2}}}}}},
+         {{"batch", 1}, {"stages", {{{"devices", {2, 3, 4, 5}}, {"layers", {0, 2}}}}}}}}});
+  DpBuckets b = plan_dp_buckets(plan, m, 0, 6);
+  double covered = 0;
+  for (const auto& bk : b.buckets) covered += bk.elements;
+  EXPECT_DOUBLE_EQ(covered, m.params());
+  // A's rank 0 shard meets B's ranks 0 and 1 separately (FlashFlex: max_tp/tp = 2 pieces)
+  // and the kv head they share with B's ranks 0 and 1 together.
+  std::vector<std::vector<int>> groups_of_0;
+  for (int bk : b.device_buckets[0]) groups_of_0.push_back(b.groups[b.buckets[bk].group]);
+  EXPECT_NE(std::find(groups_of_0.begin(), groups_of_0.end(), std::vector<int>{0, 2}),
+            groups_of_0.end());
+  EXPECT_NE(std::find(groups_of_0.begin(), groups_of_0.end(), std::vector<int>{0, 3}),
+            groups_of_0.end());
+  EXPECT_NE(std::find(groups_of_0.begin(), groups_of_0.end(), std::vector<int>{0, 2, 3}),
+            groups_of_0.end());
+}
+
+TEST(Lower, FullRecomputeReplaysTheForward) {
+  Cluster c = make_cluster(1, 2);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(1);
+  t.recompute = Recompute::kFull;
+  Program p = lower_ok(uniform_plan(1, 1, 2, 4, 1), c, m, t);
+  EXPECT_EQ(count(p, 0, "attn.recompute"), 4);
+  EXPECT_EQ(count(p, 0, "mlp.recompute"), 4);
+  // Forward 2*4 + 1, backward (2 + 2)*4 + 1 all-reduces.
+  EXPECT_EQ(count(p, 0, "all-reduce"), 9 + 17);
+}
+
+TEST(Lower, StageGranularityFusesAndFoldsIntraMachineTp) {
+  Cluster c = make_cluster(2, 4);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4);
+  Program p = lower_ok(uniform_plan(2, 2, 2, 4, 4), c, m, t, Granularity::kStage);
+  EXPECT_EQ(count(p, 0, "stage.fwd"), 2);
+  EXPECT_EQ(count(p, 0, "stage.bwd"), 2);
+  EXPECT_EQ(count(p, 0, "attn.fwd"), 0);
+  const DeviceLayout* l = p.layout(0);
+  for (int id = l->op_begin; id < l->op_end; ++id) {
+    const Op& op = p.ops[id];
+    if (op.kind == OpKind::kCompute && op.compute == ComputeKind::kStageFwd) {
+      ASSERT_GE(op.folded, 0);
+      EXPECT_EQ(p.folds[op.folded].count, 2 * 2 + 1);
+    }
+  }
+}
+
+TEST(Lower, GPipeAndManyShapesStayAcyclic) {
+  Cluster c = make_cluster(2, 8);
+  Model m = tiny_model(8, 4);
+  TrainingConfig t = tiny_training(8);
+  t.schedule = PipelineSchedule::kGPipe;
+  Plan plan = plan_from({{"version", 1},
+                         {"pipelines",
+                          {{{"batch", 6},
+                            {"stages",
+                             {{{"devices", {0, 1, 2, 3}}, {"layers", {0, 3}}},
+                              {{"devices", {4}}, {"layers", {3, 5}}},
+                              {{"devices", {5, 6}}, {"layers", {5, 8}}, {"head_split", {3, 1}}}}}},
+                           {{"batch", 2},
+                            {"stages",
+                             {{{"devices", {8, 9}}, {"layers", {0, 6}}},
+                              {{"devices", {10}}, {"layers", {6, 8}}}}}}}}});
+  Program p = lower_ok(plan, c, m, t);
+  EXPECT_GT(p.num_ops(), 0);
+  EXPECT_EQ(p.layout(5)->head_end - p.layout(5)->head_begin, 3);
+}
+
+TEST(Lower, DeterministicAndRoundTripsThroughJson) {
+  Cluster c = make_cluster(2, 4);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4);
+  Plan plan = uniform_plan(2, 2, 2, 4, 4);
+  std::string a = program_text(lower_ok(plan, c, m, t));
+  std::string b = program_text(lower_ok(plan, c, m, t));
+  EXPECT_EQ(a, b);
+  auto back = program_from_json(Json::parse(a), "<text>");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(program_text(*back), a);
+}
+
+TEST(Lower, PlanThatDoesNotMatchTheClusterIsBadInput) {
+  Cluster c = make_cluster(1, 2);
+  Model m = tiny_model();
+  auto p = lower_plan(uniform_plan(1, 2, 2, 4, 2), c, m, tiny_training(2), {}, "plan.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(p.error().message.find("device 2 does not exist"), std::string::npos)
+      << p.error().message;
+}
+
+}  // namespace
+}  // namespace hexi

@@ -1,0 +1,306 @@
+#pragma once
+// The program: a plan lowered into an ordered list of operations per device
+// (the seam of the data flow). The simulator (sim/) and the engine (engine/) execute the same
+// program op for op; op ids are shared by simulated and measured traces.
+// Program JSON, format version 1 (written by `hexisim lower`, read back by
+// read_program()). scheduler/program/lower.hpp builds programs from plans.
+//
+// ---------------------------------------------------------------------------
+// Execution semantics (what an engine must do; the simulator does exactly this)
+// ---------------------------------------------------------------------------
+// Every op belongs to one device and one stream of that device:
+//   compute  compute ops and the TP-group collectives (Megatron runs its TP
+//            all-reduces on the compute stream); one op at a time, list order.
+//   p2p      point-to-point sends/receives; one FIFO channel per (device, peer,
+//            direction): two messages between the same ordered pair of devices
+//            are matched and delivered in list order; different peers proceed
+//            concurrently.
+//   gather   the all-gather that completes a stage-boundary transfer; FIFO.
+//   dp       gradient synchronisation across pipelines (and ZeRO all-gathers);
+//            FIFO.
+// An op starts when (1) the previous op of its stream (channel, for p2p) has
+// completed and (2) every op in its `deps` (any device) has completed. Streams of
+// one device run concurrently. A send/recv pair moves its bytes once both ends have
+// started and both complete when the data has arrived (rendezvous, like NCCL
+// send/recv). A collective starts when every member of its group has started its
+// op of the same `instance`, and completes on all members together. On each group,
+// all members issue the group's collectives in the same order (checked by the
+// reader); each group is used by exactly one stream.
+//
+// Tensors moved (b = micro-batch, s = sequence, h = hidden, e = bytes/element,
+// R = b*s token rows; activations are (R, h) row-major, replicated on every rank
+// of a TP group after Megatron's all-reduce; no sequence parallelism in v1: the
+// training config's sequence_parallel flag changes memory accounting only):
+//   activation / activation_grad (TP all-reduce: sum; bytes = e*R*h)
+//     forward: after each attention and MLP block, and after the vocab-parallel
+//     embedding (first stage); backward: after each block's input gradient, and
+//     after the logits' input gradient (last stage). Full recompute replays the
+//     forward (with its two all-reduces) before a layer's backward.
+//   loss_stats (last stage, TP > 1): all-gather of 3 fp32 values per token row
+//     (local max logit, local sum of exp(logit - local max), target logit or 0);
+//     each rank combines them into the global log-sum-exp. bytes = 12*R*t.
+//   Stage boundary (pipeline stage i -> i+1, TP degrees ts -> td; backward the
+//     same with the roles swapped): the (R, h) tensor is cut into td pieces,
+//     piece j = rows [j*R/td, (j+1)*R/td) (integer division), sent from source
+//     rank floor(j*ts/td) to destination rank j; then the destination group
+//     all-gathers the pieces (td > 1) so every rank holds the whole tensor.
+//     When ts >= td this is "chunk c from src rank c*ts/n to dst rank c*td/n,
+//     n = min(ts, td)"; when ts < td each source rank sends its chunk as td/ts
+//     sub-pieces, one to each destination rank, so that the all-gather has equal
+//     parts (the per-sender bytes and the bottleneck equal CostModel::transfer_s).
+//   grad_bucket / weight_bucket (DP, below).
+//
+// TP shards. A TP rank holding query heads [a0, a1) of a heads (even split or the
+// stage's head_split) holds: wq rows and wo columns of those heads; kv heads
+// [floor(a0*k/a), ceil(a1*k/a)) of wk and wv (replicated on several ranks when
+// t > k); ffn units [floor(f*a0/a), floor(f*a1/a)) of gate/up rows and down
+// columns (fc1 rows, fc2 columns for GELU); vocab rows [floor(V*a0/a),
+// floor(V*a1/a)) of the embedding (first stage) and of the output head (last
+// stage); norms, row-parallel output biases and learned positions replicated.
+//
+// Loss scaling for uneven batches: pipeline p runs batch_p / micro_batch_p
+// micro-batches; each micro-batch's loss is its mean token loss multiplied by
+// loss_scale = micro_batch_p / global_batch, so that the sum of all gradients over
+// micro-batches and pipelines (DP reduction = SUM) is the gradient of the mean loss
+// over the global batch.
+//
+// DP gradient synchronisation (pipelines may shard a layer differently):
+//   Every parameter element is held by a set of devices (its holders). Sharded
+//   parameters are cut at every holder's shard boundary (in heads, kv heads, ffn
+//   units or vocab rows) across all pipelines; each piece's holders are the ranks
+//   whose shards contain it (one per pipeline, several when kv heads are
+//   replicated: those hold partial gradients and are summed too). Replicated
+//   parameters (norms, ...) are held, for synchronisation, by TP rank 0 of each
+//   stage holding them; TP rank 0 broadcasts them to its TP group after the update
+//   (op `replicas.bcast`). A bucket is a maximal run of consecutive layers' pieces
+//   with the same holder set; its group is that holder set (in device order). The
+//   bucket's flat buffer concatenates its segments in listed order, each segment
+//   the row-major sub-matrix of the parameter's gradient selected by [begin, end)
+//   along its sharded axis (the whole tensor for replicated parameters).
+//   zero_stage 0: all-reduce (sum) of the bucket, then Adam on the whole shard.
+//   zero_stage 1: reduce-scatter (member i of n gets elements [i*E/n, (i+1)*E/n)),
+//   Adam on the owned elements only, all-gather of the updated weights.
+//   Buckets are issued in one global order (descending layers: head first,
+//   embedding last), so overlapping groups cannot deadlock. DP sync starts after a
+//   device's last backward op (no overlap with backward, as Megatron's default and
+//   the closed-form estimate).
+//
+// Granularity: `layer` (one op per block per layer per micro-batch; what engines
+// run) or `stage` (a stage's forward / backward of one micro-batch fused into one
+// compute op; TP collectives inside one machine folded into it, listed in
+// `folded`, and timed analytically by the simulator). Stages whose TP group spans
+// machines keep layer granularity.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/cost/collectives.hpp"
+#include "scheduler/cost/cost_model.hpp"
+#include "topologies/json_input.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi {
+inline namespace program {
+
+enum class OpKind : std::uint8_t { kCompute, kSend, kRecv, kCollective };
+enum class Stream : std::uint8_t { kCompute, kP2p, kGather, kDp };
+
+// What a compute op computes.
+enum class ComputeKind : std::uint8_t {
+  kEmbeddingFwd,
+  kEmbeddingBwd,
+  kAttnFwd,
+  kAttnBwd,
+  kAttnRecompute,  // full recompute: the attention block's forward replayed in backward
+  kMlpFwd,
+  kMlpBwd,
+  kMlpRecompute,
+  kHeadFwd,   // final norm, logits, local cross-entropy statistics
+  kHeadBwd,   // cross-entropy gradient (scaled by loss_scale), logits and norm backward
+  kStageFwd,  // stage granularity: the stage's whole forward of one micro-batch
+  kStageBwd,
+  kOptimizer,  // Adam over the device's owned parameters
+};
+
+// What a communication op moves.
+enum class TensorKind : std::uint8_t {
+  kActivation,      // (R, h) forward activations
+  kActivationGrad,  // (R, h) their gradients
+  kLossStats,       // (R, 3) fp32 per TP rank
+  kGradBucket,      // DP bucket of gradients
+  kWeightBucket,    // DP bucket of updated weights (ZeRO-1 all-gather)
+  kReplicas,        // replicated parameters of a stage (broadcast from TP rank 0)
+};
+
+enum class GroupKind : std::uint8_t {
+  kTp,      // a stage's TP group: TP collectives (compute stream)
+  kGather,  // the same devices: all-gathers after a stage-boundary transfer
+  kDp,      // a DP bucket's holders
+};
+
+std::string_view to_string(OpKind k);
+std::string_view to_string(Stream s);
+std::string_view to_string(ComputeKind k);
+std::string_view to_string(TensorKind k);
+std::string_view to_string(GroupKind k);
+
+// A stable string_view for a kernel name read from a file (Kernel::name views
+// static storage; names of shipped kernels are literals already).
+std::string_view intern_name(std::string_view name);
+
+struct Op {
+  int device = 0;
+  OpKind kind = OpKind::kCompute;
+  Stream stream = Stream::kCompute;
+  ComputeKind compute = ComputeKind::kAttnFwd;     // kCompute
+  TensorKind tensor = TensorKind::kActivation;     // communication ops
+  Collective collective = Collective::kAllReduce;  // kCollective
+  int layer = -1;        // compute: its layer (-1 embedding/head/optimizer/stage ops)
+  int micro_batch = -1;  // compute and activation transfers; -1 otherwise
+  int shape = -1;        // compute: index into Program::shapes
+  int peer = -1;         // send: destination device; recv: source device
+  int tag = -1;          // send/recv: message id, equal on both ends (increasing per pair)
+  int group = -1;        // collective: index into Program::groups
+  int instance = -1;     // collective: sequence number on its group, equal on all members
+  int bucket = -1;       // grad/weight bucket ops: index into Program::buckets
+  int rows_begin = 0;    // send/recv: token rows [rows_begin, rows_end) of the (R, h) tensor
+  int rows_end = 0;
+  int folded = -1;               // stage compute ops: index into Program::folds (-1: none)
+  double bytes = 0;              // send/recv: message bytes; collective: S as in collectives.hpp
+  std::uint32_t deps_begin = 0;  // into Program::dep_ids
+  std::uint32_t deps_count = 0;
+};
+
+// The kernels of one compute op class on one TP shard (shared by many ops).
+struct Shape {
+  ComputeKind kind = ComputeKind::kAttnFwd;
+  int micro_batch = 0;          // sequences
+  double phi = 1.0;             // fraction of heads / ffn / vocab of the rank
+  int layers = 0;               // stage ops: layers fused (0 otherwise)
+  std::vector<Kernel> kernels;  // names interned (see intern_name), so Shapes copy safely
+
+  double flops() const { return kernels_flops(kernels); }
+  double bytes() const;
+};
+
+// TP collectives folded into a stage-granularity compute op: `count` collectives
+// of `bytes` on `group` (all inside one machine), timed by the ring formula.
+struct Fold {
+  int group = -1;
+  Collective collective = Collective::kAllReduce;
+  double bytes = 0;
+  int count = 0;
+  double loss_stats_bytes = 0;  // one loss-stats all-gather (last stage), 0 if none
+};
+
+struct Group {
+  GroupKind kind = GroupKind::kTp;
+  std::vector<int> devices;  // ring order
+};
+
+// A piece of one parameter in a DP bucket.
+struct ParamSegment {
+  std::string param;  // wq wk wv wo w_gate w_up w_down fc1 fc2 attn_norm mlp_norm ...
+  int layer = -1;     // -1 embedding / positions, -2 output head / final norm
+  int begin = 0;      // along the sharded axis (heads, kv heads, ffn units, vocab rows);
+  int end = 0;        //   [0, 0) for replicated parameters (the whole tensor)
+  double elements = 0;
+};
+
+struct Bucket {
+  int group = -1;
+  double elements = 0;  // parameters in the flat buffer
+  std::vector<ParamSegment> segments;
+};
+
+// Where a device sits in the plan and which shard it holds.
+struct DeviceLayout {
+  int device = 0;
+  int pipeline = 0;
+  int stage = 0;
+  int stages = 0;
+  int tp_rank = 0;
+  int tp = 1;
+  int tp_group = -1;      // Program::groups index (-1 when tp == 1)
+  int gather_group = -1;  // idem
+  int layer_begin = 0, layer_end = 0;
+  bool first = false, last = false;
+  int head_begin = 0, head_end = 0;    // query heads
+  int kv_begin = 0, kv_end = 0;        // kv heads
+  int ffn_begin = 0, ffn_end = 0;      // ffn units
+  int vocab_begin = 0, vocab_end = 0;  // vocab rows (embedding and head)
+  double phi = 1.0;                    // (head_end - head_begin) / heads
+  int micro_batch = 1;
+  int micro_batches = 0;
+  double loss_scale = 0;    // micro_batch / global_batch
+  double params = 0;        // parameters held (stage_params)
+  double owned_params = 0;  // parameters this device's optimizer updates
+  // Its stage's activation recompute (lowering always sets it; absent in a file:
+  // the training config's). Full recompute is also visible as recompute ops.
+  std::optional<Recompute> recompute;
+  int op_begin = 0, op_end = 0;  // its ops are ids [op_begin, op_end)
+};
+
+enum class Granularity { kLayer, kStage };
+std::string_view to_string(Granularity g);
+
+struct Program {
+  std::string scenario;
+  std::string cluster;
+  std::string model;
+  Granularity granularity = Granularity::kLayer;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int num_devices = 0;  // devices of the cluster (ids of ops are cluster device ids)
+  int bytes_per_element = 2;
+  int global_batch = 0;
+  int seq_len = 0;
+  int zero_stage = 0;
+  std::vector<DeviceLayout> devices;  // used devices, by device id
+  std::vector<Op> ops;                // by id; a device's ops are contiguous, in its order
+  std::vector<int> dep_ids;
+  std::vector<Group> groups;
+  std::vector<Shape> shapes;
+  std::vector<Bucket> buckets;
+  std::vector<Fold> folds;
+
+  std::span<const int> deps(const Op& op) const {
+    return {dep_ids.data() + op.deps_begin, op.deps_count};
+  }
+  std::span<const int> deps(int id) const { return deps(ops[id]); }
+  int num_ops() const { return static_cast<int>(ops.size()); }
+  // The layout of a device id, or nullptr when the device runs nothing.
+  const DeviceLayout* layout(int device) const;
+};
+
+// For each op, the previous op of the same stream on its device (for p2p: the same
+// peer and direction), or -1: what an op waits for besides its deps.
+std::vector<int> stream_predecessors(const Program& program);
+
+// The stage shape (cost_model.hpp) of a device's layout, for memory accounting.
+StageShape stage_shape(const DeviceLayout& layout, int in_flight = 1, int dp = 1);
+
+// Consistency of a program (what every reader relies on), each error naming op ids:
+// ids/deps in range, devices' op ranges, every send matched by exactly one recv
+// (same pair, tag and bytes), collectives complete on their group with equal kind
+// and bytes and in the same order on every member, and no dependency cycle
+// (counting stream order and rendezvous).
+Status validate_program(const Program& program, const std::string& origin);
+
+// A short label of op `id` for traces, the same in the simulator's and the engine's
+// (e.g. "attn.fwd L3 mb2", "all-reduce activation mb0", "send activation to 4 mb1").
+std::string op_label(const Program& program, int id);
+
+Json to_json(const Program& program);
+// Canonical text: same program -> same bytes.
+std::string program_text(const Program& program);
+Result<Program> program_from_json(const Json& json, const std::string& origin);
+// Reads and validates a program file.
+Result<Program> read_program(const std::filesystem::path& path);
+
+}  // namespace program
+}  // namespace hexi

@@ -1,0 +1,368 @@
+// Program JSON (format version 1): writer and reader. See program.hpp for the
+// semantics; the reader validates with validate_program().
+
+#include <array>
+
+#include "scheduler/program/program.hpp"
+
+namespace hexi {
+inline namespace program {
+namespace {
+
+constexpr std::array kOpKinds = {OpKind::kCompute, OpKind::kSend, OpKind::kRecv,
+                                 OpKind::kCollective};
+constexpr std::array kStreams = {Stream::kCompute, Stream::kP2p, Stream::kGather, Stream::kDp};
+constexpr std::array kComputeKinds = {
+    ComputeKind::kEmbeddingFwd, ComputeKind::kEmbeddingBwd,  ComputeKind::kAttnFwd,
+    ComputeKind::kAttnBwd,      ComputeKind::kAttnRecompute, ComputeKind::kMlpFwd,
+    ComputeKind::kMlpBwd,       ComputeKind::kMlpRecompute,  ComputeKind::kHeadFwd,
+    ComputeKind::kHeadBwd,      ComputeKind::kStageFwd,      ComputeKind::kStageBwd,
+    ComputeKind::kOptimizer};
+constexpr std::array kTensors = {TensorKind::kActivation,   TensorKind::kActivationGrad,
+                                 TensorKind::kLossStats,    TensorKind::kGradBucket,
+                                 TensorKind::kWeightBucket, TensorKind::kReplicas};
+constexpr std::array kCollectives = {Collective::kAllReduce, Collective::kAllGather,
+                                     Collective::kReduceScatter, Collective::kBroadcast,
+                                     Collective::kAllToAll};
+constexpr std::array kGroupKinds = {GroupKind::kTp, GroupKind::kGather, GroupKind::kDp};
+constexpr std::array kKernelClasses = {KernelClass::kGemm, KernelClass::kAttention,
+                                       KernelClass::kElementwise};
+
+// Reads an enum by its to_string name; fails listing the accepted names.
+template <class E, std::size_t N>
+E parse_enum(const JsonNode& node, const std::array<E, N>& values) {
+  std::string text = node.str();
+  std::string names;
+  for (E v : values) {
+    if (to_string(v) == text) return v;
+    names += (names.empty() ? "" : ", ") + std::string(to_string(v));
+  }
+  node.fail("one of " + names);
+}
+
+Json op_json(const Program& p, int id) {
+  const Op& op = p.ops[id];
+  Json j = {{"id", id}, {"op", to_string(op.kind)}, {"stream", to_string(op.stream)}};
+  if (op.kind == OpKind::kCompute) {
+    j["name"] = to_string(op.compute);
+    j["shape"] = op.shape;
+    if (op.folded >= 0) j["folded"] = op.folded;
+  } else {
+    j["tensor"] = to_string(op.tensor);
+    j["bytes"] = op.bytes;
+  }
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+    j["peer"] = op.peer;
+    j["tag"] = op.tag;
+    if (op.rows_end > op.rows_begin) j["rows"] = {op.rows_begin, op.rows_end};
+  }
+  if (op.kind == OpKind::kCollective) {
+    j["collective"] = to_string(op.collective);
+    j["group"] = op.group;
+    j["instance"] = op.instance;
+  }
+  if (op.layer >= 0) j["layer"] = op.layer;
+  if (op.micro_batch >= 0) j["mb"] = op.micro_batch;
+  if (op.bucket >= 0) j["bucket"] = op.bucket;
+  Json deps = Json::array();
+  for (int d : p.deps(op)) deps.push_back(d);
+  j["deps"] = deps;
+  return j;
+}
+
+Json layout_json(const Program& p, const DeviceLayout& l) {
+  Json ops = Json::array();
+  for (int id = l.op_begin; id < l.op_end; ++id) ops.push_back(op_json(p, id));
+  Json j = {{"device", l.device},
+            {"pipeline", l.pipeline},
+            {"stage", l.stage},
+            {"stages", l.stages},
+            {"tp_rank", l.tp_rank},
+            {"tp", l.tp},
+            {"tp_group", l.tp_group},
+            {"gather_group", l.gather_group},
+            {"layers", {l.layer_begin, l.layer_end}},
+            {"first", l.first},
+            {"last", l.last},
+            {"heads", {l.head_begin, l.head_end}},
+            {"kv_heads", {l.kv_begin, l.kv_end}},
+            {"ffn", {l.ffn_begin, l.ffn_end}},
+            {"vocab", {l.vocab_begin, l.vocab_end}},
+            {"phi", l.phi},
+            {"micro_batch", l.micro_batch},
+            {"micro_batches", l.micro_batches},
+            {"loss_scale", l.loss_scale},
+            {"params", l.params},
+            {"owned_params", l.owned_params}};
+  if (l.recompute) j["recompute"] = to_string(*l.recompute);
+  j["ops"] = ops;
+  return j;
+}
+
+Json shape_json(const Shape& s) {
+  Json kernels = Json::array();
+  for (const auto& k : s.kernels) {
+    kernels.push_back(
+        {{"name", k.name}, {"class", to_string(k.cls)}, {"flops", k.flops}, {"bytes", k.bytes}});
+  }
+  return {{"kind", to_string(s.kind)}, {"micro_batch", s.micro_batch}, {"phi", s.phi},
+          {"layers", s.layers},        {"flops", s.flops()},           {"bytes", s.bytes()},
+          {"kernels", kernels}};
+}
+
+Json bucket_json(const Bucket& b) {
+  Json segs = Json::array();
+  for (const auto& s : b.segments) {
+    segs.push_back({{"param", s.param},
+                    {"layer", s.layer},
+                    {"range", {s.begin, s.end}},
+                    {"elements", s.elements}});
+  }
+  return {{"group", b.group}, {"elements", b.elements}, {"segments", segs}};
+}
+
+}  // namespace
+
+Json to_json(const Program& p) {
+  Json groups = Json::array(), shapes = Json::array(), buckets = Json::array(),
+       folds = Json::array(), devices = Json::array();
+  for (const auto& g : p.groups)
+    groups.push_back({{"kind", to_string(g.kind)}, {"devices", g.devices}});
+  for (const auto& s : p.shapes) shapes.push_back(shape_json(s));
+  for (const auto& b : p.buckets) buckets.push_back(bucket_json(b));
+  for (const auto& f : p.folds) {
+    folds.push_back({{"group", f.group},
+                     {"collective", to_string(f.collective)},
+                     {"bytes", f.bytes},
+                     {"count", f.count},
+                     {"loss_stats_bytes", f.loss_stats_bytes}});
+  }
+  for (const auto& l : p.devices) devices.push_back(layout_json(p, l));
+  return {{"version", 1},
+          {"format", "hexisim-program"},
+          {"scenario", p.scenario},
+          {"cluster", p.cluster},
+          {"model", p.model},
+          {"granularity", to_string(p.granularity)},
+          {"schedule", to_string(p.schedule)},
+          {"num_devices", p.num_devices},
+          {"bytes_per_element", p.bytes_per_element},
+          {"global_batch", p.global_batch},
+          {"seq_len", p.seq_len},
+          {"zero_stage", p.zero_stage},
+          {"num_ops", p.num_ops()},
+          {"groups", groups},
+          {"shapes", shapes},
+          {"folds", folds},
+          {"buckets", buckets},
+          {"devices", devices}};
+}
+
+std::string program_text(const Program& program) {
+  return to_json(program).dump(1) + "\n";
+}
+
+namespace {
+
+std::pair<int, int> int_pair(const JsonNode& node) {
+  if (!node.json().is_array() || node.size() != 2) node.fail("a pair [begin, end]");
+  return {static_cast<int>(node.at(std::size_t{0}).integer_in(-1, INT32_MAX)),
+          static_cast<int>(node.at(std::size_t{1}).integer_in(-1, INT32_MAX))};
+}
+
+int int_or(const JsonNode& node, std::string_view key, int fallback) {
+  return static_cast<int>(node.integer_or(key, -1, INT32_MAX, fallback));
+}
+
+void read_op(const JsonNode& j, int device, Program& p) {
+  j.allow_only({"id", "op", "stream", "name", "shape", "folded", "tensor", "bytes", "peer", "tag",
+                "rows", "collective", "group", "instance", "layer", "mb", "bucket", "deps"});
+  const int id = p.num_ops();
+  if (j.integer_in("id", 0, INT32_MAX) != id)
+    j.at("id").fail("op id " + std::to_string(id) + " (ids are 0..N-1 in file order)");
+  Op op;
+  op.device = device;
+  op.kind = parse_enum(j.at("op"), kOpKinds);
+  op.stream = parse_enum(j.at("stream"), kStreams);
+  if (op.kind == OpKind::kCompute) {
+    op.compute = parse_enum(j.at("name"), kComputeKinds);
+    op.shape = static_cast<int>(j.integer_in("shape", 0, INT32_MAX));
+    op.folded = int_or(j, "folded", -1);
+  } else {
+    op.tensor = parse_enum(j.at("tensor"), kTensors);
+    op.bytes = j.at("bytes").number_in(0, 1e300);
+  }
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+    op.peer = static_cast<int>(j.integer_in("peer", 0, INT32_MAX));
+    op.tag = static_cast<int>(j.integer_in("tag", 0, INT32_MAX));
+    if (auto rows = j.find("rows")) std::tie(op.rows_begin, op.rows_end) = int_pair(*rows);
+  }
+  if (op.kind == OpKind::kCollective) {
+    op.collective = parse_enum(j.at("collective"), kCollectives);
+    op.group = static_cast<int>(j.integer_in("group", 0, INT32_MAX));
+    op.instance = static_cast<int>(j.integer_in("instance", 0, INT32_MAX));
+  }
+  op.layer = int_or(j, "layer", -1);
+  op.micro_batch = int_or(j, "mb", -1);
+  op.bucket = int_or(j, "bucket", -1);
+  auto deps = j.at("deps");
+  op.deps_begin = static_cast<std::uint32_t>(p.dep_ids.size());
+  for (std::size_t i = 0; i < deps.size(); ++i) {
+    p.dep_ids.push_back(static_cast<int>(deps.at(i).integer_in(0, INT32_MAX)));
+  }
+  op.deps_count = static_cast<std::uint32_t>(deps.size());
+  p.ops.push_back(op);
+}
+
+void read_layout(const JsonNode& j, Program& p) {
+  j.allow_only(
+      {"device",     "pipeline",     "stage",        "stages",    "tp_rank",     "tp",
+       "tp_group",   "gather_group", "layers",       "first",     "last",        "heads",
+       "kv_heads",   "ffn",          "vocab",        "phi",       "micro_batch", "micro_batches",
+       "loss_scale", "params",       "owned_params", "recompute", "ops"});
+  DeviceLayout l;
+  l.device = static_cast<int>(j.integer_in("device", 0, INT32_MAX));
+  l.pipeline = static_cast<int>(j.integer_in("pipeline", 0, INT32_MAX));
+  l.stage = static_cast<int>(j.integer_in("stage", 0, INT32_MAX));
+  l.stages = static_cast<int>(j.integer_in("stages", 1, INT32_MAX));
+  l.tp_rank = static_cast<int>(j.integer_in("tp_rank", 0, INT32_MAX));
+  l.tp = static_cast<int>(j.integer_in("tp", 1, INT32_MAX));
+  l.tp_group = int_or(j, "tp_group", -1);
+  l.gather_group = int_or(j, "gather_group", -1);
+  std::tie(l.layer_begin, l.layer_end) = int_pair(j.at("layers"));
+  l.first = j.at("first").boolean();
+  l.last = j.at("last").boolean();
+  std::tie(l.head_begin, l.head_end) = int_pair(j.at("heads"));
+  std::tie(l.kv_begin, l.kv_end) = int_pair(j.at("kv_heads"));
+  std::tie(l.ffn_begin, l.ffn_end) = int_pair(j.at("ffn"));
+  std::tie(l.vocab_begin, l.vocab_end) = int_pair(j.at("vocab"));
+  l.phi = j.at("phi").number_in(0, 1);
+  l.micro_batch = static_cast<int>(j.integer_in("micro_batch", 1, INT32_MAX));
+  l.micro_batches = static_cast<int>(j.integer_in("micro_batches", 0, INT32_MAX));
+  l.loss_scale = j.at("loss_scale").number_in(0, 1);
+  l.params = j.at("params").number_in(0, 1e300);
+  l.owned_params = j.at("owned_params").number_in(0, 1e300);
+  if (auto r = j.find("recompute")) l.recompute = read_recompute(*r);
+  l.op_begin = p.num_ops();
+  auto ops = j.at("ops");
+  for (std::size_t i = 0; i < ops.size(); ++i) read_op(ops.at(i), l.device, p);
+  l.op_end = p.num_ops();
+  p.devices.push_back(l);
+}
+
+Shape read_shape(const JsonNode& j) {
+  j.allow_only({"kind", "micro_batch", "phi", "layers", "flops", "bytes", "kernels"});
+  Shape s;
+  s.kind = parse_enum(j.at("kind"), kComputeKinds);
+  s.micro_batch = static_cast<int>(j.integer_in("micro_batch", 0, INT32_MAX));
+  s.phi = j.at("phi").number_in(0, 1);
+  s.layers = static_cast<int>(j.integer_in("layers", 0, INT32_MAX));
+  auto kernels = j.at("kernels");
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    auto k = kernels.at(i);
+    k.allow_only({"name", "class", "flops", "bytes"});
+    s.kernels.push_back({intern_name(k.str("name")), parse_enum(k.at("class"), kKernelClasses),
+                         k.at("flops").number_in(0, 1e300), k.at("bytes").number_in(0, 1e300)});
+  }
+  return s;
+}
+
+Bucket read_bucket(const JsonNode& j) {
+  j.allow_only({"group", "elements", "segments"});
+  Bucket b;
+  b.group = static_cast<int>(j.integer_in("group", 0, INT32_MAX));
+  b.elements = j.at("elements").number_in(0, 1e300);
+  auto segs = j.at("segments");
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    auto s = segs.at(i);
+    s.allow_only({"param", "layer", "range", "elements"});
+    ParamSegment seg;
+    seg.param = s.str("param");
+    seg.layer = static_cast<int>(s.integer_in("layer", -2, INT32_MAX));
+    std::tie(seg.begin, seg.end) = int_pair(s.at("range"));
+    seg.elements = s.at("elements").number_in(0, 1e300);
+    b.segments.push_back(std::move(seg));
+  }
+  return b;
+}
+
+Program read_program_json(const JsonNode& root) {
+  root.allow_only({"version", "format", "scenario", "cluster", "model", "granularity", "schedule",
+                   "num_devices", "bytes_per_element", "global_batch", "seq_len", "zero_stage",
+                   "num_ops", "groups", "shapes", "folds", "buckets", "devices"});
+  root.require_version(1);
+  if (root.str_or("format", "hexisim-program") != "hexisim-program")
+    root.at("format").fail("\"hexisim-program\"");
+  Program p;
+  p.scenario = root.str_or("scenario", "");
+  p.cluster = root.str_or("cluster", "");
+  p.model = root.str_or("model", "");
+  std::string g = root.str("granularity");
+  if (g != "layer" && g != "stage") root.at("granularity").fail("\"layer\" or \"stage\"");
+  p.granularity = g == "layer" ? Granularity::kLayer : Granularity::kStage;
+  std::string s = root.str("schedule");
+  if (s != to_string(PipelineSchedule::k1F1B) && s != to_string(PipelineSchedule::kGPipe)) {
+    root.at("schedule")
+        .fail("\"" + std::string(to_string(PipelineSchedule::k1F1B)) + "\" or \"" +
+              std::string(to_string(PipelineSchedule::kGPipe)) + "\"");
+  }
+  p.schedule =
+      s == to_string(PipelineSchedule::k1F1B) ? PipelineSchedule::k1F1B : PipelineSchedule::kGPipe;
+  p.num_devices = static_cast<int>(root.integer_in("num_devices", 1, INT32_MAX));
+  p.bytes_per_element = static_cast<int>(root.integer_in("bytes_per_element", 1, 8));
+  p.global_batch = static_cast<int>(root.integer_in("global_batch", 1, INT32_MAX));
+  p.seq_len = static_cast<int>(root.integer_in("seq_len", 1, INT32_MAX));
+  p.zero_stage = static_cast<int>(root.integer_in("zero_stage", 0, 1));
+  auto groups = root.at("groups");
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    auto gj = groups.at(i);
+    gj.allow_only({"kind", "devices"});
+    Group grp;
+    grp.kind = parse_enum(gj.at("kind"), kGroupKinds);
+    auto devs = gj.at("devices");
+    if (devs.size() == 0) devs.fail("a non-empty array of devices");
+    for (std::size_t k = 0; k < devs.size(); ++k) {
+      grp.devices.push_back(static_cast<int>(devs.at(k).integer_in(0, p.num_devices - 1)));
+    }
+    p.groups.push_back(std::move(grp));
+  }
+  auto shapes = root.at("shapes");
+  for (std::size_t i = 0; i < shapes.size(); ++i) p.shapes.push_back(read_shape(shapes.at(i)));
+  if (auto folds = root.find("folds")) {
+    for (std::size_t i = 0; i < folds->size(); ++i) {
+      auto f = folds->at(i);
+      f.allow_only({"group", "collective", "bytes", "count", "loss_stats_bytes"});
+      Fold fold;
+      fold.group = static_cast<int>(
+          f.integer_in("group", 0, static_cast<std::int64_t>(p.groups.size()) - 1));
+      fold.collective = parse_enum(f.at("collective"), kCollectives);
+      fold.bytes = f.at("bytes").number_in(0, 1e300);
+      fold.count = static_cast<int>(f.integer_in("count", 0, INT32_MAX));
+      fold.loss_stats_bytes = f.at("loss_stats_bytes").number_in(0, 1e300);
+      p.folds.push_back(fold);
+    }
+  }
+  auto buckets = root.at("buckets");
+  for (std::size_t i = 0; i < buckets.size(); ++i) p.buckets.push_back(read_bucket(buckets.at(i)));
+  auto devices = root.at("devices");
+  for (std::size_t i = 0; i < devices.size(); ++i) read_layout(devices.at(i), p);
+  return p;
+}
+
+}  // namespace
+
+Result<Program> program_from_json(const Json& json, const std::string& origin) {
+  auto program = load_with([&] { return read_program_json(JsonNode(json, origin)); });
+  if (!program) return program.error();
+  if (auto st = validate_program(*program, origin); !st) return st.error();
+  return program;
+}
+
+Result<Program> read_program(const std::filesystem::path& path) {
+  auto json = read_json_file(path);
+  if (!json) return json.error();
+  return program_from_json(*json, path.string());
+}
+
+}  // namespace program
+}  // namespace hexi

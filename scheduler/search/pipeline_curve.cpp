@@ -1,0 +1,563 @@
+#include "scheduler/search/pipeline_curve.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+
+namespace hexi {
+inline namespace search {
+namespace {
+
+// Relative headroom kept below capacity so that rounding in the linear memory
+// terms never admits a split the estimate would call over capacity.
+constexpr double kMemoryMargin = 1e-9;
+
+// Memory of TP rank `rank` with `layers` layers and `in_flight` micro-batches (bytes).
+double rank_memory(const CostModel& cm, const Stage& s, bool first, bool last, int rank, int layers,
+                   int in_flight, int dp, int micro_batch) {
+  StageShape shape;
+  shape.layer_begin = 0;
+  shape.layer_end = layers;
+  shape.first = first;
+  shape.last = last;
+  shape.tp = s.tp();
+  shape.phi = s.phi(rank, cm.model().heads);
+  shape.in_flight = in_flight;
+  shape.dp = dp;
+  shape.micro_batch = micro_batch;
+  shape.recompute = s.recompute;
+  return device_memory(cm.model(), cm.training(), shape).total();
+}
+
+// Linear memory coefficients of one rank: m(l, f) = a + f*b + l*(c + f*d).
+void fit_memory(const CostModel& cm, const Stage& s, bool first, bool last, int rank, int dp,
+                int mb, StageTerms& t) {
+  const double m01 = rank_memory(cm, s, first, last, rank, 0, 1, dp, mb);
+  const double m02 = rank_memory(cm, s, first, last, rank, 0, 2, dp, mb);
+  const double m11 = rank_memory(cm, s, first, last, rank, 1, 1, dp, mb);
+  const double m12 = rank_memory(cm, s, first, last, rank, 1, 2, dp, mb);
+  t.mem_base_f = m02 - m01;
+  t.mem_base = m01 - t.mem_base_f;
+  t.mem_slope_f = (m12 - m02) - (m11 - m01);
+  t.mem_slope = (m11 - m01) - t.mem_slope_f;
+}
+
+bool same_terms(const StageTerms& a, const StageTerms& b) {
+  return a.per_layer_s == b.per_layer_s && a.fixed_s == b.fixed_s && a.send_s == b.send_s &&
+         a.mem_base == b.mem_base && a.mem_base_f == b.mem_base_f && a.mem_slope == b.mem_slope &&
+         a.mem_slope_f == b.mem_slope_f && a.capacity_bytes == b.capacity_bytes;
+}
+
+// Most layers a stage may hold at a bound on its time (its memory cap without one).
+int fit_under(const StageTerms& t, int cap, double bound) {
+  if (std::isinf(bound)) return cap;
+  const double room = (bound - t.fixed_s) / t.per_layer_s + 1e-9;
+  return std::clamp(static_cast<int>(std::floor(room)), 0, cap);
+}
+
+}  // namespace
+
+// An option no faster, with no smaller fixed time, that holds as many layers makes
+// another useless (on a tie, the earlier one stays).
+void PipelineCurve::drop_useless(std::vector<Choice>& all) {
+  auto dominates = [](const Choice& a, const Choice& b) {
+    const StageTerms &x = *a.terms, &y = *b.terms;
+    if (x.per_layer_s > y.per_layer_s || x.fixed_s > y.fixed_s || a.cap < b.cap) return false;
+    const bool tie = x.per_layer_s == y.per_layer_s && x.fixed_s == y.fixed_s && a.cap == b.cap;
+    return !tie || a.option < b.option;
+  };
+  std::vector<Choice> kept;
+  for (const Choice& c : all) {
+    const bool useless = std::any_of(all.begin(), all.end(), [&](const Choice& o) {
+      return o.option != c.option && dominates(o, c);
+    });
+    if (!useless) kept.push_back(c);
+  }
+  all = std::move(kept);
+}
+
+StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, bool first, bool last,
+                       const std::vector<int>* next, int dp, int micro_batch,
+                       std::optional<Recompute> r) {
+  StageTerms t;
+  Stage s;
+  s.devices = devices;
+  s.recompute = r;
+  t.recompute = s.recompute_in(cm.training());
+  s.layer_end = 1;
+  StageEstimate one = cm.stage(s, first, last, micro_batch);
+  s.layer_end = 2;
+  StageEstimate two = cm.stage(s, first, last, micro_batch);
+  const double t1 = one.forward_s + one.backward_s, t2 = two.forward_s + two.backward_s;
+  t.per_layer_s = t2 - t1;
+  t.fixed_s = t1 - t.per_layer_s;
+  if (next != nullptr) {
+    t.send_s = cm.transfer_s(devices, *next, hidden_bytes(cm.model(), cm.training(), micro_batch));
+  }
+  // The tightest rank: least headroom with one layer and one micro-batch in flight.
+  double worst = kInfeasible;
+  for (int rank = 0; rank < s.tp(); ++rank) {
+    StageTerms candidate;
+    fit_memory(cm, s, first, last, rank, dp, micro_batch, candidate);
+    candidate.capacity_bytes = cm.cluster().device_memory_bytes(devices[rank]);
+    const double headroom = candidate.capacity_bytes - candidate.memory(1, 1);
+    if (headroom < worst) {
+      worst = headroom;
+      t.mem_base = candidate.mem_base;
+      t.mem_base_f = candidate.mem_base_f;
+      t.mem_slope = candidate.mem_slope;
+      t.mem_slope_f = candidate.mem_slope_f;
+      t.capacity_bytes = candidate.capacity_bytes;
+    }
+  }
+  return t;
+}
+
+std::vector<StageTerms> pipeline_terms(const CostModel& cm,
+                                       const std::vector<std::vector<int>>& stages, int dp,
+                                       int micro_batch) {
+  std::vector<StageTerms> out;
+  const int k = static_cast<int>(stages.size());
+  for (int i = 0; i < k; ++i) {
+    out.push_back(stage_terms(cm, stages[i], i == 0, i == k - 1,
+                              i + 1 < k ? &stages[i + 1] : nullptr, dp, micro_batch));
+  }
+  return out;
+}
+
+std::vector<std::vector<StageTerms>> pipeline_options(const CostModel& cm,
+                                                      const std::vector<std::vector<int>>& stages,
+                                                      int dp, int micro_batch,
+                                                      const std::vector<Recompute>& modes) {
+  std::vector<std::vector<StageTerms>> out;
+  const int k = static_cast<int>(stages.size());
+  for (int i = 0; i < k; ++i) {
+    std::vector<StageTerms> options;
+    for (std::size_t q = 0; q < modes.size(); ++q) {
+      // The send does not depend on recompute: computed once.
+      const std::vector<int>* next = q == 0 && i + 1 < k ? &stages[i + 1] : nullptr;
+      StageTerms t =
+          stage_terms(cm, stages[i], i == 0, i == k - 1, next, dp, micro_batch, modes[q]);
+      if (q > 0) t.send_s = options.front().send_s;
+      const bool duplicate = std::any_of(options.begin(), options.end(),
+                                         [&](const StageTerms& o) { return same_terms(o, t); });
+      if (!duplicate) options.push_back(t);
+    }
+    out.push_back(std::move(options));
+  }
+  return out;
+}
+
+std::vector<Recompute> recompute_modes(const TrainingConfig& t, bool per_stage) {
+  std::vector<Recompute> out{t.recompute};
+  if (!per_stage) return out;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    if (r != t.recompute) out.push_back(r);
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<std::vector<StageTerms>> one_option_each(std::vector<StageTerms> terms) {
+  std::vector<std::vector<StageTerms>> out;
+  for (auto& t : terms) out.push_back({std::move(t)});
+  return out;
+}
+
+}  // namespace
+
+PipelineCurve::PipelineCurve(std::vector<StageTerms> terms, int layers, PipelineSchedule schedule)
+    : PipelineCurve(one_option_each(std::move(terms)), layers, schedule) {}
+
+PipelineCurve::PipelineCurve(std::vector<std::vector<StageTerms>> options, int layers,
+                             PipelineSchedule schedule)
+    : options_(std::move(options)), num_layers_(layers), schedule_(schedule) {
+  for (const auto& o : options_) {
+    send_sum_ += 2 * o.front().send_s;
+    send_max_ = std::max(send_max_, o.front().send_s);
+  }
+}
+
+int PipelineCurve::layer_cap(const StageTerms& t, int in_flight) const {
+  const double room =
+      t.capacity_bytes * (1 - kMemoryMargin) - t.mem_base - in_flight * t.mem_base_f;
+  const double slope = t.mem_slope + in_flight * t.mem_slope_f;
+  if (room < slope) return 0;
+  return static_cast<int>(std::min<double>(num_layers_, std::floor(room / slope)));
+}
+
+void PipelineCurve::solve(int m, Solution& out) const {
+  const int k = num_stages(), L = num_layers_;
+  if (k == 0 || k > L || m < 1) return;
+  Choices choices(k);
+  long total_cap = 0;
+  bool single = true;
+  for (int i = 0; i < k; ++i) {
+    const int in_flight = in_flight_micro_batches(schedule_, i, k, m);
+    for (std::size_t q = 0; q < options_[i].size(); ++q) {
+      // No stage holds more than L - k + 1 layers (the others need one each).
+      const int cap = std::min(layer_cap(options_[i][q], in_flight), L - k + 1);
+      if (cap >= 1) choices[i].push_back({&options_[i][q], static_cast<int>(q), cap});
+    }
+    drop_useless(choices[i]);
+    if (choices[i].empty()) return;
+    int most = 0;
+    for (const Choice& c : choices[i]) most = std::max(most, c.cap);
+    total_cap += most;
+    single = single && choices[i].size() == 1;
+  }
+  if (total_cap < L) return;
+  if (single) {
+    solve_single(m, choices, out);
+  } else {
+    solve_options(m, choices, out);
+  }
+}
+
+void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) const {
+  const int k = num_stages(), L = num_layers_;
+  std::vector<const StageTerms*> terms(k);
+  std::vector<int> cap(k);
+  double fixed_sum = 0;  // sum e_i + 2 sum C_i
+  for (int i = 0; i < k; ++i) {
+    terms[i] = choices[i].front().terms;
+    cap[i] = choices[i].front().cap;
+    fixed_sum += terms[i]->fixed_s + 2 * terms[i]->send_s;
+  }
+  std::vector<int> by_cost(k);  // stage indices, cheapest per-layer time first
+  std::iota(by_cost.begin(), by_cost.end(), 0);
+  std::stable_sort(by_cost.begin(), by_cost.end(),
+                   [&](int a, int b) { return terms[a]->per_layer_s < terms[b]->per_layer_s; });
+  auto value = [&](int i, int l) { return terms[i]->fixed_s + l * terms[i]->per_layer_s; };
+  // Smallest feasible bound on the slowest stage: hand out layers one at a time to
+  // the stage whose time grows least (optimal for min-max with per-stage caps).
+  std::vector<int> l(k, 1);
+  using Item = std::pair<double, int>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
+  for (int i = 0; i < k; ++i) {
+    if (cap[i] > 1) heap.emplace(value(i, 2), i);
+  }
+  double bound = 0;
+  for (int i = 0; i < k; ++i) bound = std::max(bound, value(i, 1));
+  for (int left = L - k; left > 0; --left) {
+    auto [v, i] = heap.top();
+    heap.pop();
+    ++l[i];
+    bound = std::max(bound, v);
+    if (l[i] < cap[i]) heap.emplace(value(i, l[i] + 1), i);
+  }
+  // For a bound B, the smallest sum fills the cheapest stages first.
+  auto fill = [&](double b, std::vector<int>& ls) {
+    std::fill(ls.begin(), ls.end(), 1);
+    int left = L - k;
+    for (int i : by_cost) {
+      const int add = std::clamp(fit_under(*terms[i], cap[i], b) - 1, 0, left);
+      ls[i] += add;
+      left -= add;
+    }
+    return left == 0;
+  };
+  auto objective = [&](const std::vector<int>& ls, double* worst) {
+    double sum = 0, top = 0;
+    for (int i = 0; i < k; ++i) {
+      sum += ls[i] * terms[i]->per_layer_s;
+      top = std::max(top, value(i, ls[i]));
+    }
+    *worst = std::max(top, send_max_);
+    return sum + (m - 1) * *worst;
+  };
+  std::vector<int> best_l(k), trial(k);
+  double best_worst = 0;
+  if (m == 1) bound = kInfeasible;  // no bound term: the smallest sum wins outright
+  fill(bound, best_l);
+  double best = objective(best_l, &best_worst);
+  if (m > 1) {
+    std::vector<int> floor_l(k);
+    fill(kInfeasible, floor_l);
+    double floor_sum = 0;
+    for (int i = 0; i < k; ++i) floor_sum += floor_l[i] * terms[i]->per_layer_s;
+    // Larger bounds: only worth it while the smaller sum can pay for them.
+    for (;;) {
+      double next = kInfeasible;
+      for (int i = 0; i < k; ++i) {
+        const int at = fit_under(*terms[i], cap[i], bound);
+        if (at < cap[i]) next = std::min(next, value(i, at + 1));  // stage i's next breakpoint
+      }
+      if (std::isinf(next) || floor_sum + (m - 1) * std::max(next, send_max_) >= best) break;
+      bound = next;
+      fill(bound, trial);
+      double w = 0;
+      const double obj = objective(trial, &w);
+      if (obj < best) {
+        best = obj;
+        best_l = trial;
+        best_worst = w;
+      }
+    }
+  }
+  out.time = fixed_sum + best;
+  out.bottleneck = best_worst;
+  out.layers = std::move(best_l);
+  out.option.resize(k);
+  for (int i = 0; i < k; ++i) out.option[i] = static_cast<std::uint8_t>(choices[i].front().option);
+}
+
+bool PipelineCurve::fill_cheapest(const Choices& useful, const std::vector<int>& pick,
+                                  std::vector<int>& layers, double& sum) const {
+  const int k = num_stages(), L = num_layers_;
+  std::vector<int> order(k);
+  std::iota(order.begin(), order.end(), 0);
+  auto c = [&](int i) { return useful[i][pick[i]].terms->per_layer_s; };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return c(a) < c(b); });
+  layers.assign(k, 1);
+  int left = L - k;
+  for (int i : order) {
+    const int add = std::clamp(useful[i][pick[i]].cap - 1, 0, left);
+    layers[i] += add;
+    left -= add;
+  }
+  if (left > 0) return false;
+  sum = 0;
+  for (int i = 0; i < k; ++i) {
+    const StageTerms& t = *useful[i][pick[i]].terms;
+    sum += t.fixed_s + layers[i] * t.per_layer_s;
+  }
+  return true;
+}
+
+bool PipelineCurve::min_sum(const Choices& choices, double bound, std::vector<int>& layers,
+                            std::vector<std::uint8_t>& option, double& sum) const {
+  const int k = num_stages(), L = num_layers_;
+  // What can help under the bound: each option capped by it, the useless dropped.
+  Choices useful(k);
+  long combinations = 1;
+  for (int i = 0; i < k; ++i) {
+    for (const Choice& ch : choices[i]) {
+      const int most = fit_under(*ch.terms, ch.cap, bound);
+      if (most >= 1) useful[i].push_back({ch.terms, ch.option, most});
+    }
+    drop_useless(useful[i]);
+    if (useful[i].empty()) return false;
+    combinations = std::min<long>(combinations * static_cast<long>(useful[i].size()), 1 << 20);
+  }
+  // With options fixed, the cheapest-first fill is the least sum; when few stages
+  // keep several options, try every assignment (the earlier options first, so ties
+  // keep them).
+  constexpr long kEnumerateUpTo = 16;
+  if (combinations <= kEnumerateUpTo) {
+    std::vector<int> pick(k, 0), trial;
+    bool found = false;
+    for (;;) {
+      double s = 0;
+      if (fill_cheapest(useful, pick, trial, s) && (!found || s < sum)) {
+        found = true;
+        sum = s;
+        layers = trial;
+        option.resize(k);
+        for (int i = 0; i < k; ++i)
+          option[i] = static_cast<std::uint8_t>(useful[i][pick[i]].option);
+      }
+      int i = 0;
+      while (i < k && ++pick[i] == static_cast<int>(useful[i].size())) pick[i++] = 0;
+      if (i == k) break;
+    }
+    return found;
+  }
+  // Otherwise a dynamic program over stages and layers: best[j] = least sum of the
+  // stages so far holding j layers; each option's range of l a sliding minimum of
+  // prev[x] - x * c over x in [j - most, j - 1].
+  const std::size_t width = static_cast<std::size_t>(L) + 1;
+  std::vector<double> prev(width, kInfeasible), cur(width);
+  std::vector<std::pair<int, int>> from(static_cast<std::size_t>(k) * width, {-1, -1});
+  std::vector<int> window(width);  // a monotone deque of x
+  prev[0] = 0;
+  for (int i = 0; i < k; ++i) {
+    std::fill(cur.begin(), cur.end(), kInfeasible);
+    const int lo = i + 1, hi = L - (k - 1 - i);  // layers of stages 0..i
+    for (const Choice& ch : useful[i]) {
+      const StageTerms& t = *ch.terms;
+      const int most = ch.cap;
+      auto key = [&](int x) { return prev[x] - x * t.per_layer_s; };
+      int head = 0, tail = 0;
+      for (int j = lo; j <= hi; ++j) {
+        const int x = j - 1;
+        if (!std::isinf(prev[x])) {
+          while (tail > head && key(window[tail - 1]) >= key(x)) --tail;
+          window[tail++] = x;
+        }
+        while (tail > head && window[head] < j - most) ++head;
+        if (tail == head) continue;
+        const int y = window[head];
+        const double v = prev[y] + (t.fixed_s + (j - y) * t.per_layer_s);
+        if (v < cur[j]) {
+          cur[j] = v;
+          from[static_cast<std::size_t>(i) * width + j] = {y, ch.option};
+        }
+      }
+    }
+    std::swap(prev, cur);
+  }
+  if (std::isinf(prev[L])) return false;
+  layers.assign(k, 0);
+  option.assign(k, 0);
+  for (int i = k - 1, j = L; i >= 0; --i) {
+    auto [x, q] = from[static_cast<std::size_t>(i) * width + j];
+    layers[i] = j - x;
+    option[i] = static_cast<std::uint8_t>(q);
+    j = x;
+  }
+  sum = 0;
+  for (int i = 0; i < k; ++i) {
+    const StageTerms& t = options_[i][option[i]];
+    sum += t.fixed_s + layers[i] * t.per_layer_s;
+  }
+  return true;
+}
+
+void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) const {
+  const int k = num_stages(), L = num_layers_;
+  // g_i(l): the cheapest option of stage i that holds l layers.
+  auto g = [&](int i, int l) {
+    double v = kInfeasible;
+    for (const Choice& c : choices[i]) {
+      if (l <= c.cap) v = std::min(v, c.terms->fixed_s + l * c.terms->per_layer_s);
+    }
+    return v;
+  };
+  // Smallest feasible bound: the greedy over g_i (nondecreasing in l).
+  std::vector<int> l(k, 1);
+  using Item = std::pair<double, int>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
+  double bound = 0;
+  for (int i = 0; i < k; ++i) {
+    bound = std::max(bound, g(i, 1));
+    if (const double v = g(i, 2); !std::isinf(v)) heap.emplace(v, i);
+  }
+  for (int left = L - k; left > 0; --left) {
+    auto [v, i] = heap.top();
+    heap.pop();
+    ++l[i];
+    bound = std::max(bound, v);
+    if (const double w = g(i, l[i] + 1); !std::isinf(w)) heap.emplace(w, i);
+  }
+  double best = kInfeasible, best_worst = kInfeasible;
+  std::vector<int> ls;
+  std::vector<std::uint8_t> os;
+  auto consider = [&](double b) {
+    double sum = 0;
+    if (!min_sum(choices, b, ls, os, sum)) return;
+    double top = 0;
+    for (int i = 0; i < k; ++i) {
+      const StageTerms& t = options_[i][os[i]];
+      top = std::max(top, t.fixed_s + ls[i] * t.per_layer_s);
+    }
+    const double worst = std::max(top, send_max_);
+    const double obj = sum + (m - 1) * worst;
+    if (obj < best) {
+      best = obj;
+      best_worst = worst;
+      out.layers = ls;
+      out.option = os;
+    }
+  };
+  if (m == 1) {
+    consider(kInfeasible);  // no bound term: the smallest sum wins outright
+  } else {
+    consider(bound);
+    // A lower bound of the smallest sum at any bound: every stage as cheap as its
+    // cheapest option and as roomy as its roomiest (a relaxation, filled greedily).
+    double floor_sum = 0;
+    {
+      Choices relaxed(k);
+      std::vector<StageTerms> cheapest(k);
+      for (int i = 0; i < k; ++i) {
+        cheapest[i] = *choices[i].front().terms;
+        int most = 0;
+        for (const Choice& c : choices[i]) {
+          cheapest[i].per_layer_s = std::min(cheapest[i].per_layer_s, c.terms->per_layer_s);
+          cheapest[i].fixed_s = std::min(cheapest[i].fixed_s, c.terms->fixed_s);
+          most = std::max(most, c.cap);
+        }
+        relaxed[i].push_back({&cheapest[i], 0, most});
+      }
+      if (!fill_cheapest(relaxed, std::vector<int>(k, 0), ls, floor_sum)) return;
+    }
+    // Larger bounds (the options' breakpoints), while the smaller sum can pay for them.
+    for (;;) {
+      double next = kInfeasible;
+      for (int i = 0; i < k; ++i) {
+        for (const Choice& c : choices[i]) {
+          const int at = fit_under(*c.terms, c.cap, bound);
+          if (at < c.cap) next = std::min(next, c.terms->fixed_s + (at + 1) * c.terms->per_layer_s);
+        }
+      }
+      if (std::isinf(next) || floor_sum + (m - 1) * std::max(next, send_max_) >= best) break;
+      bound = next;
+      consider(bound);
+    }
+  }
+  if (std::isinf(best)) return;
+  out.time = send_sum_ + best;
+  out.bottleneck = best_worst;
+}
+
+const PipelineCurve::Solution& PipelineCurve::solution(int m) const {
+  auto [it, fresh] = memo_.try_emplace(m);
+  Solution& s = it->second;
+  if (fresh) {
+    solve(m, s);
+    if (s.time == kInfeasible) {
+      s.layers.clear();
+      s.option.clear();
+      s.bottleneck = kInfeasible;
+    }
+  }
+  return s;
+}
+
+std::size_t PipelineCurve::memory_bytes() const {
+  std::size_t bytes = sizeof(*this);
+  for (const auto& o : options_) bytes += sizeof(o) + o.capacity() * sizeof(StageTerms);
+  for (const auto& [_, s] : memo_)
+    bytes += 64 + sizeof(Solution) + s.layers.capacity() * sizeof(int) + s.option.capacity();
+  return bytes;
+}
+
+double PipelineCurve::time(int m) const {
+  return m < 1 ? kInfeasible : solution(m).time;
+}
+
+std::vector<int> PipelineCurve::layers(int m) const {
+  return m < 1 ? std::vector<int>{} : solution(m).layers;
+}
+
+std::vector<Recompute> PipelineCurve::recompute(int m) const {
+  std::vector<Recompute> out;
+  if (m < 1) return out;
+  const Solution& s = solution(m);
+  for (std::size_t i = 0; i < s.option.size(); ++i)
+    out.push_back(options_[i][s.option[i]].recompute);
+  return out;
+}
+
+double PipelineCurve::bottleneck(int m) const {
+  return m < 1 ? kInfeasible : solution(m).bottleneck;
+}
+
+int PipelineCurve::max_micro_batches_below(double limit, int max_m) const {
+  int lo = 0, hi = max_m;  // invariant: time(lo) < limit (lo = 0 trivially), answer in [lo, hi]
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (time(mid) < limit) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+}  // namespace search
+}  // namespace hexi

@@ -1,0 +1,147 @@
+#pragma once
+// One pipeline's iteration time as a function of its micro-batch count m, for a
+// fixed ordered list of TP groups, with the layer split that minimises it.
+//
+// Under the cost model (estimate.hpp) a stage's forward + backward time per
+// micro-batch is linear in its layer count l: t_i(l) = l * c_i + e_i (c_i: one
+// layer's compute and TP collectives; e_i: embedding / head), its send time C_i
+// does not depend on l, and its per-device memory is linear in l for a given
+// number of in-flight micro-batches. The pipeline time is
+//   T(m) = sum_i t_i(l_i) + 2 sum_i C_i + (m - 1) * max(max_i t_i(l_i), max_i C_i)
+// and the split {l_i >= 1, sum l_i = L, memory_i(l_i) <= capacity_i} minimising it
+// is found exactly: for a bound B on the slowest stage, the smallest sum puts
+// layers on the cheapest stages first up to min(cap_i, (B - e_i) / c_i); the
+// optimum is at the smallest feasible B or at one of the larger breakpoints
+// where the smaller sum still pays for the (m - 1)-weighted larger bound.
+// T(m) equals CostModel::estimate's pipeline time for the same plan (tested);
+// memory caps keep a margin of 1e-9 of capacity against rounding.
+//
+// Per-stage recompute: a stage may come with several options (its terms under
+// recompute none / selective / full: full recompute costs one more forward per
+// layer but keeps only the layer input, so the stage holds more layers). The
+// cheapest option that fits l layers gives the stage's time g_i(l), nondecreasing
+// in l but no longer linear (it jumps where an option runs out of memory), so for
+// a bound B the smallest sum is a dynamic program over stages and layers (each
+// option's range of l a sliding-window minimum: O(stages x options x L)); the
+// smallest feasible bound is still the greedy over g_i, and the larger bounds are
+// the options' breakpoints, as above. Options that cannot help at a bound (another
+// is no slower and holds at least as many layers) are dropped first; when every
+// stage is left with one, the greedy fill above is used unchanged.
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/estimate/estimate.hpp"
+
+namespace hexi {
+inline namespace search {
+
+constexpr double kInfeasible = std::numeric_limits<double>::infinity();
+
+// What a stage contributes, per micro-batch (from CostModel, see stage_terms()).
+struct StageTerms {
+  Recompute recompute = Recompute::kSelective;  // the stage's recompute these terms assume
+  double per_layer_s = 0;  // c_i: forward + backward + TP collectives of one layer
+  double fixed_s = 0;      // e_i: embedding (first) / head (last) and their collectives
+  double send_s = 0;       // C_i: activation to the next stage (0 for the last)
+  // Memory of the tightest device: bytes = base + f*base_f + l*(slope + f*slope_f)
+  // with f micro-batches in flight and l layers (linear in both, cost_model.hpp).
+  double mem_base = 0, mem_base_f = 0, mem_slope = 0, mem_slope_f = 0;
+  double capacity_bytes = 0;
+
+  double memory(int layers, int in_flight) const {
+    return mem_base + in_flight * mem_base_f + layers * (mem_slope + in_flight * mem_slope_f);
+  }
+};
+
+// Terms of the TP group `devices` at a pipeline position (first / last), sending
+// to `next` (nullptr for the last stage), in a plan of `dp` pipelines, under
+// recompute `r` (default: the training config's).
+StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, bool first, bool last,
+                       const std::vector<int>* next, int dp, int micro_batch,
+                       std::optional<Recompute> r = std::nullopt);
+// Terms of every stage of a pipeline (the training config's recompute).
+std::vector<StageTerms> pipeline_terms(const CostModel& cm,
+                                       const std::vector<std::vector<int>>& stages, int dp,
+                                       int micro_batch);
+// Options of every stage of a pipeline: its terms under each of `modes` (in that
+// order; the first is preferred on ties), leaving out a mode whose terms equal an
+// earlier one's (selective is none under the flash kernel).
+std::vector<std::vector<StageTerms>> pipeline_options(const CostModel& cm,
+                                                      const std::vector<std::vector<int>>& stages,
+                                                      int dp, int micro_batch,
+                                                      const std::vector<Recompute>& modes);
+
+// The recompute modes a search may give a stage: the training config's first, then
+// the others (none, selective, full); only the training config's when `per_stage`
+// is false.
+std::vector<Recompute> recompute_modes(const TrainingConfig& t, bool per_stage);
+
+class PipelineCurve {
+ public:
+  // One option per stage.
+  PipelineCurve(std::vector<StageTerms> terms, int layers, PipelineSchedule schedule);
+  // Several options per stage (each non-empty; the first preferred on ties).
+  PipelineCurve(std::vector<std::vector<StageTerms>> options, int layers,
+                PipelineSchedule schedule);
+
+  int num_stages() const { return static_cast<int>(options_.size()); }
+  const std::vector<std::vector<StageTerms>>& options() const { return options_; }
+
+  // Pipeline time (s) with m micro-batches and the best layer split; kInfeasible
+  // when no split fits in memory (or there are more stages than layers).
+  double time(int m) const;
+  // The layer count of each stage at that optimum (empty when infeasible).
+  std::vector<int> layers(int m) const;
+  // The recompute of each stage at that optimum (empty when infeasible).
+  std::vector<Recompute> recompute(int m) const;
+  // The largest m in [0, max_m] whose time is < `limit` (time is nondecreasing in m).
+  int max_micro_batches_below(double limit, int max_m) const;
+  // Steady-state seconds per micro-batch at m (the max term), kInfeasible if none.
+  double bottleneck(int m) const;
+  // Approximate bytes held (terms and memoised solutions), for cache limits.
+  std::size_t memory_bytes() const;
+
+ private:
+  struct Solution {
+    double time = kInfeasible;
+    double bottleneck = kInfeasible;
+    std::vector<int> layers;           // empty when infeasible
+    std::vector<std::uint8_t> option;  // per stage: index into its options
+  };
+  // An option of a stage usable at some m: its terms and the layers it can hold.
+  struct Choice {
+    const StageTerms* terms = nullptr;
+    int option = 0;
+    int cap = 0;
+  };
+  using Choices = std::vector<std::vector<Choice>>;  // per stage
+  const Solution& solution(int m) const;             // memoised solve()
+  void solve(int m, Solution& out) const;
+  void solve_single(int m, const Choices& choices, Solution& out) const;
+  void solve_options(int m, const Choices& choices, Solution& out) const;
+  // The least sum of stage times with every stage at most `bound` (every
+  // assignment of the options still useful under it, or a DP over stages and
+  // layers when there are many); false when no split fits under it.
+  bool min_sum(const Choices& choices, double bound, std::vector<int>& layers,
+               std::vector<std::uint8_t>& option, double& sum) const;
+  // Options fixed (pick[i] of useful[i], whose cap is the most layers it may take):
+  // layers to the cheapest stages first; false when they cannot hold L.
+  bool fill_cheapest(const Choices& useful, const std::vector<int>& pick, std::vector<int>& layers,
+                     double& sum) const;
+  static void drop_useless(std::vector<Choice>& choices);
+  int layer_cap(const StageTerms& t, int in_flight) const;  // most layers that fit (0: none)
+
+  std::vector<std::vector<StageTerms>> options_;
+  int num_layers_ = 0;
+  PipelineSchedule schedule_ = PipelineSchedule::k1F1B;
+  double send_sum_ = 0;  // 2 sum C_i
+  double send_max_ = 0;
+  mutable std::unordered_map<int, Solution> memo_;  // by m (sparse: m reaches thousands)
+};
+
+}  // namespace search
+}  // namespace hexi

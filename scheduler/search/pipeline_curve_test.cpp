@@ -1,0 +1,125 @@
+// The pipeline curve (exact layer split) against the cost model it summarises:
+// its times equal CostModel::estimate's pipeline times, and its layer split is the
+// best of all splits found by brute force.
+#include "scheduler/search/pipeline_curve.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "scheduler/search/plan_space.hpp"
+#include "scheduler/search/testing.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::catalogs;
+using testing::cluster_json;
+using testing::compositions;
+using testing::make_scenario;
+using testing::shipped;
+
+// A 12-layer model whose layers weigh ~3 GiB with optimizer state, so that 12 and
+// 24 GiB GPUs hold only a few each: memory decides the split as much as speed.
+Json small_model() {
+  return {{"name", "test-12l"}, {"layers", 12},   {"hidden", 4096}, {"ffn", 11008},
+          {"heads", 32},        {"kv_heads", 32}, {"vocab", 32000}, {"max_seq", 2048}};
+}
+
+TEST(PipelineCurve, BestSplitEqualsBruteForceOverAllSplits) {
+  // Stages: 3080 Ti (12 GiB), 3090 (24 GiB), two A100-40GB as TP 2, 4090 (24 GiB).
+  auto sc = make_scenario(
+      cluster_json("bf", {{"RTX3080Ti", 2}, {"RTX3090", 2}, {"A100-PCIe-40GB", 2}, {"RTX4090", 2}}),
+      small_model(), {{"global_batch", 8}, {"seq_len", 2048}});
+  ASSERT_TRUE(sc.ok()) << sc.error().message;
+  CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
+  const std::vector<std::vector<int>> stages = {{0}, {2}, {4, 5}, {6}};
+  PipelineCurve curve(pipeline_terms(cm, stages, 1, 1), sc->model.layers, sc->training.schedule);
+  for (int m : {1, 2, 3, 8}) {
+    double best = kInfeasible;
+    std::vector<int> cur;
+    compositions(sc->model.layers, 4, cur, [&] {
+      Plan plan;
+      Pipeline p;
+      p.batch = m;
+      int begin = 0;
+      for (std::size_t s = 0; s < stages.size(); ++s) {
+        p.stages.push_back({stages[s], begin, begin + cur[s], {}, {}});
+        begin += cur[s];
+      }
+      plan.pipelines.push_back(p);
+      Estimate e = cm.estimate(plan);
+      if (e.feasible) best = std::min(best, e.pipelines[0].time_s);
+    });
+    ASSERT_NE(best, kInfeasible) << "m=" << m;
+    EXPECT_NEAR(curve.time(m), best, 1e-9 * best) << "m=" << m;
+    // Memory matters here: the 12 GiB stage cannot take an even share.
+    std::vector<int> layers = curve.layers(m);
+    ASSERT_EQ(layers.size(), 4u);
+    EXPECT_LT(layers[0], 3) << "m=" << m;
+  }
+}
+
+TEST(PipelineCurve, TimesEqualTheEstimateOfRealizedPlans) {
+  for (const char* name : {"hexiscale-setting1-llama2-7b", "hexiscale-setting3-llama-30b",
+                           "testbed-h100-a100-llama2-13b", "mix-128-llama2-70b"}) {
+    Scenario sc = shipped(name);
+    CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+    SpecEvaluator ev(cm);
+    const auto& ms = sc.cluster.machines();
+    // One pipeline over every machine (largest TP), and one pipeline per machine (TP 1).
+    PlanSpec one, many;
+    one.pipelines.emplace_back();
+    for (std::size_t m = 0; m < ms.size(); ++m) {
+      const int tp = tp_degrees(sc.model, ms[m].num_gpus).back();
+      one.pipelines[0].segments.push_back(
+          {static_cast<int>(m), ms[m].num_gpus, ms[m].num_gpus % tp ? 1 : tp});
+      many.pipelines.push_back({{{static_cast<int>(m), ms[m].num_gpus, 1}}});
+    }
+    int checked = 0;
+    for (const PlanSpec* spec : {&one, &many}) {
+      auto scored = ev.evaluate(*spec, "test");
+      if (!scored) continue;  // does not fit: nothing to compare
+      const int d = static_cast<int>(spec->pipelines.size());
+      for (int p = 0; p < d; ++p) {
+        const double t = ev.curve(*spec, p, d)->time(scored->plan.pipelines[p].micro_batches());
+        EXPECT_NEAR(t, scored->estimate.pipelines[p].time_s, 1e-9 * t) << name << " pipeline " << p;
+      }
+      EXPECT_TRUE(scored->estimate.feasible) << name;
+      ++checked;
+    }
+    EXPECT_GT(checked, 0) << name;
+    std::printf("  %s: %d plan(s) checked\n", name, checked);
+  }
+}
+
+TEST(PipelineCurve, InfeasibleWhenNoSplitFits) {
+  // LLaMA 30B on two 12 GiB GPUs: no split fits.
+  auto sc =
+      make_scenario(cluster_json("tiny", {{"RTX3080Ti", 2}}), "llama-30b", {{"global_batch", 8}});
+  ASSERT_TRUE(sc.ok());
+  CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
+  PipelineCurve curve(pipeline_terms(cm, {{0}, {1}}, 1, 1), sc->model.layers,
+                      sc->training.schedule);
+  EXPECT_EQ(curve.time(1), kInfeasible);
+  EXPECT_TRUE(curve.layers(1).empty());
+  EXPECT_EQ(curve.max_micro_batches_below(1e9, 8), 0);
+}
+
+TEST(PipelineCurve, TimeGrowsWithMicroBatches) {
+  Scenario sc = shipped("hexiscale-setting1-llama2-7b");
+  CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+  PipelineCurve curve(pipeline_terms(cm, {{0, 1}, {8}, {16}, {24, 25, 26, 27}}, 2, 1),
+                      sc.model.layers, sc.training.schedule);
+  double last = 0;
+  for (int m = 1; m <= 64; ++m) {
+    const double t = curve.time(m);
+    ASSERT_NE(t, kInfeasible);
+    EXPECT_GT(t, last);
+    last = t;
+  }
+  EXPECT_EQ(curve.max_micro_batches_below(curve.time(10), 64), 9);
+}
+
+}  // namespace
+}  // namespace hexi

@@ -1,0 +1,230 @@
+#include "scheduler/search/plan_space.hpp"
+
+#include <algorithm>
+
+namespace hexi {
+inline namespace search {
+namespace {
+
+// The curve cache is emptied when it holds more than this (checked every
+// kCacheCheckEvery new curves): long searches on thousands of GPUs build millions.
+constexpr std::size_t kMaxCacheBytes = std::size_t{64} << 20;
+constexpr long kCacheCheckEvery = 2048;
+
+}  // namespace
+
+int PipelineSpec::num_devices() const {
+  int n = 0;
+  for (const auto& s : segments) n += s.count;
+  return n;
+}
+
+int PipelineSpec::num_stages() const {
+  int n = 0;
+  for (const auto& s : segments) n += s.count / s.tp;
+  return n;
+}
+
+std::vector<int> tp_degrees(const Model& model, int max_degree) {
+  std::vector<int> out;
+  for (int t = 1; t <= max_degree; ++t)
+    if (model.even_tp_degree(t)) out.push_back(t);
+  return out;
+}
+
+bool machine_symmetric(const Cluster& cluster, int machine) {
+  const Machine& m = cluster.machines()[machine];
+  if (m.sockets > 1 && m.intra_kind != IntraKind::kNvSwitch) return false;
+  for (const auto& [key, _] : cluster.device_overrides()) {
+    const int a = static_cast<int>(key >> 32), b = static_cast<int>(key & 0xffffffffu);
+    if (cluster.devices()[a].machine == machine || cluster.devices()[b].machine == machine)
+      return false;
+  }
+  return true;
+}
+
+std::vector<int> machine_classes(const Cluster& c) {
+  const auto& ms = c.machines();
+  std::vector<bool> alone(ms.size(), false);  // in a machine-level override: its own class
+  for (const auto& [key, _] : c.machine_overrides()) {
+    alone[key >> 32] = alone[key & 0xffffffffu] = true;
+  }
+  auto same = [&](const Machine& a, const Machine& b) {
+    return a.gpu_type == b.gpu_type && a.num_gpus == b.num_gpus && a.intra_kind == b.intra_kind &&
+           a.intra_Bps == b.intra_Bps && a.intra_latency_s == b.intra_latency_s &&
+           a.pcie_Bps == b.pcie_Bps && a.sockets == b.sockets && a.socket_Bps == b.socket_Bps &&
+           a.nic_Bps == b.nic_Bps && a.nics == b.nics && a.leaf == b.leaf;
+  };
+  std::vector<int> out(ms.size());
+  for (std::size_t m = 0; m < ms.size(); ++m) {
+    out[m] = static_cast<int>(m);
+    if (alone[m] || !machine_symmetric(c, static_cast<int>(m))) continue;
+    for (std::size_t k = 0; k < m; ++k) {
+      if (out[k] == static_cast<int>(k) && !alone[k] && machine_symmetric(c, static_cast<int>(k)) &&
+          same(ms[k], ms[m])) {
+        out[m] = static_cast<int>(k);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+SpecEvaluator::SpecEvaluator(const CostModel& cm, bool per_stage_recompute)
+    : cm_(cm),
+      modes_(hexi::recompute_modes(cm.training(), per_stage_recompute)),
+      class_of_(machine_classes(cm.cluster())) {
+  for (std::size_t m = 0; m < cm.cluster().machines().size(); ++m) {
+    symmetric_.push_back(machine_symmetric(cm.cluster(), static_cast<int>(m)));
+  }
+}
+
+Recompute SpecEvaluator::least_memory_recompute() const {
+  const bool full = std::find(modes_.begin(), modes_.end(), Recompute::kFull) != modes_.end();
+  return full ? Recompute::kFull : cm_.training().recompute;
+}
+
+std::vector<std::vector<std::vector<int>>> SpecEvaluator::stages(const PlanSpec& spec) const {
+  const Cluster& c = cm_.cluster();
+  std::vector<int> next(c.machines().size(), 0);  // next free local index per machine
+  std::vector<std::vector<std::vector<int>>> out;
+  for (const auto& p : spec.pipelines) {
+    std::vector<std::vector<int>> groups;
+    for (const auto& seg : p.segments) {
+      const int base = c.machines()[seg.machine].first_device + next[seg.machine];
+      for (int g = 0; g < seg.count / seg.tp; ++g) {
+        std::vector<int> devices(seg.tp);
+        for (int r = 0; r < seg.tp; ++r) devices[r] = base + g * seg.tp + r;
+        groups.push_back(std::move(devices));
+      }
+      next[seg.machine] += seg.count;
+    }
+    out.push_back(std::move(groups));
+  }
+  return out;
+}
+
+std::vector<int> SpecEvaluator::curve_key(const PlanSpec& spec, int p, int dp) const {
+  // Segments, plus the local offset of asymmetric machines (devices there differ).
+  std::vector<int> key{dp};
+  std::vector<int> next(cm_.cluster().machines().size(), 0);
+  for (int q = 0; q <= p; ++q) {
+    for (const auto& seg : spec.pipelines[q].segments) {
+      if (q == p) {
+        key.insert(key.end(), {class_of_[seg.machine], seg.count, seg.tp,
+                               symmetric_[seg.machine] ? 0 : next[seg.machine] + 1});
+      }
+      next[seg.machine] += seg.count;
+    }
+  }
+  return key;
+}
+
+std::shared_ptr<const PipelineCurve> SpecEvaluator::curve(const PlanSpec& spec, int p, int dp) {
+  const std::vector<int> key = curve_key(spec, p, dp);
+  std::string text(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int));
+  auto it = curves_.find(text);
+  if (it != curves_.end()) return it->second;
+  if (++new_curves_ % kCacheCheckEvery == 0) {
+    std::size_t bytes = 0;
+    for (const auto& [k, c] : curves_) bytes += k.size() + c->memory_bytes();
+    if (bytes > kMaxCacheBytes) curves_.clear();
+  }
+  std::vector<std::vector<std::vector<int>>> all = stages(spec);
+  auto curve = std::make_shared<const PipelineCurve>(
+      pipeline_options(cm_, all[p], dp, cm_.training().micro_batch, modes_), cm_.model().layers,
+      cm_.training().schedule);
+  curves_.emplace(std::move(text), curve);
+  return curve;
+}
+
+BatchSplit SpecEvaluator::split(const PlanSpec& spec) {
+  const int d = static_cast<int>(spec.pipelines.size());
+  std::vector<const PipelineCurve*> curves;
+  std::vector<std::shared_ptr<const PipelineCurve>> held;  // alive even if the cache is emptied
+  for (int p = 0; p < d; ++p) {
+    held.push_back(curve(spec, p, d));
+    curves.push_back(held.back().get());
+  }
+  return split_micro_batches(curves, micro_batches());
+}
+
+double SpecEvaluator::pipelines_s(const PlanSpec& spec) {
+  return split(spec).slowest_s;
+}
+
+std::optional<Plan> SpecEvaluator::realize(const PlanSpec& spec, const std::string& scheduler) {
+  const BatchSplit bs = split(spec);
+  if (bs.micro_batches.empty() || bs.slowest_s == kInfeasible) return std::nullopt;
+  const int d = static_cast<int>(spec.pipelines.size());
+  std::vector<std::vector<int>> layers;
+  std::vector<std::vector<std::optional<Recompute>>> recompute;
+  for (int p = 0; p < d; ++p) {
+    auto c = curve(spec, p, d);
+    layers.push_back(c->layers(bs.micro_batches[p]));
+    if (layers.back().empty()) return std::nullopt;
+    recompute.emplace_back();
+    for (Recompute r : c->recompute(bs.micro_batches[p])) {
+      recompute.back().push_back(r == cm_.training().recompute ? std::nullopt
+                                                               : std::optional<Recompute>(r));
+    }
+  }
+  return assemble_plan(stages(spec), layers, bs.micro_batches, cm_.training().micro_batch,
+                       scheduler, recompute);
+}
+
+Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
+                   const std::vector<std::vector<int>>& layers,
+                   const std::vector<int>& micro_batches, int micro_batch,
+                   const std::string& scheduler,
+                   const std::vector<std::vector<std::optional<Recompute>>>& recompute) {
+  Plan plan;
+  plan.scheduler = scheduler;
+  for (std::size_t p = 0; p < stages.size(); ++p) {
+    Pipeline pipe;
+    pipe.micro_batch = micro_batch;
+    pipe.batch = micro_batches[p] * micro_batch;
+    int begin = 0;
+    for (std::size_t s = 0; s < stages[p].size(); ++s) {
+      if (layers[p][s] == 0) continue;
+      pipe.stages.push_back({stages[p][s],
+                             begin,
+                             begin + layers[p][s],
+                             {},
+                             recompute.empty() ? std::nullopt : recompute[p][s]});
+      begin += layers[p][s];
+    }
+    plan.pipelines.push_back(std::move(pipe));
+  }
+  return plan;
+}
+
+std::optional<ScoredPlan> SpecEvaluator::evaluate(const PlanSpec& spec,
+                                                  const std::string& scheduler) {
+  ++evaluations_;
+  auto plan = realize(spec, scheduler);
+  if (!plan) return std::nullopt;
+  ScoredPlan out;
+  out.estimate = cm_.estimate(*plan);
+  out.pipelines_s = out.estimate.pipeline_s;
+  out.plan = std::move(*plan);
+  return out;
+}
+
+std::string describe(const PlanSpec& spec, const Cluster& cluster) {
+  std::string out = std::to_string(spec.pipelines.size()) + " pipeline" +
+                    (spec.pipelines.size() == 1 ? "" : "s") + ":";
+  for (const auto& p : spec.pipelines) {
+    out += " [";
+    for (std::size_t i = 0; i < p.segments.size(); ++i) {
+      const MachineSegment& s = p.segments[i];
+      out += (i ? " " : "") + cluster.machines()[s.machine].name + ":" + std::to_string(s.count) +
+             "/tp" + std::to_string(s.tp);
+    }
+    out += "]";
+  }
+  return out;
+}
+
+}  // namespace search
+}  // namespace hexi

@@ -1,0 +1,127 @@
+#pragma once
+// The structured plan space shared by HexiScale, the `random` baseline and the
+// exact search (so that "HexiScale / exact optimum" is a meaningful ratio):
+//
+//   * every device of the cluster is used;
+//   * a pipeline is an ordered list of segments; a segment takes `count` devices of
+//     one machine (a pipeline visits a machine at most once) and splits them into
+//     count / tp TP groups of one degree tp (a valid degree of the model: it divides
+//     the heads, and the KV heads divide it or it divides them), i.e. TP never
+//     leaves a machine and degrees may differ between segments and pipelines;
+//   * segments may come in any order; the stages of a segment follow each other;
+//   * devices are handed out machine by machine in plan order (device ids are a
+//     canonical choice: devices of one machine are interchangeable when the machine
+//     has one CPU socket and no device-level link overrides);
+//   * the batch split is the exact minimiser of the slowest pipeline
+//     (batch_split.hpp) and each pipeline's layer split is the exact minimiser of
+//     its time (pipeline_curve.hpp), both subject to memory;
+//   * with per-stage recompute (the default), each stage's recompute (none /
+//     selective / full) is chosen with its layers by the same exact split; a plan
+//     stage names it only where it differs from the training config's.
+// A point of the space (a PlanSpec) therefore determines its Plan; the Plan's
+// iteration time comes from the full CostModel (pipelines + DP sync + optimizer).
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "scheduler/estimate/estimate.hpp"
+#include "scheduler/plan/plan.hpp"
+#include "scheduler/search/batch_split.hpp"
+#include "scheduler/search/pipeline_curve.hpp"
+
+namespace hexi {
+inline namespace search {
+
+struct MachineSegment {
+  int machine = 0;
+  int count = 0;  // devices taken from the machine
+  int tp = 1;     // TP degree of each of its count / tp stages
+  bool operator==(const MachineSegment&) const = default;
+};
+
+struct PipelineSpec {
+  std::vector<MachineSegment> segments;  // pipeline order
+  int num_devices() const;
+  int num_stages() const;
+};
+
+struct PlanSpec {
+  std::vector<PipelineSpec> pipelines;
+};
+
+// Valid TP degrees of a model up to `max_degree`, ascending (1 always included).
+std::vector<int> tp_degrees(const Model& model, int max_degree);
+
+// Whether the devices of machine m are interchangeable for the cost model.
+bool machine_symmetric(const Cluster& cluster, int machine);
+// Class of each machine: the lowest index of a machine it is interchangeable with.
+std::vector<int> machine_classes(const Cluster& cluster);
+
+// A plan, its estimate and the slowest pipeline time predicted by the curves.
+struct ScoredPlan {
+  Plan plan;
+  Estimate estimate;
+  double pipelines_s = 0;
+  double objective() const { return estimate.feasible ? estimate.iteration_time_s : kInfeasible; }
+};
+
+// Turns PlanSpecs into Plans and scores them, caching per-pipeline curves.
+class SpecEvaluator {
+ public:
+  // `per_stage_recompute`: stages may choose their recompute (recompute_modes());
+  // false: every stage runs the training config's.
+  explicit SpecEvaluator(const CostModel& cm, bool per_stage_recompute = true);
+
+  const CostModel& cost_model() const { return cm_; }
+  const std::vector<Recompute>& recompute_modes() const { return modes_; }
+  // The mode of the least activation memory a stage may choose (for memory bounds).
+  Recompute least_memory_recompute() const;
+  // TP groups of every pipeline (device ids), devices handed out in plan order.
+  std::vector<std::vector<std::vector<int>>> stages(const PlanSpec& spec) const;
+  // The curve of pipeline `p` of `spec` in a plan of `dp` pipelines (cached; the
+  // cache may be emptied by later calls, the returned curve stays valid).
+  std::shared_ptr<const PipelineCurve> curve(const PlanSpec& spec, int p, int dp);
+  // Batch and layer splits: the Plan, or nullopt when it cannot fit in memory.
+  std::optional<Plan> realize(const PlanSpec& spec, const std::string& scheduler);
+  // The slowest pipeline time of the realized plan (kInfeasible if none), cheap.
+  double pipelines_s(const PlanSpec& spec);
+  // realize() then the full estimate.
+  std::optional<ScoredPlan> evaluate(const PlanSpec& spec, const std::string& scheduler);
+
+  long evaluations() const { return evaluations_; }
+  // Machines that behave identically (same GPUs, links, NICs and leaf switch) share
+  // a class; curves and phase-2 choices are cached by class.
+  int machine_class(int machine) const { return class_of_[machine]; }
+  int micro_batches() const { return cm_.training().global_batch / cm_.training().micro_batch; }
+
+ private:
+  std::vector<int> curve_key(const PlanSpec& spec, int p, int dp) const;
+  BatchSplit split(const PlanSpec& spec);
+
+  const CostModel& cm_;
+  std::vector<Recompute> modes_;  // the training config's first
+  std::vector<bool> symmetric_;   // per machine
+  std::vector<int> class_of_;     // per machine
+  std::unordered_map<std::string, std::shared_ptr<const PipelineCurve>> curves_;
+  long new_curves_ = 0;
+  long evaluations_ = 0;
+};
+
+// A plan from per-pipeline TP groups, per-pipeline layers per stage (stages with 0
+// layers are left out: their GPUs idle) and micro-batches per pipeline; `recompute`
+// (per pipeline and stage, empty: none given) sets the stages' "recompute".
+Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
+                   const std::vector<std::vector<int>>& layers,
+                   const std::vector<int>& micro_batches, int micro_batch,
+                   const std::string& scheduler,
+                   const std::vector<std::vector<std::optional<Recompute>>>& recompute = {});
+
+// A compact text form of a spec for logs and plan comments:
+// "3 pipelines: [m0:8/tp2 m1:4/tp1] [...]".
+std::string describe(const PlanSpec& spec, const Cluster& cluster);
+
+}  // namespace search
+}  // namespace hexi

@@ -1,0 +1,118 @@
+#include "scheduler/search/search.hpp"
+
+#include <algorithm>
+
+#include "topologies/text.hpp"
+
+namespace hexi {
+inline namespace search {
+namespace {
+
+std::string gib(double bytes) {
+  return fixed(bytes / kGiB, 1);
+}
+
+// Bytes any plan needs at least, besides the per-GPU reserve: every parameter
+// once with its 16 bytes of mixed-precision Adam state (no ZeRO saving with one
+// replica), one micro-batch of activations through every layer (under full
+// recompute, which a plan may give every stage), and the logits.
+double minimum_memory_bytes(const Model& m, const TrainingConfig& t) {
+  StageShape whole;
+  whole.layer_end = m.layers;
+  whole.first = whole.last = true;
+  whole.micro_batch = t.micro_batch;
+  whole.recompute = Recompute::kFull;
+  MemoryBreakdown mem = device_memory(m, t, whole);
+  return mem.total() - mem.reserve;
+}
+
+std::string billions(double n) {
+  return fixed(n / 1e9, 2);
+}
+
+}  // namespace
+
+Json SearchResult::to_json() const {
+  Json points = Json::array();
+  for (const auto& p : trace) {
+    points.push_back(
+        {{"time_s", p.time_s}, {"candidates", p.candidates}, {"tokens_per_s", p.tokens_per_s}});
+  }
+  return {{"scheduler", scheduler},   {"search_time_s", search_time_s},
+          {"candidates", candidates}, {"budget_exhausted", budget_exhausted},
+          {"notes", notes},           {"trace", points}};
+}
+
+Status check_schedulable(const Scenario& sc) {
+  const Cluster& c = sc.cluster;
+  auto parts = c.connected_parts();
+  if (parts.size() > 1) {
+    std::string list;
+    for (std::size_t i = 0; i < parts.size() && i < 4; ++i) {
+      list += (i ? "; " : "") + std::string("part ") + std::to_string(i + 1) + ": " +
+              std::to_string(parts[i].size()) + " machine(s) starting with " +
+              c.machines()[parts[i][0]].name;
+    }
+    return bad_input("cluster \"" + c.name() + "\" has " + std::to_string(parts.size()) +
+                     " disconnected parts (" + list +
+                     "): pipelines and data parallelism need a route between every pair of GPUs; "
+                     "connect the parts (spine, or an override link) or plan each part separately");
+  }
+  const double need = minimum_memory_bytes(sc.model, sc.training);
+  const double reserve = sc.training.reserve_gib * kGiB;
+  double usable = 0;
+  for (int d = 0; d < c.num_devices(); ++d)
+    usable += std::max(0.0, c.device_memory_bytes(d) - reserve);
+  if (need > usable) {
+    return bad_input(sc.model.name + " does not fit in cluster \"" + c.name() +
+                     "\": any plan needs at least " + gib(need) +
+                     " GiB (16 bytes per parameter for " + billions(sc.model.params()) +
+                     "e9 parameters, plus activations under full recompute and logits of one "
+                     "micro-batch) besides the " +
+                     gib(reserve) + " GiB reserve per GPU; the cluster has " +
+                     gib(c.memory_bytes()) + " GiB, " + gib(usable) + " GiB after the reserves");
+  }
+  return {};
+}
+
+SearchClock::SearchClock(std::string scheduler, const SearchOptions& options)
+    : scheduler_(std::move(scheduler)),
+      options_(options),
+      start_(std::chrono::steady_clock::now()) {}
+
+double SearchClock::elapsed_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+bool SearchClock::out_of_time() const {
+  if (options_.time_budget_s <= 0 || elapsed_s() < options_.time_budget_s) return false;
+  stopped_by_budget_ = true;
+  return true;
+}
+
+void SearchClock::count(double tokens_per_s) {
+  ++candidates_;
+  if (tokens_per_s > best_) {
+    best_ = tokens_per_s;
+    trace_.push_back({elapsed_s(), candidates_, tokens_per_s});
+  }
+}
+
+void SearchClock::phase(const std::string& what) {
+  if (!options_.progress) return;
+  const double now = elapsed_s();
+  if (now - last_report_s_ < 1.0) return;
+  last_report_s_ = now;
+  options_.progress({scheduler_, what, now, candidates_, best_});
+}
+
+void SearchClock::finish(SearchResult& result) const {
+  result.scheduler = scheduler_;
+  result.search_time_s = elapsed_s();
+  result.candidates = candidates_;
+  result.trace = trace_;
+  result.budget_exhausted = stopped_by_budget_;
+}
+
+}  // namespace search
+}  // namespace hexi

@@ -1,0 +1,86 @@
+#pragma once
+// What every search shares: options in; a Plan, its closed-form Estimate and how the
+// search went out (SearchResult); progress reports and the SearchClock; the checks every
+// scheduler runs first. The schedulers themselves are listed in scheduler/scheduler.hpp.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scenarios/scenario.hpp"
+#include "scheduler/estimate/estimate.hpp"
+#include "scheduler/plan/plan.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi {
+inline namespace search {
+
+// A point of the convergence trace: the best so far after some work.
+struct TracePoint {
+  double time_s = 0;        // since the search started
+  long candidates = 0;      // plans evaluated so far
+  double tokens_per_s = 0;  // of the best plan so far
+};
+
+struct SearchProgress {
+  std::string scheduler;
+  std::string phase;  // what it is doing, e.g. "D=4 seed 2"
+  double elapsed_s = 0;
+  long candidates = 0;
+  double best_tokens_per_s = 0;  // 0 while nothing feasible was found
+};
+
+struct SearchOptions {
+  std::uint64_t seed = 1;
+  double time_budget_s = 0;  // 0: no budget (stop on convergence; deterministic)
+  // Called now and then during long searches (the CLI prints it on stderr).
+  std::function<void(const SearchProgress&)> progress;
+};
+
+struct SearchResult {
+  std::string scheduler;
+  Plan plan;
+  Estimate estimate;
+  double search_time_s = 0;
+  long candidates = 0;             // plans (or pipeline structures) evaluated
+  bool budget_exhausted = false;   // stopped by the time budget, not by convergence
+  std::vector<TracePoint> trace;   // improvements of the best plan
+  std::vector<std::string> notes;  // what the scheduler wants the user to know
+
+  Json to_json() const;  // {scheduler, search_time_s, candidates, ..., trace}
+};
+
+// Checks shared by all schedulers: the cluster is connected and the model can fit
+// in the cluster's memory at all (message: memory needed vs available).
+Status check_schedulable(const Scenario& scenario);
+
+// Bookkeeping for searches: elapsed time, budget, candidates, trace, progress.
+class SearchClock {
+ public:
+  SearchClock(std::string scheduler, const SearchOptions& options);
+  const std::string& name() const { return scheduler_; }
+  double elapsed_s() const;
+  bool out_of_time() const;  // budget set and spent
+  // Records an evaluated candidate; `tokens_per_s` > best so far adds a trace point.
+  void count(double tokens_per_s = 0);
+  void phase(const std::string& what);  // progress report, throttled to one per second
+  long candidates() const { return candidates_; }
+  const std::vector<TracePoint>& trace() const { return trace_; }
+  void finish(SearchResult& result) const;  // fills time, candidates, trace, budget flag
+
+ private:
+  std::string scheduler_;
+  const SearchOptions& options_;
+  std::chrono::steady_clock::time_point start_;
+  double last_report_s_ = 0;
+  long candidates_ = 0;
+  double best_ = 0;
+  mutable bool stopped_by_budget_ = false;
+  std::vector<TracePoint> trace_;
+};
+
+}  // namespace search
+}  // namespace hexi
