@@ -2,7 +2,17 @@
 
 #include <algorithm>
 
+#include "topologies/enum_names.hpp"
+
 namespace hexi::engine {
+namespace {
+
+constexpr auto kDTypes =
+    enum_names<DType>({{DType::kF32, "f32"}, {DType::kF64, "f64"}, {DType::kI32, "i32"}});
+constexpr auto kReduceOps =
+    enum_names<ReduceOp>({{ReduceOp::kSum, "sum"}, {ReduceOp::kMax, "max"}});
+
+}  // namespace
 
 std::size_t dtype_size(DType t) {
   switch (t) {
@@ -17,19 +27,11 @@ std::size_t dtype_size(DType t) {
 }
 
 std::string_view to_string(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "f32";
-    case DType::kF64:
-      return "f64";
-    case DType::kI32:
-      return "i32";
-  }
-  return "?";
+  return kDTypes.name(t);
 }
 
 std::string_view to_string(ReduceOp op) {
-  return op == ReduceOp::kSum ? "sum" : "max";
+  return kReduceOps.name(op);
 }
 
 Status check_members(const std::vector<int>& members, int group_size, int self) {

@@ -11,6 +11,7 @@
 #include "kernels/llama_model.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/oracle.hpp"
+#include "scenarios/testing.hpp"
 #include "scheduler/program/lower.hpp"
 #include "topologies/paths.hpp"
 
@@ -18,11 +19,7 @@ namespace hexi::engine {
 
 Result<Program> lower_shipped(const std::string& scenario, const std::string& plan_file,
                               Scenario* out) {
-  auto gpus = GpuCatalog::load_shipped();
-  HEXI_TRY(gpus);
-  auto models = ModelCatalog::load_shipped();
-  HEXI_TRY(models);
-  auto sc = load_scenario(scenario, *gpus, *models);
+  auto sc = load_scenario(scenario, testing::shipped_gpus(), testing::shipped_models());
   HEXI_TRY(sc);
   const auto path = data_root() / "scenarios/plans" / plan_file;
   auto plan = load_plan(path);

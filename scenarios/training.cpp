@@ -1,33 +1,25 @@
 #include "scenarios/training.hpp"
 
+#include "topologies/enum_names.hpp"
+
 namespace hexi {
 
 std::string_view to_string(Recompute r) {
-  switch (r) {
-    case Recompute::kNone:
-      return "none";
-    case Recompute::kSelective:
-      return "selective";
-    case Recompute::kFull:
-      return "full";
-  }
-  return "?";
+  return kRecomputeNames.name(r);
 }
 
 std::string_view to_string(PipelineSchedule s) {
-  return s == PipelineSchedule::k1F1B ? "1f1b" : "gpipe";
+  return kPipelineScheduleNames.name(s);
 }
 
 std::string_view to_string(AttentionKernel k) {
-  return k == AttentionKernel::kFlash ? "flash" : "dense";
+  return kAttentionKernelNames.name(k);
 }
 
 Recompute read_recompute(const JsonNode& node) {
-  const std::string s = node.str();
-  if (s == "none") return Recompute::kNone;
-  if (s == "selective") return Recompute::kSelective;
-  if (s != "full") node.fail("\"none\", \"selective\" or \"full\"");
-  return Recompute::kFull;
+  auto r = kRecomputeNames.parse(node.str());
+  if (!r) node.fail(kRecomputeNames.list("\"", " or "));
+  return *r;
 }
 
 TrainingConfig read_training(const JsonNode& node) {
@@ -48,24 +40,14 @@ TrainingConfig read_training(const JsonNode& node) {
   t.zero_stage = static_cast<int>(node.integer_or("zero_stage", 0, 1, t.zero_stage));
   if (auto r = node.find("recompute")) t.recompute = read_recompute(*r);
   if (auto s = node.find("schedule")) {
-    std::string v = s->str();
-    if (v == "1f1b") {
-      t.schedule = PipelineSchedule::k1F1B;
-    } else if (v == "gpipe") {
-      t.schedule = PipelineSchedule::kGPipe;
-    } else {
-      s->fail("\"1f1b\" or \"gpipe\"");
-    }
+    auto v = kPipelineScheduleNames.parse(s->str());
+    if (!v) s->fail(kPipelineScheduleNames.list("\"", " or "));
+    t.schedule = *v;
   }
   if (auto a = node.find("attention")) {
-    std::string v = a->str();
-    if (v == "flash") {
-      t.attention = AttentionKernel::kFlash;
-    } else if (v == "dense") {
-      t.attention = AttentionKernel::kDense;
-    } else {
-      a->fail("\"flash\" or \"dense\"");
-    }
+    auto v = kAttentionKernelNames.parse(a->str());
+    if (!v) a->fail(kAttentionKernelNames.list("\"", " or "));
+    t.attention = *v;
   }
   t.sequence_parallel = node.boolean_or("sequence_parallel", t.sequence_parallel);
   if (auto r = node.find("reserve_gib")) t.reserve_gib = r->number_in(0, 1024);

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "topologies/enum_names.hpp"
 #include "topologies/json_input.hpp"
 
 namespace hexi {
@@ -13,11 +14,17 @@ enum class Recompute {
   kSelective,  // recompute the attention core (Korthikanti et al. 2022); implied by flash
   kFull,       // keep only each layer's input; recompute the whole layer in backward
 };
+inline constexpr auto kRecomputeNames = enum_names<Recompute>(
+    {{Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"}});
 enum class PipelineSchedule { k1F1B, kGPipe };
+inline constexpr auto kPipelineScheduleNames = enum_names<PipelineSchedule>(
+    {{PipelineSchedule::k1F1B, "1f1b"}, {PipelineSchedule::kGPipe, "gpipe"}});
 enum class AttentionKernel {
   kFlash,  // fused causal kernel: skips the masked half (x1/2 score FLOPs), no s^2 activations
   kDense,  // materialised scores: full s^2 FLOPs (Megatron's accounting), s^2 activations
 };
+inline constexpr auto kAttentionKernelNames = enum_names<AttentionKernel>(
+    {{AttentionKernel::kFlash, "flash"}, {AttentionKernel::kDense, "dense"}});
 
 std::string_view to_string(Recompute r);
 std::string_view to_string(PipelineSchedule s);

@@ -20,19 +20,12 @@ using testing::cluster_json;
 using testing::compositions;
 using testing::make_scenario;
 using testing::shipped;
-
-// 12 layers of ~3 GiB with optimizer state, long sequences: on 12 and 24 GiB GPUs
-// the activations of the in-flight micro-batches take as much room as the weights
-// (or more), so recompute decides how many layers a consumer card holds.
-Json small_model() {
-  return {{"name", "test-12l"}, {"layers", 12},   {"hidden", 4096}, {"ffn", 11008},
-          {"heads", 32},        {"kv_heads", 32}, {"vocab", 32000}, {"max_seq", 8192}};
-}
+using testing::small_model;
 
 Result<Scenario> consumer_scenario(const std::string& attention = "flash", int seq = 8192) {
   return make_scenario(
       cluster_json("rc", {{"RTX3080Ti", 2}, {"RTX3090", 2}, {"A100-PCIe-40GB", 2}, {"RTX4090", 2}}),
-      small_model(), {{"global_batch", 8}, {"seq_len", seq}, {"attention", attention}});
+      small_model(8192), {{"global_batch", 8}, {"seq_len", seq}, {"attention", attention}});
 }
 
 Plan one_pipeline(const std::vector<std::vector<int>>& devices, const std::vector<int>& layers,

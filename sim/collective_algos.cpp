@@ -2,18 +2,20 @@
 
 #include <map>
 
+#include "topologies/enum_names.hpp"
+
 namespace hexi::sim {
 
+namespace {
+
+constexpr auto kAlgorithms = enum_names<Algorithm>({{Algorithm::kAuto, "auto"},
+                                                    {Algorithm::kRing, "ring"},
+                                                    {Algorithm::kHierarchical, "hierarchical"}});
+
+}  // namespace
+
 std::string_view to_string(Algorithm a) {
-  switch (a) {
-    case Algorithm::kAuto:
-      return "auto";
-    case Algorithm::kRing:
-      return "ring";
-    case Algorithm::kHierarchical:
-      return "hierarchical";
-  }
-  return "?";
+  return kAlgorithms.name(a);
 }
 
 namespace {

@@ -3,29 +3,27 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "topologies/enum_names.hpp"
+
 namespace hexi::sim {
 
 namespace sg4 = simgrid::s4u;
 using Dir = sg4::LinkInRoute::Direction;
 
+namespace {
+
+constexpr auto kLinkKinds = enum_names<LinkKind>({{LinkKind::kPcie, "pcie"},
+                                                  {LinkKind::kNvlink, "nvlink"},
+                                                  {LinkKind::kP2p, "p2p"},
+                                                  {LinkKind::kSocket, "socket"},
+                                                  {LinkKind::kNic, "nic"},
+                                                  {LinkKind::kUplink, "uplink"},
+                                                  {LinkKind::kOverride, "override"}});
+
+}  // namespace
+
 std::string_view to_string(LinkKind k) {
-  switch (k) {
-    case LinkKind::kPcie:
-      return "pcie";
-    case LinkKind::kNvlink:
-      return "nvlink";
-    case LinkKind::kP2p:
-      return "p2p";
-    case LinkKind::kSocket:
-      return "socket";
-    case LinkKind::kNic:
-      return "nic";
-    case LinkKind::kUplink:
-      return "uplink";
-    case LinkKind::kOverride:
-      return "override";
-  }
-  return "?";
+  return kLinkKinds.name(k);
 }
 
 Platform::Platform(const Cluster& cluster) : cluster_(cluster) {

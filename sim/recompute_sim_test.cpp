@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scenarios/testing.hpp"
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/plan/testing.hpp"
 #include "scheduler/program/lower.hpp"
@@ -39,9 +40,7 @@ Plan mixed_plan(int full) {
 }
 
 TEST(SimulatorRecompute, PerStageRecomputeAgreesWithTheEstimate) {
-  auto models = ModelCatalog::load_shipped();
-  ASSERT_TRUE(models.ok());
-  const Model& m = *models->find("llama2-7b");
+  const Model& m = *testing::shipped_models().find("llama2-7b");
   Cluster c = testing::make_cluster(2, 8);
   TrainingConfig t = testing::tiny_training(16, 1, 4096);
   Profile prof;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scenarios/testing.hpp"
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/plan/testing.hpp"
 #include "scheduler/program/lower.hpp"
@@ -274,9 +275,7 @@ TEST(Simulator, UniformHomogeneousPlanAgreesWithTheEstimate) {
   // not model. (When DP crosses NICs, stages finishing at different times spread the
   // NIC load and the simulator is faster than the estimate, which assumes every
   // device of a machine syncs at once.)
-  auto models = ModelCatalog::load_shipped();
-  ASSERT_TRUE(models.ok());
-  const Model& m = *models->find("llama2-7b");
+  const Model& m = *testing::shipped_models().find("llama2-7b");
   Cluster c = testing::make_cluster(2, 8);
   TrainingConfig t = testing::tiny_training(16, 1, 4096);
   Json pipes = Json::array();

@@ -2,28 +2,17 @@
 // plus counter tracks of the busiest links.
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <numeric>
 
 #include "scheduler/program/trace_schema.hpp"
 #include "sim/metrics.hpp"
+#include "topologies/text.hpp"
 
 namespace hexi::sim {
 namespace {
 
 constexpr int kLinkTracks = 256;  // counter tracks for the busiest links at most
 constexpr int kLinksPid = 1 << 30;
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, fmt);
-  const int n = std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return std::string(buf, std::min<int>(n, sizeof buf - 1));
-}
 
 void device_ops(TraceWriter& w, const RunInputs& in, const DeviceLayout& l,
                 const ExecutionResult& r) {

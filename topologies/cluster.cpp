@@ -4,29 +4,27 @@
 #include <limits>
 #include <numeric>
 
+#include "topologies/enum_names.hpp"
+
 namespace hexi {
 
 constexpr double kGB = 1e9;   // bytes per GB (bandwidths are decimal GB/s)
 constexpr double kUs = 1e-6;  // seconds per microsecond
 
+namespace {
+
+constexpr auto kLinkClasses = enum_names<LinkClass>({{LinkClass::kSelf, "self"},
+                                                     {LinkClass::kNvSwitch, "nvswitch"},
+                                                     {LinkClass::kPcie, "pcie"},
+                                                     {LinkClass::kHost, "host"},
+                                                     {LinkClass::kNetworkLeaf, "network-leaf"},
+                                                     {LinkClass::kNetworkSpine, "network-spine"},
+                                                     {LinkClass::kOverride, "override"}});
+
+}  // namespace
+
 std::string_view to_string(LinkClass c) {
-  switch (c) {
-    case LinkClass::kSelf:
-      return "self";
-    case LinkClass::kNvSwitch:
-      return "nvswitch";
-    case LinkClass::kPcie:
-      return "pcie";
-    case LinkClass::kHost:
-      return "host";
-    case LinkClass::kNetworkLeaf:
-      return "network-leaf";
-    case LinkClass::kNetworkSpine:
-      return "network-spine";
-    case LinkClass::kOverride:
-      return "override";
-  }
-  return "?";
+  return kLinkClasses.name(c);
 }
 
 std::uint64_t Cluster::pair_key(int a, int b) {
@@ -102,7 +100,7 @@ class ClusterReader {
       intra->allow_only({"kind", "GBps", "latency_us"});
       if (auto kind = intra->find("kind")) {
         auto parsed = parse_intra_kind(kind->str());
-        if (!parsed) kind->fail("one of nvswitch, nvlink, pcie, host");
+        if (!parsed) kind->fail("one of " + kIntraKindNames.list());
         m.intra_kind = *parsed;
         // A different kind than the catalog's default: derive its bandwidth from PCIe.
         if (*parsed != spec.intra_kind && !intra->has("GBps")) {

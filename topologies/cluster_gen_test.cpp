@@ -3,13 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "topologies/cluster.hpp"
+#include "topologies/testing.hpp"
 
 namespace hexi {
 namespace {
 
 const GpuCatalog& catalog() {
-  static const GpuCatalog c = *GpuCatalog::load_shipped();
-  return c;
+  return testing::shipped_gpus();
 }
 
 TEST(ClusterGen, ParsesMixSpecs) {

@@ -5,13 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "topologies/paths.hpp"
+#include "topologies/testing.hpp"
 
 namespace hexi {
 namespace {
 
 const GpuCatalog& catalog() {
-  static const GpuCatalog c = *GpuCatalog::load_shipped();
-  return c;
+  return testing::shipped_gpus();
 }
 
 Result<Cluster> parse(const std::string& text) {

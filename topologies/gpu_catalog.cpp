@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "topologies/enum_names.hpp"
 #include "topologies/paths.hpp"
 
 namespace hexi {
@@ -33,7 +34,7 @@ GpuSpec read_gpu(const JsonNode& node) {
   auto intra = node.at("intra");
   intra.allow_only({"kind", "GBps"});
   auto kind = parse_intra_kind(intra.str("kind"));
-  if (!kind) intra.at("kind").fail("one of nvswitch, nvlink, pcie, host");
+  if (!kind) intra.at("kind").fail("one of " + kIntraKindNames.list());
   g.intra_kind = *kind;
   g.intra_GBps = intra.positive("GBps");
   g.source = node.str("source");
@@ -43,22 +44,11 @@ GpuSpec read_gpu(const JsonNode& node) {
 }  // namespace
 
 std::string_view to_string(IntraKind kind) {
-  switch (kind) {
-    case IntraKind::kNvSwitch:
-      return "nvswitch";
-    case IntraKind::kPcie:
-      return "pcie";
-    case IntraKind::kHost:
-      return "host";
-  }
-  return "?";
+  return kIntraKindNames.name(kind);
 }
 
 std::optional<IntraKind> parse_intra_kind(std::string_view text) {
-  if (text == "nvswitch" || text == "nvlink") return IntraKind::kNvSwitch;
-  if (text == "pcie") return IntraKind::kPcie;
-  if (text == "host") return IntraKind::kHost;
-  return std::nullopt;
+  return kIntraKindNames.parse(text);
 }
 
 Result<GpuCatalog> GpuCatalog::from_json(const Json& json, const std::string& origin) {

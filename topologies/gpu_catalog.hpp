@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "topologies/enum_names.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"
 
@@ -17,6 +18,11 @@ enum class IntraKind {
   kPcie,      // PCIe peer-to-peer through the PCIe switch / root complex
   kHost,      // no peer-to-peer: each copy is staged through host memory
 };
+// "nvlink" is an alias: the same model as "nvswitch".
+inline constexpr auto kIntraKindNames = enum_names<IntraKind>({{IntraKind::kNvSwitch, "nvswitch"},
+                                                               {IntraKind::kNvSwitch, "nvlink"},
+                                                               {IntraKind::kPcie, "pcie"},
+                                                               {IntraKind::kHost, "host"}});
 
 std::string_view to_string(IntraKind kind);
 // Parses "nvswitch" | "nvlink" (same model) | "pcie" | "host"; nullopt otherwise.

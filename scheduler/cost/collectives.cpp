@@ -3,23 +3,13 @@
 #include <algorithm>
 #include <limits>
 
+#include "topologies/enum_names.hpp"
+
 namespace hexi {
 inline namespace cost {
 
 std::string_view to_string(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce:
-      return "all-reduce";
-    case Collective::kAllGather:
-      return "all-gather";
-    case Collective::kReduceScatter:
-      return "reduce-scatter";
-    case Collective::kBroadcast:
-      return "broadcast";
-    case Collective::kAllToAll:
-      return "all-to-all";
-  }
-  return "?";
+  return kCollectiveNames.name(c);
 }
 
 double bus_factor(Collective c, int n) {

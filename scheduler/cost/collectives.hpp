@@ -14,11 +14,18 @@
 #include <vector>
 
 #include "topologies/cluster.hpp"
+#include "topologies/enum_names.hpp"
 
 namespace hexi {
 inline namespace cost {
 
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll };
+inline constexpr auto kCollectiveNames =
+    enum_names<Collective>({{Collective::kAllReduce, "all-reduce"},
+                            {Collective::kAllGather, "all-gather"},
+                            {Collective::kReduceScatter, "reduce-scatter"},
+                            {Collective::kBroadcast, "broadcast"},
+                            {Collective::kAllToAll, "all-to-all"}});
 
 std::string_view to_string(Collective c);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "topologies/enum_names.hpp"
+
 namespace hexi {
 inline namespace cost {
 namespace {
@@ -40,19 +42,11 @@ Kernel attention_core(const Model& m, const TrainingConfig& t, int b, double phi
 }  // namespace
 
 std::string_view to_string(KernelClass c) {
-  switch (c) {
-    case KernelClass::kGemm:
-      return "gemm";
-    case KernelClass::kAttention:
-      return "attention";
-    case KernelClass::kElementwise:
-      return "elementwise";
-  }
-  return "?";
+  return kKernelClassNames.name(c);
 }
 
 std::string_view to_string(Block b) {
-  return b == Block::kAttention ? "attn" : "mlp";
+  return kBlockNames.name(b);
 }
 
 std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
@@ -216,6 +210,15 @@ double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b
     core = (e + (m.dropout ? 1 + e : 0)) * a * s * s * b;
   }
   return kept / sp_div + (split + core) * phi;
+}
+
+StageShape whole_model_shape(const Model& m, int micro_batch, std::optional<Recompute> r) {
+  StageShape whole;
+  whole.layer_end = m.layers;
+  whole.first = whole.last = true;
+  whole.micro_batch = micro_batch;
+  whole.recompute = r;
+  return whole;
 }
 
 int in_flight_micro_batches(PipelineSchedule s, int stage, int stages, int micro_batches) {

@@ -31,6 +31,7 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
+#include "topologies/enum_names.hpp"
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/profile.hpp"
@@ -39,6 +40,10 @@ namespace hexi {
 inline namespace cost {
 
 enum class KernelClass { kGemm, kAttention, kElementwise };
+inline constexpr auto kKernelClassNames =
+    enum_names<KernelClass>({{KernelClass::kGemm, "gemm"},
+                             {KernelClass::kAttention, "attention"},
+                             {KernelClass::kElementwise, "elementwise"}});
 std::string_view to_string(KernelClass c);
 
 // One kernel on one device for one micro-batch.
@@ -51,6 +56,8 @@ struct Kernel {
 
 // A decoder layer is two blocks, each ending in a TP all-reduce (Megatron).
 enum class Block { kAttention, kMlp };
+inline constexpr auto kBlockNames =
+    enum_names<Block>({{Block::kAttention, "attn"}, {Block::kMlp, "mlp"}});
 std::string_view to_string(Block b);
 
 // Kernels of one block's forward / backward on one TP rank holding `phi` of the
@@ -110,6 +117,10 @@ struct StageShape {
   int micro_batch = 1;
   std::optional<Recompute> recompute;  // the stage's choice; absent: the training config's
 };
+
+// The whole model as one stage on one device (every layer, the embedding and the head):
+// the shape of memory lower bounds.
+StageShape whole_model_shape(const Model& m, int micro_batch, std::optional<Recompute> r);
 
 // Micro-batches a stage keeps alive: 1F1B min(p - stage, m), GPipe m.
 int in_flight_micro_batches(PipelineSchedule s, int stage, int stages, int micro_batches);

@@ -164,25 +164,23 @@ double CostModel::pipeline_s(const std::vector<StageEstimate>& stages, int micro
   return sum + (micro_batches - 1) * worst;
 }
 
-namespace {
-
-// TP rank `rank` of stage `si` of pipeline `p`: its layers, ends, shard, micro-batch and
-// recompute (in_flight and dp are left to the caller).
-StageShape rank_shape(const Pipeline& p, int si, int rank, int heads) {
-  const Stage& s = p.stages[si];
+StageShape rank_shape(const Stage& s, bool first, bool last, int rank, int heads, int micro_batch) {
   StageShape shape;
   shape.layer_begin = s.layer_begin;
   shape.layer_end = s.layer_end;
-  shape.first = si == 0;
-  shape.last = si == static_cast<int>(p.stages.size()) - 1;
+  shape.first = first;
+  shape.last = last;
   shape.tp = s.tp();
   shape.phi = s.phi(rank, heads);
-  shape.micro_batch = p.micro_batch;
+  shape.micro_batch = micro_batch;
   shape.recompute = s.recompute;
   return shape;
 }
 
-}  // namespace
+StageShape rank_shape(const Pipeline& p, int si, int rank, int heads) {
+  return rank_shape(p.stages[si], si == 0, si == static_cast<int>(p.stages.size()) - 1, rank, heads,
+                    p.micro_batch);
+}
 
 MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) const {
   StageShape shape = rank_shape(p, si, rank, model_.heads);
@@ -200,133 +198,183 @@ std::string gib(double bytes) {
 
 }  // namespace
 
-void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
-  const int dp = static_cast<int>(plan.pipelines.size());
-  if (dp <= 1) return;
-  // Who holds each layer in each pipeline, and at which layers some pipeline's stage starts.
-  std::vector<std::vector<const Stage*>> holder(dp,
-                                                std::vector<const Stage*>(model_.layers, nullptr));
-  std::vector<char> boundary(model_.layers, 0);
-  for (int p = 0; p < dp; ++p) {
-    for (const auto& s : plan.pipelines[p].stages) {
-      for (int l = s.layer_begin; l < s.layer_end; ++l) holder[p][l] = &s;
-      if (s.layer_begin < model_.layers) boundary[s.layer_begin] = 1;
-    }
-  }
-  // The stage of pipeline q holding a device's piece: the embedding (layer -1), a layer
-  // run starting at `layer`, or the head (layer == model_.layers).
-  auto holder_of = [&](int q, int layer) {
-    const auto& stages = plan.pipelines[q].stages;
-    if (layer < 0) return &stages.front();
-    if (layer >= model_.layers) return &stages.back();
-    return holder[q][layer];
-  };
-  // Off-machine DP flows per machine share its NICs.
-  std::unordered_map<int, int> off_machine;
-  std::vector<std::vector<int>> peers(est.devices.size());
-  for (std::size_t i = 0; i < est.devices.size(); ++i) {
-    const DeviceEstimate& de = est.devices[i];
-    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
-    bool off = false;
-    for (int q = 0; q < dp; ++q) {
-      if (q == de.pipeline) continue;
-      const Stage* last = nullptr;
-      for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        const Stage* h = holder[q][l];
-        if (h == last) continue;
-        last = h;
-        for (int e : h->devices) {
-          peers[i].push_back(e);
-          off = off || cluster_.devices()[e].machine != cluster_.devices()[de.device].machine;
-        }
+namespace {
+
+// The DP gradient sync of a plan, in named steps. A device's gradients fall into
+// pieces, each reduced with the same stages of the other pipelines (as the lowering's
+// DP buckets do): the embedding, runs of layers in which no pipeline changes stage, the
+// head. Each piece is a ring all-reduce at the slowest link to its holders; a device
+// reduces its pieces one after another, starting when every holder has finished its
+// schedule.
+class DpSync {
+ public:
+  DpSync(const CostModel& cm, const Plan& plan)
+      : cm_(cm),
+        plan_(plan),
+        dp_(static_cast<int>(plan.pipelines.size())),
+        layers_(cm.model().layers),
+        holder_(dp_, std::vector<const Stage*>(layers_, nullptr)),
+        boundary_(layers_, 0) {
+    for (int p = 0; p < dp_; ++p) {
+      for (const auto& s : plan.pipelines[p].stages) {
+        for (int l = s.layer_begin; l < s.layer_end; ++l) holder_[p][l] = &s;
+        if (s.layer_begin < layers_) boundary_[s.layer_begin] = 1;
       }
     }
-    if (off) ++off_machine[cluster_.devices()[de.device].machine];
   }
-  auto nic_share = [&](int device) {
-    const Machine& m = cluster_.machine_of(device);
-    int n = std::max(1, off_machine[cluster_.devices()[device].machine]);
+
+  void run(Estimate& est) {
+    count_peers(est);
+    for (auto& de : est.devices) de.dp_sync_s = device_sync_s(de);
+    est.dp_sync_s = exposed_s(est);
+  }
+
+ private:
+  // The stage of pipeline q holding a piece: the embedding (layer -1), a layer run
+  // starting at `layer`, or the head (layer == layers).
+  const Stage* holder_of(int q, int layer) const {
+    const auto& stages = plan_.pipelines[q].stages;
+    if (layer < 0) return &stages.front();
+    if (layer >= layers_) return &stages.back();
+    return holder_[q][layer];
+  }
+
+  int machine(int device) const { return cm_.cluster().devices()[device].machine; }
+
+  // Each device's peers (the devices of the other pipelines holding its layers), and
+  // per machine the devices whose sync leaves it (they share its NICs).
+  void count_peers(const Estimate& est) {
+    peers_.assign(est.devices.size(), {});
+    for (std::size_t i = 0; i < est.devices.size(); ++i) {
+      const DeviceEstimate& de = est.devices[i];
+      const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
+      bool off = false;
+      for (int q = 0; q < dp_; ++q) {
+        if (q == de.pipeline) continue;
+        const Stage* last = nullptr;
+        for (int l = s.layer_begin; l < s.layer_end; ++l) {
+          const Stage* h = holder_[q][l];
+          if (h == last) continue;
+          last = h;
+          for (int e : h->devices) {
+            peers_[i].push_back(e);
+            off = off || machine(e) != machine(de.device);
+          }
+        }
+      }
+      if (off) ++off_machine_[machine(de.device)];
+    }
+  }
+
+  // A device's share of its machine's NICs (bytes/s).
+  double nic_share(int device) {
+    const Machine& m = cm_.cluster().machine_of(device);
+    const int n = std::max(1, off_machine_[machine(device)]);
     return std::min(m.nic_each_Bps(), m.nic_Bps / n);
-  };
-  const double e = training_.bytes_per_element();
-  // A device's gradients fall into pieces, each reduced with the same stages of the
-  // other pipelines (as the lowering's DP buckets do): the embedding, runs of layers
-  // in which no pipeline changes stage, the head. Each piece is a ring all-reduce at
-  // the slowest link to its holders; a device reduces its pieces one after another.
-  for (auto& de : est.devices) {
-    const Stage& s = plan.pipelines[de.pipeline].stages[de.stage];
+  }
+
+  // A device's gradient pieces: (first layer, parameters), -1 for the embedding and
+  // `layers` for the head.
+  std::vector<std::pair<int, double>> pieces(const DeviceEstimate& de) const {
+    const Model& model = cm_.model();
+    const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
     const StageShape shape =
-        rank_shape(plan.pipelines[de.pipeline], de.stage, de.tp_rank, model_.heads);
+        rank_shape(plan_.pipelines[de.pipeline], de.stage, de.tp_rank, model.heads);
     StageShape piece = shape;
     piece.first = piece.last = false;
-    std::vector<std::pair<int, double>> pieces;  // (first layer, parameters)
-    double rest = stage_params(model_, shape);
+    std::vector<std::pair<int, double>> out;
+    double rest = stage_params(model, shape);
     if (shape.first) {
       StageShape emb = shape;
       emb.layer_end = emb.layer_begin;
       emb.last = false;
-      pieces.emplace_back(-1, stage_params(model_, emb));
-      rest -= pieces.back().second;
+      out.emplace_back(-1, stage_params(model, emb));
+      rest -= out.back().second;
     }
     for (int l = s.layer_begin; l < s.layer_end;) {
       int end = l + 1;
-      while (end < s.layer_end && !boundary[end]) ++end;
+      while (end < s.layer_end && !boundary_[end]) ++end;
       piece.layer_begin = l;
       piece.layer_end = end;
-      pieces.emplace_back(l, stage_params(model_, piece));
-      rest -= pieces.back().second;
+      out.emplace_back(l, stage_params(model, piece));
+      rest -= out.back().second;
       l = end;
     }
-    if (shape.last) pieces.emplace_back(model_.layers, rest);
+    if (shape.last) out.emplace_back(layers_, rest);
+    return out;
+  }
+
+  // The time of a device's pieces, one after another (s).
+  double device_sync_s(const DeviceEstimate& de) {
     // The slowest link and largest latency from this device to each holder stage.
     std::unordered_map<const Stage*, std::pair<double, double>> link_to;
     auto link_of = [&](const Stage* h) {
       auto [it, fresh] = link_to.try_emplace(h, std::numeric_limits<double>::infinity(), 0.0);
       if (fresh) {
         for (int peer : h->devices) {
-          PairLink l = cluster_.link(de.device, peer);
+          PairLink l = cm_.cluster().link(de.device, peer);
           double b = l.bandwidth_Bps;
-          if (cluster_.devices()[peer].machine != cluster_.devices()[de.device].machine) {
+          if (machine(peer) != machine(de.device))
             b = std::min({b, nic_share(de.device), nic_share(peer)});
-          }
           it->second.first = std::min(it->second.first, b);
           it->second.second = std::max(it->second.second, l.latency_s);
         }
       }
       return it->second;
     };
-    de.dp_sync_s = 0;
-    for (auto [layer, params] : pieces) {
+    const double e = cm_.training().bytes_per_element();
+    double total = 0;
+    for (auto [layer, params] : pieces(de)) {
       double bw = std::numeric_limits<double>::infinity(), lat = 0;
-      for (int q = 0; q < dp; ++q) {
+      for (int q = 0; q < dp_; ++q) {
         if (q == de.pipeline) continue;
         auto [b, l] = link_of(holder_of(q, layer));
         bw = std::min(bw, b);
         lat = std::max(lat, l);
       }
-      de.dp_sync_s += collective_time(Collective::kAllReduce, e * params, dp, bw, lat);
+      total += collective_time(Collective::kAllReduce, e * params, dp_, bw, lat);
     }
+    return total;
   }
+
   // Every stage syncs as soon as its own schedule ends (as Megatron and the simulator
   // do): the pipeline drains from the last stage to the first, so stage s finishes
   // the backwards and gradient sends of stages 0..s-1 before its pipeline ends. A
   // device's collective starts when every holder of its layers has finished; what
   // runs past the slowest pipeline is exposed.
-  std::vector<double> finish(cluster_.num_devices(), 0);
-  for (auto& de : est.devices) {
-    const PipelineEstimate& pe = est.pipelines[de.pipeline];
-    double tail = 0;
-    for (int k = 0; k < de.stage; ++k) tail += pe.stages[k].backward_s + pe.stages[k].send_s;
-    finish[de.device] = pe.time_s - tail;
+  double exposed_s(const Estimate& est) const {
+    std::vector<double> finish(cm_.cluster().num_devices(), 0);
+    for (const auto& de : est.devices) {
+      const PipelineEstimate& pe = est.pipelines[de.pipeline];
+      double tail = 0;
+      for (int k = 0; k < de.stage; ++k) tail += pe.stages[k].backward_s + pe.stages[k].send_s;
+      finish[de.device] = pe.time_s - tail;
+    }
+    double end = 0;
+    for (std::size_t i = 0; i < est.devices.size(); ++i) {
+      const DeviceEstimate& de = est.devices[i];
+      double start = finish[de.device];
+      for (int peer : peers_[i]) start = std::max(start, finish[peer]);
+      end = std::max(end, start + de.dp_sync_s);
+    }
+    return std::max(0.0, end - est.pipeline_s);
   }
-  double end = 0;
-  for (std::size_t i = 0; i < est.devices.size(); ++i) {
-    const DeviceEstimate& de = est.devices[i];
-    double start = finish[de.device];
-    for (int peer : peers[i]) start = std::max(start, finish[peer]);
-    end = std::max(end, start + de.dp_sync_s);
-  }
-  est.dp_sync_s = std::max(0.0, end - est.pipeline_s);
+
+  const CostModel& cm_;
+  const Plan& plan_;
+  const int dp_;
+  const int layers_;
+  std::vector<std::vector<const Stage*>> holder_;  // [pipeline][layer]
+  std::vector<char> boundary_;                     // some stage starts at this layer
+  std::vector<std::vector<int>> peers_;            // per device estimate
+  std::unordered_map<int, int> off_machine_;       // machine -> devices syncing off it
+};
+
+}  // namespace
+
+void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
+  if (plan.pipelines.size() <= 1) return;
+  DpSync(*this, plan).run(est);
 }
 
 Estimate CostModel::estimate(const Plan& plan) const {

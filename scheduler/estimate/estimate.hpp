@@ -80,6 +80,14 @@ struct NicFlows {
   std::unordered_map<int, int> out, in;
 };
 
+// What TP rank `rank` of a stage holds: its layers, whether it holds the embedding
+// (first) and the head (last), its share of the heads, micro-batch and recompute; the
+// caller sets in_flight and dp. The one builder of a plan rank's StageShape (the
+// program rebuilds the same fields from its own DeviceLayout, program.hpp).
+StageShape rank_shape(const Stage& s, bool first, bool last, int rank, int heads, int micro_batch);
+// The same for stage `si` of pipeline `p`.
+StageShape rank_shape(const Pipeline& p, int si, int rank, int heads);
+
 // The cost model over one cluster/model/config, with per-(GPU type, shard, micro-batch)
 // caches so that the search can evaluate thousands of candidate stages cheaply.
 class CostModel {

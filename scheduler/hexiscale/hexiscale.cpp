@@ -35,12 +35,7 @@ int max_pipelines_by_memory(const CostModel& cm, std::optional<Recompute> recomp
   // One replica: e-byte weights and gradients of every parameter, plus one
   // micro-batch of activations; the (16 - 2e)-byte optimizer state is shared by
   // all replicas under ZeRO-1 (kept whole per replica without it).
-  StageShape whole;
-  whole.layer_end = m.layers;
-  whole.first = whole.last = true;
-  whole.micro_batch = t.micro_batch;
-  whole.recompute = recompute;
-  MemoryBreakdown mem = device_memory(m, t, whole);
+  MemoryBreakdown mem = device_memory(m, t, whole_model_shape(m, t.micro_batch, recompute));
   const double replica = mem.weights + mem.gradients + mem.activations + mem.logits;
   double usable = 0;
   for (int d = 0; d < c.num_devices(); ++d) {

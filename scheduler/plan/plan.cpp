@@ -128,89 +128,138 @@ std::string plan_text(const Plan& plan) {
   return to_json(plan).dump(2) + "\n";
 }
 
-Status validate_plan(const Plan& plan, const Cluster& cluster, const Model& model,
-                     const TrainingConfig& training, const std::string& origin) {
-  auto fail = [&](const std::string& path, const std::string& what) {
-    return bad_input(origin + ": " + path + ": " + what);
-  };
-  std::vector<int> used_at(cluster.num_devices(), -1);
-  std::vector<std::string> used_where(cluster.num_devices());
-  int batch_sum = 0;
-  for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
-    const Pipeline& p = plan.pipelines[pi];
-    batch_sum += p.batch;
-    int next_layer = 0;
-    for (std::size_t si = 0; si < p.stages.size(); ++si) {
-      const Stage& s = p.stages[si];
-      const std::string path = stage_path(pi, si);
-      for (std::size_t r = 0; r < s.devices.size(); ++r) {
-        int d = s.devices[r];
-        std::string dpath = path + "/devices/" + std::to_string(r);
-        if (d >= cluster.num_devices()) {
-          return fail(dpath, "device " + std::to_string(d) + " does not exist (cluster \"" +
-                                 cluster.name() + "\" has devices 0.." +
-                                 std::to_string(cluster.num_devices() - 1) + ")");
-        }
-        if (used_at[d] >= 0) {
-          return fail(dpath,
-                      "device " + std::to_string(d) + " is already used at " + used_where[d]);
-        }
-        used_at[d] = static_cast<int>(pi);
-        used_where[d] = dpath;
+namespace {
+
+// The structural rules of a plan against a cluster, model and training config, one
+// method per rule; check() applies them stage by stage and reports the first broken one.
+class PlanChecker {
+ public:
+  PlanChecker(const Cluster& cluster, const Model& model, const TrainingConfig& training,
+              const std::string& origin)
+      : cluster_(cluster),
+        model_(model),
+        training_(training),
+        origin_(origin),
+        used_where_(cluster.num_devices()) {}
+
+  Status check(const Plan& plan) {
+    int batch_sum = 0;
+    for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
+      const Pipeline& p = plan.pipelines[pi];
+      batch_sum += p.batch;
+      int next_layer = 0;
+      for (std::size_t si = 0; si < p.stages.size(); ++si) {
+        const Stage& s = p.stages[si];
+        const std::string path = stage_path(pi, si);
+        if (auto st = devices_exist_once(s, path); !st) return st;
+        if (auto st = layers_follow(s, path, next_layer); !st) return st;
+        next_layer = s.layer_end;
+        if (auto st = layers_in_model(s, path); !st) return st;
+        if (auto st = heads_split(s, path); !st) return st;
       }
-      if (s.layer_begin != next_layer) {
-        std::string what =
-            s.layer_begin > next_layer
-                ? "layers [" + std::to_string(next_layer) + ", " + std::to_string(s.layer_begin) +
-                      ") are not assigned (gap before this stage)"
-                : "layers [" + std::to_string(s.layer_begin) + ", " + std::to_string(next_layer) +
-                      ") are assigned twice (overlap with the previous stage)";
-        return fail(path + "/layers", what);
-      }
-      next_layer = s.layer_end;
-      if (s.layer_end > model.layers) {
-        return fail(path + "/layers", "layer range ends at " + std::to_string(s.layer_end) +
-                                          " but " + model.name + " has " +
-                                          std::to_string(model.layers) + " layers");
-      }
-      if (!s.head_split.empty()) {
-        int sum = std::accumulate(s.head_split.begin(), s.head_split.end(), 0);
-        if (sum != model.heads) {
-          return fail(path + "/head_split", "head counts sum to " + std::to_string(sum) +
-                                                ", expected " + std::to_string(model.heads) +
-                                                " (the model's heads)");
-        }
-        const int group = model.heads / model.kv_heads;  // query heads per KV head (GQA)
-        for (std::size_t r = 0; r < s.head_split.size(); ++r) {
-          if (s.head_split[r] % group != 0) {
-            return fail(path + "/head_split/" + std::to_string(r),
-                        "expected a multiple of " + std::to_string(group) +
-                            " heads (whole grouped-query KV groups), got " +
-                            std::to_string(s.head_split[r]));
-          }
-        }
-      } else {
-        const int t = s.tp(), a = model.heads, k = model.kv_heads;
-        if (!model.even_tp_degree(t)) {
-          return fail(path + "/devices",
-                      "TP degree " + std::to_string(t) + " does not divide " + std::to_string(a) +
-                          " heads / " + std::to_string(k) +
-                          " KV heads evenly; give an explicit \"head_split\" or another degree");
-        }
-      }
+      if (auto st = layers_covered(pi, next_layer); !st) return st;
     }
-    if (next_layer != model.layers) {
-      return fail("/pipelines/" + std::to_string(pi) + "/stages",
-                  "stages cover layers [0, " + std::to_string(next_layer) + ") but " + model.name +
-                      " has " + std::to_string(model.layers) + " layers");
-    }
+    return batch_adds_up(batch_sum);
   }
-  if (batch_sum != training.global_batch) {
+
+ private:
+  Error fail(const std::string& path, const std::string& what) const {
+    return bad_input(origin_ + ": " + path + ": " + what);
+  }
+
+  // Every device exists and serves one stage only.
+  Status devices_exist_once(const Stage& s, const std::string& path) {
+    for (std::size_t r = 0; r < s.devices.size(); ++r) {
+      const int d = s.devices[r];
+      const std::string dpath = path + "/devices/" + std::to_string(r);
+      if (d >= cluster_.num_devices()) {
+        return fail(dpath, "device " + std::to_string(d) + " does not exist (cluster \"" +
+                               cluster_.name() + "\" has devices 0.." +
+                               std::to_string(cluster_.num_devices() - 1) + ")");
+      }
+      if (!used_where_[d].empty())
+        return fail(dpath, "device " + std::to_string(d) + " is already used at " + used_where_[d]);
+      used_where_[d] = dpath;
+    }
+    return {};
+  }
+
+  // A stage starts where the previous one ended: no gap, no overlap.
+  Status layers_follow(const Stage& s, const std::string& path, int next_layer) const {
+    if (s.layer_begin == next_layer) return {};
+    return fail(
+        path + "/layers",
+        s.layer_begin > next_layer
+            ? "layers [" + std::to_string(next_layer) + ", " + std::to_string(s.layer_begin) +
+                  ") are not assigned (gap before this stage)"
+            : "layers [" + std::to_string(s.layer_begin) + ", " + std::to_string(next_layer) +
+                  ") are assigned twice (overlap with the previous stage)");
+  }
+
+  Status layers_in_model(const Stage& s, const std::string& path) const {
+    if (s.layer_end <= model_.layers) return {};
+    return fail(path + "/layers", "layer range ends at " + std::to_string(s.layer_end) + " but " +
+                                      model_.name + " has " + std::to_string(model_.layers) +
+                                      " layers");
+  }
+
+  // An explicit head_split sums to the heads in whole grouped-query KV groups; without
+  // one, the TP degree splits the heads evenly (Model::even_tp_degree).
+  Status heads_split(const Stage& s, const std::string& path) const {
+    if (s.head_split.empty()) {
+      const int t = s.tp();
+      if (model_.even_tp_degree(t)) return {};
+      return fail(path + "/devices",
+                  "TP degree " + std::to_string(t) + " does not divide " +
+                      std::to_string(model_.heads) + " heads / " + std::to_string(model_.kv_heads) +
+                      " KV heads evenly; give an explicit \"head_split\" or another degree");
+    }
+    const int sum = std::accumulate(s.head_split.begin(), s.head_split.end(), 0);
+    if (sum != model_.heads) {
+      return fail(path + "/head_split", "head counts sum to " + std::to_string(sum) +
+                                            ", expected " + std::to_string(model_.heads) +
+                                            " (the model's heads)");
+    }
+    const int group = model_.heads / model_.kv_heads;  // query heads per KV head (GQA)
+    for (std::size_t r = 0; r < s.head_split.size(); ++r) {
+      if (s.head_split[r] % group != 0) {
+        return fail(path + "/head_split/" + std::to_string(r),
+                    "expected a multiple of " + std::to_string(group) +
+                        " heads (whole grouped-query KV groups), got " +
+                        std::to_string(s.head_split[r]));
+      }
+    }
+    return {};
+  }
+
+  // A pipeline's stages cover every layer of the model.
+  Status layers_covered(std::size_t pi, int next_layer) const {
+    if (next_layer == model_.layers) return {};
+    return fail("/pipelines/" + std::to_string(pi) + "/stages",
+                "stages cover layers [0, " + std::to_string(next_layer) + ") but " + model_.name +
+                    " has " + std::to_string(model_.layers) + " layers");
+  }
+
+  // The pipelines' batch shares add up to the global batch.
+  Status batch_adds_up(int batch_sum) const {
+    if (batch_sum == training_.global_batch) return {};
     return fail("/pipelines", "batch shares sum to " + std::to_string(batch_sum) +
                                   " sequences, expected the global batch " +
-                                  std::to_string(training.global_batch));
+                                  std::to_string(training_.global_batch));
   }
-  return {};
+
+  const Cluster& cluster_;
+  const Model& model_;
+  const TrainingConfig& training_;
+  const std::string& origin_;
+  std::vector<std::string> used_where_;  // per device: the JSON path that uses it, or ""
+};
+
+}  // namespace
+
+Status validate_plan(const Plan& plan, const Cluster& cluster, const Model& model,
+                     const TrainingConfig& training, const std::string& origin) {
+  return PlanChecker(cluster, model, training, origin).check(plan);
 }
 
 }  // namespace plan

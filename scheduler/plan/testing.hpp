@@ -11,16 +11,12 @@
 #include "scheduler/plan/plan.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/gpu_catalog.hpp"
+#include "topologies/testing.hpp"
 
 namespace hexi::testing {
 
 inline const GpuCatalog& catalog() {
-  static GpuCatalog c = [] {
-    auto loaded = GpuCatalog::load_shipped();
-    if (!loaded) throw std::runtime_error(loaded.error().message);
-    return std::move(*loaded);
-  }();
-  return c;
+  return shipped_gpus();
 }
 
 // `machines` machines of `gpus` GPUs of `gpu` on one switch; nic in GB/s.

@@ -9,101 +9,33 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "topologies/enum_names.hpp"
+
 namespace hexi {
 inline namespace program {
 
 std::string_view to_string(OpKind k) {
-  switch (k) {
-    case OpKind::kCompute:
-      return "compute";
-    case OpKind::kSend:
-      return "send";
-    case OpKind::kRecv:
-      return "recv";
-    case OpKind::kCollective:
-      return "collective";
-  }
-  return "?";
+  return kOpKindNames.name(k);
 }
 
 std::string_view to_string(Stream s) {
-  switch (s) {
-    case Stream::kCompute:
-      return "compute";
-    case Stream::kP2p:
-      return "p2p";
-    case Stream::kGather:
-      return "gather";
-    case Stream::kDp:
-      return "dp";
-  }
-  return "?";
+  return kStreamNames.name(s);
 }
 
 std::string_view to_string(ComputeKind k) {
-  switch (k) {
-    case ComputeKind::kEmbeddingFwd:
-      return "embedding.fwd";
-    case ComputeKind::kEmbeddingBwd:
-      return "embedding.bwd";
-    case ComputeKind::kAttnFwd:
-      return "attn.fwd";
-    case ComputeKind::kAttnBwd:
-      return "attn.bwd";
-    case ComputeKind::kAttnRecompute:
-      return "attn.recompute";
-    case ComputeKind::kMlpFwd:
-      return "mlp.fwd";
-    case ComputeKind::kMlpBwd:
-      return "mlp.bwd";
-    case ComputeKind::kMlpRecompute:
-      return "mlp.recompute";
-    case ComputeKind::kHeadFwd:
-      return "head.fwd";
-    case ComputeKind::kHeadBwd:
-      return "head.bwd";
-    case ComputeKind::kStageFwd:
-      return "stage.fwd";
-    case ComputeKind::kStageBwd:
-      return "stage.bwd";
-    case ComputeKind::kOptimizer:
-      return "optimizer";
-  }
-  return "?";
+  return kComputeKindNames.name(k);
 }
 
 std::string_view to_string(TensorKind k) {
-  switch (k) {
-    case TensorKind::kActivation:
-      return "activation";
-    case TensorKind::kActivationGrad:
-      return "activation_grad";
-    case TensorKind::kLossStats:
-      return "loss_stats";
-    case TensorKind::kGradBucket:
-      return "grad_bucket";
-    case TensorKind::kWeightBucket:
-      return "weight_bucket";
-    case TensorKind::kReplicas:
-      return "replicas";
-  }
-  return "?";
+  return kTensorKindNames.name(k);
 }
 
 std::string_view to_string(GroupKind k) {
-  switch (k) {
-    case GroupKind::kTp:
-      return "tp";
-    case GroupKind::kGather:
-      return "gather";
-    case GroupKind::kDp:
-      return "dp";
-  }
-  return "?";
+  return kGroupKindNames.name(k);
 }
 
 std::string_view to_string(Granularity g) {
-  return g == Granularity::kLayer ? "layer" : "stage";
+  return kGranularityNames.name(g);
 }
 
 std::string_view intern_name(std::string_view name) {

@@ -101,6 +101,7 @@
 
 #include "scheduler/cost/collectives.hpp"
 #include "scheduler/cost/cost_model.hpp"
+#include "topologies/enum_names.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"
 
@@ -108,7 +109,15 @@ namespace hexi {
 inline namespace program {
 
 enum class OpKind : std::uint8_t { kCompute, kSend, kRecv, kCollective };
+inline constexpr auto kOpKindNames = enum_names<OpKind>({{OpKind::kCompute, "compute"},
+                                                         {OpKind::kSend, "send"},
+                                                         {OpKind::kRecv, "recv"},
+                                                         {OpKind::kCollective, "collective"}});
 enum class Stream : std::uint8_t { kCompute, kP2p, kGather, kDp };
+inline constexpr auto kStreamNames = enum_names<Stream>({{Stream::kCompute, "compute"},
+                                                         {Stream::kP2p, "p2p"},
+                                                         {Stream::kGather, "gather"},
+                                                         {Stream::kDp, "dp"}});
 
 // What a compute op computes.
 enum class ComputeKind : std::uint8_t {
@@ -126,6 +135,20 @@ enum class ComputeKind : std::uint8_t {
   kStageBwd,
   kOptimizer,  // Adam over the device's owned parameters
 };
+inline constexpr auto kComputeKindNames =
+    enum_names<ComputeKind>({{ComputeKind::kEmbeddingFwd, "embedding.fwd"},
+                             {ComputeKind::kEmbeddingBwd, "embedding.bwd"},
+                             {ComputeKind::kAttnFwd, "attn.fwd"},
+                             {ComputeKind::kAttnBwd, "attn.bwd"},
+                             {ComputeKind::kAttnRecompute, "attn.recompute"},
+                             {ComputeKind::kMlpFwd, "mlp.fwd"},
+                             {ComputeKind::kMlpBwd, "mlp.bwd"},
+                             {ComputeKind::kMlpRecompute, "mlp.recompute"},
+                             {ComputeKind::kHeadFwd, "head.fwd"},
+                             {ComputeKind::kHeadBwd, "head.bwd"},
+                             {ComputeKind::kStageFwd, "stage.fwd"},
+                             {ComputeKind::kStageBwd, "stage.bwd"},
+                             {ComputeKind::kOptimizer, "optimizer"}});
 
 // What a communication op moves.
 enum class TensorKind : std::uint8_t {
@@ -136,12 +159,21 @@ enum class TensorKind : std::uint8_t {
   kWeightBucket,    // DP bucket of updated weights (ZeRO-1 all-gather)
   kReplicas,        // replicated parameters of a stage (broadcast from TP rank 0)
 };
+inline constexpr auto kTensorKindNames =
+    enum_names<TensorKind>({{TensorKind::kActivation, "activation"},
+                            {TensorKind::kActivationGrad, "activation_grad"},
+                            {TensorKind::kLossStats, "loss_stats"},
+                            {TensorKind::kGradBucket, "grad_bucket"},
+                            {TensorKind::kWeightBucket, "weight_bucket"},
+                            {TensorKind::kReplicas, "replicas"}});
 
 enum class GroupKind : std::uint8_t {
   kTp,      // a stage's TP group: TP collectives (compute stream)
   kGather,  // the same devices: all-gathers after a stage-boundary transfer
   kDp,      // a DP bucket's holders
 };
+inline constexpr auto kGroupKindNames = enum_names<GroupKind>(
+    {{GroupKind::kTp, "tp"}, {GroupKind::kGather, "gather"}, {GroupKind::kDp, "dp"}});
 
 std::string_view to_string(OpKind k);
 std::string_view to_string(Stream s);
@@ -247,6 +279,8 @@ struct DeviceLayout {
 };
 
 enum class Granularity { kLayer, kStage };
+inline constexpr auto kGranularityNames =
+    enum_names<Granularity>({{Granularity::kLayer, "layer"}, {Granularity::kStage, "stage"}});
 std::string_view to_string(Granularity g);
 
 struct Program {

@@ -4,40 +4,17 @@
 #include <array>
 
 #include "scheduler/program/program.hpp"
+#include "topologies/enum_names.hpp"
 
 namespace hexi {
 inline namespace program {
 namespace {
 
-constexpr std::array kOpKinds = {OpKind::kCompute, OpKind::kSend, OpKind::kRecv,
-                                 OpKind::kCollective};
-constexpr std::array kStreams = {Stream::kCompute, Stream::kP2p, Stream::kGather, Stream::kDp};
-constexpr std::array kComputeKinds = {
-    ComputeKind::kEmbeddingFwd, ComputeKind::kEmbeddingBwd,  ComputeKind::kAttnFwd,
-    ComputeKind::kAttnBwd,      ComputeKind::kAttnRecompute, ComputeKind::kMlpFwd,
-    ComputeKind::kMlpBwd,       ComputeKind::kMlpRecompute,  ComputeKind::kHeadFwd,
-    ComputeKind::kHeadBwd,      ComputeKind::kStageFwd,      ComputeKind::kStageBwd,
-    ComputeKind::kOptimizer};
-constexpr std::array kTensors = {TensorKind::kActivation,   TensorKind::kActivationGrad,
-                                 TensorKind::kLossStats,    TensorKind::kGradBucket,
-                                 TensorKind::kWeightBucket, TensorKind::kReplicas};
-constexpr std::array kCollectives = {Collective::kAllReduce, Collective::kAllGather,
-                                     Collective::kReduceScatter, Collective::kBroadcast,
-                                     Collective::kAllToAll};
-constexpr std::array kGroupKinds = {GroupKind::kTp, GroupKind::kGather, GroupKind::kDp};
-constexpr std::array kKernelClasses = {KernelClass::kGemm, KernelClass::kAttention,
-                                       KernelClass::kElementwise};
-
 // Reads an enum by its to_string name; fails listing the accepted names.
 template <class E, std::size_t N>
-E parse_enum(const JsonNode& node, const std::array<E, N>& values) {
-  std::string text = node.str();
-  std::string names;
-  for (E v : values) {
-    if (to_string(v) == text) return v;
-    names += (names.empty() ? "" : ", ") + std::string(to_string(v));
-  }
-  node.fail("one of " + names);
+E parse_enum(const JsonNode& node, const EnumNames<E, N>& names) {
+  if (auto value = names.parse(node.str())) return *value;
+  node.fail("one of " + names.list());
 }
 
 Json op_json(const Program& p, int id) {
@@ -182,14 +159,14 @@ void read_op(const JsonNode& j, int device, Program& p) {
     j.at("id").fail("op id " + std::to_string(id) + " (ids are 0..N-1 in file order)");
   Op op;
   op.device = device;
-  op.kind = parse_enum(j.at("op"), kOpKinds);
-  op.stream = parse_enum(j.at("stream"), kStreams);
+  op.kind = parse_enum(j.at("op"), kOpKindNames);
+  op.stream = parse_enum(j.at("stream"), kStreamNames);
   if (op.kind == OpKind::kCompute) {
-    op.compute = parse_enum(j.at("name"), kComputeKinds);
+    op.compute = parse_enum(j.at("name"), kComputeKindNames);
     op.shape = static_cast<int>(j.integer_in("shape", 0, INT32_MAX));
     op.folded = int_or(j, "folded", -1);
   } else {
-    op.tensor = parse_enum(j.at("tensor"), kTensors);
+    op.tensor = parse_enum(j.at("tensor"), kTensorKindNames);
     op.bytes = j.at("bytes").number_in(0, 1e300);
   }
   if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
@@ -198,7 +175,7 @@ void read_op(const JsonNode& j, int device, Program& p) {
     if (auto rows = j.find("rows")) std::tie(op.rows_begin, op.rows_end) = int_pair(*rows);
   }
   if (op.kind == OpKind::kCollective) {
-    op.collective = parse_enum(j.at("collective"), kCollectives);
+    op.collective = parse_enum(j.at("collective"), kCollectiveNames);
     op.group = static_cast<int>(j.integer_in("group", 0, INT32_MAX));
     op.instance = static_cast<int>(j.integer_in("instance", 0, INT32_MAX));
   }
@@ -253,7 +230,7 @@ void read_layout(const JsonNode& j, Program& p) {
 Shape read_shape(const JsonNode& j) {
   j.allow_only({"kind", "micro_batch", "phi", "layers", "flops", "bytes", "kernels"});
   Shape s;
-  s.kind = parse_enum(j.at("kind"), kComputeKinds);
+  s.kind = parse_enum(j.at("kind"), kComputeKindNames);
   s.micro_batch = static_cast<int>(j.integer_in("micro_batch", 0, INT32_MAX));
   s.phi = j.at("phi").number_in(0, 1);
   s.layers = static_cast<int>(j.integer_in("layers", 0, INT32_MAX));
@@ -261,7 +238,7 @@ Shape read_shape(const JsonNode& j) {
   for (std::size_t i = 0; i < kernels.size(); ++i) {
     auto k = kernels.at(i);
     k.allow_only({"name", "class", "flops", "bytes"});
-    s.kernels.push_back({intern_name(k.str("name")), parse_enum(k.at("class"), kKernelClasses),
+    s.kernels.push_back({intern_name(k.str("name")), parse_enum(k.at("class"), kKernelClassNames),
                          k.at("flops").number_in(0, 1e300), k.at("bytes").number_in(0, 1e300)});
   }
   return s;
@@ -297,17 +274,12 @@ Program read_program_json(const JsonNode& root) {
   p.scenario = root.str_or("scenario", "");
   p.cluster = root.str_or("cluster", "");
   p.model = root.str_or("model", "");
-  std::string g = root.str("granularity");
-  if (g != "layer" && g != "stage") root.at("granularity").fail("\"layer\" or \"stage\"");
-  p.granularity = g == "layer" ? Granularity::kLayer : Granularity::kStage;
-  std::string s = root.str("schedule");
-  if (s != to_string(PipelineSchedule::k1F1B) && s != to_string(PipelineSchedule::kGPipe)) {
-    root.at("schedule")
-        .fail("\"" + std::string(to_string(PipelineSchedule::k1F1B)) + "\" or \"" +
-              std::string(to_string(PipelineSchedule::kGPipe)) + "\"");
-  }
-  p.schedule =
-      s == to_string(PipelineSchedule::k1F1B) ? PipelineSchedule::k1F1B : PipelineSchedule::kGPipe;
+  auto granularity = kGranularityNames.parse(root.str("granularity"));
+  if (!granularity) root.at("granularity").fail(kGranularityNames.list("\"", " or "));
+  p.granularity = *granularity;
+  auto schedule = kPipelineScheduleNames.parse(root.str("schedule"));
+  if (!schedule) root.at("schedule").fail(kPipelineScheduleNames.list("\"", " or "));
+  p.schedule = *schedule;
   p.num_devices = static_cast<int>(root.integer_in("num_devices", 1, INT32_MAX));
   p.bytes_per_element = static_cast<int>(root.integer_in("bytes_per_element", 1, 8));
   p.global_batch = static_cast<int>(root.integer_in("global_batch", 1, INT32_MAX));
@@ -318,7 +290,7 @@ Program read_program_json(const JsonNode& root) {
     auto gj = groups.at(i);
     gj.allow_only({"kind", "devices"});
     Group grp;
-    grp.kind = parse_enum(gj.at("kind"), kGroupKinds);
+    grp.kind = parse_enum(gj.at("kind"), kGroupKindNames);
     auto devs = gj.at("devices");
     if (devs.size() == 0) devs.fail("a non-empty array of devices");
     for (std::size_t k = 0; k < devs.size(); ++k) {
@@ -335,7 +307,7 @@ Program read_program_json(const JsonNode& root) {
       Fold fold;
       fold.group = static_cast<int>(
           f.integer_in("group", 0, static_cast<std::int64_t>(p.groups.size()) - 1));
-      fold.collective = parse_enum(f.at("collective"), kCollectives);
+      fold.collective = parse_enum(f.at("collective"), kCollectiveNames);
       fold.bytes = f.at("bytes").number_in(0, 1e300);
       fold.count = static_cast<int>(f.integer_in("count", 0, INT32_MAX));
       fold.loss_stats_bytes = f.at("loss_stats_bytes").number_in(0, 1e300);

@@ -1,24 +1,14 @@
 #include "scheduler/program/trace_schema.hpp"
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <map>
 #include <utility>
+
+#include "topologies/text.hpp"
 
 namespace hexi {
 inline namespace program {
 namespace {
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, fmt);
-  const int n = std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return std::string(buf, std::min<int>(n, sizeof buf - 1));
-}
 
 // The args object's members after "op" (see the header for the order).
 std::string args_tail(const Op& op, const TraceOp& e) {

@@ -16,17 +16,11 @@ constexpr double kMemoryMargin = 1e-9;
 // Memory of TP rank `rank` with `layers` layers and `in_flight` micro-batches (bytes).
 double rank_memory(const CostModel& cm, const Stage& s, bool first, bool last, int rank, int layers,
                    int in_flight, int dp, int micro_batch) {
-  StageShape shape;
+  StageShape shape = rank_shape(s, first, last, rank, cm.model().heads, micro_batch);
   shape.layer_begin = 0;
   shape.layer_end = layers;
-  shape.first = first;
-  shape.last = last;
-  shape.tp = s.tp();
-  shape.phi = s.phi(rank, cm.model().heads);
   shape.in_flight = in_flight;
   shape.dp = dp;
-  shape.micro_batch = micro_batch;
-  shape.recompute = s.recompute;
   return device_memory(cm.model(), cm.training(), shape).total();
 }
 
@@ -216,8 +210,105 @@ void PipelineCurve::solve(int m, Solution& out) const {
   }
 }
 
+namespace {
+
+// One option per stage: choose the layers l_i (1 <= l_i <= cap_i, sum L) minimising
+// sum_i l_i p_i + (m - 1) max(max_i (e_i + l_i p_i), send_max), with e_i the stage's
+// fixed time and p_i its per-layer time.
+class SingleOption {
+ public:
+  SingleOption(std::vector<const StageTerms*> terms, std::vector<int> cap, int layers,
+               double send_max)
+      : terms_(std::move(terms)),
+        cap_(std::move(cap)),
+        k_(static_cast<int>(terms_.size())),
+        layers_(layers),
+        send_max_(send_max),
+        by_cost_(k_) {
+    std::iota(by_cost_.begin(), by_cost_.end(), 0);
+    std::stable_sort(by_cost_.begin(), by_cost_.end(),
+                     [&](int a, int b) { return terms_[a]->per_layer_s < terms_[b]->per_layer_s; });
+  }
+
+  double value(int i, int l) const { return terms_[i]->fixed_s + l * terms_[i]->per_layer_s; }
+
+  // Smallest feasible bound on the slowest stage: hand out layers one at a time to the
+  // stage whose time grows least (optimal for min-max with per-stage caps).
+  double min_max_bound() const {
+    std::vector<int> l(k_, 1);
+    using Item = std::pair<double, int>;
+    std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
+    for (int i = 0; i < k_; ++i) {
+      if (cap_[i] > 1) heap.emplace(value(i, 2), i);
+    }
+    double bound = 0;
+    for (int i = 0; i < k_; ++i) bound = std::max(bound, value(i, 1));
+    for (int left = layers_ - k_; left > 0; --left) {
+      auto [v, i] = heap.top();
+      heap.pop();
+      ++l[i];
+      bound = std::max(bound, v);
+      if (l[i] < cap_[i]) heap.emplace(value(i, l[i] + 1), i);
+    }
+    return bound;
+  }
+
+  // For a bound b, the smallest sum fills the cheapest stages first; false when the
+  // layers do not fit under it.
+  bool fill(double b, std::vector<int>& ls) const {
+    std::fill(ls.begin(), ls.end(), 1);
+    int left = layers_ - k_;
+    for (int i : by_cost_) {
+      const int add = std::clamp(fit_under(*terms_[i], cap_[i], b) - 1, 0, left);
+      ls[i] += add;
+      left -= add;
+    }
+    return left == 0;
+  }
+
+  // The objective of `ls` for m micro-batches; *worst = its bottleneck.
+  double objective(const std::vector<int>& ls, int m, double* worst) const {
+    double sum = 0, top = 0;
+    for (int i = 0; i < k_; ++i) {
+      sum += ls[i] * terms_[i]->per_layer_s;
+      top = std::max(top, value(i, ls[i]));
+    }
+    *worst = std::max(top, send_max_);
+    return sum + (m - 1) * *worst;
+  }
+
+  // The smallest breakpoint above `bound` at which some stage can take one more layer.
+  double next_bound(double bound) const {
+    double next = kInfeasible;
+    for (int i = 0; i < k_; ++i) {
+      const int at = fit_under(*terms_[i], cap_[i], bound);
+      if (at < cap_[i]) next = std::min(next, value(i, at + 1));
+    }
+    return next;
+  }
+
+  // The smallest sum of per-layer times over every split (no bound).
+  double floor_sum() const {
+    std::vector<int> floor_l(k_);
+    fill(kInfeasible, floor_l);
+    double sum = 0;
+    for (int i = 0; i < k_; ++i) sum += floor_l[i] * terms_[i]->per_layer_s;
+    return sum;
+  }
+
+ private:
+  std::vector<const StageTerms*> terms_;
+  std::vector<int> cap_;
+  int k_;
+  int layers_;
+  double send_max_;
+  std::vector<int> by_cost_;  // stage indices, cheapest per-layer time first
+};
+
+}  // namespace
+
 void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) const {
-  const int k = num_stages(), L = num_layers_;
+  const int k = num_stages();
   std::vector<const StageTerms*> terms(k);
   std::vector<int> cap(k);
   double fixed_sum = 0;  // sum e_i + 2 sum C_i
@@ -226,70 +317,23 @@ void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) c
     cap[i] = choices[i].front().cap;
     fixed_sum += terms[i]->fixed_s + 2 * terms[i]->send_s;
   }
-  std::vector<int> by_cost(k);  // stage indices, cheapest per-layer time first
-  std::iota(by_cost.begin(), by_cost.end(), 0);
-  std::stable_sort(by_cost.begin(), by_cost.end(),
-                   [&](int a, int b) { return terms[a]->per_layer_s < terms[b]->per_layer_s; });
-  auto value = [&](int i, int l) { return terms[i]->fixed_s + l * terms[i]->per_layer_s; };
-  // Smallest feasible bound on the slowest stage: hand out layers one at a time to
-  // the stage whose time grows least (optimal for min-max with per-stage caps).
-  std::vector<int> l(k, 1);
-  using Item = std::pair<double, int>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
-  for (int i = 0; i < k; ++i) {
-    if (cap[i] > 1) heap.emplace(value(i, 2), i);
-  }
-  double bound = 0;
-  for (int i = 0; i < k; ++i) bound = std::max(bound, value(i, 1));
-  for (int left = L - k; left > 0; --left) {
-    auto [v, i] = heap.top();
-    heap.pop();
-    ++l[i];
-    bound = std::max(bound, v);
-    if (l[i] < cap[i]) heap.emplace(value(i, l[i] + 1), i);
-  }
-  // For a bound B, the smallest sum fills the cheapest stages first.
-  auto fill = [&](double b, std::vector<int>& ls) {
-    std::fill(ls.begin(), ls.end(), 1);
-    int left = L - k;
-    for (int i : by_cost) {
-      const int add = std::clamp(fit_under(*terms[i], cap[i], b) - 1, 0, left);
-      ls[i] += add;
-      left -= add;
-    }
-    return left == 0;
-  };
-  auto objective = [&](const std::vector<int>& ls, double* worst) {
-    double sum = 0, top = 0;
-    for (int i = 0; i < k; ++i) {
-      sum += ls[i] * terms[i]->per_layer_s;
-      top = std::max(top, value(i, ls[i]));
-    }
-    *worst = std::max(top, send_max_);
-    return sum + (m - 1) * *worst;
-  };
+  const SingleOption problem(terms, cap, num_layers_, send_max_);
+  double bound = problem.min_max_bound();
   std::vector<int> best_l(k), trial(k);
   double best_worst = 0;
   if (m == 1) bound = kInfeasible;  // no bound term: the smallest sum wins outright
-  fill(bound, best_l);
-  double best = objective(best_l, &best_worst);
+  problem.fill(bound, best_l);
+  double best = problem.objective(best_l, m, &best_worst);
   if (m > 1) {
-    std::vector<int> floor_l(k);
-    fill(kInfeasible, floor_l);
-    double floor_sum = 0;
-    for (int i = 0; i < k; ++i) floor_sum += floor_l[i] * terms[i]->per_layer_s;
+    const double floor_sum = problem.floor_sum();
     // Larger bounds: only worth it while the smaller sum can pay for them.
     for (;;) {
-      double next = kInfeasible;
-      for (int i = 0; i < k; ++i) {
-        const int at = fit_under(*terms[i], cap[i], bound);
-        if (at < cap[i]) next = std::min(next, value(i, at + 1));  // stage i's next breakpoint
-      }
+      const double next = problem.next_bound(bound);
       if (std::isinf(next) || floor_sum + (m - 1) * std::max(next, send_max_) >= best) break;
       bound = next;
-      fill(bound, trial);
+      problem.fill(bound, trial);
       double w = 0;
-      const double obj = objective(trial, &w);
+      const double obj = problem.objective(trial, m, &w);
       if (obj < best) {
         best = obj;
         best_l = trial;
@@ -329,45 +373,61 @@ bool PipelineCurve::fill_cheapest(const Choices& useful, const std::vector<int>&
 
 bool PipelineCurve::min_sum(const Choices& choices, double bound, std::vector<int>& layers,
                             std::vector<std::uint8_t>& option, double& sum) const {
-  const int k = num_stages(), L = num_layers_;
-  // What can help under the bound: each option capped by it, the useless dropped.
-  Choices useful(k);
   long combinations = 1;
+  const std::optional<Choices> useful = useful_under(choices, bound, combinations);
+  if (!useful) return false;
+  // With options fixed, the cheapest-first fill is the least sum; when few stages
+  // keep several options, try every assignment.
+  constexpr long kEnumerateUpTo = 16;
+  if (combinations <= kEnumerateUpTo) return enumerate_min_sum(*useful, layers, option, sum);
+  return dp_min_sum(*useful, layers, option, sum);
+}
+
+std::optional<PipelineCurve::Choices> PipelineCurve::useful_under(const Choices& choices,
+                                                                  double bound,
+                                                                  long& combinations) const {
+  const int k = num_stages();
+  Choices useful(k);
   for (int i = 0; i < k; ++i) {
     for (const Choice& ch : choices[i]) {
       const int most = fit_under(*ch.terms, ch.cap, bound);
       if (most >= 1) useful[i].push_back({ch.terms, ch.option, most});
     }
     drop_useless(useful[i]);
-    if (useful[i].empty()) return false;
+    if (useful[i].empty()) return std::nullopt;
     combinations = std::min<long>(combinations * static_cast<long>(useful[i].size()), 1 << 20);
   }
-  // With options fixed, the cheapest-first fill is the least sum; when few stages
-  // keep several options, try every assignment (the earlier options first, so ties
-  // keep them).
-  constexpr long kEnumerateUpTo = 16;
-  if (combinations <= kEnumerateUpTo) {
-    std::vector<int> pick(k, 0), trial;
-    bool found = false;
-    for (;;) {
-      double s = 0;
-      if (fill_cheapest(useful, pick, trial, s) && (!found || s < sum)) {
-        found = true;
-        sum = s;
-        layers = trial;
-        option.resize(k);
-        for (int i = 0; i < k; ++i)
-          option[i] = static_cast<std::uint8_t>(useful[i][pick[i]].option);
-      }
-      int i = 0;
-      while (i < k && ++pick[i] == static_cast<int>(useful[i].size())) pick[i++] = 0;
-      if (i == k) break;
+  return useful;
+}
+
+// Every assignment of the options, the earlier options first (so ties keep them).
+bool PipelineCurve::enumerate_min_sum(const Choices& useful, std::vector<int>& layers,
+                                      std::vector<std::uint8_t>& option, double& sum) const {
+  const int k = num_stages();
+  std::vector<int> pick(k, 0), trial;
+  bool found = false;
+  for (;;) {
+    double s = 0;
+    if (fill_cheapest(useful, pick, trial, s) && (!found || s < sum)) {
+      found = true;
+      sum = s;
+      layers = trial;
+      option.resize(k);
+      for (int i = 0; i < k; ++i) option[i] = static_cast<std::uint8_t>(useful[i][pick[i]].option);
     }
-    return found;
+    int i = 0;
+    while (i < k && ++pick[i] == static_cast<int>(useful[i].size())) pick[i++] = 0;
+    if (i == k) break;
   }
-  // Otherwise a dynamic program over stages and layers: best[j] = least sum of the
-  // stages so far holding j layers; each option's range of l a sliding minimum of
-  // prev[x] - x * c over x in [j - most, j - 1].
+  return found;
+}
+
+// A dynamic program over stages and layers: best[j] = least sum of the stages so far
+// holding j layers; each option's range of l a sliding minimum of prev[x] - x * c over
+// x in [j - most, j - 1].
+bool PipelineCurve::dp_min_sum(const Choices& useful, std::vector<int>& layers,
+                               std::vector<std::uint8_t>& option, double& sum) const {
+  const int k = num_stages(), L = num_layers_;
   const std::size_t width = static_cast<std::size_t>(L) + 1;
   std::vector<double> prev(width, kInfeasible), cur(width);
   std::vector<std::pair<int, int>> from(static_cast<std::size_t>(k) * width, {-1, -1});
@@ -416,9 +476,9 @@ bool PipelineCurve::min_sum(const Choices& choices, double bound, std::vector<in
   return true;
 }
 
-void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) const {
-  const int k = num_stages(), L = num_layers_;
-  // g_i(l): the cheapest option of stage i that holds l layers.
+double PipelineCurve::min_max_bound(const Choices& choices, int layers) {
+  const int k = static_cast<int>(choices.size());
+  // g_i(l): the cheapest option of stage i that holds l layers (nondecreasing in l).
   auto g = [&](int i, int l) {
     double v = kInfeasible;
     for (const Choice& c : choices[i]) {
@@ -426,7 +486,6 @@ void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) 
     }
     return v;
   };
-  // Smallest feasible bound: the greedy over g_i (nondecreasing in l).
   std::vector<int> l(k, 1);
   using Item = std::pair<double, int>;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
@@ -435,13 +494,50 @@ void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) 
     bound = std::max(bound, g(i, 1));
     if (const double v = g(i, 2); !std::isinf(v)) heap.emplace(v, i);
   }
-  for (int left = L - k; left > 0; --left) {
+  for (int left = layers - k; left > 0; --left) {
     auto [v, i] = heap.top();
     heap.pop();
     ++l[i];
     bound = std::max(bound, v);
     if (const double w = g(i, l[i] + 1); !std::isinf(w)) heap.emplace(w, i);
   }
+  return bound;
+}
+
+// Every stage as cheap as its cheapest option and as roomy as its roomiest (a
+// relaxation, filled greedily).
+bool PipelineCurve::relaxed_floor_sum(const Choices& choices, double& floor_sum) const {
+  const int k = num_stages();
+  Choices relaxed(k);
+  std::vector<StageTerms> cheapest(k);
+  for (int i = 0; i < k; ++i) {
+    cheapest[i] = *choices[i].front().terms;
+    int most = 0;
+    for (const Choice& c : choices[i]) {
+      cheapest[i].per_layer_s = std::min(cheapest[i].per_layer_s, c.terms->per_layer_s);
+      cheapest[i].fixed_s = std::min(cheapest[i].fixed_s, c.terms->fixed_s);
+      most = std::max(most, c.cap);
+    }
+    relaxed[i].push_back({&cheapest[i], 0, most});
+  }
+  std::vector<int> layers;
+  return fill_cheapest(relaxed, std::vector<int>(k, 0), layers, floor_sum);
+}
+
+double PipelineCurve::next_breakpoint(const Choices& choices, double bound) {
+  double next = kInfeasible;
+  for (const auto& stage : choices) {
+    for (const Choice& c : stage) {
+      const int at = fit_under(*c.terms, c.cap, bound);
+      if (at < c.cap) next = std::min(next, c.terms->fixed_s + (at + 1) * c.terms->per_layer_s);
+    }
+  }
+  return next;
+}
+
+void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) const {
+  const int k = num_stages();
+  double bound = min_max_bound(choices, num_layers_);
   double best = kInfeasible, best_worst = kInfeasible;
   std::vector<int> ls;
   std::vector<std::uint8_t> os;
@@ -466,33 +562,11 @@ void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) 
     consider(kInfeasible);  // no bound term: the smallest sum wins outright
   } else {
     consider(bound);
-    // A lower bound of the smallest sum at any bound: every stage as cheap as its
-    // cheapest option and as roomy as its roomiest (a relaxation, filled greedily).
     double floor_sum = 0;
-    {
-      Choices relaxed(k);
-      std::vector<StageTerms> cheapest(k);
-      for (int i = 0; i < k; ++i) {
-        cheapest[i] = *choices[i].front().terms;
-        int most = 0;
-        for (const Choice& c : choices[i]) {
-          cheapest[i].per_layer_s = std::min(cheapest[i].per_layer_s, c.terms->per_layer_s);
-          cheapest[i].fixed_s = std::min(cheapest[i].fixed_s, c.terms->fixed_s);
-          most = std::max(most, c.cap);
-        }
-        relaxed[i].push_back({&cheapest[i], 0, most});
-      }
-      if (!fill_cheapest(relaxed, std::vector<int>(k, 0), ls, floor_sum)) return;
-    }
+    if (!relaxed_floor_sum(choices, floor_sum)) return;
     // Larger bounds (the options' breakpoints), while the smaller sum can pay for them.
     for (;;) {
-      double next = kInfeasible;
-      for (int i = 0; i < k; ++i) {
-        for (const Choice& c : choices[i]) {
-          const int at = fit_under(*c.terms, c.cap, bound);
-          if (at < c.cap) next = std::min(next, c.terms->fixed_s + (at + 1) * c.terms->per_layer_s);
-        }
-      }
+      const double next = next_breakpoint(choices, bound);
       if (std::isinf(next) || floor_sum + (m - 1) * std::max(next, send_max_) >= best) break;
       bound = next;
       consider(bound);

@@ -123,11 +123,25 @@ class PipelineCurve {
   void solve(int m, Solution& out) const;
   void solve_single(int m, const Choices& choices, Solution& out) const;
   void solve_options(int m, const Choices& choices, Solution& out) const;
+  // Its steps: the smallest feasible bound on the slowest stage (greedy over each
+  // stage's cheapest option per layer count); a lower bound of the least sum at any
+  // bound (false: none fits); the next options' breakpoint above `bound`.
+  static double min_max_bound(const Choices& choices, int layers);
+  bool relaxed_floor_sum(const Choices& choices, double& floor_sum) const;
+  static double next_breakpoint(const Choices& choices, double bound);
   // The least sum of stage times with every stage at most `bound` (every
   // assignment of the options still useful under it, or a DP over stages and
   // layers when there are many); false when no split fits under it.
   bool min_sum(const Choices& choices, double bound, std::vector<int>& layers,
                std::vector<std::uint8_t>& option, double& sum) const;
+  // Its steps: each option capped by the bound, the useless dropped (empty: a stage has
+  // none left); every assignment of few options; the DP for many.
+  std::optional<Choices> useful_under(const Choices& choices, double bound,
+                                      long& combinations) const;
+  bool enumerate_min_sum(const Choices& useful, std::vector<int>& layers,
+                         std::vector<std::uint8_t>& option, double& sum) const;
+  bool dp_min_sum(const Choices& useful, std::vector<int>& layers,
+                  std::vector<std::uint8_t>& option, double& sum) const;
   // Options fixed (pick[i] of useful[i], whose cap is the most layers it may take):
   // layers to the cheapest stages first; false when they cannot hold L.
   bool fill_cheapest(const Choices& useful, const std::vector<int>& pick, std::vector<int>& layers,

@@ -13,24 +13,17 @@
 namespace hexi {
 namespace {
 
-using testing::catalogs;
 using testing::cluster_json;
 using testing::compositions;
 using testing::make_scenario;
 using testing::shipped;
-
-// A 12-layer model whose layers weigh ~3 GiB with optimizer state, so that 12 and
-// 24 GiB GPUs hold only a few each: memory decides the split as much as speed.
-Json small_model() {
-  return {{"name", "test-12l"}, {"layers", 12},   {"hidden", 4096}, {"ffn", 11008},
-          {"heads", 32},        {"kv_heads", 32}, {"vocab", 32000}, {"max_seq", 2048}};
-}
+using testing::small_model;
 
 TEST(PipelineCurve, BestSplitEqualsBruteForceOverAllSplits) {
   // Stages: 3080 Ti (12 GiB), 3090 (24 GiB), two A100-40GB as TP 2, 4090 (24 GiB).
   auto sc = make_scenario(
       cluster_json("bf", {{"RTX3080Ti", 2}, {"RTX3090", 2}, {"A100-PCIe-40GB", 2}, {"RTX4090", 2}}),
-      small_model(), {{"global_batch", 8}, {"seq_len", 2048}});
+      small_model(2048), {{"global_batch", 8}, {"seq_len", 2048}});
   ASSERT_TRUE(sc.ok()) << sc.error().message;
   CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
   const std::vector<std::vector<int>> stages = {{0}, {2}, {4, 5}, {6}};

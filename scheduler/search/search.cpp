@@ -17,12 +17,7 @@ std::string gib(double bytes) {
 // replica), one micro-batch of activations through every layer (under full
 // recompute, which a plan may give every stage), and the logits.
 double minimum_memory_bytes(const Model& m, const TrainingConfig& t) {
-  StageShape whole;
-  whole.layer_end = m.layers;
-  whole.first = whole.last = true;
-  whole.micro_batch = t.micro_batch;
-  whole.recompute = Recompute::kFull;
-  MemoryBreakdown mem = device_memory(m, t, whole);
+  MemoryBreakdown mem = device_memory(m, t, whole_model_shape(m, t.micro_batch, Recompute::kFull));
   return mem.total() - mem.reserve;
 }
 

@@ -10,29 +10,13 @@
 #include <vector>
 
 #include "scenarios/scenario.hpp"
+#include "scenarios/testing.hpp"
 #include "scheduler/search/random.hpp"
 
 namespace hexi::testing {
 
-struct Catalogs {
-  GpuCatalog gpus;
-  ModelCatalog models;
-};
-
-inline const Catalogs& catalogs() {
-  static const Catalogs c = [] {
-    auto gpus = GpuCatalog::load_shipped();
-    auto models = ModelCatalog::load_shipped();
-    EXPECT_TRUE(gpus.ok() && models.ok());
-    return Catalogs{std::move(*gpus), std::move(*models)};
-  }();
-  return c;
-}
-
 inline Scenario shipped(const std::string& name) {
-  auto sc = load_scenario(name, catalogs().gpus, catalogs().models);
-  EXPECT_TRUE(sc.ok()) << (sc.ok() ? "" : sc.error().message);
-  return std::move(*sc);
+  return shipped_scenario(name);
 }
 
 // A scenario over an inline cluster; `model` is a catalog name or an inline object.
@@ -40,7 +24,15 @@ inline Result<Scenario> make_scenario(const Json& cluster, const Json& model, co
                                       const std::string& scheduler = "hexiscale") {
   Json sc = {{"version", 1},   {"name", "test"},       {"cluster", cluster},
              {"model", model}, {"training", training}, {"scheduler", scheduler}};
-  return scenario_from_json(sc, "inline-test.json", catalogs().gpus, catalogs().models);
+  return scenario_from_json(sc, "inline-test.json", shipped_gpus(), shipped_models());
+}
+
+// A 12-layer Llama-7B-wide model (hidden 4096, MHA) whose layers weigh ~3 GiB with
+// optimizer state, so that 12 and 24 GiB GPUs hold only a few each: memory decides the
+// split as much as speed (and with long sequences, recompute decides it).
+inline Json small_model(int max_seq) {
+  return {{"name", "test-12l"}, {"layers", 12},   {"hidden", 4096}, {"ffn", 11008},
+          {"heads", 32},        {"kv_heads", 32}, {"vocab", 32000}, {"max_seq", max_seq}};
 }
 
 // A cluster JSON: machines as (gpu type, gpus per machine), one switch, NIC GB/s.
