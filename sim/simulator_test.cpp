@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "scenarios/testing.hpp"
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/plan/testing.hpp"
 #include "scheduler/program/lower.hpp"
+#include "scheduler/program/trace_schema.hpp"
 #include "sim/sim_testing.hpp"
 
 namespace hexi {
@@ -322,6 +325,31 @@ TEST(Simulator, SameInputsGiveByteIdenticalReportAndTrace) {
   EXPECT_GT(a->report.activities, 0);
   auto parsed = Json::parse(a->trace_json);  // valid JSON
   EXPECT_GT(parsed.at("traceEvents").size(), 100u);
+}
+
+// The simulated trace reads back through the one trace schema (what validation uses):
+// every op of the program once, on its own device, ending no later than the iteration.
+TEST(Simulator, TraceReadsBackOpForOpThroughTheSchema) {
+  Cluster c = testing::make_cluster(2, 4);
+  const Model m = testing::tiny_model();
+  TrainingConfig t = testing::tiny_training(8);
+  auto program = lower_plan(testing::uniform_plan(2, 2, 2, 4, 8), c, m, t, {}, "<plan>");
+  ASSERT_TRUE(program.ok());
+  auto out = simulate(*program, c, m, t, Profile{}, SimOptions{});
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  auto trace = trace_from_json(Json::parse(out->trace_json), "trace.json");
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  ASSERT_EQ(static_cast<int>(trace->ops.size()), program->num_ops());
+  std::vector<int> seen(program->num_ops(), 0);
+  for (const TraceOp& e : trace->ops) {
+    ASSERT_GE(e.op, 0);
+    ASSERT_LT(e.op, program->num_ops());
+    ++seen[e.op];
+    EXPECT_EQ(e.device, program->ops[e.op].device) << "op " << e.op;
+    EXPECT_LE(e.start_us, e.end_us) << "op " << e.op;
+    EXPECT_LE(e.end_us, out->report.iteration_time_s * 1e6 * (1 + 1e-9) + 1e-3) << "op " << e.op;
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), program->num_ops());
 }
 
 TEST(Simulator, ProgramsWithCyclesOrTheWrongClusterAreBadInput) {
