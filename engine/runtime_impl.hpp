@@ -1,7 +1,7 @@
 #pragma once
 // Internals of RankRuntime (runtime.hpp), shared by runtime_setup.cpp (buffers,
 // groups, buckets), runtime_ops.cpp (the op interpreter), runtime_dp.cpp (gradient
-// buckets and AdamW) and runtime_checkpoint.cpp.
+// buckets and AdamW) and runtime.cpp (steps and checkpoints).
 
 #include <map>
 #include <memory>

@@ -1,6 +1,6 @@
 // The `flashflex` baseline: the reference implementation of HexiScale (GitHub
 // Relaxed-System-Lab/FlashFlex, experimental/main.py and partitioner.py), step by
-// step, choosing by its own cost model (baselines_flashflex.hpp); the chosen plan is
+// step, choosing by its own cost model (flashflex.hpp); the chosen plan is
 // then evaluated by hexisim's cost model like every other plan.
 //
 // Kept from the reference, including its quirks (each marked "as the reference"):

@@ -1,4 +1,4 @@
-// The FlashFlex reference cost model (see baselines_flashflex.hpp), line by line.
+// The FlashFlex reference cost model (see flashflex.hpp), line by line.
 #include <algorithm>
 #include <cmath>
 

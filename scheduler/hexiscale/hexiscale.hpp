@@ -5,8 +5,8 @@
 //
 //   for D over its feasible range (1 .. the most pipelines memory allows):
 //     for each cut mode (DP on slow links / on fast links) and seed:
-//       phase 1: METIS splits the device graph into D pipelines (hexiscale_partition)
-//       phase 2: each pipeline: groups, TP degrees, order, layers (hexiscale_pipeline)
+//       phase 1: METIS splits the device graph into D pipelines (partition)
+//       phase 2: each pipeline: groups, TP degrees, order, layers (pipeline)
 //       batch split across pipelines, proportional then exact (batch_split)
 //       score the plan with the full cost model; keep the best
 //   refinement from the best plans: move devices (or whole machines) to another

@@ -18,7 +18,7 @@ inline namespace hexiscale {
 // Devices of each pipeline: machine -> how many of its GPUs.
 using Assignment = std::vector<std::map<int, int>>;
 
-// A refinement move (hexiscale_refine.cpp): devices of machine m1 (n1 of them) from
+// A refinement move (refine.cpp): devices of machine m1 (n1 of them) from
 // pipeline p to q (q == size: a new pipeline); merge q into p; or n1 of m1 in p
 // against n2 of m2 in q.
 struct Move {
