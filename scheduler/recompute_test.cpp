@@ -19,7 +19,7 @@ namespace {
 using testing::cluster_json;
 using testing::compositions;
 using testing::make_scenario;
-using testing::shipped;
+using testing::shipped_scenario;
 using testing::small_model;
 
 Result<Scenario> consumer_scenario(const std::string& attention = "flash", int seq = 8192) {
@@ -240,7 +240,7 @@ TEST(RecomputeSearch, PerStageSpaceContainsTheScenarioSpace) {
 }
 
 TEST(RecomputeSearch, HexiScaleOptionKeepsTheScenarioRecompute) {
-  Scenario sc = shipped("hexiscale-setting1-llama2-13b");
+  Scenario sc = shipped_scenario("hexiscale-setting1-llama2-13b");
   sc.scheduler_options = {{"recompute", "scenario"}};
   auto r = run_scheduler("hexiscale", sc, SearchOptions{});
   ASSERT_TRUE(r.ok()) << r.error().message;

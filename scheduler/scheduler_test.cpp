@@ -12,7 +12,7 @@ namespace {
 
 using testing::cluster_json;
 using testing::make_scenario;
-using testing::shipped;
+using testing::shipped_scenario;
 
 // Large searches get a budget here; their full runs are measured in bench/.
 SearchOptions options_for(const Scenario& sc, const std::string& scheduler) {
@@ -25,7 +25,7 @@ SearchOptions options_for(const Scenario& sc, const std::string& scheduler) {
 
 TEST(Search, EverySchedulerGivesAValidPlanOnEveryShippedScenario) {
   for (const std::string& name : shipped_scenarios()) {
-    Scenario sc = shipped(name);
+    Scenario sc = shipped_scenario(name);
     for (const auto& s : schedulers()) {
       if (s.name == "exact" && sc.cluster.num_devices() > kExactMaxGpus) continue;
       auto r = run_scheduler(s.name, sc, options_for(sc, s.name));
@@ -48,7 +48,7 @@ TEST(Search, EverySchedulerGivesAValidPlanOnEveryShippedScenario) {
 }
 
 TEST(Search, HexiScaleBeatsOrMatchesTheHandPlan) {
-  Scenario sc = shipped("hexiscale-setting1-llama2-7b");
+  Scenario sc = shipped_scenario("hexiscale-setting1-llama2-7b");
   auto hand = load_plan(*sc.plan);
   ASSERT_TRUE(hand.ok());
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
@@ -58,7 +58,7 @@ TEST(Search, HexiScaleBeatsOrMatchesTheHandPlan) {
 }
 
 TEST(Search, SameSeedSamePlanBytes) {
-  Scenario sc = shipped("hexiscale-setting3-llama-30b");
+  Scenario sc = shipped_scenario("hexiscale-setting3-llama-30b");
   for (const char* s : {"hexiscale", "random", "flashflex", "metis-like"}) {
     SearchOptions o;
     o.seed = 7;
@@ -70,7 +70,7 @@ TEST(Search, SameSeedSamePlanBytes) {
 }
 
 TEST(Search, TimeBudgetIsRespected) {
-  Scenario sc = shipped("mix-1024-llama2-70b");
+  Scenario sc = shipped_scenario("mix-1024-llama2-70b");
   SearchOptions o;
   o.time_budget_s = 0.5;
   auto r = run_scheduler("hexiscale", sc, o);
@@ -117,7 +117,7 @@ TEST(Search, DisconnectedClusterIsBadInput) {
 }
 
 TEST(Search, UnknownSchedulerIsBadInputListingTheNames) {
-  Scenario sc = shipped("testbed-h100-a100-llama2-13b");
+  Scenario sc = shipped_scenario("testbed-h100-a100-llama2-13b");
   auto r = run_scheduler("hexiscal", sc, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
@@ -126,7 +126,7 @@ TEST(Search, UnknownSchedulerIsBadInputListingTheNames) {
 }
 
 TEST(Search, ExactRefusesLargeClusters) {
-  Scenario sc = shipped("hexiscale-setting1-llama2-7b");
+  Scenario sc = shipped_scenario("hexiscale-setting1-llama2-7b");
   auto r = run_scheduler("exact", sc, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);

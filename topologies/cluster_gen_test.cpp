@@ -8,12 +8,8 @@
 namespace hexi {
 namespace {
 
-const GpuCatalog& catalog() {
-  return testing::shipped_gpus();
-}
-
 TEST(ClusterGen, ParsesMixSpecs) {
-  auto mix = parse_mix("A100:4x8,rtx4090:8x8", catalog());
+  auto mix = parse_mix("A100:4x8,rtx4090:8x8", testing::shipped_gpus());
   ASSERT_TRUE(mix.ok()) << mix.error().message;
   ASSERT_EQ(mix->size(), 2u);
   EXPECT_EQ((*mix)[0].gpu, "A100-SXM-80GB");
@@ -25,7 +21,7 @@ TEST(ClusterGen, ParsesMixSpecs) {
 TEST(ClusterGen, RejectsBadMixSpecs) {
   for (const char* spec :
        {"", "A100", "A100:4", "A100:4x", "A100:0x8", "A100:4x8,", "GTX1080:1x8", "A100:-1x8"}) {
-    auto mix = parse_mix(spec, catalog());
+    auto mix = parse_mix(spec, testing::shipped_gpus());
     EXPECT_FALSE(mix.ok()) << spec;
     if (!mix.ok()) {
       EXPECT_EQ(mix.error().kind, ErrorKind::kBadInput);
@@ -35,11 +31,11 @@ TEST(ClusterGen, RejectsBadMixSpecs) {
 
 TEST(ClusterGen, GeneratesLargeClusters) {
   // 10 240 GPUs of four types, 16 machines per leaf with 2:1 oversubscription.
-  auto mix = parse_mix("H100:320x8,A100:320x8,RTX4090:320x8,L40S:320x8", catalog());
+  auto mix = parse_mix("H100:320x8,A100:320x8,RTX4090:320x8,L40S:320x8", testing::shipped_gpus());
   ASSERT_TRUE(mix.ok());
   FabricOptions fabric;
   fabric.oversubscription = 2;
-  auto c = Cluster::from_json(generate_cluster_json(*mix, fabric), "gen", catalog());
+  auto c = Cluster::from_json(generate_cluster_json(*mix, fabric), "gen", testing::shipped_gpus());
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_EQ(c->num_devices(), 10240);
   EXPECT_EQ(c->leaves().size(), 80u);

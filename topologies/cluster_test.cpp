@@ -10,14 +10,10 @@
 namespace hexi {
 namespace {
 
-const GpuCatalog& catalog() {
-  return testing::shipped_gpus();
-}
-
 Result<Cluster> parse(const std::string& text) {
   auto json = parse_json_text(text, "inline.json");
   if (!json) return json.error();
-  return Cluster::from_json(*json, "inline.json", catalog());
+  return Cluster::from_json(*json, "inline.json", testing::shipped_gpus());
 }
 
 // Two 4-GPU NVSwitch machines (A100: 300 GB/s NVLink, 32 GB/s PCIe) and one 2-GPU
@@ -159,7 +155,8 @@ TEST(Cluster, ShippedClustersLoad) {
       {"a800-pcie-2x8", 16},      {"a800-pcie-4x8", 32},      {"testbed-h100-a100-16", 16},
       {"mix-128-4types", 128},    {"mix-1024-4types", 1024}};
   for (const auto& [name, gpus] : expected) {
-    auto c = Cluster::load(data_root() / "topologies/clusters" / (name + ".json"), catalog());
+    auto c = Cluster::load(data_root() / "topologies/clusters" / (name + ".json"),
+                           testing::shipped_gpus());
     ASSERT_TRUE(c.ok()) << c.error().message;
     EXPECT_EQ(c->num_devices(), gpus) << name;
     EXPECT_EQ(c->connected_parts().size(), 1u) << name;

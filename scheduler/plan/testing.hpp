@@ -15,10 +15,6 @@
 
 namespace hexi::testing {
 
-inline const GpuCatalog& catalog() {
-  return shipped_gpus();
-}
-
 // `machines` machines of `gpus` GPUs of `gpu` on one switch; nic in GB/s.
 inline Cluster make_cluster(int machines, int gpus, const std::string& gpu = "A100-SXM-80GB",
                             double nic_GBps = 25) {
@@ -26,13 +22,13 @@ inline Cluster make_cluster(int machines, int gpus, const std::string& gpu = "A1
             {"name", "test-cluster"},
             {"network", {{"nic_GBps", nic_GBps}}},
             {"machines", {{{"gpu", gpu}, {"gpus", gpus}, {"repeat", machines}}}}};
-  auto c = Cluster::from_json(j, "<test cluster>", catalog());
+  auto c = Cluster::from_json(j, "<test cluster>", shipped_gpus());
   if (!c) throw std::runtime_error(c.error().message);
   return std::move(*c);
 }
 
 inline Cluster cluster_from(const Json& j) {
-  auto c = Cluster::from_json(j, "<test cluster>", catalog());
+  auto c = Cluster::from_json(j, "<test cluster>", shipped_gpus());
   if (!c) throw std::runtime_error(c.error().message);
   return std::move(*c);
 }

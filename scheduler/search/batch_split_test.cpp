@@ -10,7 +10,7 @@ namespace hexi {
 namespace {
 
 TEST(BatchSplit, EqualsBruteForceMinimum) {
-  Scenario sc = testing::shipped("hexiscale-setting2-llama2-7b");
+  Scenario sc = testing::shipped_scenario("hexiscale-setting2-llama2-7b");
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
   // Three unlike pipelines: two A800 stages, two 4090 TP-2 stages, one A800 TP-4 stage.
   const int L = sc.model.layers;
@@ -33,7 +33,7 @@ TEST(BatchSplit, EqualsBruteForceMinimum) {
 }
 
 TEST(BatchSplit, FasterPipelinesGetMore) {
-  Scenario sc = testing::shipped("hexiscale-setting2-llama2-7b");
+  Scenario sc = testing::shipped_scenario("hexiscale-setting2-llama2-7b");
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
   const int L = sc.model.layers;
   // Eight 3090s against eight A800s (4.4x the FLOP/s).
@@ -47,7 +47,7 @@ TEST(BatchSplit, FasterPipelinesGetMore) {
 }
 
 TEST(BatchSplit, TooFewMicroBatchesIsInfeasible) {
-  Scenario sc = testing::shipped("hexiscale-setting2-llama2-7b");
+  Scenario sc = testing::shipped_scenario("hexiscale-setting2-llama2-7b");
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
   PipelineCurve a(pipeline_terms(cm, {{24, 25, 26, 27}}, 2, 1), sc.model.layers,
                   sc.training.schedule);

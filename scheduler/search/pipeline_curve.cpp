@@ -232,27 +232,6 @@ class SingleOption {
 
   double value(int i, int l) const { return terms_[i]->fixed_s + l * terms_[i]->per_layer_s; }
 
-  // Smallest feasible bound on the slowest stage: hand out layers one at a time to the
-  // stage whose time grows least (optimal for min-max with per-stage caps).
-  double min_max_bound() const {
-    std::vector<int> l(k_, 1);
-    using Item = std::pair<double, int>;
-    std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
-    for (int i = 0; i < k_; ++i) {
-      if (cap_[i] > 1) heap.emplace(value(i, 2), i);
-    }
-    double bound = 0;
-    for (int i = 0; i < k_; ++i) bound = std::max(bound, value(i, 1));
-    for (int left = layers_ - k_; left > 0; --left) {
-      auto [v, i] = heap.top();
-      heap.pop();
-      ++l[i];
-      bound = std::max(bound, v);
-      if (l[i] < cap_[i]) heap.emplace(value(i, l[i] + 1), i);
-    }
-    return bound;
-  }
-
   // For a bound b, the smallest sum fills the cheapest stages first; false when the
   // layers do not fit under it.
   bool fill(double b, std::vector<int>& ls) const {
@@ -275,16 +254,6 @@ class SingleOption {
     }
     *worst = std::max(top, send_max_);
     return sum + (m - 1) * *worst;
-  }
-
-  // The smallest breakpoint above `bound` at which some stage can take one more layer.
-  double next_bound(double bound) const {
-    double next = kInfeasible;
-    for (int i = 0; i < k_; ++i) {
-      const int at = fit_under(*terms_[i], cap_[i], bound);
-      if (at < cap_[i]) next = std::min(next, value(i, at + 1));
-    }
-    return next;
   }
 
   // The smallest sum of per-layer times over every split (no bound).
@@ -318,7 +287,9 @@ void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) c
     fixed_sum += terms[i]->fixed_s + 2 * terms[i]->send_s;
   }
   const SingleOption problem(terms, cap, num_layers_, send_max_);
-  double bound = problem.min_max_bound();
+  // One option per stage is the general case with one choice each: the same greedy
+  // bound and breakpoints.
+  double bound = min_max_bound(choices, num_layers_);
   std::vector<int> best_l(k), trial(k);
   double best_worst = 0;
   if (m == 1) bound = kInfeasible;  // no bound term: the smallest sum wins outright
@@ -328,7 +299,7 @@ void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) c
     const double floor_sum = problem.floor_sum();
     // Larger bounds: only worth it while the smaller sum can pay for them.
     for (;;) {
-      const double next = problem.next_bound(bound);
+      const double next = next_breakpoint(choices, bound);
       if (std::isinf(next) || floor_sum + (m - 1) * std::max(next, send_max_) >= best) break;
       bound = next;
       problem.fill(bound, trial);

@@ -16,7 +16,7 @@ namespace {
 using testing::cluster_json;
 using testing::compositions;
 using testing::make_scenario;
-using testing::shipped;
+using testing::shipped_scenario;
 using testing::small_model;
 
 TEST(PipelineCurve, BestSplitEqualsBruteForceOverAllSplits) {
@@ -56,7 +56,7 @@ TEST(PipelineCurve, BestSplitEqualsBruteForceOverAllSplits) {
 TEST(PipelineCurve, TimesEqualTheEstimateOfRealizedPlans) {
   for (const char* name : {"hexiscale-setting1-llama2-7b", "hexiscale-setting3-llama-30b",
                            "testbed-h100-a100-llama2-13b", "mix-128-llama2-70b"}) {
-    Scenario sc = shipped(name);
+    Scenario sc = shipped_scenario(name);
     CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
     SpecEvaluator ev(cm);
     const auto& ms = sc.cluster.machines();
@@ -100,7 +100,7 @@ TEST(PipelineCurve, InfeasibleWhenNoSplitFits) {
 }
 
 TEST(PipelineCurve, TimeGrowsWithMicroBatches) {
-  Scenario sc = shipped("hexiscale-setting1-llama2-7b");
+  Scenario sc = shipped_scenario("hexiscale-setting1-llama2-7b");
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
   PipelineCurve curve(pipeline_terms(cm, {{0, 1}, {8}, {16}, {24, 25, 26, 27}}, 2, 1),
                       sc.model.layers, sc.training.schedule);

@@ -15,10 +15,6 @@
 
 namespace hexi::testing {
 
-inline Scenario shipped(const std::string& name) {
-  return shipped_scenario(name);
-}
-
 // A scenario over an inline cluster; `model` is a catalog name or an inline object.
 inline Result<Scenario> make_scenario(const Json& cluster, const Json& model, const Json& training,
                                       const std::string& scheduler = "hexiscale") {
