@@ -136,6 +136,7 @@ struct GenOptions {
 };
 
 int run_gen(const GenOptions& opt) {
+  if (auto st = check_output_file("--out", opt.out, {}); !st) return report(st.error());
   auto catalogs = load_catalogs();
   if (!catalogs) return report(catalogs.error());
   auto mix = parse_mix(opt.mix, catalogs->gpus);
@@ -143,7 +144,7 @@ int run_gen(const GenOptions& opt) {
   Json json = generate_cluster_json(*mix, opt.fabric);
   auto cluster = Cluster::from_json(json, opt.out, catalogs->gpus);
   if (!cluster) return report(cluster.error());
-  if (auto st = write_file(opt.out, json.dump(2) + "\n"); !st) return report(st.error());
+  if (auto st = write_file(opt.out, dump_json(json, 2) + "\n"); !st) return report(st.error());
   if (opt.json) {
     print_json(cluster_summary(*cluster));
   } else {
@@ -171,11 +172,12 @@ void add_cluster_commands(CLI::App& app, Runner& run) {
   g->add_option("--mix", gen->mix, "TYPE:MACHINESxGPUS[,...], e.g. A100:4x8,RTX4090:8x8")
       ->required();
   g->add_option("--out", gen->out, "Cluster file to write")->required();
-  g->add_option("--name", gen->fabric.name, "Cluster name (default: derived from the mix)");
+  g->add_option("--name", gen->fabric.name, "Cluster name (default: derived from the mix)")
+      ->check(utf8_text());
   g->add_option("--nic-GBps", gen->fabric.nic_GBps,
                 "NIC bandwidth per machine, GB/s, all NICs together")
       ->default_val(gen->fabric.nic_GBps)
-      ->check(CLI::PositiveNumber);
+      ->check(finite_positive());
   g->add_option("--nics", gen->fabric.nics_per_machine, "NICs per machine")
       ->default_val(gen->fabric.nics_per_machine)
       ->check(CLI::Range(1, 64));
@@ -186,7 +188,7 @@ void add_cluster_commands(CLI::App& app, Runner& run) {
   g->add_option("--oversubscription", gen->fabric.oversubscription,
                 "Leaf downlink:uplink ratio (>= 1)")
       ->default_val(gen->fabric.oversubscription)
-      ->check(CLI::Range(1.0, 1024.0));
+      ->check(finite_in(1, 1024));
   g->add_flag("--json", gen->json, "Print the summary as one JSON object");
   g->callback([&run, gen] { run = [gen] { return run_gen(*gen); }; });
 }

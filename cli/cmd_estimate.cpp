@@ -1,5 +1,6 @@
 // hexisim estimate SCENARIO --plan FILE: closed-form cost model of a plan.
 
+#include <cmath>
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -22,6 +23,11 @@ int run_estimate(const EstimateOptions& opt) {
   if (!plan) return report(plan.error());
   CostModel model(sc->cluster, sc->model, sc->training, sc->profile);
   Estimate est = model.estimate(*plan);
+  // Input bounds keep every time finite; if one is not, say so rather than print "inf, fits".
+  if (!std::isfinite(est.iteration_time_s) || !(est.iteration_time_s > 0)) {
+    return report(failure("internal error: the estimated iteration time is " +
+                          std::to_string(est.iteration_time_s) + " s (please report it)"));
+  }
   if (opt.json) {
     Json out = est.to_json();
     out["scenario"] = sc->name;

@@ -48,6 +48,8 @@ Json summary_json(const Program& p, const std::string& out) {
 int run_lower(const LowerCmdOptions& opt) {
   auto sc = load_scenario_arg(opt.scenario);
   if (!sc) return report(sc.error());
+  if (auto st = check_output_file("--out", opt.out, command_inputs(*sc, {opt.plan})); !st)
+    return report(st.error());
   std::string plan_path = opt.plan.empty() && sc->plan ? sc->plan->string() : opt.plan;
   auto plan = load_checked_plan(*sc, opt.plan);
   if (!plan) return report(plan.error());

@@ -46,6 +46,10 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
 int run_plan(const PlanOptions& opt) {
   auto sc = load_scenario_arg(opt.scenario);
   if (!sc) return report(sc.error());
+  if (!opt.out.empty()) {
+    if (auto st = check_output_file("--out", opt.out, command_inputs(*sc)); !st)
+      return report(st.error());
+  }
   SearchOptions so;
   so.seed = opt.seed.value_or(sc->seed);
   so.time_budget_s = opt.time_budget_s;
@@ -90,7 +94,8 @@ void add_plan_command(CLI::App& app, Runner& run) {
       ->required();
   cmd->add_option("--scheduler", opt->scheduler,
                   "Scheduler: " + scheduler_names() + " (default: the scenario's \"scheduler\")");
-  cmd->add_option("--seed", opt->seed, "Random seed (default: the scenario's \"seed\")");
+  cmd->add_option("--seed", opt->seed, "Random seed (default: the scenario's \"seed\")")
+      ->check(unsigned_64());
   cmd->add_option("--options", opt->options,
                   "Scheduler options as a JSON object, replacing the scenario's (see README), e.g. "
                   "'{\"seeds\": 4}' for hexiscale or '{\"d_range\": \"full\"}' for random");
@@ -99,7 +104,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
                   "Stop searching after this many seconds and return the best plan so far (default "
                   "0: run to "
                   "convergence; only then is the result independent of machine speed)")
-      ->check(CLI::Range(0.0, 1e7));  // seconds (about 115 days at most)
+      ->check(finite_in(0, 1e7));  // seconds (about 115 days at most)
   cmd->add_flag(
       "--explain", opt->explain,
       "Per pipeline: devices by type, stages, TP degrees, layers, batch share, stage compute and "

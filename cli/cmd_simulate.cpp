@@ -126,6 +126,9 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
     std::cerr << "reading " << opt.program << "...\n";
     auto program = read_program(opt.program);
     if (!program) return program.error();
+    if (auto st = check_program_inputs(*program, sc.model, sc.training, opt.program); !st) {
+      return st.error();
+    }
     return Work{std::move(*program), std::nullopt};
   }
   std::string origin;
@@ -160,6 +163,13 @@ Status write_outputs(const SimOutput& out, const std::string& dir) {
 int run_simulate(const SimulateOptions& opt) {
   auto sc = load_scenario_arg(opt.scenario);
   if (!sc) return report(sc.error());
+  if (!opt.out.empty()) {
+    const auto inputs = command_inputs(*sc, {opt.plan, opt.program});
+    for (const char* name : {"report.json", "trace.json"}) {
+      const std::string file = opt.out + "/" + name;
+      if (auto st = check_output_file("--out", file, inputs); !st) return report(st.error());
+    }
+  }
   auto work = work_for(*sc, opt);
   if (!work) return report(work.error());
   std::cerr << "simulating " << work->program.num_ops() << " ops on "
@@ -208,7 +218,8 @@ void add_simulate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--scheduler", opt->scheduler,
                   "Plan with this scheduler instead of using the scenario's \"plan\" (without "
                   "either, the scenario's scheduler plans)");
-  cmd->add_option("--seed", opt->seed, "Seed for planning (default: the scenario's \"seed\")");
+  cmd->add_option("--seed", opt->seed, "Seed for planning (default: the scenario's \"seed\")")
+      ->check(unsigned_64());
   cmd->add_option(
          "--fidelity", opt->fidelity,
          "layer: every op of the program; stage: a stage's ops fused, intra-machine TP folded")

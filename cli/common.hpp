@@ -1,7 +1,9 @@
 #pragma once
 // Shared pieces of the hexisim subcommands: catalogs, error reporting, tables.
 
+#include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "scenarios/scenario.hpp"
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"
+#include "topologies/paths.hpp"
 #include "topologies/status.hpp"
 
 namespace hexi::cli {
@@ -35,7 +38,14 @@ Result<Scenario> load_scenario_arg(const std::string& ref);
 // One JSON object on stdout.
 void print_json(const Json& json);
 
-// Writes text to a file, creating parent folders; names the file on failure.
+// Every file a command reads: the scenario's (scenario, cluster, plan, profile) and
+// those named on its command line (empty names are skipped).
+std::vector<std::filesystem::path> command_inputs(const Scenario& scenario,
+                                                  std::initializer_list<std::string> more = {});
+
+// Writes text to a file atomically (topologies/paths.hpp), creating parent folders;
+// names the file on failure, and says on stderr when it replaced an existing file.
+// Output paths are checked before the work with check_output_file.
 Status write_file(const std::string& path, const std::string& text);
 
 // A plain aligned text table.
@@ -49,6 +59,14 @@ class Table {
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// Checks for flag values, on the text as typed. CLI11 2.1 lets "nan" through CLI::Range
+// (every comparison with NaN is false), takes "inf", and turns "-1" or 2^70 given to an
+// unsigned option into a wrapped or clamped number without a word.
+CLI::Validator finite_in(double min, double max);  // a finite number in [min, max]
+CLI::Validator finite_positive();                  // a finite number > 0
+CLI::Validator unsigned_64();                      // decimal digits that fit in 64 bits
+CLI::Validator utf8_text();                        // valid UTF-8 (it reaches JSON output)
 
 // Fixed-point formatting: fmt(3.14159, 2) == "3.14".
 std::string fmt(double value, int decimals);

@@ -1,7 +1,10 @@
 // hexisim: plan, simulate and run LLM training on heterogeneous GPU clusters.
 // One executable, one subcommand per task (the contract: README command table). Only main() turns
-// errors into exit codes: 0 success, 2 bad input (files, flags), 1 failure.
+// errors into exit codes: 0 success, 2 bad input (files, flags), 1 failure. An exception that
+// escapes a command is a bug, but it still ends as one message and exit 1, never std::terminate
+// (whose abort would, under mpirun, print once per rank and leave no exit code to act on).
 
+#include <exception>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -20,5 +23,13 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  return run ? run() : 0;
+  try {
+    return run ? run() : 0;
+  } catch (const std::exception& e) {
+    std::cerr << "hexisim: error: internal error (a bug; please report it with the command): "
+              << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "hexisim: error: internal error (a bug; please report it with the command)\n";
+  }
+  return 1;
 }

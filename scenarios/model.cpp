@@ -69,11 +69,32 @@ Model read_model(const JsonNode& node) {
   return m;
 }
 
+Json to_json(const Model& m) {
+  return {{"name", m.name},
+          {"layers", m.layers},
+          {"hidden", m.hidden},
+          {"ffn", m.ffn},
+          {"heads", m.heads},
+          {"kv_heads", m.kv_heads},
+          {"vocab", m.vocab},
+          {"max_seq", m.max_seq},
+          {"mlp", m.mlp == MlpKind::kSwiGlu ? "swiglu" : "gelu"},
+          {"tied_embeddings", m.tied_embeddings},
+          {"bias", m.bias},
+          {"layer_norm", m.layer_norm},
+          {"learned_positions", m.learned_positions},
+          {"dropout", m.dropout}};
+}
+
 Result<ModelCatalog> ModelCatalog::load(const std::filesystem::path& path) {
   auto json = read_json_file(path);
   if (!json) return json.error();
+  return from_json(*json, path.string());
+}
+
+Result<ModelCatalog> ModelCatalog::from_json(const Json& json, const std::string& origin) {
   return load_with([&] {
-    JsonNode root(*json, path.string());
+    JsonNode root(json, origin);
     root.allow_only({"version", "comment", "models"});
     root.require_version(1);
     ModelCatalog catalog;

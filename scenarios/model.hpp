@@ -54,6 +54,7 @@ class ModelCatalog {
  public:
   static Result<ModelCatalog> load_shipped();  // scenarios/models.json
   static Result<ModelCatalog> load(const std::filesystem::path& path);
+  static Result<ModelCatalog> from_json(const Json& json, const std::string& origin);
 
   const std::vector<Model>& models() const { return models_; }
   const Model* find(std::string_view name) const;
@@ -65,5 +66,7 @@ class ModelCatalog {
 
 // Reads one model object (catalog entry or a scenario's inline model).
 Model read_model(const JsonNode& node);
+// The model as read_model reads it (without the description).
+Json to_json(const Model& model);
 
 }  // namespace hexi

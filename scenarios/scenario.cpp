@@ -34,15 +34,19 @@ std::vector<std::string> shipped_clusters() {
   return json_stems(data_root() / "topologies/clusters");
 }
 
+fs::path cluster_file(const std::string& ref, const fs::path& relative_to) {
+  if (!looks_like_path(ref)) return data_root() / "topologies/clusters" / (ref + ".json");
+  fs::path p = ref;
+  // Relative to the scenario, never the current folder: the same scenario must name the
+  // same cluster wherever it is run from.
+  if (p.is_relative() && !relative_to.empty()) p = relative_to / p;
+  return p;
+}
+
 Result<Cluster> load_cluster(const std::string& ref, const GpuCatalog& catalog,
                              const fs::path& relative_to) {
-  if (looks_like_path(ref)) {
-    fs::path p = ref;
-    if (p.is_relative() && !relative_to.empty() && !fs::exists(p)) p = relative_to / p;
-    return Cluster::load(p, catalog);
-  }
-  fs::path p = data_root() / "topologies/clusters" / (ref + ".json");
-  if (!fs::exists(p)) {
+  const fs::path p = cluster_file(ref, relative_to);
+  if (!looks_like_path(ref) && !fs::exists(p)) {
     std::string known;
     for (const auto& n : shipped_clusters()) known += (known.empty() ? "" : ", ") + n;
     return bad_input("unknown cluster \"" + ref +
@@ -64,6 +68,7 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
     root.require_version(1);
     Scenario s;
     s.file = file;
+    if (!file.empty()) s.inputs.push_back(file);
     s.name = root.str("name");
     s.description = root.str_or("description", "");
     auto cluster = root.at("cluster");
@@ -71,6 +76,7 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
     if (cluster.json().is_string()) {
       s.cluster_ref = cluster.str();
       loaded = load_cluster(s.cluster_ref, catalog, dir);
+      s.inputs.push_back(cluster_file(s.cluster_ref, dir));
     } else if (cluster.json().is_object()) {
       s.cluster_ref = "<inline>";
       loaded = Cluster::from_json(cluster.json(), origin + " (cluster)", catalog);
@@ -91,7 +97,15 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
     } else {
       s.model = read_model(model);
     }
-    if (auto t = root.find("training")) s.training = read_training(*t);
+    const auto training = root.find("training");
+    if (training) s.training = read_training(*training);
+    if (s.training.seq_len > s.model.max_seq) {
+      const std::string why = "seq_len " + std::to_string(s.training.seq_len) +
+                              " is longer than the model's max_seq " +
+                              std::to_string(s.model.max_seq);
+      if (training && training->has("seq_len")) training->at("seq_len").fail_message(why);
+      root.fail_message(why + " (the default seq_len; set \"training\": {\"seq_len\": ...})");
+    }
     if (auto sched = root.find("scheduler")) {
       if (sched->json().is_string()) {
         s.scheduler = sched->str();
@@ -106,10 +120,13 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
     if (auto plan = root.find("plan")) {
       fs::path p = plan->str();
       s.plan = p.is_relative() ? dir / p : p;
+      s.inputs.push_back(*s.plan);
     }
     if (auto profile = root.find("profile")) {
       fs::path p = profile->str();
-      auto loaded_profile = Profile::load(p.is_relative() ? dir / p : p);
+      if (p.is_relative()) p = dir / p;
+      s.inputs.push_back(p);
+      auto loaded_profile = Profile::load(p);
       if (!loaded_profile) {
         nested_error = loaded_profile.error();
         throw InputError(loaded_profile.error().message);

@@ -34,6 +34,9 @@ struct Scenario {
   std::uint64_t seed = 1;
   std::optional<std::filesystem::path> plan;  // optional plan file (resolved path)
   Profile profile;  // device efficiencies: the documented defaults unless "profile" names a file
+  // Every file it was read from (scenario, cluster, plan, profile): what no command may
+  // overwrite with its output.
+  std::vector<std::filesystem::path> inputs;
 
   // scheduler_options, reporting errors against their origin (file and JSON path).
   JsonNode scheduler_options_node() const;
@@ -45,6 +48,11 @@ Result<Scenario> load_scenario(const std::string& name_or_path, const GpuCatalog
                                const ModelCatalog& models);
 Result<Scenario> scenario_from_json(const Json& json, const std::filesystem::path& file,
                                     const GpuCatalog& catalog, const ModelCatalog& models);
+
+// The file of a cluster reference: a shipped name's file, or a path (a relative one is
+// taken relative to `relative_to`, the scenario's folder, when that is given).
+std::filesystem::path cluster_file(const std::string& name_or_path,
+                                   const std::filesystem::path& relative_to = {});
 
 // A cluster by shipped name (topologies/clusters/<name>.json) or by path.
 Result<Cluster> load_cluster(const std::string& name_or_path, const GpuCatalog& catalog,

@@ -80,5 +80,24 @@ TEST(Scenario, UnknownShippedScenarioListsTheKnownOnes) {
   EXPECT_NE(s.error().message.find("hexiscale-setting1-llama2-7b"), std::string::npos);
 }
 
+TEST(Scenario, SequenceLongerThanTheModelIsBadInput) {
+  auto s = parse(R"({"version": 1, "name": "x", "cluster": "tiny-cpu-2x4", "model": "tiny-llama",
+    "training": {"global_batch": 8, "seq_len": 100000}})");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("s.json: /training/seq_len: seq_len 100000 is longer than the "
+                                   "model's max_seq"),
+            std::string::npos)
+      << s.error().message;
+}
+
+TEST(Scenario, RecordsEveryFileItWasReadFrom) {
+  auto s = load_scenario("hexiscale-setting1-llama2-7b", cat().gpus, cat().models);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->inputs.size(), 3u);  // scenario, cluster, plan
+  EXPECT_EQ(s->inputs[0].filename(), "hexiscale-setting1-llama2-7b.json");
+  EXPECT_EQ(s->inputs[1], data_root() / "topologies/clusters/hexiscale-setting1.json");
+  EXPECT_EQ(s->inputs[2].filename(), "hexiscale-setting1-llama2-7b-hand.json");
+}
+
 }  // namespace
 }  // namespace hexi

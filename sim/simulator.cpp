@@ -136,7 +136,7 @@ Result<SimOutput> run_here(const Inputs& in) {
   out.report = sim::make_report(run, r);
   out.report.scenario = in.options.scenario.empty() ? in.program.scenario : in.options.scenario;
   out.report.algorithm = std::string(sim::to_string(in.options.all_reduce));
-  out.report_json = out.report.to_json().dump(1) + "\n";
+  out.report_json = dump_json(out.report.to_json(), 1) + "\n";
   if (in.options.trace) out.trace_json = sim::make_trace(run, r);
   out.report.wall_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -186,8 +186,8 @@ bool take(std::string_view& in, std::string& out) {
     put(fd, "ok");
     put(fd, out->report_json);
     put(fd, out->trace_json);
-    put(fd, Json({{"wall_time_s", out->report.wall_time_s}, {"platform_s", out->report.platform_s}})
-                .dump());
+    put(fd, dump_json(Json{{"wall_time_s", out->report.wall_time_s},
+                           {"platform_s", out->report.platform_s}}));
   }
   ::close(fd);
   _exit(0);

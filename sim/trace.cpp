@@ -72,8 +72,10 @@ void link_tracks(TraceWriter& w, const RunInputs& in, const ExecutionResult& r) 
   std::vector<int> active(in.links.size(), 0);
   for (const auto& c : changes) {
     active[c.link] += c.delta;
-    w.raw(format(R"J({"name": "%s", "ph": "C", "pid": %d, "ts": %.3f, "args": {"flows": %d}})J",
-                 in.links[c.link].name.c_str(), kLinksPid, c.t * 1e6, active[c.link]));
+    // Link names come from machine names in the cluster file: escaped as JSON.
+    w.raw("{\"name\": " + dump_json(Json(in.links[c.link].name)) +
+          format(R"J(, "ph": "C", "pid": %d, "ts": %.3f, "args": {"flows": %d}})J", kLinksPid,
+                 c.t * 1e6, active[c.link]));
   }
 }
 

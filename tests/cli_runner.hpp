@@ -41,7 +41,8 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
 }
 
 // `args` is appended to the executable path as shell words (tests quote their own).
-inline CliResult run_cli(const std::string& args) {
+// Runs it from the folder `cwd` (empty: this process's current folder).
+inline CliResult run_cli_in(const std::filesystem::path& cwd, const std::string& args) {
   const char* bin = std::getenv("HEXISIM_BIN");
   CliResult r;
   if (bin == nullptr) {
@@ -52,6 +53,7 @@ inline CliResult run_cli(const std::string& args) {
   auto out = dir / ("hexisim-cli-" + std::to_string(::getpid()) + ".out");
   auto err = dir / ("hexisim-cli-" + std::to_string(::getpid()) + ".err");
   std::string cmd = std::string(bin) + " " + args + " >" + out.string() + " 2>" + err.string();
+  if (!cwd.empty()) cmd = "cd '" + cwd.string() + "' && " + cmd;
   int status = std::system(cmd.c_str());
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.out = read_text(out);
@@ -59,6 +61,10 @@ inline CliResult run_cli(const std::string& args) {
   std::filesystem::remove(out);
   std::filesystem::remove(err);
   return r;
+}
+
+inline CliResult run_cli(const std::string& args) {
+  return run_cli_in({}, args);
 }
 
 }  // namespace hexi::testing

@@ -13,6 +13,34 @@ constexpr double kUs = 1e-6;  // seconds per microsecond
 
 namespace {
 
+// What any link can be: 1 KB/s .. 1 PB/s, 1 ps .. 10 s. Outside (a 1e-320 GB/s link),
+// every time becomes infinite or zero and an estimate would still say "fits".
+constexpr double kMinGBps = 1e-6, kMaxGBps = 1e6;
+constexpr double kMinLatencyUs = 1e-6, kMaxLatencyUs = 1e7;
+
+// The most GPUs one cluster may have: the simulator is built for up to ~10 000; the cap
+// stops a file of 2^20 machines x 1 024 GPUs from growing without bound.
+constexpr std::int64_t kMaxClusterGpus = 1 << 17;
+
+double gbps(const JsonNode& node) {
+  return node.number_in(kMinGBps, kMaxGBps);
+}
+double gbps_or(const JsonNode& parent, std::string_view key, double fallback) {
+  auto v = parent.find(key);
+  return v ? gbps(*v) : fallback;
+}
+double latency_us(const JsonNode& node) {
+  return node.number_in(kMinLatencyUs, kMaxLatencyUs);
+}
+double latency_us_or(const JsonNode& parent, std::string_view key, double fallback) {
+  auto v = parent.find(key);
+  return v ? latency_us(*v) : fallback;
+}
+
+}  // namespace
+
+namespace {
+
 constexpr auto kLinkClasses = enum_names<LinkClass>({{LinkClass::kSelf, "self"},
                                                      {LinkClass::kNvSwitch, "nvswitch"},
                                                      {LinkClass::kPcie, "pcie"},
@@ -57,7 +85,7 @@ class ClusterReader {
   void read_network(const JsonNode& net) {
     net.allow_only({"nic_GBps", "nics_per_machine", "machines_per_leaf", "oversubscription",
                     "spine", "latency_us"});
-    nic_GBps_ = net.positive("nic_GBps");
+    nic_GBps_ = gbps(net.at("nic_GBps"));
     nics_ = static_cast<int>(net.integer_or("nics_per_machine", 1, 64, 1));
     machines_per_leaf_ = static_cast<int>(net.integer_or("machines_per_leaf", 0, 1 << 20, 0));
     if (auto o = net.find("oversubscription")) c_.oversubscription_ = o->number_in(1.0, 1024.0);
@@ -65,12 +93,12 @@ class ClusterReader {
     if (auto lat = net.find("latency_us")) {
       lat->allow_only({"nvswitch", "pcie", "host", "socket", "nic", "switch"});
       LatencyTable& t = c_.latency_;
-      t.nvswitch_s = lat->positive_or("nvswitch", t.nvswitch_s / kUs) * kUs;
-      t.pcie_s = lat->positive_or("pcie", t.pcie_s / kUs) * kUs;
-      t.host_s = lat->positive_or("host", t.host_s / kUs) * kUs;
-      t.socket_s = lat->positive_or("socket", t.socket_s / kUs) * kUs;
-      t.nic_s = lat->positive_or("nic", t.nic_s / kUs) * kUs;
-      t.switch_s = lat->positive_or("switch", t.switch_s / kUs) * kUs;
+      t.nvswitch_s = latency_us_or(*lat, "nvswitch", t.nvswitch_s / kUs) * kUs;
+      t.pcie_s = latency_us_or(*lat, "pcie", t.pcie_s / kUs) * kUs;
+      t.host_s = latency_us_or(*lat, "host", t.host_s / kUs) * kUs;
+      t.socket_s = latency_us_or(*lat, "socket", t.socket_s / kUs) * kUs;
+      t.nic_s = latency_us_or(*lat, "nic", t.nic_s / kUs) * kUs;
+      t.switch_s = latency_us_or(*lat, "switch", t.switch_s / kUs) * kUs;
     }
   }
 
@@ -93,6 +121,11 @@ class ClusterReader {
     const GpuSpec& spec = c_.gpu_types_[m.gpu_type];
     m.num_gpus = static_cast<int>(node.integer_in("gpus", 1, 1024));
     int repeat = static_cast<int>(node.integer_or("repeat", 1, 1 << 20, 1));
+    total_gpus_ += std::int64_t{m.num_gpus} * repeat;
+    if (total_gpus_ > kMaxClusterGpus) {
+      node.fail_message("the cluster would have " + std::to_string(total_gpus_) +
+                        " GPUs or more; hexisim models at most " + std::to_string(kMaxClusterGpus));
+    }
     m.intra_kind = spec.intra_kind;
     double intra_GBps = spec.intra_GBps;
     std::optional<double> intra_latency_us;
@@ -109,8 +142,8 @@ class ClusterReader {
             intra->fail("\"GBps\" for an NVLink machine of PCIe GPUs");
         }
       }
-      intra_GBps = intra->positive_or("GBps", intra_GBps);
-      if (auto l = intra->find("latency_us")) intra_latency_us = l->positive();
+      intra_GBps = gbps_or(*intra, "GBps", intra_GBps);
+      if (auto l = intra->find("latency_us")) intra_latency_us = latency_us(*l);
     }
     m.intra_Bps = intra_GBps * kGB;
     const LatencyTable& t = c_.latency_;
@@ -118,10 +151,10 @@ class ClusterReader {
                         : m.intra_kind == IntraKind::kNvSwitch ? t.nvswitch_s
                         : m.intra_kind == IntraKind::kPcie     ? t.pcie_s
                                                                : t.host_s;
-    m.pcie_Bps = node.positive_or("pcie_GBps", spec.pcie_GBps) * kGB;
+    m.pcie_Bps = gbps_or(node, "pcie_GBps", spec.pcie_GBps) * kGB;
     m.sockets = static_cast<int>(node.integer_or("sockets", 1, m.num_gpus, 1));
-    m.socket_Bps = node.positive_or("socket_GBps", 40.0) * kGB;
-    m.nic_Bps = node.positive_or("nic_GBps", nic_GBps_) * kGB;
+    m.socket_Bps = gbps_or(node, "socket_GBps", 40.0) * kGB;
+    m.nic_Bps = gbps_or(node, "nic_GBps", nic_GBps_) * kGB;
     m.nics = static_cast<int>(node.integer_or("nics", 1, m.num_gpus, std::min(nics_, m.num_gpus)));
     int leaf = -1;
     if (auto l = node.find("leaf")) leaf = static_cast<int>(l->integer_in(0, 1 << 20));
@@ -187,8 +220,8 @@ class ClusterReader {
   void read_override(const JsonNode& node) {
     node.allow_only({"devices", "machines", "GBps", "latency_us"});
     PairLink link;
-    link.bandwidth_Bps = node.positive("GBps") * kGB;
-    link.latency_s = node.positive("latency_us") * kUs;
+    link.bandwidth_Bps = gbps(node.at("GBps")) * kGB;
+    link.latency_s = latency_us(node.at("latency_us")) * kUs;
     if (node.has("devices") == node.has("machines")) {
       node.fail_message("an override names either \"devices\": [a, b] or \"machines\": [a, b]");
     }
@@ -212,6 +245,7 @@ class ClusterReader {
   double nic_GBps_ = 0;
   int nics_ = 1;
   int machines_per_leaf_ = 0;
+  std::int64_t total_gpus_ = 0;
   std::vector<int> explicit_leaf_;
   std::unordered_map<std::string, int> name_counts_;
 };

@@ -104,9 +104,18 @@ TEST(Cluster, BadInputNamesFilePathAndExpectation) {
       {"unknown GPU", "\"gpu\": \"RTX4090\"", "\"gpu\": \"GTX1080\"",
        "inline.json: /machines/1/gpu: expected a GPU type from the catalog"},
       {"negative NIC", "\"nic_GBps\": 12.5", "\"nic_GBps\": -1",
-       "inline.json: /machines/1/nic_GBps: expected a number > 0, got -1"},
+       "inline.json: /machines/1/nic_GBps: expected a number in [1e-06, 1e+06], got -1"},
       {"zero NIC", "\"nic_GBps\": 25", "\"nic_GBps\": 0",
-       "inline.json: /network/nic_GBps: expected a number > 0, got 0"},
+       "inline.json: /network/nic_GBps: expected a number in [1e-06, 1e+06], got 0"},
+      // A denormal bandwidth made every time infinite and every estimate "fit".
+      {"denormal NIC", "\"nic_GBps\": 25", "\"nic_GBps\": 1e-320",
+       "inline.json: /network/nic_GBps: expected a number in [1e-06, 1e+06]"},
+      {"endless latency", "\"nic\": 5", "\"nic\": 1e300",
+       "inline.json: /network/latency_us/nic: expected a number in [1e-06, 1e+07]"},
+      // 2^20 machines x 1 024 GPUs is within each field's range but not buildable.
+      {"2^30 GPUs", "\"gpus\": 4, \"repeat\": 2", "\"gpus\": 1024, \"repeat\": 1048576",
+       "inline.json: /machines/0: the cluster would have 1073741824 GPUs or more; hexisim "
+       "models at most 131072"},
       {"missing gpus", "\"gpus\": 2, ", "",
        "inline.json: /machines/1: missing required field \"gpus\""},
       {"zero gpus", "\"gpus\": 4", "\"gpus\": 0",
@@ -140,7 +149,7 @@ TEST(Cluster, BadOverrides) {
            {R"({"machines": ["a-0", "zz"], "GBps": 1, "latency_us": 1})",
             "/overrides/0/machines/1: expected the name of a machine"},
            {R"({"devices": [0, 1], "GBps": 0, "latency_us": 1})",
-            "/overrides/0/GBps: expected a number > 0, got 0"}}) {
+            "/overrides/0/GBps: expected a number in [1e-06, 1e+06], got 0"}}) {
     std::string text = kCluster;
     text.insert(text.rfind('}'), ", \"overrides\": [" + override_text + "]");
     auto c = parse(text);

@@ -17,6 +17,13 @@ std::string normalise(std::string_view name) {
   return out;
 }
 
+// Within what any device could be (a 1e-320 TFLOP/s GPU would make every time infinite).
+constexpr double kMinSpec = 1e-6, kMaxSpec = 1e6;
+
+double spec_number(const JsonNode& node) {
+  return node.number_in(kMinSpec, kMaxSpec);
+}
+
 GpuSpec read_gpu(const JsonNode& node) {
   node.allow_only({"name", "aliases", "tflops", "tflops_fp16_accumulate", "precision", "memory_gib",
                    "memory_GBps", "pcie_GBps", "intra", "source"});
@@ -25,18 +32,19 @@ GpuSpec read_gpu(const JsonNode& node) {
   if (auto aliases = node.find("aliases")) {
     for (std::size_t i = 0; i < aliases->size(); ++i) g.aliases.push_back(aliases->at(i).str());
   }
-  g.tflops = node.positive("tflops");
-  if (auto fp16 = node.find("tflops_fp16_accumulate")) g.tflops_fp16_accumulate = fp16->positive();
+  g.tflops = spec_number(node.at("tflops"));
+  if (auto fp16 = node.find("tflops_fp16_accumulate"))
+    g.tflops_fp16_accumulate = spec_number(*fp16);
   g.precision = node.str("precision");
-  g.memory_gib = node.positive("memory_gib");
-  g.memory_GBps = node.positive("memory_GBps");
-  g.pcie_GBps = node.positive("pcie_GBps");
+  g.memory_gib = spec_number(node.at("memory_gib"));
+  g.memory_GBps = spec_number(node.at("memory_GBps"));
+  g.pcie_GBps = spec_number(node.at("pcie_GBps"));
   auto intra = node.at("intra");
   intra.allow_only({"kind", "GBps"});
   auto kind = parse_intra_kind(intra.str("kind"));
   if (!kind) intra.at("kind").fail("one of " + kIntraKindNames.list());
   g.intra_kind = *kind;
-  g.intra_GBps = intra.positive("GBps");
+  g.intra_GBps = spec_number(intra.at("GBps"));
   g.source = node.str("source");
   return g;
 }

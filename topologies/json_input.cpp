@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 namespace hexi {
 namespace {
@@ -37,7 +38,43 @@ std::string line_and_column(std::string_view text, std::size_t byte) {
 
 }  // namespace
 
+namespace {
+
+// The byte offset where `text` nests deeper than kMaxJsonDepth, if it does. nlohmann's
+// parser is iterative but dumping and copying are recursive: a document 100 000 levels
+// deep would overflow the stack later, far from the input. No hexisim format nests
+// deeper than ~6 levels.
+std::optional<std::size_t> too_deep(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Result<Json> parse_json_text(std::string_view text, std::string_view origin) {
+  if (auto at = too_deep(text)) {
+    return bad_input(std::string(origin) + ": invalid JSON at " + line_and_column(text, *at) +
+                     ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const Json::parse_error& e) {
@@ -47,19 +84,72 @@ Result<Json> parse_json_text(std::string_view text, std::string_view origin) {
     std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
     return bad_input(std::string(origin) + ": invalid JSON at " +
                      line_and_column(text, e.byte == 0 ? 0 : e.byte - 1) + ": " + detail);
+  } catch (const Json::exception& e) {
+    // A number that overflows a double (1e400) is out_of_range, not a parse_error.
+    std::string what = e.what();
+    auto bracket = what.find("] ");
+    return bad_input(std::string(origin) + ": invalid JSON: " +
+                     (bracket == std::string::npos ? what : what.substr(bracket + 2)));
   }
 }
 
 Result<Json> read_json_file(const std::filesystem::path& path) {
+  // Only regular files: a FIFO would block forever, a folder is not "invalid JSON".
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    return bad_input(path.string() + ": cannot open file (does it exist?)");
+  }
+  if (std::filesystem::is_directory(status)) {
+    return bad_input(path.string() + ": is a folder, expected a JSON file");
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    return bad_input(path.string() +
+                     ": not a regular file (a FIFO, socket or device?), expected a JSON file");
+  }
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxJsonFileBytes) {
+    return bad_input(path.string() + ": " + std::to_string(size) +
+                     " bytes; hexisim reads JSON files of at most " +
+                     std::to_string(kMaxJsonFileBytes >> 20) + " MiB");
+  }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return bad_input(path.string() + ": cannot open file (does it exist?)");
+  if (!in) return bad_input(path.string() + ": cannot open file (permission?)");
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return parse_json_text(buffer.str(), path.string());
 }
 
+std::string dump_json(const Json& value, int indent) {
+  return value.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
+namespace {
+
+// At most about `budget` characters of `value`'s JSON text, without rendering all of a
+// large value (an error message must not copy a 100 MB array).
+void preview(const Json& value, std::string& out, std::size_t budget) {
+  if (out.size() > budget) return;
+  if (value.is_array() || value.is_object()) {
+    out += value.is_array() ? '[' : '{';
+    bool first = true;
+    for (auto it = value.begin(); it != value.end() && out.size() <= budget; ++it) {
+      if (!first) out += ',';
+      first = false;
+      if (value.is_object()) out += dump_json(Json(it.key())) + ':';
+      preview(*it, out, budget);
+    }
+    out += value.is_array() ? ']' : '}';
+    return;
+  }
+  out += dump_json(value);
+}
+
+}  // namespace
+
 std::string describe_json(const Json& value) {
-  std::string text = value.dump();
+  std::string text;
+  preview(value, text, 60);
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   switch (value.type()) {
     case Json::value_t::object:

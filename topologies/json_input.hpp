@@ -28,11 +28,24 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Reads and parses a JSON file; a syntax error names the line and column.
+// Limits of every JSON input: nesting (no hexisim format needs more than a few levels)
+// and file size (a 10 000-GPU program is well under this).
+inline constexpr int kMaxJsonDepth = 256;
+inline constexpr std::uintmax_t kMaxJsonFileBytes = std::uintmax_t{1} << 30;
+
+// Reads and parses a JSON file; a syntax error names the line and column. Only regular
+// files are read (a FIFO or a folder is refused, not waited on).
 Result<Json> read_json_file(const std::filesystem::path& path);
 
-// Parses JSON text that came from `origin` (a file name or "<inline>").
+// Parses JSON text that came from `origin` (a file name or "<inline>"). Every failure,
+// numbers that overflow a double and nesting deeper than kMaxJsonDepth included, is a
+// bad-input Error naming `origin`.
 Result<Json> parse_json_text(std::string_view text, std::string_view origin);
+
+// JSON text of `value` for output: strings that are not valid UTF-8 (a byte 0xff in a
+// machine name or path) are written with U+FFFD in place of the bad bytes instead of
+// throwing. Every JSON hexisim writes goes through here.
+std::string dump_json(const Json& value, int indent = -1);
 
 // A position inside a parsed document: the value, the file it came from and its
 // JSON-pointer path. Cheap to copy (holds a pointer into the document).

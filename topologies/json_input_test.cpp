@@ -1,7 +1,14 @@
 // Error messages name the file, the JSON path and what was expected.
 #include "topologies/json_input.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <gtest/gtest.h>
+
+#include "topologies/text.hpp"
 
 namespace hexi {
 namespace {
@@ -63,6 +70,63 @@ TEST(JsonInput, VersionIsRequired) {
   });
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().message, "v.json: /version: expected format version 1, got 2");
+}
+
+// nlohmann reports a number that overflows a double as out_of_range, not parse_error:
+// it used to escape every loader and abort the process.
+TEST(JsonInput, NumberOverflowIsBadInputNotAnException) {
+  auto r = parse_json_text(R"({"version": 1e400})", "o.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
+  EXPECT_EQ(r.error().message, "o.json: invalid JSON: number overflow parsing '1e400'");
+}
+
+// 100 000 levels parse fine but overflow the stack when dumped or copied later.
+TEST(JsonInput, DeepNestingIsRefusedAtTheLimit) {
+  const auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_TRUE(parse_json_text(nested(kMaxJsonDepth), "d.json").ok());
+  auto r = parse_json_text(nested(100000), "d.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message,
+            "d.json: invalid JSON at line 1, column 257: nested deeper than 256 levels");
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(parse_json_text("[\"" + std::string(1000, '[') + "\\\"{\"]", "s.json").ok());
+}
+
+TEST(JsonInput, OnlyRegularFilesAreRead) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("hexisim-json-input-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "folder.json");
+  auto r = read_json_file(dir / "folder.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("folder.json: is a folder"), std::string::npos);
+  ASSERT_EQ(::mkfifo((dir / "fifo.json").c_str(), 0600), 0);
+  r = read_json_file(dir / "fifo.json");  // used to block in open() forever
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("fifo.json: not a regular file"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// Error messages show a bounded preview, without rendering the whole value.
+TEST(JsonInput, DescribeIsShortForHugeValues) {
+  Json big = Json::array();
+  for (int i = 0; i < 100000; ++i) big.push_back(i);
+  const std::string d = describe_json(big);
+  EXPECT_LE(d.size(), 80u);
+  EXPECT_EQ(d.rfind("an array [0,1,2,", 0), 0u) << d;
+  EXPECT_EQ(describe_json(Json("a\xff")), "the string \"a\xef\xbf\xbd\"");
+}
+
+TEST(JsonInput, DumpReplacesBytesThatAreNotUtf8) {
+  Json j = {{"name", "n\xff"}};
+  EXPECT_THROW((void)j.dump(), Json::type_error);  // what used to abort after a training run
+  EXPECT_EQ(dump_json(j), "{\"name\":\"n\xef\xbf\xbd\"}");
+}
+
+TEST(Text, FormatHasNoLengthLimit) {
+  const std::string long_name(600, 'x');
+  EXPECT_EQ(format("[%s]", long_name.c_str()).size(), 602u);
+  EXPECT_EQ(fnv1a64_hex(""), "cbf29ce484222325");
 }
 
 }  // namespace

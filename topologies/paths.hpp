@@ -1,11 +1,31 @@
 #pragma once
-// Where shipped data lives: the GPU catalog, clusters, models and scenarios.
-// $HEXISIM_ROOT overrides the source tree compiled in at configure time.
+// Where shipped data lives (the GPU catalog, clusters, models and scenarios), and the
+// rules every output file follows.
 
 #include <filesystem>
+#include <string_view>
+#include <vector>
+
+#include "topologies/status.hpp"
 
 namespace hexi {
 
+// The folder holding topologies/, scenarios/ and engine/corpus/: $HEXISIM_ROOT when set;
+// else <executable's folder>/../share/hexisim when that holds the data (an installed
+// tree, `cmake --install`); else the source tree compiled in at configure time.
 std::filesystem::path data_root();
+
+// Checked before any work (a run may take hours): `path` can be written as an output
+// file (not a folder; its folder exists or can be created and is writable) and is none
+// of `inputs` (the same file by any path or link: `plan s.json --out s.json` would
+// destroy the scenario). Bad input naming `flag` otherwise.
+Status check_output_file(std::string_view flag, const std::filesystem::path& path,
+                         const std::vector<std::filesystem::path>& inputs);
+
+// Writes `text` through a temporary file in the same folder, flushed to disk and renamed
+// over `path`: a reader, or a run killed mid-write, sees the old file or the new one,
+// never a part. Creates missing parent folders. Sets *replaced when a file was there.
+Status write_file_atomically(const std::filesystem::path& path, std::string_view text,
+                             bool* replaced = nullptr);
 
 }  // namespace hexi

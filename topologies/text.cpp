@@ -15,13 +15,27 @@ std::string fixed(double value, int decimals) {
   return out.str();
 }
 
+std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t seed) {
+  std::uint64_t h = seed;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string fnv1a64_hex(std::string_view bytes) {
+  return format("%016llx", static_cast<unsigned long long>(fnv1a64(bytes)));
+}
+
 std::string format(const char* fmt, ...) {
-  char buf[512];
   va_list args;
   va_start(args, fmt);
-  const int n = std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_list again;
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, args);
   va_end(args);
-  return std::string(buf, std::clamp<int>(n, 0, sizeof buf - 1));
+  std::string out(static_cast<std::size_t>(std::max(n, 0)), '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, again);
+  va_end(again);
+  return out;
 }
 
 }  // namespace hexi

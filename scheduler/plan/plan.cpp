@@ -125,7 +125,7 @@ Json to_json(const Plan& plan) {
 }
 
 std::string plan_text(const Plan& plan) {
-  return to_json(plan).dump(2) + "\n";
+  return dump_json(to_json(plan), 2) + "\n";
 }
 
 namespace {
@@ -159,7 +159,8 @@ class PlanChecker {
       }
       if (auto st = layers_covered(pi, next_layer); !st) return st;
     }
-    return batch_adds_up(batch_sum);
+    if (auto st = batch_adds_up(batch_sum); !st) return st;
+    return devices_connected();
   }
 
  private:
@@ -246,6 +247,29 @@ class PlanChecker {
     return fail("/pipelines", "batch shares sum to " + std::to_string(batch_sum) +
                                   " sequences, expected the global batch " +
                                   std::to_string(training_.global_batch));
+  }
+
+  // Every device reaches every other: stages exchange activations, DP groups span the
+  // pipelines, so all of a plan's devices talk. Leaves without a spine (and no override
+  // joining them) split a cluster into parts that cannot.
+  Status devices_connected() const {
+    const auto parts = cluster_.connected_parts();
+    if (parts.size() < 2) return {};
+    std::vector<int> part_of_machine(cluster_.machines().size());
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      for (int m : parts[i]) part_of_machine[m] = static_cast<int>(i);
+    }
+    auto part = [&](int d) { return part_of_machine[cluster_.devices()[d].machine]; };
+    int first = -1;
+    for (int d = 0; d < cluster_.num_devices(); ++d) {
+      if (used_where_[d].empty()) continue;
+      if (first < 0) first = d;
+      if (part(d) == part(first)) continue;
+      return fail(used_where_[d], "device " + std::to_string(d) + " cannot reach device " +
+                                      std::to_string(first) + ": cluster \"" + cluster_.name() +
+                                      "\" has no spine between their leaves");
+    }
+    return {};
   }
 
   const Cluster& cluster_;

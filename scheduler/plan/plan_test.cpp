@@ -115,5 +115,28 @@ TEST(Plan, ExplicitHeadSplitIsValid) {
   EXPECT_TRUE(validate(text).ok());
 }
 
+// Two leaves without a spine: the plan's pipelines could not exchange anything, and the
+// estimate used to print an infinite time with "fits: yes".
+TEST(Plan, DevicesThatCannotReachEachOtherAreRefused) {
+  Scenario sc = testing::tiny_scenario();
+  auto split = Cluster::from_json(Json::parse(R"({"version": 1, "name": "split",
+      "network": {"nic_GBps": 25, "machines_per_leaf": 1, "spine": false},
+      "machines": [{"gpu": "A100", "gpus": 4, "repeat": 2}]})"),
+                                  "split.json", testing::shipped_gpus());
+  ASSERT_TRUE(split.ok()) << split.error().message;
+  auto plan = parse(kPlan);
+  ASSERT_TRUE(plan.ok());
+  auto st = validate_plan(*plan, *split, sc.model, sc.training, "p.json");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message,
+            "p.json: /pipelines/1/stages/0/devices/0: device 4 cannot reach device 0: cluster "
+            "\"split\" has no spine between their leaves");
+  // A plan inside one leaf is fine.
+  auto one_leaf = parse(R"({"version": 1, "pipelines": [
+    {"batch": 8, "stages": [{"devices": [0, 1], "layers": [0, 4]}, {"devices": [2, 3], "layers": [4, 8]}]}]})");
+  ASSERT_TRUE(one_leaf.ok());
+  EXPECT_TRUE(validate_plan(*one_leaf, *split, sc.model, sc.training, "p.json").ok());
+}
+
 }  // namespace
 }  // namespace hexi

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "scheduler/program/dp_buckets.hpp"
+#include "topologies/text.hpp"
 
 namespace hexi {
 inline namespace program {
@@ -81,6 +82,8 @@ class Lowerer {
     prog_.global_batch = t_.global_batch;
     prog_.seq_len = t_.seq_len;
     prog_.zero_stage = t_.zero_stage;
+    prog_.model_digest = input_digest(to_json(m_));
+    prog_.training_digest = input_digest(to_json(t_));
     drafts_.resize(cluster_.num_devices());
     layouts_.resize(cluster_.num_devices());
     make_layouts_and_groups();
@@ -516,10 +519,31 @@ class Lowerer {
 
 }  // namespace
 
+double min_compute_ops(const Plan& plan, Granularity granularity) {
+  double ops = 0;
+  for (const Pipeline& p : plan.pipelines) {
+    for (const Stage& s : p.stages) {
+      const double per_micro_batch = granularity == Granularity::kLayer ? 2.0 * s.layers() : 2.0;
+      ops += static_cast<double>(p.micro_batches()) * s.tp() * per_micro_batch;
+    }
+  }
+  return ops;
+}
+
 Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model& model,
                            const TrainingConfig& training, const LowerOptions& options,
                            const std::string& plan_origin) {
   if (auto st = validate_plan(plan, cluster, model, training, plan_origin); !st) return st.error();
+  if (const double ops = min_compute_ops(plan, options.granularity); ops > kMaxProgramComputeOps) {
+    return bad_input(plan_origin + ": the program would hold at least " + format("%.3g", ops) +
+                     " compute ops (" + std::to_string(training.global_batch) +
+                     " sequences in micro-batches of " + std::to_string(training.micro_batch) +
+                     " on " + std::to_string(plan.num_devices()) + " devices" +
+                     (options.granularity == Granularity::kLayer ? ", per layer" : "") +
+                     "); hexisim materialises at most " + format("%.3g", kMaxProgramComputeOps) +
+                     ": use a larger micro_batch" +
+                     (options.granularity == Granularity::kLayer ? " or stage granularity" : ""));
+  }
   return Lowerer(plan, cluster, model, training, options).run();
 }
 

@@ -24,8 +24,19 @@ struct LowerOptions {
   std::string scenario;  // recorded in the program
 };
 
+// The most compute ops a program may hold (a program costs ~150 bytes an op with its
+// dependencies): about 2.5 GB. A plan whose program would need more is refused before
+// anything is allocated; at stage granularity the same plan needs far fewer ops.
+inline constexpr double kMaxProgramComputeOps = double{1 << 24};
+
+// A lower bound on the program's compute ops: every device runs a forward and a
+// backward per micro-batch, per layer at layer granularity, per stage at stage
+// granularity. Counted in doubles (a global batch of 2^24 must not overflow).
+double min_compute_ops(const Plan& plan, Granularity granularity);
+
 // Validates the plan against the cluster, model and training config (bad input
-// naming `plan_origin` when they do not match), then lowers it.
+// naming `plan_origin` when they do not match), refuses a program over
+// kMaxProgramComputeOps, then lowers it.
 Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model& model,
                            const TrainingConfig& training, const LowerOptions& options,
                            const std::string& plan_origin);

@@ -296,5 +296,46 @@ TEST(Lower, PlanThatDoesNotMatchTheClusterIsBadInput) {
       << p.error().message;
 }
 
+// A global batch of 2^24 in micro-batches of 1 used to plan in 0.35 s and then run out of
+// memory while lowering; the bound refuses it before anything is allocated.
+TEST(Lower, ProgramsTooLargeToHoldAreRefusedUpFront) {
+  Cluster c = make_cluster(1, 2);
+  Model m = tiny_model();
+  const int batch = 1 << 24;
+  const Plan plan = uniform_plan(1, 2, 1, 4, batch);
+  EXPECT_DOUBLE_EQ(min_compute_ops(plan, Granularity::kLayer), 2.0 * batch * 4);
+  EXPECT_DOUBLE_EQ(min_compute_ops(plan, Granularity::kStage), 2.0 * batch * 2);
+  auto p = lower_plan(plan, c, m, tiny_training(batch), {}, "plan.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(p.error().message.find("plan.json: the program would hold at least 1.34e+08 compute "
+                                   "ops (16777216 sequences in micro-batches of 1 on 2 devices"),
+            std::string::npos)
+      << p.error().message;
+}
+
+TEST(Lower, ProgramRecordsWhatItWasLoweredFrom) {
+  Cluster c = make_cluster(1, 2);
+  Model m = tiny_model();
+  const Program p = lower_ok(uniform_plan(1, 2, 1, 4, 2), c, m, tiny_training(2));
+  EXPECT_TRUE(check_program_inputs(p, m, tiny_training(2), "p.json").ok());
+  auto other_batch = check_program_inputs(p, m, tiny_training(4), "p.json");
+  ASSERT_FALSE(other_batch.ok());
+  EXPECT_NE(other_batch.error().message.find("p.json: lowered for another training config"),
+            std::string::npos);
+  Model wider = m;
+  wider.ffn *= 2;
+  auto other_model = check_program_inputs(p, wider, tiny_training(2), "p.json");
+  ASSERT_FALSE(other_model.ok());
+  EXPECT_NE(other_model.error().message.find("lowered for model"), std::string::npos);
+  // The digests survive the file.
+  auto back = program_from_json(Json::parse(program_text(p)), "p.json");
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(check_program_inputs(*back, m, tiny_training(2), "p.json").ok());
+  Program old = p;
+  old.model_digest.clear();
+  EXPECT_FALSE(check_program_inputs(old, m, tiny_training(2), "p.json").ok());
+}
+
 }  // namespace
 }  // namespace hexi

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "topologies/enum_names.hpp"
+#include "topologies/text.hpp"
 
 namespace hexi {
 inline namespace program {
@@ -448,6 +449,32 @@ std::string op_label(const Program& p, int id) {
   }
   if (op.micro_batch >= 0) s += " mb" + std::to_string(op.micro_batch);
   return s;
+}
+
+std::string input_digest(const Json& json) {
+  return fnv1a64_hex(dump_json(json));
+}
+
+Status check_program_inputs(const Program& program, const Model& model,
+                            const TrainingConfig& training, const std::string& origin) {
+  if (program.model_digest.empty() || program.training_digest.empty()) {
+    return bad_input(origin +
+                     ": the program does not record what it was lowered from "
+                     "(written by an older hexisim?); lower the plan again");
+  }
+  if (program.model_digest != input_digest(to_json(model))) {
+    return bad_input(origin + ": lowered for model " + program.model +
+                     ", not for this scenario's model " + model.name +
+                     " (or the model differs); lower the plan again for this scenario");
+  }
+  if (program.training_digest != input_digest(to_json(training))) {
+    return bad_input(
+        origin + ": lowered for another training config (global batch " +
+        std::to_string(program.global_batch) + ", seq_len " + std::to_string(program.seq_len) +
+        "; this scenario: " + std::to_string(training.global_batch) + ", " +
+        std::to_string(training.seq_len) + "); lower the plan again for this scenario");
+  }
+  return {};
 }
 
 }  // namespace program

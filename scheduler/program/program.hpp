@@ -294,6 +294,10 @@ struct Program {
   int global_batch = 0;
   int seq_len = 0;
   int zero_stage = 0;
+  // What the program was lowered from (input_digest): a program is only valid for the
+  // same model and training config; `simulate --program` checks them.
+  std::string model_digest;
+  std::string training_digest;
   std::vector<DeviceLayout> devices;  // used devices, by device id
   std::vector<Op> ops;                // by id; a device's ops are contiguous, in its order
   std::vector<int> dep_ids;
@@ -317,6 +321,14 @@ std::vector<int> stream_predecessors(const Program& program);
 
 // The stage shape (cost_model.hpp) of a device's layout, for memory accounting.
 StageShape stage_shape(const DeviceLayout& layout, int in_flight = 1, int dp = 1);
+
+// A short stable digest (FNV-1a 64, hex) of a model's or training config's JSON.
+std::string input_digest(const Json& json);
+
+// Whether `program` was lowered for this model and training config (its digests match);
+// bad input naming `origin` and what differs otherwise.
+Status check_program_inputs(const Program& program, const Model& model,
+                            const TrainingConfig& training, const std::string& origin);
 
 // Consistency of a program (what every reader relies on), each error naming op ids:
 // ids/deps in range, devices' op ranges, every send matched by exactly one recv

@@ -127,6 +127,8 @@ Json to_json(const Program& p) {
           {"global_batch", p.global_batch},
           {"seq_len", p.seq_len},
           {"zero_stage", p.zero_stage},
+          {"model_digest", p.model_digest},
+          {"training_digest", p.training_digest},
           {"num_ops", p.num_ops()},
           {"groups", groups},
           {"shapes", shapes},
@@ -136,7 +138,7 @@ Json to_json(const Program& p) {
 }
 
 std::string program_text(const Program& program) {
-  return to_json(program).dump(1) + "\n";
+  return dump_json(to_json(program), 1) + "\n";
 }
 
 namespace {
@@ -264,9 +266,10 @@ Bucket read_bucket(const JsonNode& j) {
 }
 
 Program read_program_json(const JsonNode& root) {
-  root.allow_only({"version", "format", "scenario", "cluster", "model", "granularity", "schedule",
-                   "num_devices", "bytes_per_element", "global_batch", "seq_len", "zero_stage",
-                   "num_ops", "groups", "shapes", "folds", "buckets", "devices"});
+  root.allow_only({"version",     "format",     "scenario",     "cluster",           "model",
+                   "granularity", "schedule",   "num_devices",  "bytes_per_element", "global_batch",
+                   "seq_len",     "zero_stage", "model_digest", "training_digest",   "num_ops",
+                   "groups",      "shapes",     "folds",        "buckets",           "devices"});
   root.require_version(1);
   if (root.str_or("format", "hexisim-program") != "hexisim-program")
     root.at("format").fail("\"hexisim-program\"");
@@ -285,6 +288,8 @@ Program read_program_json(const JsonNode& root) {
   p.global_batch = static_cast<int>(root.integer_in("global_batch", 1, INT32_MAX));
   p.seq_len = static_cast<int>(root.integer_in("seq_len", 1, INT32_MAX));
   p.zero_stage = static_cast<int>(root.integer_in("zero_stage", 0, 1));
+  p.model_digest = root.str_or("model_digest", "");
+  p.training_digest = root.str_or("training_digest", "");
   auto groups = root.at("groups");
   for (std::size_t i = 0; i < groups.size(); ++i) {
     auto gj = groups.at(i);

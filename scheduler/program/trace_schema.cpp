@@ -1,6 +1,8 @@
 #include "scheduler/program/trace_schema.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <utility>
 
@@ -9,6 +11,23 @@
 namespace hexi {
 inline namespace program {
 namespace {
+
+// A JSON string literal (quoted, escaped; bytes that are not UTF-8 become U+FFFD): names
+// come from cluster files and may hold quotes, backslashes or anything else.
+std::string quoted(const std::string& text) {
+  return dump_json(Json(text));
+}
+
+// Microseconds with three decimals from whole nanoseconds: an event's ts and ts + dur
+// round the same way, so a slice never overlaps the next one by a rounding nanosecond.
+std::int64_t ns(double us) {
+  return std::llround(us * 1000.0);
+}
+std::string us_text(std::int64_t nanoseconds) {
+  const char* sign = nanoseconds < 0 ? "-" : "";
+  const auto magnitude = static_cast<long long>(nanoseconds < 0 ? -nanoseconds : nanoseconds);
+  return format("%s%lld.%03lld", sign, magnitude / 1000, magnitude % 1000);
+}
 
 // The args object's members after "op" (see the header for the order).
 std::string args_tail(const Op& op, const TraceOp& e) {
@@ -25,39 +44,44 @@ std::string args_tail(const Op& op, const TraceOp& e) {
 
 void TraceWriter::device(const Program& p, int device, const std::string& gpu_name) {
   const DeviceLayout* l = p.layout(device);
-  raw(format(
-      R"J({"name": "process_name", "ph": "M", "pid": %d, "args": {"name": "device %d %s (pipeline %d, stage %d, tp rank %d)"}})J",
-      device, device, gpu_name.c_str(), l->pipeline, l->stage, l->tp_rank));
+  const std::string name =
+      format("device %d ", device) + gpu_name +
+      format(" (pipeline %d, stage %d, tp rank %d)", l->pipeline, l->stage, l->tp_rank);
+  raw(format(R"J({"name": "process_name", "ph": "M", "pid": %d, "args": {"name": )J", device) +
+      quoted(name) + "}}");
   raw(format(
       R"J({"name": "process_sort_index", "ph": "M", "pid": %d, "args": {"sort_index": %d}})J",
       device, device));
   for (Stream s : {Stream::kCompute, Stream::kP2p, Stream::kGather, Stream::kDp}) {
-    raw(format(
-        R"J({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": "%s"}})J",
-        device, static_cast<int>(s), std::string(to_string(s)).c_str()));
+    raw(format(R"J({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": )J",
+               device, static_cast<int>(s)) +
+        quoted(std::string(to_string(s))) + "}}");
   }
 }
 
 void TraceWriter::op(const Program& p, const TraceOp& e) {
   const Op& op = p.ops[e.op];
-  const std::string label = op_label(p, e.op);
+  const std::string name = "{\"name\": " + quoted(op_label(p, e.op));
   const int tid = static_cast<int>(op.stream);
   const std::string args = format("\"op\": %d", e.op) + args_tail(op, e);
+  const std::int64_t start = ns(e.start_us), end = ns(e.end_us);
   if (op.stream == Stream::kP2p) {
-    raw(format(
-        R"J({"name": "%s", "cat": "p2p", "ph": "b", "id": %d, "pid": %d, "tid": %d, "ts": %.3f, "args": {%s}})J",
-        label.c_str(), e.op, e.device, tid, e.start_us, args.c_str()));
-    raw(format(
-        R"J({"name": "%s", "cat": "p2p", "ph": "e", "id": %d, "pid": %d, "tid": %d, "ts": %.3f})J",
-        label.c_str(), e.op, e.device, tid, e.end_us));
+    raw(name +
+        format(R"J(, "cat": "p2p", "ph": "b", "id": %d, "pid": %d, "tid": %d, "ts": )J", e.op,
+               e.device, tid) +
+        us_text(start) + ", \"args\": {" + args + "}}");
+    raw(name +
+        format(R"J(, "cat": "p2p", "ph": "e", "id": %d, "pid": %d, "tid": %d, "ts": )J", e.op,
+               e.device, tid) +
+        us_text(end) + "}");
     return;
   }
   const std::string cat =
       op.kind == OpKind::kCompute ? "compute" : std::string(to_string(op.stream));
-  raw(format(
-      R"J({"name": "%s", "cat": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %.3f, "dur": %.3f, "args": {%s}})J",
-      label.c_str(), cat.c_str(), e.device, op.kind == OpKind::kCompute ? 0 : tid, e.start_us,
-      e.end_us - e.start_us, args.c_str()));
+  raw(name + ", \"cat\": " + quoted(cat) +
+      format(R"J(, "ph": "X", "pid": %d, "tid": %d, "ts": )J", e.device,
+             op.kind == OpKind::kCompute ? 0 : tid) +
+      us_text(start) + ", \"dur\": " + us_text(end - start) + ", \"args\": {" + args + "}}");
 }
 
 void TraceWriter::raw(const std::string& event) {
@@ -81,7 +105,7 @@ std::string trace_document(const std::vector<std::string>& parts,
     }
   }
   std::string head = "{\"displayTimeUnit\": \"ms\", ";
-  if (other_data) head += "\"otherData\": " + other_data->dump() + ", ";
+  if (other_data) head += "\"otherData\": " + dump_json(*other_data) + ", ";
   return head + "\"traceEvents\": [" + body + "\n]}\n";
 }
 

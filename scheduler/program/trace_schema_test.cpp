@@ -101,5 +101,47 @@ TEST(TraceSchema, UnpairedAsyncEventsAreBadInput) {
   EXPECT_NE(b.error().message.find("op 4 on device 0"), std::string::npos) << b.error().message;
 }
 
+// Names come from cluster files: a quote, a backslash or 600 characters used to give
+// invalid JSON (a 512-byte printf buffer, no escaping).
+TEST(TraceSchema, AnyGpuNameGivesValidJson) {
+  const Program p = two_stage_program();
+  const std::string name = "A\"100\\ " + std::string(600, 'x');
+  TraceWriter w;
+  w.device(p, 0, name);
+  auto doc = parse_json_text(trace_document({w.lines()}), "t.json");
+  ASSERT_TRUE(doc.ok()) << doc.error().message;
+  EXPECT_EQ((*doc)["traceEvents"][0]["args"]["name"],
+            "device 0 " + name + " (pipeline 0, stage 0, tp rank 0)");
+}
+
+// ts and dur used to be rounded separately, so 8-12 % of slices overlapped the next by
+// 1 ns and Perfetto dropped them. Both come from whole nanoseconds now: ts + dur of one
+// op is exactly the ts of an op that starts when it ends.
+TEST(TraceSchema, SlicesEndExactlyWhereTheNextStarts) {
+  const Program p = two_stage_program();
+  const DeviceLayout* l = p.layout(0);
+  TraceWriter w;
+  double t = 0.0004;  // odd sub-nanosecond boundaries
+  std::vector<double> bounds;
+  for (int id = l->op_begin; id < l->op_end; ++id) {
+    if (p.ops[id].stream == Stream::kP2p) continue;
+    TraceOp e;
+    e.op = id;
+    e.device = 0;
+    e.start_us = t;
+    t += 1.0 / 3.0 + 0.0007 * id;
+    e.end_us = t;
+    w.op(p, e);
+    bounds.push_back(t);
+  }
+  const Json doc = Json::parse(trace_document({w.lines()}));
+  const Json& events = doc["traceEvents"];
+  ASSERT_GE(events.size(), 3u);
+  for (std::size_t i = 0; i + 1 < events.size(); ++i) {
+    const auto ns = [](const Json& v) { return std::llround(v.get<double>() * 1000); };
+    EXPECT_EQ(ns(events[i]["ts"]) + ns(events[i]["dur"]), ns(events[i + 1]["ts"])) << i;
+  }
+}
+
 }  // namespace
 }  // namespace hexi
