@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The installed layout: `cmake --install BUILD --prefix P` gives P/bin/hexisim and its data
+# under P/share/hexisim; the executable finds that data relative to itself after P is moved
+# (proved by removing one shipped scenario from the installed copy only), and HEXISIM_ROOT
+# overrides it.
+set -euo pipefail
+build="$(cd "$1" && pwd)"
+source_root="$(cd "$(dirname "$0")/.." && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+mv "$tmp/prefix" "$tmp/moved"
+bin="$tmp/moved/bin/hexisim"
+cd "$tmp"
+"$bin" estimate hexiscale-setting1-llama2-7b --json >/dev/null
+rm "$tmp/moved/share/hexisim/scenarios/shipped/tiny-llama-cpu.json"
+if "$bin" estimate tiny-llama-cpu >/dev/null 2>err.txt; then
+  echo "install_test: the installed hexisim read the source tree, not its own data" >&2
+  exit 1
+fi
+grep -q 'unknown scenario "tiny-llama-cpu"' err.txt
+HEXISIM_ROOT="$source_root" "$bin" info --json | grep -q tiny-llama-cpu
+echo "install_test: ok"
