@@ -118,7 +118,7 @@ TEST(SimCli, PlansThatDoNotMatchAndUnknownSchedulersExitTwo) {
     {"batch": 8, "stages": [{"devices": [0, 9], "layers": [0, 8]}]}]})");
   for (const char* cmd : {"simulate", "lower"}) {
     auto r = run_cli(std::string(cmd) + " " + scenario + " --plan " + (dir / "bad.json").string() +
-                     " --out " + (dir / "x").string());
+                     " --out " + (dir / (std::string(cmd) + "-out")).string());
     EXPECT_EQ(r.code, 2) << cmd;
     EXPECT_NE(r.err.find("device 9 does not exist"), std::string::npos) << r.err;
   }

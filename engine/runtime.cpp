@@ -2,7 +2,7 @@
 
 #include "engine/runtime.hpp"
 
-#include <fstream>
+#include <algorithm>
 #include <sstream>
 
 #include "engine/runtime_impl.hpp"
@@ -54,15 +54,8 @@ Result<std::vector<float>> RankRuntime::grads() const {
 }
 
 // ---- checkpoint ------------------------------------------------------------------------
-// <dir>/device-<d>.ckpt: one JSON header line, then float32 little-endian: parameters
-// (layout order), AdamW first moments, second moments (owned runs in order).
+// Format: engine/checkpoint.hpp; crash-safe files: engine/checkpoint_files.hpp.
 namespace {
-
-constexpr const char* kFormat = "hexisim-checkpoint";
-
-std::filesystem::path ckpt_path(const std::filesystem::path& dir, int device) {
-  return dir / ("device-" + std::to_string(device) + ".ckpt");
-}
 
 // What must match for a resume: the program (op stream and layout) of this device.
 std::string fingerprint(const RankRuntime::Impl& r) {
@@ -73,71 +66,65 @@ std::string fingerprint(const RankRuntime::Impl& r) {
   for (const auto& t : r.layout.tensors)
     s << "|" << t.name << ":" << t.row_begin << "," << t.col_begin << "," << t.rows << "x"
       << t.cols;
-  std::uint64_t fnv = 1469598103934665603ull;  // FNV-1a: stable across builds and machines
-  for (unsigned char c : s.str()) fnv = (fnv ^ c) * 1099511628211ull;
-  return std::to_string(fnv);
+  Fnv1a digest;
+  const std::string text = s.str();
+  digest.update(text.data(), text.size());
+  return digest.hex();
+}
+
+// The manifest is of this plan: the same devices (each device's file then carries the
+// fingerprint of its own part).
+Status check_devices(const CheckpointManifest& manifest, const Program& prog,
+                     const std::string& where) {
+  const std::string why = where + ": written for another plan: ";
+  const std::string fix = "; resume with the same scenario and plan";
+  if (manifest.files.size() != prog.devices.size()) {
+    return bad_input(why + "a checkpoint of " + std::to_string(manifest.files.size()) +
+                     " devices, this plan uses " + std::to_string(prog.devices.size()) + fix);
+  }
+  for (const auto& l : prog.devices) {
+    auto saved = [&](const ManifestFile& f) { return f.device == l.device; };
+    if (std::none_of(manifest.files.begin(), manifest.files.end(), saved))
+      return bad_input(why + "it has no file for device " + std::to_string(l.device) + fix);
+  }
+  return {};
 }
 
 }  // namespace
 
-Status RankRuntime::save(const std::filesystem::path& dir) const {
+Result<ManifestFile> RankRuntime::save(const std::filesystem::path& dir, SavePoints& points) const {
   const Impl& r = *impl_;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return failure(dir.string() + ": cannot create the checkpoint folder: " + ec.message());
   auto p = params();
   HEXI_TRY(p);
   std::vector<float> m(r.moment1.size()), v(r.moment2.size());
   HEXI_TRY(r.be.download(m.data(), r.moment1.get(), m.size() * sizeof(float)));
   HEXI_TRY(r.be.download(v.data(), r.moment2.get(), v.size() * sizeof(float)));
-  Json header = {{"format", kFormat},
-                 {"version", 1},
-                 {"device", r.lay->device},
-                 {"steps", r.steps},
-                 {"fingerprint", fingerprint(r)},
-                 {"params", p->size()},
-                 {"moments", m.size()}};
-  const auto path = ckpt_path(dir, r.lay->device);
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return failure(path.string() + ": cannot open for writing");
-  out << header.dump() << "\n";
-  for (const auto* vec : {&*p, &m, &v}) {
-    out.write(reinterpret_cast<const char*>(vec->data()),
-              static_cast<std::streamsize>(vec->size() * sizeof(float)));
-  }
-  out.close();
-  if (!out) return failure(path.string() + ": write failed");
-  return {};
+  CheckpointHeader header{r.lay->device, r.steps, fingerprint(r),
+                          static_cast<std::int64_t>(p->size()),
+                          static_cast<std::int64_t>(m.size())};
+  return write_device_file(dir, header, {*p, m, v}, points);
 }
 
 Status RankRuntime::load(const std::filesystem::path& dir) {
   Impl& r = *impl_;
-  const auto path = ckpt_path(dir, r.lay->device);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return bad_input(path.string() + ": cannot open the checkpoint (does it exist?)");
-  std::string line;
-  std::getline(in, line);
-  auto header = parse_json_text(line, path.string());
-  HEXI_TRY(header);
-  const Json& h = *header;
-  if (!h.is_object() || h.value("format", "") != kFormat || h.value("version", 0) != 1) {
-    return bad_input(path.string() + ": not a hexisim checkpoint (format version 1)");
-  }
-  if (h.value("fingerprint", "") != fingerprint(r)) {
-    return bad_input(path.string() +
+  auto manifest = read_manifest(dir);
+  HEXI_TRY(manifest);
+  HEXI_TRY(check_devices(*manifest, r.prog, manifest_path(dir).string()));
+  auto c = read_device_file(dir, *manifest, r.lay->device, [&r] {
+    r.progress.enter([] { return std::string("reading the checkpoint"); }, false);
+  });
+  HEXI_TRY(c);
+  const CheckpointHeader& h = c->header;
+  if (h.fingerprint != fingerprint(r) || c->params.size() != r.layout.total ||
+      c->moment1.size() != r.moment1.size()) {
+    return bad_input(c->file.string() +
                      ": written for another plan, model or training config; resume with the "
                      "same scenario and plan");
   }
-  std::vector<float> p(r.layout.total), m(r.moment1.size()), v(r.moment2.size());
-  for (auto* vec : {&p, &m, &v}) {
-    in.read(reinterpret_cast<char*>(vec->data()),
-            static_cast<std::streamsize>(vec->size() * sizeof(float)));
-  }
-  if (!in) return bad_input(path.string() + ": truncated");
-  HEXI_TRY(r.be.upload(r.params.get(), p.data(), p.size() * sizeof(float)));
-  HEXI_TRY(r.be.upload(r.moment1.get(), m.data(), m.size() * sizeof(float)));
-  HEXI_TRY(r.be.upload(r.moment2.get(), v.data(), v.size() * sizeof(float)));
-  r.steps = h.value("steps", 0);
+  HEXI_TRY(r.be.upload(r.params.get(), c->params.data(), c->params.size() * sizeof(float)));
+  HEXI_TRY(r.be.upload(r.moment1.get(), c->moment1.data(), c->moment1.size() * sizeof(float)));
+  HEXI_TRY(r.be.upload(r.moment2.get(), c->moment2.data(), c->moment2.size() * sizeof(float)));
+  r.steps = h.steps;
   return {};
 }
 

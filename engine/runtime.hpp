@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "engine/backend.hpp"
+#include "engine/checkpoint_files.hpp"
 #include "engine/communicator.hpp"
 #include "engine/data.hpp"
 #include "engine/watchdog.hpp"
@@ -89,9 +90,12 @@ class RankRuntime {
   // Per element of layout(): 1 when this device's optimizer updates it.
   const std::vector<char>& owned() const;
 
-  // Checkpoint: one file per device, <dir>/device-<d>.ckpt (parameters, AdamW moments,
-  // step); load requires the same program and refuses anything else with a message.
-  Status save(const std::filesystem::path& dir) const;
+  // Checkpoint (engine/checkpoint_files.hpp): save makes this device's file (parameters,
+  // AdamW moments, step) durable under a new name in `dir` and returns its manifest entry;
+  // the checkpoint is complete once rank 0 publishes the manifest naming every device's.
+  // load reads `dir`'s manifest and this device's file, checks both against each other and
+  // the program, and refuses anything else with a message.
+  Result<ManifestFile> save(const std::filesystem::path& dir, SavePoints& points) const;
   Status load(const std::filesystem::path& dir);
 
   struct Impl;

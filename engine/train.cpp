@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <numeric>
+#include <span>
 
 #include "engine/check.hpp"
 #include "engine/comm_mpi.hpp"
@@ -13,11 +14,13 @@
 #include "engine/comm_nccl.hpp"
 #endif
 #include "engine/data.hpp"
+#include "engine/preflight.hpp"
 #include "engine/runtime.hpp"
 #include "engine/trace.hpp"
 #include "engine/watchdog.hpp"
 #include "scenarios/scenario.hpp"
 #include "scheduler/program/lower.hpp"
+#include "topologies/paths.hpp"
 
 namespace hexi::engine {
 
@@ -43,6 +46,37 @@ int local_rank(int world_rank) {
   return env != nullptr ? std::atoi(env) : world_rank;
 }
 
+// The devices whose ranks run on this host: every device when the launcher put all ranks
+// here (OpenMPI says how many it did), else only this rank's (the others' hosts are not
+// known before any communication). Rank r runs the r-th device in increasing id.
+std::span<const DeviceLayout> devices_on_this_host(const Program& p, int world_size,
+                                                   int world_rank) {
+  const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int local = env != nullptr ? std::atoi(env) : world_size;
+  if (local == world_size) return p.devices;
+  return std::span<const DeviceLayout>(p.devices).subspan(world_rank, 1);
+}
+
+// Outputs that cannot be written: refused before hours of training, not after. Every rank
+// writes its checkpoint file; only rank 0 writes the trace, which may not replace an input.
+Status check_outputs(const TrainOptions& o, const Job& job, int world_rank) {
+  if (!o.save.empty()) HEXI_TRY(check_output_folder("--save", o.save));
+  if (o.trace.empty() || world_rank != 0) return {};
+  std::vector<std::filesystem::path> inputs = job.scenario.inputs;
+  inputs.emplace_back(job.plan_path);
+  if (!o.corpus.empty()) inputs.emplace_back(o.corpus);
+  return check_output_file("--trace", o.trace, inputs);
+}
+
+// A plan that cannot fit: refused before allocating it.
+Status check_memory(const TrainOptions& o, const Job& job, int world_size, int world_rank) {
+  HEXI_TRY(check_device_memory(job.program, job.scenario, job.plan_path));
+  if (o.backend != "cpu") return {};
+  return check_host_memory(job.program, job.scenario,
+                           devices_on_this_host(job.program, world_size, world_rank),
+                           job.plan_path);
+}
+
 Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
   Job job;
   if (o.steps < 1) return bad_input("--steps: expected at least 1, got " + std::to_string(o.steps));
@@ -60,6 +94,7 @@ Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
   } else {
     return bad_input("scenario " + job.scenario.name + " names no plan: give --plan FILE");
   }
+  HEXI_TRY(check_outputs(o, job, world_rank));
   auto plan = load_plan(job.plan_path);
   HEXI_TRY(plan);
   if (plan->num_devices() != world_size) {
@@ -75,6 +110,7 @@ Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
   HEXI_TRY(program);
   job.program = std::move(*program);
   HEXI_TRY(llama_dims(job.scenario.model));
+  HEXI_TRY(check_memory(o, job, world_size, world_rank));
   auto corpus =
       CorpusSource::load(o.corpus.empty() ? default_corpus() : std::filesystem::path(o.corpus),
                          job.scenario.training.seq_len, o.data_seed.value_or(job.scenario.seed));
@@ -132,7 +168,7 @@ void print_classes(const OpClasses& classes, double total_seconds) {
 
 // Rank 0 gathers the per-class statistics of every rank.
 Result<OpClasses> gather_classes(Communicator& world, const OpClasses& mine) {
-  auto all = gather_strings(world, to_json(mine).dump());
+  auto all = gather_strings(world, dump_json(to_json(mine)));
   HEXI_TRY(all);
   OpClasses total;
   for (const auto& s : *all) merge(total, op_classes_from_json(Json::parse(s)));
@@ -155,6 +191,34 @@ Status write_trace(Communicator& world, const TrainOptions& o, const Job& job, i
   const bool ok = std::fwrite(doc.data(), 1, doc.size(), f) == doc.size();
   if (std::fclose(f) != 0 || !ok) return failure(o.trace + ": write failed");
   return {};
+}
+
+// Rank 0's manifest of the device files every rank wrote (their entries, in rank order).
+Status publish(const TrainOptions& o, int steps, const std::vector<std::string>& entries,
+               SavePoints& points) {
+  CheckpointManifest manifest{steps, static_cast<int>(entries.size()), {}};
+  for (std::size_t r = 0; r < entries.size(); ++r) {
+    auto file = parse_manifest_file(entries[r], "checkpoint entry of rank " + std::to_string(r));
+    HEXI_TRY(file);
+    manifest.files.push_back(*file);
+  }
+  return publish_manifest(o.save, manifest, points);
+}
+
+// Crash-safe save (engine/checkpoint_files.hpp): every rank makes its file durable under a
+// new name; only once all have, rank 0 publishes the manifest naming them, which switches
+// the folder from the previous checkpoint to this one in one rename.
+int save_checkpoint(const TrainOptions& o, Communicator& world, const RankRuntime& rt,
+                    const Fault& fault, Progress& progress) {
+  const int rank = world.rank();
+  SavePoints points(fault.save_kill_point(rank), [&progress] {
+    progress.enter([] { return std::string("writing the checkpoint"); }, false);
+  });
+  auto mine = rt.save(o.save, points);
+  if (int code = agree(world, mine.ok() ? Status{} : Status{mine.error()}); code != 0) return code;
+  auto entries = gather_strings(world, to_text(*mine));
+  if (!entries.ok()) abort_job(rank, entries.error());
+  return agree(world, rank == 0 ? publish(o, rt.steps_done(), *entries, points) : Status{});
 }
 
 // The communicator the program's ops use: NCCL for cuda, else an MPI communicator of its
@@ -278,7 +342,7 @@ int train_rank(const TrainOptions& o, Communicator& world, Progress& progress) {
   if (!world.barrier().ok()) abort_job(rank, failure("barrier before the first step failed"));
   const Run run = run_steps(o, *job, **rt, world, progress);
   if (!o.save.empty()) {
-    if (int code = agree(world, (*rt)->save(o.save)); code != 0) return code;
+    if (int code = save_checkpoint(o, world, **rt, job->fault, progress); code != 0) return code;
   }
   const std::size_t skip = run.steps.size() > 1 ? 1 : 0;
   auto classes =
@@ -290,7 +354,7 @@ int train_rank(const TrainOptions& o, Communicator& world, Progress& progress) {
   }
   if (rank != 0) return 0;
   if (o.json) {
-    std::cout << summary_json(o, *job, run, *classes, first_step).dump(2) << "\n";
+    std::cout << dump_json(summary_json(o, *job, run, *classes, first_step), 2) << "\n";
   } else {
     print_summary(o, *job, run, *classes);
   }

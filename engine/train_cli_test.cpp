@@ -1,7 +1,9 @@
 // `hexisim train` end to end under mpirun: output, trace, checkpoint/resume, learning,
 // and the robustness contract (one message, no hang): a plan whose device count differs from the
 // number of ranks, a missing file, a rank that fails, dies or hangs mid-step -> every
-// rank exits non-zero within 30 s with one clear message, no hang.
+// rank exits non-zero within 30 s with one clear message, no hang. Unwritable outputs and
+// plans that do not fit are refused before the first step; a save killed at any point
+// leaves the previous or the new checkpoint; damaged checkpoints are refused.
 
 #include <sys/wait.h>
 
@@ -173,6 +175,132 @@ TEST(Train, CheckpointResumeGivesIdenticalLosses) {
   Outcome other = train(
       3, "tiny-llama-cpu-zero1 --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 1 --resume " + ckpt);
   expect_clean_failure(other, "written for another plan");
+  // A folder without a manifest (a format-1 checkpoint, or none) is refused.
+  Outcome none =
+      train(4, "tiny-llama-cpu-zero1 --plan " + p + " --steps 1 --resume " + temp("none"));
+  expect_clean_failure(none, temp("none") + "/manifest.json: not found");
+}
+
+// Writes `text` to `path` (a scenario or plan made for one test).
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+// Outputs that cannot be written are refused before any work, not after the last step.
+TEST(TrainRobustness, UnwritableTraceFailsBeforeTheFirstStep) {
+  Outcome o = train(
+      3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2 --trace /proc/x/t.json");
+  expect_clean_failure(o, "--trace /proc/x/t.json: cannot create the folder /proc/x");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(o.output.find("loss"), std::string::npos) << o.output;  // no step ran
+}
+
+TEST(TrainRobustness, UnwritableSaveFolderFailsBeforeTheFirstStep) {
+  Outcome o = train(
+      3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2 --save /proc/x/ckpt");
+  expect_clean_failure(o, "--save /proc/x/ckpt: cannot create the folder");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(o.output.find("loss"), std::string::npos) << o.output;
+}
+
+// The tiny Llama with one micro-batch of 65 536 sequences: `hexisim estimate` puts device 0
+// at 34.85 GiB (activations 30.75, logits 4.00, reserve 0.10) on a 4 GiB CPU-core. Refused
+// with those numbers before anything is allocated.
+TEST(TrainRobustness, PlanThatDoesNotFitIsRefused) {
+  const std::string scenario = temp("too-big.json"), plan_file = temp("too-big-plan.json");
+  write_file(scenario, R"({"version": 1, "name": "tiny-too-big", "cluster": "tiny-cpu-2x4",
+    "model": "tiny-llama", "seed": 1,
+    "training": {"global_batch": 65536, "micro_batch": 65536, "seq_len": 32,
+                 "precision": "fp32", "recompute": "none", "reserve_gib": 0.1}})");
+  write_file(plan_file, R"({"version": 1, "scheduler": "hand", "pipelines": [
+    {"batch": 65536, "micro_batch": 65536, "stages": [{"devices": [0], "layers": [0, 4]}]}]})");
+  Outcome o = train(1, scenario + " --plan " + plan_file + " --steps 1");
+  expect_clean_failure(o, plan_file + ": does not fit: device 0 needs an estimated 34.85 GiB");
+  EXPECT_NE(o.output.find("its CPU-core has 4.00 GiB"), std::string::npos) << o.output;
+  EXPECT_EQ(o.code, 2);
+}
+
+// Resumes `ckpt` for one step; returns the step it resumed at (-1 on failure) and checks
+// that its loss is the uninterrupted run's loss of that step.
+int resumed_step(const std::string& args, const std::string& ckpt, const nlohmann::json& full,
+                 const std::string& what) {
+  const std::string out = temp("resumed.json");
+  Outcome o = train(3, args + " --steps 1 --json --resume " + ckpt, "", out);
+  EXPECT_EQ(o.code, 0) << what << ": " << o.output;
+  if (o.code != 0) return -1;
+  auto j = read_json(out);
+  const int first = j["first_step"];
+  EXPECT_EQ(j["losses"][0].get<double>(), full[first].get<double>()) << what;
+  return first;
+}
+
+// A save killed after one of its durable steps (HEXISIM_FAULT kill-in-save) resumes with
+// exactly the losses of the previous checkpoint (step 2) or of the new one (step 4): the
+// previous one until rank 0 renames the new manifest into place, the new one from then on.
+// Rank 0 writes its device's file in 7 steps (header, 3 sections, fsync, rename, folder
+// fsync), then the manifest in 4 (write, fsync, rename, folder fsync), then removes the 3
+// previous files: killed at steps of its file and at every later step; rank 2 at steps of
+// its file. (checkpoint_test.cpp kills every step of every file, in one process.)
+TEST(Train, KilledSaveResumesFromTheOldOrTheNewCheckpoint) {
+  const std::string args = "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1");
+  const std::string full = temp("kill-full.json"), old = temp("kill-old"), ckpt = temp("kill");
+  ASSERT_EQ(train(3, args + " --steps 5 --json", "", full).code, 0);
+  ASSERT_EQ(train(3, args + " --steps 2 --save " + old).code, 0);
+  const auto losses = read_json(full)["losses"];
+  // Kills rank `rank` after its save step `point` and resumes: the step resumed at.
+  auto resumed_after_kill = [&](int rank, int point) {
+    std::filesystem::remove_all(ckpt);
+    std::filesystem::copy(old, ckpt);
+    const std::string what = "rank " + std::to_string(rank) + " killed at " + std::to_string(point);
+    const Outcome o = train(3, args + " --steps 2 --resume " + ckpt + " --save " + ckpt,
+                            "HEXISIM_FAULT=rank=" + std::to_string(rank) +
+                                ",mode=kill-in-save,point=" + std::to_string(point));
+    EXPECT_EQ(o.code, 137) << what << ": " << o.output;  // SIGKILL, reported by mpirun
+    return resumed_step(args, ckpt, losses, what);
+  };
+  std::string outcomes;  // per point of rank 0: 'o' old, 'n' new
+  for (int point : {1, 4, 7, 8, 9, 10, 11, 12, 13, 14}) {
+    const int step = resumed_after_kill(0, point);
+    outcomes += step == 2 ? 'o' : step == 4 ? 'n' : '?';
+  }
+  EXPECT_EQ(outcomes, "ooooonnnnn");  // old up to the manifest write and fsync (9)
+  for (int point : {4, 7}) EXPECT_EQ(resumed_after_kill(2, point), 2) << point;
+}
+
+// A damaged checkpoint folder is refused with one message naming the file, exit 2: a
+// corrupt byte (digest), a truncated file (size), and a folder stitched from two saves
+// (device 1's step-2 file, named with its own size and digest in the step-4 manifest).
+TEST(Train, DamagedCheckpointsAreRefused) {
+  const std::string args = "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1");
+  const std::string two = temp("damaged-2"), four = temp("damaged-4"), bad = temp("damaged");
+  ASSERT_EQ(train(3, args + " --steps 2 --save " + two).code, 0);
+  std::filesystem::copy(two, four);
+  ASSERT_EQ(train(3, args + " --steps 2 --resume " + four + " --save " + four).code, 0);
+  auto manifest = read_json(four + "/manifest.json");
+  const auto step2 = read_json(two + "/manifest.json")["files"][1];
+  const std::string file1 = manifest["files"][1]["file"];
+  auto refused = [&](const std::string& message) {
+    Outcome o = train(3, args + " --steps 1 --resume " + bad);
+    expect_clean_failure(o, message);
+    EXPECT_EQ(o.code, 2);
+    std::filesystem::remove_all(bad);
+  };
+  std::filesystem::copy(four, bad);
+  {
+    std::fstream io(bad + "/" + file1, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(1000);
+    io.put('\x55');
+  }
+  refused(bad + "/" + file1 + ": FNV-1a digest");
+  std::filesystem::copy(four, bad);
+  std::filesystem::resize_file(bad + "/" + file1, 1000);
+  refused(bad + "/" + file1 + ": 1000 bytes, but " + bad + "/manifest.json says");
+  std::filesystem::copy(four, bad);
+  manifest["files"][1] = step2;
+  write_file(bad + "/manifest.json", manifest.dump());
+  std::filesystem::copy_file(two + "/" + step2["file"].get<std::string>(),
+                             bad + "/" + step2["file"].get<std::string>());
+  refused(": a checkpoint of step 2, but " + bad + "/manifest.json is of step 4");
 }
 
 // The tiny Llama learns the corpus: mean loss of the last 10 of 200 steps well below

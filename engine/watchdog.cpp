@@ -10,7 +10,8 @@ Result<Fault> Fault::parse(const std::string& spec) {
   if (spec.empty()) return f;
   auto bad = [&](const std::string& why) {
     return bad_input("HEXISIM_FAULT=\"" + spec + "\": " + why +
-                     " (expected rank=R,step=S,op=I,mode=error|crash|hang)");
+                     " (expected rank=R,step=S,op=I,mode=error|crash|hang or "
+                     "rank=R,mode=kill-in-save,point=K)");
   };
   std::stringstream in(spec);
   std::string item;
@@ -27,6 +28,8 @@ Result<Fault> Fault::parse(const std::string& spec) {
         f.mode = Mode::kCrash;
       } else if (value == "hang") {
         f.mode = Mode::kHang;
+      } else if (value == "kill-in-save") {
+        f.mode = Mode::kKillInSave;
       } else {
         return bad("unknown mode \"" + value + "\"");
       }
@@ -45,6 +48,8 @@ Result<Fault> Fault::parse(const std::string& spec) {
       f.step = number;
     } else if (key == "op") {
       f.op = number;
+    } else if (key == "point") {
+      f.point = number;
     } else {
       return bad("unknown key \"" + key + "\"");
     }

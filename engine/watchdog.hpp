@@ -9,7 +9,8 @@
 // Fault injection for the robustness tests: HEXISIM_FAULT="rank=R,step=S,op=I,mode=M"
 // makes rank R, at step S before its I-th op (index in its own op list, 0-based), fail
 // with an error (mode=error), die by a signal (mode=crash) or stop progressing
-// (mode=hang).
+// (mode=hang). HEXISIM_FAULT="rank=R,mode=kill-in-save,point=K" kills rank R (SIGKILL)
+// right after the K-th durable step of its checkpoint save (engine/checkpoint_files.hpp).
 
 #include <atomic>
 #include <condition_variable>
@@ -23,16 +24,22 @@
 namespace hexi::engine {
 
 struct Fault {
-  enum class Mode { kNone, kError, kCrash, kHang };
+  enum class Mode { kNone, kError, kCrash, kHang, kKillInSave };
   Mode mode = Mode::kNone;
   int rank = -1;
   int step = 0;
   int op = 0;
+  int point = 0;  // kKillInSave: the save step after which the rank dies (1-based)
 
   // Parses the HEXISIM_FAULT syntax; an empty spec is "no fault".
   static Result<Fault> parse(const std::string& spec);
   bool hits(int rank_, int step_, int op_index) const {
-    return mode != Mode::kNone && rank == rank_ && step == step_ && op == op_index;
+    return mode != Mode::kNone && mode != Mode::kKillInSave && rank == rank_ && step == step_ &&
+           op == op_index;
+  }
+  // The save step after which rank `rank_` dies; 0: none.
+  int save_kill_point(int rank_) const {
+    return mode == Mode::kKillInSave && rank == rank_ ? point : 0;
   }
 };
 

@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config clang-format
+  clang libclang-rt-14-dev    # make fuzz: libFuzzer, ASan, UBSan
   libsimgrid-dev          # discrete-event simulator (3.32)
   libeigen3-dev           # matrices: bandwidth matrix, CPU kernels
   libboost-graph-dev      # graph algorithms in the scheduler

@@ -120,8 +120,10 @@ TEST(Cli, BadClusterFiles) {
       {"malformed", edit("\"gpus\": 4}", "\"gpus\": 4"), "invalid JSON at line 2"},
       {"unknown gpu", edit("\"A100\"", "\"A100X\""),
        "/machines/0/gpu: expected a GPU type from the catalog"},
-      {"negative bw", edit("12.5", "-12.5"), "/network/nic_GBps: expected a number > 0, got -12.5"},
-      {"zero bw", edit("12.5", "0"), "/network/nic_GBps: expected a number > 0, got 0"},
+      {"negative bw", edit("12.5", "-12.5"),
+       "/network/nic_GBps: expected a number in [1e-06, 1e+06], got -12.5"},
+      {"zero bw", edit("12.5", "0"),
+       "/network/nic_GBps: expected a number in [1e-06, 1e+06], got 0"},
       {"missing field", edit("\"gpus\": 4", "\"gpuz\": 4"), "/machines/0: unknown field \"gpuz\""},
       {"missing network", edit("\"network\"", "\"netwrk\""), "unknown field \"netwrk\""},
   };

@@ -18,10 +18,6 @@ namespace {
 constexpr double kMinGBps = 1e-6, kMaxGBps = 1e6;
 constexpr double kMinLatencyUs = 1e-6, kMaxLatencyUs = 1e7;
 
-// The most GPUs one cluster may have: the simulator is built for up to ~10 000; the cap
-// stops a file of 2^20 machines x 1 024 GPUs from growing without bound.
-constexpr std::int64_t kMaxClusterGpus = 1 << 17;
-
 double gbps(const JsonNode& node) {
   return node.number_in(kMinGBps, kMaxGBps);
 }

@@ -27,6 +27,10 @@
 
 namespace hexi {
 
+// The most GPUs one cluster may have (131 072): the simulator is built for up to ~10 000;
+// the cap stops a file of 2^20 machines x 1 024 GPUs from growing without bound.
+inline constexpr std::int64_t kMaxClusterGpus = std::int64_t{1} << 17;
+
 // Latency per link class, seconds.
 struct LatencyTable {
   double nvswitch_s = 3e-6;  // NVLink/NVSwitch hop, as seen by a collective library

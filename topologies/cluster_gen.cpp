@@ -1,6 +1,9 @@
 #include "topologies/cluster_gen.hpp"
 
 #include <charconv>
+#include <cstdint>
+
+#include "topologies/cluster.hpp"
 
 namespace hexi {
 namespace {
@@ -14,6 +17,7 @@ bool parse_int(std::string_view text, int& out) {
 
 Result<std::vector<MixEntry>> parse_mix(std::string_view spec, const GpuCatalog& catalog) {
   std::vector<MixEntry> mix;
+  std::int64_t total = 0;  // GPUs so far (int64: 2^31 machines x 1 024 GPUs must not overflow)
   const std::string expected = "expected TYPE:MACHINESxGPUS[,...], e.g. A100:4x8,RTX4090:8x8";
   std::size_t start = 0;
   while (start <= spec.size()) {
@@ -40,6 +44,11 @@ Result<std::vector<MixEntry>> parse_mix(std::string_view spec, const GpuCatalog&
       return bad_input("--mix: item \"" + std::string(item) +
                        "\": machines must be >= 1 and GPUs per machine in [1, 1024]");
     }
+    total += std::int64_t{e.machines} * e.gpus_per_machine;
+    if (total > kMaxClusterGpus) {
+      return bad_input("--mix \"" + std::string(spec) + "\": " + std::to_string(total) +
+                       " GPUs or more; a cluster has at most " + std::to_string(kMaxClusterGpus));
+    }
     mix.push_back(e);
     start = end + 1;
   }
@@ -48,12 +57,12 @@ Result<std::vector<MixEntry>> parse_mix(std::string_view spec, const GpuCatalog&
 
 Json generate_cluster_json(const std::vector<MixEntry>& mix, const FabricOptions& fabric) {
   std::string name = fabric.name;
-  int total = 0;
-  for (const auto& e : mix) total += e.machines * e.gpus_per_machine;
+  std::int64_t total = 0;
+  for (const auto& e : mix) total += std::int64_t{e.machines} * e.gpus_per_machine;
   if (name.empty()) {
     name = "mix-" + std::to_string(total);
     for (const auto& e : mix) {
-      name += "-" + e.gpu + "x" + std::to_string(e.machines * e.gpus_per_machine);
+      name += "-" + e.gpu + "x" + std::to_string(std::int64_t{e.machines} * e.gpus_per_machine);
     }
   }
   Json machines = Json::array();

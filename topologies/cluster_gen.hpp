@@ -26,7 +26,8 @@ struct MixEntry {
   int gpus_per_machine = 0;
 };
 
-// Parses "TYPE:MxG[,TYPE:MxG...]"; GPU types checked against the catalog.
+// Parses "TYPE:MxG[,TYPE:MxG...]"; GPU types checked against the catalog, at most
+// kMaxClusterGpus (cluster.hpp) GPUs in all.
 Result<std::vector<MixEntry>> parse_mix(std::string_view spec, const GpuCatalog& catalog);
 
 // The cluster JSON (format version 1) for a mix and fabric.

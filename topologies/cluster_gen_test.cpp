@@ -29,6 +29,25 @@ TEST(ClusterGen, RejectsBadMixSpecs) {
   }
 }
 
+// Found by tests/fuzz (fuzz_mix): 410 102 524 x 42 GPUs overflowed an int while the mix was
+// generated (undefined behaviour). A mix over the cluster limit is bad input up front; the
+// limit itself still generates a cluster that loads.
+TEST(ClusterGen, RefusesMixesOverTheClusterLimit) {
+  for (const char* spec : {"A10:410102524x42", "A100:2147483647x1024", "A100:16384x8,A10:1x1"}) {
+    auto mix = parse_mix(spec, testing::shipped_gpus());
+    ASSERT_FALSE(mix.ok()) << spec;
+    EXPECT_EQ(mix.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(mix.error().message.find("a cluster has at most 131072"), std::string::npos)
+        << mix.error().message;
+  }
+  auto mix = parse_mix("A100:16384x8", testing::shipped_gpus());
+  ASSERT_TRUE(mix.ok()) << mix.error().message;
+  auto c = Cluster::from_json(generate_cluster_json(*mix, FabricOptions{}), "gen",
+                              testing::shipped_gpus());
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->num_devices(), kMaxClusterGpus);
+}
+
 TEST(ClusterGen, GeneratesLargeClusters) {
   // 10 240 GPUs of four types, 16 machines per leaf with 2:1 oversubscription.
   auto mix = parse_mix("H100:320x8,A100:320x8,RTX4090:320x8,L40S:320x8", testing::shipped_gpus());

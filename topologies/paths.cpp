@@ -34,12 +34,24 @@ bool same_file(const fs::path& a, const fs::path& b) {
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
 }
 
-// The nearest folder of `path` that exists ("." for a bare relative name).
-fs::path existing_ancestor(const fs::path& path) {
-  fs::path p = fs::absolute(path).parent_path();
+// Messages start with the flag and the path it was given.
+std::string named(std::string_view flag, const fs::path& path) {
+  return std::string(flag) + " " + path.string() + ": ";
+}
+
+// `dir` exists or can be created, and a file can be created in it.
+Status probe_folder(const fs::path& dir, const std::string& who, const std::string& which) {
   std::error_code ec;
-  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
-  return p;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir)) {
+    return bad_input(who + "cannot create " + which + (ec ? ": " + ec.message() : std::string()));
+  }
+  const fs::path probe = dir / (".hexisim-write-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return bad_input(who + "cannot write in " + which + ": " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
 }
 
 }  // namespace
@@ -51,31 +63,27 @@ fs::path data_root() {
   return HEXISIM_SOURCE_ROOT;
 }
 
+Status check_output_folder(std::string_view flag, const fs::path& dir) {
+  return probe_folder(dir, named(flag, dir), "the folder");
+}
+
 Status check_output_file(std::string_view flag, const fs::path& path,
                          const std::vector<fs::path>& inputs) {
-  const std::string where = std::string(flag) + " " + path.string() + ": ";
   if (path.empty()) return bad_input(std::string(flag) + ": expected a file path, got \"\"");
+  const std::string who = named(flag, path);
   for (const fs::path& input : inputs) {
     if (!input.empty() && same_file(path, input)) {
-      return bad_input(where + "is an input of this command (" + input.string() +
+      return bad_input(who + "is an input of this command (" + input.string() +
                        "); refusing to overwrite it");
     }
   }
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return bad_input(where + "is a folder, expected a file path");
-  if (fs::exists(path, ec)) {
-    if (::access(path.c_str(), W_OK) != 0) return bad_input(where + "exists and is not writable");
-    return {};
+  if (fs::is_directory(path, ec)) return bad_input(who + "is a folder, expected a file path");
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) {
+    return bad_input(who + "exists and cannot be overwritten: " + std::strerror(errno));
   }
-  const fs::path folder = existing_ancestor(path);
-  if (!fs::is_directory(folder, ec)) {
-    return bad_input(where + folder.string() + " is not a folder");
-  }
-  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
-    return bad_input(where + "cannot create files in " + folder.string() + " (" +
-                     std::strerror(errno) + ")");
-  }
-  return {};
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  return probe_folder(dir, who, "the folder " + dir.string());
 }
 
 Status write_file_atomically(const fs::path& path, std::string_view text, bool* replaced) {

@@ -16,11 +16,16 @@ namespace hexi {
 std::filesystem::path data_root();
 
 // Checked before any work (a run may take hours): `path` can be written as an output
-// file (not a folder; its folder exists or can be created and is writable) and is none
+// file (not a folder; its folder passes check_output_folder) and is none
 // of `inputs` (the same file by any path or link: `plan s.json --out s.json` would
 // destroy the scenario). Bad input naming `flag` otherwise.
 Status check_output_file(std::string_view flag, const std::filesystem::path& path,
                          const std::vector<std::filesystem::path>& inputs);
+
+// An output folder (`--save`): it exists or is created now, and a file can be created in
+// it (a probe file, removed again: access() would say yes to root on a folder it cannot
+// write, e.g. /proc/x). Bad input naming `flag` otherwise.
+Status check_output_folder(std::string_view flag, const std::filesystem::path& dir);
 
 // Writes `text` through a temporary file in the same folder, flushed to disk and renamed
 // over `path`: a reader, or a run killed mid-write, sees the old file or the new one,

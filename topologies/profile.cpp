@@ -10,7 +10,9 @@ DeviceProfile read_device(const JsonNode& node, const DeviceProfile& base) {
   if (auto v = node.find("gemm_efficiency")) p.gemm_efficiency = v->number_in(1e-3, 1.0);
   if (auto v = node.find("attention_efficiency")) p.attention_efficiency = v->number_in(1e-3, 1.0);
   if (auto v = node.find("memory_efficiency")) p.memory_efficiency = v->number_in(1e-3, 1.0);
-  if (auto v = node.find("kernel_overhead_us")) p.kernel_overhead_s = v->number_in(0, 1e6) * 1e-6;
+  // Divided (not multiplied by 1e-6): then us -> s -> us (to_json) -> s gives the same s,
+  // so a profile written and read back is the same profile (x * 1e-6 * 1e6 drifts by ulps).
+  if (auto v = node.find("kernel_overhead_us")) p.kernel_overhead_s = v->number_in(0, 1e6) / 1e6;
   return p;
 }
 

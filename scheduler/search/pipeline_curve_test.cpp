@@ -88,8 +88,8 @@ TEST(PipelineCurve, TimesEqualTheEstimateOfRealizedPlans) {
 
 TEST(PipelineCurve, InfeasibleWhenNoSplitFits) {
   // LLaMA 30B on two 12 GiB GPUs: no split fits.
-  auto sc =
-      make_scenario(cluster_json("tiny", {{"RTX3080Ti", 2}}), "llama-30b", {{"global_batch", 8}});
+  auto sc = make_scenario(cluster_json("tiny", {{"RTX3080Ti", 2}}), "llama-30b",
+                          {{"global_batch", 8}, {"seq_len", 2048}});
   ASSERT_TRUE(sc.ok());
   CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
   PipelineCurve curve(pipeline_terms(cm, {{0}, {1}}, 1, 1), sc->model.layers,

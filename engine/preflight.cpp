@@ -1,0 +1,73 @@
+#include "engine/preflight.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "topologies/text.hpp"
+
+namespace hexi::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string gib(double bytes) {
+  return fixed(bytes / kGiB, 2) + " GiB";
+}
+
+// Pipelines of the program: the DP degree that ZeRO-1 shards optimizer state over.
+int pipelines(const Program& program) {
+  int n = 0;
+  for (const auto& l : program.devices) n = std::max(n, l.pipeline + 1);
+  return n;
+}
+
+std::string breakdown(const MemoryBreakdown& m) {
+  return "weights " + fixed(m.weights / kGiB, 2) + ", gradients " + fixed(m.gradients / kGiB, 2) +
+         ", optimizer " + fixed(m.optimizer / kGiB, 2) + ", activations " +
+         fixed(m.activations / kGiB, 2) + ", logits " + fixed(m.logits / kGiB, 2) + ", reserve " +
+         fixed(m.reserve / kGiB, 2) + " GiB";
+}
+
+// Bytes of physical memory of this host.
+double host_memory_bytes() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+}
+
+}  // namespace
+
+MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& device,
+                                   const Scenario& scenario) {
+  const int in_flight =
+      in_flight_micro_batches(program.schedule, device.stage, device.stages, device.micro_batches);
+  return device_memory(scenario.model, scenario.training,
+                       stage_shape(device, in_flight, pipelines(program)));
+}
+
+Status check_device_memory(const Program& program, const Scenario& scenario,
+                           const std::string& plan) {
+  for (const auto& l : program.devices) {
+    const MemoryBreakdown need = device_peak_memory(program, l, scenario);
+    const GpuSpec& gpu = scenario.cluster.gpu(l.device);
+    if (need.total() <= gpu.memory_bytes()) continue;
+    return bad_input(plan + ": does not fit: device " + std::to_string(l.device) +
+                     " needs an estimated " + gib(need.total()) + " (" + breakdown(need) +
+                     "), its " + gpu.name + " has " + gib(gpu.memory_bytes()) +
+                     " (hexisim estimate shows every device)");
+  }
+  return {};
+}
+
+Status check_host_memory(const Program& program, const Scenario& scenario,
+                         std::span<const DeviceLayout> local, const std::string& plan) {
+  double need = 0;
+  for (const auto& l : local) need += device_peak_memory(program, l, scenario).total();
+  const double have = host_memory_bytes();
+  if (need <= have) return {};
+  return bad_input(plan + ": does not fit: the " + std::to_string(local.size()) +
+                   " ranks on this host need an estimated " + gib(need) +
+                   " together, its physical memory is " + gib(have));
+}
+
+}  // namespace hexi::engine
