@@ -46,7 +46,8 @@ fs::path cluster_file(const std::string& ref, const fs::path& relative_to) {
 Result<Cluster> load_cluster(const std::string& ref, const GpuCatalog& catalog,
                              const fs::path& relative_to) {
   const fs::path p = cluster_file(ref, relative_to);
-  if (!looks_like_path(ref) && !fs::exists(p)) {
+  std::error_code ec;  // a 5 000-character name must not throw (ENAMETOOLONG): not found
+  if (!looks_like_path(ref) && !fs::exists(p, ec)) {
     std::string known;
     for (const auto& n : shipped_clusters()) known += (known.empty() ? "" : ", ") + n;
     return bad_input("unknown cluster \"" + ref +
@@ -144,7 +145,8 @@ Result<Scenario> load_scenario(const std::string& ref, const GpuCatalog& catalog
   fs::path p = ref;
   if (!looks_like_path(ref)) {
     p = data_root() / "scenarios/shipped" / (ref + ".json");
-    if (!fs::exists(p)) {
+    std::error_code ec;
+    if (!fs::exists(p, ec)) {
       std::string known;
       for (const auto& n : shipped_scenarios()) known += (known.empty() ? "" : ", ") + n;
       return bad_input("unknown scenario \"" + ref +

@@ -99,5 +99,18 @@ TEST(Scenario, RecordsEveryFileItWasReadFrom) {
   EXPECT_EQ(s->inputs[2].filename(), "hexiscale-setting1-llama2-7b-hand.json");
 }
 
+// Found by fuzz_scenario: a name longer than the file system allows made
+// std::filesystem::exists throw (ENAMETOOLONG) out of the loader.
+TEST(Scenario, OverlongNamesAreUnknownNotAnException) {
+  const std::string name(5000, 'c');
+  auto s =
+      parse(R"({"version": 1, "name": "x", "cluster": ")" + name + R"(", "model": "tiny-llama"})");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("unknown cluster"), std::string::npos) << s.error().message;
+  auto t = load_scenario(name, cat().gpus, cat().models);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("unknown scenario"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace hexi
