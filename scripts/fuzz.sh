@@ -41,6 +41,15 @@ run_one() {
   printf '%-20s %10s %8s %8s %4s  %s\n' "$t" "${runs:--}" "${rate:--}" "$crashes" "$rc" \
     "${done_line:-no DONE line: see fuzz-logs/$t.log}" >>"$BUILD/fuzz-summary.txt"
   echo "fuzz: $t: ${runs:-?} runs, ${rate:-?} exec/s, exit $rc" >&2
+  if [ "$rc" -ne 0 ]; then
+    # CI keeps only the console: show the failure and the input that caused it there.
+    grep -m1 -A25 -E 'fuzz check failed|ERROR: |runtime error|Sanitizer' "$log" | sed "s/^/fuzz: $t: /" >&2 || true
+    for a in "$BUILD/artifacts/$t"/*; do
+      [ -f "$a" ] || continue
+      echo "fuzz: $t: input $(basename "$a") ($(wc -c <"$a") bytes, first 512 shown escaped):" >&2
+      head -c 512 "$a" | od -An -c | tr -s ' ' | sed "s/^/fuzz: $t:   /" >&2
+    done
+  fi
   return "$rc"
 }
 if [ "${1:-}" = --one ]; then

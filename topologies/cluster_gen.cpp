@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <map>
 
 #include "topologies/cluster.hpp"
 
@@ -65,10 +66,16 @@ Json generate_cluster_json(const std::vector<MixEntry>& mix, const FabricOptions
       name += "-" + e.gpu + "x" + std::to_string(std::int64_t{e.machines} * e.gpus_per_machine);
     }
   }
+  // A GPU in one entry names its machines after itself ("A100" alone, "A100-0".. when
+  // repeated); a GPU in several entries ("A100:2x8,A100:4x4") leaves the name to the loader,
+  // which numbers all of them in turn (two bare "A100" would clash; found by fuzz_mix).
+  std::map<std::string, int> entries_of_gpu;
+  for (const auto& e : mix) ++entries_of_gpu[e.gpu];
   Json machines = Json::array();
   for (const auto& e : mix) {
-    machines.push_back(
-        {{"name", e.gpu}, {"gpu", e.gpu}, {"gpus", e.gpus_per_machine}, {"repeat", e.machines}});
+    Json machine = {{"gpu", e.gpu}, {"gpus", e.gpus_per_machine}, {"repeat", e.machines}};
+    if (entries_of_gpu[e.gpu] == 1) machine["name"] = e.gpu;
+    machines.push_back(std::move(machine));
   }
   std::string description = "generated: " + std::to_string(total) + " GPUs (";
   for (std::size_t i = 0; i < mix.size(); ++i) {

@@ -48,6 +48,22 @@ TEST(ClusterGen, RefusesMixesOverTheClusterLimit) {
   EXPECT_EQ(c->num_devices(), kMaxClusterGpus);
 }
 
+// Found by tests/fuzz (fuzz_mix, in CI): a GPU in two entries of one mix named both
+// machines after itself, and the cluster did not load ("A100-SXM-80GB" used twice). A GPU
+// in several entries is a real mix (two machine shapes of one GPU); its machines are numbered.
+TEST(ClusterGen, OneGpuInSeveralEntriesGetsDistinctMachineNames) {
+  auto mix = parse_mix("A100:1x8,A10:1x1,A100:1x4,A100:2x2", testing::shipped_gpus());
+  ASSERT_TRUE(mix.ok()) << mix.error().message;
+  auto c = Cluster::from_json(generate_cluster_json(*mix, FabricOptions{}), "gen",
+                              testing::shipped_gpus());
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->num_devices(), 8 + 1 + 4 + 2 * 2);
+  std::vector<std::string> names;
+  for (const Machine& m : c->machines()) names.push_back(m.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"A100-SXM-80GB-0", "A10", "A100-SXM-80GB-1",
+                                             "A100-SXM-80GB-2", "A100-SXM-80GB-3"}));
+}
+
 TEST(ClusterGen, GeneratesLargeClusters) {
   // 10 240 GPUs of four types, 16 machines per leaf with 2:1 oversubscription.
   auto mix = parse_mix("H100:320x8,A100:320x8,RTX4090:320x8,L40S:320x8", testing::shipped_gpus());
