@@ -3,7 +3,8 @@
 // op's shard) and, for the GEMM-bound classes, `vs_eigen` = the time the op's GEMMs take
 // as standalone Eigen products of the same shapes / the op's measured time (1.0: the op
 // runs at standalone-GEMM speed; the rest is norms, RoPE, softmax, SwiGLU, temporaries
-// and the engine's own bookkeeping).
+// and the engine's own bookkeeping), and `vs_peak` = the op's GFLOP/s over one core's measured
+// fp32 FMA peak (bench/core_peak.hpp; the cpu backend is single-threaded).
 //
 // The step is a whole program (hexisim lower) executed by RankRuntime on one rank:
 // "small" = 2 layers of h 512, f 1376, 8 heads / 4 KV heads, V 256, sequence 256, global
@@ -17,17 +18,19 @@
 
 #include <benchmark/benchmark.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <map>
 #include <tuple>
+#include "topologies/eigen.hpp"
 
+#include "bench/core_peak.hpp"
 #include "engine/comm_fake.hpp"
 #include "engine/data.hpp"
 #include "engine/runtime.hpp"
 #include "engine/trace.hpp"
+#include "kernels/gemm_cpu.hpp"
 #include "scenarios/scenario.hpp"
 #include "scheduler/program/lower.hpp"
 
@@ -192,8 +195,8 @@ void run_step_bench(benchmark::State& state, Setup st) {
   for (const auto& [name, c] : classes) total += c.seconds;
   std::printf("\n%s step: %.4f s (%zu ops)\n", st.scenario.model.name.c_str(), total / n_steps,
               steps[0].ops.size());
-  std::printf("  %-26s %6s %10s %7s %9s %12s %9s\n", "op class", "count", "ms/step", "share",
-              "GFLOP/s", "GEMM GFLOP/s", "vs_eigen");
+  std::printf("  %-26s %6s %10s %7s %9s %8s %12s %9s\n", "op class", "count", "ms/step", "share",
+              "GFLOP/s", "vs_peak", "GEMM GFLOP/s", "vs_eigen");
   for (const auto& [name, c] : classes) {
     const double per_step = c.seconds / n_steps;
     std::string gemm_rate = "-", ratio = "-";
@@ -211,11 +214,17 @@ void run_step_bench(benchmark::State& state, Setup st) {
       ratio = buf;
       state.counters[name + " vs_eigen"] = eigen_s / per_op;
     }
-    char gf[32] = "-";
-    if (c.flops > 0) std::snprintf(gf, sizeof gf, "%.1f", c.flops / c.seconds / 1e9);
-    std::printf("  %-26s %6.0f %10.3f %6.1f%% %9s %12s %9s\n", name.c_str(), c.count / n_steps,
-                per_step * 1e3, 100 * c.seconds / total, gf, gemm_rate.c_str(), ratio.c_str());
-    if (c.flops > 0) state.counters[name + " GFLOP/s"] = c.flops / c.seconds / 1e9;
+    char gf[32] = "-", vs_peak[32] = "-";
+    if (c.flops > 0) {
+      const double rate = c.flops / c.seconds;
+      std::snprintf(gf, sizeof gf, "%.1f", rate / 1e9);
+      std::snprintf(vs_peak, sizeof vs_peak, "%.2f", rate / bench::core_peak().flops);
+      state.counters[name + " GFLOP/s"] = rate / 1e9;
+      state.counters[name + " vs_peak"] = rate / bench::core_peak().flops;
+    }
+    std::printf("  %-26s %6.0f %10.3f %6.1f%% %9s %8s %12s %9s\n", name.c_str(), c.count / n_steps,
+                per_step * 1e3, 100 * c.seconds / total, gf, vs_peak, gemm_rate.c_str(),
+                ratio.c_str());
   }
   state.counters["step_s"] = total / n_steps;
 }
@@ -233,4 +242,14 @@ BENCHMARK(BM_EngineStepTiny)->Iterations(20)->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace hexi::engine
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const auto& peak = hexi::bench::core_peak();
+  std::printf("%s\nfloat GEMMs: %s\n", peak.describe().c_str(),
+              hexi::kernels::cpu::gemm_library_description().c_str());
+  benchmark::AddCustomContext("core_peak", peak.describe());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,5 +1,7 @@
-// CPU kernels against a standalone Eigen GEMM of the same shape (GEMM-bound ops
-// at >= 70 % of it). Every benchmark reports GFLOP/s and `vs_eigen`:
+// CPU kernels against a standalone Eigen GEMM of the same shape and against the core's
+// measured fp32 FMA peak (bench/core_peak.hpp; GEMM-bound ops at h >= 512 aim at >= 70 % of
+// it). Every benchmark reports GFLOP/s, `vs_peak` (its GFLOP/s over one core's peak: the
+// kernels are single-threaded) and `vs_eigen`:
 // - a linear-layer kernel (matmul_*): its GFLOP/s over the GFLOP/s of a plain Eigen
 //   product `C = A * B` with the same (m, n, k) and transposes, on freshly allocated
 //   Eigen matrices (no maps, no accumulation), timed in the same process;
@@ -14,15 +16,17 @@
 //   build/bench/kernels_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
-#include <Eigen/Core>
 #include <ctime>
 #include <map>
 #include <string>
 #include <tuple>
 #include <vector>
+#include "topologies/eigen.hpp"
 
+#include "bench/core_peak.hpp"
 #include "kernels/blocks_cpu.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/gemm_cpu.hpp"
 #include "kernels/params.hpp"
 
 namespace hexi::kernels {
@@ -106,7 +110,9 @@ void report(benchmark::State& state, const std::vector<Gemm>& gemms) {
   state.counters["vs_eigen"] = 0;
 }
 void finish(benchmark::State& state, const std::vector<Gemm>& gemms, double seconds) {
-  state.counters["vs_eigen"] = eigen_seconds(gemms) / (seconds / state.iterations());
+  const double per_iteration = seconds / static_cast<double>(state.iterations());
+  state.counters["vs_eigen"] = eigen_seconds(gemms) / per_iteration;
+  state.counters["vs_peak"] = total_flops(gemms) / per_iteration / bench::core_peak().flops;
 }
 
 template <class F>
@@ -145,6 +151,29 @@ void BM_matmul(benchmark::State& state, int n, int k, int m, Pass pass) {
     benchmark::ClobberMemory();
   });
   finish(state, g, s);
+}
+
+// The two GEMM libraries of kernels/gemm_cpu.hpp on a square product, against the core's
+// peak (the kernels below use whichever gemm_library() chose).
+void BM_gemm(benchmark::State& state, cpu::GemmLibrary library, int n) {
+  const auto a = filled(std::size_t(n) * n, 0.5f), b = filled(std::size_t(n) * n, 0.25f);
+  auto c = filled(std::size_t(n) * n);
+  const std::vector<Gemm> g = {{n, n, n, false, false}};
+  if (library == cpu::GemmLibrary::kOpenBlas &&
+      !cpu::gemm_openblas(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n)) {
+    state.SkipWithError("OpenBLAS is not loadable");
+    return;
+  }
+  report(state, g);
+  const double seconds = timed_loop(state, [&] {
+    if (library == cpu::GemmLibrary::kEigen) {
+      cpu::gemm_eigen(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    } else {
+      cpu::gemm_openblas(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    }
+    benchmark::ClobberMemory();
+  });
+  finish(state, g, seconds);
 }
 
 // ---- blocks --------------------------------------------------------------------------
@@ -243,6 +272,12 @@ void BM_block(benchmark::State& state, const BenchShape& b, Block block, bool ba
 }
 
 void register_all() {
+  for (int n : {256, 1024}) {
+    benchmark::RegisterBenchmark(("gemm/eigen/" + std::to_string(n)).c_str(), BM_gemm,
+                                 cpu::GemmLibrary::kEigen, n);
+    benchmark::RegisterBenchmark(("gemm/openblas/" + std::to_string(n)).c_str(), BM_gemm,
+                                 cpu::GemmLibrary::kOpenBlas, n);
+  }
   for (const BenchShape& b : kShapes) {
     const int n = b.n(), h = b.dims.hidden, f = b.dims.ffn, v = b.dims.vocab;
     const std::string s = b.name;
@@ -278,6 +313,11 @@ int main(int argc, char** argv) {
   hexi::kernels::register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // Measured before any benchmark runs, printed with the context (stderr) and into JSON output.
+  const auto& peak = hexi::bench::core_peak();
+  benchmark::AddCustomContext("core_peak", peak.describe());
+  benchmark::AddCustomContext("core_peak_GFLOPs", std::to_string(peak.flops / 1e9));
+  benchmark::AddCustomContext("gemm_library", hexi::kernels::cpu::gemm_library_description());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

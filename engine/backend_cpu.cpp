@@ -1,7 +1,6 @@
-// The cpu backend: host memory, the kernels/ CPU reference blocks (Eigen GEMMs) and
-// std::chrono timing. Synchronous: every call has finished when it returns.
-
-#include <Eigen/Core>
+// The cpu backend: host memory, the kernels/ CPU reference blocks (GEMMs through
+// kernels/gemm_cpu.hpp: OpenBLAS or Eigen) and std::chrono timing. Synchronous: every call
+// has finished when it returns.
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +12,9 @@
 #include "engine/backend.hpp"
 #include "kernels/blocks_cpu.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/eigen_maps.hpp"
+#include "kernels/gemm_cpu.hpp"
+#include "topologies/eigen.hpp"
 
 namespace hexi::engine {
 namespace {
@@ -23,13 +25,15 @@ class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
   std::string describe() const override {
-    return "cpu: kernels/ CPU reference, Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
-           std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) + " (" +
-           std::string(Eigen::SimdInstructionSetsInUse()) + "), 1 thread per rank";
+    return "cpu: kernels/ CPU reference, float GEMMs on " +
+           kernels::cpu::gemm_library_description() + ", elementwise on Eigen (" +
+           Eigen::SimdInstructionSetsInUse() + "), 1 thread per rank";
   }
 
   Result<void*> allocate(std::size_t bytes) override {
-    void* p = std::malloc(bytes == 0 ? 1 : bytes);
+    // 64-byte aligned (kernels/eigen_maps.hpp: results must not depend on addresses).
+    const std::size_t a = kernels::cpu::kBufferAlignment;
+    void* p = std::aligned_alloc(a, (std::max<std::size_t>(bytes, 1) + a - 1) / a * a);
     if (p == nullptr)
       return failure("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
     return p;

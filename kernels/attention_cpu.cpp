@@ -2,7 +2,7 @@
 // (sequence, query head) at a time: S = Q K^T / sqrt(d), P = causal softmax(S), O = P V.
 // Backward (P saved): dP = dO V^T, dV += P^T dO, dS = P * (dP - rowsum(dP * P)) / sqrt(d),
 // dQ = dS K, dK += dS^T Q. Query head j reads KV head j / (hq / hk), so dK and dV sum
-// over the query heads of a group. Per-head GEMMs through Eigen on strided maps of the
+// over the query heads of a group. Per-head GEMMs (gemm_cpu.hpp) on strided views of the
 // (b, s, heads, d) tensors; the masked upper triangle is computed and then zeroed,
 // which keeps this reference plain at twice the minimal FLOPs.
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/eigen_maps.hpp"
+#include "kernels/gemm_cpu.hpp"
 
 namespace hexi::kernels::cpu {
 namespace {
@@ -57,16 +58,14 @@ void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int
                        int hk, int d) {
   const HeadView hv{s, hq, hk, d};
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  const Eigen::OuterStride<> qs(hq * d), kvs(hk * d);
+  const int ldq = hq * d, ldkv = hk * d;
   for (int bi = 0; bi < b; ++bi) {
     for (int j = 0; j < hq; ++j) {
-      ConstStridedMap<T> qh(q + hv.q_offset(bi, j), s, d, qs);
-      ConstStridedMap<T> kh(k + hv.kv_offset(bi, j), s, d, kvs);
-      ConstStridedMap<T> vh(v + hv.kv_offset(bi, j), s, d, kvs);
+      const std::size_t qo = hv.q_offset(bi, j), kvo = hv.kv_offset(bi, j);
       T* p = probs + hv.p_offset(bi, j);
-      MatrixMap<T>(p, s, s).noalias() = (qh * kh.transpose()) * scale;
+      gemm<T>(false, true, s, s, d, scale, q + qo, ldq, k + kvo, ldkv, T(0), p, s);  // S = Q K^T
       causal_softmax(p, s);
-      StridedMap<T>(out + hv.q_offset(bi, j), s, d, qs).noalias() = MatrixMap<T>(p, s, s) * vh;
+      gemm<T>(false, false, s, d, s, T(1), p, s, v + kvo, ldkv, T(0), out + qo, ldq);  // O = P V
     }
   }
 }
@@ -76,23 +75,19 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
                         const T* probs, int b, int s, int hq, int hk, int d) {
   const HeadView hv{s, hq, hk, d};
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const Eigen::OuterStride<> qs(hq * d), kvs(hk * d);
+  const int ldq = hq * d, ldkv = hk * d;
   std::fill(dk, dk + std::size_t(b) * s * hk * d, T(0));
   std::fill(dv, dv + std::size_t(b) * s * hk * d, T(0));
-  std::vector<T> ds(static_cast<std::size_t>(s) * s);  // dP, then dS in place
+  AlignedVector<T> ds(static_cast<std::size_t>(s) * s);  // dP, then dS in place
   for (int bi = 0; bi < b; ++bi) {
     for (int j = 0; j < hq; ++j) {
-      ConstStridedMap<T> doh(dout + hv.q_offset(bi, j), s, d, qs);
-      ConstStridedMap<T> qh(q + hv.q_offset(bi, j), s, d, qs);
-      ConstStridedMap<T> kh(k + hv.kv_offset(bi, j), s, d, kvs);
-      ConstStridedMap<T> vh(v + hv.kv_offset(bi, j), s, d, kvs);
-      ConstMatrixMap<T> p(probs + hv.p_offset(bi, j), s, s);
-      MatrixMap<T> dsm(ds.data(), s, s);
-      dsm.noalias() = doh * vh.transpose();
-      StridedMap<T>(dv + hv.kv_offset(bi, j), s, d, kvs).noalias() += p.transpose() * doh;
-      softmax_backward(ds.data(), p.data(), s, scale);
-      StridedMap<T>(dq + hv.q_offset(bi, j), s, d, qs).noalias() = dsm * kh;
-      StridedMap<T>(dk + hv.kv_offset(bi, j), s, d, kvs).noalias() += dsm.transpose() * qh;
+      const std::size_t qo = hv.q_offset(bi, j), kvo = hv.kv_offset(bi, j);
+      const T* p = probs + hv.p_offset(bi, j);
+      gemm<T>(false, true, s, s, d, T(1), dout + qo, ldq, v + kvo, ldkv, T(0), ds.data(), s);
+      gemm<T>(true, false, s, d, s, T(1), p, s, dout + qo, ldq, T(1), dv + kvo, ldkv);  // P^T dO
+      softmax_backward(ds.data(), p, s, scale);
+      gemm<T>(false, false, s, d, s, T(1), ds.data(), s, k + kvo, ldkv, T(0), dq + qo, ldq);
+      gemm<T>(true, false, s, d, s, T(1), ds.data(), s, q + qo, ldq, T(1), dk + kvo, ldkv);
     }
   }
 }

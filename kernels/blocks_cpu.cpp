@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/eigen_maps.hpp"
 
 namespace hexi::kernels::cpu {
 namespace {
@@ -35,8 +36,8 @@ void attention_block_backward(const BlockShape& sh, const AttentionWeights<T>& w
                               const AttentionGrads<T>& g) {
   const int n = sh.tokens(), h = sh.dims.hidden, d = sh.head_dim();
   const int hq = sh.q_heads(), hk = sh.kv_heads(), qw = sh.q_width(), kw = sh.kv_width();
-  std::vector<T> datt(elems(n, qw)), dq(elems(n, qw)), dk(elems(n, kw)), dv(elems(n, kw));
-  std::vector<T> dxn(elems(n, h));
+  AlignedVector<T> datt(elems(n, qw)), dq(elems(n, qw)), dk(elems(n, kw)), dv(elems(n, kw));
+  AlignedVector<T> dxn(elems(n, h));
   matmul_backward_input(datt.data(), dy, w.wo, n, qw, h, false);
   matmul_backward_weight(g.wo, dy, sv.att, n, qw, h);
   attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), sv.q, sv.k, sv.v, sv.probs,
@@ -67,7 +68,7 @@ template <class T>
 void mlp_block_backward(const BlockShape& sh, const MlpWeights<T>& w, const MlpSaved<T>& sv,
                         const T* x, const T* dy, T* dx_partial, const MlpGrads<T>& g) {
   const int n = sh.tokens(), h = sh.dims.hidden, f = sh.ffn();
-  std::vector<T> dact(elems(n, f)), dgate(elems(n, f)), dup(elems(n, f)), dxn(elems(n, h));
+  AlignedVector<T> dact(elems(n, f)), dgate(elems(n, f)), dup(elems(n, f)), dxn(elems(n, h));
   matmul_backward_input(dact.data(), dy, w.w_down, n, f, h, false);
   matmul_backward_weight(g.w_down, dy, sv.act, n, f, h);
   swiglu_backward(dgate.data(), dup.data(), dact.data(), sv.gate, sv.up, elems(n, f));
@@ -116,7 +117,7 @@ void head_backward(const BlockShape& sh, const HeadWeights<T>& w, const HeadSave
                    const T* x, const int* targets, double loss_scale, T* dx_partial,
                    const HeadGrads<T>& g) {
   const int n = sh.tokens(), h = sh.dims.hidden, vl = sh.vocab();
-  std::vector<T> dlogits(elems(n, vl)), dxn(elems(n, h));
+  AlignedVector<T> dlogits(elems(n, vl)), dxn(elems(n, h));
   cross_entropy_backward(dlogits.data(), sv.logits, sv.row_max, sv.partials, targets, n, vl,
                          sh.shard.vocab_begin, loss_scale);
   matmul_backward_weight(g.w, dlogits.data(), sv.xn, n, h, vl);

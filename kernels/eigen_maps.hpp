@@ -1,10 +1,25 @@
 #pragma once
 // Eigen views over the kernels' raw row-major buffers (private to the CPU kernels).
+//
+// Determinism: Eigen's vectorised elementwise loops and reductions on a Map start with
+// scalar code up to the first address aligned to a packet (64 bytes with AVX-512), so the
+// rounding of exp() and the order of a sum depend on where a buffer lies. Every buffer the
+// engine computes on is therefore 64-byte aligned (the cpu backend's allocate(), AlignedVector
+// for the kernels' temporaries): the same inputs give the same bits in every run.
 
-#include <Eigen/Core>
 #include <cstddef>
+#include <vector>
+
+#include "topologies/eigen.hpp"
 
 namespace hexi::kernels::cpu {
+
+// A std::vector whose data is aligned as Eigen's packets need (see above).
+template <class T>
+using AlignedVector = std::vector<T, Eigen::aligned_allocator<T>>;
+// The alignment the cpu backend gives every allocation.
+inline constexpr std::size_t kBufferAlignment = 64;
+static_assert(kBufferAlignment >= EIGEN_MAX_ALIGN_BYTES);
 
 template <class T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

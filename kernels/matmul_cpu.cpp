@@ -1,28 +1,22 @@
-// Linear layers through Eigen: row-major maps over the caller's buffers, no copies.
+// Linear layers: one GEMM each over the caller's buffers (gemm_cpu.hpp), no copies.
 #include "kernels/cpu_kernels.hpp"
-#include "kernels/eigen_maps.hpp"
+#include "kernels/gemm_cpu.hpp"
 
 namespace hexi::kernels::cpu {
 
 template <class T>
 void matmul_forward(T* out, const T* x, const T* w, int n, int k, int m) {
-  MatrixMap<T>(out, n, m).noalias() =
-      ConstMatrixMap<T>(x, n, k) * ConstMatrixMap<T>(w, m, k).transpose();
+  gemm<T>(false, true, n, m, k, T(1), x, k, w, k, T(0), out, m);
 }
 
 template <class T>
 void matmul_backward_input(T* dx, const T* dout, const T* w, int n, int k, int m, bool accumulate) {
-  MatrixMap<T> dxm(dx, n, k);
-  if (accumulate)
-    dxm.noalias() += ConstMatrixMap<T>(dout, n, m) * ConstMatrixMap<T>(w, m, k);
-  else
-    dxm.noalias() = ConstMatrixMap<T>(dout, n, m) * ConstMatrixMap<T>(w, m, k);
+  gemm<T>(false, false, n, k, m, T(1), dout, m, w, k, accumulate ? T(1) : T(0), dx, k);
 }
 
 template <class T>
 void matmul_backward_weight(T* dw, const T* dout, const T* x, int n, int k, int m) {
-  MatrixMap<T>(dw, m, k).noalias() +=
-      ConstMatrixMap<T>(dout, n, m).transpose() * ConstMatrixMap<T>(x, n, k);
+  gemm<T>(true, false, m, k, n, T(1), dout, m, x, k, T(1), dw, k);
 }
 
 #define HEXI_INSTANTIATE(T)                                                            \

@@ -36,14 +36,15 @@ struct Errors {
   std::size_t violations = 0;
 };
 
-Errors compare(const float* ours, const std::vector<float>& ref) {
+// extra_atol: an absolute allowance on top (see ScriptRegeneratesTheCommittedFile).
+Errors compare(const float* ours, const std::vector<float>& ref, double extra_atol = 0) {
   double scale = 0;
   for (float r : ref) scale = std::max(scale, double(std::abs(r)));
   Errors e;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const double diff = std::abs(double(ours[i]) - ref[i]);
     e.max_abs = std::max(e.max_abs, diff);
-    if (diff > kAtolFraction * scale + kRtol * std::abs(ref[i])) ++e.violations;
+    if (diff > kAtolFraction * scale + kRtol * std::abs(ref[i]) + extra_atol) ++e.violations;
   }
   e.max_rel = scale > 0 ? e.max_abs / scale : e.max_abs;
   return e;
@@ -150,8 +151,15 @@ TEST(Oracle, ScriptRegeneratesTheCommittedFile) {
   EXPECT_NEAR(fresh.loss, committed.loss, kLossTol);
   ASSERT_EQ(fresh.tensors.size(), committed.tensors.size());
   for (const auto& [name, values] : committed.tensors) {
-    const Errors e = compare(fresh.tensors.at(name).data(), values);
-    EXPECT_EQ(e.violations, 0u) << name;
+    // One AdamW step moves an element by lr g / (|g| + eps): for gradients within a few eps
+    // of zero a last-bit difference in g (another BLAS: torch on OpenBLAS vs the reference
+    // BLAS, found when Debian's libopenblas0 came in) moves it by a visible fraction of lr
+    // (4.4e-6 = 0.44 % of lr measured). Parameters after a step get 1 % of lr on top.
+    const bool stepped = name.rfind("adamw1/", 0) == 0;
+    const Errors e =
+        compare(fresh.tensors.at(name).data(), values, stepped ? 0.01 * committed.adamw.lr : 0.0);
+    EXPECT_EQ(e.violations, 0u) << name << ": max |diff| " << e.max_abs << " (" << e.max_rel
+                                << " of the tensor's largest value)";
   }
   std::remove(out.c_str());
 }

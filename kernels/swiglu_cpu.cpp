@@ -1,7 +1,7 @@
 // SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"): out = silu(gate) * up with
 // silu(g) = g * sigmoid(g) and silu'(g) = sigmoid(g) * (1 + g * (1 - sigmoid(g))).
 // Also the residual add, the other elementwise kernel of a block.
-#include <Eigen/Core>
+#include "topologies/eigen.hpp"
 
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/eigen_maps.hpp"

@@ -17,6 +17,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin  # engine ranks
   libgtest-dev libgmock-dev   # tests
   libbenchmark-dev        # bench/
+  libopenblas0            # CPU kernels' float GEMMs (loaded at run time; Eigen without it),
+                          # and Debian's torch needs it to import (without recommends)
   python3-torch python3-numpy # test oracle only (/usr/bin/python3)
 )
 

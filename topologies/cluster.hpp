@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <Eigen/Dense>
+#include "topologies/eigen.hpp"
 
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"

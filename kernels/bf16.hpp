@@ -1,0 +1,42 @@
+#pragma once
+// bfloat16 on the host: the upper 16 bits of an IEEE float32 (8 exponent bits, 7 mantissa
+// bits), as stored and sent by mixed-precision training. Conversions round to nearest, ties
+// to even (what CUDA's __float2bfloat16_rn and PyTorch's .to(torch.bfloat16) do); NaNs stay
+// NaN (quieted), infinities stay infinite, and finite values beyond bf16's largest
+// (3.3895e38) round to infinity as IEEE rounding requires.
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace hexi::kernels {
+
+using bf16_bits = std::uint16_t;
+
+constexpr bf16_bits to_bf16(float x) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_bits>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<bf16_bits>(u >> 16);
+}
+
+constexpr float from_bf16(bf16_bits h) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+}
+
+// x rounded to the nearest bf16 value, kept as a float.
+constexpr float round_bf16(float x) {
+  return from_bf16(to_bf16(x));
+}
+
+inline void to_bf16(bf16_bits* out, const float* in, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+inline void from_bf16(float* out, const bf16_bits* in, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = from_bf16(in[i]);
+}
+inline void round_bf16(float* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
+}
+
+}  // namespace hexi::kernels
