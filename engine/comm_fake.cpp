@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "engine/check.hpp"
+#include "kernels/bf16.hpp"
 
 namespace hexi::engine {
 
@@ -68,6 +69,14 @@ void reduce_into(T* acc, const T* in, std::size_t count, ReduceOp op) {
     acc[i] = op == ReduceOp::kSum ? acc[i] + in[i] : std::max(acc[i], in[i]);
 }
 
+// bf16: add (or compare) in float, round once to bf16: one correctly rounded result per step.
+void reduce_into(Bf16* acc, const Bf16* in, std::size_t count, ReduceOp op) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float a = kernels::from_bf16(acc[i].bits), b = kernels::from_bf16(in[i].bits);
+    acc[i].bits = kernels::to_bf16(op == ReduceOp::kSum ? a + b : std::max(a, b));
+  }
+}
+
 void reduce_typed(void* acc, const void* in, std::size_t count, DType type, ReduceOp op) {
   switch (type) {
     case DType::kF32:
@@ -78,6 +87,9 @@ void reduce_typed(void* acc, const void* in, std::size_t count, DType type, Redu
       break;
     case DType::kI32:
       reduce_into(static_cast<std::int32_t*>(acc), static_cast<const std::int32_t*>(in), count, op);
+      break;
+    case DType::kBf16:
+      reduce_into(static_cast<Bf16*>(acc), static_cast<const Bf16*>(in), count, op);
       break;
   }
 }

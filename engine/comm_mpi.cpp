@@ -2,9 +2,13 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <utility>
 
 #include "engine/check.hpp"
+#include "kernels/bf16.hpp"
 
 namespace hexi::engine {
 
@@ -26,11 +30,36 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_DOUBLE;
     case DType::kI32:
       return MPI_INT;
+    case DType::kBf16:
+      return MPI_UINT16_T;  // reduced by the operations below
   }
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+// MPI has no bfloat16: user operations on MPI_UINT16_T add (or compare) in float and round
+// to bf16, as the fake communicator and NCCL do. Created once, after MPI_Init.
+template <ReduceOp kOp>
+void bf16_reduce(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = kernels::from_bf16(a[i]), y = kernels::from_bf16(b[i]);
+    b[i] = kernels::to_bf16(kOp == ReduceOp::kSum ? x + y : std::max(x, y));
+  }
+}
+
+MPI_Op bf16_op(ReduceOp op) {
+  static const std::pair<MPI_Op, MPI_Op> ops = [] {
+    std::pair<MPI_Op, MPI_Op> created{MPI_OP_NULL, MPI_OP_NULL};
+    MPI_Op_create(&bf16_reduce<ReduceOp::kSum>, /*commute=*/1, &created.first);
+    MPI_Op_create(&bf16_reduce<ReduceOp::kMax>, /*commute=*/1, &created.second);
+    return created;
+  }();
+  return op == ReduceOp::kSum ? ops.first : ops.second;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType type) {
+  if (type == DType::kBf16) return bf16_op(op);
   return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
 }
 
@@ -95,7 +124,7 @@ class MpiCommunicator final : public Communicator {
   Status all_reduce(void* buf, std::size_t count, DType type, ReduceOp op) override {
     HEXI_TRY(check_count(count, "all_reduce"));
     HEXI_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_type(type),
-                                 mpi_op(op), comm_));
+                                 mpi_op(op, type), comm_));
     return {};
   }
 
@@ -110,7 +139,7 @@ class MpiCommunicator final : public Communicator {
                         ReduceOp op) override {
     HEXI_TRY(check_count(count * size_, "reduce_scatter"));
     HEXI_MPI_CHECK(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(type),
-                                            mpi_op(op), comm_));
+                                            mpi_op(op, type), comm_));
     return {};
   }
 

@@ -48,6 +48,8 @@ ncclDataType_t nccl_type(DType t) {
       return ncclFloat64;
     case DType::kI32:
       return ncclInt32;
+    case DType::kBf16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }

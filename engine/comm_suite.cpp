@@ -4,9 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "engine/check.hpp"
+#include "kernels/bf16.hpp"
 
 namespace hexi::engine {
 
@@ -21,9 +23,30 @@ Buffers Buffers::host() {
 
 namespace {
 
-// Element i of member r's input: a small integer, exact in every type.
+// Element i of member r's input: a small integer, exact in every type. bf16 holds integers
+// exactly only up to 256, so its inputs are 1..7 (every partial sum of up to 36 members stays
+// exact, whatever order an implementation adds in).
+template <class T>
 double value(int r, std::size_t i) {
+  if constexpr (std::is_same_v<T, Bf16>) return 1 + (r + static_cast<int>(i % 4)) % 7;
   return (r + 1) * 3.0 + static_cast<double>(i % 101);
+}
+
+template <class T>
+T to_element(double v) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return Bf16{kernels::to_bf16(static_cast<float>(v))};
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <class T>
+double from_element(T x) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return kernels::from_bf16(x.bits);
+  } else {
+    return static_cast<double>(x);
+  }
 }
 
 // One buffer of `count` T on the suite's memory.
@@ -53,11 +76,11 @@ template <class T>
 Status compare(const std::vector<T>& got, const std::vector<double>& want, const std::string& what,
                const Communicator& comm) {
   for (std::size_t i = 0; i < want.size(); ++i) {
-    if (static_cast<double>(got[i]) != want[i]) {
+    if (from_element(got[i]) != want[i]) {
       std::ostringstream msg;
       msg << what << " (" << to_string(dtype_of<T>()) << ", " << want.size() << " elements, "
           << comm.kind() << " rank " << comm.rank() << "/" << comm.size() << "): element " << i
-          << " is " << static_cast<double>(got[i]) << ", expected " << want[i];
+          << " is " << from_element(got[i]) << ", expected " << want[i];
       return failure(msg.str());
     }
   }
@@ -67,7 +90,7 @@ Status compare(const std::vector<T>& got, const std::vector<double>& want, const
 template <class T>
 std::vector<T> inputs(int r, std::size_t count, std::size_t offset = 0) {
   std::vector<T> h(count);
-  for (std::size_t i = 0; i < count; ++i) h[i] = static_cast<T>(value(r, offset + i));
+  for (std::size_t i = 0; i < count; ++i) h[i] = to_element<T>(value<T>(r, offset + i));
   return h;
 }
 
@@ -79,8 +102,9 @@ Status check_all_reduce(Communicator& c, const Buffers& b, std::size_t n, Reduce
   std::vector<double> want(n, 0.0);
   for (std::size_t i = 0; i < n; ++i) {
     for (int r = 0; r < c.size(); ++r) {
-      want[i] = op == ReduceOp::kSum ? want[i] + value(r, i)
-                                     : (r == 0 ? value(r, i) : std::max(want[i], value(r, i)));
+      want[i] = op == ReduceOp::kSum
+                    ? want[i] + value<T>(r, i)
+                    : (r == 0 ? value<T>(r, i) : std::max(want[i], value<T>(r, i)));
     }
   }
   return compare(buf.get(), want, std::string("all_reduce ") + std::string(to_string(op)), c);
@@ -93,7 +117,7 @@ Status check_all_gather(Communicator& c, const Buffers& b, std::size_t n) {
   HEXI_TRY(c.all_gather(in.ptr(), out.ptr(), n, dtype_of<T>()));
   std::vector<double> want;
   for (int r = 0; r < c.size(); ++r) {
-    for (std::size_t i = 0; i < n; ++i) want.push_back(value(r, i));
+    for (std::size_t i = 0; i < n; ++i) want.push_back(value<T>(r, i));
   }
   return compare(out.get(), want, "all_gather", c);
 }
@@ -105,7 +129,7 @@ Status check_reduce_scatter(Communicator& c, const Buffers& b, std::size_t n) {
   HEXI_TRY(c.reduce_scatter(in.ptr(), out.ptr(), n, dtype_of<T>(), ReduceOp::kSum));
   std::vector<double> want(n, 0.0);
   for (std::size_t i = 0; i < n; ++i) {
-    for (int r = 0; r < c.size(); ++r) want[i] += value(r, c.rank() * n + i);
+    for (int r = 0; r < c.size(); ++r) want[i] += value<T>(r, c.rank() * n + i);
   }
   return compare(out.get(), want, "reduce_scatter", c);
 }
@@ -117,7 +141,7 @@ Status check_broadcast(Communicator& c, const Buffers& b, std::size_t n) {
   buf.put(inputs<T>(c.rank(), n));
   HEXI_TRY(c.broadcast(buf.ptr(), n, dtype_of<T>(), root));
   std::vector<double> want(n);
-  for (std::size_t i = 0; i < n; ++i) want[i] = value(root, i);
+  for (std::size_t i = 0; i < n; ++i) want[i] = value<T>(root, i);
   return compare(buf.get(), want, "broadcast", c);
 }
 
@@ -128,7 +152,7 @@ Status check_all_to_all(Communicator& c, const Buffers& b, std::size_t n) {
   HEXI_TRY(c.all_to_all(in.ptr(), out.ptr(), n, dtype_of<T>()));
   std::vector<double> want;
   for (int r = 0; r < c.size(); ++r) {
-    for (std::size_t i = 0; i < n; ++i) want.push_back(value(r, c.rank() * n + i));
+    for (std::size_t i = 0; i < n; ++i) want.push_back(value<T>(r, c.rank() * n + i));
   }
   return compare(out.get(), want, "all_to_all", c);
 }
@@ -153,6 +177,7 @@ Status check_collectives(Communicator& comm, const Buffers& buffers) {
   HEXI_TRY(check_type<float>(comm, buffers));
   HEXI_TRY(check_type<double>(comm, buffers));
   HEXI_TRY(check_type<std::int32_t>(comm, buffers));
+  HEXI_TRY(check_type<Bf16>(comm, buffers));
   return comm.barrier();
 }
 
@@ -177,8 +202,8 @@ Status check_point_to_point(Communicator& comm, const Buffers& buffers) {
   HEXI_TRY((*b)->wait());
   std::vector<double> want_prev(count), want_next(count);
   for (std::size_t i = 0; i < count; ++i) {
-    want_prev[i] = value(prev, i);
-    want_next[i] = value(next, 5 + i);
+    want_prev[i] = value<float>(prev, i);
+    want_next[i] = value<float>(next, 5 + i);
   }
   HEXI_TRY(compare(from_prev.get(), want_prev, "isend/recv from previous rank", comm));
   HEXI_TRY(compare(from_next.get(), want_next, "isend/recv from next rank", comm));

@@ -1,7 +1,8 @@
 #pragma once
 // The collective checks every Communicator must pass (inputs whose sums are exact, zero mismatches
-// allowed; after nccl-tests): the inputs are small integers, so every sum is exact in f32, f64 and
-// i32 alike and the expected result is known in closed form; a single mismatching element fails.
+// allowed; after nccl-tests): the inputs are small integers, so every sum is exact in f32, f64,
+// i32 and bf16 alike and the expected result is known in closed form; a single mismatching
+// element fails.
 // Shared by the fake (threads) and MPI (mpirun) tests, and by the NCCL test on a GPU
 // through `Buffers` (host or device memory).
 

@@ -7,8 +7,8 @@
 namespace hexi::engine {
 namespace {
 
-constexpr auto kDTypes =
-    enum_names<DType>({{DType::kF32, "f32"}, {DType::kF64, "f64"}, {DType::kI32, "i32"}});
+constexpr auto kDTypes = enum_names<DType>(
+    {{DType::kF32, "f32"}, {DType::kF64, "f64"}, {DType::kI32, "i32"}, {DType::kBf16, "bf16"}});
 constexpr auto kReduceOps =
     enum_names<ReduceOp>({{ReduceOp::kSum, "sum"}, {ReduceOp::kMax, "max"}});
 
@@ -22,6 +22,8 @@ std::size_t dtype_size(DType t) {
       return 8;
     case DType::kI32:
       return 4;
+    case DType::kBf16:
+      return 2;
   }
   return 0;
 }

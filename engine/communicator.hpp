@@ -27,7 +27,10 @@
 
 namespace hexi::engine {
 
-enum class DType { kF32, kF64, kI32 };
+// kBf16: bfloat16 (kernels/bf16.hpp), what mixed-precision training sends. Its reductions
+// add in float and round to bf16 after every addition (as NCCL does), in an order each
+// implementation fixes; every member still gets the same bits.
+enum class DType { kF32, kF64, kI32, kBf16 };
 enum class ReduceOp { kSum, kMax };
 
 std::size_t dtype_size(DType t);
@@ -82,6 +85,11 @@ class Communicator {
   virtual Result<std::unique_ptr<Communicator>> subgroup(const std::vector<int>& members) = 0;
 };
 
+// One bfloat16 element as buffers hold it (conversions: kernels/bf16.hpp).
+struct Bf16 {
+  std::uint16_t bits = 0;
+};
+
 // Typed helpers.
 template <class T>
 constexpr DType dtype_of();
@@ -96,6 +104,10 @@ constexpr DType dtype_of<double>() {
 template <>
 constexpr DType dtype_of<std::int32_t>() {
   return DType::kI32;
+}
+template <>
+constexpr DType dtype_of<Bf16>() {
+  return DType::kBf16;
 }
 
 template <class T>
