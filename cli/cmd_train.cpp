@@ -15,7 +15,8 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
       ->required();
   cmd->add_option("--plan", opt->plan, "Plan file (default: the scenario's \"plan\")");
-  cmd->add_option("--backend", opt->backend, "cpu (Eigen + MPI) or cuda (cuBLAS + NCCL)")
+  cmd->add_option("--backend", opt->backend,
+                  "cpu (OpenBLAS or Eigen GEMMs + MPI) or cuda (cuBLAS + NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--steps", opt->steps, "Training steps (iterations) to run")
@@ -48,8 +49,9 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--weight-decay", opt->adamw.weight_decay, "AdamW weight decay (matrices only)")
       ->check(finite_in(0, 1e3))
       ->capture_default_str();
-  cmd->add_option("--save", opt->save,
-                  "Write a checkpoint (one file per device) to this folder at the end");
+  cmd->add_option(
+      "--save", opt->save,
+      "Write a checkpoint to this folder at the end (one file per device and a manifest)");
   cmd->add_option("--resume", opt->resume,
                   "Resume from a checkpoint folder written with the same plan");
   cmd->add_option("--watchdog", opt->watchdog_s,
