@@ -50,10 +50,9 @@ int openblas_lanes(std::string core) {
   return 0;
 }
 
-OpenBlas load_openblas() {
+// choice: "auto", "eigen" or "openblas" (HEXISIM_GEMM).
+OpenBlas load_openblas(const std::string& choice) {
   OpenBlas lib;
-  const char* choice_env = std::getenv("HEXISIM_GEMM");
-  const std::string choice = choice_env != nullptr ? choice_env : "auto";
   if (choice == "eigen") {
     lib.description = eigen_description() + " (HEXISIM_GEMM=eigen)";
     return lib;
@@ -89,7 +88,17 @@ OpenBlas load_openblas() {
 }
 
 const OpenBlas& openblas() {
-  static const OpenBlas lib = load_openblas();
+  static const OpenBlas lib = [] {
+    const char* env = std::getenv("HEXISIM_GEMM");
+    const std::string choice = env != nullptr ? env : "auto";
+    const bool known = choice == "auto" || choice == "eigen" || choice == "openblas";
+    OpenBlas loaded = load_openblas(known ? choice : "auto");
+    if (!known) {
+      loaded.description +=
+          " (HEXISIM_GEMM=" + choice + " ignored: expected eigen, openblas or auto)";
+    }
+    return loaded;
+  }();
   return lib;
 }
 
