@@ -69,11 +69,10 @@ void reduce_into(T* acc, const T* in, std::size_t count, ReduceOp op) {
     acc[i] = op == ReduceOp::kSum ? acc[i] + in[i] : std::max(acc[i], in[i]);
 }
 
-// bf16: add (or compare) in float, round once to bf16: one correctly rounded result per step.
 void reduce_into(Bf16* acc, const Bf16* in, std::size_t count, ReduceOp op) {
   for (std::size_t i = 0; i < count; ++i) {
-    const float a = kernels::from_bf16(acc[i].bits), b = kernels::from_bf16(in[i].bits);
-    acc[i].bits = kernels::to_bf16(op == ReduceOp::kSum ? a + b : std::max(a, b));
+    acc[i].bits = op == ReduceOp::kSum ? kernels::bf16_sum(acc[i].bits, in[i].bits)
+                                       : kernels::bf16_max(acc[i].bits, in[i].bits);
   }
 }
 

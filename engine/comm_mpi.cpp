@@ -2,7 +2,6 @@
 
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <utility>
@@ -36,15 +35,14 @@ MPI_Datatype mpi_type(DType t) {
   return MPI_DATATYPE_NULL;
 }
 
-// MPI has no bfloat16: user operations on MPI_UINT16_T add (or compare) in float and round
-// to bf16, as the fake communicator and NCCL do. Created once, after MPI_Init.
+// MPI has no bfloat16: user operations on MPI_UINT16_T apply kernels::bf16_sum / bf16_max,
+// as the fake communicator does. Created once, after MPI_Init.
 template <ReduceOp kOp>
 void bf16_reduce(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   const auto* a = static_cast<const std::uint16_t*>(in);
   auto* b = static_cast<std::uint16_t*>(inout);
   for (int i = 0; i < *len; ++i) {
-    const float x = kernels::from_bf16(a[i]), y = kernels::from_bf16(b[i]);
-    b[i] = kernels::to_bf16(kOp == ReduceOp::kSum ? x + y : std::max(x, y));
+    b[i] = kOp == ReduceOp::kSum ? kernels::bf16_sum(a[i], b[i]) : kernels::bf16_max(a[i], b[i]);
   }
 }
 

@@ -5,6 +5,7 @@
 // NaN (quieted), infinities stay infinite, and finite values beyond bf16's largest
 // (3.3895e38) round to infinity as IEEE rounding requires.
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +28,15 @@ constexpr float from_bf16(bf16_bits h) {
 // x rounded to the nearest bf16 value, kept as a float.
 constexpr float round_bf16(float x) {
   return from_bf16(to_bf16(x));
+}
+
+// The reductions of bf16 data (every communicator's bf16 sum and max): computed in float,
+// rounded once, so each step is the correctly rounded bf16 result, as NCCL adds.
+constexpr bf16_bits bf16_sum(bf16_bits a, bf16_bits b) {
+  return to_bf16(from_bf16(a) + from_bf16(b));
+}
+constexpr bf16_bits bf16_max(bf16_bits a, bf16_bits b) {
+  return to_bf16(std::max(from_bf16(a), from_bf16(b)));
 }
 
 inline void to_bf16(bf16_bits* out, const float* in, std::size_t n) {

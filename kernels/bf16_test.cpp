@@ -38,6 +38,13 @@ TEST(Bf16, SpecialValues) {
   EXPECT_EQ(round_bf16(tiny), tiny);
 }
 
+TEST(Bf16, ReductionsRoundOncePerStep) {
+  const bf16_bits one = to_bf16(1.0f), tiny = to_bf16(std::ldexp(1.0f, -8));
+  EXPECT_EQ(from_bf16(bf16_sum(one, tiny)), 1.0f);  // 1 + 2^-8 is a tie: to the even 1
+  EXPECT_EQ(from_bf16(bf16_sum(one, one)), 2.0f);
+  EXPECT_EQ(from_bf16(bf16_max(to_bf16(-3.0f), to_bf16(-2.5f))), -2.5f);
+}
+
 TEST(Bf16, ArraysConvertElementwise) {
   const float in[3] = {1.0f, 1.0f + std::ldexp(1.0f, -9), -3.0f};
   bf16_bits bits[3];

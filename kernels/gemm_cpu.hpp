@@ -4,8 +4,8 @@
 // float runs on OpenBLAS (Debian libopenblas0, loaded at run time: building needs no BLAS)
 // when its kernels are at least as wide as Eigen's packets in this build, else on Eigen;
 // double (the finite-difference tests) always runs on Eigen. Why: on this project's AMD EPYC
-// (AVX-512, two 512-bit FMA units) one core reaches 175-200 GFLOP/s with OpenBLAS's SkylakeX
-// kernels (its own choice on this CPU) against about 140 with Eigen 3.4 at -march=native
+// (AVX-512, two 512-bit FMA units) one core reaches 165-185 GFLOP/s with OpenBLAS's AVX-512
+// kernels (Cooperlake: its own choice on this CPU) against 120-145 with Eigen 3.4 at -march=native
 // (bench/RESULTS.md); with OPENBLAS_CORETYPE=Haswell (set in this workplace's environment)
 // OpenBLAS runs its AVX2 kernels at about 100, slower than Eigen, so Eigen is used. OpenBLAS
 // threads: OPENBLAS_NUM_THREADS=1 unless set (an engine rank computes on one core).
