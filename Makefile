@@ -1,15 +1,16 @@
 # hexisim top-level commands. `make run` and `make test` do all set-up on a fresh
 # Debian 12 machine: install missing packages, configure (Release), build.
 BUILD_DIR ?= build
-ASAN_DIR ?= build-asan
-FUZZ_DIR ?= build-fuzz
+SAN_DIR ?= build-fuzz
+ODR_DIR ?= build-odr
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 2
+JOBS ?= 2
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 SCENARIO ?= hexiscale-setting1-llama2-7b
 
-.PHONY: all setup configure build run test check-asan fuzz bench format clean
+.PHONY: all setup configure build run test check-asan fuzz check-odr bench format clean
 
 all: build
 
@@ -30,25 +31,35 @@ run: build
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-# Debug + AddressSanitizer + UBSan + LTO with -Wodr: builds the module (unit) tests
-# and runs them; any sanitizer report or ODR violation fails. MPI, CLI and CUDA tests,
-# the five slowest searches, the paper-scale mutation test and the one test that times a search budget (meaningless
-# at -O0 under ASan) are left to `make test` (Release).
+# One sanitizer build serves `make check-asan` and `make fuzz`: clang -O1 -g, every library
+# instrumented with AddressSanitizer, UBSan, libstdc++'s assertions and libFuzzer's coverage
+# (HEXISIM_FUZZ), in $(SAN_DIR). Any sanitizer report fails.
+SAN_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(SAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DHEXISIM_FUZZ=ON -DHEXISIM_CUDA=OFF
+
+# The module (unit) tests under the sanitizers. MPI, CLI and CUDA tests, the five slowest
+# searches, the paper-scale mutation test and the one test that times a search budget
+# (meaningless under ASan) are left to `make test` (Release).
 ASAN_SKIP = Search.EveryScheduler|Exact.HexiScaleReaches|Search.HexiScaleBeatsOrMatches|Search.SameSeedSamePlanBytes|RecomputeSearch.HexiScaleNear|Search.TimeBudgetIsRespected|Mutation.RandomPlansOnPaperScaleClusters
 check-asan: setup
-	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DHEXISIM_SANITIZE=ON -DHEXISIM_LTO_ODR=ON \
-	  -DHEXISIM_CUDA=OFF
-	cmake --build $(ASAN_DIR) -j $(JOBS) --target unit_tests
-	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	$(SAN_CONFIGURE)
+	cmake --build $(SAN_DIR) -j $(JOBS) --target unit_tests
+	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 900 -L unit -E '$(ASAN_SKIP)'
 
-# libFuzzer targets of every loader (tests/fuzz), built with clang, ASan and UBSan; each
-# runs FUZZ_SECONDS, FUZZ_JOBS at a time; any crash fails. Summary: $(FUZZ_DIR)/fuzz-summary.txt.
+# libFuzzer targets of every loader (tests/fuzz) in the same build; each runs FUZZ_SECONDS,
+# FUZZ_JOBS at a time; any crash fails. Summary: $(SAN_DIR)/fuzz-summary.txt.
 fuzz: setup
-	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DHEXISIM_FUZZ=ON -DHEXISIM_CUDA=OFF
-	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_targets
-	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) ./scripts/fuzz.sh $(FUZZ_DIR)
+	$(SAN_CONFIGURE)
+	cmake --build $(SAN_DIR) -j $(JOBS) --target fuzz_targets
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) ./scripts/fuzz.sh $(SAN_DIR)
+
+# One-definition-rule check: the unit tests linked with GCC's link-time optimisation and
+# -Wodr (a violation fails the link). A whole extra build, so not part of the per-commit CI
+# (.ci/run); run it when adding types or inline functions shared across libraries.
+check-odr: setup
+	cmake -S . -B $(ODR_DIR) -DCMAKE_BUILD_TYPE=Release -DHEXISIM_LTO_ODR=ON -DHEXISIM_CUDA=OFF
+	cmake --build $(ODR_DIR) -j $(JOBS) --target unit_tests
 
 bench: build
 	./scripts/run_benchmarks.sh $(BUILD_DIR)
@@ -57,4 +68,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)
+	rm -rf $(BUILD_DIR) $(SAN_DIR) $(ODR_DIR)

@@ -9,7 +9,8 @@
 // The step is a whole program (hexisim lower) executed by RankRuntime on one rank:
 // "small" = 2 layers of h 512, f 1376, 8 heads / 4 KV heads, V 256, sequence 256, global
 // batch 2 in micro-batches of 1 (the kernels bench's "small" shape), and "tiny" = the
-// shipped tiny-llama-cpu scenario (h 64). Both sides are timed in thread CPU time (the
+// shipped tiny-llama-cpu scenario (h 64), each in float32 and in bf16 mixed precision (the
+// *Bf16 benchmarks). Both sides are timed in thread CPU time (the
 // cpu backend's CpuClock::kThreadCpu marks; everything is single-threaded), so other
 // processes on the machine do not skew the ratios; the Eigen reference runs on freshly
 // allocated row-major matrices for >= 0.2 s per shape.
@@ -229,15 +230,31 @@ void run_step_bench(benchmark::State& state, Setup st) {
   state.counters["step_s"] = total / n_steps;
 }
 
+// bf16 mixed precision (kernels/blocks.hpp "Precision"): the same step with the cpu
+// backend's bf16 emulation (float32 GEMMs on bf16 values, roundings, packed traffic).
+Setup in_bf16(Setup st) {
+  st.scenario.training.precision = "bf16";
+  st.scenario.model.name += " bf16";
+  return st;
+}
+
 void BM_EngineStepSmall(benchmark::State& state) {
   run_step_bench(state, small_setup());
 }
 void BM_EngineStepTiny(benchmark::State& state) {
   run_step_bench(state, tiny_setup());
 }
+void BM_EngineStepSmallBf16(benchmark::State& state) {
+  run_step_bench(state, in_bf16(small_setup()));
+}
+void BM_EngineStepTinyBf16(benchmark::State& state) {
+  run_step_bench(state, in_bf16(tiny_setup()));
+}
 
 BENCHMARK(BM_EngineStepSmall)->Iterations(5)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EngineStepTiny)->Iterations(20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EngineStepSmallBf16)->Iterations(5)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EngineStepTinyBf16)->Iterations(20)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace hexi::engine

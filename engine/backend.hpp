@@ -5,7 +5,9 @@
 //   cpu   backend_cpu.cpp   host memory, kernels/ CPU reference (Eigen), std::chrono
 //   cuda  backend_cuda.cu   device memory, kernels/ CUDA (cuBLAS), cudaEvent timing
 // Every pointer a Backend method takes is memory of that backend (device memory for
-// cuda), except the host side of upload/download. All math is float32.
+// cuda), except the host side of upload/download. All math is float32; bf16 runs
+// (kernels/blocks.hpp "Precision") store bf16 values in float32 buffers and pack them to
+// 2-byte bf16 (kernels/bf16.hpp) only to communicate.
 //
 // Calls are stream-ordered: a backend may run them asynchronously (cuda) as long as
 // they execute in call order; synchronize() waits for all of them. Communicators that
@@ -65,6 +67,12 @@ class Backend {
   virtual Status scatter(float* dst, const std::int64_t* idx, const float* src, std::size_t n) = 0;
   // y (n) += x (n)
   virtual Status add_inplace(float* y, const float* x, std::size_t n) = 0;
+  // bf16 runs: dst (n) = src rounded to bf16 values (dst == src allowed); packing to and
+  // unpacking from 2-byte bf16 bits (kernels/bf16.hpp: round to nearest even; unpacking
+  // is exact).
+  virtual Status round_bf16(float* dst, const float* src, std::size_t n) = 0;
+  virtual Status to_bf16(std::uint16_t* dst, const float* src, std::size_t n) = 0;
+  virtual Status from_bf16(float* dst, const std::uint16_t* src, std::size_t n) = 0;
   // stats (n, 3) = [local row max, sum exp(logit - local max), target logit or 0] of a
   // vocab shard's head after head_forward + head_loss_partials with the local max.
   virtual Status pack_loss_stats(const HeadSaved<float>& saved, int n, float* stats) = 0;

@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "engine/backend.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/blocks_cpu.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/eigen_maps.hpp"
@@ -64,6 +65,18 @@ class CpuBackend final : public Backend {
   }
   Status add_inplace(float* y, const float* x, std::size_t n) override {
     kc::add_inplace(y, x, n);
+    return {};
+  }
+  Status round_bf16(float* dst, const float* src, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = kernels::round_bf16(src[i]);
+    return {};
+  }
+  Status to_bf16(std::uint16_t* dst, const float* src, std::size_t n) override {
+    kernels::to_bf16(dst, src, n);
+    return {};
+  }
+  Status from_bf16(float* dst, const std::uint16_t* src, std::size_t n) override {
+    kernels::from_bf16(dst, src, n);
     return {};
   }
 

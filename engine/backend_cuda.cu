@@ -155,6 +155,15 @@ class CudaBackend final : public Backend {
   Status add_inplace(float* y, const float* x, std::size_t n) override {
     return guarded("add_inplace", [&] { kc::add_inplace(ctx_, y, x, n); });
   }
+  Status round_bf16(float* dst, const float* src, std::size_t n) override {
+    return guarded("round_bf16", [&] { kc::round_bf16(ctx_, dst, src, n); });
+  }
+  Status to_bf16(std::uint16_t* dst, const float* src, std::size_t n) override {
+    return guarded("to_bf16", [&] { kc::to_bf16(ctx_, dst, src, n); });
+  }
+  Status from_bf16(float* dst, const std::uint16_t* src, std::size_t n) override {
+    return guarded("from_bf16", [&] { kc::from_bf16(ctx_, dst, src, n); });
+  }
   Status pack_loss_stats(const HeadSaved<float>& saved, int n, float* stats) override {
     return launch("pack_loss_stats", n, [&] {
       pack_stats_kernel<<<blocks_for(n), kThreads, 0, ctx_.stream()>>>(saved.row_max,

@@ -168,5 +168,42 @@ TEST(CudaBackend, TrainingMatchesOracleAndCpu) {
     EXPECT_NEAR(cuda_losses[k], cpu_run->losses[k], 1e-5 * cpu_run->losses[k]);
 }
 
+// bf16 mixed precision on the cuda backend (cuBLAS bf16 GEMMs with fp32 compute, bf16
+// rounding kernels), 1 rank: against the PyTorch bf16 oracle with the cpu's bf16 bounds
+// (oracle_tolerance), and against the cpu engine's bf16 emulation for three steps (the
+// same rounding points; summation orders differ, so a tensor may round one bf16 ulp apart:
+// losses within 1e-3 relative).
+TEST(CudaBackend, Bf16TrainingMatchesOracleAndCpu) {
+  auto world = mpi_world();
+  if (world->size() != 1) GTEST_SKIP() << "single-rank test";
+  if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  Scenario sc;
+  auto single = lower_shipped("tiny-llama-cpu", "tiny-single.json", &sc, "bf16");
+  ASSERT_TRUE(single.ok()) << single.error().message;
+  auto backend = make_backend("cuda", 0);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  auto nccl = make_nccl_world(*world, **backend);
+  ASSERT_TRUE(nccl.ok()) << nccl.error().message;
+  auto oracle = load_oracle_inputs("bf16");
+  ASSERT_TRUE(oracle.ok()) << oracle.error().message;
+  RankResult r;
+  std::vector<double> losses;
+  Status s =
+      run_rank(*single, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r, losses);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto t = assemble_trajectory(*single, sc.model, {r}, losses);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const OracleTolerance tol = oracle_tolerance("bf16");
+  EXPECT_NEAR(t->losses[0], oracle->loss, tol.loss);
+  EXPECT_NEAR(t->losses[1], oracle->loss_after_1, tol.loss);
+  EXPECT_NEAR(t->losses[2], oracle->loss_after_2, tol.loss);
+  const auto errors = compare(oracle->grads, t->grads_first, tol.atol_fraction, tol.rtol);
+  std::printf("cuda backend bf16 vs torch bf16 oracle:\n%s", format_errors(errors).c_str());
+  for (const auto& e : errors) EXPECT_TRUE(e.ok) << e.name;
+  auto cpu_run = run_fake(*single, sc.model, *oracle->data, oracle->options, 3);
+  ASSERT_TRUE(cpu_run.ok()) << cpu_run.error().message;
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], cpu_run->losses[k], 1e-3 * losses[k]);
+}
+
 }  // namespace
 }  // namespace hexi::engine

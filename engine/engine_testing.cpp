@@ -1,5 +1,6 @@
 #include "engine/engine_testing.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -8,6 +9,7 @@
 
 #include "engine/check.hpp"
 #include "engine/comm_fake.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/llama_model.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/oracle.hpp"
@@ -17,10 +19,33 @@
 
 namespace hexi::engine {
 
+const std::vector<PlanCase>& shipped_tiny_plans() {
+  static const std::vector<PlanCase> cases = {{"tiny-llama-cpu", "tiny-single.json"},
+                                              {"tiny-llama-cpu", "tiny-pp2-tp2-tp1.json"},
+                                              {"tiny-llama-cpu", "tiny-dp2-tp2-vs-pp2.json"},
+                                              {"tiny-llama-8l-cpu", "tiny-pp3-uneven.json"},
+                                              {"tiny-llama-cpu", "tiny-tp4-to-tp1.json"},
+                                              {"tiny-llama-cpu", "tiny-dp3-mixed.json"},
+                                              {"tiny-llama-cpu", "tiny-8rank.json"},
+                                              {"tiny-llama-cpu", "tiny-recompute-mixed.json"},
+                                              {"tiny-llama-cpu-zero1", "tiny-dp3-mixed.json"},
+                                              {"tiny-llama-cpu-gpipe", "tiny-pp2-tp2-tp1.json"}};
+  return cases;
+}
+
+std::string plan_case_name(const PlanCase& c) {
+  std::string n = std::string(c.scenario) + "_" + c.plan;
+  for (char& ch : n) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return n;
+}
+
 Result<Program> lower_shipped(const std::string& scenario, const std::string& plan_file,
-                              Scenario* out) {
+                              Scenario* out, const std::string& precision) {
   auto sc = load_scenario(scenario, testing::shipped_gpus(), testing::shipped_models());
   HEXI_TRY(sc);
+  if (!precision.empty()) sc->training.precision = precision;
   const auto path = data_root() / "scenarios/plans" / plan_file;
   auto plan = load_plan(path);
   HEXI_TRY(plan);
@@ -33,37 +58,54 @@ Result<Program> lower_shipped(const std::string& scenario, const std::string& pl
 
 namespace {
 
-// Writes every rank's elements into full-model tensors; `pick` selects which elements a
-// rank contributes. Elements written twice must agree bit for bit.
+// Calls fn(rank, tensor, i, j, src, dst) for every element (i, j) of every tensor of every
+// rank: src indexes the rank's flat buffers, dst the full-model tensor's.
+template <class Fn>
+Status each_element(const std::vector<kernels::ParamLayout>& layouts,
+                    const kernels::ParamLayout& full, Fn fn) {
+  for (std::size_t r = 0; r < layouts.size(); ++r) {
+    for (const auto& t : layouts[r].tensors) {
+      const kernels::TensorInfo* ft = full.find(t.name);
+      for (int i = 0; i < t.rows; ++i) {
+        for (int j = 0; j < t.cols; ++j) {
+          const std::size_t src = t.offset + static_cast<std::size_t>(i) * t.cols + j;
+          const std::size_t dst =
+              ft->offset + static_cast<std::size_t>(t.row_begin + i) * ft->cols + t.col_begin + j;
+          HEXI_TRY(fn(r, t, t.row_begin + i, t.col_begin + j, src, dst));
+        }
+      }
+    }
+  }
+  return {};
+}
+
+std::string element(const kernels::TensorInfo& t, int i, int j) {
+  return t.name + " element (" + std::to_string(i) + ", " + std::to_string(j) + ")";
+}
+
+// Writes every rank's elements into full-model tensors (only those a rank owns when
+// `owned_only`). Elements written twice must agree bit for bit.
 Status assemble(const std::vector<RankResult>& ranks,
                 const std::vector<kernels::ParamLayout>& layouts, const kernels::LlamaDims& dims,
                 std::vector<float> RankResult::*field, bool owned_only,
                 kernels::Params<float>& full, const std::string& what) {
   full = kernels::Params<float>(kernels::model_layout(dims));
   std::vector<char> written(full.data.size(), 0);
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    const RankResult& rr = ranks[r];
-    for (const auto& t : layouts[r].tensors) {
-      const kernels::TensorInfo* ft = full.layout.find(t.name);
-      for (int i = 0; i < t.rows; ++i) {
-        for (int j = 0; j < t.cols; ++j) {
-          const std::size_t src = t.offset + static_cast<std::size_t>(i) * t.cols + j;
-          if (owned_only && !rr.owned[src]) continue;
-          const std::size_t dst =
-              ft->offset + static_cast<std::size_t>(t.row_begin + i) * ft->cols + t.col_begin + j;
-          const float v = (rr.*field)[src];
-          if (written[dst] && std::memcmp(&full.data[dst], &v, sizeof(float)) != 0) {
-            return failure(what + " of " + t.name + " element (" + std::to_string(t.row_begin + i) +
-                           ", " + std::to_string(t.col_begin + j) +
-                           ") differs between ranks: " + std::to_string(full.data[dst]) + " vs " +
-                           std::to_string(v) + " (rank " + std::to_string(r) + ")");
-          }
-          full.data[dst] = v;
-          written[dst] = 1;
+  HEXI_TRY(each_element(
+      layouts, full.layout,
+      [&](std::size_t r, const kernels::TensorInfo& t, int i, int j, std::size_t src,
+          std::size_t dst) -> Status {
+        if (owned_only && !ranks[r].owned[src]) return {};
+        const float v = (ranks[r].*field)[src];
+        if (written[dst] && std::memcmp(&full.data[dst], &v, sizeof(float)) != 0) {
+          return failure(what + " of " + element(t, i, j) +
+                         " differs between ranks: " + std::to_string(full.data[dst]) + " vs " +
+                         std::to_string(v) + " (rank " + std::to_string(r) + ")");
         }
-      }
-    }
-  }
+        full.data[dst] = v;
+        written[dst] = 1;
+        return {};
+      }));
   for (const auto& t : full.layout.tensors) {
     for (std::size_t i = 0; i < t.size(); ++i) {
       if (!written[t.offset + i])
@@ -71,6 +113,26 @@ Status assemble(const std::vector<RankResult>& ranks,
     }
   }
   return {};
+}
+
+// bf16 runs: a rank's copy of a parameter it does not update (received from its owner in
+// bf16: a ZeRO-1 all-gather, the TP broadcast of norm gains) is the owner's float32 master
+// rounded to bf16, bit for bit.
+Status check_bf16_replicas(const std::vector<RankResult>& ranks,
+                           const std::vector<kernels::ParamLayout>& layouts,
+                           const kernels::Params<float>& masters) {
+  return each_element(layouts, masters.layout,
+                      [&](std::size_t r, const kernels::TensorInfo& t, int i, int j,
+                          std::size_t src, std::size_t dst) -> Status {
+                        if (ranks[r].owned[src]) return {};
+                        const float want = kernels::round_bf16(masters.data[dst]);
+                        const float got = ranks[r].params[src];
+                        if (std::memcmp(&want, &got, sizeof(float)) == 0) return {};
+                        return failure("parameter of " + element(t, i, j) + " on rank " +
+                                       std::to_string(r) + ": " + std::to_string(got) +
+                                       ", its owner's master rounded to bf16 is " +
+                                       std::to_string(want));
+                      });
 }
 
 // The layout a device holds (the same function the runtime uses).
@@ -116,7 +178,11 @@ Result<Trajectory> assemble_trajectory(const Program& program, const Model& mode
   for (const auto& l : program.devices) layouts.push_back(device_layout(l, *dims));
   Trajectory t;
   t.losses = std::move(losses);
-  HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::params, false, t.params_last, "parameter"));
+  // float32: every copy of a parameter is the same; bf16: copies that a rank does not
+  // update are its owner's master rounded to bf16.
+  const bool bf16 = program.bytes_per_element == 2;
+  HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::params, bf16, t.params_last, "parameter"));
+  if (bf16) HEXI_TRY(check_bf16_replicas(ranks, layouts, t.params_last));
   HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::grads_first, true, t.grads_first,
                     "first-step gradient"));
   HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::grads_last, true, t.grads_last,
@@ -249,10 +315,11 @@ TensorError worst(const std::vector<TensorError>& errors) {
   return w;
 }
 
-Result<OracleInputs> load_oracle_inputs() {
+Result<OracleInputs> load_oracle_inputs(const std::string& precision) {
   kernels::Oracle o;
   std::string error;
-  if (!kernels::load_oracle(kernels::default_oracle_path(), o, error)) return bad_input(error);
+  if (!kernels::load_oracle(kernels::default_oracle_path(precision), o, error))
+    return bad_input(error);
   OracleInputs in;
   in.data = std::make_unique<FixedSource>(o.tokens, o.targets, o.seq);
   in.options.init = o.init;
@@ -271,6 +338,11 @@ Result<OracleInputs> load_oracle_inputs() {
   in.batch = o.batch;
   in.dims = o.dims;
   return in;
+}
+
+OracleTolerance oracle_tolerance(const std::string& precision) {
+  return precision == "bf16" ? OracleTolerance{2e-3, 2e-2, 5e-2}
+                             : OracleTolerance{2e-5, 1e-5, 1e-4};
 }
 
 std::string format_errors(const std::vector<TensorError>& errors) {

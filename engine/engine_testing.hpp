@@ -23,9 +23,20 @@ struct Trajectory {
   kernels::Params<float> grads_first, grads_last, params_last;
 };
 
-// Loads a shipped scenario and a plan file (relative to scenarios/plans/) and lowers it.
+// A shipped tiny scenario and one of its plan files (scenarios/plans/), and every such pair
+// the engine's plan tests run (runtime_test.cpp, precision_test.cpp); the name is a test
+// parameter name ("tiny_llama_cpu_tiny_single_json").
+struct PlanCase {
+  const char* scenario;
+  const char* plan;
+};
+const std::vector<PlanCase>& shipped_tiny_plans();
+std::string plan_case_name(const PlanCase& c);
+
+// Loads a shipped scenario and a plan file (relative to scenarios/plans/) and lowers it;
+// a non-empty `precision` replaces the scenario's training.precision ("bf16", "fp32").
 Result<Program> lower_shipped(const std::string& scenario, const std::string& plan_file,
-                              Scenario* scenario_out = nullptr);
+                              Scenario* scenario_out = nullptr, const std::string& precision = "");
 
 // What one rank hands back after its last step (host copies; layout from the program).
 struct RankResult {
@@ -92,7 +103,23 @@ struct OracleInputs {
   int batch = 0;
   kernels::LlamaDims dims;
 };
-Result<OracleInputs> load_oracle_inputs();
+Result<OracleInputs> load_oracle_inputs(const std::string& precision = "fp32");
+
+// How close a run must come to the oracle of its precision: |loss - torch| <= loss for the
+// losses (initial, after one and two AdamW steps), compare(torch, got, atol_fraction, rtol)
+// for the first-step gradients.
+// - fp32: both sides float32, differing in summation order only (runtime_test.cpp).
+// - bf16: unit roundoff u = 2^-9 ~ 2.0e-3. Both sides round the same tensors to bf16, at a
+//   few different points (torch rounds weight and norm-gain gradients to bf16 before the
+//   float32 masters, and dK/dV per query head before summing them; the engine keeps those
+//   in float32), and sum in another order before each rounding, so an element may land one
+//   bf16 ulp (2u) apart and the difference propagates: gradients atol_fraction 2e-2 and
+//   rtol 5e-2 (10u and 25u); losses 2e-3 on ~5.5 (4e-4 relative: the mean over all token
+//   losses averages the rounding out).
+struct OracleTolerance {
+  double loss = 0, atol_fraction = 0, rtol = 0;
+};
+OracleTolerance oracle_tolerance(const std::string& precision);
 // Human-readable table of the comparison (for test output and reports).
 std::string format_errors(const std::vector<TensorError>& errors);
 

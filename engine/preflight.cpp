@@ -61,8 +61,12 @@ Status check_device_memory(const Program& program, const Scenario& scenario,
 
 Status check_host_memory(const Program& program, const Scenario& scenario,
                          std::span<const DeviceLayout> local, const std::string& plan) {
+  // The cpu backend stores bf16 values in float32 buffers (kernels/blocks.hpp "Precision"):
+  // its tensors take float32 bytes whatever the precision.
+  Scenario stored = scenario;
+  stored.training.precision = "fp32";
   double need = 0;
-  for (const auto& l : local) need += device_peak_memory(program, l, scenario).total();
+  for (const auto& l : local) need += device_peak_memory(program, l, stored).total();
   const double have = host_memory_bytes();
   if (need <= have) return {};
   return bad_input(plan + ": does not fit: the " + std::to_string(local.size()) +

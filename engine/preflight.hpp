@@ -23,7 +23,7 @@ MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& d
 Status check_device_memory(const Program& program, const Scenario& scenario,
                            const std::string& plan);
 // cpu backend: the devices whose ranks run on this host (`local`) fit together in its
-// physical memory.
+// physical memory, counted at float32 (what the cpu backend stores, bf16 runs included).
 Status check_host_memory(const Program& program, const Scenario& scenario,
                          std::span<const DeviceLayout> local, const std::string& plan);
 

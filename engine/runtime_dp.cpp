@@ -14,7 +14,7 @@ Status RankRuntime::Impl::grad_bucket(const Op& op) {
   float* f = flat.get();
   if (op.collective == Collective::kAllReduce) {
     HEXI_TRY(be.gather(f, grads.get(), b.idx.get(), b.elements));
-    HEXI_TRY(comm.all_reduce(f, b.elements, DType::kF32, ReduceOp::kSum));
+    HEXI_TRY(wire_all_reduce(comm, f, b.elements));
     return be.scatter(grads.get(), b.idx.get(), f, b.elements);
   }
   if (op.collective != Collective::kReduceScatter)
@@ -27,7 +27,7 @@ Status RankRuntime::Impl::grad_bucket(const Op& op) {
                        b.piece[i + 1] - b.piece[i]));
   }
   float* mine = f + n * b.chunk;
-  HEXI_TRY(comm.reduce_scatter(f, mine, b.chunk, DType::kF32, ReduceOp::kSum));
+  HEXI_TRY(wire_reduce_scatter(comm, f, mine, b.chunk));
   const std::size_t lo = b.piece[b.member], len = b.piece[b.member + 1] - lo;
   return be.scatter(grads.get(), b.idx.get() + lo, mine, len);
 }
@@ -44,7 +44,7 @@ Status RankRuntime::Impl::weight_bucket(const Op& op) {
   const std::size_t lo = b.piece[b.member], len = b.piece[b.member + 1] - lo;
   HEXI_TRY(be.zero(mine, b.chunk * sizeof(float)));
   HEXI_TRY(be.gather(mine, params.get(), b.idx.get() + lo, len));
-  HEXI_TRY(b.comm->all_gather(mine, f, b.chunk, DType::kF32));
+  HEXI_TRY(wire_all_gather(*b.comm, mine, f, b.chunk));
   for (std::size_t i = 0; i < n; ++i) {
     if (static_cast<int>(i) == b.member) continue;
     HEXI_TRY(be.scatter(params.get(), b.idx.get() + b.piece[i], f + i * b.chunk,
@@ -59,7 +59,7 @@ Status RankRuntime::Impl::replicas(const Op& op, Communicator& comm) {
     return failure("replicated parameters are broadcast from TP rank 0");
   float* f = flat.get();
   HEXI_TRY(be.gather(f, params.get(), replicated_idx.get(), replicated_count));
-  HEXI_TRY(comm.broadcast(f, replicated_count, DType::kF32, 0));
+  HEXI_TRY(wire_broadcast(comm, f, replicated_count, 0));
   return be.scatter(params.get(), replicated_idx.get(), f, replicated_count);
 }
 

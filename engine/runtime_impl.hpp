@@ -23,6 +23,8 @@ struct Slot {
   DeviceArray<float> grad;        // (R, h): gradient of the residual stream
   DeviceArray<int> tokens;        // (R)
   DeviceArray<int> targets;       // (R)
+  DeviceArray<std::uint16_t> send_wire;         // bf16 runs: (2, R, h) packed activation
+                                                // and gradient rows of outstanding sends
   std::vector<std::unique_ptr<Request>> sends;  // outstanding isends from these buffers
   int micro_batch = -1;                         // -1 when free
 };
@@ -62,6 +64,7 @@ struct RankRuntime::Impl {
   Progress& progress;
   const DeviceLayout* lay = nullptr;
   kernels::LlamaDims dims;
+  bool bf16 = false;                // mixed precision (program bytes_per_element 2)
   BlockShape shape;                 // one micro-batch on this shard
   int rows = 0;                     // R = micro_batch * seq
   int hidden = 0;                   // h
@@ -71,7 +74,8 @@ struct RankRuntime::Impl {
 
   // ---- parameters and optimizer ------------------------------------------------------
   kernels::ParamLayout layout;
-  DeviceArray<float> params, grads;
+  DeviceArray<float> params, grads;   // float32 master weights; float32 gradients
+  DeviceArray<float> compute_params;  // bf16 runs: params rounded to bf16 at each step's start
   std::vector<char> owned;
   std::vector<Run> runs;                // owned elements, per tensor
   std::vector<std::size_t> run_moment;  // offset of each run's moments
@@ -84,7 +88,8 @@ struct RankRuntime::Impl {
   std::map<int, BucketState> buckets;                 // by program bucket id
   DeviceArray<std::int64_t> replicated_idx;           // replicated parameter elements
   std::size_t replicated_count = 0;
-  DeviceArray<float> flat;  // bucket / replica staging, padded
+  DeviceArray<float> flat;                       // bucket / replica staging, padded
+  DeviceArray<std::uint16_t> wire_in, wire_out;  // bf16 runs: packed blocking traffic
 
   // ---- activations ---------------------------------------------------------------------
   std::vector<Slot> slots;
@@ -130,11 +135,28 @@ struct RankRuntime::Impl {
   Status release(int micro_batch);
   Status inject_fault(int op_index);
 
+  // ---- communication at the run's precision (runtime_wire.cpp) ----------------------------
+  // Buffers are float32 on the compute side; a bf16 run packs what it sends to 2-byte
+  // bf16 (the bytes the program counts) and unpacks what it receives.
+  Status wire_all_reduce(Communicator& c, float* buf, std::size_t n);
+  Status wire_all_gather(Communicator& c, const float* in, float* out, std::size_t n);
+  Status wire_reduce_scatter(Communicator& c, const float* in, float* out, std::size_t n);
+  Status wire_broadcast(Communicator& c, float* buf, std::size_t n, int root);
+  // `stage` (n packed elements) must live until the send completes (Slot::send_wire).
+  Result<std::unique_ptr<Request>> wire_isend(const float* src, std::uint16_t* stage, std::size_t n,
+                                              int peer, int tag);
+  Status wire_recv(float* dst, std::size_t n, int peer, int tag);
+  // The residual stream is stored at the run's precision (bf16 runs round it after each add).
+  Status add_stored(float* y, const float* x, std::size_t n);
+
   // views
   float* resid(Slot& s, int i) const {
     return s.resid.get() + static_cast<std::size_t>(i) * rows * hidden;
   }
-  float* param(const std::string& name) const { return params.get() + offset_of.at(name); }
+  // The weights the blocks compute with: the bf16 copy in bf16 runs, else the master.
+  float* param(const std::string& name) const {
+    return (bf16 ? compute_params : params).get() + offset_of.at(name);
+  }
   float* grad(const std::string& name) const { return grads.get() + offset_of.at(name); }
   AttentionWeights<float> attn_w(int layer) const;
   AttentionGrads<float> attn_g(int layer, float* norm_grad) const;

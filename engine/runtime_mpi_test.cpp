@@ -1,8 +1,10 @@
 // One plan under real MPI ranks (one process per device, OpenMPI), against the PyTorch
 // oracle and the single-process reference; ctest runs it once per shipped tiny plan
-// with HEXISIM_TEST_SCENARIO / HEXISIM_TEST_PLAN set (engine/CMakeLists.txt). Rank 0
-// assembles full-model tensors from every rank and prints the per-tensor errors (the
-// figures of the engine's report). Tolerances as in runtime_test.cpp.
+// with HEXISIM_TEST_SCENARIO / HEXISIM_TEST_PLAN set (engine/CMakeLists.txt), and
+// HEXISIM_TEST_PRECISION=bf16 for the bf16 variants (against the bf16 oracle; the
+// single-process reference is float32 only). Rank 0 assembles full-model tensors from
+// every rank and prints the per-tensor errors (the figures of the engine's report).
+// Tolerances: oracle_tolerance (engine_testing.hpp) and runtime_test.cpp.
 
 #include <mpi.h>
 
@@ -25,7 +27,9 @@ class MpiPlan : public ::testing::Test {
     ASSERT_TRUE(sc != nullptr && plan != nullptr)
         << "set HEXISIM_TEST_SCENARIO and HEXISIM_TEST_PLAN";
     plan_ = plan;
-    auto program = lower_shipped(sc, plan, &scenario_);
+    const char* precision = std::getenv("HEXISIM_TEST_PRECISION");
+    precision_ = precision != nullptr ? precision : "";
+    auto program = lower_shipped(sc, plan, &scenario_, precision_);
     ASSERT_TRUE(program.ok()) << program.error().message;
     program_ = std::move(*program);
     auto session = MpiSession::init(nullptr, nullptr);
@@ -48,13 +52,15 @@ class MpiPlan : public ::testing::Test {
   }
 
   std::string plan_;
+  std::string precision_;  // empty: the scenario's
   Scenario scenario_;
   Program program_;
   std::unique_ptr<Communicator> world_;
 };
 
 TEST_F(MpiPlan, MatchesPyTorchOracle) {
-  auto oracle = load_oracle_inputs();
+  const std::string precision = scenario_.training.precision;
+  auto oracle = load_oracle_inputs(precision);
   ASSERT_TRUE(oracle.ok()) << oracle.error().message;
   if (scenario_.model.layers != oracle->dims.layers ||
       scenario_.training.seq_len != oracle->data->seq_len()) {
@@ -62,21 +68,24 @@ TEST_F(MpiPlan, MatchesPyTorchOracle) {
   }
   Trajectory got = run(*oracle->data, oracle->options, 3);
   if (world_->rank() != 0) return;
-  EXPECT_NEAR(got.losses[0], oracle->loss, 2e-5);
-  EXPECT_NEAR(got.losses[1], oracle->loss_after_1, 2e-5);
-  EXPECT_NEAR(got.losses[2], oracle->loss_after_2, 2e-5);
-  const auto errors = compare(oracle->grads, got.grads_first, 1e-5, 1e-4);
+  const OracleTolerance tol = oracle_tolerance(precision);
+  EXPECT_NEAR(got.losses[0], oracle->loss, tol.loss);
+  EXPECT_NEAR(got.losses[1], oracle->loss_after_1, tol.loss);
+  EXPECT_NEAR(got.losses[2], oracle->loss_after_2, tol.loss);
+  const auto errors = compare(oracle->grads, got.grads_first, tol.atol_fraction, tol.rtol);
   std::printf(
-      "oracle comparison, %s on %s (%zu MPI ranks): loss %.7f (torch %.7f), after 1 step %.7f "
+      "%s oracle comparison, %s on %s (%zu MPI ranks): loss %.7f (torch %.7f), after 1 step %.7f "
       "(%.7f), "
       "after 2 %.7f (%.7f)\n%s",
-      plan_.c_str(), scenario_.name.c_str(), program_.devices.size(), got.losses[0], oracle->loss,
-      got.losses[1], oracle->loss_after_1, got.losses[2], oracle->loss_after_2,
-      format_errors(errors).c_str());
+      precision.c_str(), plan_.c_str(), scenario_.name.c_str(), program_.devices.size(),
+      got.losses[0], oracle->loss, got.losses[1], oracle->loss_after_1, got.losses[2],
+      oracle->loss_after_2, format_errors(errors).c_str());
   for (const auto& e : errors) EXPECT_TRUE(e.ok) << e.name;
 }
 
 TEST_F(MpiPlan, MatchesSingleProcessAfterOneAndTenSteps) {
+  if (scenario_.training.precision != "fp32")
+    GTEST_SKIP() << "the single-process reference computes in float32";
   auto corpus = CorpusSource::load(default_corpus(), scenario_.training.seq_len, 7);
   ASSERT_TRUE(corpus.ok()) << corpus.error().message;
   Trajectory got = run(*corpus, RuntimeOptions{}, 10);

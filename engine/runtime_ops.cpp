@@ -47,6 +47,7 @@ HeadSaved<float> RankRuntime::Impl::head_saved(Slot& s) const {
 
 Result<StepStats> RankRuntime::Impl::step() {
   HEXI_TRY(be.zero(grads.get(), grads.bytes()));
+  if (bf16) HEXI_TRY(be.round_bf16(compute_params.get(), params.get(), params.size()));
   be.clear_marks();
   loss_sum = loss_tokens = 0;
   pending = Pending{};
@@ -165,7 +166,7 @@ Status RankRuntime::Impl::release(int mb) {
 
 Status RankRuntime::Impl::finish_block(float* out, const float* residual) {
   const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
-  if (lay->tp == 1) return be.add_inplace(out, residual, rh);
+  if (lay->tp == 1) return add_stored(out, residual, rh);
   pending = Pending{true, out, rh, residual, nullptr, nullptr};
   return {};
 }
@@ -173,7 +174,7 @@ Status RankRuntime::Impl::finish_block(float* out, const float* residual) {
 // A block's input gradient is in `partial` (and, with TP, its norm-gain share after it).
 Status RankRuntime::Impl::finish_grad(Slot& s, float* norm_grad_target) {
   const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
-  if (lay->tp == 1) return be.add_inplace(s.grad.get(), partial.get(), rh);
+  if (lay->tp == 1) return add_stored(s.grad.get(), partial.get(), rh);
   pending = Pending{true, partial.get(), rh + hidden, nullptr, s.grad.get(), norm_grad_target};
   return {};
 }
@@ -183,9 +184,9 @@ Status RankRuntime::Impl::apply_pending(Communicator& comm) {
   const Pending p = pending;
   pending = Pending{};
   const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
-  HEXI_TRY(comm.all_reduce(p.buf, p.count, DType::kF32, ReduceOp::kSum));
-  if (p.add_from != nullptr) HEXI_TRY(be.add_inplace(p.buf, p.add_from, rh));
-  if (p.add_into != nullptr) HEXI_TRY(be.add_inplace(p.add_into, p.buf, rh));
+  HEXI_TRY(wire_all_reduce(comm, p.buf, p.count));
+  if (p.add_from != nullptr) HEXI_TRY(add_stored(p.buf, p.add_from, rh));
+  if (p.add_into != nullptr) HEXI_TRY(add_stored(p.add_into, p.buf, rh));
   if (p.norm_grad != nullptr) HEXI_TRY(be.add_inplace(p.norm_grad, p.buf + rh, hidden));
   return {};
 }
@@ -336,8 +337,11 @@ Status RankRuntime::Impl::run_send(const Op& op) {
   const float* src = (act ? resid(**s, 2 * layers) : (*s)->grad.get()) +
                      static_cast<std::size_t>(op.rows_begin) * hidden;
   const std::size_t count = static_cast<std::size_t>(op.rows_end - op.rows_begin) * hidden;
-  auto req =
-      world.isend(src, count, DType::kF32, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
+  std::uint16_t* stage = bf16 ? (*s)->send_wire.get() +
+                                    (act ? 0 : rows) * static_cast<std::size_t>(hidden) +
+                                    static_cast<std::size_t>(op.rows_begin) * hidden
+                              : nullptr;
+  auto req = wire_isend(src, stage, count, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
   HEXI_TRY(req);
   (*s)->sends.push_back(std::move(*req));
   return {};
@@ -350,7 +354,7 @@ Status RankRuntime::Impl::run_recv(const Op& op) {
   float* dst =
       (act ? resid(**s, 0) : (*s)->grad.get()) + static_cast<std::size_t>(op.rows_begin) * hidden;
   const std::size_t count = static_cast<std::size_t>(op.rows_end - op.rows_begin) * hidden;
-  return world.recv(dst, count, DType::kF32, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
+  return wire_recv(dst, count, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
 }
 
 // The receiving TP group all-gathers its pieces: member i holds rows [i*R/t, (i+1)*R/t).
@@ -363,7 +367,7 @@ Status RankRuntime::Impl::boundary_gather(const Op& op, Communicator& comm) {
   auto lo = [&](std::size_t i) { return i * r / t; };
   const std::size_t me = comm.rank();
   HEXI_TRY(be.copy(gather_in.get(), dst + lo(me) * h, (lo(me + 1) - lo(me)) * h * sizeof(float)));
-  HEXI_TRY(comm.all_gather(gather_in.get(), gather_out.get(), piece_rows * h, DType::kF32));
+  HEXI_TRY(wire_all_gather(comm, gather_in.get(), gather_out.get(), piece_rows * h));
   for (std::size_t i = 0; i < t; ++i) {
     if (i == me) continue;
     HEXI_TRY(be.copy(dst + lo(i) * h, gather_out.get() + i * piece_rows * h,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <type_traits>
 
 #include "engine/runtime_impl.hpp"
 
@@ -38,6 +39,12 @@ Status RankRuntime::Impl::setup() {
     return bad_input(
         "the engine executes layer-granularity programs (got a stage-granularity one)");
   }
+  if (prog.bytes_per_element != 4 && prog.bytes_per_element != 2) {
+    return bad_input(
+        "the program counts " + std::to_string(prog.bytes_per_element) +
+        "-byte elements; the engine trains in float32 (4) or bf16 mixed precision (2)");
+  }
+  bf16 = prog.bytes_per_element == 2;
   lay = &prog.devices[world.rank()];
   auto d = llama_dims(model);
   HEXI_TRY(d);
@@ -57,7 +64,7 @@ Status RankRuntime::Impl::setup() {
     return failure("device " + std::to_string(lay->device) +
                    ": the program's KV-head range differs from the kernels' for the same heads");
   }
-  shape = BlockShape{dims, shard, lay->micro_batch, prog.seq_len};
+  shape = BlockShape{dims, shard, lay->micro_batch, prog.seq_len, bf16};
   rows = shape.tokens();
   hidden = dims.hidden;
   layers = lay->layer_end - lay->layer_begin;
@@ -114,6 +121,11 @@ Status RankRuntime::Impl::setup_params() {
   HEXI_TRY(g);
   grads = std::move(*g);
   HEXI_TRY(be.upload(params.get(), host.data.data(), params.bytes()));
+  if (bf16) {
+    auto c = DeviceArray<float>::make(be, layout.total);
+    HEXI_TRY(c);
+    compute_params = std::move(*c);
+  }
   return be.zero(grads.get(), grads.bytes());
 }
 
@@ -216,14 +228,8 @@ Status RankRuntime::Impl::setup_slots() {
   for (int i = 0; i < count; ++i) peak = std::max(peak, live += delta[i]);
   slot_of.assign(lay->micro_batches, -1);
   const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
-  auto alloc = [&](DeviceArray<float>& a, std::size_t n) -> Status {
-    auto r = DeviceArray<float>::make(be, n);
-    HEXI_TRY(r);
-    a = std::move(*r);
-    return {};
-  };
-  auto alloc_int = [&](DeviceArray<int>& a, std::size_t n) -> Status {
-    auto r = DeviceArray<int>::make(be, n);
+  auto alloc = [&](auto& a, std::size_t n) -> Status {
+    auto r = std::remove_reference_t<decltype(a)>::make(be, n);
     HEXI_TRY(r);
     a = std::move(*r);
     return {};
@@ -235,8 +241,9 @@ Status RankRuntime::Impl::setup_slots() {
     HEXI_TRY(alloc(s.mlp_saved, layers * kernels::mlp_saved_size(shape)));
     HEXI_TRY(alloc(s.head_saved, lay->last ? kernels::head_saved_size(shape) : 0));
     HEXI_TRY(alloc(s.grad, rh));
-    HEXI_TRY(alloc_int(s.tokens, rows));
-    HEXI_TRY(alloc_int(s.targets, rows));
+    HEXI_TRY(alloc(s.tokens, rows));
+    HEXI_TRY(alloc(s.targets, rows));
+    HEXI_TRY(alloc(s.send_wire, bf16 ? 2 * rh : 0));
   }
   const std::size_t piece_rows = (rows + lay->tp - 1) / lay->tp;
   HEXI_TRY(alloc(partial, rh + hidden));
@@ -245,6 +252,11 @@ Status RankRuntime::Impl::setup_slots() {
   HEXI_TRY(alloc(stats, 3 * static_cast<std::size_t>(rows)));
   HEXI_TRY(alloc(stats_all, 3 * static_cast<std::size_t>(rows) * lay->tp));
   HEXI_TRY(alloc(token_loss, rows));
+  // Packed bf16 staging of every blocking transfer: TP all-reduces (R*h + h), boundary
+  // all-gathers, receives (R*h), buckets and replicas (flat).
+  const std::size_t wire = bf16 ? std::max({partial.size(), gather_out.size(), flat.size()}) : 0;
+  HEXI_TRY(alloc(wire_in, wire));
+  HEXI_TRY(alloc(wire_out, wire));
   host_tokens.resize(rows);
   host_targets.resize(rows);
   return {};

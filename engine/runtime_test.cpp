@@ -23,17 +23,10 @@
 namespace hexi::engine {
 namespace {
 
-struct Case {
-  const char* scenario;
-  const char* plan;
-};
+using Case = PlanCase;
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
-  std::string n = std::string(info.param.scenario) + "_" + info.param.plan;
-  for (char& c : n) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return n;
+  return plan_case_name(info.param);
 }
 
 class PlanTest : public ::testing::TestWithParam<Case> {
@@ -93,18 +86,7 @@ TEST_P(PlanTest, MatchesPyTorchOracle) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Plans, PlanTest,
-                         ::testing::Values(Case{"tiny-llama-cpu", "tiny-single.json"},
-                                           Case{"tiny-llama-cpu", "tiny-pp2-tp2-tp1.json"},
-                                           Case{"tiny-llama-cpu", "tiny-dp2-tp2-vs-pp2.json"},
-                                           Case{"tiny-llama-8l-cpu", "tiny-pp3-uneven.json"},
-                                           Case{"tiny-llama-cpu", "tiny-tp4-to-tp1.json"},
-                                           Case{"tiny-llama-cpu", "tiny-dp3-mixed.json"},
-                                           Case{"tiny-llama-cpu", "tiny-8rank.json"},
-                                           Case{"tiny-llama-cpu", "tiny-recompute-mixed.json"},
-                                           Case{"tiny-llama-cpu-zero1", "tiny-dp3-mixed.json"},
-                                           Case{"tiny-llama-cpu-gpipe", "tiny-pp2-tp2-tp1.json"}),
-                         name_of);
+INSTANTIATE_TEST_SUITE_P(Plans, PlanTest, ::testing::ValuesIn(shipped_tiny_plans()), name_of);
 
 // Same inputs, same bits: two runs give identical losses and parameters.
 TEST(Determinism, TwoRunsAreBitIdentical) {

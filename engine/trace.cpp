@@ -8,10 +8,11 @@ namespace hexi::engine {
 
 namespace {
 
-// Bytes the engine moves for a communication op: float32 elements of the program's
-// tensor (the program counts them at the scenario's precision).
-double engine_bytes(const Program& p, const Op& op) {
-  return op.kind == OpKind::kCompute ? 0.0 : op.bytes * 4.0 / p.bytes_per_element;
+// Bytes the engine moves for a communication op: the program's count. The engine runs at
+// the program's precision (4-byte float32 or 2-byte bf16 elements on the wire,
+// runtime_wire.cpp); loss statistics are float32 in both, as the program counts them.
+double engine_bytes(const Op& op) {
+  return op.kind == OpKind::kCompute ? 0.0 : op.bytes;
 }
 
 }  // namespace
@@ -28,7 +29,7 @@ std::string trace_events(const Program& p, int device, const std::string& device
       e.start_us = (t.start_s - t0) * 1e6;
       e.end_us = (t.end_s - t0) * 1e6;
       e.step = st.step;
-      e.bytes = engine_bytes(p, p.ops[t.op]);
+      e.bytes = engine_bytes(p.ops[t.op]);
       w.op(p, e);
     }
   }
@@ -82,7 +83,7 @@ OpClasses op_classes(const Program& p, const std::vector<StepStats>& steps) {
       c.count += 1;
       c.seconds += t.end_s - t.start_s;
       if (op.kind == OpKind::kCompute && op.shape >= 0) c.flops += p.shapes[op.shape].flops();
-      c.bytes += engine_bytes(p, op);
+      c.bytes += engine_bytes(op);
     }
   }
   return out;

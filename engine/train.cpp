@@ -87,6 +87,12 @@ Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
   auto sc = load_scenario(o.scenario, *gpus, *models);
   HEXI_TRY(sc);
   job.scenario = std::move(*sc);
+  if (job.scenario.training.precision == "fp16") {
+    return bad_input("scenario " + job.scenario.name +
+                     ": training.precision \"fp16\" is not trained by the engine (fp16 needs "
+                     "dynamic loss scaling, which it does not implement); use \"bf16\" (the "
+                     "same 2-byte traffic and memory) or \"fp32\"");
+  }
   if (!o.plan.empty()) {
     job.plan_path = o.plan;
   } else if (job.scenario.plan) {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -153,6 +154,47 @@ TEST(Train, PrintsLossesAndWritesATraceWithEveryOp) {
   EXPECT_EQ(events, 3 * ops);  // every op of every device, once per step
   EXPECT_EQ(seen.size(), static_cast<std::size_t>(3 * ops));
   EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
+}
+
+// training.precision "bf16" (tiny-llama-cpu-bf16: tiny-llama-cpu in bf16 mixed precision):
+// the same ops as the float32 run, every communication op's traced bytes half the float32
+// run's (2-byte elements on the wire) except the float32 loss statistics, and losses within
+// bf16 rounding of the float32 ones.
+TEST(Train, Bf16TraceCountsTwoBytesPerElement) {
+  std::map<std::string, std::map<std::pair<int, int>, std::pair<std::string, double>>> bytes;
+  std::map<std::string, std::vector<double>> losses;
+  for (const std::string sc : {"tiny-llama-cpu", "tiny-llama-cpu-bf16"}) {
+    const std::string trace = temp(sc + "-trace.json"), out = temp(sc + "-out.json");
+    Outcome o =
+        train(3, sc + " --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2 --json --trace " + trace,
+              "", out);
+    ASSERT_EQ(o.code, 0) << o.output;
+    losses[sc] = read_json(out)["losses"].get<std::vector<double>>();
+    const auto t = read_json(trace);
+    for (const auto& e : t["traceEvents"]) {
+      if (e["ph"] != "X" || !e["args"].contains("bytes")) continue;
+      bytes[sc][{e["args"]["op"].get<int>(), e["args"]["step"].get<int>()}] = {
+          e["name"].get<std::string>(), e["args"]["bytes"].get<double>()};
+    }
+  }
+  const auto& f32 = bytes["tiny-llama-cpu"];
+  const auto& b16 = bytes["tiny-llama-cpu-bf16"];
+  ASSERT_EQ(f32.size(), b16.size());
+  ASSERT_GT(f32.size(), 0u);
+  int halved = 0;
+  for (const auto& [key, event] : f32) {
+    const auto it = b16.find(key);
+    ASSERT_NE(it, b16.end()) << "op " << key.first;
+    const bool loss_stats = event.first.find("loss") != std::string::npos;
+    EXPECT_EQ(it->second.second, loss_stats ? event.second : event.second / 2)
+        << event.first << " (op " << key.first << ")";
+    halved += loss_stats ? 0 : 1;
+  }
+  EXPECT_GT(halved, 0);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NEAR(losses["tiny-llama-cpu-bf16"][k], losses["tiny-llama-cpu"][k],
+                2e-3 * losses["tiny-llama-cpu"][k]);
+  }
 }
 
 // Checkpoint after 3 steps, resume for 3 more: the same losses, bit for bit, as 6 steps

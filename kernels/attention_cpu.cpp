@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/eigen_maps.hpp"
 #include "kernels/gemm_cpu.hpp"
@@ -54,8 +55,14 @@ void softmax_backward(T* dp, const T* p, int s, double scale) {
 }  // namespace
 
 template <class T>
+void round_bf16(T* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    x[i] = static_cast<T>(kernels::round_bf16(static_cast<float>(x[i])));
+}
+
+template <class T>
 void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int b, int s, int hq,
-                       int hk, int d) {
+                       int hk, int d, bool bf16) {
   const HeadView hv{s, hq, hk, d};
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   const int ldq = hq * d, ldkv = hk * d;
@@ -64,15 +71,18 @@ void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int
       const std::size_t qo = hv.q_offset(bi, j), kvo = hv.kv_offset(bi, j);
       T* p = probs + hv.p_offset(bi, j);
       gemm<T>(false, true, s, s, d, scale, q + qo, ldq, k + kvo, ldkv, T(0), p, s);  // S = Q K^T
+      if (bf16) round_bf16(p, static_cast<std::size_t>(s) * s);
       causal_softmax(p, s);
+      if (bf16) round_bf16(p, static_cast<std::size_t>(s) * s);
       gemm<T>(false, false, s, d, s, T(1), p, s, v + kvo, ldkv, T(0), out + qo, ldq);  // O = P V
     }
   }
+  if (bf16) round_bf16(out, static_cast<std::size_t>(b) * s * hq * d);
 }
 
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                        const T* probs, int b, int s, int hq, int hk, int d) {
+                        const T* probs, int b, int s, int hq, int hk, int d, bool bf16) {
   const HeadView hv{s, hq, hk, d};
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const int ldq = hq * d, ldkv = hk * d;
@@ -85,18 +95,26 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
       const T* p = probs + hv.p_offset(bi, j);
       gemm<T>(false, true, s, s, d, T(1), dout + qo, ldq, v + kvo, ldkv, T(0), ds.data(), s);
       gemm<T>(true, false, s, d, s, T(1), p, s, dout + qo, ldq, T(1), dv + kvo, ldkv);  // P^T dO
+      if (bf16) round_bf16(ds.data(), ds.size());
       softmax_backward(ds.data(), p, s, scale);
+      if (bf16) round_bf16(ds.data(), ds.size());
       gemm<T>(false, false, s, d, s, T(1), ds.data(), s, k + kvo, ldkv, T(0), dq + qo, ldq);
       gemm<T>(true, false, s, d, s, T(1), ds.data(), s, q + qo, ldq, T(1), dk + kvo, ldkv);
     }
+  }
+  if (bf16) {  // dK and dV summed over a KV group's query heads in T, then rounded once
+    round_bf16(dq, static_cast<std::size_t>(b) * s * hq * d);
+    round_bf16(dk, static_cast<std::size_t>(b) * s * hk * d);
+    round_bf16(dv, static_cast<std::size_t>(b) * s * hk * d);
   }
 }
 
 #define HEXI_INSTANTIATE(T)                                                                    \
   template void attention_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, \
-                                     int);                                                     \
+                                     int, bool);                                               \
   template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,      \
-                                      const T*, int, int, int, int, int);
+                                      const T*, int, int, int, int, int, bool);                \
+  template void round_bf16<T>(T*, std::size_t);
 HEXI_INSTANTIATE(float)
 HEXI_INSTANTIATE(double)
 #undef HEXI_INSTANTIATE

@@ -61,28 +61,31 @@ struct Batch {
 }  // namespace
 
 void attention_forward(Context& c, float* out, float* probs, const float* q, const float* k,
-                       const float* v, int b, int s, int hq, int hk, int d) {
+                       const float* v, int b, int s, int hq, int hk, int d, bool bf16) {
   const Batch bt{s, hq, hk, d};
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  const std::size_t rows = static_cast<std::size_t>(b) * hq * s;
   for (int bi = 0; bi < b; ++bi)
     for (int r = 0; r < bt.g(); ++r)  // S = scale * Q K^T
       detail::gemm_batched(c, false, true, s, s, d, scale, q + bt.q(bi, r), hq * d, bt.q_stride(),
                            k + bt.kv(bi), hk * d, bt.kv_stride(), 0.f, probs + bt.p(bi, r), s,
                            bt.p_stride(), hk);
-  const std::size_t rows = static_cast<std::size_t>(b) * hq * s;
+  if (bf16) round_bf16(c, probs, probs, rows * s);  // bf16 scores
   causal_softmax_kernel<<<detail::blocks_for(rows, kRowsPerBlock), kThreads, 0, c.stream()>>>(
       probs, rows, s);
   HEXI_CUDA_LAUNCH_CHECK();
+  if (bf16) round_bf16(c, probs, probs, rows * s);
   for (int bi = 0; bi < b; ++bi)
     for (int r = 0; r < bt.g(); ++r)  // O = P V
       detail::gemm_batched(c, false, false, s, d, s, 1.f, probs + bt.p(bi, r), s, bt.p_stride(),
                            v + bt.kv(bi), hk * d, bt.kv_stride(), 0.f, out + bt.q(bi, r), hq * d,
                            bt.q_stride(), hk);
+  if (bf16) round_bf16(c, out, out, rows * d);
 }
 
 void attention_backward(Context& c, float* dq, float* dk, float* dv, const float* dout,
                         const float* q, const float* k, const float* v, const float* probs, int b,
-                        int s, int hq, int hk, int d) {
+                        int s, int hq, int hk, int d, bool bf16) {
   const Batch bt{s, hq, hk, d};
   const std::size_t rows = static_cast<std::size_t>(b) * hq * s;
   detail::Temp ds(c, rows * s);  // dP, then dS in place; layout of probs
@@ -100,9 +103,11 @@ void attention_backward(Context& c, float* dq, float* dk, float* dv, const float
     }
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  if (bf16) round_bf16(c, ds.get(), ds.get(), rows * s);  // bf16 dP
   softmax_backward_kernel<<<detail::blocks_for(rows, kRowsPerBlock), kThreads, 0, c.stream()>>>(
       ds.get(), probs, rows, s, scale);
   HEXI_CUDA_LAUNCH_CHECK();
+  if (bf16) round_bf16(c, ds.get(), ds.get(), rows * s);
   for (int bi = 0; bi < b; ++bi) {
     for (int r = 0; r < bt.g(); ++r) {
       const float beta = r == 0 ? 0.f : 1.f;
@@ -115,6 +120,12 @@ void attention_backward(Context& c, float* dq, float* dk, float* dv, const float
                            q + bt.q(bi, r), hq * d, bt.q_stride(), beta, dk + bt.kv(bi), hk * d,
                            bt.kv_stride(), hk);
     }
+  }
+  if (bf16) {  // dK and dV summed over a KV group's query heads in fp32, then rounded once
+    const std::size_t kv = static_cast<std::size_t>(b) * s * hk * d;
+    round_bf16(c, dq, dq, rows * d);
+    round_bf16(c, dk, dk, kv);
+    round_bf16(c, dv, dv, kv);
   }
 }
 

@@ -33,6 +33,18 @@
 //   head:      head_forward -> all-reduce MAX(row_max) -> head_loss_partials ->
 //              all-reduce SUM(partials) -> head_loss (per-token loss) and head_backward
 //              -> dx_partial -> all-reduce SUM (+ the final norm gain, as above).
+//
+// Precision (BlockShape::bf16). float32 runs compute and store everything in float32.
+// bf16 runs are mixed precision as Megatron-LM's --bf16 (Micikevicius et al. 2018): the
+// caller passes bf16 weights (float32 master weights stay with the optimizer) and bf16
+// inputs; every activation and activation gradient a block writes (normed inputs, Q/K/V,
+// scores, probabilities, attention output, gate/up/act, logits, partial outputs and their
+// gradients) is rounded to bfloat16 when written. GEMMs read those bf16 values and
+// accumulate in float32 (exact products: what a bf16 GEMM with fp32 compute returns up to
+// summation order); norms, RoPE, softmax, SwiGLU and the loss compute in float32 from bf16
+// inputs and round their output once (fused kernels). Weight gradients are accumulated in
+// float32 (Megatron's main_grad with gradient-accumulation fusion), never rounded. The CPU
+// backend stores the bf16 values in float32 buffers; the rounding points are the contract.
 
 #include <cstddef>
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/llama_model.hpp"
 #include "kernels/params.hpp"
@@ -225,6 +226,56 @@ TEST(TensorParallel, UnevenShardsMatchSingleProcess) {
   // group 1 (replicating KV head 1) and the rest of the FFN and vocabulary unevenly.
   expect_tp_matches_single_process(
       {{0, 2, 0, 7, 0, 5}, {2, 3, 7, 8, 5, 20}, {3, 4, 8, 20, 20, 24}});
+}
+
+// bf16 (blocks.hpp "Precision"): with bf16 weights and inputs, every tensor a block writes
+// -- saved activations, outputs, input gradients -- holds bf16 values, while the weight
+// gradients accumulate in float32 (some elements are not bf16 values); the float32 result
+// of the same block is within bf16 rounding of the bf16 one.
+TEST(Bf16Blocks, WriteBf16ValuesAndAccumulateWeightGradientsInFloat32) {
+  const LlamaDims d{1, 64, 172, 4, 2, 96};
+  const BlockShape f32{d, full_shard(d), 2, 16}, b16{d, full_shard(d), 2, 16, true};
+  Params<float> p(stage_layout(d, {0, 1, true, true, f32.shard}));
+  init_params(p, d, {5, 0.25});
+  std::vector<float> x = random_vector<float>(f32.tokens() * d.hidden, 40);
+  std::vector<float> dy = random_vector<float>(x.size(), 41);
+  for (std::vector<float>* v : {&p.data, &x, &dy}) round_bf16(v->data(), v->size());
+  auto bf16_values = [](const float* v, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (v[i] != round_bf16(v[i])) return false;
+    }
+    return true;
+  };
+  std::vector<float> y32(x.size());
+  {
+    std::vector<float> saved(attention_saved_size(f32));
+    cpu::attention_block_forward(f32, attention_weights(p, 0), x.data(),
+                                 carve_attention_saved(f32, saved.data()), y32.data());
+  }
+  std::vector<float> saved(attention_saved_size(b16)), y(x.size()), dx(x.size());
+  Params<float> g(p.layout);
+  const auto sv = carve_attention_saved(b16, saved.data());
+  cpu::attention_block_forward(b16, attention_weights(p, 0), x.data(), sv, y.data());
+  cpu::attention_block_backward(b16, attention_weights(p, 0), sv, x.data(), dy.data(), dx.data(),
+                                attention_grads(g, 0));
+  const std::size_t n = b16.tokens();
+  EXPECT_TRUE(bf16_values(sv.xn, n * d.hidden));
+  EXPECT_TRUE(bf16_values(sv.q, n * b16.q_width()));
+  EXPECT_TRUE(bf16_values(sv.k, n * b16.kv_width()));
+  EXPECT_TRUE(bf16_values(sv.v, n * b16.kv_width()));
+  EXPECT_TRUE(bf16_values(sv.probs, std::size_t(b16.batch) * b16.q_heads() * b16.seq * b16.seq));
+  EXPECT_TRUE(bf16_values(sv.att, n * b16.q_width()));
+  EXPECT_TRUE(bf16_values(y.data(), y.size()));
+  EXPECT_TRUE(bf16_values(dx.data(), dx.size()));
+  const TensorInfo* wq = g.layout.find("layers.0.wq");
+  EXPECT_FALSE(bf16_values(g.get(*wq), wq->size())) << "weight gradients rounded to bf16";
+  double scale = 0, err = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    scale = std::max(scale, double(std::abs(y32[i])));
+    err = std::max(err, double(std::abs(y[i] - y32[i])));
+  }
+  EXPECT_GT(err, 0) << "the bf16 block computed in float32";
+  EXPECT_LT(err, 2e-2 * scale) << "beyond bf16 rounding (u = 2^-9) of a few tensors";
 }
 
 }  // namespace

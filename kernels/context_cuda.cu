@@ -121,19 +121,57 @@ cublasOperation_t op(bool trans) {
 }
 }  // namespace
 
+// A bf16 copy of a row-major operand (bf16 GEMMs): `batch` matrices `stride` elements
+// apart, each `rows` rows of `cols` elements, `ld` apart. Exact when the operand holds bf16
+// values, as the blocks guarantee in bf16 runs.
+namespace {
+class Bf16Operand {
+ public:
+  Bf16Operand(Context& c, const float* src, int rows, int cols, int ld, long long stride = 0,
+              int batch = 1)
+      : count_(static_cast<std::size_t>(batch - 1) * stride +
+               static_cast<std::size_t>(rows - 1) * ld + cols),
+        temp_(c, (count_ + 1) / 2) {
+    to_bf16(c, get(), src, count_);
+  }
+  std::uint16_t* get() const { return reinterpret_cast<std::uint16_t*>(temp_.get()); }
+
+ private:
+  std::size_t count_;
+  Temp temp_;
+};
+}  // namespace
+
 void gemm(Context& c, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
           int lda, const float* b, int ldb, float beta, float* out, int ldc) {
-  HEXI_CUBLAS_CHECK(cublasSgemm(c.cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, b, ldb, a,
-                                lda, &beta, out, ldc));
+  if (!c.bf16_gemm()) {
+    HEXI_CUBLAS_CHECK(cublasSgemm(c.cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, b, ldb, a,
+                                  lda, &beta, out, ldc));
+    return;
+  }
+  const Bf16Operand a16(c, a, trans_a ? k : m, trans_a ? m : k, lda);
+  const Bf16Operand b16(c, b, trans_b ? n : k, trans_b ? k : n, ldb);
+  HEXI_CUBLAS_CHECK(cublasGemmEx(c.cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, b16.get(),
+                                 CUDA_R_16BF, ldb, a16.get(), CUDA_R_16BF, lda, &beta, out,
+                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void gemm_batched(Context& c, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                   const float* a, int lda, long long stride_a, const float* b, int ldb,
                   long long stride_b, float beta, float* out, int ldc, long long stride_c,
                   int batch) {
-  HEXI_CUBLAS_CHECK(cublasSgemmStridedBatched(c.cublas(), op(trans_b), op(trans_a), n, m, k, &alpha,
-                                              b, ldb, stride_b, a, lda, stride_a, &beta, out, ldc,
-                                              stride_c, batch));
+  if (!c.bf16_gemm()) {
+    HEXI_CUBLAS_CHECK(cublasSgemmStridedBatched(c.cublas(), op(trans_b), op(trans_a), n, m, k,
+                                                &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
+                                                out, ldc, stride_c, batch));
+    return;
+  }
+  const Bf16Operand a16(c, a, trans_a ? k : m, trans_a ? m : k, lda, stride_a, batch);
+  const Bf16Operand b16(c, b, trans_b ? n : k, trans_b ? k : n, ldb, stride_b, batch);
+  HEXI_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      c.cublas(), op(trans_b), op(trans_a), n, m, k, &alpha, b16.get(), CUDA_R_16BF, ldb, stride_b,
+      a16.get(), CUDA_R_16BF, lda, stride_a, &beta, out, CUDA_R_32F, ldc, stride_c, batch,
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 Temp::Temp(Context& c, std::size_t floats) : stream_(c.stream()) {

@@ -49,13 +49,19 @@ void rope_backward(T* dx, int b, int s, int heads, int d, double theta);
 // q (b, s, hq, d), k and v (b, s, hk, d) with hq % hk == 0: query head j reads KV head
 // j / (hq / hk). out (b, s, hq, d); probs (b, hq, s, s) softmax(q k^T / sqrt(d)) with
 // the causal mask (row t has zeros after column t), saved for the backward.
+// bf16: the scores, the probabilities and the output are rounded to bfloat16 as a bf16
+// kernel writes them (softmax itself in T); the backward rounds dP, dS, dq, dk and dv.
 template <class T>
 void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int b, int s, int hq,
-                       int hk, int d);
+                       int hk, int d, bool bf16 = false);
 // dq (b, s, hq, d), dk and dv (b, s, hk, d) overwritten; dout (b, s, hq, d).
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                        const T* probs, int b, int s, int hq, int hk, int d);
+                        const T* probs, int b, int s, int hq, int hk, int d, bool bf16 = false);
+
+// x (n) rounded in place to the nearest bfloat16 values (kernels/bf16.hpp), kept in T.
+template <class T>
+void round_bf16(T* x, std::size_t n);
 
 // ---- SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values ---------
 template <class T>

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,14 @@ class Context {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   void synchronize();  // waits for everything queued on stream()
+  // Mixed precision: while set, the GEMMs of this context read their float32 operands as
+  // bf16 (converted exactly: they hold bf16 values) and run as cuBLAS bf16 GEMMs with
+  // fp32 compute and fp32 output (cublasGemmEx). The blocks set it from BlockShape::bf16.
+  bool bf16_gemm() const { return bf16_gemm_; }
+  void set_bf16_gemm(bool on) { bf16_gemm_ = on; }
 
  private:
+  bool bf16_gemm_ = false;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -88,10 +95,10 @@ void rope_forward(Context& c, float* x, int b, int s, int heads, int d, double t
 void rope_backward(Context& c, float* dx, int b, int s, int heads, int d, double theta);
 
 void attention_forward(Context& c, float* out, float* probs, const float* q, const float* k,
-                       const float* v, int b, int s, int hq, int hk, int d);
+                       const float* v, int b, int s, int hq, int hk, int d, bool bf16 = false);
 void attention_backward(Context& c, float* dq, float* dk, float* dv, const float* dout,
                         const float* q, const float* k, const float* v, const float* probs, int b,
-                        int s, int hq, int hk, int d);
+                        int s, int hq, int hk, int d, bool bf16 = false);
 
 void swiglu_forward(Context& c, float* out, const float* gate, const float* up, std::size_t n);
 void swiglu_backward(Context& c, float* dgate, float* dup, const float* dout, const float* gate,
@@ -112,6 +119,12 @@ void cross_entropy_backward(Context& c, float* dlogits, const float* logits, con
                             int vocab_begin, double loss_scale);
 
 void add_inplace(Context& c, float* y, const float* x, std::size_t n);
+
+// bf16 (kernels/bf16.hpp semantics, __float2bfloat16_rn): dst = src rounded to bf16 values
+// (dst == src allowed); packing to and unpacking from 2-byte bf16 bits.
+void round_bf16(Context& c, float* dst, const float* src, std::size_t n);
+void to_bf16(Context& c, std::uint16_t* dst, const float* src, std::size_t n);
+void from_bf16(Context& c, float* dst, const std::uint16_t* src, std::size_t n);
 
 void adamw_update(Context& c, float* param, const float* grad, float* m, float* v, std::size_t n,
                   double lr, double beta1, double beta2, double eps, double weight_decay, int step);

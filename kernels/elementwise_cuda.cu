@@ -1,5 +1,7 @@
 // Elementwise kernels (semantics in swiglu_cpu.cpp, adamw_cpu.cpp): one thread per
 // element, grid-stride loops so any n fits one launch.
+#include <cuda_bf16.h>
+
 #include <cmath>
 
 #include "kernels/cuda_common.cuh"
@@ -43,6 +45,24 @@ __global__ void add_kernel(float* y, const float* x, std::size_t n) {
   }
 }
 
+__global__ void round_bf16_kernel(float* dst, const float* src, std::size_t n) {
+  HEXI_GRID_STRIDE(i, n) {
+    dst[i] = __bfloat162float(__float2bfloat16_rn(src[i]));
+  }
+}
+
+__global__ void to_bf16_kernel(std::uint16_t* dst, const float* src, std::size_t n) {
+  HEXI_GRID_STRIDE(i, n) {
+    dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+  }
+}
+
+__global__ void from_bf16_kernel(float* dst, const std::uint16_t* src, std::size_t n) {
+  HEXI_GRID_STRIDE(i, n) {
+    dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+  }
+}
+
 // step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t), computed on the host.
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, std::size_t n,
                              float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -77,6 +97,24 @@ void swiglu_backward(Context& c, float* dgate, float* dup, const float* dout, co
 void add_inplace(Context& c, float* y, const float* x, std::size_t n) {
   if (n == 0) return;
   add_kernel<<<grid_for(n), detail::kThreads, 0, c.stream()>>>(y, x, n);
+  HEXI_CUDA_LAUNCH_CHECK();
+}
+
+void round_bf16(Context& c, float* dst, const float* src, std::size_t n) {
+  if (n == 0) return;
+  round_bf16_kernel<<<grid_for(n), detail::kThreads, 0, c.stream()>>>(dst, src, n);
+  HEXI_CUDA_LAUNCH_CHECK();
+}
+
+void to_bf16(Context& c, std::uint16_t* dst, const float* src, std::size_t n) {
+  if (n == 0) return;
+  to_bf16_kernel<<<grid_for(n), detail::kThreads, 0, c.stream()>>>(dst, src, n);
+  HEXI_CUDA_LAUNCH_CHECK();
+}
+
+void from_bf16(Context& c, float* dst, const std::uint16_t* src, std::size_t n) {
+  if (n == 0) return;
+  from_bf16_kernel<<<grid_for(n), detail::kThreads, 0, c.stream()>>>(dst, src, n);
   HEXI_CUDA_LAUNCH_CHECK();
 }
 

@@ -107,10 +107,11 @@ bool load_oracle(const std::string& path, Oracle& out, std::string& error) {
   }
 }
 
-std::string default_oracle_path() {
+std::string default_oracle_path(const std::string& precision) {
   const char* root = std::getenv("HEXISIM_ROOT");
   const std::string base = (root && *root) ? root : HEXISIM_KERNELS_SOURCE_ROOT;
-  return base + "/kernels/testdata/tiny_llama_oracle.bin";
+  return base + "/kernels/testdata/tiny_llama_oracle" +
+         (precision == "fp32" ? std::string() : "_" + precision) + ".bin";
 }
 
 }  // namespace hexi::kernels

@@ -50,6 +50,8 @@ bool load_oracle(const std::string& path, Oracle& out, std::string& error);
 
 // Where the committed oracle file is: $HEXISIM_ROOT/kernels/testdata/... when
 // HEXISIM_ROOT is set, otherwise relative to the source tree this was built from.
-std::string default_oracle_path();
+// "fp32": tiny_llama_oracle.bin; "bf16": tiny_llama_oracle_bf16.bin, the same model in
+// bf16 mixed precision (scripts/make_oracle.py --precision bf16).
+std::string default_oracle_path(const std::string& precision = "fp32");
 
 }  // namespace hexi::kernels

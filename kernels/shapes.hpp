@@ -97,6 +97,10 @@ struct BlockShape {
   TpShard shard;
   int batch = 1;  // b
   int seq = 1;    // s
+  // Mixed precision (bf16): every activation and activation-gradient tensor the block
+  // writes is rounded to bfloat16 (blocks.hpp, "Precision"); weights must already be
+  // bf16 values. false: everything float32.
+  bool bf16 = false;
 
   int tokens() const { return batch * seq; }                                    // n = b*s
   int head_dim() const { return dims.head_dim(); }                              // d

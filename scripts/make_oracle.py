@@ -4,7 +4,16 @@ gradient of a tiny Llama with fixed weights and data, and one AdamW step, to
 kernels/testdata/tiny_llama_oracle.bin. The C++ tests (kernels/oracle_test.cpp and the
 engine's) read that committed file; torch is needed only to regenerate it:
 
-    /usr/bin/python3 scripts/make_oracle.py [--out PATH]
+    /usr/bin/python3 scripts/make_oracle.py [--precision fp32|bf16] [--out PATH]
+
+--precision bf16 writes kernels/testdata/tiny_llama_oracle_bf16.bin: the same model trained
+in bf16 mixed precision (kernels/blocks.hpp "Precision"): float32 master weights and AdamW,
+bf16 copies of the weights in the forward and backward; matmuls in bf16 (torch's CPU bf16
+GEMM accumulates in float32 and rounds its output); norms, RoPE, softmax and SwiGLU compute in
+float32 from bf16 inputs and round their output to bf16 (fused kernels); the residual stream
+is bf16; the loss is float32 cross-entropy of the bf16 logits. Autograd runs the backward in
+the same dtypes, so activation gradients are bf16 and the weights' gradients reach the float32
+masters through the bf16 -> float32 cast.
 
 Debian's python3-torch (1.13) is importable from /usr/bin/python3 only. It has no
 scaled_dot_product_attention, so attention is written out by hand below; autograd, not
@@ -84,7 +93,9 @@ def init_tensor(name, tensor_id, shape, d):
 
 
 def rmsnorm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    """In float32 whatever the input dtype; the output has the input's dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
 def rope_tables(seq, hd, theta):
@@ -96,11 +107,12 @@ def rope_tables(seq, hd, theta):
             torch.from_numpy(np.sin(angle).astype(np.float32)))
 
 
-def rope(x, cos, sin):  # x (b, s, heads, d)
+def rope(x, cos, sin):  # x (b, s, heads, d); in float32, output in x's dtype
     half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
     c, s = cos[None, :, None, :], sin[None, :, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
 
 
 def attention(p, l, x, d, cos, sin):
@@ -114,25 +126,29 @@ def attention(p, l, x, d, cos, sin):
     v = v.repeat_interleave(a // k, dim=2).transpose(1, 2)
     scores = q.transpose(1, 2) @ kk.transpose(-1, -2) / math.sqrt(hd)
     causal = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
-    probs = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
+    probs = torch.softmax(scores.float().masked_fill(causal, float("-inf")), dim=-1).to(x.dtype)
     out = (probs @ v).transpose(1, 2).reshape(b, s, a * hd)
     return out @ p[f"layers.{l}.wo"].T
 
 
 def mlp(p, l, x, d):
     n = rmsnorm(x, p[f"layers.{l}.mlp_norm"], d["norm_eps"])
-    act = torch.nn.functional.silu(n @ p[f"layers.{l}.w_gate"].T) * (n @ p[f"layers.{l}.w_up"].T)
+    gate, up = (n @ p[f"layers.{l}.w_gate"].T).float(), (n @ p[f"layers.{l}.w_up"].T).float()
+    act = (torch.nn.functional.silu(gate) * up).to(x.dtype)
     return act @ p[f"layers.{l}.w_down"].T
 
 
-def loss_fn(p, tokens, targets, d):
+def loss_fn(master, tokens, targets, d, dtype=torch.float32):
+    """Mean cross-entropy computed with `dtype` copies of the float32 master weights."""
+    p = {name: t.to(dtype) for name, t in master.items()}
     cos, sin = rope_tables(tokens.shape[1], d["hidden"] // d["heads"], d["rope_theta"])
     x = p["embedding"][tokens]
     for l in range(d["layers"]):
         x = x + attention(p, l, x, d, cos, sin)
         x = x + mlp(p, l, x, d)
     logits = rmsnorm(x, p["final_norm"], d["norm_eps"]) @ p["head"].T
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, d["vocab"]), targets.reshape(-1))
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, d["vocab"]),
+                                             targets.reshape(-1))
 
 
 def make_params(d):
@@ -170,8 +186,12 @@ class Blob:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--out", default=os.path.join(root, "kernels/testdata/tiny_llama_oracle.bin"))
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--out")
     args = ap.parse_args()
+    suffix = "" if args.precision == "fp32" else "_" + args.precision
+    out = args.out or os.path.join(root, f"kernels/testdata/tiny_llama_oracle{suffix}.bin")
+    dtype = torch.float32 if args.precision == "fp32" else torch.bfloat16
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one summation order: the same file on every machine
 
@@ -182,7 +202,7 @@ def main():
     tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
     blob = Blob()
-    loss = loss_fn(params, tokens, targets, d)
+    loss = loss_fn(params, tokens, targets, d, dtype)
     loss.backward()
     for name, _, _ in layout(d):
         blob.add("grad/" + name, params[name].grad.numpy())
@@ -192,24 +212,24 @@ def main():
     for name in ADAMW_STORED:
         blob.add("adamw1/" + name, params[name].detach().numpy())
     opt.zero_grad()
-    loss1 = loss_fn(params, tokens, targets, d)
+    loss1 = loss_fn(params, tokens, targets, d, dtype)
     loss1.backward()
     opt.step()
     with torch.no_grad():
-        loss2 = loss_fn(params, tokens, targets, d)
+        loss2 = loss_fn(params, tokens, targets, d, dtype)
 
     header = dict(format=FORMAT, version=VERSION, generator="scripts/make_oracle.py",
-                  torch=torch.__version__, dims=d, init=INIT, batch=BATCH, seq=SEQ,
+                  torch=torch.__version__, precision=args.precision, dims=d, init=INIT, batch=BATCH, seq=SEQ,
                   tokens=tokens.reshape(-1).tolist(), targets=targets.reshape(-1).tolist(),
                   loss=loss.item(),
                   adamw=dict(ADAMW, loss_after_1=loss1.item(), loss_after_2=loss2.item()),
                   init_check=samples, tensors=blob.entries)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "wb") as f:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "wb") as f:
         f.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
         f.write(np.concatenate(blob.parts).astype("<f4").tobytes())
-    print(f"{args.out}: loss {loss.item():.6f}, after 1 AdamW step {loss1.item():.6f}, "
-          f"after 2 {loss2.item():.6f}, {os.path.getsize(args.out)} bytes", file=sys.stderr)
+    print(f"{out}: loss {loss.item():.6f}, after 1 AdamW step {loss1.item():.6f}, "
+          f"after 2 {loss2.item():.6f}, {os.path.getsize(out)} bytes", file=sys.stderr)
 
 
 if __name__ == "__main__":
