@@ -345,6 +345,34 @@ OracleTolerance oracle_tolerance(const std::string& precision) {
                              : OracleTolerance{2e-5, 1e-5, 1e-4};
 }
 
+double rms_difference(const kernels::Params<float>& ref, const kernels::Params<float>& got) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < ref.data.size(); ++i) {
+    const double d = double(got.data[i]) - ref.data[i];
+    diff += d * d;
+    norm += double(ref.data[i]) * ref.data[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+Result<Bf16Evidence> bf16_evidence(const kernels::Params<float>& grads_first) {
+  auto bf16 = load_oracle_inputs("bf16");
+  HEXI_TRY(bf16);
+  auto fp32 = load_oracle_inputs("fp32");
+  HEXI_TRY(fp32);
+  Bf16Evidence e;
+  e.to_bf16 = rms_difference(bf16->grads, grads_first);
+  e.to_fp32 = rms_difference(fp32->grads, grads_first);
+  e.torch_gap = rms_difference(fp32->grads, bf16->grads);
+  if (e.to_fp32 <= 0.5 * e.torch_gap)
+    e.problem = "the run is (nearly) float32: " + std::to_string(e.to_fp32) +
+                " rms from torch's float32 gradients";
+  else if (e.to_bf16 >= 0.9 * e.to_fp32)
+    e.problem = "the run is not closer to torch's bf16 gradients (" + std::to_string(e.to_bf16) +
+                " rms) than to its float32 ones (" + std::to_string(e.to_fp32) + ")";
+  return e;
+}
+
 std::string format_errors(const std::vector<TensorError>& errors) {
   std::ostringstream s;
   s.setf(std::ios::scientific);

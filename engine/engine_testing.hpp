@@ -120,6 +120,23 @@ struct OracleTolerance {
   double loss = 0, atol_fraction = 0, rtol = 0;
 };
 OracleTolerance oracle_tolerance(const std::string& precision);
+
+// sqrt(sum (got - ref)^2 / sum ref^2) over every element of every tensor.
+double rms_difference(const kernels::Params<float>& ref, const kernels::Params<float>& got);
+
+// Evidence that first-step gradients come from a bf16 run. The float32 oracle lies within
+// oracle_tolerance("bf16") of the bf16 one too (bf16 rounding moves torch's own gradients by
+// up to 1.3e-2 of a tensor's scale, 6.7e-3 rms), so the bounds alone cannot tell. A bf16
+// run is as far from torch's float32 gradients as torch's bf16 run is (to_fp32 >
+// torch_gap / 2; a float32 run is ~1e-7 from them) and clearly closer to torch's bf16 ones,
+// whose roundings it shares in part (the same weights, mostly the same activations):
+// to_bf16 < 0.9 to_fp32 (a float32 run: 6.7e-3 from them, farther than from float32).
+// Measured on every tiny plan: to_fp32 6.4-6.6e-3, to_bf16 4.1-5.0e-3 (0.63-0.77 of it).
+struct Bf16Evidence {
+  double to_bf16 = 0, to_fp32 = 0, torch_gap = 0;  // rms differences
+  std::string problem;                             // empty: the run is bf16
+};
+Result<Bf16Evidence> bf16_evidence(const kernels::Params<float>& grads_first);
 // Human-readable table of the comparison (for test output and reports).
 std::string format_errors(const std::vector<TensorError>& errors);
 

@@ -47,12 +47,17 @@ TEST_P(Bf16PlanTest, MatchesPyTorchBf16Oracle) {
   for (const auto& e : errors) EXPECT_TRUE(e.ok) << e.name << ": " << format_errors({e});
   if (std::getenv("HEXISIM_PRINT_ERRORS") != nullptr)
     std::printf("%s", format_errors(errors).c_str());
+  auto evidence = bf16_evidence(got->grads_first);
+  ASSERT_TRUE(evidence.ok()) << evidence.error().message;
+  EXPECT_EQ(evidence->problem, "");
   const TensorError w = worst(errors);
   std::printf(
       "bf16 %s on %s: loss %.6f (torch bf16 %.6f), after 1 step %.6f (%.6f), after 2 %.6f "
-      "(%.6f); first-step gradients: max |diff| / max |torch| %.2e\n",
+      "(%.6f); first-step gradients: max |diff| / max |torch| %.2e; rms difference to torch "
+      "bf16 %.2e, to torch fp32 %.2e (torch bf16 to fp32 %.2e)\n",
       GetParam().plan, GetParam().scenario, got->losses[0], oracle->loss, got->losses[1],
-      oracle->loss_after_1, got->losses[2], oracle->loss_after_2, w.max_rel);
+      oracle->loss_after_1, got->losses[2], oracle->loss_after_2, w.max_rel, evidence->to_bf16,
+      evidence->to_fp32, evidence->torch_gap);
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, Bf16PlanTest, ::testing::ValuesIn(shipped_tiny_plans()), name_of);

@@ -81,6 +81,13 @@ TEST_F(MpiPlan, MatchesPyTorchOracle) {
       got.losses[0], oracle->loss, got.losses[1], oracle->loss_after_1, got.losses[2],
       oracle->loss_after_2, format_errors(errors).c_str());
   for (const auto& e : errors) EXPECT_TRUE(e.ok) << e.name;
+  if (precision == "bf16") {
+    auto evidence = bf16_evidence(got.grads_first);
+    ASSERT_TRUE(evidence.ok()) << evidence.error().message;
+    EXPECT_EQ(evidence->problem, "");
+    std::printf("rms difference to torch bf16 %.2e, to torch fp32 %.2e\n", evidence->to_bf16,
+                evidence->to_fp32);
+  }
 }
 
 TEST_F(MpiPlan, MatchesSingleProcessAfterOneAndTenSteps) {

@@ -151,10 +151,11 @@ int agree(Communicator& world, const Status& mine) {
 
 void print_header(const Job& job, int first_step) {
   const Program& p = job.program;
-  std::printf("hexisim train: %s, plan %s: %zu devices, %s, backend %s, %d ops per step%s\n",
+  std::printf("hexisim train: %s, plan %s: %zu devices, %s, %s, backend %s, %d ops per step%s\n",
               job.scenario.name.c_str(), job.plan_path.c_str(), p.devices.size(),
-              std::string(to_string(p.schedule)).c_str(), job.backend->describe().c_str(),
-              p.num_ops(),
+              std::string(to_string(p.schedule)).c_str(),
+              p.bytes_per_element == 2 ? "bf16 mixed precision" : "fp32",
+              job.backend->describe().c_str(), p.num_ops(),
               first_step > 0 ? (", resumed at step " + std::to_string(first_step)).c_str() : "");
   std::printf("  %6s  %10s  %10s  %10s\n", "step", "loss", "time s", "tokens/s");
   std::printf("  %6s  %10s  %10s  %10s\n", "------", "----------", "----------", "----------");
@@ -300,6 +301,7 @@ Json summary_json(const TrainOptions& o, const Job& job, const Run& run, const O
           {"plan", job.plan_path},
           {"backend", job.backend->name()},
           {"backend_description", job.backend->describe()},
+          {"precision", job.scenario.training.precision},
           {"devices", job.program.devices.size()},
           {"ops_per_step", job.program.num_ops()},
           {"first_step", first_step},
