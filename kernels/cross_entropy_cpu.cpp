@@ -20,9 +20,13 @@ void logits_row_max(T* row_max, const T* logits, int n, int vl) {
 template <class T>
 void cross_entropy_partials(T* partials, const T* logits, const T* row_max, const int* targets,
                             int n, int vl, int vocab_begin) {
+  // The exponentials go through a buffer in T: fused with the cast to double, Eigen
+  // evaluates exp one scalar at a time (measured: 0.7 of 1.65 ms of the small head forward).
+  AlignedVector<T> e(static_cast<std::size_t>(vl));
   for (int i = 0; i < n; ++i) {
     const T* row = logits + static_cast<std::size_t>(i) * vl;
-    const double sum = (array(row, vl) - row_max[i]).exp().template cast<double>().sum();
+    array(e.data(), vl) = (array(row, vl) - row_max[i]).exp();
+    const double sum = array(e.data(), vl).template cast<double>().sum();
     const int local = targets[i] - vocab_begin;
     partials[2 * i] = static_cast<T>(sum);
     partials[2 * i + 1] = (local >= 0 && local < vl) ? row[local] : T(0);
