@@ -68,7 +68,7 @@ class CpuBackend final : public Backend {
     return {};
   }
   Status round_bf16(float* dst, const float* src, std::size_t n) override {
-    for (std::size_t i = 0; i < n; ++i) dst[i] = kernels::round_bf16(src[i]);
+    kernels::round_bf16(dst, src, n);
     return {};
   }
   Status to_bf16(std::uint16_t* dst, const float* src, std::size_t n) override {

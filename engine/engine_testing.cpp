@@ -373,6 +373,35 @@ Result<Bf16Evidence> bf16_evidence(const kernels::Params<float>& grads_first) {
   return e;
 }
 
+Result<OracleComparison> compare_with_oracle(const OracleInputs& oracle,
+                                             const std::vector<double>& losses,
+                                             const kernels::Params<float>& grads_first,
+                                             const std::string& precision) {
+  const OracleTolerance tol = oracle_tolerance(precision);
+  OracleComparison c;
+  const double torch[3] = {oracle.loss, oracle.loss_after_1, oracle.loss_after_2};
+  for (int k = 0; k < 3; ++k) {
+    if (k >= static_cast<int>(losses.size())) {
+      c.failures.push_back("no loss after " + std::to_string(k) + " steps");
+    } else if (!(std::abs(losses[k] - torch[k]) <= tol.loss)) {
+      c.failures.push_back("loss after " + std::to_string(k) + " steps " +
+                           std::to_string(losses[k]) + ", torch " + std::to_string(torch[k]) +
+                           " (bound " + std::to_string(tol.loss) + ")");
+    }
+  }
+  c.grads = compare(oracle.grads, grads_first, tol.atol_fraction, tol.rtol);
+  for (const auto& e : c.grads) {
+    if (!e.ok) c.failures.push_back("gradient of " + e.name + ":" + format_errors({e}));
+  }
+  if (precision == "bf16") {
+    auto evidence = bf16_evidence(grads_first);
+    HEXI_TRY(evidence);
+    if (!evidence->problem.empty()) c.failures.push_back(evidence->problem);
+    c.evidence = *evidence;
+  }
+  return c;
+}
+
 std::string format_errors(const std::vector<TensorError>& errors) {
   std::ostringstream s;
   s.setf(std::ios::scientific);

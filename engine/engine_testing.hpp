@@ -5,6 +5,7 @@
 // and compare them tensor by tensor.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,20 @@ struct Bf16Evidence {
   std::string problem;                             // empty: the run is bf16
 };
 Result<Bf16Evidence> bf16_evidence(const kernels::Params<float>& grads_first);
+
+// The oracle comparison every engine test makes (threads, MPI, cuda): the losses (initial,
+// after one and two AdamW steps) and the first-step gradients within
+// oracle_tolerance(precision), and for bf16 the bf16_evidence. `failures` lists what does
+// not hold, one message each (empty: the run matches).
+struct OracleComparison {
+  std::vector<TensorError> grads;        // first-step gradients, per tensor
+  std::optional<Bf16Evidence> evidence;  // bf16 runs
+  std::vector<std::string> failures;
+};
+Result<OracleComparison> compare_with_oracle(const OracleInputs& oracle,
+                                             const std::vector<double>& losses,
+                                             const kernels::Params<float>& grads_first,
+                                             const std::string& precision);
 // Human-readable table of the comparison (for test output and reports).
 std::string format_errors(const std::vector<TensorError>& errors);
 

@@ -55,12 +55,6 @@ void softmax_backward(T* dp, const T* p, int s, double scale) {
 }  // namespace
 
 template <class T>
-void round_bf16(T* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    x[i] = static_cast<T>(kernels::round_bf16(static_cast<float>(x[i])));
-}
-
-template <class T>
 void attention_forward(T* out, T* probs, const T* q, const T* k, const T* v, int b, int s, int hq,
                        int hk, int d, bool bf16) {
   const HeadView hv{s, hq, hk, d};
@@ -113,8 +107,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
   template void attention_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, \
                                      int, bool);                                               \
   template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,      \
-                                      const T*, int, int, int, int, int, bool);                \
-  template void round_bf16<T>(T*, std::size_t);
+                                      const T*, int, int, int, int, int, bool);
 HEXI_INSTANTIATE(float)
 HEXI_INSTANTIATE(double)
 #undef HEXI_INSTANTIATE

@@ -45,8 +45,16 @@ inline void to_bf16(bf16_bits* out, const float* in, std::size_t n) {
 inline void from_bf16(float* out, const bf16_bits* in, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out[i] = from_bf16(in[i]);
 }
-inline void round_bf16(float* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
+// dst (n) = src rounded to the nearest bf16 values, kept in T (float; double for the
+// reference model's blocks); dst == src allowed.
+template <class T>
+void round_bf16(T* dst, const T* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    dst[i] = static_cast<T>(round_bf16(static_cast<float>(src[i])));
+}
+template <class T>
+void round_bf16(T* x, std::size_t n) {
+  round_bf16(x, x, n);
 }
 
 }  // namespace hexi::kernels

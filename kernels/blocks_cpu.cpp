@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "kernels/bf16.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/eigen_maps.hpp"
 

@@ -59,10 +59,6 @@ template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                         const T* probs, int b, int s, int hq, int hk, int d, bool bf16 = false);
 
-// x (n) rounded in place to the nearest bfloat16 values (kernels/bf16.hpp), kept in T.
-template <class T>
-void round_bf16(T* x, std::size_t n);
-
 // ---- SwiGLU (Shazeer 2020): out = silu(gate) * up, elementwise over n values ---------
 template <class T>
 void swiglu_forward(T* out, const T* gate, const T* up, std::size_t n);
