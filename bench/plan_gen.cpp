@@ -62,6 +62,7 @@ double bottleneck(const CostModel& cm, Pipeline p) {
     if (s + 1 < n) {
       se.send_s = cm.transfer_s(p.stages[s].devices, p.stages[s + 1].devices,
                                 hidden_bytes(m, cm.training(), p.micro_batch));
+      se.grad_s = se.send_s;
     }
     ses.push_back(se);
   }

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <tuple>
 #include <unordered_map>
 
 #include "scheduler/cost/collectives.hpp"
@@ -100,19 +102,9 @@ void CostModel::count_off_machine(const std::vector<std::pair<int, int>>& flows,
   for (auto [a, b] : flows) {
     const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
     if (ma == mb) continue;
-    ++f.out[ma];
-    ++f.in[mb];
+    f.out[ma] += 1;
+    f.in[mb] += 1;
   }
-}
-
-NicFlows CostModel::nic_flows(const Plan& plan) const {
-  NicFlows f;
-  for (const auto& p : plan.pipelines) {
-    for (std::size_t s = 0; s + 1 < p.stages.size(); ++s) {
-      count_off_machine(boundary_flows(p.stages[s].devices, p.stages[s + 1].devices), f);
-    }
-  }
-  return f;
 }
 
 double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
@@ -124,9 +116,9 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
   const double n = static_cast<double>(flows.size());
   NicFlows mine;
   count_off_machine(flows, mine);
-  auto sharing = [&](const std::unordered_map<int, int>& own,
-                     const std::unordered_map<int, int>* all, int machine) {
-    int k = own.at(machine);
+  auto sharing = [&](const std::unordered_map<int, double>& own,
+                     const std::unordered_map<int, double>* all, int machine) {
+    double k = own.at(machine);
     if (all != nullptr) {
       auto it = all->find(machine);
       if (it != all->end()) k = std::max(k, it->second);
@@ -153,15 +145,19 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
   return worst;
 }
 
+PipelineTimeline CostModel::pipeline_timeline(const std::vector<StageEstimate>& stages,
+                                              int micro_batches) const {
+  std::vector<StageTimes> times;
+  times.reserve(stages.size());
+  for (const auto& s : stages) times.push_back({s.forward_s, s.backward_s, s.send_s, s.grad_s});
+  return cost::pipeline_timeline(times, micro_batches, training_.schedule);
+}
+
 double CostModel::pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches,
                              double* bottleneck) const {
-  double sum = 0, worst = 0;
-  for (const auto& s : stages) {
-    sum += s.forward_s + s.backward_s + 2 * s.send_s;
-    worst = std::max({worst, s.forward_s + s.backward_s, s.send_s});
-  }
-  if (bottleneck != nullptr) *bottleneck = worst;
-  return sum + (micro_batches - 1) * worst;
+  PipelineTimeline t = pipeline_timeline(stages, micro_batches);
+  if (bottleneck != nullptr) *bottleneck = t.period_s;
+  return t.time_s;
 }
 
 StageShape rank_shape(const Stage& s, bool first, bool last, int rank, int heads, int micro_batch) {
@@ -338,17 +334,14 @@ class DpSync {
   }
 
   // Every stage syncs as soon as its own schedule ends (as Megatron and the simulator
-  // do): the pipeline drains from the last stage to the first, so stage s finishes
-  // the backwards and gradient sends of stages 0..s-1 before its pipeline ends. A
-  // device's collective starts when every holder of its layers has finished; what
-  // runs past the slowest pipeline is exposed.
+  // do): when its last backward ends in the pipeline's timeline. A device's collective
+  // starts when every holder of its layers has finished; what runs past the slowest
+  // pipeline is exposed.
   double exposed_s(const Estimate& est) const {
     std::vector<double> finish(cm_.cluster().num_devices(), 0);
     for (const auto& de : est.devices) {
       const PipelineEstimate& pe = est.pipelines[de.pipeline];
-      double tail = 0;
-      for (int k = 0; k < de.stage; ++k) tail += pe.stages[k].backward_s + pe.stages[k].send_s;
-      finish[de.device] = pe.time_s - tail;
+      finish[de.device] = pe.finish_s[de.stage];
     }
     double end = 0;
     for (std::size_t i = 0; i < est.devices.size(); ++i) {
@@ -377,10 +370,102 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
   DpSync(*this, plan).run(est);
 }
 
+namespace {
+
+// One direction of one stage boundary of one pipeline: its off-machine flows and its
+// transfer time under the NIC load it sees.
+struct Channel {
+  int pipeline = 0;
+  int stage = 0;      // the boundary stage -> stage + 1
+  bool back = false;  // gradients (stage + 1 -> stage)
+  int cls = 0;        // channels of pipelines in step: same boundary, direction, shape
+  NicFlows own;       // this channel's off-machine flows per NIC
+  double time_s = 0;
+  double busy = 0;  // fraction of the pipeline's time its transfers run
+};
+
+}  // namespace
+
+// Boundary transfers share NICs over time. Channels of pipelines that run in step (same
+// boundary position and direction, same stage count and micro-batches: e.g. a uniform
+// grid, or HexiScale's replicated pipelines) transfer at the same instants and share a
+// NIC fully; any other channel through it (another boundary, the other direction, a
+// pipeline of another shape) is counted with the fraction of time it is busy. That
+// fraction comes from the pipelines' timelines, which depend on the transfer times: a
+// few fixed-point rounds, starting from in-step sharing only.
+void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
+  std::vector<Channel> ch;
+  std::map<std::tuple<int, bool, int, int, int>, int> classes;
+  for (int pi = 0; pi < static_cast<int>(plan.pipelines.size()); ++pi) {
+    const Pipeline& p = plan.pipelines[pi];
+    const int stages = static_cast<int>(p.stages.size());
+    for (int s = 0; s + 1 < stages; ++s) {
+      for (bool back : {false, true}) {
+        Channel c;
+        c.pipeline = pi;
+        c.stage = s;
+        c.back = back;
+        const auto key = std::make_tuple(s, back, stages, p.micro_batches(), p.micro_batch);
+        c.cls = classes.emplace(key, static_cast<int>(classes.size())).first->second;
+        const auto& from = p.stages[back ? s + 1 : s].devices;
+        const auto& to = p.stages[back ? s : s + 1].devices;
+        count_off_machine(boundary_flows(from, to), c.own);
+        ch.push_back(std::move(c));
+      }
+    }
+  }
+  // Per class and in total: flows per NIC, and flows weighted by their busy fraction.
+  auto add = [](NicFlows& to, const NicFlows& f, double w) {
+    for (auto [m, n] : f.out) to.out[m] += w * n;
+    for (auto [m, n] : f.in) to.in[m] += w * n;
+  };
+  std::vector<NicFlows> in_step(classes.size());
+  for (const Channel& c : ch) add(in_step[c.cls], c.own, 1.0);
+  bool mixed = false;  // does any NIC carry channels of two classes?
+  {
+    std::unordered_map<int, int> out_cls, in_cls;
+    for (const Channel& c : ch) {
+      for (auto [m, n] : c.own.out)
+        mixed |= !out_cls.emplace(m, c.cls).second && out_cls[m] != c.cls;
+      for (auto [m, n] : c.own.in) mixed |= !in_cls.emplace(m, c.cls).second && in_cls[m] != c.cls;
+    }
+  }
+  const int rounds = mixed ? 4 : 1;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<NicFlows> busy_cls(classes.size());
+    NicFlows busy_all;
+    for (const Channel& c : ch) {
+      add(busy_cls[c.cls], c.own, c.busy);
+      add(busy_all, c.own, c.busy);
+    }
+    for (Channel& c : ch) {
+      // In step: the class's flows; the others: their busy share.
+      NicFlows load = in_step[c.cls];
+      add(load, busy_all, 1.0);
+      add(load, busy_cls[c.cls], -1.0);
+      const Pipeline& p = plan.pipelines[c.pipeline];
+      const auto& from = p.stages[c.back ? c.stage + 1 : c.stage].devices;
+      const auto& to = p.stages[c.back ? c.stage : c.stage + 1].devices;
+      c.time_s = transfer_s(from, to, hidden_bytes(model_, training_, p.micro_batch), &load);
+      StageEstimate& se = pes[c.pipeline].stages[c.stage];
+      (c.back ? se.grad_s : se.send_s) = c.time_s;
+    }
+    for (PipelineEstimate& pe : pes) {
+      PipelineTimeline timeline = pipeline_timeline(pe.stages, pe.micro_batches);
+      pe.time_s = timeline.time_s;
+      pe.bottleneck_s = timeline.period_s;
+      pe.finish_s = std::move(timeline.finish_s);
+    }
+    for (Channel& c : ch) {
+      const PipelineEstimate& pe = pes[c.pipeline];
+      c.busy = pe.time_s > 0 ? std::min(1.0, pe.micro_batches * c.time_s / pe.time_s) : 0.0;
+    }
+  }
+}
+
 Estimate CostModel::estimate(const Plan& plan) const {
   Estimate est;
   const int dp = static_cast<int>(plan.pipelines.size());
-  const NicFlows busy = nic_flows(plan);
   for (int pi = 0; pi < dp; ++pi) {
     const Pipeline& p = plan.pipelines[pi];
     PipelineEstimate pe;
@@ -389,10 +474,6 @@ Estimate CostModel::estimate(const Plan& plan) const {
     for (int si = 0; si < stages; ++si) {
       const Stage& s = p.stages[si];
       StageEstimate se = stage(s, si == 0, si == stages - 1, p.micro_batch);
-      if (si + 1 < stages) {
-        se.send_s = transfer_s(s.devices, p.stages[si + 1].devices,
-                               hidden_bytes(model_, training_, p.micro_batch), &busy);
-      }
       pe.stages.push_back(se);
       for (int r = 0; r < s.tp(); ++r) {
         DeviceEstimate de;
@@ -406,10 +487,11 @@ Estimate CostModel::estimate(const Plan& plan) const {
         est.devices.push_back(de);
       }
     }
-    pe.time_s = pipeline_s(pe.stages, pe.micro_batches, &pe.bottleneck_s);
-    est.pipeline_s = std::max(est.pipeline_s, pe.time_s);
     est.pipelines.push_back(std::move(pe));
   }
+  boundary_times(plan, est.pipelines);
+  for (const PipelineEstimate& pe : est.pipelines)
+    est.pipeline_s = std::max(est.pipeline_s, pe.time_s);
   dp_sync(plan, est);
   // Adam touches fp32 master weights and both moments (read + write) and the e-byte
   // weights and grads: ~28 bytes per locally owned parameter.
@@ -465,6 +547,7 @@ Json Estimate::to_json() const {
                         {"backward_s", s.backward_s},
                         {"tp_comm_s", s.tp_comm_s},
                         {"send_s", s.send_s},
+                        {"grad_s", s.grad_s},
                         {"recompute", to_string(s.recompute)}});
     }
     pipes.push_back({{"micro_batches", p.micro_batches},

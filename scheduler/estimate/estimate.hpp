@@ -6,8 +6,10 @@
 //   stage boundary: the b*s*h activation split into min(t_a, t_b) chunks sent in
 //     parallel, then all-gathered inside the receiving TP group; flows leaving or
 //     entering a machine share its NICs
-//   pipeline (1F1B or GPipe, m micro-batches):
-//     T = sum_i (F_i + B_i) + 2 * sum_j C_j + (m - 1) * max(max_i (F_i + B_i), max_j C_j)
+//   pipeline (1F1B or GPipe, m micro-batches): the schedule's timeline, event by
+//     event as the program runs it (schedule.hpp): blocking FIFO boundary channels, so
+//     a slow boundary costs F + B + C per micro-batch (steady-state period lambda),
+//     not max(F + B, C); ~ sum_i (F_i + B_i) + 2 sum_j C_j + (m - 1) * lambda
 //   DP: per layer, gradients all-reduced across pipelines piece by piece (a TP-t
 //     rank holds 1/t of the layer; pieces of 1/lcm(t) match across layouts), ring
 //     time per device over its slowest peer link, NICs shared by the machine's
@@ -25,6 +27,7 @@
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
 #include "scheduler/cost/cost_model.hpp"
+#include "scheduler/cost/schedule.hpp"
 #include "scheduler/plan/plan.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/profile.hpp"
@@ -37,13 +40,15 @@ struct StageEstimate {
   double backward_s = 0;  // per micro-batch, compute + TP collectives (incl. recompute)
   double tp_comm_s = 0;   // per micro-batch, forward + backward TP collectives
   double send_s = 0;      // per micro-batch, activation to the next stage (0 for the last)
+  double grad_s = 0;      // per micro-batch, its gradient back from the next stage
   Recompute recompute = Recompute::kSelective;  // what the stage runs
 };
 
 struct PipelineEstimate {
   int micro_batches = 0;
-  double time_s = 0;        // one iteration of this pipeline, without DP sync
-  double bottleneck_s = 0;  // steady-state time per micro-batch
+  double time_s = 0;             // one iteration of this pipeline, without DP sync
+  double bottleneck_s = 0;       // steady-state time per micro-batch (schedule.hpp's lambda)
+  std::vector<double> finish_s;  // per stage: when its last backward ends
   std::vector<StageEstimate> stages;
 };
 
@@ -75,9 +80,10 @@ struct Estimate {
   Json to_json() const;
 };
 
-// Off-machine flows per machine (ids of Cluster::machines()), leaving and entering it.
+// Off-machine flows per machine (ids of Cluster::machines()), leaving and entering it
+// (a flow busy part of the time counts as that fraction).
 struct NicFlows {
-  std::unordered_map<int, int> out, in;
+  std::unordered_map<int, double> out, in;
 };
 
 // What TP rank `rank` of a stage holds: its layers, whether it holds the embedding
@@ -116,9 +122,10 @@ class CostModel {
   // rank c*ts/n to dst rank c*td/n.
   static std::vector<std::pair<int, int>> boundary_flows(const std::vector<int>& src,
                                                          const std::vector<int>& dst);
-  // Off-machine boundary flows of every pipeline of a plan, per machine and direction.
-  NicFlows nic_flows(const Plan& plan) const;
-  // Pipeline time from its stages (send_s filled in).
+  // The timeline of a pipeline from its stages (send_s filled in), under the training
+  // config's schedule (schedule.hpp), and its end.
+  PipelineTimeline pipeline_timeline(const std::vector<StageEstimate>& stages,
+                                     int micro_batches) const;
   double pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches,
                     double* bottleneck = nullptr) const;
   // Memory of TP rank `rank` of stage `si` of pipeline `p` in a plan with `dp` pipelines.
@@ -130,6 +137,8 @@ class CostModel {
   void count_off_machine(const std::vector<std::pair<int, int>>& flows, NicFlows& f) const;
   double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r) const;
   void dp_sync(const Plan& plan, Estimate& est) const;
+  // send_s / grad_s of every boundary and the pipelines' timelines, NICs shared over time.
+  void boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const;
 
   const Cluster& cluster_;
   const Model& model_;

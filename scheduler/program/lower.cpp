@@ -11,26 +11,6 @@
 namespace hexi {
 inline namespace program {
 
-std::vector<std::pair<bool, int>> pipeline_order(PipelineSchedule schedule, int stage, int stages,
-                                                 int micro_batches) {
-  std::vector<std::pair<bool, int>> order;
-  const int m = micro_batches;
-  if (schedule == PipelineSchedule::kGPipe) {
-    for (int j = 0; j < m; ++j) order.emplace_back(true, j);
-    for (int j = 0; j < m; ++j) order.emplace_back(false, j);
-    return order;
-  }
-  const int warmup = std::min(stages - 1 - stage, m);
-  int f = 0, b = 0;
-  for (; f < warmup; ++f) order.emplace_back(true, f);
-  for (; f < m; ++f, ++b) {
-    order.emplace_back(true, f);
-    order.emplace_back(false, b);
-  }
-  for (; b < m; ++b) order.emplace_back(false, b);
-  return order;
-}
-
 std::vector<Piece> boundary_pieces(int ts, int td, int rows) {
   std::vector<Piece> pieces;
   for (int j = 0; j < td; ++j) {

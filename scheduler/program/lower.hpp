@@ -12,6 +12,7 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
+#include "scheduler/cost/schedule.hpp"
 #include "scheduler/plan/plan.hpp"
 #include "scheduler/program/program.hpp"
 #include "topologies/cluster.hpp"
@@ -40,13 +41,6 @@ double min_compute_ops(const Plan& plan, Granularity granularity);
 Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model& model,
                            const TrainingConfig& training, const LowerOptions& options,
                            const std::string& plan_origin);
-
-// Micro-batch order of one stage: (true, j) = forward of micro-batch j, (false, j)
-// = its backward. 1F1B: min(p - 1 - stage, m) warm-up forwards, then one forward
-// and one backward alternating, then the remaining backwards. GPipe: all
-// forwards, then all backwards.
-std::vector<std::pair<bool, int>> pipeline_order(PipelineSchedule schedule, int stage, int stages,
-                                                 int micro_batches);
 
 // The pieces of a stage-boundary transfer of `rows` token rows from a TP group of
 // `ts` ranks to one of `td` ranks: piece j = rows [j*rows/td, (j+1)*rows/td) from

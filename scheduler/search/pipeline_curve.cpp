@@ -46,7 +46,7 @@ bool same_terms(const StageTerms& a, const StageTerms& b) {
 // Most layers a stage may hold at a bound on its time (its memory cap without one).
 int fit_under(const StageTerms& t, int cap, double bound) {
   if (std::isinf(bound)) return cap;
-  const double room = (bound - t.fixed_s) / t.per_layer_s + 1e-9;
+  const double room = (bound - t.fixed_s - t.boundary_s) / t.per_layer_s + 1e-9;
   return std::clamp(static_cast<int>(std::floor(room)), 0, cap);
 }
 
@@ -168,9 +168,11 @@ PipelineCurve::PipelineCurve(std::vector<StageTerms> terms, int layers, Pipeline
 PipelineCurve::PipelineCurve(std::vector<std::vector<StageTerms>> options, int layers,
                              PipelineSchedule schedule)
     : options_(std::move(options)), num_layers_(layers), schedule_(schedule) {
-  for (const auto& o : options_) {
-    send_sum_ += 2 * o.front().send_s;
-    send_max_ = std::max(send_max_, o.front().send_s);
+  for (std::size_t i = 0; i < options_.size(); ++i) {
+    const double before = i > 0 ? options_[i - 1].front().send_s : 0.0;
+    for (StageTerms& t : options_[i]) t.boundary_s = before + t.send_s;
+    send_sum_ += 2 * options_[i].front().send_s;
+    send_max_ = std::max(send_max_, options_[i].front().send_s);
   }
 }
 
@@ -213,8 +215,8 @@ void PipelineCurve::solve(int m, Solution& out) const {
 namespace {
 
 // One option per stage: choose the layers l_i (1 <= l_i <= cap_i, sum L) minimising
-// sum_i l_i p_i + (m - 1) max(max_i (e_i + l_i p_i), send_max), with e_i the stage's
-// fixed time and p_i its per-layer time.
+// sum_i l_i p_i + (m - 1) max(max_i (e_i + D_i + l_i p_i), send_max), with e_i the
+// stage's fixed time, D_i its boundaries' transfers and p_i its per-layer time.
 class SingleOption {
  public:
   SingleOption(std::vector<const StageTerms*> terms, std::vector<int> cap, int layers,
@@ -230,7 +232,9 @@ class SingleOption {
                      [&](int a, int b) { return terms_[a]->per_layer_s < terms_[b]->per_layer_s; });
   }
 
-  double value(int i, int l) const { return terms_[i]->fixed_s + l * terms_[i]->per_layer_s; }
+  double value(int i, int l) const {
+    return terms_[i]->fixed_s + terms_[i]->boundary_s + l * terms_[i]->per_layer_s;
+  }
 
   // For a bound b, the smallest sum fills the cheapest stages first; false when the
   // layers do not fit under it.
@@ -453,7 +457,8 @@ double PipelineCurve::min_max_bound(const Choices& choices, int layers) {
   auto g = [&](int i, int l) {
     double v = kInfeasible;
     for (const Choice& c : choices[i]) {
-      if (l <= c.cap) v = std::min(v, c.terms->fixed_s + l * c.terms->per_layer_s);
+      if (l <= c.cap)
+        v = std::min(v, c.terms->fixed_s + c.terms->boundary_s + l * c.terms->per_layer_s);
     }
     return v;
   };
@@ -500,7 +505,10 @@ double PipelineCurve::next_breakpoint(const Choices& choices, double bound) {
   for (const auto& stage : choices) {
     for (const Choice& c : stage) {
       const int at = fit_under(*c.terms, c.cap, bound);
-      if (at < c.cap) next = std::min(next, c.terms->fixed_s + (at + 1) * c.terms->per_layer_s);
+      if (at < c.cap) {
+        next = std::min(next,
+                        c.terms->fixed_s + c.terms->boundary_s + (at + 1) * c.terms->per_layer_s);
+      }
     }
   }
   return next;
@@ -518,7 +526,7 @@ void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) 
     double top = 0;
     for (int i = 0; i < k; ++i) {
       const StageTerms& t = options_[i][os[i]];
-      top = std::max(top, t.fixed_s + ls[i] * t.per_layer_s);
+      top = std::max(top, t.fixed_s + t.boundary_s + ls[i] * t.per_layer_s);
     }
     const double worst = std::max(top, send_max_);
     const double obj = sum + (m - 1) * worst;

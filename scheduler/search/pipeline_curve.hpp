@@ -6,14 +6,19 @@
 // micro-batch is linear in its layer count l: t_i(l) = l * c_i + e_i (c_i: one
 // layer's compute and TP collectives; e_i: embedding / head), its send time C_i
 // does not depend on l, and its per-device memory is linear in l for a given
-// number of in-flight micro-batches. The pipeline time is
-//   T(m) = sum_i t_i(l_i) + 2 sum_i C_i + (m - 1) * max(max_i t_i(l_i), max_i C_i)
+// number of in-flight micro-batches. The estimate runs the schedule's timeline
+// (scheduler/cost/schedule.hpp), whose steady-state period lambda is the worst mean of
+// (F + B) and boundary round trips over windows of stages; the curve uses its upper
+// bound max_i (t_i + C_{i-1} + C_i) (tight for one slow boundary between equal
+// stages), linear in l_i, so that the split stays exactly solvable:
+//   T(m) = sum_i t_i(l_i) + 2 sum_i C_i + (m - 1) * max_i (t_i(l_i) + C_{i-1} + C_i)
 // and the split {l_i >= 1, sum l_i = L, memory_i(l_i) <= capacity_i} minimising it
 // is found exactly: for a bound B on the slowest stage, the smallest sum puts
 // layers on the cheapest stages first up to min(cap_i, (B - e_i) / c_i); the
 // optimum is at the smallest feasible B or at one of the larger breakpoints
 // where the smaller sum still pays for the (m - 1)-weighted larger bound.
-// T(m) equals CostModel::estimate's pipeline time for the same plan (tested);
+// T(m) is within a few per cent of CostModel::estimate's pipeline time for the same
+// plan (tested; at least it, where boundaries do not share NICs);
 // memory caps keep a margin of 1e-9 of capacity against rounding.
 //
 // Per-stage recompute: a stage may come with several options (its terms under
@@ -47,6 +52,7 @@ struct StageTerms {
   double per_layer_s = 0;  // c_i: forward + backward + TP collectives of one layer
   double fixed_s = 0;      // e_i: embedding (first) / head (last) and their collectives
   double send_s = 0;       // C_i: activation to the next stage (0 for the last)
+  double boundary_s = 0;   // D_i = C_{i-1} + C_i: set by PipelineCurve from the neighbours
   // Memory of the tightest device: bytes = base + f*base_f + l*(slope + f*slope_f)
   // with f micro-batches in flight and l layers (linear in both, cost_model.hpp).
   double mem_base = 0, mem_base_f = 0, mem_slope = 0, mem_slope_f = 0;

@@ -1,0 +1,139 @@
+#include "scheduler/cost/schedule.hpp"
+
+#include <algorithm>
+
+namespace hexi {
+inline namespace cost {
+
+std::vector<std::pair<bool, int>> pipeline_order(PipelineSchedule schedule, int stage, int stages,
+                                                 int micro_batches) {
+  std::vector<std::pair<bool, int>> order;
+  const int m = micro_batches;
+  if (schedule == PipelineSchedule::kGPipe) {
+    for (int j = 0; j < m; ++j) order.emplace_back(true, j);
+    for (int j = 0; j < m; ++j) order.emplace_back(false, j);
+    return order;
+  }
+  const int warmup = std::min(stages - 1 - stage, m);
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) order.emplace_back(true, f);
+  for (; f < m; ++f, ++b) {
+    order.emplace_back(true, f);
+    order.emplace_back(false, b);
+  }
+  for (; b < m; ++b) order.emplace_back(false, b);
+  return order;
+}
+
+namespace {
+
+// The event-by-event timeline. A stage advances through its order while the message
+// its next compute needs has arrived; finishing a forward (backward) can unblock the
+// next (previous) stage, which is then looked at again.
+class Timeline {
+ public:
+  Timeline(const std::vector<StageTimes>& st, int m, PipelineSchedule schedule)
+      : st_(st), p_(static_cast<int>(st.size())), m_(m) {
+    order_.reserve(p_);
+    for (int s = 0; s < p_; ++s) order_.push_back(pipeline_order(schedule, s, p_, m));
+    next_.assign(p_, 0);
+    free_.assign(p_, 0.0);
+    const std::vector<double> unset(m, -1.0);
+    act_.assign(p_, unset);   // arrival at stage s + 1 of the activation of j
+    grad_.assign(p_, unset);  // arrival at stage s of the gradient of j from s + 1
+  }
+
+  PipelineTimeline run() {
+    std::vector<int> todo;
+    std::vector<char> queued(p_, 1);
+    for (int s = p_ - 1; s >= 0; --s) todo.push_back(s);
+    while (!todo.empty()) {
+      const int s = todo.back();
+      todo.pop_back();
+      queued[s] = 0;
+      const auto [moved_fwd, moved_bwd] = advance(s);
+      auto wake = [&](int t) {
+        if (t >= 0 && t < p_ && !queued[t]) {
+          queued[t] = 1;
+          todo.push_back(t);
+        }
+      };
+      if (moved_fwd) wake(s + 1);
+      if (moved_bwd) wake(s - 1);
+    }
+    PipelineTimeline out;
+    out.finish_s = free_;
+    for (double f : free_) out.time_s = std::max(out.time_s, f);
+    out.period_s = pipeline_period(st_);
+    return out;
+  }
+
+ private:
+  // Runs stage s as far as its inputs allow; reports whether it produced activations
+  // (forwards) or gradients (backwards).
+  std::pair<bool, bool> advance(int s) {
+    bool fwd_done = false, bwd_done = false;
+    const StageTimes& t = st_[s];
+    while (next_[s] < static_cast<int>(order_[s].size())) {
+      const auto [forward, j] = order_[s][next_[s]];
+      double ready = free_[s];
+      if (forward && s > 0) {
+        if (act_[s - 1][j] < 0) break;
+        ready = std::max(ready, act_[s - 1][j]);
+      }
+      if (!forward && s + 1 < p_) {
+        if (grad_[s][j] < 0) break;
+        ready = std::max(ready, grad_[s][j]);
+      }
+      const double end = ready + (forward ? t.forward_s : t.backward_s);
+      free_[s] = end;
+      if (forward && s + 1 < p_) {
+        // FIFO channel s -> s + 1: starts when the previous message has arrived.
+        const double prev = j > 0 ? act_[s][j - 1] : 0.0;
+        act_[s][j] = std::max(end, prev) + t.send_s;
+        fwd_done = true;
+      }
+      if (!forward && s > 0) {
+        const double prev = j > 0 ? grad_[s - 1][j - 1] : 0.0;
+        grad_[s - 1][j] = std::max(end, prev) + st_[s - 1].grad_s;
+        bwd_done = true;
+      }
+      ++next_[s];
+    }
+    return {fwd_done, bwd_done};
+  }
+
+  const std::vector<StageTimes>& st_;
+  const int p_;
+  const int m_;
+  std::vector<std::vector<std::pair<bool, int>>> order_;
+  std::vector<int> next_;
+  std::vector<double> free_;
+  std::vector<std::vector<double>> act_, grad_;
+};
+
+}  // namespace
+
+double pipeline_period(const std::vector<StageTimes>& stages) {
+  const int p = static_cast<int>(stages.size());
+  double worst = 0;
+  for (int k = 0; k < p; ++k) {
+    worst = std::max({worst, stages[k].send_s, stages[k].grad_s});
+    double sum = 0;
+    for (int r = 0; k + r < p; ++r) {
+      sum += stages[k + r].forward_s + stages[k + r].backward_s;
+      if (r > 0) sum += stages[k + r - 1].send_s + stages[k + r - 1].grad_s;
+      worst = std::max(worst, sum / (r + 1));
+    }
+  }
+  return worst;
+}
+
+PipelineTimeline pipeline_timeline(const std::vector<StageTimes>& stages, int micro_batches,
+                                   PipelineSchedule schedule) {
+  if (stages.empty() || micro_batches < 1) return {};
+  return Timeline(stages, micro_batches, schedule).run();
+}
+
+}  // namespace cost
+}  // namespace hexi
