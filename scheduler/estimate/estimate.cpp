@@ -439,10 +439,19 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
       add(busy_all, c.own, c.busy);
     }
     for (Channel& c : ch) {
-      // In step: the class's flows; the others: their busy share.
-      NicFlows load = in_step[c.cls];
-      add(load, busy_all, 1.0);
-      add(load, busy_cls[c.cls], -1.0);
+      // In step: the class's flows; the others: their busy share (only at this
+      // channel's own NICs: transfer_s looks at no other).
+      NicFlows load;
+      auto at = [](const std::unordered_map<int, double>& m, int key) {
+        auto it = m.find(key);
+        return it == m.end() ? 0.0 : it->second;
+      };
+      for (auto [m, n] : c.own.out) {
+        load.out[m] = at(in_step[c.cls].out, m) + at(busy_all.out, m) - at(busy_cls[c.cls].out, m);
+      }
+      for (auto [m, n] : c.own.in) {
+        load.in[m] = at(in_step[c.cls].in, m) + at(busy_all.in, m) - at(busy_cls[c.cls].in, m);
+      }
       const Pipeline& p = plan.pipelines[c.pipeline];
       const auto& from = p.stages[c.back ? c.stage + 1 : c.stage].devices;
       const auto& to = p.stages[c.back ? c.stage : c.stage + 1].devices;
@@ -450,7 +459,21 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
       StageEstimate& se = pes[c.pipeline].stages[c.stage];
       (c.back ? se.grad_s : se.send_s) = c.time_s;
     }
+    // Pipelines with the same stage times and micro-batches (replicas) share a timeline.
+    std::map<std::pair<int, std::vector<double>>, const PipelineEstimate*> done;
     for (PipelineEstimate& pe : pes) {
+      std::vector<double> key;
+      key.reserve(4 * pe.stages.size());
+      for (const StageEstimate& se : pe.stages) {
+        key.insert(key.end(), {se.forward_s, se.backward_s, se.send_s, se.grad_s});
+      }
+      auto [it, fresh] = done.try_emplace({pe.micro_batches, std::move(key)}, &pe);
+      if (!fresh) {
+        pe.time_s = it->second->time_s;
+        pe.bottleneck_s = it->second->bottleneck_s;
+        pe.finish_s = it->second->finish_s;
+        continue;
+      }
       PipelineTimeline timeline = pipeline_timeline(pe.stages, pe.micro_batches);
       pe.time_s = timeline.time_s;
       pe.bottleneck_s = timeline.period_s;
