@@ -92,7 +92,9 @@ def main():
                     ratio = sim / cf
                     shape = plan_shape(j["devices"])
                     row = {"scenario": name, "nic_GBps": nic, "scheduler": sched, "sim_s": sim,
-                           "closed_s": cf, "ratio": ratio, "shape": shape}
+                           "closed_s": cf, "ratio": ratio, "shape": shape,
+                           "sim_pipeline_s": j["pipeline_s"],
+                           "closed_pipeline_s": j["estimate"]["pipeline_s"]}
                     rows.append(row)
                     print("%-32s %7g %-11s %-22s %10.3f %10.3f %8.3f" %
                           (name, nic, sched, shape, sim, cf, ratio), flush=True)

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "scheduler/cost/collectives.hpp"
 #include "topologies/text.hpp"
@@ -221,6 +222,7 @@ class DpSync {
 
   void run(Estimate& est) {
     count_peers(est);
+    count_rings(est);
     for (auto& de : est.devices) de.dp_sync_s = device_sync_s(de);
     est.dp_sync_s = exposed_s(est);
   }
@@ -237,14 +239,12 @@ class DpSync {
 
   int machine(int device) const { return cm_.cluster().devices()[device].machine; }
 
-  // Each device's peers (the devices of the other pipelines holding its layers), and
-  // per machine the devices whose sync leaves it (they share its NICs).
+  // Each device's peers (the devices of the other pipelines holding its layers).
   void count_peers(const Estimate& est) {
     peers_.assign(est.devices.size(), {});
     for (std::size_t i = 0; i < est.devices.size(); ++i) {
       const DeviceEstimate& de = est.devices[i];
       const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
-      bool off = false;
       for (int q = 0; q < dp_; ++q) {
         if (q == de.pipeline) continue;
         const Stage* last = nullptr;
@@ -252,13 +252,60 @@ class DpSync {
           const Stage* h = holder_[q][l];
           if (h == last) continue;
           last = h;
-          for (int e : h->devices) {
-            peers_[i].push_back(e);
-            off = off || machine(e) != machine(de.device);
-          }
+          peers_[i].insert(peers_[i].end(), h->devices.begin(), h->devices.end());
         }
       }
-      if (off) ++off_machine_[machine(de.device)];
+    }
+  }
+
+  // The share [begin, end) of the heads / columns that TP rank r of a stage holds.
+  std::pair<double, double> share(const Stage& s, int r) const {
+    double begin = 0;
+    for (int k = 0; k < r; ++k) begin += s.phi(k, cm_.model().heads);
+    return {begin, begin + s.phi(r, cm_.model().heads)};
+  }
+
+  // Per machine, the off-machine DP rings that load its NICs at once. A ring is a
+  // piece's holders (the ranks whose shares overlap); a device reduces its pieces one
+  // after another, so rings with a common member never overlap in time: a greedy set of
+  // member-disjoint rings through the machine counts (a grid's rings, one per stage and
+  // rank, are all disjoint: every device syncing off-machine counts, as before).
+  void count_rings(const Estimate& est) {
+    std::map<std::vector<int>, int> rings;  // sorted members -> first seen
+    for (const DeviceEstimate& de : est.devices) {
+      const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
+      const auto [lo, hi] = share(s, de.tp_rank);
+      for (auto [layer, params] : pieces(de)) {
+        std::vector<int> members{de.device};
+        for (int q = 0; q < dp_; ++q) {
+          if (q == de.pipeline) continue;
+          const Stage* h = holder_of(q, layer);
+          for (int r = 0; r < h->tp(); ++r) {
+            const auto [a, b] = share(*h, r);
+            if (a < hi - 1e-12 && lo < b - 1e-12) members.push_back(h->devices[r]);
+          }
+        }
+        std::sort(members.begin(), members.end());
+        rings.emplace(std::move(members), static_cast<int>(rings.size()));
+      }
+    }
+    std::vector<std::pair<int, const std::vector<int>*>> order;  // deterministic: first seen
+    for (const auto& [members, first] : rings) order.emplace_back(first, &members);
+    std::sort(order.begin(), order.end());
+    std::unordered_map<int, std::unordered_set<int>> busy;  // machine -> members of counted rings
+    for (const auto& [first, members] : order) {
+      std::vector<int> machines;
+      for (int d : *members) machines.push_back(machine(d));
+      std::sort(machines.begin(), machines.end());
+      machines.erase(std::unique(machines.begin(), machines.end()), machines.end());
+      if (machines.size() < 2) continue;
+      for (int m : machines) {
+        std::unordered_set<int>& taken = busy[m];
+        if (std::any_of(members->begin(), members->end(), [&](int d) { return taken.count(d); }))
+          continue;
+        taken.insert(members->begin(), members->end());
+        ++off_machine_[m];
+      }
     }
   }
 
@@ -360,7 +407,7 @@ class DpSync {
   std::vector<std::vector<const Stage*>> holder_;  // [pipeline][layer]
   std::vector<char> boundary_;                     // some stage starts at this layer
   std::vector<std::vector<int>> peers_;            // per device estimate
-  std::unordered_map<int, int> off_machine_;       // machine -> devices syncing off it
+  std::unordered_map<int, int> off_machine_;       // machine -> rings through its NICs at once
 };
 
 }  // namespace
@@ -385,6 +432,169 @@ struct Channel {
 };
 
 }  // namespace
+
+// The pipelines of a plan run together, event by event, with boundary transfers
+// sharing NICs as they overlap in time (a fluid model: while k flows cross a NIC, each
+// gets 1/k of it, capped by its own link). The same semantics as schedule.hpp's
+// timeline otherwise (one compute at a time per stage, FIFO channels, sends not
+// waited for). Used where boundary flows of different classes share a NIC.
+class SharedTimeline {
+ public:
+  struct Link {
+    double fixed_s = 0;                        // latency and the receiving group's all-gather
+    double flow_bytes = 0;                     // bytes per flow
+    double link_Bps = 0;                       // a flow's own link, unshared
+    std::vector<std::pair<int, double>> nics;  // (NIC direction, own flows through it)
+  };
+
+  SharedTimeline(const std::vector<PipelineEstimate>& pes, const std::vector<double>& nic_Bps,
+                 PipelineSchedule schedule)
+      : pes_(pes), nic_Bps_(nic_Bps), active_(nic_Bps.size(), 0.0) {
+    for (const PipelineEstimate& pe : pes_) {
+      const int p = static_cast<int>(pe.stages.size());
+      Pipe q;
+      q.order.reserve(p);
+      for (int s = 0; s < p; ++s)
+        q.order.push_back(pipeline_order(schedule, s, p, pe.micro_batches));
+      q.next.assign(p, 0);
+      q.free.assign(p, 0.0);
+      q.busy.assign(p, 0);
+      q.channels.resize(2 * std::max(0, p - 1));
+      for (Channel& c : q.channels) {
+        c.produced.assign(pe.micro_batches, -1.0);
+        c.arrived.assign(pe.micro_batches, -1.0);
+      }
+      pipes_.push_back(std::move(q));
+    }
+  }
+
+  // The channel (pipeline, boundary stage, back) carries `link`.
+  void set_link(int pipeline, int stage, bool back, Link link) {
+    pipes_[pipeline].channels[2 * stage + (back ? 1 : 0)].link = std::move(link);
+  }
+
+  // Runs every pipeline to its end; fills time_s and finish_s.
+  void run(std::vector<PipelineEstimate>& out) {
+    double now = 0;
+    for (;;) {
+      start_ready(now);
+      const double next = next_event(now);
+      if (std::isinf(next)) break;
+      advance(now, next);
+      now = next;
+    }
+    for (std::size_t i = 0; i < pipes_.size(); ++i) {
+      out[i].finish_s = pipes_[i].free;
+      out[i].time_s = *std::max_element(pipes_[i].free.begin(), pipes_[i].free.end());
+    }
+  }
+
+ private:
+  struct Channel {
+    Link link;
+    int next = 0;                           // next message to transfer
+    bool sending = false;                   // a message in its data phase
+    double remaining = 0;                   // bytes per flow left of it
+    double rate = 0;                        // bytes/s per flow now
+    std::vector<double> produced, arrived;  // per micro-batch (-1: not yet)
+  };
+  struct Pipe {
+    std::vector<std::vector<std::pair<bool, int>>> order;
+    std::vector<int> next;
+    std::vector<double> free;       // when the stage's current compute ends
+    std::vector<char> busy;         // a compute scheduled and not yet ended
+    std::vector<Channel> channels;  // 2 per boundary: activations, gradients
+  };
+
+  Channel& act(Pipe& q, int s) { return q.channels[2 * s]; }
+  Channel& grad(Pipe& q, int s) { return q.channels[2 * s + 1]; }
+
+  // Starts computes whose input has arrived and transfers whose message is ready.
+  void start_ready(double now) {
+    for (std::size_t pi = 0; pi < pipes_.size(); ++pi) {
+      Pipe& q = pipes_[pi];
+      const PipelineEstimate& pe = pes_[pi];
+      const int p = static_cast<int>(q.order.size());
+      for (int s = 0; s < p; ++s) {
+        if (q.busy[s] && q.free[s] <= now) {
+          q.busy[s] = 0;
+          const auto [forward, j] = q.order[s][q.next[s] - 1];
+          if (forward && s + 1 < p) act(q, s).produced[j] = q.free[s];
+          if (!forward && s > 0) grad(q, s - 1).produced[j] = q.free[s];
+        }
+        if (q.busy[s] || q.next[s] >= static_cast<int>(q.order[s].size())) continue;
+        const auto [forward, j] = q.order[s][q.next[s]];
+        double in = 0;
+        if (forward && s > 0) in = act(q, s - 1).arrived[j];
+        if (!forward && s + 1 < p) in = grad(q, s).arrived[j];
+        if (in < 0 || in > now) continue;
+        const StageEstimate& st = pe.stages[s];
+        q.free[s] = std::max(q.free[s], now) + (forward ? st.forward_s : st.backward_s);
+        q.busy[s] = 1;
+        ++q.next[s];
+      }
+      for (Channel& c : q.channels) {
+        if (c.sending || c.next >= static_cast<int>(c.produced.size())) continue;
+        const int j = c.next;
+        const bool previous = j == 0 || (c.arrived[j - 1] >= 0 && c.arrived[j - 1] <= now);
+        if (c.produced[j] < 0 || c.produced[j] > now || !previous) continue;
+        c.sending = true;
+        c.remaining = c.link.flow_bytes;
+        for (auto [nic, flows] : c.link.nics) active_[nic] += flows;
+      }
+    }
+    rates();
+  }
+
+  void rates() {
+    for (Pipe& q : pipes_) {
+      for (Channel& c : q.channels) {
+        if (!c.sending) continue;
+        c.rate = c.link.link_Bps;
+        for (auto [nic, flows] : c.link.nics)
+          c.rate = std::min(c.rate, nic_Bps_[nic] / active_[nic]);
+      }
+    }
+  }
+
+  double next_event(double now) const {
+    double next = std::numeric_limits<double>::infinity();
+    for (const Pipe& q : pipes_) {
+      for (std::size_t s = 0; s < q.free.size(); ++s) {
+        if (q.busy[s]) next = std::min(next, q.free[s]);
+      }
+      for (const Channel& c : q.channels) {
+        if (c.sending) next = std::min(next, now + c.remaining / c.rate);
+        // A message that arrives later lets its consumer start.
+        for (int j = std::max(0, c.next - 1); j < c.next; ++j) {
+          if (c.arrived[j] > now) next = std::min(next, c.arrived[j]);
+        }
+      }
+    }
+    return next;
+  }
+
+  void advance(double now, double to) {
+    const double dt = to - now;
+    for (Pipe& q : pipes_) {
+      for (Channel& c : q.channels) {
+        if (!c.sending) continue;
+        c.remaining -= c.rate * dt;
+        if (c.remaining <= 1e-9 * c.link.flow_bytes) {
+          c.sending = false;
+          c.arrived[c.next] = to + c.link.fixed_s;
+          ++c.next;
+          for (auto [nic, flows] : c.link.nics) active_[nic] -= flows;
+        }
+      }
+    }
+  }
+
+  const std::vector<PipelineEstimate>& pes_;
+  const std::vector<double>& nic_Bps_;
+  std::vector<double> active_;  // flows per NIC direction now
+  std::vector<Pipe> pipes_;
+};
 
 // Boundary transfers share NICs over time. Channels of pipelines that run in step (same
 // boundary position and direction, same stage count and micro-batches: e.g. a uniform
@@ -484,6 +694,58 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
       c.busy = pe.time_s > 0 ? std::min(1.0, pe.micro_batches * c.time_s / pe.time_s) : 0.0;
     }
   }
+  if (!mixed) return;
+  // The shared timeline visits every stage and channel at each of its events: only
+  // where that stays cheap (searches estimate thousands of plans); larger plans keep
+  // the fixed point.
+  double events = 0;
+  for (const PipelineEstimate& pe : pes) {
+    events += 4.0 * static_cast<double>(pe.stages.size()) * pe.micro_batches;
+  }
+  double stages = 0;
+  for (const PipelineEstimate& pe : pes) stages += static_cast<double>(pe.stages.size());
+  if (events * (stages + static_cast<double>(ch.size())) <= kSharedTimelineWork) {
+    shared_timeline(plan, pes);
+  }
+}
+
+void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
+  const int machines = static_cast<int>(cluster_.machines().size());
+  std::vector<double> nic_Bps(2 * machines);
+  for (int m = 0; m < machines; ++m)
+    nic_Bps[2 * m] = nic_Bps[2 * m + 1] = cluster_.machines()[m].nic_Bps;
+  SharedTimeline timeline(pes, nic_Bps, training_.schedule);
+  for (int pi = 0; pi < static_cast<int>(plan.pipelines.size()); ++pi) {
+    const Pipeline& p = plan.pipelines[pi];
+    const double bytes = hidden_bytes(model_, training_, p.micro_batch);
+    for (int s = 0; s + 1 < static_cast<int>(p.stages.size()); ++s) {
+      for (bool back : {false, true}) {
+        const auto& from = p.stages[back ? s + 1 : s].devices;
+        const auto& to = p.stages[back ? s : s + 1].devices;
+        const std::vector<std::pair<int, int>> flows = boundary_flows(from, to);
+        SharedTimeline::Link link;
+        link.flow_bytes = bytes / static_cast<double>(flows.size());
+        link.link_Bps = std::numeric_limits<double>::infinity();
+        for (auto [a, b] : flows) {
+          const PairLink l = cluster_.link(a, b);
+          link.link_Bps = std::min(link.link_Bps, l.bandwidth_Bps);
+          link.fixed_s = std::max(link.fixed_s, l.latency_s);
+        }
+        if (to.size() > 1) {
+          auto [bw, lat] = ring_link(cluster_, to);
+          link.fixed_s +=
+              collective_time(Collective::kAllGather, bytes, static_cast<int>(to.size()), bw, lat);
+        }
+        NicFlows own;
+        count_off_machine(flows, own);
+        for (auto [m, n] : own.out) link.nics.emplace_back(2 * m, n);
+        for (auto [m, n] : own.in) link.nics.emplace_back(2 * m + 1, n);
+        std::sort(link.nics.begin(), link.nics.end());
+        timeline.set_link(pi, s, back, std::move(link));
+      }
+    }
+  }
+  timeline.run(pes);
 }
 
 Estimate CostModel::estimate(const Plan& plan) const {

@@ -139,6 +139,11 @@ class CostModel {
   void dp_sync(const Plan& plan, Estimate& est) const;
   // send_s / grad_s of every boundary and the pipelines' timelines, NICs shared over time.
   void boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const;
+  // Where boundary flows of different classes share NICs: the pipelines run together
+  // with transfers sharing NICs as they overlap (time_s and finish_s replaced).
+  void shared_timeline(const Plan& plan, std::vector<PipelineEstimate>& pes) const;
+  // Largest (events x (stages + channels)) the shared timeline runs for.
+  static constexpr double kSharedTimelineWork = 1e7;
 
   const Cluster& cluster_;
   const Model& model_;
