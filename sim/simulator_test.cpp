@@ -283,6 +283,19 @@ Result<SimOutput> simulate_plan(const Plan& plan, const Cluster& c, const Model&
   return simulate(*program, c, m, t, prof, o);
 }
 
+// One pipeline of `stages` TP-4 stages on devices 0-3, 4-7, ... (two per machine of 8),
+// `layers` split evenly, `batch` micro-batches of one.
+Plan tp4_pipeline(int stages, int layers, int batch) {
+  Json js = Json::array();
+  for (int s = 0; s < stages; ++s) {
+    const int base = 4 * s, per = layers / stages;
+    js.push_back(
+        {{"devices", {base, base + 1, base + 2, base + 3}}, {"layers", {per * s, per * (s + 1)}}});
+  }
+  return testing::plan_from(
+      {{"version", 1}, {"pipelines", Json::array({{{"batch", batch}, {"stages", js}}})}});
+}
+
 TEST(Simulator, SlowBoundaryPipelineAgreesWithTheEstimate) {
   // The issue-11 case: 2 machines of 8 A800 PCIe, Llama-2 7B, 0.5 GB/s between them,
   // one pipeline of 4 TP-4 stages with one boundary on the slow NIC. Boundary
@@ -293,14 +306,7 @@ TEST(Simulator, SlowBoundaryPipelineAgreesWithTheEstimate) {
   const Model& m = *testing::shipped_models().find("llama2-7b");
   Cluster c = testing::make_cluster(2, 8, "A800-PCIe-80GB", 0.5);
   TrainingConfig t = testing::tiny_training(16, 1, 4096);
-  Json stages = Json::array();
-  for (int s = 0; s < 4; ++s) {
-    const int base = 4 * s;
-    stages.push_back(
-        {{"devices", {base, base + 1, base + 2, base + 3}}, {"layers", {8 * s, 8 * (s + 1)}}});
-  }
-  Plan plan = testing::plan_from(
-      {{"version", 1}, {"pipelines", Json::array({{{"batch", 16}, {"stages", stages}}})}});
+  const Plan plan = tp4_pipeline(4, 32, 16);
   Profile prof;
   const Estimate e = CostModel(c, m, t, prof).estimate(plan);
   const PipelineEstimate& pe = e.pipelines.front();
@@ -358,14 +364,7 @@ TEST(Simulator, BoundariesSharingNicsOverTimeAgreeWithTheEstimate) {
   const Model& m = *testing::shipped_models().find("llama2-7b");
   Cluster c = testing::make_cluster(4, 8, "A800-PCIe-80GB", 0.5);
   TrainingConfig t = testing::tiny_training(32, 1, 4096);
-  Json stages = Json::array();
-  for (int s = 0; s < 8; ++s) {
-    const int base = 8 * (s / 2) + 4 * (s % 2);
-    stages.push_back(
-        {{"devices", {base, base + 1, base + 2, base + 3}}, {"layers", {4 * s, 4 * (s + 1)}}});
-  }
-  Plan plan = testing::plan_from(
-      {{"version", 1}, {"pipelines", Json::array({{{"batch", 32}, {"stages", stages}}})}});
+  const Plan plan = tp4_pipeline(8, 32, 32);
   Profile prof;
   const Estimate e = CostModel(c, m, t, prof).estimate(plan);
   auto out = simulate_plan(plan, c, m, t, prof, Granularity::kStage);
