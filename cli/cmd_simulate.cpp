@@ -1,10 +1,13 @@
 // hexisim simulate SCENARIO [--plan FILE] [--fidelity layer|stage] [--out DIR]:
-// lower the plan and simulate one training iteration with SimGrid (sim/).
+// lower the plan and simulate one training iteration with SimGrid (sim/). The headline
+// says where the plan came from (the scenario's file, --plan, or which scheduler searched).
 
 #include <algorithm>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
@@ -12,6 +15,7 @@
 #include "scheduler/program/lower.hpp"
 #include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
+#include "topologies/enum_names.hpp"
 
 namespace hexi::cli {
 namespace {
@@ -27,6 +31,72 @@ struct SimulateOptions {
   std::string out;
   bool no_trace = false;
   bool json = false;
+};
+
+// Where the simulated plan (or program) came from: the headline's "plan:" line and
+// --json's `plan_source`.
+enum class PlanOrigin { kScenario, kPlanFile, kSearch, kProgramFile };
+constexpr auto kPlanOriginNames =
+    enum_names<PlanOrigin>({{PlanOrigin::kScenario, "scenario"},
+                            {PlanOrigin::kPlanFile, "plan_file"},
+                            {PlanOrigin::kSearch, "search"},
+                            {PlanOrigin::kProgramFile, "program_file"}});
+
+struct PlanSource {
+  PlanOrigin origin = PlanOrigin::kScenario;
+  std::string file;             // scenario, plan_file, program_file: the file
+  std::string scheduler;        // search: the scheduler
+  bool scheduler_flag = false;  // search: named by --scheduler (else the scenario's)
+  double search_time_s = 0;     // search
+
+  static PlanSource of_file(PlanOrigin origin, std::string file) {
+    PlanSource s;
+    s.origin = origin;
+    s.file = std::move(file);
+    return s;
+  }
+  static PlanSource of_search(std::string scheduler, bool flag, double seconds) {
+    PlanSource s;
+    s.origin = PlanOrigin::kSearch;
+    s.scheduler = std::move(scheduler);
+    s.scheduler_flag = flag;
+    s.search_time_s = seconds;
+    return s;
+  }
+  std::string description() const {
+    switch (origin) {
+      case PlanOrigin::kScenario:
+        return file + " (from the scenario)";
+      case PlanOrigin::kPlanFile:
+        return file + " (--plan)";
+      case PlanOrigin::kProgramFile:
+        return "program " + file + " (--program)";
+      case PlanOrigin::kSearch:
+        break;
+    }
+    return "searched by " + scheduler +
+           (scheduler_flag ? " (--scheduler)" : " (the scenario's scheduler)") + " in " +
+           fmt(search_time_s, 2) + " s";
+  }
+  Json to_json() const {
+    Json j = {{"kind", kPlanOriginNames.name(origin)}, {"description", description()}};
+    if (origin == PlanOrigin::kSearch) {
+      j["scheduler"] = scheduler;
+      j["chosen_by"] = scheduler_flag ? "--scheduler" : "scenario";
+      j["search_time_s"] = search_time_s;
+    } else {
+      j["file"] = file;
+    }
+    return j;
+  }
+};
+
+// What to simulate: a program read from --program (as written by `hexisim lower`),
+// or the plan lowered at the requested fidelity, with its closed-form estimate.
+struct Work {
+  Program program;
+  std::optional<Estimate> estimate;
+  PlanSource source;
 };
 
 std::string pct(double part, double whole) {
@@ -71,11 +141,12 @@ void print_links(const SimReport& r, std::ostream& out, std::size_t top) {
   t.print(out);
 }
 
-void print_summary(const Scenario& sc, const SimReport& r, const std::optional<Estimate>& est,
-                   std::ostream& out) {
+void print_summary(const Scenario& sc, const SimReport& r, const Work& w, std::ostream& out) {
+  const std::optional<Estimate>& est = w.estimate;
   out << "simulated " << sc.name << ": " << sc.model.name << " on " << sc.cluster.name() << " ("
       << sc.cluster.num_devices() << " GPUs, " << r.devices_used << " used), " << r.fidelity
       << " fidelity, " << r.schedule << ", all-reduce " << r.algorithm << "\n";
+  out << "plan: " << w.source.description() << "\n";
   Table t({"iteration s", "tokens/s", "MFU", "PFLOP/s", "pipeline s", "estimate s", "sim/estimate",
            "ops", "activities", "wall s", "peak RSS GiB"});
   t.add({fmt(r.iteration_time_s, 3), fmt(r.tokens_per_s, 0), fmt(100 * r.mfu, 1) + "%",
@@ -89,6 +160,7 @@ void print_summary(const Scenario& sc, const SimReport& r, const std::optional<E
     out << "  ... and " << r.problems.size() - 3
         << " more devices over memory (report.json lists them)\n";
   }
+  print_flop_figures(sc, r.mfu, r.figures, r.devices_used, out);
   out << "\nper stage (slowest device; shares of the iteration):\n";
   print_stages(r, out);
   out << "\nbusiest links:\n";
@@ -96,44 +168,62 @@ void print_summary(const Scenario& sc, const SimReport& r, const std::optional<E
 }
 
 // The plan to simulate, by priority: --plan; a search with --scheduler; the scenario's
-// "plan"; a search with the scenario's scheduler. `origin` names it in messages.
-Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, std::string& origin) {
-  if (!opt.plan.empty() || (opt.scheduler.empty() && sc.plan)) {
-    origin = opt.plan.empty() ? sc.plan->string() : opt.plan;
+// "plan"; a search with the scenario's scheduler. Whenever one choice hides another
+// (--scheduler beside --plan, or beside the scenario's plan) a note on stderr says which.
+Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, PlanSource& source) {
+  if (!opt.plan.empty()) {
+    if (!opt.scheduler.empty()) {
+      std::cerr << "hexisim: note: simulating --plan " << opt.plan << "; --scheduler "
+                << opt.scheduler << " is ignored (no search)\n";
+    }
+    source = PlanSource::of_file(PlanOrigin::kPlanFile, opt.plan);
     return load_checked_plan(sc, opt.plan);
+  }
+  const std::string scenario_plan = sc.plan ? sc.plan->lexically_normal().string() : "";
+  if (opt.scheduler.empty() && sc.plan) {
+    std::cerr << "hexisim: note: simulating the scenario's plan " << scenario_plan
+              << " (no search; --scheduler NAME searches one instead)\n";
+    source = PlanSource::of_file(PlanOrigin::kScenario, scenario_plan);
+    return load_checked_plan(sc, opt.plan);
+  }
+  if (sc.plan) {
+    std::cerr << "hexisim: note: --scheduler " << opt.scheduler
+              << " searches a new plan; the scenario's plan " << scenario_plan
+              << " is not used (drop --scheduler to simulate it)\n";
   }
   SearchOptions so;
   so.seed = opt.seed.value_or(sc.seed);
   so.progress = print_search_progress;
-  const std::string scheduler = opt.scheduler.empty() ? sc.scheduler : opt.scheduler;
+  const bool flag = !opt.scheduler.empty();
+  const std::string scheduler = flag ? opt.scheduler : sc.scheduler;
   auto found = run_scheduler(scheduler, sc, so);
   if (!found) return found.error();
+  source = PlanSource::of_search(scheduler, flag, found->search_time_s);
   std::cerr << "planned with " << scheduler << " in " << fmt(found->search_time_s, 2) << " s\n";
-  origin = scheduler + " plan";
   return std::move(found->plan);
 }
-
-// What to simulate: a program read from --program (as written by `hexisim lower`),
-// or the plan lowered at the requested fidelity, with its closed-form estimate.
-struct Work {
-  Program program;
-  std::optional<Estimate> estimate;
-};
 
 Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
   if (!opt.program.empty()) {
     if (!opt.plan.empty()) return bad_input("give either --plan or --program, not both");
+    if (!opt.scheduler.empty()) {
+      std::cerr << "hexisim: note: simulating --program " << opt.program << "; --scheduler "
+                << opt.scheduler << " is ignored (no search)\n";
+    }
     std::cerr << "reading " << opt.program << "...\n";
     auto program = read_program(opt.program);
     if (!program) return program.error();
     if (auto st = check_program_inputs(*program, sc.model, sc.training, opt.program); !st) {
       return st.error();
     }
-    return Work{std::move(*program), std::nullopt};
+    return Work{std::move(*program), std::nullopt,
+                PlanSource::of_file(PlanOrigin::kProgramFile, opt.program)};
   }
-  std::string origin;
-  auto plan = plan_for(sc, opt, origin);
+  PlanSource source;
+  auto plan = plan_for(sc, opt, source);
   if (!plan) return plan.error();
+  const std::string origin =
+      source.origin == PlanOrigin::kSearch ? source.scheduler + " plan" : source.file;
   LowerOptions lo;
   lo.scenario = sc.name;
   lo.granularity = opt.fidelity == "stage" ? Granularity::kStage : Granularity::kLayer;
@@ -141,7 +231,8 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
   auto program = lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, origin);
   if (!program) return program.error();
   return Work{std::move(*program),
-              CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(*plan)};
+              CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(*plan),
+              std::move(source)};
 }
 
 SimOptions sim_options(const Scenario& sc, const SimulateOptions& opt) {
@@ -184,6 +275,7 @@ int run_simulate(const SimulateOptions& opt) {
     Json j = Json::parse(out->report_json);
     j["wall_time_s"] = out->report.wall_time_s;
     j["peak_rss_gib"] = out->report.peak_rss_bytes / kGiB;
+    j["plan_source"] = work->source.to_json();
     if (work->estimate) {
       const Estimate& e = *work->estimate;
       j["estimate"] = {{"iteration_time_s", e.iteration_time_s},
@@ -192,11 +284,12 @@ int run_simulate(const SimulateOptions& opt) {
                        {"pipeline_s", e.pipeline_s},
                        {"dp_sync_s", e.dp_sync_s},
                        {"optimizer_s", e.optimizer_s}};
+      e.figures.add_to(j["estimate"]);
     }
     print_json(j);
     return 0;
   }
-  print_summary(*sc, out->report, work->estimate, std::cout);
+  print_summary(*sc, out->report, *work, std::cout);
   if (!opt.out.empty()) {
     std::cout << "\nwrote " << opt.out << "/report.json"
               << (so.trace ? " and " + opt.out + "/trace.json" : "") << "\n";
@@ -212,12 +305,14 @@ void add_simulate_command(CLI::App& app, Runner& run) {
       app.add_subcommand("simulate", "Simulate one training iteration of a plan with SimGrid");
   cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
       ->required();
-  cmd->add_option("--plan", opt->plan, "Plan file (default: the scenario's \"plan\")");
+  cmd->add_option("--plan", opt->plan,
+                  "Plan file (default: the scenario's \"plan\"; the headline names the plan used)");
   cmd->add_option("--program", opt->program,
                   "Simulate this program file (from `hexisim lower`) instead of lowering a plan");
   cmd->add_option("--scheduler", opt->scheduler,
-                  "Plan with this scheduler instead of using the scenario's \"plan\" (without "
-                  "either, the scenario's scheduler plans)");
+                  "Plan with this scheduler instead of using the scenario's \"plan\" (a note on "
+                  "stderr says so; ignored beside --plan; without either, the scenario's "
+                  "scheduler plans)");
   cmd->add_option("--seed", opt->seed, "Seed for planning (default: the scenario's \"seed\")")
       ->check(unsigned_64());
   cmd->add_option(

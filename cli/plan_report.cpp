@@ -20,6 +20,33 @@ void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostrea
          fmt(est.optimizer_s, 3), est.feasible ? "yes" : "NO"});
   t.print(out);
   for (const auto& p : est.problems) out << "  over memory: " << p << "\n";
+  print_flop_figures(sc, est.mfu, est.figures, static_cast<int>(est.devices.size()), out);
+}
+
+void print_flop_figures(const Scenario& sc, double mfu, const FlopFigures& f, int gpus_used,
+                        std::ostream& out) {
+  // Utilisation scales with the FLOPs counted: X / (T x P) = MFU x X / M.
+  auto of_peak = [&](double tflops_per_gpu) {
+    return f.model_tflops_per_gpu > 0
+               ? fmt(100 * mfu * tflops_per_gpu / f.model_tflops_per_gpu, 1) + "%"
+               : std::string("-");
+  };
+  Table t({"FLOPs counted", "of peak", "TFLOP/s per GPU"});
+  t.add({"MFU (model FLOPs, " + attention_convention(sc.training) + ")",
+         of_peak(f.model_tflops_per_gpu), fmt(f.model_tflops_per_gpu, 1)});
+  t.add({"HFU (hardware FLOPs, recompute included)", of_peak(f.hardware_tflops_per_gpu),
+         fmt(f.hardware_tflops_per_gpu, 1)});
+  t.add({"Megatron-LM formula, full recompute convention", of_peak(f.megatron_tflops_per_gpu),
+         fmt(f.megatron_tflops_per_gpu, 1)});
+  out << "\n";
+  t.print(out);
+  out << "  MFU counts " << f.mfu_convention
+      << "; HFU what the GPUs execute, each stage's recompute included\n"
+      << "  Megatron-LM: 96BsLh^2(1+s/6h+V/16Lh): GPT shapes, full recompute, attention not "
+         "halved, whatever the plan runs\n"
+      << "  of peak: of the cluster's summed peak (" << sc.cluster.num_devices()
+      << " GPUs); per GPU: total FLOP/s / the " << gpus_used
+      << " GPUs used (their mean on a mixed cluster)\n";
 }
 
 void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,

@@ -12,6 +12,10 @@ namespace hexi::cli {
 
 // Headline: iteration time, tokens/s, MFU, PFLOP/s, feasibility and problems.
 void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostream& out);
+// MFU, HFU and TFLOP/s per GPU in the conventions users compare against
+// (flop_figures.hpp), one row each, and what they count.
+void print_flop_figures(const Scenario& sc, double mfu, const FlopFigures& f, int gpus_used,
+                        std::ostream& out);
 // Per pipeline: devices by type, stages with TP degree, layers, recompute, compute/communication
 // time per micro-batch, memory and headroom.
 void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est, std::ostream& out);

@@ -133,6 +133,80 @@ TEST(SimCli, PlansThatDoNotMatchAndUnknownSchedulersExitTwo) {
   EXPECT_NE(r.err.find("nosuch"), std::string::npos) << r.err;
 }
 
+// The headline's "plan:" line and --json's plan_source name where the plan came from;
+// when --scheduler hides the scenario's plan (or --plan hides --scheduler) stderr says so.
+TEST(SimCli, HeadlineNamesWhereThePlanCameFrom) {
+  auto dir = scratch_dir("plansource");
+  const std::string scenario = write_scenario(dir);
+  const std::string plan = (dir / "plan.json").lexically_normal().string();
+  // The scenario's hand plan: no search, said in the headline and on stderr.
+  auto r = run_cli("simulate " + scenario);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nplan: " + plan + " (from the scenario)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("simulating the scenario's plan " + plan + " (no search"), std::string::npos)
+      << r.err;
+  json j = parse(run_cli("simulate " + scenario + " --json"));
+  EXPECT_EQ(j["plan_source"]["kind"], "scenario");
+  EXPECT_EQ(j["plan_source"]["file"], plan);
+  // --scheduler searches instead, and says the scenario's plan is not used.
+  r = run_cli("simulate " + scenario + " --scheduler uniform");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nplan: searched by uniform (--scheduler) in "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("the scenario's plan " + plan + " is not used"), std::string::npos) << r.err;
+  j = parse(run_cli("simulate " + scenario + " --scheduler uniform --json"));
+  EXPECT_EQ(j["plan_source"]["kind"], "search");
+  EXPECT_EQ(j["plan_source"]["scheduler"], "uniform");
+  EXPECT_EQ(j["plan_source"]["chosen_by"], "--scheduler");
+  EXPECT_GE(j["plan_source"]["search_time_s"].get<double>(), 0);
+  // --plan wins over --scheduler, with a note.
+  r = run_cli("simulate " + scenario + " --plan " + plan + " --scheduler uniform --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["plan_source"]["kind"], "plan_file");
+  EXPECT_NE(r.err.find("--scheduler uniform is ignored"), std::string::npos) << r.err;
+  // No plan anywhere: the scenario's scheduler searches.
+  write_text(dir / "noplan.json", R"({"version": 1, "name": "s", "cluster": "cluster.json",
+    "model": "tiny-llama-8l", "training": {"global_batch": 8, "seq_len": 64}})");
+  r = run_cli("simulate " + (dir / "noplan.json").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nplan: searched by hexiscale (the scenario's scheduler) in "),
+            std::string::npos)
+      << r.out;
+}
+
+// MFU, HFU and the Megatron-LM convention, in the text and in --json (report and estimate).
+TEST(SimCli, ReportsTheFlopConventions) {
+  auto dir = scratch_dir("conventions");
+  const std::string scenario = write_scenario(dir);
+  auto r = run_cli("simulate " + scenario);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* row :
+       {"MFU (model FLOPs, causal attention halved)", "HFU (hardware FLOPs, recompute included)",
+        "Megatron-LM formula, full recompute convention", "the 8 GPUs used"}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  }
+  json j = parse(run_cli("simulate " + scenario + " --json"));
+  for (const json& part : {j, j["estimate"]}) {
+    for (const char* key : {"mfu", "hfu", "hardware_tflops_per_gpu", "model_tflops_per_gpu",
+                            "megatron_tflops_per_gpu"}) {
+      EXPECT_GT(part[key].get<double>(), 0) << key;
+    }
+  }
+  EXPECT_EQ(j["mfu_convention"],
+            "model FLOPs: 3x forward, no recompute, causal attention halved (flash kernel)");
+  // The scenario's selective recompute with the flash kernel adds no FLOPs: HFU = MFU.
+  EXPECT_NEAR(j["hfu"].get<double>(), j["mfu"].get<double>(), 1e-12);
+  EXPECT_NEAR(j["hardware_tflops_per_gpu"].get<double>(), j["model_tflops_per_gpu"].get<double>(),
+              1e-9);
+  // estimate prints the same rows.
+  r = run_cli("estimate " + scenario);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("HFU (hardware FLOPs, recompute included)"), std::string::npos) << r.out;
+  json e = parse(run_cli("estimate " + scenario + " --json"));
+  EXPECT_TRUE(e.contains("hfu"));
+  EXPECT_TRUE(e.contains("mfu_convention"));
+}
+
 TEST(SimCli, HelpListsTheOptions) {
   auto r = run_cli("simulate --help");
   EXPECT_EQ(r.code, 0);

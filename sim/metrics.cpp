@@ -96,6 +96,17 @@ DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const E
   return m;
 }
 
+// FLOPs the program's compute ops execute (recompute included): hardware FLOPs.
+double program_flops(const Program& p) {
+  std::vector<double> per_shape(p.shapes.size());
+  for (std::size_t i = 0; i < p.shapes.size(); ++i) per_shape[i] = p.shapes[i].flops();
+  double sum = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::kCompute) sum += per_shape[op.shape];
+  }
+  return sum;
+}
+
 std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
@@ -127,6 +138,8 @@ SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
     rep.achieved_pflops = flops / t / 1e15;
     rep.mfu = flops / (t * in.cluster.peak_flops());
   }
+  rep.figures = flop_figures(in.model, in.training, program_flops(p), t, in.cluster.peak_flops(),
+                             rep.devices_used);
   rep.comms = r.comms;
   rep.timers = r.timers;
   rep.analytic_batches = r.analytic_batches;

@@ -61,6 +61,19 @@ TEST(SimulatorRecompute, PerStageRecomputeAgreesWithTheEstimate) {
           std::string(to_string(g)) + ", full recompute on stage " + std::to_string(full);
       EXPECT_NEAR(sim, closed, 1e-3 * closed) << what;
       if (g == Granularity::kLayer) simulated[full + 1] = sim;
+      // Hardware FLOPs (HFU's numerator) are what the program's compute ops execute: the
+      // plan's, each stage under its own recompute; none recomputed: HFU = MFU. The
+      // report came back from the simulating child as JSON, figures included.
+      const double executed = out->report.figures.hfu * sim * c.peak_flops();
+      EXPECT_NEAR(executed, hardware_flops(plan, m, t), 1e-9 * executed) << what;
+      if (full < 0) {
+        EXPECT_NEAR(out->report.figures.hfu, out->report.mfu, 1e-12) << what;
+      } else {
+        EXPECT_GT(out->report.figures.hfu, out->report.mfu * 1.05) << what;
+      }
+      auto back = SimReport::from_json(out->report.to_json());
+      ASSERT_TRUE(back.ok()) << back.error().message;
+      EXPECT_EQ(back->to_json(), out->report.to_json()) << what;
       // Memory: each device as the estimate has it (full: only layer inputs kept).
       for (const auto& d : out->report.devices) {
         for (const auto& de : est.devices) {

@@ -30,29 +30,31 @@ Json SimReport::to_json() const {
                   {"bytes", l.bytes},
                   {"utilisation", l.utilisation}});
   }
-  return {{"version", 1},
-          {"scenario", scenario},
-          {"cluster", cluster},
-          {"model", model},
-          {"fidelity", fidelity},
-          {"schedule", schedule},
-          {"all_reduce", algorithm},
-          {"devices_used", devices_used},
-          {"ops", ops},
-          {"iteration_time_s", iteration_time_s},
-          {"tokens_per_s", tokens_per_s},
-          {"achieved_pflops", achieved_pflops},
-          {"mfu", mfu},
-          {"pipeline_s", pipeline_s},
-          {"activities", activities},
-          {"comms", comms},
-          {"timers", timers},
-          {"analytic_batches", analytic_batches},
-          {"materialised", materialised},
-          {"feasible", feasible},
-          {"problems", problems},
-          {"devices", devs},
-          {"links", ls}};
+  Json j = {{"version", 1},
+            {"scenario", scenario},
+            {"cluster", cluster},
+            {"model", model},
+            {"fidelity", fidelity},
+            {"schedule", schedule},
+            {"all_reduce", algorithm},
+            {"devices_used", devices_used},
+            {"ops", ops},
+            {"iteration_time_s", iteration_time_s},
+            {"tokens_per_s", tokens_per_s},
+            {"achieved_pflops", achieved_pflops},
+            {"mfu", mfu},
+            {"pipeline_s", pipeline_s},
+            {"activities", activities},
+            {"comms", comms},
+            {"timers", timers},
+            {"analytic_batches", analytic_batches},
+            {"materialised", materialised},
+            {"feasible", feasible},
+            {"problems", problems},
+            {"devices", devs},
+            {"links", ls}};
+  figures.add_to(j);
+  return j;
 }
 
 Result<SimReport> SimReport::from_json(const Json& j) {
@@ -70,6 +72,7 @@ Result<SimReport> SimReport::from_json(const Json& j) {
     r.tokens_per_s = j.at("tokens_per_s").get<double>();
     r.achieved_pflops = j.at("achieved_pflops").get<double>();
     r.mfu = j.at("mfu").get<double>();
+    r.figures = FlopFigures::from_json(j);
     r.pipeline_s = j.at("pipeline_s").get<double>();
     r.activities = j.at("activities").get<std::int64_t>();
     r.comms = j.at("comms").get<std::int64_t>();

@@ -18,6 +18,7 @@
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
 #include "scheduler/cost/cost_model.hpp"
+#include "scheduler/cost/flop_figures.hpp"
 #include "scheduler/program/program.hpp"
 #include "sim/collective_algos.hpp"
 #include "topologies/cluster.hpp"
@@ -69,8 +70,11 @@ struct SimReport {
   int ops = 0;
   double iteration_time_s = 0;
   double tokens_per_s = 0;
-  double achieved_pflops = 0;   // model FLOPs / iteration time
-  double mfu = 0;               // against the whole cluster's summed peak
+  double achieved_pflops = 0;  // model FLOPs / iteration time
+  double mfu = 0;              // against the whole cluster's summed peak
+  // HFU and TFLOP/s per GPU used (flop_figures.hpp); hardware FLOPs = the FLOPs of the
+  // program's compute ops (recompute included, each stage's own).
+  FlopFigures figures;
   double pipeline_s = 0;        // last backward op's completion (before DP sync and optimizer)
   std::int64_t activities = 0;  // SimGrid comms + kernel timers
   std::int64_t comms = 0;

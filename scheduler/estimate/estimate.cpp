@@ -807,6 +807,8 @@ Estimate CostModel::estimate(const Plan& plan) const {
   const double flops = model_flops(model_, training_);
   est.achieved_pflops = flops / est.iteration_time_s / 1e15;
   est.mfu = flops / (est.iteration_time_s * cluster_.peak_flops());
+  est.figures = flop_figures(model_, training_, hardware_flops(plan, model_, training_),
+                             est.iteration_time_s, cluster_.peak_flops(), plan.num_devices());
   return est;
 }
 
@@ -840,17 +842,39 @@ Json Estimate::to_json() const {
                      {"bottleneck_s", p.bottleneck_s},
                      {"stages", stages}});
   }
-  return {{"iteration_time_s", iteration_time_s},
-          {"tokens_per_s", tokens_per_s},
-          {"mfu", mfu},
-          {"achieved_pflops", achieved_pflops},
-          {"pipeline_s", pipeline_s},
-          {"dp_sync_s", dp_sync_s},
-          {"optimizer_s", optimizer_s},
-          {"feasible", feasible},
-          {"problems", problems},
-          {"pipelines", pipes},
-          {"devices", devs}};
+  Json j = {{"iteration_time_s", iteration_time_s},
+            {"tokens_per_s", tokens_per_s},
+            {"mfu", mfu},
+            {"achieved_pflops", achieved_pflops},
+            {"pipeline_s", pipeline_s},
+            {"dp_sync_s", dp_sync_s},
+            {"optimizer_s", optimizer_s},
+            {"feasible", feasible},
+            {"problems", problems},
+            {"pipelines", pipes},
+            {"devices", devs}};
+  figures.add_to(j);
+  return j;
+}
+
+double hardware_flops(const Plan& plan, const Model& m, const TrainingConfig& t) {
+  double sum = 0;
+  for (const Pipeline& p : plan.pipelines) {
+    const int b = p.batch;
+    const double forward = layer_forward_flops(m, t, b);
+    std::map<Recompute, double> backward;  // per recompute choice met in this pipeline
+    for (const Stage& s : p.stages) {
+      const Recompute r = s.recompute_in(t);
+      auto [it, fresh] = backward.try_emplace(r, 0.0);
+      if (fresh) {
+        it->second = kernels_flops(block_backward(m, t, Block::kAttention, b, 1.0, r)) +
+                     kernels_flops(block_backward(m, t, Block::kMlp, b, 1.0, r));
+      }
+      sum += s.layers() * (forward + it->second);
+    }
+    sum += kernels_flops(head_forward(m, t, b, 1.0)) + kernels_flops(head_backward(m, t, b, 1.0));
+  }
+  return sum;
 }
 
 }  // namespace estimate

@@ -16,7 +16,8 @@
 //     devices that sync off-machine; not overlapped with backward (conservative)
 //   optimizer: memory-bound Adam over the device's (ZeRO-1 sharded) state
 //   iteration = max over pipelines + DP sync + optimizer
-// MFU = model FLOPs (3x forward, no recompute) / (iteration time x cluster peak).
+// MFU = model FLOPs (3x forward, no recompute) / (iteration time x cluster peak);
+// HFU and TFLOP/s per GPU in the other conventions (hardware, Megatron-LM): flop_figures.hpp.
 
 #include <map>
 #include <string>
@@ -27,6 +28,7 @@
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
 #include "scheduler/cost/cost_model.hpp"
+#include "scheduler/cost/flop_figures.hpp"
 #include "scheduler/cost/schedule.hpp"
 #include "scheduler/plan/plan.hpp"
 #include "topologies/cluster.hpp"
@@ -69,6 +71,7 @@ struct Estimate {
   double tokens_per_s = 0;
   double mfu = 0;              // against the whole cluster's summed peak
   double achieved_pflops = 0;  // model FLOPs / iteration time
+  FlopFigures figures;         // HFU, TFLOP/s per GPU used (hardware, model, Megatron-LM)
   double pipeline_s = 0;       // slowest pipeline
   double dp_sync_s = 0;        // DP sync still running after the slowest pipeline
   double optimizer_s = 0;
@@ -85,6 +88,12 @@ struct Estimate {
 struct NicFlows {
   std::unordered_map<int, double> out, in;
 };
+
+// Hardware FLOPs of one iteration of a plan: every pipeline's batch through its stages'
+// layers forward + backward + recompute, each stage under its own recompute, and the head
+// (cost_model.hpp's kernels, whole layers: TP shards sum to the layer). Equal to
+// iteration_flops(m, t) when no stage overrides the training config's recompute.
+double hardware_flops(const Plan& plan, const Model& m, const TrainingConfig& t);
 
 // What TP rank `rank` of a stage holds: its layers, whether it holds the embedding
 // (first) and the head (last), its share of the heads, micro-batch and recompute; the

@@ -173,5 +173,37 @@ TEST_F(Fixture, ReportsDevicesOverMemory) {
   EXPECT_NE(e.problems[0].find("GiB of 80.00 GiB: over by"), std::string::npos) << e.problems[0];
 }
 
+TEST_F(Fixture, HardwareFlopsFollowEachStagesRecompute) {
+  // Pipeline 0 (batch 4): layers [0, 3) under full recompute, [3, 8) under the config's
+  // selective (flash: no extra FLOPs); pipeline 1 (batch 4): all 8 layers, none. Only the
+  // 3 fully recomputed layers replay their forward, for 4 sequences:
+  // H = M + 3 x layer forward(b = 4).
+  Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0], "layers": [0, 3], "recompute": "full"},
+                            {"devices": [1], "layers": [3, 8]}]},
+    {"batch": 4, "stages": [{"devices": [4], "layers": [0, 8], "recompute": "none"}]}]})");
+  const double model = model_flops(sc.model, sc.training);
+  const double hw = hardware_flops(p, sc.model, sc.training);
+  EXPECT_NEAR(hw, model + 3 * layer_forward_flops(sc.model, sc.training, 4), 1e-9 * hw);
+  // Without per-stage choices the plan's hardware FLOPs are the training config's.
+  Plan plain = plan(R"({"version": 1, "pipelines": [{"batch": 8, "stages": [
+    {"devices": [0], "layers": [0, 3]}, {"devices": [1], "layers": [3, 8]}]}]})");
+  EXPECT_NEAR(hardware_flops(plain, sc.model, sc.training), iteration_flops(sc.model, sc.training),
+              1e-12 * hw);
+
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const double t = e.iteration_time_s;
+  EXPECT_NEAR(e.figures.hfu / e.mfu, hw / model, 1e-12);
+  EXPECT_NEAR(e.figures.hardware_tflops_per_gpu, hw / (t * 3 * 1e12), 1e-12);  // 3 GPUs used
+  EXPECT_NEAR(e.figures.model_tflops_per_gpu, model / (t * 3 * 1e12), 1e-12);
+  EXPECT_NEAR(e.figures.megatron_tflops_per_gpu, megatron_flops(sc.model, 8, 64) / (t * 3 * 1e12),
+              1e-12);
+  Json j = e.to_json();
+  for (const char* key : {"mfu", "hfu", "hardware_tflops_per_gpu", "model_tflops_per_gpu",
+                          "megatron_tflops_per_gpu", "mfu_convention"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+}
+
 }  // namespace
 }  // namespace hexi
