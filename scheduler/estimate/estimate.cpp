@@ -641,7 +641,9 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
     }
   }
   const int rounds = mixed ? 4 : 1;
+  double overlap = 0;  // the most busy flows of other classes at a channel's NIC
   for (int round = 0; round < rounds; ++round) {
+    overlap = 0;
     std::vector<NicFlows> busy_cls(classes.size());
     NicFlows busy_all;
     for (const Channel& c : ch) {
@@ -657,10 +659,14 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         return it == m.end() ? 0.0 : it->second;
       };
       for (auto [m, n] : c.own.out) {
-        load.out[m] = at(in_step[c.cls].out, m) + at(busy_all.out, m) - at(busy_cls[c.cls].out, m);
+        const double others = at(busy_all.out, m) - at(busy_cls[c.cls].out, m);
+        load.out[m] = at(in_step[c.cls].out, m) + others;
+        overlap = std::max(overlap, others);
       }
       for (auto [m, n] : c.own.in) {
-        load.in[m] = at(in_step[c.cls].in, m) + at(busy_all.in, m) - at(busy_cls[c.cls].in, m);
+        const double others = at(busy_all.in, m) - at(busy_cls[c.cls].in, m);
+        load.in[m] = at(in_step[c.cls].in, m) + others;
+        overlap = std::max(overlap, others);
       }
       const Pipeline& p = plan.pipelines[c.pipeline];
       const auto& from = p.stages[c.back ? c.stage + 1 : c.stage].devices;
@@ -694,10 +700,11 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
       c.busy = pe.time_s > 0 ? std::min(1.0, pe.micro_batches * c.time_s / pe.time_s) : 0.0;
     }
   }
-  if (!mixed) return;
-  // The shared timeline visits every stage and channel at each of its events: only
-  // where that stays cheap (searches estimate thousands of plans); larger plans keep
-  // the fixed point.
+  // Where other classes' flows are (nearly) never there, sharing changes (almost)
+  // nothing. The shared timeline visits every stage and channel at each of its events:
+  // only where that stays cheap (searches estimate thousands of plans); larger plans
+  // keep the fixed point.
+  if (!mixed || overlap < kSharedTimelineMinOverlap) return;
   double events = 0;
   for (const PipelineEstimate& pe : pes) {
     events += 4.0 * static_cast<double>(pe.stages.size()) * pe.micro_batches;

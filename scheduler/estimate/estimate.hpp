@@ -153,6 +153,8 @@ class CostModel {
   void shared_timeline(const Plan& plan, std::vector<PipelineEstimate>& pes) const;
   // Largest (events x (stages + channels)) the shared timeline runs for.
   static constexpr double kSharedTimelineWork = 1e7;
+  // Least busy share of other classes' flows at some channel's NIC for it to run.
+  static constexpr double kSharedTimelineMinOverlap = 0.05;
 
   const Cluster& cluster_;
   const Model& model_;
