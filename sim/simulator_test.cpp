@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include <algorithm>
 
 #include "scenarios/testing.hpp"
@@ -296,6 +298,22 @@ Plan tp4_pipeline(int stages, int layers, int batch) {
       {{"version", 1}, {"pipelines", Json::array({{{"batch", batch}, {"stages", js}}})}});
 }
 
+// Llama-2 7B on `machines` x 8 A800 PCIe with 0.5 GB/s NICs, `batch` sequences of 4096
+// tokens: a plan's estimate and its simulation at granularity g.
+struct SlowNetworkRun {
+  Estimate estimate;
+  SimReport sim;
+};
+SlowNetworkRun run_on_slow_network(const Plan& plan, int machines, int batch, Granularity g) {
+  const Model& m = *testing::shipped_models().find("llama2-7b");
+  Cluster c = testing::make_cluster(machines, 8, "A800-PCIe-80GB", 0.5);
+  TrainingConfig t = testing::tiny_training(batch, 1, 4096);
+  Profile prof;
+  auto out = simulate_plan(plan, c, m, t, prof, g);
+  if (!out) throw std::runtime_error(out.error().message);
+  return {CostModel(c, m, t, prof).estimate(plan), std::move(out->report)};
+}
+
 TEST(Simulator, SlowBoundaryPipelineAgreesWithTheEstimate) {
   // The issue-11 case: 2 machines of 8 A800 PCIe, Llama-2 7B, 0.5 GB/s between them,
   // one pipeline of 4 TP-4 stages with one boundary on the slow NIC. Boundary
@@ -303,23 +321,17 @@ TEST(Simulator, SlowBoundaryPipelineAgreesWithTheEstimate) {
   // micro-batch on the two stages around the slow link; the closed form's timeline
   // (schedule.hpp) follows the program event by event; max(F + B, C) per micro-batch
   // (the former closed form) is more than 30 % short here.
-  const Model& m = *testing::shipped_models().find("llama2-7b");
-  Cluster c = testing::make_cluster(2, 8, "A800-PCIe-80GB", 0.5);
-  TrainingConfig t = testing::tiny_training(16, 1, 4096);
-  const Plan plan = tp4_pipeline(4, 32, 16);
-  Profile prof;
-  const Estimate e = CostModel(c, m, t, prof).estimate(plan);
-  const PipelineEstimate& pe = e.pipelines.front();
+  const SlowNetworkRun r = run_on_slow_network(tp4_pipeline(4, 32, 16), 2, 16, Granularity::kLayer);
+  const PipelineEstimate& pe = r.estimate.pipelines.front();
   double sum = 0, worst = 0;
   for (const StageEstimate& s : pe.stages) {
     sum += s.forward_s + s.backward_s + 2 * s.send_s;
     worst = std::max({worst, s.forward_s + s.backward_s, s.send_s});
   }
   const double former = sum + (pe.micro_batches - 1) * worst;
-  auto out = simulate_plan(plan, c, m, t, prof, Granularity::kLayer);
-  ASSERT_TRUE(out.ok()) << out.error().message;
-  EXPECT_NEAR(out->report.iteration_time_s, e.iteration_time_s, 0.01 * e.iteration_time_s);
-  EXPECT_GT(out->report.pipeline_s, 1.3 * former);
+  const double closed = r.estimate.iteration_time_s;
+  EXPECT_NEAR(r.sim.iteration_time_s, closed, 0.01 * closed);
+  EXPECT_GT(r.sim.pipeline_s, 1.3 * former);
 }
 
 TEST(Simulator, OverlappingDpRingsShareNoNicTime) {
@@ -328,9 +340,6 @@ TEST(Simulator, OverlappingDpRingsShareNoNicTime) {
   // layers 15-18 with 12 and 8, one ring after the other, and device 5 is in the first of
   // those rings: machine 0's NIC carries one off-machine DP ring at a time, not one per
   // device (which charged the sync twice: 12.7 s against the simulator's 6.4 s).
-  const Model& m = *testing::shipped_models().find("llama2-7b");
-  Cluster c = testing::make_cluster(2, 8, "A800-PCIe-80GB", 0.5);
-  TrainingConfig t = testing::tiny_training(48, 1, 4096);
   const std::vector<std::vector<std::pair<int, int>>> pipes = {
       {{0, 6}, {1, 12}, {2, 18}, {9, 25}, {13, 32}},
       {{3, 5}, {4, 10}, {5, 15}, {12, 20}, {14, 26}, {15, 32}},
@@ -345,14 +354,12 @@ TEST(Simulator, OverlappingDpRingsShareNoNicTime) {
     }
     pj.push_back({{"batch", 16}, {"stages", sj}});
   }
-  Plan plan = testing::plan_from({{"version", 1}, {"pipelines", pj}});
-  Profile prof;
-  const Estimate e = CostModel(c, m, t, prof).estimate(plan);
-  auto out = simulate_plan(plan, c, m, t, prof, Granularity::kStage);
-  ASSERT_TRUE(out.ok()) << out.error().message;
-  const double sim_dp = out->report.iteration_time_s - out->report.pipeline_s;
-  EXPECT_GT(sim_dp, 0.25 * out->report.iteration_time_s);  // the DP sync matters here
-  EXPECT_NEAR(out->report.iteration_time_s, e.iteration_time_s, 0.03 * e.iteration_time_s);
+  const SlowNetworkRun r = run_on_slow_network(
+      testing::plan_from({{"version", 1}, {"pipelines", pj}}), 2, 48, Granularity::kStage);
+  const double sim_dp = r.sim.iteration_time_s - r.sim.pipeline_s;
+  EXPECT_GT(sim_dp, 0.25 * r.sim.iteration_time_s);  // the DP sync matters here
+  const double closed = r.estimate.iteration_time_s;
+  EXPECT_NEAR(r.sim.iteration_time_s, closed, 0.03 * closed);
 }
 
 TEST(Simulator, BoundariesSharingNicsOverTimeAgreeWithTheEstimate) {
@@ -361,15 +368,9 @@ TEST(Simulator, BoundariesSharingNicsOverTimeAgreeWithTheEstimate) {
   // sends back, of two different boundaries, whenever they overlap. The estimate runs the
   // pipeline with transfers sharing NICs as they overlap (SharedTimeline); counting the
   // other boundary by its busy fraction (independent overlap) was 8 % short.
-  const Model& m = *testing::shipped_models().find("llama2-7b");
-  Cluster c = testing::make_cluster(4, 8, "A800-PCIe-80GB", 0.5);
-  TrainingConfig t = testing::tiny_training(32, 1, 4096);
-  const Plan plan = tp4_pipeline(8, 32, 32);
-  Profile prof;
-  const Estimate e = CostModel(c, m, t, prof).estimate(plan);
-  auto out = simulate_plan(plan, c, m, t, prof, Granularity::kStage);
-  ASSERT_TRUE(out.ok()) << out.error().message;
-  EXPECT_NEAR(out->report.iteration_time_s, e.iteration_time_s, 0.03 * e.iteration_time_s);
+  const SlowNetworkRun r = run_on_slow_network(tp4_pipeline(8, 32, 32), 4, 32, Granularity::kStage);
+  const double closed = r.estimate.iteration_time_s;
+  EXPECT_NEAR(r.sim.iteration_time_s, closed, 0.03 * closed);
 }
 
 TEST(Simulator, UniformHomogeneousPlanAgreesWithTheEstimate) {
