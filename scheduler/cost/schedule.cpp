@@ -33,7 +33,7 @@ namespace {
 class Timeline {
  public:
   Timeline(const std::vector<StageTimes>& st, int m, PipelineSchedule schedule)
-      : st_(st), p_(static_cast<int>(st.size())), m_(m) {
+      : st_(st), p_(static_cast<int>(st.size())) {
     order_.reserve(p_);
     for (int s = 0; s < p_; ++s) order_.push_back(pipeline_order(schedule, s, p_, m));
     next_.assign(p_, 0);
@@ -105,7 +105,6 @@ class Timeline {
 
   const std::vector<StageTimes>& st_;
   const int p_;
-  const int m_;
   std::vector<std::vector<std::pair<bool, int>>> order_;
   std::vector<int> next_;
   std::vector<double> free_;
