@@ -1,0 +1,104 @@
+#pragma once
+// A mixed-integer linear program and the seam to the solvers that solve it: CBC (COIN-OR
+// branch and cut, backend_cbc.cpp) and GLPK (backend_glpk.cpp). The scheduler builds a
+// Problem and never sees a solver's types. Both backends run silent, single-threaded and
+// deterministic (fixed seeds): the same Problem gives the same answer every run.
+//
+//   minimise    sum_v objective_v x_v
+//   subject to  sum_v a_cv x_v  (<= | >= | =)  rhs_c     for every constraint c
+//               lower_v <= x_v <= upper_v, x_v integer where asked
+
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topologies/enum_names.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi {
+inline namespace solver {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+struct Variable {
+  std::string name;
+  double lower = 0;          // -kInfinity: free below
+  double upper = kInfinity;  // kInfinity: free above
+  bool integer = false;
+  double objective = 0;  // coefficient in the objective (minimised)
+};
+
+enum class Sense { kLessEqual, kGreaterEqual, kEqual };
+
+struct Term {
+  int variable = 0;  // index into Problem::variables
+  double coefficient = 0;
+};
+
+struct Constraint {
+  std::string name;
+  std::vector<Term> terms;  // a variable may appear twice: its coefficients add up
+  Sense sense = Sense::kLessEqual;
+  double rhs = 0;
+};
+
+struct Problem {
+  std::vector<Variable> variables;
+  std::vector<Constraint> constraints;
+
+  // Appends a variable / constraint and returns its index.
+  int add_variable(Variable v);
+  int add_constraint(Constraint c);
+};
+
+// What the problem is wrong with (a term naming no variable, lower > upper, a NaN), or ok.
+Status check(const Problem& p);
+
+enum class SolveStatus {
+  kOptimal,     // proven optimal
+  kFeasible,    // a solution, optimality not proven within the time limit
+  kInfeasible,  // proven: no solution
+  kUnbounded,   // the (relaxed) objective decreases without bound
+  kError,       // no answer: the problem is ill-formed, the solver failed, or the time
+                // limit passed before any solution was found (the message says which)
+};
+inline constexpr auto kSolveStatusNames =
+    enum_names<SolveStatus>({{SolveStatus::kOptimal, "optimal"},
+                             {SolveStatus::kFeasible, "feasible"},
+                             {SolveStatus::kInfeasible, "infeasible"},
+                             {SolveStatus::kUnbounded, "unbounded"},
+                             {SolveStatus::kError, "error"}});
+std::string_view to_string(SolveStatus s);
+
+enum class Backend { kCbc, kGlpk };
+inline constexpr auto kBackendNames =
+    enum_names<Backend>({{Backend::kCbc, "cbc"}, {Backend::kGlpk, "glpk"}});
+std::string_view to_string(Backend b);
+
+struct Solution {
+  SolveStatus status = SolveStatus::kError;
+  double objective = 0;        // of `values`, when optimal or feasible
+  std::vector<double> values;  // one per variable, when optimal or feasible
+  std::string message;         // why, when error
+  bool has_values() const {
+    return status == SolveStatus::kOptimal || status == SolveStatus::kFeasible;
+  }
+};
+
+// Solves `p` with `backend` within about `time_limit_s` seconds of solver time.
+Solution solve(const Problem& p, Backend backend, double time_limit_s);
+
+// The backends, called by solve() with a checked problem.
+Solution solve_cbc(const Problem& p, double time_limit_s);
+Solution solve_glpk(const Problem& p, double time_limit_s);
+
+// `terms` with one term per variable, in variable order: coefficients of a variable named
+// twice added up, zeros dropped (what the backends load).
+std::vector<Term> merged_terms(const std::vector<Term>& terms);
+
+// Objective of `values` (what solve() reports as Solution::objective).
+double objective_value(const Problem& p, const std::vector<double>& values);
+
+}  // namespace solver
+}  // namespace hexi
