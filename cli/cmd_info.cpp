@@ -1,9 +1,10 @@
-// hexisim info: GPU types, models, shipped clusters and scenarios.
+// hexisim info: GPU types, models, transports, shipped clusters and scenarios.
 
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "scheduler/cost/cost_model.hpp"
+#include "topologies/transport.hpp"
 
 namespace hexi::cli {
 namespace {
@@ -16,7 +17,7 @@ int run_info(const InfoOptions& opt) {
   auto catalogs = load_catalogs();
   if (!catalogs) return report(catalogs.error());
   Json gpus = Json::array(), models = Json::array(), clusters = Json::array(),
-       scenarios = Json::array();
+       scenarios = Json::array(), transports = Json::array();
   for (const auto& g : catalogs->gpus.gpus()) {
     gpus.push_back({{"name", g.name},
                     {"tflops", g.tflops},
@@ -36,11 +37,22 @@ int run_info(const InfoOptions& opt) {
                       {"kv_heads", m.kv_heads},
                       {"vocab", m.vocab}});
   }
+  constexpr Transport kShown[] = {Transport::kNvlink, Transport::kPcie, Transport::kHost,
+                                  Transport::kRdma,   Transport::kEfa,  Transport::kTcp};
+  for (Transport t : kShown) {
+    const TransportCurve& c = transport_curve(t);
+    Json table = Json::array();
+    for (const auto& p : c.points) table.push_back({p.bytes, p.efficiency});
+    transports.push_back({{"name", to_string(t)}, {"efficiency", table}, {"source", c.source}});
+  }
   for (const auto& c : shipped_clusters()) clusters.push_back(c);
   for (const auto& s : shipped_scenarios()) scenarios.push_back(s);
   if (opt.json) {
-    print_json(
-        {{"gpus", gpus}, {"models", models}, {"clusters", clusters}, {"scenarios", scenarios}});
+    print_json({{"gpus", gpus},
+                {"models", models},
+                {"transports", transports},
+                {"clusters", clusters},
+                {"scenarios", scenarios}});
     return 0;
   }
   std::cout << "GPU types (dense fp16/bf16 tensor TFLOP/s, fp32 accumulate):\n";
@@ -58,6 +70,15 @@ int run_info(const InfoOptions& opt) {
             std::to_string(m.kv_heads), std::to_string(m.vocab)});
   }
   mt.print(std::cout);
+  std::cout << "\nTransports (achieved / nominal rate by message per step; sources: --json):\n";
+  Table tt({"name", "4 KiB", "64 KiB", "1 MiB", "16 MiB", "256 MiB"});
+  for (Transport t : kShown) {
+    std::vector<std::string> row{std::string(to_string(t))};
+    for (double bytes : {4096.0, 65536.0, 1048576.0, 16777216.0, 268435456.0})
+      row.push_back(fmt(transport_curve(t).efficiency(bytes), 3));
+    tt.add(row);
+  }
+  tt.print(std::cout);
   std::cout << "\nShipped clusters (topologies/clusters/):\n";
   for (const auto& c : shipped_clusters()) std::cout << "  " << c << "\n";
   std::cout << "\nShipped scenarios (scenarios/shipped/):\n";
@@ -69,7 +90,8 @@ int run_info(const InfoOptions& opt) {
 
 void add_info_command(CLI::App& app, Runner& run) {
   auto opt = std::make_shared<InfoOptions>();
-  auto* cmd = app.add_subcommand("info", "List GPU types, models, shipped clusters and scenarios");
+  auto* cmd = app.add_subcommand(
+      "info", "List GPU types, models, transports, shipped clusters and scenarios");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->callback([&run, opt] { run = [opt] { return run_info(*opt); }; });
 }

@@ -30,7 +30,7 @@ inline Scenario shipped_scenario(const std::string& name) {
 // 4 heads, 2 KV heads), global batch 8 x 64 tokens.
 inline const char* kTinyScenario = R"({
   "version": 1, "name": "tiny",
-  "cluster": {"version": 1, "name": "two-a100-boxes", "network": {"nic_GBps": 25},
+  "cluster": {"version": 1, "name": "two-a100-boxes", "network": {"nic_GBps": 25, "rates": "nominal"},
               "machines": [{"name": "m", "gpu": "A100", "gpus": 4, "repeat": 2}]},
   "model": "tiny-llama-8l",
   "training": {"global_batch": 8, "micro_batch": 1, "seq_len": 64}})";

@@ -10,9 +10,13 @@
 //   all-reduce 2(n-1)/n S, 2(n-1) steps | all-gather, reduce-scatter (n-1)/n S, n-1 steps
 // Broadcast (pipelined chain from the group's first device): n-1 flows of S bytes.
 // All-to-all (pairwise): every ordered pair exchanges S/n bytes, n-1 steps.
-// Hierarchical all-reduce (machines M >= 2 holding g >= 2 members each):
-//   intra-machine reduce-scatter, then M-member all-reduces of S/g per local
-//   rank across machines, then intra-machine all-gather.
+// Hierarchical all-reduce (machines M >= 2 holding g >= 2 members each): intra-machine
+//   reduce-scatter, M-member all-reduces of S/g per local rank across machines and
+//   intra-machine all-gather, in one phase (NCCL pipelines them chunk by chunk: the
+//   time is every step's latency plus the slower of NVLink and the NICs).
+// Each flow carries the message its transport sends per step (topologies/transport.hpp):
+//   S/n for ring, chain and pairwise flows; S/g inside machines and S/(g M) across them
+//   for the hierarchical all-reduce.
 
 #include <string_view>
 #include <vector>
@@ -29,11 +33,17 @@ struct FlowSpec {
   int src = 0;
   int dst = 0;
   double bytes = 0;
+  double message = 0;  // bytes per step (its transport's efficiency)
+  int part = 0;        // index into Phase::part_steps
 };
 
 struct Phase {
   std::vector<FlowSpec> flows;
   int latency_steps = 0;
+  // Pipelined parts over different links (hierarchical): part p's flows pay part_steps[p]
+  // steps of their own largest hop, the parts' latencies add up. Empty: latency_steps of
+  // the phase's largest hop.
+  std::vector<int> part_steps;
 };
 
 // Members grouped by machine when every machine holds the same number (>= 2) of

@@ -1,5 +1,5 @@
 // Collective algorithms expanded into flows: byte counts per the bus factors of
-// scheduler/cost/collectives.hpp (nccl-tests PERFORMANCE.md), phases of the hierarchical variant.
+// scheduler/cost/collectives.hpp (nccl-tests PERFORMANCE.md), the hierarchical variant's parts.
 
 #include "sim/collective_algos.hpp"
 
@@ -21,7 +21,8 @@ TEST(CollectiveAlgos, RingAllReduceSendsTwoNMinusOneOverNPerRank) {
   auto phases = expand_collective(Collective::kAllReduce, {0, 1, 2, 3}, 100, Algorithm::kRing, c);
   ASSERT_EQ(phases.size(), 1u);
   ASSERT_EQ(phases[0].flows.size(), 4u);
-  EXPECT_DOUBLE_EQ(phases[0].flows[0].bytes, 150);  // 2 * 3/4 * 100
+  EXPECT_DOUBLE_EQ(phases[0].flows[0].bytes, 150);   // 2 * 3/4 * 100
+  EXPECT_DOUBLE_EQ(phases[0].flows[0].message, 25);  // S/n per step
   EXPECT_EQ(phases[0].flows[3].src, 3);
   EXPECT_EQ(phases[0].flows[3].dst, 0);
   EXPECT_EQ(phases[0].latency_steps, 6);
@@ -48,11 +49,19 @@ TEST(CollectiveAlgos, HierarchicalAllReduceWhenMachinesHoldEqualBlocks) {
   EXPECT_TRUE(machine_blocks({0, 1, 4}, c).empty());  // unequal
   EXPECT_TRUE(machine_blocks({0, 4}, c).empty());     // one per machine: a ring is as good
   auto phases = expand_collective(Collective::kAllReduce, {0, 1, 4, 5}, 100, Algorithm::kAuto, c);
-  ASSERT_EQ(phases.size(), 3u);
-  EXPECT_DOUBLE_EQ(phases[0].flows[0].bytes, 50);  // reduce-scatter inside the machine: 1/2 * 100
-  EXPECT_EQ(phases[1].flows.size(), 4u);           // two 2-member rings across the machines
-  EXPECT_DOUBLE_EQ(phases[1].flows[0].bytes, 50);  // 2 * 1/2 * (100 / 2)
-  EXPECT_EQ(phases[2].latency_steps, 1);
+  ASSERT_EQ(phases.size(), 1u);  // pipelined: every part at once
+  const auto& flows = phases[0].flows;
+  ASSERT_EQ(flows.size(), 12u);  // per machine 2 reduce-scatter + 2 all-gather, 2 x 2 across
+  EXPECT_DOUBLE_EQ(flows[0].bytes, 50);    // reduce-scatter inside the machine: 1/2 * 100
+  EXPECT_DOUBLE_EQ(flows[0].message, 50);  // S/g per step
+  EXPECT_EQ(c.devices()[flows[8].src].machine, 0);
+  EXPECT_EQ(c.devices()[flows[8].dst].machine, 1);
+  EXPECT_DOUBLE_EQ(flows[8].bytes, 50);    // 2 * 1/2 * (100 / 2) across the machines
+  EXPECT_DOUBLE_EQ(flows[8].message, 25);  // S/(g M) per step
+  EXPECT_EQ(phases[0].latency_steps, 4);   // 1 + 2 + 1
+  EXPECT_EQ(phases[0].part_steps, (std::vector<int>{2, 2}));  // inside, across
+  EXPECT_EQ(flows[0].part, 0);
+  EXPECT_EQ(flows[8].part, 1);
   auto ring = expand_collective(Collective::kAllReduce, {0, 1, 4, 5}, 100, Algorithm::kRing, c);
   EXPECT_EQ(ring.size(), 1u);
 }

@@ -62,6 +62,7 @@ struct Executor::Flow {
   int batch = -1;
   const Route* route = nullptr;
   double bottleneck = 0;  // bytes/s of its route alone
+  double wire = 0;        // bytes / its transport's efficiency: what SimGrid moves
   sg4::CommPtr comm;
 };
 
@@ -269,8 +270,8 @@ void Executor::fire(int slot) {
 void Executor::start_transfer(int send, int recv, double t) {
   r_.start[send] = r_.start[recv] = t;
   const Op& op = p_.ops[send];
-  const int b = new_batch(send, false, cluster_.latency(op.device, op.peer));
-  add_flow(b, op.device, op.peer, op.bytes, send);
+  const int b = new_batch(send, false, cluster_.step_latency(op.device, op.peer));
+  add_flow(b, op.device, op.peer, op.bytes, op.bytes, send);
   launch(b, t);
 }
 
@@ -292,10 +293,20 @@ void Executor::start_collective(int index, double t) {
 void Executor::start_phase(int index, double t) {
   Instance& inst = instances_[index];
   const Phase& ph = inst.phases[inst.phase];
-  double hop = 0;
-  for (const auto& f : ph.flows) hop = std::max(hop, cluster_.latency(f.src, f.dst));
-  const int b = new_batch(index, true, ph.latency_steps * hop);
-  for (const auto& f : ph.flows) add_flow(b, f.src, f.dst, f.bytes, inst.members.front());
+  double latency = 0;
+  if (ph.part_steps.empty()) {
+    double hop = 0;
+    for (const auto& f : ph.flows) hop = std::max(hop, cluster_.step_latency(f.src, f.dst));
+    latency = ph.latency_steps * hop;
+  } else {
+    std::vector<double> hop(ph.part_steps.size(), 0.0);
+    for (const auto& f : ph.flows)
+      hop[f.part] = std::max(hop[f.part], cluster_.step_latency(f.src, f.dst));
+    for (std::size_t k = 0; k < hop.size(); ++k) latency += ph.part_steps[k] * hop[k];
+  }
+  const int b = new_batch(index, true, latency);
+  for (const auto& f : ph.flows)
+    add_flow(b, f.src, f.dst, f.bytes, f.message, inst.members.front());
   launch(b, t);
 }
 
@@ -304,7 +315,7 @@ int Executor::new_batch(int owner, bool collective, double latency) {
   return static_cast<int>(batches_.size()) - 1;
 }
 
-void Executor::add_flow(int batch, int src, int dst, double bytes, int trace_op) {
+void Executor::add_flow(int batch, int src, int dst, double bytes, double message, int trace_op) {
   const Route& route = platform_.route(src, dst);
   double bottleneck = 1e300;
   for (int l : route.links) {
@@ -312,7 +323,8 @@ void Executor::add_flow(int batch, int src, int dst, double bytes, int trace_op)
     r_.link_bytes[l] += bytes;
   }
   const int index = static_cast<int>(flows_.size());
-  flows_.push_back({batch, &route, bottleneck, nullptr});
+  flows_.push_back(
+      {batch, &route, bottleneck, bytes / cluster_.efficiency(src, dst, message), nullptr});
   r_.flows.push_back({src, dst, bytes, 0.0, -1.0, trace_op});
   batches_[batch].flows.push_back(index);
 }
@@ -342,7 +354,7 @@ void Executor::launch(int b, double t) {
   batch.outstanding = static_cast<int>(batch.flows.size());
   for (int f : batch.flows) {
     r_.flows[f].start = t;
-    launch_comm(f, r_.flows[f].bytes, batch.latency);
+    launch_comm(f, flows_[f].wire, batch.latency);
   }
 }
 
@@ -352,7 +364,7 @@ void Executor::launch_analytic(int b, double t) {
   for (int f : batch.flows) {
     FlowRecord& rec = r_.flows[f];
     rec.start = t;
-    rec.end = t + batch.latency + rec.bytes / flows_[f].bottleneck;
+    rec.end = t + batch.latency + flows_[f].wire / flows_[f].bottleneck;
     end = std::max(end, rec.end);
     for (int l : flows_[f].route->links) holder_[l] = b;
   }
@@ -384,7 +396,7 @@ void Executor::materialise(int b, double t) {
   const double moving_for = std::max(0.0, t - batch.t0 - batch.latency);
   batch.outstanding = 0;
   for (int f : batch.flows) {
-    const double left = r_.flows[f].bytes - moving_for * flows_[f].bottleneck;
+    const double left = flows_[f].wire - moving_for * flows_[f].bottleneck;
     if (left < 0.5) continue;  // finished (its analytic end is already recorded)
     r_.flows[f].end = -1;
     ++batch.outstanding;

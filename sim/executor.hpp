@@ -13,7 +13,8 @@
 //   send/recv     -> a batch of one flow once both ends have started (rendezvous)
 //   collectives   -> batches of the flows of their algorithm (collective_algos.hpp),
 //                    phase after phase, once every member has started
-// Every flow is charged `latency_steps x largest hop latency` of its phase and
+// Every flow is charged `latency_steps x largest hop latency` of its phase (of each part,
+// summed, for a pipelined hierarchical phase) and
 // shares links by max-min (CM02).
 //
 // Uncontended batches are exact without SimGrid: when no link of a batch carries
@@ -86,7 +87,8 @@ class Executor {
   void start_collective(int instance, double t);
   void start_phase(int instance, double t);
   int new_batch(int owner, bool collective, double latency);
-  void add_flow(int batch, int src, int dst, double bytes, int trace_op);
+  // A flow of `bytes` whose transport sends `message` bytes per step (its efficiency).
+  void add_flow(int batch, int src, int dst, double bytes, double message, int trace_op);
   void launch(int batch, double t);
   void launch_analytic(int batch, double t);
   void launch_comm(int flow, double bytes, double latency);

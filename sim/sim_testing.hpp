@@ -37,17 +37,18 @@ inline const GpuCatalog& unit_catalog() {
 }
 
 // `machines` machines of `gpus` unit GPUs, one NIC of nic_GBps each, one switch.
-// Latencies: NVSwitch 2 us, NIC 5 us, switch 2 us.
+// Latencies: NVSwitch 2 us, NIC 5 us, switch 2 us. Nominal rates (no transport efficiency).
 inline Cluster unit_cluster(int machines, int gpus, double nic_GBps = 25,
                             Json extra_machine = Json::object()) {
   Json machine = {{"gpu", "unit"}, {"gpus", gpus}, {"repeat", machines}};
   machine.update(extra_machine);
-  Json j = {
-      {"version", 1},
-      {"name", "unit-cluster"},
-      {"network",
-       {{"nic_GBps", nic_GBps}, {"latency_us", {{"nvswitch", 2}, {"nic", 5}, {"switch", 2}}}}},
-      {"machines", {machine}}};
+  Json j = {{"version", 1},
+            {"name", "unit-cluster"},
+            {"network",
+             {{"nic_GBps", nic_GBps},
+              {"rates", "nominal"},
+              {"latency_us", {{"nvswitch", 2}, {"nic", 5}, {"switch", 2}}}}},
+            {"machines", {machine}}};
   auto c = Cluster::from_json(j, "<unit cluster>", unit_catalog());
   if (!c) throw std::runtime_error(c.error().message);
   return std::move(*c);

@@ -38,10 +38,11 @@ std::vector<double> compute_durations(const Program& p, const Cluster& cluster,
       if (ft < 0) {
         const Fold& f = p.folds[op.folded];
         const auto& devs = p.groups[f.group].devices;
-        auto [bw, lat] = ring_link(cluster, devs);
+        auto [bw, lat] = ring_link(cluster, devs, f.bytes);
+        auto [stats_bw, stats_lat] = ring_link(cluster, devs, f.loss_stats_bytes);
         const int n = static_cast<int>(devs.size());
         ft = f.count * collective_time(f.collective, f.bytes, n, bw, lat) +
-             collective_time(Collective::kAllGather, f.loss_stats_bytes, n, bw, lat);
+             collective_time(Collective::kAllGather, f.loss_stats_bytes, n, stats_bw, stats_lat);
       }
       fold = ft;
     }

@@ -81,12 +81,25 @@ class ClusterReader {
  private:
   void read_network(const JsonNode& net) {
     net.allow_only({"nic_GBps", "nics_per_machine", "machines_per_leaf", "oversubscription",
-                    "spine", "latency_us"});
+                    "spine", "latency_us", "transport", "rates"});
     nic_GBps_ = gbps(net.at("nic_GBps"));
     nics_ = static_cast<int>(net.integer_or("nics_per_machine", 1, 64, 1));
     machines_per_leaf_ = static_cast<int>(net.integer_or("machines_per_leaf", 0, 1 << 20, 0));
     if (auto o = net.find("oversubscription")) c_.oversubscription_ = o->number_in(1.0, 1024.0);
     c_.spine_ = net.boolean_or("spine", true);
+    if (auto t = net.find("transport")) {
+      auto parsed = kTransportNames.parse(t->str());
+      if (!parsed || (*parsed != Transport::kRdma && *parsed != Transport::kEfa &&
+                      *parsed != Transport::kTcp)) {
+        t->fail("a network transport: rdma (InfiniBand/RoCE), efa or tcp");
+      }
+      c_.network_transport_ = *parsed;
+    }
+    if (auto r = net.find("rates")) {
+      const std::string rates = r->str();
+      if (rates != "achieved" && rates != "nominal") r->fail("\"achieved\" or \"nominal\"");
+      c_.nominal_rates_ = rates == "nominal";
+    }
     if (auto lat = net.find("latency_us")) {
       lat->allow_only({"nvswitch", "pcie", "host", "socket", "nic", "switch"});
       LatencyTable& t = c_.latency_;
@@ -332,6 +345,25 @@ LinkClass Cluster::link_class(int a, int b) const {
     }
   }
   return ma.leaf == mb.leaf ? LinkClass::kNetworkLeaf : LinkClass::kNetworkSpine;
+}
+
+Transport Cluster::transport(int a, int b) const {
+  if (nominal_rates_) return Transport::kNominal;
+  switch (link_class(a, b)) {
+    case LinkClass::kNvSwitch:
+      return Transport::kNvlink;
+    case LinkClass::kPcie:
+      return Transport::kPcie;
+    case LinkClass::kHost:
+      return Transport::kHost;
+    case LinkClass::kNetworkLeaf:
+    case LinkClass::kNetworkSpine:
+      return network_transport_;
+    case LinkClass::kSelf:
+    case LinkClass::kOverride:
+      break;
+  }
+  return Transport::kNominal;
 }
 
 Eigen::MatrixXd Cluster::bandwidth_matrix() const {

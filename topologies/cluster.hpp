@@ -24,6 +24,7 @@
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"
+#include "topologies/transport.hpp"
 
 namespace hexi {
 
@@ -35,7 +36,8 @@ inline constexpr std::int64_t kMaxClusterGpus = std::int64_t{1} << 17;
 struct LatencyTable {
   double nvswitch_s = 3e-6;  // NVLink/NVSwitch hop, as seen by a collective library
   double pcie_s = 5e-6;      // PCIe peer-to-peer
-  double host_s = 10e-6;     // host-staged copy (two PCIe hops + host memory)
+  double host_s = 5e-6;      // host-staged copy: <= 5.9 us per step in a 2-rank nccl-tests
+                             // all-reduce over host memory (topologies/measurements, 2080 Ti)
   double socket_s = 1e-6;    // crossing the inter-socket link
   double nic_s = 5e-6;       // one NIC (send or receive side, including the GPU's PCIe hop)
   double switch_s = 1e-6;    // one switch traversal
@@ -113,6 +115,21 @@ class Cluster {
   double latency(int a, int b) const { return link(a, b).latency_s; }
   PairLink link(int a, int b) const;
   LinkClass link_class(int a, int b) const;
+  // The transport a transfer between a and b uses (topologies/transport.hpp): by link
+  // class, the network's from the file; kNominal for overrides and "rates": "nominal".
+  Transport transport(int a, int b) const;
+  // Achieved / nominal rate of a transfer between a and b sending `message_bytes` per
+  // step: a flow of B bytes moves B / efficiency wire bytes at the nominal rates.
+  double efficiency(int a, int b, double message_bytes) const {
+    return transport_curve(transport(a, b)).efficiency(message_bytes);
+  }
+  // The latency of one step of a transfer between a and b: the path's, plus its
+  // transport's extra latency per step.
+  double step_latency(int a, int b) const {
+    return latency(a, b) + transport_curve(transport(a, b)).step_latency_s;
+  }
+  Transport network_transport() const { return network_transport_; }
+  bool nominal_rates() const { return nominal_rates_; }
 
   // Dense N x N matrices (diagonal 0). Memory 8*N^2 bytes each.
   Eigen::MatrixXd bandwidth_matrix() const;
@@ -143,6 +160,8 @@ class Cluster {
   LatencyTable latency_;
   bool spine_ = true;
   double oversubscription_ = 1.0;
+  Transport network_transport_ = Transport::kRdma;
+  bool nominal_rates_ = false;
   std::unordered_map<std::uint64_t, PairLink> device_overrides_;
   std::unordered_map<std::uint64_t, PairLink> machine_overrides_;
   friend class ClusterReader;

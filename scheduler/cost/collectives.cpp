@@ -40,16 +40,19 @@ double p2p_time(double bytes, double bandwidth_Bps, double latency_s) {
   return latency_s + bytes / bandwidth_Bps;
 }
 
-std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& group) {
+std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& group,
+                                    double bytes) {
   const int n = static_cast<int>(group.size());
   double bw = std::numeric_limits<double>::infinity(), lat = 0;
   if (n <= 1) return {bw, 0.0};
   // Ring edges that leave a machine share that machine's NICs with the other edge
   // leaving it (at most one per direction per machine for a contiguous ring).
+  const double message = bytes / n;
   for (int i = 0; i < n; ++i) {
-    PairLink l = cluster.link(group[i], group[(i + 1) % n]);
-    bw = std::min(bw, l.bandwidth_Bps);
-    lat = std::max(lat, l.latency_s);
+    const int a = group[i], b = group[(i + 1) % n];
+    PairLink l = cluster.link(a, b);
+    bw = std::min(bw, l.bandwidth_Bps * cluster.efficiency(a, b, message));
+    lat = std::max(lat, cluster.step_latency(a, b));
   }
   return {bw, lat};
 }

@@ -6,7 +6,9 @@
 //   reduce-scatter   time =  (n-1)/n * S / bw +  (n-1) * latency   (S = input size)
 //   broadcast (pipelined chain) time = S / bw + (n-1) * latency
 //   all-to-all (pairwise)       time = (n-1)/n * S / bw + (n-1) * latency (S = per-rank buffer)
-// bw is the bottleneck link bandwidth of the ring (bytes/s). The cost model, the
+// bw is the bottleneck link bandwidth of the ring (bytes/s): achieved, not nominal, when it
+// comes from ring_link (each edge's nominal rate times its transport's efficiency at the
+// message the ring sends per step, S/n; topologies/transport.hpp). The cost model, the
 // simulator's analytic folds and the engine's reports all use these functions.
 
 #include <string_view>
@@ -42,9 +44,11 @@ double collective_time(Collective c, double bytes, int n, double bandwidth_Bps, 
 // Point-to-point: latency + bytes / bandwidth.
 double p2p_time(double bytes, double bandwidth_Bps, double latency_s);
 
-// The link of a ring over `group` (devices in ring order): the smallest bandwidth
-// (bytes/s) and the largest latency (s) of its edges; {infinity, 0} for one device.
-std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& group);
+// The link of a ring over `group` (devices in ring order) for a collective of `bytes`: the
+// smallest achieved bandwidth (bytes/s: nominal x efficiency at bytes / n per step) and the
+// largest step latency (s: path + transport) of its edges; {infinity, 0} for one device.
+std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& group,
+                                    double bytes);
 
 }  // namespace cost
 }  // namespace hexi

@@ -74,9 +74,9 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
     bwd = std::max(bwd, b);
   }
   if (t > 1) {
-    auto [bw, lat] = ring_link(cluster_, s.devices);
-    const double ar = collective_time(Collective::kAllReduce,
-                                      hidden_bytes(model_, training_, micro_batch), t, bw, lat);
+    const double hidden = hidden_bytes(model_, training_, micro_batch);
+    auto [bw, lat] = ring_link(cluster_, s.devices, hidden);
+    const double ar = collective_time(Collective::kAllReduce, hidden, t, bw, lat);
     const int recompute = recompute_all_reduces(e.recompute);
     const double tp_f = ar * (2 * s.layers() + (first ? 1 : 0));
     const double tp_b = ar * ((2 + recompute) * s.layers() + (last ? 1 : 0));
@@ -137,10 +137,11 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
       bw = std::min(bw, cluster_.machines()[mb].nic_Bps /
                             sharing(mine.in, busy != nullptr ? &busy->in : nullptr, mb));
     }
-    worst = std::max(worst, p2p_time(bytes / n, bw, l.latency_s));
+    bw *= cluster_.efficiency(a, b, bytes / n);  // the sender's message: bytes / n
+    worst = std::max(worst, p2p_time(bytes / n, bw, cluster_.step_latency(a, b)));
   }
   if (td > 1) {
-    auto [bw, lat] = ring_link(cluster_, dst);
+    auto [bw, lat] = ring_link(cluster_, dst, bytes);
     worst += collective_time(Collective::kAllGather, bytes, td, bw, lat);
   }
   return worst;
@@ -349,18 +350,28 @@ class DpSync {
 
   // The time of a device's pieces, one after another (s).
   double device_sync_s(const DeviceEstimate& de) {
-    // The slowest link and largest latency from this device to each holder stage.
-    std::unordered_map<const Stage*, std::pair<double, double>> link_to;
+    // The slowest link (its nominal rate and transport) and the largest latency from this
+    // device to each holder stage.
+    struct HolderLink {
+      double bandwidth_Bps = std::numeric_limits<double>::infinity();
+      double latency_s = 0;
+      Transport transport = Transport::kNominal;
+    };
+    std::unordered_map<const Stage*, HolderLink> link_to;
     auto link_of = [&](const Stage* h) {
-      auto [it, fresh] = link_to.try_emplace(h, std::numeric_limits<double>::infinity(), 0.0);
+      auto [it, fresh] = link_to.try_emplace(h);
       if (fresh) {
         for (int peer : h->devices) {
           PairLink l = cm_.cluster().link(de.device, peer);
           double b = l.bandwidth_Bps;
           if (machine(peer) != machine(de.device))
             b = std::min({b, nic_share(de.device), nic_share(peer)});
-          it->second.first = std::min(it->second.first, b);
-          it->second.second = std::max(it->second.second, l.latency_s);
+          if (b < it->second.bandwidth_Bps) {
+            it->second.bandwidth_Bps = b;
+            it->second.transport = cm_.cluster().transport(de.device, peer);
+          }
+          it->second.latency_s =
+              std::max(it->second.latency_s, cm_.cluster().step_latency(de.device, peer));
         }
       }
       return it->second;
@@ -368,12 +379,13 @@ class DpSync {
     const double e = cm_.training().bytes_per_element();
     double total = 0;
     for (auto [layer, params] : pieces(de)) {
+      const double message = e * params / dp_;  // the ring's per-step message
       double bw = std::numeric_limits<double>::infinity(), lat = 0;
       for (int q = 0; q < dp_; ++q) {
         if (q == de.pipeline) continue;
-        auto [b, l] = link_of(holder_of(q, layer));
-        bw = std::min(bw, b);
-        lat = std::max(lat, l);
+        const HolderLink& h = link_of(holder_of(q, layer));
+        bw = std::min(bw, h.bandwidth_Bps * transport_curve(h.transport).efficiency(message));
+        lat = std::max(lat, h.latency_s);
       }
       total += collective_time(Collective::kAllReduce, e * params, dp_, bw, lat);
     }
@@ -731,15 +743,20 @@ void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>&
         const auto& to = p.stages[back ? s : s + 1].devices;
         const std::vector<std::pair<int, int>> flows = boundary_flows(from, to);
         SharedTimeline::Link link;
-        link.flow_bytes = bytes / static_cast<double>(flows.size());
+        const double message = bytes / static_cast<double>(flows.size());
+        // Wire bytes: the message over the least efficient flow's transport (the
+        // simulator inflates each flow by its own; a boundary's flows share one class).
+        double efficiency = 1.0;
         link.link_Bps = std::numeric_limits<double>::infinity();
         for (auto [a, b] : flows) {
           const PairLink l = cluster_.link(a, b);
           link.link_Bps = std::min(link.link_Bps, l.bandwidth_Bps);
-          link.fixed_s = std::max(link.fixed_s, l.latency_s);
+          link.fixed_s = std::max(link.fixed_s, cluster_.step_latency(a, b));
+          efficiency = std::min(efficiency, cluster_.efficiency(a, b, message));
         }
+        link.flow_bytes = message / efficiency;
         if (to.size() > 1) {
-          auto [bw, lat] = ring_link(cluster_, to);
+          auto [bw, lat] = ring_link(cluster_, to, bytes);
           link.fixed_s +=
               collective_time(Collective::kAllGather, bytes, static_cast<int>(to.size()), bw, lat);
         }

@@ -15,12 +15,13 @@
 
 namespace hexi::testing {
 
-// `machines` machines of `gpus` GPUs of `gpu` on one switch; nic in GB/s.
+// `machines` machines of `gpus` GPUs of `gpu` on one switch; nic in GB/s. Nominal rates
+// (datasheet links, no transport efficiency), so that times can be checked by hand.
 inline Cluster make_cluster(int machines, int gpus, const std::string& gpu = "A100-SXM-80GB",
                             double nic_GBps = 25) {
   Json j = {{"version", 1},
             {"name", "test-cluster"},
-            {"network", {{"nic_GBps", nic_GBps}}},
+            {"network", {{"nic_GBps", nic_GBps}, {"rates", "nominal"}}},
             {"machines", {{{"gpu", gpu}, {"gpus", gpus}, {"repeat", machines}}}}};
   auto c = Cluster::from_json(j, "<test cluster>", shipped_gpus());
   if (!c) throw std::runtime_error(c.error().message);

@@ -1,9 +1,10 @@
 // The pipeline curve (exact layer split of its closed form) against the cost model it
 // summarises: its times track CostModel::estimate's pipeline timelines (its period is
-// the timeline's upper bound max_i (t_i + C_{i-1} + C_i)), and the split it picks is,
-// under the estimate, within 7 % of the best of all splits found by brute force (5.8 %
-// measured at m = 3 on this 4-stage toy, whose sends last as long as its stages: the
-// fill dominates and the period bound is loosest; exact at m = 1).
+// the timeline's upper bound max_i (t_i + C_{i-1} + C_i): 13 % above the estimate at
+// m = 2 here, where the sends at achieved rates last longer than a stage), and the split it picks
+// is, under the estimate, within 7 % of the best of all splits found by brute force (5.8 % measured
+// at m = 3 on this 4-stage toy, whose sends last as long as its stages: the fill dominates and the
+// period bound is loosest; exact at m = 1).
 #include "scheduler/search/pipeline_curve.hpp"
 
 #include <gtest/gtest.h>
@@ -58,7 +59,7 @@ TEST(PipelineCurve, BestSplitEqualsBruteForceOverAllSplits) {
     const Estimate chosen = estimate(layers);
     EXPECT_TRUE(chosen.feasible) << "m=" << m;
     EXPECT_LE(chosen.pipelines[0].time_s, 1.07 * best) << "m=" << m;
-    EXPECT_NEAR(curve.time(m), chosen.pipelines[0].time_s, 0.12 * best) << "m=" << m;
+    EXPECT_NEAR(curve.time(m), chosen.pipelines[0].time_s, 0.14 * best) << "m=" << m;
     EXPECT_LT(layers[0], 3) << "m=" << m;
   }
 }

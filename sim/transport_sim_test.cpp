@@ -1,0 +1,152 @@
+// Achieved collective rates end to end (topologies/transport.hpp): the simulator runs one
+// collective of S bytes on a cluster built like each published nccl-tests platform of
+// topologies/measurements/collectives.json and is compared with the measured time.
+// Fitted curves (each transport's table and extra step latency were derived from it by
+// scripts/fit_collectives.py) come back as the script reports, from 1 KiB to 1 GiB (the
+// tables, flows, pipelined hierarchical all-reduce and latencies are those the fit
+// assumed); where it reports misses (messages smaller than the fastest point, which only the
+// latency explains) the bound says so. Curves not fitted are predictions, bounded by the
+// error the script reports so that a change that makes them worse fails.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "scheduler/plan/testing.hpp"
+#include "sim/sim_testing.hpp"
+#include "sim/simulator.hpp"
+#include "topologies/paths.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::ProgramBuilder;
+
+const Json& measurements() {
+  static const Json j = [] {
+    std::ifstream in(data_root() / "topologies/measurements/collectives.json");
+    return Json::parse(in);
+  }();
+  return j;
+}
+
+const Json& curve(const std::string& id) {
+  for (const auto& c : measurements().at("curves")) {
+    if (c.at("id") == id) return c;
+  }
+  throw std::runtime_error("no curve " + id);
+}
+
+// Measured (bytes, seconds) of a curve: its times, else times from its bus bandwidth.
+std::vector<std::pair<double, double>> points(const Json& c, Collective collective, int ranks) {
+  std::vector<std::pair<double, double>> out;
+  for (const auto& p : c.at("points")) {
+    const double bytes = p.at(0).get<double>();
+    if (!p.at(1).is_null()) {
+      out.emplace_back(bytes, p.at(1).get<double>() * 1e-6);
+    } else if (!p.at(3).is_null() && p.at(3).get<double>() > 0) {
+      out.emplace_back(bytes,
+                       bus_factor(collective, ranks) * bytes / (p.at(3).get<double>() * 1e9));
+    }
+  }
+  return out;
+}
+
+// Machines of `gpus` GPUs of `gpu`, on one switch; `network` adds to the network.
+Cluster platform(int machines, int gpus, const std::string& gpu, Json network,
+                 Json machine = Json::object()) {
+  Json m = {{"gpu", gpu}, {"gpus", gpus}, {"repeat", machines}};
+  m.update(machine);
+  return testing::cluster_from(
+      {{"version", 1}, {"name", "nccl-tests"}, {"network", network}, {"machines", {m}}});
+}
+
+double simulate_one(const Cluster& cluster, Collective c, double bytes) {
+  const int n = cluster.num_devices();
+  ProgramBuilder b(n);
+  std::vector<int> all(n);
+  for (int d = 0; d < n; ++d) all[d] = d;
+  b.collective(b.group(all), c, bytes);
+  auto out = simulate(b.build(), cluster, testing::tiny_model(), testing::tiny_training(1),
+                      testing::ideal_profile(), SimOptions{});
+  if (!out) throw std::runtime_error(out.error().message);
+  return out->report.iteration_time_s;
+}
+
+// The largest |simulated / measured - 1| from `from` bytes to 1 GiB; the errors are printed.
+double worst_error(const Cluster& cluster, const std::string& id, Collective c,
+                   double from = 1024) {
+  double worst = 0;
+  std::string line;
+  for (auto [bytes, measured] : points(curve(id), c, cluster.num_devices())) {
+    if (bytes < from || bytes > (1 << 30)) continue;
+    const double err = simulate_one(cluster, c, bytes) / measured - 1;
+    worst = std::max(worst, std::abs(err));
+    line += " " + std::to_string(static_cast<long long>(bytes)) + ":" +
+            std::to_string(std::lround(err * 1000) / 10.0).substr(0, 5) + "%";
+  }
+  std::cout << id << ":" << line << "\n";
+  return worst;
+}
+
+TEST(TransportSim, NvlinkReproducesItsA100Curve) {
+  // 8 x A100 SXM on NVSwitch (300 GB/s, 3 us): ring all-reduce, nvlink's table.
+  Cluster c = platform(1, 8, "A100-SXM-80GB", {{"nic_GBps", 25}});
+  EXPECT_LE(worst_error(c, "a100_8x_nvswitch_allreduce_ncclTests_mle", Collective::kAllReduce),
+            0.02);
+}
+
+TEST(TransportSim, HostStagedReproducesIts2080TiCurveAndPredictsAllGather) {
+  // 2 GPUs under one PCIe 3 switch without peer-to-peer: host-staged at 16/2 GB/s, 5 us.
+  Cluster c =
+      platform(1, 2, "RTX3090", {{"nic_GBps", 25}}, {{"intra", {{"kind", "host"}, {"GBps", 8}}}});
+  // The fastest point (4 KiB) sets the extra latency: -8.9 % at 1 KiB, -4.7 % at 2 KiB,
+  // exact from 4 KiB.
+  EXPECT_LE(worst_error(c, "rtx2080ti_2x_pcie3_noP2P_allreduce", Collective::kAllReduce), 0.09);
+  EXPECT_LE(worst_error(c, "rtx2080ti_2x_pcie3_noP2P_allreduce", Collective::kAllReduce, 4096),
+            0.005);
+  // Not fitted: the all-gather pays a per-collective cost the model does not have (-46 %
+  // at 1 KiB, -20 % from 2 MiB, -5 % at 1 GiB).
+  EXPECT_LE(worst_error(c, "rtx2080ti_2x_pcie3_noP2P_allgather", Collective::kAllGather), 0.46);
+}
+
+TEST(TransportSim, TcpReproducesItsTwoMachineH100Curve) {
+  // 2 x 8 H100 SXM, 8 x 200 Gb/s NICs per machine (GCP A3 Mega, GPUDirect-TCPXO): the
+  // pipelined hierarchical all-reduce, NVLink at nvlink's table, NICs at tcp's.
+  Cluster c = platform(2, 8, "H100-SXM",
+                       {{"nic_GBps", 200}, {"nics_per_machine", 8}, {"transport", "tcp"}});
+  // 1 KiB takes 147 us, 2 KiB (the fastest) 126: -14.5 % at 1 KiB, exact from 2 KiB.
+  EXPECT_LE(worst_error(c, "h100_2node_gcp_a3mega_tcpxo_allreduce", Collective::kAllReduce), 0.15);
+  EXPECT_LE(worst_error(c, "h100_2node_gcp_a3mega_tcpxo_allreduce", Collective::kAllReduce, 4096),
+            0.005);
+}
+
+TEST(TransportSim, EfaReproducesItsFourMachineB200Curve) {
+  // 4 x 8 B200 (NVLink 5, 900 GB/s), 8 x 400 Gb/s EFA per machine.
+  Cluster c =
+      platform(4, 8, "B200", {{"nic_GBps", 400}, {"nics_per_machine", 8}, {"transport", "efa"}});
+  // Its 32 KiB point takes 6.3 ms and 64 KiB 3.2 ms, 512 KiB (the fastest) 0.36 ms: the
+  // model is -95 % and -89 % there (a benchmark artefact, kept as published), exact from
+  // 512 KiB.
+  EXPECT_LE(worst_error(c, "b200_4node_efa_allreduce_torch_mle", Collective::kAllReduce, 524288),
+            0.005);
+}
+
+TEST(TransportSim, RdmaOnTwoMachineH100RoCE) {
+  // 2 x 8 H100 SXM, 400 GB/s of RoCE per machine, only >= 1 GiB published: the NICs at
+  // line rate, NVLink-bound at nvlink's efficiency; NCCL's NVLink SHARP moves half the
+  // NVLink bytes of our ring parts, so the model is 22 % slow.
+  Cluster c = platform(2, 8, "H100-SXM",
+                       {{"nic_GBps", 400}, {"nics_per_machine", 8}, {"transport", "rdma"}});
+  EXPECT_LE(worst_error(c, "h100_2node_oci_roce_allreduce_large", Collective::kAllReduce), 0.25);
+}
+
+TEST(TransportSim, NominalRatesIgnoreTheTables) {
+  // "rates": "nominal": 1 GB over 8 A100s at exactly 300 GB/s and 3 us per step.
+  Cluster c = platform(1, 8, "A100-SXM-80GB", {{"nic_GBps", 25}, {"rates", "nominal"}});
+  EXPECT_NEAR(simulate_one(c, Collective::kAllReduce, 1e9), 1.75e9 / 300e9 + 14 * 3e-6, 1e-9);
+}
+
+}  // namespace
+}  // namespace hexi

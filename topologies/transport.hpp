@@ -1,0 +1,58 @@
+#pragma once
+// Achieved (not nominal) communication rates per transport. NCCL reaches a size-dependent
+// fraction of a link's rate: small messages pay protocol overheads (LL, LL128 flags) and
+// few bytes in flight, large ones settle near 75-90 % of the line rate. Each transport
+// holds a table eta(m) of that fraction against the message a transfer sends per step (a
+// ring collective of S bytes over n ranks: S/n; a point-to-point send of B bytes: B),
+// derived from one public nccl-tests curve (topologies/measurements/collectives.json) by
+// scripts/fit_collectives.py once the cluster model's per-step hop latencies are paid:
+//   time(S) = steps x (hop latency + alpha) + bus bytes(S) / (nominal Bps x eta(S / n))
+// alpha, the transport's extra latency per step (software, protocol), is what the curve's
+// fastest point leaves once its hops and bytes are paid; eta is linear in log2(m) between
+// table points and constant outside them. The cost
+// model and the simulator both charge a transfer of B bytes as B / eta wire bytes at the
+// nominal rates (so link sharing stays max-min over nominal capacities).
+//
+// A pair of devices uses the transport of its link class: NVLink/NVSwitch `nvlink`, PCIe
+// peer-to-peer `pcie`, host-staged PCIe `host`, the network the cluster file's
+// `network.transport` (`rdma` InfiniBand/RoCE, the default; `efa`; `tcp`); explicit
+// overrides are taken as achieved rates (eta 1, alpha 0). `nominal` (cluster `"rates":
+// "nominal"`) turns every eta into 1 and alpha into 0: the datasheet model, for
+// hand-checkable tests.
+
+#include <string_view>
+#include <vector>
+
+#include "topologies/enum_names.hpp"
+
+namespace hexi {
+
+enum class Transport { kNominal, kNvlink, kPcie, kHost, kRdma, kEfa, kTcp };
+inline constexpr auto kTransportNames = enum_names<Transport>({{Transport::kNominal, "nominal"},
+                                                               {Transport::kNvlink, "nvlink"},
+                                                               {Transport::kPcie, "pcie"},
+                                                               {Transport::kHost, "host"},
+                                                               {Transport::kRdma, "rdma"},
+                                                               {Transport::kEfa, "efa"},
+                                                               {Transport::kTcp, "tcp"}});
+std::string_view to_string(Transport t);
+
+struct EfficiencyPoint {
+  double bytes = 0;       // message per step
+  double efficiency = 1;  // achieved / nominal rate at this size, (0, 1]
+};
+
+struct TransportCurve {
+  Transport transport = Transport::kNominal;
+  std::string_view source;              // where the table comes from
+  double step_latency_s = 0;            // alpha: added to every step's hop latency
+  std::vector<EfficiencyPoint> points;  // by increasing bytes; empty: eta 1
+
+  // eta at `bytes`: linear in log2(bytes) between points, constant outside.
+  double efficiency(double bytes) const;
+};
+
+// The shipped table of a transport (kNominal: no points).
+const TransportCurve& transport_curve(Transport t);
+
+}  // namespace hexi
