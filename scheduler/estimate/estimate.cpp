@@ -201,9 +201,12 @@ namespace {
 // The DP gradient sync of a plan, in named steps. A device's gradients fall into
 // pieces, each reduced with the same stages of the other pipelines (as the lowering's
 // DP buckets do): the embedding, runs of layers in which no pipeline changes stage, the
-// head. Each piece is a ring all-reduce at the slowest link to its holders; a device
-// reduces its pieces one after another, starting when every holder has finished its
-// schedule.
+// head. Each piece is a ring all-reduce (its holders: the ranks whose shares overlap) at
+// the slowest link to its holders; a device reduces its pieces one after another, starting
+// when every holder has finished its schedule. A machine's NICs carry every off-machine
+// ring through it (a ring's members on one machine are adjacent: it crosses the NICs once
+// each way), so its rings end no earlier than their bytes at the NICs' summed rate allow,
+// counted from when each starts; what runs past the slowest pipeline is exposed.
 class DpSync {
  public:
   DpSync(const CostModel& cm, const Plan& plan)
@@ -222,10 +225,13 @@ class DpSync {
   }
 
   void run(Estimate& est) {
+    finish_.assign(cm_.cluster().num_devices(), 0);
+    for (const auto& de : est.devices) {
+      finish_[de.device] = est.pipelines[de.pipeline].finish_s[de.stage];
+    }
     count_peers(est);
-    count_rings(est);
     for (auto& de : est.devices) de.dp_sync_s = device_sync_s(de);
-    est.dp_sync_s = exposed_s(est);
+    est.dp_sync_s = std::max(0.0, std::max(devices_end_s(est), nics_end_s(est)) - est.pipeline_s);
   }
 
  private:
@@ -266,55 +272,97 @@ class DpSync {
     return {begin, begin + s.phi(r, cm_.model().heads)};
   }
 
-  // Per machine, the off-machine DP rings that load its NICs at once. A ring is a
-  // piece's holders (the ranks whose shares overlap); a device reduces its pieces one
-  // after another, so rings with a common member never overlap in time: a greedy set of
-  // member-disjoint rings through the machine counts (a grid's rings, one per stage and
-  // rank, are all disjoint: every device syncing off-machine counts, as before).
-  void count_rings(const Estimate& est) {
-    std::map<std::vector<int>, int> rings;  // sorted members -> first seen
+  // When every member of a ring has finished its schedule.
+  double ring_start(const std::vector<int>& members) const {
+    double start = 0;
+    for (int d : members) start = std::max(start, finish_[d]);
+    return start;
+  }
+
+  // The NIC bound. A piece is reduced in slices, one per interval of the common refinement
+  // of its holders' TP shares: a slice's ring is the rank of each pipeline holding that
+  // interval. Per machine, its off-machine slice rings as (start, seconds at the machine's
+  // summed NIC rate); the machine is done no earlier than max over rings r of start_r +
+  // the seconds of the rings starting at or after start_r.
+  double nics_end_s(const Estimate& est) const {
+    const double e = cm_.training().bytes_per_element();
+    // (piece, slice start in 1e-9 of the columns) -> members, wire bytes per NIC crossing
+    std::map<std::pair<int, long long>, std::pair<std::vector<int>, double>> rings;
     for (const DeviceEstimate& de : est.devices) {
       const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
       const auto [lo, hi] = share(s, de.tp_rank);
       for (auto [layer, params] : pieces(de)) {
-        std::vector<int> members{de.device};
+        std::vector<double> cuts{lo, hi};
         for (int q = 0; q < dp_; ++q) {
-          if (q == de.pipeline) continue;
           const Stage* h = holder_of(q, layer);
           for (int r = 0; r < h->tp(); ++r) {
             const auto [a, b] = share(*h, r);
-            if (a < hi - 1e-12 && lo < b - 1e-12) members.push_back(h->devices[r]);
+            for (double x : {a, b}) {
+              if (x > lo + 1e-12 && x < hi - 1e-12) cuts.push_back(x);
+            }
           }
         }
-        std::sort(members.begin(), members.end());
-        rings.emplace(std::move(members), static_cast<int>(rings.size()));
+        std::sort(cuts.begin(), cuts.end());
+        for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+          const double a = cuts[k], b = cuts[k + 1];
+          if (b - a < 1e-12) continue;
+          const auto key = std::make_pair(layer, std::llround(a * 1e9));
+          if (rings.count(key)) continue;
+          std::vector<int> members{de.device};
+          for (int q = 0; q < dp_; ++q) {
+            if (q == de.pipeline) continue;
+            const Stage* h = holder_of(q, layer);
+            for (int r = 0; r < h->tp(); ++r) {
+              const auto [ra, rb] = share(*h, r);
+              if (ra < b - 1e-12 && a < rb - 1e-12) members.push_back(h->devices[r]);
+            }
+          }
+          const auto far = std::find_if(members.begin(), members.end(),
+                                        [&](int d) { return machine(d) != machine(de.device); });
+          if (far == members.end()) continue;  // inside one machine
+          const double n = static_cast<double>(members.size());
+          const double bytes = e * params * (b - a) / (hi - lo);
+          const double wire =
+              2 * (n - 1) / n * bytes / cm_.cluster().efficiency(de.device, *far, bytes / n);
+          rings.emplace(key, std::make_pair(std::move(members), wire));
+        }
       }
     }
-    std::vector<std::pair<int, const std::vector<int>*>> order;  // deterministic: first seen
-    for (const auto& [members, first] : rings) order.emplace_back(first, &members);
-    std::sort(order.begin(), order.end());
-    std::unordered_map<int, std::unordered_set<int>> busy;  // machine -> members of counted rings
-    for (const auto& [first, members] : order) {
+    std::map<int, std::vector<std::pair<double, double>>> by_machine;  // (start, s at the NICs)
+    for (const auto& [key, ring] : rings) {
+      const auto& [members, wire] = ring;
       std::vector<int> machines;
-      for (int d : *members) machines.push_back(machine(d));
+      for (int d : members) machines.push_back(machine(d));
       std::sort(machines.begin(), machines.end());
       machines.erase(std::unique(machines.begin(), machines.end()), machines.end());
-      if (machines.size() < 2) continue;
+      const double start = ring_start(members);
       for (int m : machines) {
-        std::unordered_set<int>& taken = busy[m];
-        if (std::any_of(members->begin(), members->end(), [&](int d) { return taken.count(d); }))
-          continue;
-        taken.insert(members->begin(), members->end());
-        ++off_machine_[m];
+        by_machine[m].emplace_back(start, wire / cm_.cluster().machines()[m].nic_Bps);
       }
     }
+    double end = 0;
+    for (auto& [m, loads] : by_machine) {
+      std::sort(loads.begin(), loads.end());
+      double later = 0;  // seconds of the rings starting at or after this one
+      for (auto it = loads.rbegin(); it != loads.rend(); ++it) {
+        later += it->second;
+        end = std::max(end, it->first + later);
+      }
+    }
+    return end;
   }
 
-  // A device's share of its machine's NICs (bytes/s).
-  double nic_share(int device) {
-    const Machine& m = cm_.cluster().machine_of(device);
-    const int n = std::max(1, off_machine_[machine(device)]);
-    return std::min(m.nic_each_Bps(), m.nic_Bps / n);
+  // The device bound: each device's pieces one after another from when its ring members
+  // have all finished.
+  double devices_end_s(const Estimate& est) const {
+    double end = 0;
+    for (std::size_t i = 0; i < est.devices.size(); ++i) {
+      const DeviceEstimate& de = est.devices[i];
+      double start = finish_[de.device];
+      for (int peer : peers_[i]) start = std::max(start, finish_[peer]);
+      end = std::max(end, start + de.dp_sync_s);
+    }
+    return end;
   }
 
   // A device's gradient pieces: (first layer, parameters), -1 for the embedding and
@@ -364,8 +412,10 @@ class DpSync {
         for (int peer : h->devices) {
           PairLink l = cm_.cluster().link(de.device, peer);
           double b = l.bandwidth_Bps;
-          if (machine(peer) != machine(de.device))
-            b = std::min({b, nic_share(de.device), nic_share(peer)});
+          if (machine(peer) != machine(de.device)) {
+            b = std::min({b, cm_.cluster().machine_of(de.device).nic_each_Bps(),
+                          cm_.cluster().machine_of(peer).nic_each_Bps()});
+          }
           if (b < it->second.bandwidth_Bps) {
             it->second.bandwidth_Bps = b;
             it->second.transport = cm_.cluster().transport(de.device, peer);
@@ -392,26 +442,6 @@ class DpSync {
     return total;
   }
 
-  // Every stage syncs as soon as its own schedule ends (as Megatron and the simulator
-  // do): when its last backward ends in the pipeline's timeline. A device's collective
-  // starts when every holder of its layers has finished; what runs past the slowest
-  // pipeline is exposed.
-  double exposed_s(const Estimate& est) const {
-    std::vector<double> finish(cm_.cluster().num_devices(), 0);
-    for (const auto& de : est.devices) {
-      const PipelineEstimate& pe = est.pipelines[de.pipeline];
-      finish[de.device] = pe.finish_s[de.stage];
-    }
-    double end = 0;
-    for (std::size_t i = 0; i < est.devices.size(); ++i) {
-      const DeviceEstimate& de = est.devices[i];
-      double start = finish[de.device];
-      for (int peer : peers_[i]) start = std::max(start, finish[peer]);
-      end = std::max(end, start + de.dp_sync_s);
-    }
-    return std::max(0.0, end - est.pipeline_s);
-  }
-
   const CostModel& cm_;
   const Plan& plan_;
   const int dp_;
@@ -419,7 +449,7 @@ class DpSync {
   std::vector<std::vector<const Stage*>> holder_;  // [pipeline][layer]
   std::vector<char> boundary_;                     // some stage starts at this layer
   std::vector<std::vector<int>> peers_;            // per device estimate
-  std::unordered_map<int, int> off_machine_;       // machine -> rings through its NICs at once
+  std::vector<double> finish_;                     // per device: its schedule's end
 };
 
 }  // namespace

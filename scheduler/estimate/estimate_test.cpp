@@ -156,6 +156,35 @@ TEST_F(Fixture, DataParallelSyncOverlapsTheDrain) {
   EXPECT_NEAR(e.iteration_time_s, e.pipeline_s + e.dp_sync_s + e.optimizer_s, 1e-12);
 }
 
+// A machine's NIC carries every off-machine DP ring through it: the rings of stages 0
+// and 1 ({0, 4} and {1, 5}) both cross the single 25 GB/s NIC of each machine. Each
+// device alone would need only its own bytes at the full NIC rate; the NIC bound counts
+// the bytes of every ring from when each starts (stage 1 first, stage 0 at the end).
+TEST_F(Fixture, TheNicsCarryEveryRingThroughTheirMachine) {
+  sc.model.hidden = 1024;  // gradients large enough for bandwidth to dominate latency
+  sc.model.ffn = 2816;
+  Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0], "layers": [0, 2]}, {"devices": [1], "layers": [2, 8]}]},
+    {"batch": 4, "stages": [{"devices": [4], "layers": [0, 2]}, {"devices": [5], "layers": [2, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  StageShape s0, s1;
+  s0.first = true;
+  s0.layer_end = 2;
+  s1.layer_begin = 2;
+  s1.layer_end = 8;
+  s1.last = true;
+  // Two-member rings: bus bytes = S, bf16.
+  const double w0 = 2 * stage_params(sc.model, s0), w1 = 2 * stage_params(sc.model, s1);
+  const double nic = 25e9;
+  const std::vector<double>& finish = e.pipelines[0].finish_s;
+  ASSERT_LT(finish[1], finish[0]);
+  const double nic_end = std::max(finish[1] + (w0 + w1) / nic, finish[0] + w0 / nic);
+  double device_end = 0;
+  for (const auto& d : e.devices) device_end = std::max(device_end, finish[d.stage] + d.dp_sync_s);
+  EXPECT_GT(nic_end, device_end);
+  EXPECT_NEAR(e.dp_sync_s, nic_end - e.pipeline_s, 1e-12);
+}
+
 TEST_F(Fixture, ReportsDevicesOverMemory) {
   sc.model.layers = 8;
   sc.model.hidden = 8192;

@@ -2,7 +2,8 @@
 // first improvement, until a full round of moves brings nothing (or the budget
 // ends). Moves, in a fixed order (deterministic):
 //   transfer  some devices of one machine to another pipeline or a new one
-//             (powers of two and all of them; whole machines on large clusters)
+//             (powers of two, all but a power of two, and all of them; whole machines
+//             on large clusters)
 //   merge     two pipelines into one (one fewer replica, less DP traffic)
 //   swap      the segments of two machines of different classes between pipelines
 //   exchange  some devices of one machine for as many of another between two
@@ -59,7 +60,10 @@ std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a) const {
     for (auto [m, count] : a[p]) {
       std::vector<int> deltas;
       if (!per_machine_) {
-        for (int x = 1; x < count; x *= 2) deltas.push_back(x);
+        for (int x = 1; x < count; x *= 2) {
+          deltas.push_back(x);
+          if (count - x != x && (count - x) & (count - x - 1)) deltas.push_back(count - x);
+        }
       }
       deltas.push_back(count);
       for (int delta : deltas) {
