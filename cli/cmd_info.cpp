@@ -1,5 +1,7 @@
-// hexisim info: GPU types, models, transports, shipped clusters and scenarios.
+// hexisim info: GPU types, models, transports, shipped clusters and scenarios; with
+// --profile, the shipped compute model per architecture family and every value's source.
 
+#include <cmath>
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -11,15 +13,75 @@ namespace {
 
 struct InfoOptions {
   bool json = false;
+  bool profile = false;
 };
+
+// Parameters per family (columns), the GPU types of each family, and every source.
+int print_profile(const GpuCatalog& gpus, bool json) {
+  const Profile shipped;
+  if (json) {
+    Json families = Json::object();
+    for (int a = 0; a < kNumArchitectures; ++a) {
+      Json members = Json::array();
+      for (const auto& g : gpus.gpus()) {
+        if (static_cast<int>(g.architecture) == a) members.push_back(g.name);
+      }
+      families[std::string(to_string(static_cast<Architecture>(a)))] = members;
+    }
+    print_json({{"profile", shipped.to_json()}, {"gpu_types", families}});
+    return 0;
+  }
+  std::cout << "Device profile (shipped defaults, format version 2; topologies/profile.hpp):\n"
+               "  kernel time = overhead + max(FLOPs / (peak x eff), bytes / (HBM x "
+               "memory_efficiency))\n"
+               "  GEMM eff = gemm_ceiling x waves(m, n; tile, SMs) x k / (k + gemm_k_half) "
+               "[x gemm_misaligned]\n"
+               "  flash eff = attention_<pass> x s / (s + attention_s_half_<pass>) x head-dim "
+               "factor (1 at d = 128)\n\n";
+  std::vector<std::string> header{"parameter"};
+  for (int a = 0; a < kNumArchitectures; ++a)
+    header.emplace_back(to_string(static_cast<Architecture>(a)));
+  Table t(header);
+  for (const auto& info : param_infos()) {
+    std::vector<std::string> row{std::string(info.name)};
+    for (int a = 0; a < kNumArchitectures; ++a) {
+      const double v = shipped.architecture(static_cast<Architecture>(a)).get(info.param);
+      row.push_back(fmt(v, v != 0 && std::abs(v) < 10 ? 4 : 0));
+    }
+    t.add(row);
+  }
+  t.print(std::cout);
+  std::cout << "\nGPU types by family:\n";
+  for (int a = 0; a < kNumArchitectures; ++a) {
+    std::string names;
+    for (const auto& g : gpus.gpus()) {
+      if (static_cast<int>(g.architecture) == a) names += (names.empty() ? "" : ", ") + g.name;
+    }
+    if (!names.empty())
+      std::cout << "  " << to_string(static_cast<Architecture>(a)) << ": " << names << "\n";
+  }
+  std::cout << "\nSources (scripts/fit_compute.py prints the fit errors):\n";
+  for (int a = 0; a < kNumArchitectures; ++a) {
+    const auto arch = static_cast<Architecture>(a);
+    std::cout << "  " << to_string(arch) << "\n";
+    for (const auto& info : param_infos()) {
+      std::cout << "    " << info.name << ": " << shipped.architecture_source(arch, info.param)
+                << "\n";
+    }
+  }
+  return 0;
+}
 
 int run_info(const InfoOptions& opt) {
   auto catalogs = load_catalogs();
   if (!catalogs) return report(catalogs.error());
+  if (opt.profile) return print_profile(catalogs->gpus, opt.json);
   Json gpus = Json::array(), models = Json::array(), clusters = Json::array(),
        scenarios = Json::array(), transports = Json::array();
   for (const auto& g : catalogs->gpus.gpus()) {
     gpus.push_back({{"name", g.name},
+                    {"architecture", to_string(g.architecture)},
+                    {"sms", g.sms},
                     {"tflops", g.tflops},
                     {"precision", g.precision},
                     {"memory_gib", g.memory_gib},
@@ -93,6 +155,10 @@ void add_info_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand(
       "info", "List GPU types, models, transports, shipped clusters and scenarios");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
+  cmd->add_flag("--profile", opt->profile,
+                "Print the shipped compute model per architecture family (every parameter and "
+                "its source) instead; with --json: the profile file (version 2) and the GPU "
+                "types of each family");
   cmd->callback([&run, opt] { run = [opt] { return run_info(*opt); }; });
 }
 

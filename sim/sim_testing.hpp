@@ -57,12 +57,7 @@ inline Cluster unit_cluster(int machines, int gpus, double nic_GBps = 25,
 // Compute time is exactly FLOPs / peak: efficiency 1, no launch overhead.
 inline Profile ideal_profile() {
   Profile p;
-  DeviceProfile d;
-  d.gemm_efficiency = 1.0;
-  d.attention_efficiency = 1.0;
-  d.memory_efficiency = 1.0;
-  d.kernel_overhead_s = 0.0;
-  p.set_default(d);
+  p.set_default(DeviceProfile::constant(1.0, 1.0, 1.0, 0.0), "ideal (tests)");
   return p;
 }
 

@@ -30,7 +30,7 @@ std::vector<double> compute_durations(const Program& p, const Cluster& cluster,
     double& st = shape_time[op.shape * types + type];
     if (st < 0) {
       const GpuSpec& gpu = cluster.gpu_types()[type];
-      st = kernels_time(p.shapes[op.shape].kernels, gpu, profile.device(gpu.name));
+      st = kernels_time(p.shapes[op.shape].kernels, gpu, profile.device(gpu));
     }
     double fold = 0;
     if (op.folded >= 0) {

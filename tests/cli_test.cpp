@@ -38,6 +38,30 @@ TEST(Cli, InfoJson) {
             j["scenarios"].end());
 }
 
+// The shipped compute model with a source for every value of every family, and the
+// family of every GPU type (issue 11).
+TEST(Cli, InfoProfileHasEverySource) {
+  json j = parse_out(run_cli("info --profile --json"));
+  ASSERT_EQ(j["profile"]["version"], 2);
+  const json& archs = j["profile"]["architectures"];
+  for (const char* family : {"volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper",
+                             "blackwell", "cpu", "other"}) {
+    ASSERT_TRUE(archs.contains(family)) << family;
+    EXPECT_EQ(archs[family].size(), 15u) << family;
+    for (const auto& [name, p] : archs[family].items()) {
+      EXPECT_TRUE(p["value"].is_number()) << family << " " << name;
+      EXPECT_FALSE(p["source"].get<std::string>().empty()) << family << " " << name;
+    }
+  }
+  EXPECT_NE(std::find(j["gpu_types"]["hopper"].begin(), j["gpu_types"]["hopper"].end(), "H100-SXM"),
+            j["gpu_types"]["hopper"].end());
+  EXPECT_TRUE(j["gpu_types"]["other"].empty());
+  const auto text = run_cli("info --profile");
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("gemm_ceiling"), std::string::npos);
+  EXPECT_NE(text.out.find("Sources"), std::string::npos);
+}
+
 TEST(Cli, ClusterShowPaperSettings) {
   struct Expect {
     const char* name;

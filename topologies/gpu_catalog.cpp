@@ -26,7 +26,7 @@ double spec_number(const JsonNode& node) {
 
 GpuSpec read_gpu(const JsonNode& node) {
   node.allow_only({"name", "aliases", "tflops", "tflops_fp16_accumulate", "precision", "memory_gib",
-                   "memory_GBps", "pcie_GBps", "intra", "source"});
+                   "memory_GBps", "pcie_GBps", "intra", "architecture", "sms", "source"});
   GpuSpec g;
   g.name = node.str("name");
   if (auto aliases = node.find("aliases")) {
@@ -45,11 +45,22 @@ GpuSpec read_gpu(const JsonNode& node) {
   if (!kind) intra.at("kind").fail("one of " + kIntraKindNames.list());
   g.intra_kind = *kind;
   g.intra_GBps = spec_number(intra.at("GBps"));
+  // Optional, so that older catalogs load: no family = the constant model, no SMs = no waves.
+  if (auto arch = node.find("architecture")) {
+    auto a = kArchitectureNames.parse(arch->str());
+    if (!a) arch->fail("one of " + kArchitectureNames.list());
+    g.architecture = *a;
+  }
+  if (auto sms = node.find("sms")) g.sms = static_cast<int>(sms->integer_in(0, 100000));
   g.source = node.str("source");
   return g;
 }
 
 }  // namespace
+
+std::string_view to_string(Architecture a) {
+  return kArchitectureNames.name(a);
+}
 
 std::string_view to_string(IntraKind kind) {
   return kIntraKindNames.name(kind);

@@ -28,6 +28,34 @@ std::string_view to_string(IntraKind kind);
 // Parses "nvswitch" | "nvlink" (same model) | "pcie" | "host"; nullopt otherwise.
 std::optional<IntraKind> parse_intra_kind(std::string_view text);
 
+// The GPU's architecture family: which shape-aware compute model its kernels follow
+// (topologies/profile.hpp). ampere = GA100 (A100, A800); ampere-ga10x = the GA10x dies of
+// GeForce, workstation and A10 cards; other = no family (the constant model of profile
+// version 1); cpu = the engine's CPU ranks.
+enum class Architecture {
+  kOther,
+  kCpu,
+  kVolta,
+  kTuring,
+  kAmpere,
+  kAmpereGa10x,
+  kAda,
+  kHopper,
+  kBlackwell,
+};
+inline constexpr int kNumArchitectures = 9;
+inline constexpr auto kArchitectureNames =
+    enum_names<Architecture>({{Architecture::kOther, "other"},
+                              {Architecture::kCpu, "cpu"},
+                              {Architecture::kVolta, "volta"},
+                              {Architecture::kTuring, "turing"},
+                              {Architecture::kAmpere, "ampere"},
+                              {Architecture::kAmpereGa10x, "ampere-ga10x"},
+                              {Architecture::kAda, "ada"},
+                              {Architecture::kHopper, "hopper"},
+                              {Architecture::kBlackwell, "blackwell"}});
+std::string_view to_string(Architecture a);
+
 struct GpuSpec {
   std::string name;
   std::vector<std::string> aliases;
@@ -39,7 +67,9 @@ struct GpuSpec {
   double pcie_GBps = 0;               // GB/s per direction, the GPU's PCIe link
   IntraKind intra_kind = IntraKind::kPcie;
   double intra_GBps = 0;  // GB/s per direction, the GPU's intra-machine link
-  std::string source;     // datasheet reference
+  Architecture architecture = Architecture::kOther;
+  int sms = 0;         // streaming multiprocessors (GEMM wave quantisation); 0: unknown
+  std::string source;  // datasheet reference
 
   double flops() const { return tflops * 1e12; }                     // FLOP/s
   double memory_bytes() const { return memory_gib * 1073741824.0; }  // bytes

@@ -92,6 +92,31 @@ TEST(GpuCatalog, PaperSettingFlopsRatios) {
               1e-4);
 }
 
+// Every GPU names the family whose compute model it follows, and its SM count (the
+// datasheets' / whitepapers' figures) for GEMM wave quantisation.
+TEST(GpuCatalog, ArchitectureAndSmsOfEveryGpu) {
+  for (const auto& g : catalog().gpus()) {
+    EXPECT_NE(g.architecture, Architecture::kOther) << g.name;
+    EXPECT_EQ(g.sms > 0, g.architecture != Architecture::kCpu) << g.name;
+  }
+  EXPECT_EQ(catalog().find("A100")->architecture, Architecture::kAmpere);
+  EXPECT_EQ(catalog().find("A6000")->architecture, Architecture::kAmpereGa10x);
+  EXPECT_EQ(catalog().find("RTX3090")->architecture, Architecture::kAmpereGa10x);
+  EXPECT_EQ(catalog().find("RTX4090")->architecture, Architecture::kAda);
+  EXPECT_EQ(catalog().find("H100")->sms, 132);
+  EXPECT_EQ(catalog().find("A100")->sms, 108);
+  // Optional fields: a catalog without them loads (no family, no SM count).
+  auto old = GpuCatalog::from_json(
+      *parse_json_text(R"({"version": 1, "gpus": [{"name": "X", "tflops": 1, "precision": "p",
+          "memory_gib": 1, "memory_GBps": 1, "pcie_GBps": 1, "intra": {"kind": "pcie",
+          "GBps": 1}, "source": "s"}]})",
+                       "c.json"),
+      "c.json");
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  EXPECT_EQ(old->gpus()[0].architecture, Architecture::kOther);
+  EXPECT_EQ(old->gpus()[0].sms, 0);
+}
+
 TEST(GpuCatalog, DuplicateNamesAreRejected) {
   Json j = Json::parse(R"({"version": 1, "gpus": [
     {"name": "X", "tflops": 1, "precision": "p", "memory_gib": 1, "memory_GBps": 1, "pcie_GBps": 1,

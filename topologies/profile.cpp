@@ -3,39 +3,243 @@
 namespace hexi {
 namespace {
 
-DeviceProfile read_device(const JsonNode& node, const DeviceProfile& base) {
-  node.allow_only(
-      {"gemm_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead_us"});
-  DeviceProfile p = base;
-  if (auto v = node.find("gemm_efficiency")) p.gemm_efficiency = v->number_in(1e-3, 1.0);
-  if (auto v = node.find("attention_efficiency")) p.attention_efficiency = v->number_in(1e-3, 1.0);
-  if (auto v = node.find("memory_efficiency")) p.memory_efficiency = v->number_in(1e-3, 1.0);
-  // Divided (not multiplied by 1e-6): then us -> s -> us (to_json) -> s gives the same s,
-  // so a profile written and read back is the same profile (x * 1e-6 * 1e6 drifts by ulps).
-  if (auto v = node.find("kernel_overhead_us")) p.kernel_overhead_s = v->number_in(0, 1e6) / 1e6;
-  return p;
+constexpr double kMaxEfficiency = 1.5;  // a card boosting past its datasheet clock exceeds 1
+
+struct Field {
+  Param param;
+  double DeviceProfile::*member;
+};
+
+// File order, as Param.
+constexpr std::array<Field, kNumParams> kFields = {{
+    {Param::kGemmCeiling, &DeviceProfile::gemm_ceiling},
+    {Param::kGemmTileM, &DeviceProfile::gemm_tile_m},
+    {Param::kGemmTileN, &DeviceProfile::gemm_tile_n},
+    {Param::kGemmKHalf, &DeviceProfile::gemm_k_half},
+    {Param::kGemmMisaligned, &DeviceProfile::gemm_misaligned},
+    {Param::kAttentionFwd, &DeviceProfile::attention_fwd},
+    {Param::kAttentionBwd, &DeviceProfile::attention_bwd},
+    {Param::kAttentionSHalfFwd, &DeviceProfile::attention_s_half_fwd},
+    {Param::kAttentionSHalfBwd, &DeviceProfile::attention_s_half_bwd},
+    {Param::kAttentionDHalf, &DeviceProfile::attention_d_half},
+    {Param::kAttentionDenseTokenTraffic, &DeviceProfile::attention_dense_token_traffic},
+    {Param::kAttentionDenseTrafficFwd, &DeviceProfile::attention_dense_traffic_fwd},
+    {Param::kAttentionDenseTrafficBwd, &DeviceProfile::attention_dense_traffic_bwd},
+    {Param::kMemoryEfficiency, &DeviceProfile::memory_efficiency},
+    {Param::kKernelOverheadUs, &DeviceProfile::kernel_overhead_s},
+}};
+
+constexpr std::array<ParamInfo, kNumParams> kInfos = {{
+    {Param::kGemmCeiling, "gemm_ceiling", 1e-3, kMaxEfficiency,
+     "GEMM: fraction of peak tensor FLOP/s of a large aligned GEMM"},
+    {Param::kGemmTileM, "gemm_tile_m", 0, 4096, "GEMM: CTA tile rows (0: no wave quantisation)"},
+    {Param::kGemmTileN, "gemm_tile_n", 0, 4096, "GEMM: CTA tile columns"},
+    {Param::kGemmKHalf, "gemm_k_half", 0, 1e6, "GEMM: k at which efficiency halves"},
+    {Param::kGemmMisaligned, "gemm_misaligned", 1e-3, 1,
+     "GEMM: factor when a dimension is not a multiple of 8"},
+    {Param::kAttentionFwd, "attention_fwd", 1e-3, kMaxEfficiency,
+     "flash attention forward: fraction of peak (long sequence, head dim 128)"},
+    {Param::kAttentionBwd, "attention_bwd", 1e-3, kMaxEfficiency,
+     "flash attention backward: fraction of peak"},
+    {Param::kAttentionSHalfFwd, "attention_s_half_fwd", 0, 1e7,
+     "flash forward: sequence length at half efficiency"},
+    {Param::kAttentionSHalfBwd, "attention_s_half_bwd", 0, 1e7,
+     "flash backward: sequence length at half efficiency"},
+    {Param::kAttentionDHalf, "attention_d_half", 0, 1e5, "flash: head dim at half efficiency"},
+    {Param::kAttentionDenseTokenTraffic, "attention_dense_token_traffic", 1e-3, 1e3,
+     "dense attention: achieved / modelled q, k, v, o bytes"},
+    {Param::kAttentionDenseTrafficFwd, "attention_dense_traffic_fwd", 1e-3, 1e3,
+     "dense attention forward: achieved / modelled s^2 score bytes"},
+    {Param::kAttentionDenseTrafficBwd, "attention_dense_traffic_bwd", 1e-3, 1e3,
+     "dense attention backward: achieved / modelled s^2 score bytes"},
+    {Param::kMemoryEfficiency, "memory_efficiency", 1e-3, kMaxEfficiency,
+     "element-wise kernels: fraction of datasheet HBM GB/s"},
+    {Param::kKernelOverheadUs, "kernel_overhead_us", 0, 1e6, "us per kernel: launch + tail"},
+}};
+
+constexpr std::uint32_t kAllParams = (1u << kNumParams) - 1;
+constexpr std::string_view kVersion1Source =
+    "profile version 1 default: the constant model (documented guesses, no shape terms)";
+constexpr std::string_view kCpuSource =
+    "not a GPU (the engine's CPU ranks; the catalog's rate is a measured Eigen GEMM rate): the "
+    "constant model of profile version 1, until calibrated from engine traces";
+
+int index(Param p) {
+  return static_cast<int>(p);
 }
 
-Json device_json(const DeviceProfile& p) {
-  return {{"gemm_efficiency", p.gemm_efficiency},
-          {"attention_efficiency", p.attention_efficiency},
-          {"memory_efficiency", p.memory_efficiency},
-          {"kernel_overhead_us", p.kernel_overhead_s * 1e6}};
+// A profile file's entry: the parameters it sets, over a base.
+struct FileEntry {
+  DeviceProfile values;
+  std::array<std::string, kNumParams> sources;
+  std::uint32_t set = 0;  // bit per Param
+
+  void put(Param p, double value, const std::string& source) {
+    values.set(p, value);
+    sources[index(p)] = source;
+    set |= 1u << index(p);
+  }
+};
+
+// Reads one entry (default, architecture or GPU) of a profile file.
+FileEntry read_entry(const JsonNode& node, int version) {
+  node.require_object();
+  const std::string& origin = node.origin();
+  for (const auto& [key, _] : node.json().items()) {
+    bool known = key == "gemm_efficiency" || key == "attention_efficiency";
+    if (version == 1) {
+      known = known || key == "memory_efficiency" || key == "kernel_overhead_us";
+    } else {
+      for (const auto& info : kInfos) known = known || info.name == key;
+    }
+    if (!known) {
+      std::string list = "gemm_efficiency, attention_efficiency";
+      if (version == 1) list += ", memory_efficiency, kernel_overhead_us";
+      for (const auto& info : kInfos) {
+        if (version == 2) list += ", " + std::string(info.name);
+      }
+      node.fail_message("unknown field \"" + key + "\" (allowed in version " +
+                        std::to_string(version) + ": " + list + ")");
+    }
+  }
+  FileEntry e;
+  // The version-1 shorthands: a constant efficiency, its shape terms off.
+  if (auto v = node.find("gemm_efficiency")) {
+    const std::string src = origin + ": gemm_efficiency (constant, no shape terms)";
+    e.put(Param::kGemmCeiling, v->number_in(1e-3, kMaxEfficiency), src);
+    e.put(Param::kGemmTileM, 0, src);
+    e.put(Param::kGemmTileN, 0, src);
+    e.put(Param::kGemmKHalf, 0, src);
+    e.put(Param::kGemmMisaligned, 1, src);
+  }
+  if (auto v = node.find("attention_efficiency")) {
+    const std::string src = origin + ": attention_efficiency (constant, no shape terms)";
+    const double x = v->number_in(1e-3, kMaxEfficiency);
+    e.put(Param::kAttentionFwd, x, src);
+    e.put(Param::kAttentionBwd, x, src);
+    for (Param p : {Param::kAttentionSHalfFwd, Param::kAttentionSHalfBwd, Param::kAttentionDHalf})
+      e.put(p, 0, src);
+    for (Param p : {Param::kAttentionDenseTokenTraffic, Param::kAttentionDenseTrafficFwd,
+                    Param::kAttentionDenseTrafficBwd})
+      e.put(p, 1, src);
+  }
+  for (const auto& info : kInfos) {
+    auto v = node.find(info.name);
+    if (!v) continue;
+    if (v->json().is_object()) {
+      v->allow_only({"value", "source"});
+      e.put(info.param, v->at("value").number_in(info.min, info.max), v->str("source"));
+    } else {
+      e.put(info.param, v->number_in(info.min, info.max), origin);
+    }
+  }
+  return e;
+}
+
+Json entry_json(const DeviceProfile& p, const std::array<std::string, kNumParams>& sources,
+                std::uint32_t set) {
+  Json out = Json::object();
+  for (const auto& info : kInfos) {
+    if ((set & (1u << index(info.param))) == 0) continue;
+    out[std::string(info.name)] = {{"value", p.get(info.param)},
+                                   {"source", sources[index(info.param)]}};
+  }
+  return out;
+}
+
+void apply(const FileEntry& e, DeviceProfile& values, std::array<std::string, kNumParams>& src) {
+  for (const auto& f : kFields) {
+    const int i = index(f.param);
+    if ((e.set & (1u << i)) == 0) continue;
+    values.*f.member = e.values.*f.member;
+    src[i] = e.sources[i];
+  }
 }
 
 }  // namespace
 
+DeviceProfile DeviceProfile::constant(double gemm, double attention, double memory,
+                                      double overhead_s) {
+  DeviceProfile p;
+  p.gemm_ceiling = gemm;
+  p.attention_fwd = p.attention_bwd = attention;
+  p.memory_efficiency = memory;
+  p.kernel_overhead_s = overhead_s;
+  return p;
+}
+
+double DeviceProfile::get(Param p) const {
+  const double v = this->*kFields[index(p)].member;
+  return p == Param::kKernelOverheadUs ? v * 1e6 : v;
+}
+
+void DeviceProfile::set(Param p, double value) {
+  // Divided (not multiplied by 1e-6): then us -> s -> us (to_json) -> s gives the same s,
+  // so a profile written and read back is the same profile (x * 1e-6 * 1e6 drifts by ulps).
+  this->*kFields[index(p)].member = p == Param::kKernelOverheadUs ? value / 1e6 : value;
+}
+
+const std::array<ParamInfo, kNumParams>& param_infos() {
+  return kInfos;
+}
+
+const ParamInfo& param_info(Param p) {
+  return kInfos[index(p)];
+}
+
+Profile::Profile() {
+  for (int a = 0; a < kNumArchitectures; ++a) {
+    families_[a].sources.fill(std::string(kVersion1Source));
+  }
+  families_[static_cast<int>(Architecture::kCpu)].sources.fill(std::string(kCpuSource));
+  for (const auto& d : default_params()) {
+    Entry& e = families_[static_cast<int>(d.architecture)];
+    e.values.set(d.param, d.value);
+    e.sources[index(d.param)] = std::string(d.source);
+  }
+}
+
 Result<Profile> Profile::from_json(const Json& json, const std::string& origin) {
   return load_with([&] {
     JsonNode root(json, origin);
-    root.allow_only({"version", "comment", "default", "devices"});
-    root.require_version(1);
+    auto version_node = root.at("version");
+    const Json& v = version_node.json();
+    const std::int64_t version = v.is_number_integer() ? v.get<std::int64_t>() : 0;
+    if (version != 1 && version != 2) {
+      version_node.fail("format version 1 (constant efficiencies) or 2 (shape-aware model)");
+    }
+    if (version == 1) {
+      root.allow_only({"version", "comment", "default", "devices"});
+    } else {
+      root.allow_only({"version", "comment", "default", "architectures", "devices"});
+    }
     Profile p;
-    if (auto d = root.find("default")) p.default_ = read_device(*d, p.default_);
+    if (version == 1) {  // the constant model: what the file leaves out takes its defaults
+      for (auto& e : p.families_) {
+        e.values = DeviceProfile{};
+        e.sources.fill(std::string(kVersion1Source));
+      }
+    }
+    if (auto d = root.find("default")) {
+      const FileEntry e = read_entry(*d, static_cast<int>(version));
+      for (auto& f : p.families_) apply(e, f.values, f.sources);
+    }
+    if (auto archs = root.find("architectures")) {
+      archs->require_object();
+      for (const auto& [name, _] : archs->json().items()) {
+        auto a = kArchitectureNames.parse(name);
+        if (!a)
+          archs->fail_message("unknown architecture \"" + name +
+                              "\" (allowed: " + kArchitectureNames.list() + ")");
+        Entry& f = p.families_[static_cast<int>(*a)];
+        apply(read_entry(archs->at(name), 2), f.values, f.sources);
+      }
+    }
     if (auto devices = root.find("devices")) {
       devices->require_object();
       for (const auto& [name, _] : devices->json().items()) {
-        p.devices_[name] = read_device(devices->at(name), p.default_);
+        const FileEntry e = read_entry(devices->at(name), static_cast<int>(version));
+        p.devices_[name] = {e.values, e.sources, e.set};
       }
     }
     return p;
@@ -49,14 +253,54 @@ Result<Profile> Profile::load(const std::filesystem::path& path) {
 }
 
 Json Profile::to_json() const {
-  Json devices = Json::object();
-  for (const auto& [name, p] : devices_) devices[name] = device_json(p);
-  return {{"version", 1}, {"default", device_json(default_)}, {"devices", devices}};
+  Json archs = Json::object(), devices = Json::object();
+  for (int a = 0; a < kNumArchitectures; ++a) {
+    archs[std::string(to_string(static_cast<Architecture>(a)))] =
+        entry_json(families_[a].values, families_[a].sources, kAllParams);
+  }
+  for (const auto& [name, e] : devices_) devices[name] = entry_json(e.values, e.sources, e.set);
+  return {{"version", 2}, {"architectures", archs}, {"devices", devices}};
 }
 
-const DeviceProfile& Profile::device(const std::string& gpu_name) const {
-  auto it = devices_.find(gpu_name);
-  return it == devices_.end() ? default_ : it->second;
+DeviceProfile Profile::device(const GpuSpec& gpu) const {
+  DeviceProfile out = architecture(gpu.architecture);
+  auto it = devices_.find(gpu.name);
+  if (it == devices_.end()) return out;
+  for (const auto& f : kFields) {
+    if (it->second.set & (1u << index(f.param))) out.*f.member = it->second.values.*f.member;
+  }
+  return out;
+}
+
+std::string_view Profile::source(const GpuSpec& gpu, Param p) const {
+  auto it = devices_.find(gpu.name);
+  if (it != devices_.end() && (it->second.set & (1u << index(p)))) {
+    return it->second.sources[index(p)];
+  }
+  return architecture_source(gpu.architecture, p);
+}
+
+const DeviceProfile& Profile::architecture(Architecture a) const {
+  return families_[static_cast<int>(a)].values;
+}
+
+std::string_view Profile::architecture_source(Architecture a, Param p) const {
+  return families_[static_cast<int>(a)].sources[index(p)];
+}
+
+void Profile::set_default(const DeviceProfile& p, const std::string& source) {
+  for (auto& f : families_) {
+    f.values = p;
+    f.sources.fill(source);
+  }
+  devices_.clear();
+}
+
+void Profile::set_device(const std::string& gpu_name, const DeviceProfile& p,
+                         const std::string& source) {
+  Entry e{p, {}, kAllParams};
+  e.sources.fill(source);
+  devices_[gpu_name] = std::move(e);
 }
 
 }  // namespace hexi

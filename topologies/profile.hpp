@@ -1,43 +1,144 @@
 #pragma once
-// Device profiles: how close each GPU type gets to its datasheet peak. The cost
-// model and the simulator time a kernel as
-//   time = overhead + max(FLOPs / (peak * efficiency[class]), bytes / (HBM * memory_efficiency))
-// i.e. a roofline with a per-class ceiling and a fixed launch/tail cost, so the
-// achieved fraction of peak is a curve over op size and arithmetic intensity.
-// The defaults below are documented guesses until validation/ calibrates a profile
-// from measured traces (profile JSON, format version 1).
+// Device profiles: the shape-aware compute model of each GPU type. The cost model and the
+// simulator time a kernel (scheduler/cost/cost_model.cpp) as
+//   time = overhead + max(FLOPs / (peak x eff(shape)), bytes / (HBM x memory_efficiency))
+// with, per kernel class:
+//   GEMM (m x k)(k x n): eff = gemm_ceiling x waves(m, n) x k / (k + gemm_k_half)
+//                              x (gemm_misaligned when m, n or k is a whole number not a
+//                                 multiple of 8: no 16-byte aligned tensor-core loads)
+//     waves(m, n) = m n / (ceil(tiles / SMs) x SMs x tile_m x tile_n),
+//     tiles = ceil(m / tile_m) x ceil(n / tile_n): tile and wave quantisation (NVIDIA's
+//     "Matrix Multiplication Background" guide); the last partial wave leaves SMs idle.
+//   flash attention (causal; sequence s, head dim d; FLOPs as cost_model counts them):
+//     eff = attention_{fwd,bwd} x s / (s + attention_s_half_{fwd,bwd})
+//           x [d / (d + attention_d_half)] / [128 / (128 + attention_d_half)]
+//     (attention_fwd/bwd: a long sequence at head dim 128).
+//   dense (materialised) attention: separate kernels, whose times add: the score GEMMs at
+//     gemm_ceiling x d / (d + gemm_k_half), then the bytes: q, k, v, o times
+//     attention_dense_token_traffic (layout copies) + the s^2 scores times
+//     attention_dense_traffic_{fwd,bwd}, at memory_efficiency.
+//   element-wise: bytes at memory_efficiency (fraction of the datasheet HBM GB/s).
+// kernel_overhead: launch + tail per kernel.
+//
+// The shipped defaults are per architecture family (GpuSpec::architecture), fitted by
+// scripts/fit_compute.py to public kernel-level measurements (topologies/measurements/:
+// cuBLAS GEMM sweeps, FlashAttention benchmark tables, STREAM-like copies); every value
+// carries its `source`. A profile file overrides them: version 2 per parameter (a number, or
+// {"value", "source"}), for every GPU ("default"), per family ("architectures") or per GPU
+// type ("devices"); version 1 files (gemm_efficiency, attention_efficiency,
+// memory_efficiency, kernel_overhead_us) describe the constant model and still load.
+// Never fitted to end-to-end training throughput: that is the blind test set.
 
+#include <array>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"
 
 namespace hexi {
 
-struct DeviceProfile {
-  double gemm_efficiency = 0.75;       // large bf16 GEMMs, fraction of peak tensor FLOP/s
-  double attention_efficiency = 0.55;  // fused (flash) attention, fraction of peak
-  double memory_efficiency = 0.80;     // elementwise kernels, fraction of HBM GB/s
-  double kernel_overhead_s = 4e-6;     // s per kernel: launch + tail
+// The parameters of a device model, in file order.
+enum class Param {
+  kGemmCeiling,
+  kGemmTileM,
+  kGemmTileN,
+  kGemmKHalf,
+  kGemmMisaligned,
+  kAttentionFwd,
+  kAttentionBwd,
+  kAttentionSHalfFwd,
+  kAttentionSHalfBwd,
+  kAttentionDHalf,
+  kAttentionDenseTokenTraffic,
+  kAttentionDenseTrafficFwd,
+  kAttentionDenseTrafficBwd,
+  kMemoryEfficiency,
+  kKernelOverheadUs,
 };
+inline constexpr int kNumParams = 15;
+
+struct DeviceProfile {
+  // GEMM: fraction of peak tensor FLOP/s of a large aligned GEMM; tile (0: no quantisation);
+  // k at which the main loop reaches half its rate (prologue/epilogue); misaligned factor.
+  double gemm_ceiling = 0.75;
+  double gemm_tile_m = 0;
+  double gemm_tile_n = 0;
+  double gemm_k_half = 0;
+  double gemm_misaligned = 1;
+  // Flash attention: fractions of peak (long sequence, head dim 128), half points (tokens,
+  // head dim; 0: no saturation).
+  double attention_fwd = 0.55;
+  double attention_bwd = 0.55;
+  double attention_s_half_fwd = 0;
+  double attention_s_half_bwd = 0;
+  double attention_d_half = 0;
+  // Dense attention: achieved / modelled bytes of its per-token and s^2 score traffic.
+  double attention_dense_token_traffic = 1;
+  double attention_dense_traffic_fwd = 1;
+  double attention_dense_traffic_bwd = 1;
+  double memory_efficiency = 0.80;  // element-wise kernels, fraction of HBM GB/s
+  double kernel_overhead_s = 4e-6;  // s per kernel: launch + tail
+
+  // The constant model (profile version 1): shape terms off.
+  static DeviceProfile constant(double gemm, double attention, double memory, double overhead_s);
+  double get(Param p) const;  // in file units (kernel_overhead in us)
+  void set(Param p, double value);
+};
+
+// A parameter's file name, range and meaning.
+struct ParamInfo {
+  Param param;
+  std::string_view name;
+  double min = 0, max = 0;  // inclusive, in file units
+  std::string_view meaning;
+};
+const std::array<ParamInfo, kNumParams>& param_infos();
+const ParamInfo& param_info(Param p);
 
 class Profile {
  public:
+  // The shipped defaults: per architecture family, from public kernel-level measurements.
+  Profile();
   static Result<Profile> load(const std::filesystem::path& path);
   static Result<Profile> from_json(const Json& json, const std::string& origin);
+  // Version 2: every family and every GPU entry in full, each value with its source.
   Json to_json() const;
 
-  // The profile of a GPU type (its own entry, else the default).
-  const DeviceProfile& device(const std::string& gpu_name) const;
-  const DeviceProfile& default_device() const { return default_; }
-  void set_device(const std::string& gpu_name, const DeviceProfile& p) { devices_[gpu_name] = p; }
-  void set_default(const DeviceProfile& p) { default_ = p; }
+  // The model of a GPU type: its own entry, else its architecture family's. By value
+  // (a map lookup by name): hot callers resolve once per GPU type.
+  DeviceProfile device(const GpuSpec& gpu) const;
+  std::string_view source(const GpuSpec& gpu, Param p) const;
+  const DeviceProfile& architecture(Architecture a) const;
+  std::string_view architecture_source(Architecture a, Param p) const;
+
+  // Every family and GPU type takes `p` (hand-checkable tests: a constant profile).
+  void set_default(const DeviceProfile& p, const std::string& source = "set in code");
+  void set_device(const std::string& gpu_name, const DeviceProfile& p,
+                  const std::string& source = "set in code");
 
  private:
-  DeviceProfile default_;
-  std::map<std::string, DeviceProfile> devices_;  // by GPU catalog name
+  struct Entry {
+    DeviceProfile values;
+    std::array<std::string, kNumParams> sources;
+    std::uint32_t set = 0;  // GPU entries: the parameters they override (bit per Param)
+  };
+  std::array<Entry, kNumArchitectures> families_;
+  std::map<std::string, Entry> devices_;  // by GPU catalog name
 };
+
+// The shipped defaults (topologies/profile_defaults.cpp, generated by scripts/fit_compute.py).
+struct DefaultParam {
+  Architecture architecture;
+  Param param;
+  double value;  // file units
+  std::string_view source;
+};
+const std::vector<DefaultParam>& default_params();
 
 }  // namespace hexi

@@ -1,4 +1,5 @@
-// Device profiles: reading, defaults, and the file round trip.
+// Device profiles: shipped defaults with sources, version-1 (constant) and version-2
+// (shape-aware) files, and the file round trip.
 #include "topologies/profile.hpp"
 
 #include <gtest/gtest.h>
@@ -14,24 +15,106 @@ Profile parse(const std::string& text) {
   return profile.ok() ? *profile : Profile{};
 }
 
-TEST(Profile, ReadsDefaultAndPerGpuEntries) {
+GpuSpec spec(const std::string& name, Architecture a) {
+  GpuSpec g;
+  g.name = name;
+  g.architecture = a;
+  return g;
+}
+
+const GpuSpec kH100 = spec("H100-SXM", Architecture::kHopper);
+const GpuSpec kA100 = spec("A100-SXM-80GB", Architecture::kAmpere);
+
+// A version-1 file is the constant model: what it leaves out takes the version-1 defaults
+// (0.75, 0.55, 0.80, 4 us), and a GPU entry starts from the file's default.
+TEST(Profile, Version1FilesAreTheConstantModel) {
   const Profile p = parse(R"({"version": 1, "default": {"gemm_efficiency": 0.6},
       "devices": {"H100-SXM": {"kernel_overhead_us": 2}}})");
-  EXPECT_DOUBLE_EQ(p.default_device().gemm_efficiency, 0.6);
-  // A GPU entry starts from the file's default.
-  EXPECT_DOUBLE_EQ(p.device("H100-SXM").gemm_efficiency, 0.6);
-  EXPECT_DOUBLE_EQ(p.device("H100-SXM").kernel_overhead_s, 2e-6);
-  EXPECT_DOUBLE_EQ(p.device("A100-SXM-80GB").kernel_overhead_s, 4e-6);
+  for (const GpuSpec& g : {kH100, kA100}) {
+    const DeviceProfile d = p.device(g);
+    EXPECT_DOUBLE_EQ(d.gemm_ceiling, 0.6);
+    EXPECT_DOUBLE_EQ(d.gemm_tile_m, 0);  // no shape terms
+    EXPECT_DOUBLE_EQ(d.gemm_k_half, 0);
+    EXPECT_DOUBLE_EQ(d.attention_fwd, 0.55);
+    EXPECT_DOUBLE_EQ(d.attention_s_half_fwd, 0);
+    EXPECT_DOUBLE_EQ(d.memory_efficiency, 0.80);
+  }
+  EXPECT_DOUBLE_EQ(p.device(kH100).kernel_overhead_s, 2e-6);
+  EXPECT_DOUBLE_EQ(p.device(kA100).kernel_overhead_s, 4e-6);
+  EXPECT_EQ(p.source(kH100, Param::kGemmCeiling),
+            "p.json: gemm_efficiency (constant, no shape terms)");
+  EXPECT_EQ(p.source(kH100, Param::kKernelOverheadUs), "p.json");
+  // A version-1 file knows only the four constants.
+  auto bad = Profile::from_json(
+      *parse_json_text(R"({"version": 1, "default": {"gemm_ceiling": 0.5}})", "p"), "p");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("unknown field \"gemm_ceiling\""), std::string::npos)
+      << bad.error().message;
 }
 
 TEST(Profile, RefusesOutOfRangeValues) {
-  for (const char* text : {R"({"version": 1, "default": {"gemm_efficiency": 0}})",
-                           R"({"version": 1, "default": {"kernel_overhead_us": -1}})",
-                           R"({"version": 1, "devices": {"A100": {"typo": 1}}})"}) {
+  for (const char* text :
+       {R"({"version": 1, "default": {"gemm_efficiency": 0}})",
+        R"({"version": 1, "default": {"kernel_overhead_us": -1}})",
+        R"({"version": 1, "devices": {"A100": {"typo": 1}}})", R"({"version": 3})",
+        R"({"version": 2, "architectures": {"pascal": {}}})",
+        R"({"version": 2, "default": {"gemm_misaligned": 1.5}})",
+        R"({"version": 2, "default": {"gemm_ceiling": {"value": 0.5}}})",
+        R"({"version": 2, "default": {"gemm_ceiling": {"value": 0.5, "source": "x", "y": 1}}})"}) {
     auto profile = Profile::from_json(*parse_json_text(text, "p.json"), "p.json");
     ASSERT_FALSE(profile.ok()) << text;
     EXPECT_EQ(profile.error().kind, ErrorKind::kBadInput);
   }
+}
+
+// Version 2: a number (source: the file) or {"value", "source"}, for every GPU ("default"),
+// a family ("architectures") or a GPU type ("devices"); the rest stays shipped.
+TEST(Profile, Version2OverridesLayerOnTheShippedModel) {
+  const Profile shipped;
+  const Profile p = parse(R"({"version": 2,
+      "default": {"kernel_overhead_us": 3},
+      "architectures": {"hopper": {"gemm_ceiling": {"value": 0.5, "source": "my sweep"}}},
+      "devices": {"H100-SXM": {"memory_efficiency": 0.7}}})");
+  EXPECT_DOUBLE_EQ(p.device(kH100).gemm_ceiling, 0.5);
+  EXPECT_EQ(p.source(kH100, Param::kGemmCeiling), "my sweep");
+  EXPECT_DOUBLE_EQ(p.device(kH100).memory_efficiency, 0.7);
+  EXPECT_EQ(p.source(kH100, Param::kMemoryEfficiency), "p.json");
+  EXPECT_DOUBLE_EQ(p.device(kH100).kernel_overhead_s, 3e-6);
+  EXPECT_DOUBLE_EQ(p.device(kH100).attention_fwd, shipped.device(kH100).attention_fwd);
+  EXPECT_EQ(p.source(kH100, Param::kAttentionFwd), shipped.source(kH100, Param::kAttentionFwd));
+  // Another hopper GPU takes the family's override but not the H100's.
+  const GpuSpec h200 = spec("H200", Architecture::kHopper);
+  EXPECT_DOUBLE_EQ(p.device(h200).gemm_ceiling, 0.5);
+  EXPECT_DOUBLE_EQ(p.device(h200).memory_efficiency, shipped.device(h200).memory_efficiency);
+  EXPECT_DOUBLE_EQ(p.device(kA100).gemm_ceiling, shipped.device(kA100).gemm_ceiling);
+}
+
+// Every default of the shipped profile has a source: the GPU families from
+// profile_defaults.cpp (each parameter exactly once), "other" and "cpu" the constant model.
+TEST(Profile, EveryShippedDefaultHasASource) {
+  std::array<std::array<int, kNumParams>, kNumArchitectures> seen{};
+  for (const auto& d : default_params()) {
+    ++seen[static_cast<int>(d.architecture)][static_cast<int>(d.param)];
+    EXPECT_FALSE(d.source.empty());
+    const ParamInfo& info = param_info(d.param);
+    EXPECT_GE(d.value, info.min) << info.name;
+    EXPECT_LE(d.value, info.max) << info.name;
+  }
+  const Profile p;
+  for (int a = 0; a < kNumArchitectures; ++a) {
+    const auto arch = static_cast<Architecture>(a);
+    const bool fitted = arch != Architecture::kOther && arch != Architecture::kCpu;
+    for (const auto& info : param_infos()) {
+      EXPECT_EQ(seen[a][static_cast<int>(info.param)], fitted ? 1 : 0)
+          << to_string(arch) << " " << info.name;
+      EXPECT_FALSE(p.architecture_source(arch, info.param).empty());
+    }
+  }
+  EXPECT_NE(p.architecture_source(Architecture::kCpu, Param::kGemmCeiling).find("version 1"),
+            std::string_view::npos);
+  EXPECT_NE(p.architecture_source(Architecture::kOther, Param::kGemmCeiling).find("version 1"),
+            std::string_view::npos);
+  EXPECT_DOUBLE_EQ(p.architecture(Architecture::kCpu).gemm_ceiling, 0.75);
 }
 
 // Found by tests/fuzz (fuzz_profile): a kernel overhead of 0.023 us was read as
@@ -44,7 +127,25 @@ TEST(Profile, WrittenAndReadBackIsTheSameProfile) {
     EXPECT_EQ(dump_json(parse(first).to_json()), first) << us;
   }
   auto json = parse_json_text(R"({"version": 1, "default": {"kernel_overhead_us": 0.023}})", "p");
-  EXPECT_EQ(Profile::from_json(*json, "p")->to_json()["default"]["kernel_overhead_us"], 0.023);
+  EXPECT_EQ(Profile::from_json(*json, "p")
+                ->to_json()["architectures"]["hopper"]["kernel_overhead_us"]["value"],
+            0.023);
+}
+
+// The shipped profile written out (version 2, every value with its source) reads back as
+// itself, sources included; so does one with a per-GPU override.
+TEST(Profile, ShippedProfileRoundTripsWithSources) {
+  Profile shipped;
+  shipped.set_device("RTX4090", DeviceProfile::constant(0.6, 0.5, 0.7, 5e-6), "bench 2025");
+  const Json written = shipped.to_json();
+  EXPECT_EQ(written["version"], 2);
+  EXPECT_EQ(written["architectures"]["hopper"]["gemm_ceiling"]["source"],
+            std::string(shipped.architecture_source(Architecture::kHopper, Param::kGemmCeiling)));
+  const Profile back = parse(dump_json(written));
+  EXPECT_EQ(dump_json(back.to_json()), dump_json(written));
+  const GpuSpec g = spec("RTX4090", Architecture::kAda);
+  EXPECT_DOUBLE_EQ(back.device(g).gemm_ceiling, 0.6);
+  EXPECT_EQ(back.source(g, Param::kGemmCeiling), "bench 2025");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "scheduler/cost/cost_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "topologies/enum_names.hpp"
 
@@ -10,19 +11,38 @@ namespace {
 
 // A GEMM (m x k) * (k x n): 2mkn FLOPs, reads both operands and writes the result.
 Kernel gemm(std::string_view name, double m, double n, double k, double e) {
-  return {name, KernelClass::kGemm, 2 * m * n * k, e * (m * k + k * n + m * n)};
+  Kernel g{name, KernelClass::kGemm, 2 * m * n * k, e * (m * k + k * n + m * n)};
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  return g;
 }
 
 Kernel elementwise(std::string_view name, double bytes) {
   return {name, KernelClass::kElementwise, 0, bytes};
 }
 
-// The backward of a GEMM: the input gradient (dgrad) and the weight gradient (wgrad),
-// each as many FLOPs as the forward.
+// The backward of a GEMM Y = X W, X (m x k), W (k x n): the input gradient
+// dX = dY W^T (m x n)(n x k) and the weight gradient dW = X^T dY (k x m)(m x n), each as
+// many FLOPs and bytes as the forward.
 void gemm_backward(std::vector<Kernel>& out, const Kernel& fwd, std::string_view dgrad,
                    std::string_view wgrad) {
-  out.push_back({dgrad, KernelClass::kGemm, fwd.flops, fwd.bytes});
-  out.push_back({wgrad, KernelClass::kGemm, fwd.flops, fwd.bytes});
+  Kernel d = fwd, w = fwd;
+  d.name = dgrad;
+  d.n = fwd.k;
+  d.k = fwd.n;
+  w.name = wgrad;
+  w.m = fwd.k;
+  w.k = fwd.m;
+  out.push_back(d);
+  out.push_back(w);
+}
+
+// A copy of `k` under another (static) name: a recomputed forward kernel.
+Kernel renamed(const Kernel& k, std::string_view name) {
+  Kernel out = k;
+  out.name = name;
+  return out;
 }
 
 double causal_factor(const TrainingConfig& t) {
@@ -33,10 +53,23 @@ Kernel attention_core(const Model& m, const TrainingConfig& t, int b, double phi
   const double e = t.bytes_per_element(), s = t.seq_len, h = m.hidden, kd = m.kv_dim();
   double flops = 4.0 * b * s * s * h * phi * causal_factor(t);
   double bytes = e * b * s * phi * (2 * h + 2 * kd);  // read q, k, v; write o
+  Kernel k{"attention", KernelClass::kAttention, flops, bytes};
   if (t.attention == AttentionKernel::kDense) {
-    bytes += 4 * e * b * m.heads * phi * s * s;  // write scores, softmax read+write, read in AV
+    k.score_bytes = 4 * e * b * m.heads * phi * s * s;  // write scores, softmax r+w, read in AV
+    k.bytes += k.score_bytes;
   }
-  return {"attention", KernelClass::kAttention, flops, bytes};
+  k.m = b * m.heads * phi;
+  k.n = s;
+  k.k = m.head_dim();
+  return k;
+}
+
+// Megatron's fused bias + dropout + residual add: reads the block output and the residual,
+// writes the sum (e bytes each) and, with dropout, a 1-byte mask per element.
+Kernel residual(const Model& m, std::string_view plain, std::string_view fused, double e,
+                double elements) {
+  if (!m.bias && !m.dropout) return elementwise(plain, 3 * e * elements);
+  return elementwise(fused, (3 * e + (m.dropout ? 1 : 0)) * elements);
 }
 
 }  // namespace
@@ -54,21 +87,32 @@ std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, f = m.ffn, kd = m.kv_dim();
   if (block == Block::kAttention) {
-    return {elementwise("attn_norm", 2 * e * bs * h),
-            gemm("qkv", bs, phi * (h + 2 * kd), h, e),
-            elementwise("rope", 2 * e * bs * phi * (h + kd)),
-            attention_core(m, t, b, phi),
-            gemm("out_proj", bs, h, phi * h, e),
-            elementwise("attn_residual", 3 * e * bs * h)};
+    std::vector<Kernel> out{elementwise("attn_norm", 2 * e * bs * h),
+                            gemm("qkv", bs, phi * (h + 2 * kd), h, e)};
+    if (m.bias) out.push_back(elementwise("qkv_bias", 2 * e * bs * phi * (h + 2 * kd)));
+    // Learned positions are added once, at the embedding: no rotary embedding per layer.
+    if (!m.learned_positions) out.push_back(elementwise("rope", 2 * e * bs * phi * (h + kd)));
+    out.push_back(attention_core(m, t, b, phi));
+    if (m.dropout && t.attention == AttentionKernel::kDense) {
+      // Dropout of the materialised probabilities: read, write, 1-byte mask (the flash
+      // kernel drops inside the kernel).
+      const double s = t.seq_len;
+      out.push_back(elementwise("attn_dropout", (2 * e + 1) * b * m.heads * phi * s * s));
+    }
+    out.push_back(gemm("out_proj", bs, h, phi * h, e));
+    out.push_back(residual(m, "attn_residual", "attn_bias_dropout_add", e, bs * h));
+    return out;
   }
   if (m.mlp == MlpKind::kSwiGlu) {
     return {elementwise("mlp_norm", 2 * e * bs * h), gemm("gate_up", bs, 2 * phi * f, h, e),
             elementwise("swiglu", 3 * e * bs * phi * f), gemm("down", bs, h, phi * f, e),
-            elementwise("mlp_residual", 3 * e * bs * h)};
+            residual(m, "mlp_residual", "mlp_bias_dropout_add", e, bs * h)};
   }
+  // GELU MLP; with biases, Megatron fuses fc1's bias add into the GELU kernel.
   return {elementwise("mlp_norm", 2 * e * bs * h), gemm("fc1", bs, phi * f, h, e),
-          elementwise("gelu", 2 * e * bs * phi * f), gemm("fc2", bs, h, phi * f, e),
-          elementwise("mlp_residual", 3 * e * bs * h)};
+          elementwise(m.bias ? "bias_gelu" : "gelu", 2 * e * bs * phi * f),
+          gemm("fc2", bs, h, phi * f, e),
+          residual(m, "mlp_residual", "mlp_bias_dropout_add", e, bs * h)};
 }
 
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
@@ -85,11 +129,10 @@ std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Bloc
   std::vector<Kernel> fwd = block_forward(m, t, block, b, phi);
   std::vector<Kernel> out;
   if (r == Recompute::kFull) {
-    for (const auto& k : fwd) out.push_back({"recompute", k.cls, k.flops, k.bytes});
+    for (const auto& k : fwd) out.push_back(renamed(k, "recompute"));
   } else if (r == Recompute::kSelective && block == Block::kAttention &&
              t.attention == AttentionKernel::kDense) {
-    Kernel core = attention_core(m, t, b, phi);
-    out.push_back({"recompute", core.cls, core.flops, core.bytes});
+    out.push_back(renamed(attention_core(m, t, b, phi), "recompute"));
   }
   // Walk the forward in reverse; names stay static strings.
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) {
@@ -103,7 +146,12 @@ std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Bloc
       if (n == "fc1") gemm_backward(out, k, "fc1.dgrad", "fc1.wgrad");
       if (n == "fc2") gemm_backward(out, k, "fc2.dgrad", "fc2.wgrad");
     } else if (k.cls == KernelClass::kAttention) {
-      out.push_back({"attention.bwd", k.cls, 2 * k.flops, 2 * k.bytes});
+      Kernel bwd = renamed(k, "attention.bwd");
+      bwd.flops = 2 * k.flops;
+      bwd.bytes = 2 * k.bytes;
+      bwd.score_bytes = 2 * k.score_bytes;
+      bwd.backward = true;
+      out.push_back(bwd);
     } else {
       out.push_back({"elementwise.bwd", k.cls, 0, 2 * k.bytes});
     }
@@ -112,19 +160,39 @@ std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Bloc
 }
 
 std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b) {
-  const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
-  return {elementwise("embedding", 2 * e * bs * m.hidden)};  // gather rows, write activations
+  const double e = t.bytes_per_element(), bsh = static_cast<double>(b) * t.seq_len * m.hidden;
+  std::vector<Kernel> out{elementwise("embedding", 2 * e * bsh)};  // gather rows, write
+  // GPT: add the position rows (read both, write the sum), then dropout (+ a 1-byte mask).
+  if (m.learned_positions) out.push_back(elementwise("position_add", 3 * e * bsh));
+  if (m.dropout) out.push_back(elementwise("embedding_dropout", (2 * e + 1) * bsh));
+  return out;
 }
 
 std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b) {
-  const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
-  return {elementwise("embedding.bwd", 3 * e * bs * m.hidden)};  // scatter-add into the table
+  const double e = t.bytes_per_element(), bsh = static_cast<double>(b) * t.seq_len * m.hidden;
+  std::vector<Kernel> out;
+  if (m.dropout) out.push_back(elementwise("embedding_dropout.bwd", (2 * e + 1) * bsh));
+  // The position table's gradient: the output gradient summed over the batch.
+  if (m.learned_positions) out.push_back(elementwise("position_add.bwd", 2 * e * bsh));
+  out.push_back(elementwise("embedding.bwd", 3 * e * bsh));  // scatter-add into the table
+  return out;
 }
+
+// The logits GEMM (bs x h)(h x v). Megatron pads the vocabulary to a multiple of 128 x TP
+// (--make-vocab-size-divisible-by), so the shape the device model sees is the padded
+// width (no misalignment for GPT-2's 50257); FLOPs and bytes stay the real vocabulary's.
+namespace {
+Kernel logits(double bs, double v, double h, double e) {
+  Kernel k = gemm("logits", bs, v, h, e);
+  k.n = std::ceil(v / 128) * 128;
+  return k;
+}
+}  // namespace
 
 std::vector<Kernel> head_forward(const Model& m, const TrainingConfig& t, int b, double phi) {
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, v = phi * m.vocab;
-  return {elementwise("final_norm", 2 * e * bs * h), gemm("logits", bs, v, h, e),
+  return {elementwise("final_norm", 2 * e * bs * h), logits(bs, v, h, e),
           elementwise("cross_entropy", bs * v * (e + 4))};
 }
 
@@ -132,18 +200,61 @@ std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, v = phi * m.vocab;
   std::vector<Kernel> out{elementwise("cross_entropy.bwd", bs * v * (e + 4))};
-  gemm_backward(out, gemm("logits", bs, v, h, e), "logits.dgrad", "logits.wgrad");
+  gemm_backward(out, logits(bs, v, h, e), "logits.dgrad", "logits.wgrad");
   out.push_back(elementwise("final_norm.bwd", 4 * e * bs * h));
   return out;
 }
 
+namespace {
+
+// x / (x + half): 1 for an unknown (0) size or no half point.
+double saturation(double x, double half) {
+  return x > 0 ? x / (x + half) : 1.0;
+}
+
+// A whole-number dimension that is not a multiple of 8 elements (16 bytes at 2 bytes each).
+bool misaligned(double x) {
+  return x > 0 && x == std::floor(x) && std::fmod(x, 8.0) != 0;
+}
+
+}  // namespace
+
+double gemm_efficiency(const DeviceProfile& p, int sms, double m, double n, double k) {
+  double eff = p.gemm_ceiling;
+  if (p.gemm_tile_m > 0 && p.gemm_tile_n > 0 && sms > 0 && m > 0 && n > 0) {
+    // The last wave of tiles keeps only some SMs busy; partial tiles compute padding.
+    const double tiles = std::ceil(m / p.gemm_tile_m) * std::ceil(n / p.gemm_tile_n);
+    const double waves = std::ceil(tiles / sms);
+    eff *= m * n / (waves * sms * p.gemm_tile_m * p.gemm_tile_n);
+  }
+  eff *= saturation(k, p.gemm_k_half);
+  if (misaligned(m) || misaligned(n) || misaligned(k)) eff *= p.gemm_misaligned;
+  return eff;
+}
+
+double attention_efficiency(const DeviceProfile& p, bool backward, double seq, double head_dim) {
+  double eff = backward ? p.attention_bwd : p.attention_fwd;
+  eff *= saturation(seq, backward ? p.attention_s_half_bwd : p.attention_s_half_fwd);
+  const double dh = p.attention_d_half;
+  if (head_dim > 0 && dh > 0) eff *= saturation(head_dim, dh) / saturation(128, dh);
+  return eff;
+}
+
 double kernel_time(const Kernel& k, const GpuSpec& gpu, const DeviceProfile& p) {
-  double eff = k.cls == KernelClass::kGemm        ? p.gemm_efficiency
-               : k.cls == KernelClass::kAttention ? p.attention_efficiency
-                                                  : 1.0;
-  double compute = k.flops / (gpu.flops() * eff);
-  double memory = k.bytes / (gpu.memory_GBps * 1e9 * p.memory_efficiency);
-  return p.kernel_overhead_s + std::max(compute, memory);
+  const double bandwidth = gpu.memory_GBps * 1e9 * p.memory_efficiency;  // bytes/s
+  if (k.cls == KernelClass::kElementwise) return p.kernel_overhead_s + k.bytes / bandwidth;
+  if (k.cls == KernelClass::kAttention && k.score_bytes > 0) {
+    // Dense path: score GEMMs (inner dimension the head dim), softmax and copies in turn.
+    const double eff = p.gemm_ceiling * saturation(k.k, p.gemm_k_half);
+    const double traffic =
+        k.backward ? p.attention_dense_traffic_bwd : p.attention_dense_traffic_fwd;
+    const double bytes =
+        p.attention_dense_token_traffic * (k.bytes - k.score_bytes) + traffic * k.score_bytes;
+    return p.kernel_overhead_s + k.flops / (gpu.flops() * eff) + bytes / bandwidth;
+  }
+  const double eff = k.cls == KernelClass::kGemm ? gemm_efficiency(p, gpu.sms, k.m, k.n, k.k)
+                                                 : attention_efficiency(p, k.backward, k.n, k.k);
+  return p.kernel_overhead_s + std::max(k.flops / (gpu.flops() * eff), k.bytes / bandwidth);
 }
 
 double kernels_time(const std::vector<Kernel>& ks, const GpuSpec& gpu, const DeviceProfile& p) {

@@ -1,7 +1,7 @@
 #pragma once
 // Closed-form cost model: the kernels of a Llama/GPT decoder with their
-// FLOPs and HBM bytes, their time on a GPU (roofline with a per-class ceiling from
-// the device profile), FLOP totals, and memory per device.
+// FLOPs, HBM bytes and shapes, their time on a GPU (the shape-aware device model of
+// topologies/profile.hpp), FLOP totals, and memory per device.
 //
 // Notation: b micro-batch, s sequence, h hidden, f ffn, a heads, k kv heads,
 // d = h/a, kd = k*d, V vocab, L layers, t TP degree, e bytes per element,
@@ -13,6 +13,13 @@
 // c = 1 for the dense kernel (Megatron's accounting). Backward = 2x forward; full
 // recompute adds one forward; selective recompute with the dense kernel adds the
 // attention core's forward. Logits 2bshV.
+//
+// Element-wise kernels (bytes read + written, e per element): Llama norms, RoPE on q and k,
+// SwiGLU, residual adds. GPT (learned positions, biases, dropout, GELU; Megatron's fused
+// kernels): no RoPE; the QKV bias add (its own kernel); bias + GELU fused after fc1;
+// bias + dropout + residual fused after out-proj and fc2 (plus a 1-byte mask per element);
+// the dense kernel's attention dropout (mask + probabilities); the position embedding add
+// and embedding dropout.
 //
 // Activation bytes of one layer per micro-batch (Korthikanti et al. 2022, "Reducing
 // Activation Recomputation in Large Transformer Models", generalised to SwiGLU, GQA
@@ -52,6 +59,11 @@ struct Kernel {
   KernelClass cls = KernelClass::kElementwise;
   double flops = 0;  // FLOP
   double bytes = 0;  // HBM bytes read + written
+  // The shape the device model reads; 0 where unknown (the class's large-shape rate).
+  // gemm: (m x k)(k x n); attention: m = sequences x heads, n = sequence length, k = head dim.
+  double m = 0, n = 0, k = 0;
+  double score_bytes = 0;  // dense attention: the s^2 scores' share of `bytes`; 0: flash
+  bool backward = false;   // attention: the backward kernel
 };
 
 // A decoder layer is two blocks, each ending in a TP all-reduce (Megatron).
@@ -79,7 +91,11 @@ std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, 
 std::vector<Kernel> head_forward(const Model& m, const TrainingConfig& t, int b, double phi);
 std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b, double phi);
 
-// time = overhead + max(FLOPs / (peak * eff[class]), bytes / (HBM * memory_eff))  (s)
+// Efficiencies (fractions of peak tensor FLOP/s) of the device model, topologies/profile.hpp.
+double gemm_efficiency(const DeviceProfile& p, int sms, double m, double n, double k);
+double attention_efficiency(const DeviceProfile& p, bool backward, double seq, double head_dim);
+// time = overhead + max(FLOPs / (peak * eff(shape)), bytes / (HBM * memory_eff))  (s);
+// the dense attention path adds its GEMM and memory times (separate kernels).
 double kernel_time(const Kernel& k, const GpuSpec& gpu, const DeviceProfile& p);
 double kernels_time(const std::vector<Kernel>& ks, const GpuSpec& gpu, const DeviceProfile& p);
 double kernels_flops(const std::vector<Kernel>& ks);

@@ -151,12 +151,12 @@ TEST(CostModel, KernelTimeIsARoofline) {
   GpuSpec gpu;
   gpu.tflops = 1;         // 1 TFLOP/s
   gpu.memory_GBps = 100;  // 100 GB/s
-  DeviceProfile ideal{1.0, 1.0, 1.0, 0.0};
+  const DeviceProfile ideal = DeviceProfile::constant(1.0, 1.0, 1.0, 0.0);
   // 1 TFLOP on a 1 TFLOP/s GPU takes exactly 1 s.
   EXPECT_DOUBLE_EQ(kernel_time({"gemm", KernelClass::kGemm, 1e12, 1e9}, gpu, ideal), 1.0);
   // A memory-bound kernel: 200 GB at 100 GB/s.
   EXPECT_DOUBLE_EQ(kernel_time({"copy", KernelClass::kElementwise, 0, 200e9}, gpu, ideal), 2.0);
-  DeviceProfile half{0.5, 0.25, 0.5, 1e-3};
+  const DeviceProfile half = DeviceProfile::constant(0.5, 0.25, 0.5, 1e-3);
   EXPECT_DOUBLE_EQ(kernel_time({"gemm", KernelClass::kGemm, 1e12, 1e9}, gpu, half), 2.001);
   EXPECT_DOUBLE_EQ(kernel_time({"attn", KernelClass::kAttention, 1e12, 1e9}, gpu, half), 4.001);
 }

@@ -17,7 +17,9 @@ inline namespace estimate {
 
 CostModel::CostModel(const Cluster& cluster, const Model& model, const TrainingConfig& training,
                      const Profile& profile)
-    : cluster_(cluster), model_(model), training_(training), profile_(profile) {}
+    : cluster_(cluster), model_(model), training_(training), profile_(profile) {
+  for (const GpuSpec& gpu : cluster_.gpu_types()) type_profiles_.push_back(profile_.device(gpu));
+}
 
 double CostModel::layer_s(int device, double phi, int micro_batch, bool forward,
                           Recompute r) const {
@@ -27,7 +29,7 @@ double CostModel::layer_s(int device, double phi, int micro_batch, bool forward,
   auto it = layer_cache_.find(key);
   if (it != layer_cache_.end()) return it->second;
   const GpuSpec& gpu = cluster_.gpu_types()[type];
-  const DeviceProfile& prof = profile_.device(gpu.name);
+  const DeviceProfile& prof = type_profiles_[type];
   double t = 0;
   for (Block b : {Block::kAttention, Block::kMlp}) {
     t += kernels_time(forward ? block_forward(model_, training_, b, micro_batch, phi)
@@ -59,7 +61,7 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
     const int d = s.devices[r];
     const double phi = s.phi(r, model_.heads);
     const GpuSpec& gpu = cluster_.gpu(d);
-    const DeviceProfile& prof = profile_.device(gpu.name);
+    const DeviceProfile& prof = type_profiles_[cluster_.devices()[d].gpu_type];
     double f = s.layers() * layer_forward_s(d, phi, micro_batch);
     double b = s.layers() * layer_backward_s(d, phi, micro_batch, e.recompute);
     if (first) {
@@ -838,8 +840,9 @@ Estimate CostModel::estimate(const Plan& plan) const {
     const GpuSpec& gpu = cluster_.gpu(de.device);
     const double owned =
         (de.memory.weights / training_.bytes_per_element()) / (training_.zero_stage >= 1 ? dp : 1);
-    de.optimizer_s =
-        owned * 28 / (gpu.memory_GBps * 1e9 * profile_.device(gpu.name).memory_efficiency);
+    de.optimizer_s = owned * 28 /
+                     (gpu.memory_GBps * 1e9 *
+                      type_profiles_[cluster_.devices()[de.device].gpu_type].memory_efficiency);
     est.optimizer_s = std::max(est.optimizer_s, de.optimizer_s);
     if (de.memory.total() > de.capacity_bytes) {
       est.feasible = false;

@@ -160,6 +160,7 @@ class CostModel {
   const Model& model_;
   const TrainingConfig& training_;
   const Profile& profile_;
+  std::vector<DeviceProfile> type_profiles_;  // by Cluster::gpu_types() index, resolved once
   mutable std::map<std::tuple<int, double, int, bool, Recompute>, double> layer_cache_;
 };
 

@@ -12,7 +12,7 @@ namespace {
 
 struct Fixture : ::testing::Test {
   Scenario sc = testing::tiny_scenario();
-  Fixture() { sc.profile.set_default(DeviceProfile{1.0, 1.0, 1.0, 0.0}); }
+  Fixture() { sc.profile.set_default(DeviceProfile::constant(1.0, 1.0, 1.0, 0.0)); }
 
   Plan plan(const std::string& text) {
     auto p = plan_from_json(Json::parse(text), "p.json");
@@ -23,7 +23,7 @@ struct Fixture : ::testing::Test {
   // Forward / backward of `layers` layers (+ embedding / head) on device 0 with shard phi.
   double fwd(int layers, bool first, bool last, double phi = 1.0) {
     const GpuSpec& g = sc.cluster.gpu(0);
-    const DeviceProfile& p = sc.profile.default_device();
+    const DeviceProfile p = sc.profile.device(g);
     double t =
         layers *
         (kernels_time(block_forward(sc.model, sc.training, Block::kAttention, 1, phi), g, p) +
@@ -34,7 +34,7 @@ struct Fixture : ::testing::Test {
   }
   double bwd(int layers, bool first, bool last, double phi = 1.0) {
     const GpuSpec& g = sc.cluster.gpu(0);
-    const DeviceProfile& p = sc.profile.default_device();
+    const DeviceProfile p = sc.profile.device(g);
     double t =
         layers *
         (kernels_time(block_backward(sc.model, sc.training, Block::kAttention, 1, phi), g, p) +

@@ -284,6 +284,16 @@ TEST(Lower, DeterministicAndRoundTripsThroughJson) {
   auto back = program_from_json(Json::parse(a), "<text>");
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(program_text(*back), a);
+  // The shapes the device model times kernels by travel with them.
+  int gemms = 0, attention_bwd = 0;
+  for (const auto& s : back->shapes) {
+    for (const auto& k : s.kernels) {
+      gemms += k.cls == KernelClass::kGemm && k.m > 0 && k.n > 0 && k.k > 0;
+      attention_bwd += k.cls == KernelClass::kAttention && k.backward && k.n == t.seq_len;
+    }
+  }
+  EXPECT_GT(gemms, 0);
+  EXPECT_GT(attention_bwd, 0);
 }
 
 TEST(Lower, PlanThatDoesNotMatchTheClusterIsBadInput) {

@@ -79,8 +79,13 @@ Json layout_json(const Program& p, const DeviceLayout& l) {
 Json shape_json(const Shape& s) {
   Json kernels = Json::array();
   for (const auto& k : s.kernels) {
-    kernels.push_back(
-        {{"name", k.name}, {"class", to_string(k.cls)}, {"flops", k.flops}, {"bytes", k.bytes}});
+    Json j = {
+        {"name", k.name}, {"class", to_string(k.cls)}, {"flops", k.flops}, {"bytes", k.bytes}};
+    // The shape the device model reads (absent: unknown, as in programs written before it).
+    if (k.m > 0 || k.n > 0 || k.k > 0) j["shape"] = {k.m, k.n, k.k};
+    if (k.score_bytes > 0) j["score_bytes"] = k.score_bytes;
+    if (k.backward) j["backward"] = true;
+    kernels.push_back(std::move(j));
   }
   return {{"kind", to_string(s.kind)}, {"micro_batch", s.micro_batch}, {"phi", s.phi},
           {"layers", s.layers},        {"flops", s.flops()},           {"bytes", s.bytes()},
@@ -239,9 +244,18 @@ Shape read_shape(const JsonNode& j) {
   auto kernels = j.at("kernels");
   for (std::size_t i = 0; i < kernels.size(); ++i) {
     auto k = kernels.at(i);
-    k.allow_only({"name", "class", "flops", "bytes"});
-    s.kernels.push_back({intern_name(k.str("name")), parse_enum(k.at("class"), kKernelClassNames),
-                         k.at("flops").number_in(0, 1e300), k.at("bytes").number_in(0, 1e300)});
+    k.allow_only({"name", "class", "flops", "bytes", "shape", "score_bytes", "backward"});
+    Kernel kernel{intern_name(k.str("name")), parse_enum(k.at("class"), kKernelClassNames),
+                  k.at("flops").number_in(0, 1e300), k.at("bytes").number_in(0, 1e300)};
+    if (auto shape = k.find("shape")) {
+      if (shape->size() != 3) shape->fail("[m, n, k]");
+      kernel.m = shape->at(0).number_in(0, 1e300);
+      kernel.n = shape->at(1).number_in(0, 1e300);
+      kernel.k = shape->at(2).number_in(0, 1e300);
+    }
+    if (auto sb = k.find("score_bytes")) kernel.score_bytes = sb->number_in(0, kernel.bytes);
+    kernel.backward = k.boolean_or("backward", false);
+    s.kernels.push_back(kernel);
   }
   return s;
 }

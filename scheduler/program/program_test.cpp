@@ -163,6 +163,13 @@ TEST(ValidateProgram, ReaderRejectsBadFieldsWithJsonPaths) {
   ASSERT_FALSE(back.ok());
   EXPECT_NE(back.error().message.find("prog.json: /devices/1/ops/0/peer"), std::string::npos)
       << back.error().message;
+  // A kernel shape is [m, n, k] of numbers >= 0.
+  Json shape = to_json(*p);
+  shape["shapes"][0]["kernels"][0]["shape"] = {1, 2};
+  auto bad_shape = program_from_json(shape, "prog.json");
+  ASSERT_FALSE(bad_shape.ok());
+  EXPECT_NE(bad_shape.error().message.find("/shapes/0/kernels/0/shape"), std::string::npos)
+      << bad_shape.error().message;
   // Retagging a recv leaves its send unmatched.
   Json k = to_json(*p);
   ASSERT_EQ(k["devices"][1]["ops"][0]["op"], "recv");

@@ -29,6 +29,10 @@ TEST(PipelineCurve, BestSplitEqualsBruteForceOverAllSplits) {
       cluster_json("bf", {{"RTX3080Ti", 2}, {"RTX3090", 2}, {"A100-PCIe-40GB", 2}, {"RTX4090", 2}}),
       small_model(2048), {{"global_batch", 8}, {"seq_len", 2048}});
   ASSERT_TRUE(sc.ok()) << sc.error().message;
+  // The constant model of profile version 1, which the bounds above were measured with: the
+  // shipped shape-aware one computes faster here, so the sends weigh more and the period
+  // bound loosens (10.6 % at m = 2).
+  sc->profile.set_default(DeviceProfile::constant(0.75, 0.55, 0.80, 4e-6), "version 1");
   CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
   const std::vector<std::vector<int>> stages = {{0}, {2}, {4, 5}, {6}};
   PipelineCurve curve(pipeline_terms(cm, stages, 1, 1), sc->model.layers, sc->training.schedule);

@@ -81,7 +81,7 @@ void program_seeds(const fs::path& out) {
 
 void other_seeds(const fs::path& out) {
   Profile profile;
-  profile.set_device("A100-SXM-80GB", DeviceProfile{0.7, 0.5, 0.85, 5e-6});
+  profile.set_device("A100-SXM-80GB", DeviceProfile::constant(0.7, 0.5, 0.85, 5e-6));
   write(out, "profile", "profile.json", dump_json(profile.to_json(), 2));
   write(out, "mix", "two-types.txt", "A100:4x8,RTX4090:8x8");
   write(out, "mix", "four-types.txt", "H100:16x8,A100:16x8,RTX4090:32x8,A800:2x8");
