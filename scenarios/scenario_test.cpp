@@ -90,6 +90,26 @@ TEST(Scenario, SequenceLongerThanTheModelIsBadInput) {
       << s.error().message;
 }
 
+// ZeRO 2 and 3 load (sequence layouts model them); pipeline plans refuse them by name.
+TEST(Scenario, ZeroStagesAboveOneAreForSequenceLayoutsOnly) {
+  auto s = parse(R"({"version": 1, "name": "x", "cluster": "tiny-cpu-2x4", "model": "tiny-llama",
+    "training": {"global_batch": 8, "seq_len": 32, "zero_stage": 3}})");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->training.zero_stage, 3);
+  auto st = check_zero_stage(s->training, "s.json");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(st.error().message.find("s.json: training.zero_stage 3: pipeline plans"),
+            std::string::npos)
+      << st.error().message;
+  s->training.zero_stage = 1;
+  EXPECT_TRUE(check_zero_stage(s->training, "s.json").ok());
+  auto bad = parse(R"({"version": 1, "name": "x", "cluster": "tiny-cpu-2x4", "model": "tiny-llama",
+    "training": {"global_batch": 8, "seq_len": 32, "zero_stage": 4}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("/training/zero_stage"), std::string::npos);
+}
+
 TEST(Scenario, RecordsEveryFileItWasReadFrom) {
   auto s = load_scenario("hexiscale-setting1-llama2-7b", cat().gpus, cat().models);
   ASSERT_TRUE(s.ok());

@@ -37,7 +37,7 @@ TrainingConfig read_training(const JsonNode& node) {
   if (t.precision != "bf16" && t.precision != "fp16" && t.precision != "fp32") {
     node.at("precision").fail("\"bf16\", \"fp16\" or \"fp32\"");
   }
-  t.zero_stage = static_cast<int>(node.integer_or("zero_stage", 0, 1, t.zero_stage));
+  t.zero_stage = static_cast<int>(node.integer_or("zero_stage", 0, 3, t.zero_stage));
   if (auto r = node.find("recompute")) t.recompute = read_recompute(*r);
   if (auto s = node.find("schedule")) {
     auto v = kPipelineScheduleNames.parse(s->str());
@@ -65,6 +65,13 @@ Json to_json(const TrainingConfig& t) {
           {"attention", to_string(t.attention)},
           {"sequence_parallel", t.sequence_parallel},
           {"reserve_gib", t.reserve_gib}};
+}
+
+Status check_zero_stage(const TrainingConfig& t, const std::string& origin) {
+  if (t.zero_stage <= kMaxPlanZeroStage) return {};
+  return bad_input(origin + ": training.zero_stage " + std::to_string(t.zero_stage) +
+                   ": pipeline plans (HexiScale and its baselines) model ZeRO 0 and 1; stages "
+                   "2 and 3 are for sequence layouts (`hexisim seq`)");
 }
 
 }  // namespace hexi

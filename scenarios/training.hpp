@@ -6,6 +6,7 @@
 
 #include "topologies/enum_names.hpp"
 #include "topologies/json_input.hpp"
+#include "topologies/status.hpp"
 
 namespace hexi {
 
@@ -30,12 +31,17 @@ std::string_view to_string(Recompute r);
 std::string_view to_string(PipelineSchedule s);
 std::string_view to_string(AttentionKernel k);
 
+// The largest ZeRO stage that pipeline plans (HexiScale and its baselines) model.
+inline constexpr int kMaxPlanZeroStage = 1;
+
 struct TrainingConfig {
   int global_batch = 64;           // sequences per iteration
   int micro_batch = 1;             // sequences per micro-batch
   int seq_len = 4096;              // tokens per sequence
   std::string precision = "bf16";  // bf16 | fp16 | fp32 (activations, weights in compute)
-  int zero_stage = 1;              // 0: replicate optimizer state; 1: shard it over DP
+  // 0: replicate optimizer state; 1: shard it over DP; 2 (+ gradients) and 3 (+ weights):
+  // sequence layouts only (`hexisim seq`); pipeline plans refuse them (kMaxPlanZeroStage).
+  int zero_stage = 1;
   Recompute recompute = Recompute::kSelective;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   AttentionKernel attention = AttentionKernel::kFlash;
@@ -51,5 +57,9 @@ Recompute read_recompute(const JsonNode& node);
 // Reads a "training" object; absent fields keep their defaults.
 TrainingConfig read_training(const JsonNode& node);
 Json to_json(const TrainingConfig& t);
+
+// Bad input naming `origin` when the training's ZeRO stage is above kMaxPlanZeroStage:
+// pipeline plans model ZeRO 0 and 1; stages 2 and 3 are for sequence layouts.
+Status check_zero_stage(const TrainingConfig& t, const std::string& origin);
 
 }  // namespace hexi

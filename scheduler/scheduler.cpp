@@ -43,6 +43,16 @@ Result<SearchResult> run_scheduler(const std::string& name, const Scenario& sc,
     if (auto st = check_schedulable(sc); !st) return st.error();
     return s.run(sc, options);
   }
+  // The sequence schedulers (scheduler/hexiseq/) plan layouts, not pipelines.
+  for (const char* seq : {"hexiseq", "hexiseq-exact", "hexiseq-homogeneous", "ring", "ulysses",
+                          "usp", "megatron-cp", "round-robin"}) {
+    if (name == seq) {
+      return bad_input("scheduler \"" + name +
+                       "\" plans sequence (context + head parallel) layouts: use `hexisim seq "
+                       "SCENARIO --scheduler " +
+                       name + "`; pipeline schedulers: " + scheduler_names());
+    }
+  }
   return bad_input("unknown scheduler \"" + name + "\" (known: " + scheduler_names() + ")");
 }
 

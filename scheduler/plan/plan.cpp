@@ -143,6 +143,7 @@ class PlanChecker {
         used_where_(cluster.num_devices()) {}
 
   Status check(const Plan& plan) {
+    if (auto st = check_zero_stage(training_, origin_); !st) return st;
     int batch_sum = 0;
     for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
       const Pipeline& p = plan.pipelines[pi];

@@ -39,6 +39,8 @@ Json SearchResult::to_json() const {
 }
 
 Status check_schedulable(const Scenario& sc) {
+  if (auto st = check_zero_stage(sc.training, sc.file.empty() ? sc.name : sc.file.string()); !st)
+    return st;
   const Cluster& c = sc.cluster;
   auto parts = c.connected_parts();
   if (parts.size() > 1) {
