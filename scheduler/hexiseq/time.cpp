@@ -137,7 +137,9 @@ class RingModel {
   std::vector<double> arrivals(const Transfers& t, const std::vector<double>& posted) const {
     const Cluster& c = cost_.cluster();
     const int n = static_cast<int>(ranks_.size());
+    const std::size_t machines = c.machines().size();
     std::vector<double> send(n, 0.0), send_lat(n, 0.0), recv(n, 0.0), recv_lat(n, 0.0);
+    std::vector<double> nic_out(machines, 0.0), nic_in(machines, 0.0);  // s of NIC time
     for (int dst = 0; dst < n; ++dst) {
       for (const auto& [src, bytes] : t[dst]) {
         const PairLink l = c.link(ranks_[src].device, ranks_[dst].device);
@@ -145,17 +147,27 @@ class RingModel {
         recv[dst] += bytes / l.bandwidth_Bps;
         send_lat[src] = std::max(send_lat[src], l.latency_s);
         recv_lat[dst] = std::max(recv_lat[dst], l.latency_s);
+        const int ms = machine(src), md = machine(dst);
+        if (ms == md) continue;
+        nic_out[ms] += bytes / c.machines()[ms].nic_Bps;
+        nic_in[md] += bytes / c.machines()[md].nic_Bps;
       }
     }
     std::vector<double> arrive(n, 0.0);
     for (int dst = 0; dst < n; ++dst) {
       for (const auto& [src, bytes] : t[dst]) {
-        const double port = std::max(send[src] + send_lat[src], recv[dst] + recv_lat[dst]);
+        double port = std::max(send[src] + send_lat[src], recv[dst] + recv_lat[dst]);
+        if (machine(src) != machine(dst)) {
+          port = std::max(
+              {port, nic_out[machine(src)] + send_lat[src], nic_in[machine(dst)] + recv_lat[dst]});
+        }
         arrive[dst] = std::max(arrive[dst], std::max(posted[src], posted[dst]) + port);
       }
     }
     return arrive;
   }
+
+  int machine(int flat) const { return cost_.cluster().devices()[ranks_[flat].device].machine; }
 
   const SequenceCost& cost_;
   const SequenceLayout& layout_;
@@ -181,6 +193,28 @@ void append(std::vector<Kernel>& to, const std::vector<Kernel>& ks) {
 
 Eigen::MatrixXd transposed(const Eigen::MatrixXd& m) {
   return m.transpose();
+}
+
+// The all-to-all's off-machine bytes through each machine's NICs (all of them together,
+// both directions apart): the slowest machine's time plus the largest latency; 0 when the
+// group sits in one machine.
+double nic_time(const Cluster& c, const std::vector<int>& devices, const Eigen::MatrixXd& bytes,
+                const Eigen::MatrixXd& latency_s) {
+  std::map<int, double> out, in;  // machine -> bytes
+  double latency = 0;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    for (std::size_t j = 0; j < devices.size(); ++j) {
+      const int mi = c.devices()[devices[i]].machine, mj = c.devices()[devices[j]].machine;
+      if (mi == mj || bytes(i, j) <= 0) continue;
+      out[mi] += bytes(i, j);
+      in[mj] += bytes(i, j);
+      latency = std::max(latency, latency_s(i, j));
+    }
+  }
+  double slowest = 0;
+  for (const auto& [m, b] : out) slowest = std::max(slowest, b / c.machines()[m].nic_Bps);
+  for (const auto& [m, b] : in) slowest = std::max(slowest, b / c.machines()[m].nic_Bps);
+  return slowest > 0 ? slowest + latency : 0.0;
 }
 
 }  // namespace
@@ -230,9 +264,11 @@ double SequenceCost::ulysses_s(const SequenceGroup& g) const {
   const Eigen::MatrixXd lat = group_latencies(cluster_, g.devices);
   const Eigen::MatrixXd qkv = ulysses_qkv_bytes(attention_, u);
   const Eigen::MatrixXd out = ulysses_output_bytes(attention_, u);
-  const double forward = all_to_all_time(qkv, bw, lat) + all_to_all_time(out, bw, lat);
-  const double backward =
-      all_to_all_time(transposed(out), bw, lat) + all_to_all_time(transposed(qkv), bw, lat);
+  auto time = [&](const Eigen::MatrixXd& bytes) {
+    return std::max(all_to_all_time(bytes, bw, lat), nic_time(cluster_, g.devices, bytes, lat));
+  };
+  const double forward = time(qkv) + time(out);
+  const double backward = time(transposed(out)) + time(transposed(qkv));
   return forward + backward + (training_.recompute == Recompute::kFull ? forward : 0.0);
 }
 

@@ -9,7 +9,9 @@
 //                (roofline with the profile's per-class efficiency), as the rest of hexisim
 //   all-to-all   its group's ragged Ulysses all-to-alls: forward Q, K, V in and O out,
 //                backward dO in and dQ, dK, dV out (the same bytes the other way), each
-//                all_to_all_time over the group's bandwidth matrix; the group waits for it
+//                all_to_all_time over the group's bandwidth matrix, or, for a group spanning
+//                machines, each machine's off-machine bytes through all its NICs together
+//                if that is slower (devices of a machine share its NICs); the group waits
 //   ring         attention of H_i for the group's T_g queries against every group's block,
 //                the blocks circulating over the groups in ring order (below); the group
 //                waits for its slowest member before its output all-to-all
@@ -25,7 +27,9 @@
 // group. Both ends post that transfer when they start step k (NCCL send/recv pairs), so
 //   start_i(k+1) = max(end_i(k), max over sources j of max(start_j(k), start_i(k)) + t_ji)
 // with t_ji the larger of j's send and i's receive port time (bytes / path bandwidth summed
-// over its peers, plus the path latency). Backward steps carry K, V, dK, dV and one more
+// over its peers, plus the path latency) and, off-machine, of the two machines' NIC time
+// (the step's off-machine bytes of all their devices / the NICs' bandwidth: the sub-rings
+// of a machine share its NICs). Backward steps carry K, V, dK, dV and one more
 // transfer takes each block's dK, dV home. On equal shards over identical devices this is
 // exactly cost/sequence's ring_time (tested); with uneven groups it does not charge every
 // step the slowest rank's block (ring_time's lockstep bound, also tested: never below).

@@ -125,10 +125,24 @@ TEST(SequenceTime, OneGroupIsPureUlysses) {
                    cost.token_wise_s(3, 8192) + cost.ulysses_s(l.groups[0]) + lt.devices[3].ring_s);
 }
 
+TEST(SequenceTime, AllToAllAcrossMachinesSharesTheirNics) {
+  // One group over 2 machines of 2 H100 (one 25 GB/s NIC each), equal shards of 8192 and 8
+  // heads (2 kv heads) each. Machine 0 sends each of machine 1's two devices, from each of
+  // its two, 8192 (8 + 2 * 2) d B for Q, K, V: 4 such flows through one NIC, twice what any
+  // device's own port carries off-machine. O: 8192 * 8 d B per flow.
+  const Cluster c = mixed_cluster({{"H100-SXM", 2, 2}});
+  SequenceCost cost(c, catalog_model("llama3-8b"), long_context(32768), kProfile);
+  const SequenceGroup g{{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}};
+  const double nic = c.machines()[0].nic_Bps, lat = c.latency(0, 2), dB = 128.0 * 2;
+  const double qkv = 4 * 8192 * 12 * dB / nic + lat, out = 4 * 8192 * 8 * dB / nic + lat;
+  EXPECT_NEAR(cost.ulysses_s(g) / (2 * (qkv + out)), 1.0, 1e-12);
+}
+
 TEST(SequenceTime, EqualShardsOnIdenticalDevicesAreTheHomogeneousFormulas) {
   // USP-like: 2 machines of 4 H100, a group per machine, 8 heads per device, equal shards.
   // Sub-ring r is device r of each group: a 2-rank ring of 8 heads (2 kv heads) over the
-  // NIC, exactly ring_time with that shape; the all-to-all as one group alone.
+  // machines' one NIC, which the 4 sub-rings share: ring_time with that shape and a quarter
+  // of the NIC per hop.
   const Cluster c = mixed_cluster({{"H100-SXM", 4, 2}});
   const Model m = catalog_model("llama3-8b");
   const TrainingConfig t = long_context(65536);
@@ -143,10 +157,11 @@ TEST(SequenceTime, EqualShardsOnIdenticalDevicesAreTheHomogeneousFormulas) {
   sub.kv_heads = 2;
   std::vector<RingRank> ranks(2, RingRank{32768, cost.attention_flops_s(0), 0, 0});
   set_ring_hops(c, {1, 5}, ranks);
+  for (auto& r : ranks) r.recv_Bps = c.machines()[0].nic_Bps / 4;
   const double ring = ring_time(sub, ranks, false) + ring_time(sub, ranks, true);
   const LayerTime lt = cost.layer(l);
   for (const auto& d : lt.devices) {
-    EXPECT_DOUBLE_EQ(d.ring_s, ring) << d.device;
+    EXPECT_NEAR(d.ring_s / ring, 1.0, 1e-12) << d.device;
     EXPECT_DOUBLE_EQ(d.token_wise_s, cost.token_wise_s(0, 8192));
   }
   // Every device equal: the layer is any device's total.
@@ -164,7 +179,8 @@ TEST(SequenceTime, SubRingsFollowTheCommonRefinementOfHeadRanges) {
   // Two groups of two H100 on two machines; group 0 splits 32 heads {16, 16}, group 1
   // {8, 24}. Refinement: [0, 8) [8, 16) [16, 32). Device 2 (heads [0, 8)) receives only
   // [0, 8) from device 0; device 3 (heads [8, 32)) receives [8, 16) from device 0 and
-  // [16, 32) from device 1. Device 0 sends to two devices over its one port.
+  // [16, 32) from device 1. Device 0 sends to two devices over its one port, and the
+  // machines' one NIC carries all 8 kv heads' worth (2 + 2 + 4): the NIC is the bottleneck.
   const Cluster c = mixed_cluster({{"H100-SXM", 2, 2}});
   const Model m = catalog_model("llama3-8b");
   SequenceCost cost(c, m, long_context(32768), kProfile);
@@ -177,11 +193,18 @@ TEST(SequenceTime, SubRingsFollowTheCommonRefinementOfHeadRanges) {
   const double off = 16384.0 * 16384 / 2 * per_pair / f;
   const double kv_block = 2.0 * 16384 * 128 * 2;  // one kv head of one block, bytes
   const double bw = c.bandwidth(0, 2), lat = c.latency(0, 2);
-  // Device 3 receives 2 + 4 kv heads; device 0 sends 2 + 2 (to devices 2 and 3).
-  const double x3 = std::max(4 * kv_block / bw, 6 * kv_block / bw) + lat;
-  EXPECT_DOUBLE_EQ(end[3], std::max(24 * diag, x3) + 24 * off);
-  const double x2 = std::max(4 * kv_block / bw, 2 * kv_block / bw) + lat;
-  EXPECT_DOUBLE_EQ(end[2], std::max(8 * diag, x2) + 8 * off);
+  // Device 3 receives 2 + 4 kv heads, device 0 sends 2 + 2; both NICs carry 8.
+  ASSERT_DOUBLE_EQ(bw, c.machines()[0].nic_Bps);
+  const double nic = 8 * kv_block / bw + lat;
+  EXPECT_NEAR(end[3], std::max(24 * diag, nic) + 24 * off, 1e-15);
+  EXPECT_NEAR(end[2], std::max(8 * diag, nic) + 8 * off, 1e-15);
+  // One machine (NVLink, no NIC): device 3's port, 6 kv heads, is its bottleneck.
+  const Cluster one = mixed_cluster({{"H100-SXM", 4, 1}});
+  SequenceCost nvlink(one, m, long_context(32768), kProfile);
+  const double bw1 = one.bandwidth(0, 2), lat1 = one.latency(0, 2);
+  const auto end1 = nvlink.ring_end_s(l, false);
+  EXPECT_NEAR(end1[3], std::max(24 * diag, 6 * kv_block / bw1 + lat1) + 24 * off, 1e-15);
+  EXPECT_NEAR(end1[2], std::max(8 * diag, 4 * kv_block / bw1 + lat1) + 8 * off, 1e-15);
 }
 
 TEST(SequenceTime, IterationAddsLayersHeadSyncAndOptimizer) {
