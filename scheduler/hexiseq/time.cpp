@@ -227,9 +227,13 @@ SequenceCost::SequenceCost(const Cluster& cluster, const Model& model,
       profile_(profile),
       attention_(attention_shape(model, training, grad_bytes)) {}
 
+const GpuSpec& SequenceCost::gpu(int device) const {
+  return cluster_.gpu(identical_ >= 0 ? identical_ : device);
+}
+
 double SequenceCost::attention_flops_s(int device) const {
-  const GpuSpec& gpu = cluster_.gpu(device);
-  return gpu.flops() * profile_.device(gpu.name).attention_efficiency;
+  const GpuSpec& g = gpu(device);
+  return g.flops() * profile_.device(g.name).attention_efficiency;
 }
 
 double SequenceCost::token_wise_s(int device, std::int64_t tokens) const {
@@ -241,8 +245,8 @@ double SequenceCost::token_wise_s(int device, std::int64_t tokens) const {
     append(ks, without_core(block_forward(model_, t, b, 1, 1.0)));
     append(ks, without_core(block_backward(model_, t, b, 1, 1.0)));
   }
-  const GpuSpec& gpu = cluster_.gpu(device);
-  return kernels_time(ks, gpu, profile_.device(gpu.name));
+  const GpuSpec& g = gpu(device);
+  return kernels_time(ks, g, profile_.device(g.name));
 }
 
 double SequenceCost::head_s(int device, std::int64_t tokens) const {
@@ -253,8 +257,8 @@ double SequenceCost::head_s(int device, std::int64_t tokens) const {
   append(ks, embedding_backward(model_, t, 1));
   append(ks, head_forward(model_, t, 1, 1.0));
   append(ks, head_backward(model_, t, 1, 1.0));
-  const GpuSpec& gpu = cluster_.gpu(device);
-  return kernels_time(ks, gpu, profile_.device(gpu.name));
+  const GpuSpec& g = gpu(device);
+  return kernels_time(ks, g, profile_.device(g.name));
 }
 
 double SequenceCost::ulysses_s(const SequenceGroup& g) const {
@@ -339,15 +343,18 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   // ~28 bytes per owned parameter (estimate.hpp's figure).
   const double owned = model_.params() / (training_.zero_stage >= 1 ? n : 1);
   for (int d : devices) {
-    const GpuSpec& gpu = cluster_.gpu(d);
-    it.optimizer_s = std::max(
-        it.optimizer_s,
-        owned * 28 / (gpu.memory_GBps * 1e9 * profile_.device(gpu.name).memory_efficiency));
+    const GpuSpec& g = gpu(d);
+    it.optimizer_s =
+        std::max(it.optimizer_s,
+                 owned * 28 / (g.memory_GBps * 1e9 * profile_.device(g.name).memory_efficiency));
   }
   it.iteration_s = training_.global_batch * it.sequence_s + it.sync_s + it.optimizer_s;
   it.tokens_per_s = training_.tokens_per_iteration() / it.iteration_s;
   it.memory = layout_memory(layout, model_, training_, cluster_);
-  for (const auto& m : it.memory) it.fits = it.fits && m.total() <= m.limit();
+  for (auto& m : it.memory) {
+    m.capacity = memory_capacity(m.device);
+    it.fits = it.fits && m.total() <= m.limit();
+  }
   return it;
 }
 

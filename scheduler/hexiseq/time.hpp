@@ -108,6 +108,13 @@ class SequenceCost {
   const TrainingConfig& training() const { return training_; }
   const AttentionShape& attention() const { return attention_; }
 
+  // Treat every device as `device`'s GPU (compute, HBM and memory capacity; links stay the
+  // cluster's): how hexiseq-homogeneous sees a cluster. -1: each its own (the default).
+  void set_identical(int device) { identical_ = device; }
+  // The GPU a device counts as, and its memory capacity (bytes).
+  const GpuSpec& gpu(int device) const;
+  double memory_capacity(int device) const { return gpu(device).memory_bytes(); }
+
   // Achieved attention FLOP/s of a device: peak x its profile's attention efficiency.
   double attention_flops_s(int device) const;
   // One layer's token-wise kernels, forward + backward, for `tokens` tokens (0 for none).
@@ -124,11 +131,12 @@ class SequenceCost {
   IterationTime iteration(const SequenceLayout& layout) const;
 
  private:
-  const Cluster& cluster_;
-  const Model& model_;
-  const TrainingConfig& training_;
+  const Cluster& cluster_;  // the cluster and profile outlive the cost (as CostModel's)
+  Model model_;
+  TrainingConfig training_;
   const Profile& profile_;
   AttentionShape attention_;
+  int identical_ = -1;
 };
 
 }  // namespace hexiseq
