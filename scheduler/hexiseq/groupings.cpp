@@ -63,6 +63,18 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
+bool whole_domains(const Grouping& g, const std::vector<std::vector<int>>& domains) {
+  for (const auto& group : g.groups) {
+    for (const auto& d : domains) {
+      const auto in = std::count_if(d.begin(), d.end(), [&](int x) {
+        return std::find(group.begin(), group.end(), x) != group.end();
+      });
+      if (in != 0 && in != static_cast<long>(d.size())) return false;
+    }
+  }
+  return true;
+}
+
 std::vector<std::vector<int>> domains(const Cluster& cluster, const std::vector<int>& devices) {
   std::map<std::pair<int, int>, std::vector<int>> by_domain;  // (machine, socket) -> devices
   for (int d : devices) {

@@ -47,6 +47,10 @@ std::vector<Grouping> merged_groupings(const Cluster& cluster, const std::vector
 Grouping grouping_by_type(const Cluster& cluster, const std::vector<std::vector<int>>& domains,
                           const std::map<int, int>& size_by_type);
 
+// Whether every group of `g` is a union of whole domains (the machines kept whole, merged
+// or not).
+bool whole_domains(const Grouping& g, const std::vector<std::vector<int>>& domains);
+
 // The sizes that divide n (ascending).
 std::vector<int> divisors(int n);
 

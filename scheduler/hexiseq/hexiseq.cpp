@@ -16,6 +16,8 @@ namespace {
 // The programs count time in ms and memory in GiB: coefficients near 1 for the solvers'
 // absolute tolerances.
 constexpr double kMs = 1e3;
+// Integer programs per group and round, each linearised at the previous one's answer.
+constexpr int kPasses = 4;
 
 int add_continuous(Problem& p, const std::string& name, double objective = 0) {
   return p.add_variable({name, 0, kInfinity, false, objective});
@@ -81,8 +83,37 @@ void add_at_least(Problem& p, const std::string& name, int var, std::vector<Term
   p.add_constraint({name, std::move(terms), Sense::kGreaterEqual, rhs});
 }
 
-// Rounds T_g (in blocks, sum `total`) to whole blocks >= 1 with the same sum: largest
-// remainders first, ties to the lower index.
+// A linear expression standing for a sum of products, and its constant.
+struct Linearised {
+  std::vector<Term> terms;
+  double rhs = 0;  // of "var - terms >= rhs"
+};
+
+// w s q with s = b x (tokens) and q = h (+ 2 kv when kv >= 0), to first order at (s0, q0):
+// w (s0 q + s q0 - s0 q0). Exact where either factor keeps its guess.
+void product(Linearised& l, double w, int x, double s0, int h, int kv, double q0, double b) {
+  l.terms.push_back({h, w * s0});
+  if (kv >= 0) l.terms.push_back({kv, 2 * w * s0});
+  l.terms.push_back({x, w * b * q0});
+  l.rhs -= w * s0 * q0;
+}
+
+}  // namespace
+
+std::optional<std::int64_t> token_block(std::int64_t sequence, int devices,
+                                        std::int64_t requested) {
+  if (sequence <= 0 || sequence % 2 != 0) return std::nullopt;
+  if (requested > 0) {
+    if (requested % 2 != 0 || sequence % requested != 0) return std::nullopt;
+    return requested;
+  }
+  std::int64_t block = 2;
+  while (sequence % (2 * block) == 0 && 2 * block * 32 * std::max(devices, 1) <= sequence) {
+    block *= 2;
+  }
+  return block;
+}
+
 std::vector<std::int64_t> round_blocks(const std::vector<double>& t, std::int64_t total) {
   const std::size_t n = t.size();
   std::vector<std::int64_t> out(n);
@@ -103,22 +134,6 @@ std::vector<std::int64_t> round_blocks(const std::vector<double>& t, std::int64_
     --out[k];
   }
   return out;
-}
-
-}  // namespace
-
-std::optional<std::int64_t> token_block(std::int64_t sequence, int devices,
-                                        std::int64_t requested) {
-  if (sequence <= 0 || sequence % 2 != 0) return std::nullopt;
-  if (requested > 0) {
-    if (requested % 2 != 0 || sequence % requested != 0) return std::nullopt;
-    return requested;
-  }
-  std::int64_t block = 2;
-  while (sequence % (2 * block) == 0 && 2 * block * 32 * std::max(devices, 1) <= sequence) {
-    block *= 2;
-  }
-  return block;
 }
 
 GroupGuess proportional_guess(const LinearModel& lm, const GroupTerms& terms, double tokens) {
@@ -149,14 +164,16 @@ GroupGuess guess_of(const LinearModel& lm, const SequenceGroup& g) {
   return out;
 }
 
-std::optional<std::vector<std::int64_t>> split_tokens(const LinearModel& lm,
-                                                      const std::vector<GroupTerms>& terms,
-                                                      const std::vector<GroupGuess>& guesses,
-                                                      std::int64_t block,
-                                                      const HexiSeqOptions& options) {
+std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
+                                                const std::vector<GroupTerms>& terms,
+                                                const std::vector<int>& counts,
+                                                const std::vector<GroupGuess>& guesses,
+                                                std::int64_t block, const HexiSeqOptions& options,
+                                                double* model_s) {
   const int groups = static_cast<int>(terms.size());
   const double b = static_cast<double>(block), S = static_cast<double>(lm.sequence());
   const double beta = lm.backward_ratio(), gamma = lm.grad_ratio();
+  const bool has_ring = std::accumulate(counts.begin(), counts.end(), 0) > 1;
   Problem p;
   const int t = add_continuous(p, "t", 1);
   const int tmax = add_continuous(p, "Tmax");
@@ -164,9 +181,9 @@ std::optional<std::vector<std::int64_t>> split_tokens(const LinearModel& lm,
   std::vector<int> tg;
   for (int g = 0; g < groups; ++g) {
     const std::string pre = "g" + std::to_string(g) + ".";
-    tg.push_back(p.add_variable({pre + "T", 1, S / b, false, 0}));
-    sum.terms.push_back({tg[g], 1});
-    if (groups > 1) add_at_least(p, pre + "Tmax", tmax, {{tg[g], 1}});
+    tg.push_back(p.add_variable({pre + "T", 0, S / b, false, 0}));
+    sum.terms.push_back({tg[g], static_cast<double>(counts[g])});
+    if (has_ring) add_at_least(p, pre + "Tmax", tmax, {{tg[g], 1}});
     const GroupTerms& gt = terms[g];
     const GroupGuess& gs = guesses[g];
     const GroupVars v = add_group_vars(p, pre);
@@ -233,13 +250,35 @@ std::optional<std::vector<std::int64_t>> split_tokens(const LinearModel& lm,
   if (!s.has_values()) return std::nullopt;
   std::vector<double> tokens;
   for (int g = 0; g < groups; ++g) tokens.push_back(s.values[tg[g]]);
-  return round_blocks(tokens, lm.sequence() / block);
+  if (model_s) *model_s = s.objective / kMs;
+  return tokens;
+}
+
+// The guess averaged over each class of interchangeable ranks (the program is then
+// symmetric in them, and ordering them loses nothing).
+GroupGuess symmetric(const GroupGuess& g, const std::vector<int>& classes) {
+  GroupGuess out = g;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    if (classes[c] != static_cast<int>(c)) continue;
+    double s = 0, h = 0, kv = 0, n = 0;
+    for (std::size_t i = 0; i < classes.size(); ++i) {
+      if (classes[i] != static_cast<int>(c)) continue;
+      s += g.shards[i], h += g.heads[i], kv += g.kv[i], n += 1;
+    }
+    for (std::size_t i = 0; i < classes.size(); ++i) {
+      if (classes[i] != static_cast<int>(c)) continue;
+      out.shards[i] = s / n, out.heads[i] = h / n, out.kv[i] = kv / n;
+    }
+  }
+  return out;
 }
 
 std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms& gt,
                                          const std::vector<int>& devices, std::int64_t tokens,
-                                         std::int64_t ring_block, const GroupGuess& guess,
+                                         std::int64_t ring_block, const GroupGuess& asked,
                                          std::int64_t block, const HexiSeqOptions& options) {
+  const std::vector<int> classes = interchangeable(gt);
+  const GroupGuess guess = symmetric(asked, classes);
   const int n = static_cast<int>(devices.size());
   const int nq = lm.cost().attention().q_heads, nkv = lm.cost().attention().kv_heads;
   const int r = lm.heads_per_kv();
@@ -272,17 +311,43 @@ std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms
   }
   p.add_constraint(all_tokens);
   p.add_constraint(all_heads);
+  // Symmetry: each interchangeable rank at least the next one of its class, (heads, shard)
+  // lexicographically.
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      if (classes[j] != classes[i]) continue;
+      const double lex = T / b + 1;
+      p.add_constraint({"order" + std::to_string(i),
+                        {{h[i], lex}, {x[i], 1}, {h[j], -lex}, {x[j], -1}},
+                        Sense::kGreaterEqual,
+                        0});
+      break;
+    }
+  }
   const std::vector<double> q = q_of(guess);
+  // The all-to-all's bytes s_j q_i, first order at the guess (both factors may move).
+  auto qkv = [&](Linearised& l, double w, int from, int to) {
+    product(l, w, x[from], guess.shards[from], h[to], kv[to], q[to], b);
+  };
+  auto out = [&](Linearised& l, double w, int from, int to) {
+    product(l, w, x[from], guess.shards[from], h[to], -1, guess.heads[to], b);
+  };
   for (int i = 0; i < n; ++i) {
     const DeviceTerms& d = gt.devices[i];
     const std::string di = std::to_string(i);
     add_device_time(p, lm, gt, i, t, {x[i], -kMs * d.token_s * b}, v);
-    const double in_qkv = kMs * others(guess.shards, gt.pair_s, i, false);
-    add_at_least(p, "qkv.in" + di, v.a1, {{h[i], in_qkv}, {kv[i], 2 * in_qkv}});
-    add_at_least(p, "qkv.out" + di, v.a1, {{x[i], kMs * b * others(q, gt.pair_s, i, true)}});
-    add_at_least(p, "o.out" + di, v.a2, {{h[i], kMs * others(guess.shards, gt.pair_s, i, true)}});
-    add_at_least(p, "o.in" + di, v.a2,
-                 {{x[i], kMs * b * others(guess.heads, gt.pair_s, i, false)}});
+    Linearised recv_qkv, send_qkv, send_o, recv_o;
+    for (int j = 0; j < n; ++j) {
+      if (j == i) continue;
+      qkv(recv_qkv, kMs * gt.pair_s[j][i], j, i);  // j's tokens of i's heads
+      qkv(send_qkv, kMs * gt.pair_s[i][j], i, j);
+      out(send_o, kMs * gt.pair_s[i][j], j, i);  // i's heads of j's tokens
+      out(recv_o, kMs * gt.pair_s[j][i], i, j);
+    }
+    add_at_least(p, "qkv.in" + di, v.a1, recv_qkv.terms, recv_qkv.rhs);
+    add_at_least(p, "qkv.out" + di, v.a1, send_qkv.terms, send_qkv.rhs);
+    add_at_least(p, "o.out" + di, v.a2, send_o.terms, send_o.rhs);
+    add_at_least(p, "o.in" + di, v.a2, recv_o.terms, recv_o.rhs);
     add_at_least(p, "ring.f" + di, v.rf, {{h[i], kMs * d.attention_s * T}});
     add_at_least(p, "ring.b" + di, v.rb, {{h[i], kMs * beta * d.attention_s * T}});
     add_at_least(p, "kv.f" + di, v.rf, {{kv[i], kMs * fwd_tokens * gt.ring_s[i]}});
@@ -298,22 +363,25 @@ std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms
   }
   for (int m = 0; m < static_cast<int>(gt.machines.size()); ++m) {
     const double nic = kMs * gt.nic_s[m];
-    std::vector<Term> out_qkv, in_qkv, out_o, in_o, ring;
+    Linearised out_qkv, in_qkv, out_o, in_o;
+    std::vector<Term> ring;
     for (int i = 0; i < n; ++i) {
       if (gt.devices[i].machine != gt.machines[m]) continue;
-      out_qkv.push_back({x[i], nic * b * off_machine(gt, q, m)});
-      in_qkv.push_back({h[i], nic * off_machine(gt, guess.shards, m)});
-      in_qkv.push_back({kv[i], 2 * nic * off_machine(gt, guess.shards, m)});
-      out_o.push_back({h[i], nic * off_machine(gt, guess.shards, m)});
-      in_o.push_back({x[i], nic * b * off_machine(gt, guess.heads, m)});
       ring.push_back({kv[i], 2 * nic});
+      for (int j = 0; j < n; ++j) {
+        if (gt.devices[j].machine == gt.machines[m]) continue;
+        qkv(out_qkv, nic, i, j);
+        qkv(in_qkv, nic, j, i);
+        out(out_o, nic, j, i);
+        out(in_o, nic, i, j);
+      }
     }
     const std::string dm = "nic" + std::to_string(m);
     if (gt.machines.size() > 1) {
-      add_at_least(p, dm + ".qkv.out", v.a1, out_qkv);
-      add_at_least(p, dm + ".qkv.in", v.a1, in_qkv);
-      add_at_least(p, dm + ".o.out", v.a2, out_o);
-      add_at_least(p, dm + ".o.in", v.a2, in_o);
+      add_at_least(p, dm + ".qkv.out", v.a1, out_qkv.terms, out_qkv.rhs);
+      add_at_least(p, dm + ".qkv.in", v.a1, in_qkv.terms, in_qkv.rhs);
+      add_at_least(p, dm + ".o.out", v.a2, out_o.terms, out_o.rhs);
+      add_at_least(p, dm + ".o.in", v.a2, in_o.terms, in_o.rhs);
     }
     if (gt.ring_nic[m]) {
       std::vector<Term> f = ring, bk = ring;
@@ -415,30 +483,57 @@ class Search {
   }
 
   // Scores a grouping (every round); its best closed-form iteration time, or infinity.
+  // Groups alike (equal programs but for T and the guess) share one LP entry and guess.
   double evaluate(const Grouping& grouping) {
+    Prepared pr = prepare(grouping);
     const int p = static_cast<int>(grouping.groups.size());
-    std::vector<GroupTerms> terms;
-    for (int g = 0; g < p; ++g) {
-      terms.push_back(lm_.group(grouping.groups[g],
-                                p > 1 ? grouping.groups[(g + p - 1) % p] : std::vector<int>{}));
-    }
-    const double share = static_cast<double>(lm_.sequence()) / static_cast<int>(devices_.size());
-    std::vector<GroupGuess> guesses;
-    for (int g = 0; g < p; ++g) {
-      guesses.push_back(proportional_guess(lm_, terms[g], share * grouping.groups[g].size()));
-    }
+    const std::vector<GroupTerms>& terms = pr.terms;
+    const std::vector<int>& cls = pr.cls;
+    const std::vector<int>& reps = pr.reps;
+    std::vector<GroupGuess>& guesses = pr.guesses;
+    // The even split the homogeneous systems run, as a floor for this grouping.
     double best = kInfinity;
+    SequenceLayout even = even_layout(grouping.groups, lm_.sequence(), lm_.cost().model().heads);
+    even.split_kv_heads = options_.split_kv_heads;
+    if (std::all_of(even.groups.begin(), even.groups.end(),
+                    [](const SequenceGroup& g) { return g.tokens > 0; }) &&
+        (options_.split_kv_heads ||
+         validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
+             .ok())) {
+      best = score(grouping, even);
+    }
+    std::vector<std::int64_t> last;
     for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
       ++solves_;
-      const auto tokens = split_tokens(lm_, terms, guesses, block_, options_);
-      if (!tokens) break;
-      std::optional<SequenceLayout> layout = solve_groups(grouping, terms, guesses, *tokens);
+      const auto t = split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_);
+      if (!t) break;
+      std::vector<double> per_group;
+      for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
+      const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
+      if (blocks == last) break;  // converged
+      last = blocks;
+      std::vector<GroupGuess> group_guesses;
+      for (int g = 0; g < p; ++g) group_guesses.push_back(guesses[cls[g]]);
+      std::optional<SequenceLayout> layout = solve_groups(grouping, terms, group_guesses, blocks);
       if (!layout) break;
       best = std::min(best, score(grouping, *layout));
-      for (int g = 0; g < p; ++g)
-        guesses[g] = guess_in_order(layout->groups[g], grouping.groups[g]);
+      for (std::size_t c = 0; c < reps.size(); ++c) {
+        guesses[c] = guess_in_order(layout->groups[reps[c]], grouping.groups[reps[c]]);
+      }
     }
     return best;
+  }
+
+  // The LP's optimum for a grouping at proportional guesses (stage 2 alone, continuous
+  // heads): a cheap estimate to rank groupings by; infinity when infeasible.
+  double estimate(const Grouping& grouping) {
+    const Prepared pr = prepare(grouping);
+    double model = kInfinity;
+    ++solves_;
+    if (!split_tokens(lm_, pr.rep_terms, pr.counts, pr.guesses, block_, options_, &model)) {
+      return kInfinity;
+    }
+    return model;
   }
 
   Result<HexiSeqResult> finish() {
@@ -453,6 +548,40 @@ class Search {
   }
 
  private:
+  // A grouping's groups, their classes (groups alike: equal programs but for T and the
+  // guess, one LP entry each) and each class's proportional guess.
+  struct Prepared {
+    std::vector<GroupTerms> terms;      // per group
+    std::vector<int> cls;               // per group: its class
+    std::vector<int> reps, counts;      // per class: first group, number of groups
+    std::vector<GroupTerms> rep_terms;  // per class
+    std::vector<GroupGuess> guesses;    // per class, in its first group's device order
+  };
+
+  Prepared prepare(const Grouping& grouping) const {
+    Prepared pr;
+    const int p = static_cast<int>(grouping.groups.size());
+    for (int g = 0; g < p; ++g) {
+      pr.terms.push_back(lm_.group(grouping.groups[g],
+                                   p > 1 ? grouping.groups[(g + p - 1) % p] : std::vector<int>{}));
+    }
+    pr.cls.resize(p);
+    std::map<std::string, int> by_key;
+    for (int g = 0; g < p; ++g) {
+      const auto [it, fresh] =
+          by_key.emplace(program_key(pr.terms[g], 0, 0, {}), static_cast<int>(pr.reps.size()));
+      if (fresh) pr.reps.push_back(g), pr.counts.push_back(0);
+      pr.cls[g] = it->second;
+      ++pr.counts[pr.cls[g]];
+    }
+    const double share = static_cast<double>(lm_.sequence()) / static_cast<int>(devices_.size());
+    for (int g : pr.reps) {
+      pr.rep_terms.push_back(pr.terms[g]);
+      pr.guesses.push_back(proportional_guess(lm_, pr.terms[g], share * grouping.groups[g].size()));
+    }
+    return pr;
+  }
+
   // Stage 3 for every group, each at T_g; an integer program per distinct program.
   std::optional<SequenceLayout> solve_groups(const Grouping& grouping,
                                              const std::vector<GroupTerms>& terms,
@@ -472,9 +601,14 @@ class Search {
       for (double& s : guesses[g].shards) s *= total > 0 ? static_cast<double>(tokens) / total : 0;
       std::optional<SequenceGroup> best;
       double best_value = kInfinity;
-      for (int pass = 0; pass < 2; ++pass) {
+      std::optional<SequenceGroup> previous;
+      for (int pass = 0; pass < kPasses; ++pass) {
         auto group = solve_once(terms[g], grouping.groups[g], tokens, ring_block, guesses[g]);
-        if (!group) break;
+        if (!group ||
+            (previous && group->shards == previous->shards && group->heads == previous->heads)) {
+          break;  // infeasible, or a fixed point of the linearisation
+        }
+        previous = group;
         const double value =
             lm_.group_value(terms_in_order(terms[g], grouping.groups[g], *group), *group);
         if (value < best_value) best_value = value, best = group;
@@ -651,9 +785,23 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
   Search search(cost, planner, devices, *block, options);
   const std::vector<Grouping> family = grouping_family(cluster, devices, options.exhaustive_limit);
   if (!family.empty()) {
-    for (const Grouping& g : family) {
-      search.evaluate(g);
-      if (search.out_of_time()) break;
+    // Every grouping of whole domains (merged or not) in full: the LP's proportional guess
+    // misjudges merges, whose best layouts often idle a slow, badly connected type. The
+    // rest ranked by the LP's estimate, the best `screen` in full.
+    const std::vector<std::vector<int>> ds = domains(cluster, devices);
+    std::vector<std::pair<double, std::size_t>> ranked;
+    for (std::size_t i = 0; i < family.size(); ++i) {
+      if (whole_domains(family[i], ds)) {
+        search.evaluate(family[i]);
+      } else {
+        ranked.push_back({search.estimate(family[i]), i});
+      }
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    const std::size_t full = std::min(ranked.size(), options.screen);
+    for (std::size_t k = 0; k < full && !search.out_of_time(); ++k) {
+      search.evaluate(family[ranked[k].second]);
     }
   } else {
     descend_by_type(search, cluster, devices);

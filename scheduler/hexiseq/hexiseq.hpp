@@ -40,6 +40,7 @@ struct HexiSeqOptions {
   std::int64_t block_tokens = 0;      // shards in whole blocks of this many; 0: auto
   bool split_kv_heads = true;         // head ranges may split a GQA group (kv replicated)
   std::size_t exhaustive_limit = 64;  // enumerate the grouping family up to this many
+  std::size_t screen = 8;             // ... and evaluate the best this many by the LP in full
   bool identical_devices = false;     // plan as if every device were the mesh's first
                                       // (hexiseq-homogeneous); scored on the real cluster
   double solver_time_limit_s = 10;    // s per LP / integer program
@@ -75,13 +76,20 @@ struct GroupGuess {
 GroupGuess proportional_guess(const LinearModel& lm, const GroupTerms& terms, double tokens);
 GroupGuess guess_of(const LinearModel& lm, const SequenceGroup& g);
 
-// Stage 2: T_g in whole blocks (sum S), minimising the model's slowest device for each
-// group's guess (shards as fractions of T_g) under memory; nullopt when infeasible.
-std::optional<std::vector<std::int64_t>> split_tokens(const LinearModel& lm,
-                                                      const std::vector<GroupTerms>& terms,
-                                                      const std::vector<GroupGuess>& guesses,
-                                                      std::int64_t block,
-                                                      const HexiSeqOptions& options);
+// Stage 2: T per group in blocks (fractional; `counts[g]` groups alike share entry g's
+// terms, guess and T; sum of counts x T = S / block), minimising the model's slowest device
+// for each guess (shards as fractions of T) under memory; nullopt when infeasible. The
+// optimum (the model's layer time, s) goes to `model_s` when given.
+std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
+                                                const std::vector<GroupTerms>& terms,
+                                                const std::vector<int>& counts,
+                                                const std::vector<GroupGuess>& guesses,
+                                                std::int64_t block, const HexiSeqOptions& options,
+                                                double* model_s = nullptr);
+
+// T_g in whole blocks >= 1 summing to `total`: floors, then the largest remainders (ties to
+// the lower index).
+std::vector<std::int64_t> round_blocks(const std::vector<double>& blocks, std::int64_t total);
 
 // Stage 3: one group's shards and heads for T_g = `tokens` (ring blocks up to `ring_block`
 // tokens; 0 without a ring), the all-to-all taken at `guess`; nullopt when infeasible.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <numeric>
 
 #include "topologies/text.hpp"
 
@@ -234,6 +235,35 @@ std::vector<int> head_offsets(const SequenceGroup& g) {
     next += h;
   }
   return first;
+}
+
+std::vector<std::int64_t> even_split(std::int64_t tokens, int parts) {
+  const std::int64_t pairs = tokens / 2;
+  std::vector<std::int64_t> out;
+  for (int i = 0; i < parts; ++i) out.push_back(2 * (pairs / parts + (i < pairs % parts ? 1 : 0)));
+  return out;
+}
+
+std::vector<int> even_heads(int heads, int parts) {
+  std::vector<int> out;
+  for (int i = 0; i < parts; ++i) out.push_back(heads / parts + (i < heads % parts ? 1 : 0));
+  return out;
+}
+
+SequenceLayout even_layout(const std::vector<std::vector<int>>& groups, std::int64_t sequence,
+                           int heads) {
+  int devices = 0;
+  for (const auto& g : groups) devices += static_cast<int>(g.size());
+  const std::vector<std::int64_t> shards = even_split(sequence, devices);
+  SequenceLayout l;
+  std::size_t next = 0;
+  for (const auto& g : groups) {
+    SequenceGroup group{g, 0, {}, even_heads(heads, static_cast<int>(g.size()))};
+    for (std::size_t i = 0; i < g.size(); ++i) group.shards.push_back(shards[next++]);
+    group.tokens = std::accumulate(group.shards.begin(), group.shards.end(), std::int64_t{0});
+    l.groups.push_back(std::move(group));
+  }
+  return l;
 }
 
 std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Model& m,

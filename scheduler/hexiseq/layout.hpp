@@ -59,6 +59,17 @@ AttentionShape attention_shape(const Model& m, const TrainingConfig& t, int grad
 // The first query head of each device of a group (prefix sums of its heads).
 std::vector<int> head_offsets(const SequenceGroup& g);
 
+// Equal split of `tokens` over `parts` in whole blocks of 2 (the mirrored halves): the first
+// parts take one more block where it does not divide.
+std::vector<std::int64_t> even_split(std::int64_t tokens, int parts);
+// Equal heads over `parts`: n_q / parts each, the first parts one more where it does not
+// divide.
+std::vector<int> even_heads(int heads, int parts);
+// The layout of `groups` (ring order) with equal shards per device (T_g = S n_g / P) and
+// equal heads per group.
+SequenceLayout even_layout(const std::vector<std::vector<int>>& groups, std::int64_t sequence,
+                           int heads);
+
 // What one device of a layout holds at its peak.
 struct DeviceMemory {
   int device = 0;

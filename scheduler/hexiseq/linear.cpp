@@ -55,7 +55,38 @@ std::pair<double, double> all_to_all(const GroupTerms& t, const GroupValues& v) 
   return {a1, a2};
 }
 
+bool same_terms(const DeviceTerms& a, const DeviceTerms& b) {
+  return a.machine == b.machine && a.token_fixed_s == b.token_fixed_s && a.token_s == b.token_s &&
+         a.attention_s == b.attention_s && a.memory_fixed == b.memory_fixed &&
+         a.memory_token == b.memory_token && a.memory_limit == b.memory_limit;
+}
+
+bool swappable(const GroupTerms& t, int i, int j) {
+  if (!same_terms(t.devices[i], t.devices[j]) || t.ring_s[i] != t.ring_s[j]) return false;
+  if (t.pair_s[i][j] != t.pair_s[j][i]) return false;
+  for (std::size_t k = 0; k < t.devices.size(); ++k) {
+    if (static_cast<int>(k) == i || static_cast<int>(k) == j) continue;
+    if (t.pair_s[i][k] != t.pair_s[j][k] || t.pair_s[k][i] != t.pair_s[k][j]) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+std::vector<int> interchangeable(const GroupTerms& terms) {
+  const int n = static_cast<int>(terms.devices.size());
+  std::vector<int> id(n);
+  for (int i = 0; i < n; ++i) {
+    id[i] = i;
+    for (int j = 0; j < i; ++j) {
+      if (id[j] == j && swappable(terms, i, j)) {
+        id[i] = j;
+        break;
+      }
+    }
+  }
+  return id;
+}
 
 LinearModel::LinearModel(const SequenceCost& cost, int mesh) : cost_(cost), mesh_(mesh) {
   const AttentionShape& a = cost.attention();

@@ -59,6 +59,11 @@ struct GroupTerms {
   double a2a_latency_s = 0;    // the group's largest path latency (0 for one device)
 };
 
+// Classes of interchangeable ranks of a group (same machine, terms, ring hop and bandwidths
+// to every other rank): one id per rank, the id being the class's first rank. Programs
+// order a class's ranks (symmetry) and give its ranks one guess.
+std::vector<int> interchangeable(const GroupTerms& terms);
+
 class LinearModel {
  public:
   // The model for meshes of `mesh` devices (ZeRO shards the model states over them).
