@@ -1,0 +1,354 @@
+#include "scheduler/hexiseq/exact.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+namespace hexi {
+inline namespace hexiseq {
+namespace {
+
+constexpr double kMs = 1e3;  // the program counts ms and GiB, as the search's
+
+// The whole-mesh program of one grouping (exact.hpp). Devices are numbered flat, group by
+// group; a device's head count k has binary z[f][k].
+class ExactProgram {
+ public:
+  ExactProgram(const LinearModel& lm, const Grouping& grouping, std::int64_t block,
+               const HexiSeqOptions& options)
+      : lm_(lm),
+        grouping_(grouping),
+        options_(options),
+        b_(static_cast<double>(block)),
+        blocks_(static_cast<double>(lm.sequence() / block)),
+        nq_(lm.cost().attention().q_heads),
+        r_(lm.heads_per_kv()) {
+    const int p = static_cast<int>(grouping.groups.size());
+    for (int g = 0; g < p; ++g) {
+      terms_.push_back(lm.group(grouping.groups[g],
+                                p > 1 ? grouping.groups[(g + p - 1) % p] : std::vector<int>{}));
+    }
+  }
+
+  ExactGrouping solve() {
+    build();
+    const Solution s = hexi::solve(p_, options_.backend, options_.solver_time_limit_s);
+    ExactGrouping out;
+    out.optimal = s.status == SolveStatus::kOptimal || s.status == SolveStatus::kInfeasible;
+    if (!s.has_values()) return out;
+    out.model_s = s.objective / kMs;
+    out.layout = layout(s.values);
+    return out;
+  }
+
+ private:
+  // kv heads a device with k query heads needs (the model's bound: whole GQA groups).
+  int kv_of(int k) const { return (k + r_ - 1) / r_; }
+  double q_of(int k) const { return k + 2 * kv_of(k); }
+  // Head counts a device may take: any, or whole GQA groups only.
+  bool allowed(int k) const { return options_.split_kv_heads || k % r_ == 0; }
+
+  int add(const std::string& name, double upper, bool integer = false, double objective = 0) {
+    return p_.add_variable({name, 0, upper, integer, objective});
+  }
+
+  // w = y z for y in [0, upper] and a binary z: exact McCormick (w >= 0 by its bound).
+  int product(const std::string& name, int y, int z, double upper) {
+    const int w = add(name, upper);
+    p_.add_constraint({name + ".z", {{w, 1}, {z, -upper}}, Sense::kLessEqual, 0});
+    p_.add_constraint({name + ".y", {{w, 1}, {y, -1}}, Sense::kLessEqual, 0});
+    p_.add_constraint({name + ".yz", {{w, 1}, {y, -1}, {z, -upper}}, Sense::kGreaterEqual, -upper});
+    return w;
+  }
+
+  void build() {
+    t_ = add("t", kInfinity, false, 1);
+    tmax_ = add("Tmax", blocks_);
+    Constraint tokens{"tokens", {}, Sense::kEqual, blocks_};
+    for (int g = 0; g < static_cast<int>(terms_.size()); ++g) {
+      tg_.push_back(p_.add_variable({"T" + std::to_string(g), 1, blocks_, true, 0}));
+      tokens.terms.push_back({tg_[g], 1});
+      if (terms_.size() > 1) {
+        p_.add_constraint(
+            {"Tmax" + std::to_string(g), {{tmax_, 1}, {tg_[g], -1}}, Sense::kGreaterEqual, 0});
+      }
+      add_group_variables(g);
+    }
+    p_.add_constraint(tokens);
+    for (int g = 0; g < static_cast<int>(terms_.size()); ++g) add_group_constraints(g);
+  }
+
+  // x, one-hot heads, and the products T z, T_max z, x_i z_jk of group g's devices.
+  void add_group_variables(int g) {
+    const int n = static_cast<int>(terms_[g].devices.size());
+    first_.push_back(static_cast<int>(x_.size()));
+    Constraint shards{"shards" + std::to_string(g), {{tg_[g], -1}}, Sense::kEqual, 0};
+    Constraint heads{"heads" + std::to_string(g), {}, Sense::kEqual, static_cast<double>(nq_)};
+    for (int a = 0; a < n; ++a) {
+      const std::string d = std::to_string(g) + "." + std::to_string(a);
+      x_.push_back(add("x" + d, blocks_, true));
+      shards.terms.push_back({x_.back(), 1});
+      std::vector<int> z, pt, pm;
+      Constraint one{"onehot" + d, {}, Sense::kEqual, 1};
+      for (int k = 0; k <= nq_; ++k) {
+        z.push_back(p_.add_variable(
+            {"z" + d + "." + std::to_string(k), 0, allowed(k) ? 1.0 : 0.0, true, 0}));
+        one.terms.push_back({z[k], 1});
+        heads.terms.push_back({z[k], static_cast<double>(k)});
+        const std::string kk = d + "." + std::to_string(k);
+        pt.push_back(k > 0 ? product("P" + kk, tg_[g], z[k], blocks_) : -1);
+        pm.push_back(k > 0 && terms_.size() > 1 ? product("M" + kk, tmax_, z[k], blocks_) : -1);
+      }
+      p_.add_constraint(one);
+      z_.push_back(z);
+      pt_.push_back(pt);
+      pm_.push_back(pm);
+    }
+    p_.add_constraint(shards);
+    p_.add_constraint(heads);
+    for (int a = 0; a < n; ++a) {
+      for (int c = 0; c < n; ++c) {
+        if (a == c) continue;
+        for (int k = 1; k <= nq_; ++k) {
+          const int fa = first_[g] + a, fc = first_[g] + c;
+          y_[{fa, fc, k}] =
+              product("Y" + std::to_string(fa) + "." + std::to_string(fc) + "." + std::to_string(k),
+                      x_[fa], z_[fc][k], blocks_);
+        }
+      }
+    }
+    // Interchangeable neighbours (one machine, one type): non-increasing head counts.
+    const Cluster& c = lm_.cost().cluster();
+    for (int a = 0; a + 1 < n; ++a) {
+      const int da = grouping_.groups[g][a], dc = grouping_.groups[g][a + 1];
+      if (c.devices()[da].machine != c.devices()[dc].machine ||
+          c.devices()[da].gpu_type != c.devices()[dc].gpu_type) {
+        continue;
+      }
+      Constraint order{
+          "order" + std::to_string(g) + "." + std::to_string(a), {}, Sense::kGreaterEqual, 0};
+      for (int k = 1; k <= nq_; ++k) {
+        order.terms.push_back({z_[first_[g] + a][k], static_cast<double>(k)});
+        order.terms.push_back({z_[first_[g] + a + 1][k], -static_cast<double>(k)});
+      }
+      p_.add_constraint(order);
+    }
+  }
+
+  // sum over k of coefficient(k) Y[i, j, k] (x_i times j's head-count binaries).
+  void add_y(std::vector<Term>& terms, int i, int j, double scale, bool q) const {
+    for (int k = 1; k <= nq_; ++k) {
+      terms.push_back({y_.at({i, j, k}), scale * (q ? q_of(k) : k)});
+    }
+  }
+
+  // (S - T) kv or (S (1 + gamma) - T) kv of device f, in the model's blocks: sum_k kv(k)
+  // (S_over z_k - b P_k), `scale` per token.
+  void add_ring(std::vector<Term>& terms, int f, double scale, double tokens_over) const {
+    for (int k = 1; k <= nq_; ++k) {
+      terms.push_back({z_[f][k], scale * kv_of(k) * tokens_over});
+      terms.push_back({pt_[f][k], -scale * kv_of(k) * b_});
+    }
+  }
+
+  void at_least(const std::string& name, int var, std::vector<Term> terms) {
+    for (auto& term : terms) term.coefficient = -term.coefficient;
+    terms.push_back({var, 1});
+    p_.add_constraint({name, std::move(terms), Sense::kGreaterEqual, 0});
+  }
+
+  void add_group_constraints(int g) {
+    const GroupTerms& gt = terms_[g];
+    const int n = static_cast<int>(gt.devices.size());
+    const std::string pre = std::to_string(g) + ".";
+    const int a1 = add(pre + "A1", kInfinity), a2 = add(pre + "A2", kInfinity);
+    const int rf = add(pre + "Rf", kInfinity), rb = add(pre + "Rb", kInfinity);
+    const double rp = lm_.replay(), S = static_cast<double>(lm_.sequence());
+    const double beta = lm_.backward_ratio(), gamma = lm_.grad_ratio();
+    const double lat = n > 1 ? 2 * gt.a2a_latency_s : 0.0;
+    for (int a = 0; a < n; ++a) {
+      const int f = first_[g] + a;
+      const DeviceTerms& d = gt.devices[a];
+      const std::string di = pre + std::to_string(a);
+      p_.add_constraint({"time" + di,
+                         {{t_, 1},
+                          {x_[f], -kMs * d.token_s * b_},
+                          {a1, -(2 + rp)},
+                          {a2, -(2 + rp)},
+                          {rf, -(1 + rp)},
+                          {rb, -1}},
+                         Sense::kGreaterEqual,
+                         kMs * (d.token_fixed_s + (2 + rp) * lat)});
+      std::vector<Term> recv_qkv, send_qkv, send_o, recv_o;
+      for (int c = 0; c < n; ++c) {
+        if (c == a) continue;
+        const int fc = first_[g] + c;
+        add_y(recv_qkv, fc, f, kMs * b_ * gt.pair_s[c][a], true);
+        add_y(send_qkv, f, fc, kMs * b_ * gt.pair_s[a][c], true);
+        add_y(send_o, fc, f, kMs * b_ * gt.pair_s[a][c], false);
+        add_y(recv_o, f, fc, kMs * b_ * gt.pair_s[c][a], false);
+      }
+      at_least("qkv.in" + di, a1, recv_qkv);
+      at_least("qkv.out" + di, a1, send_qkv);
+      at_least("o.out" + di, a2, send_o);
+      at_least("o.in" + di, a2, recv_o);
+      std::vector<Term> compute, compute_b, ring_f, ring_b;
+      for (int k = 1; k <= nq_; ++k) {
+        compute.push_back({pt_[f][k], kMs * d.attention_s * b_ * k});
+        compute_b.push_back({pt_[f][k], kMs * beta * d.attention_s * b_ * k});
+      }
+      at_least("ring.f" + di, rf, compute);
+      at_least("ring.b" + di, rb, compute_b);
+      if (gt.ring_s[a] > 0) {
+        add_ring(ring_f, f, kMs * gt.ring_s[a], S);
+        add_ring(ring_b, f, kMs * gt.ring_s[a], S * (1 + gamma));
+        at_least("kv.f" + di, rf, ring_f);
+        at_least("kv.b" + di, rb, ring_b);
+      }
+      add_memory(gt, a, f, di);
+    }
+    add_nics(g, a1, a2, rf, rb, S, gamma);
+  }
+
+  void add_memory(const GroupTerms& gt, int a, int f, const std::string& di) {
+    const DeviceTerms& d = gt.devices[a];
+    Constraint mem{"memory" + di,
+                   {{x_[f], d.memory_token * b_ / kGiB}},
+                   Sense::kLessEqual,
+                   (d.memory_limit - d.memory_fixed) / kGiB};
+    for (int k = 1; k <= nq_; ++k) {
+      mem.terms.push_back({pt_[f][k], lm_.memory_ulysses() * b_ * (2 * k + 2 * kv_of(k)) / kGiB});
+      if (pm_[f][k] >= 0) {
+        mem.terms.push_back({pm_[f][k], lm_.memory_ring() * b_ * kv_of(k) / kGiB});
+      }
+    }
+    p_.add_constraint(mem);
+  }
+
+  // Each machine's NIC share of the all-to-alls (groups spanning machines) and of the ring.
+  void add_nics(int g, int a1, int a2, int rf, int rb, double S, double gamma) {
+    const GroupTerms& gt = terms_[g];
+    const int n = static_cast<int>(gt.devices.size());
+    for (int m = 0; m < static_cast<int>(gt.machines.size()); ++m) {
+      const double nic = kMs * gt.nic_s[m] * b_;
+      const std::string dm = std::to_string(g) + ".nic" + std::to_string(m);
+      std::vector<Term> out_qkv, in_qkv, out_o, in_o, ring_f, ring_b;
+      for (int a = 0; a < n; ++a) {
+        if (gt.devices[a].machine != gt.machines[m]) continue;
+        const int f = first_[g] + a;
+        for (int c = 0; c < n; ++c) {
+          if (gt.devices[c].machine == gt.machines[m]) continue;
+          const int fc = first_[g] + c;
+          add_y(out_qkv, f, fc, nic, true);
+          add_y(in_qkv, fc, f, nic, true);
+          add_y(out_o, fc, f, nic, false);
+          add_y(in_o, f, fc, nic, false);
+        }
+        add_ring(ring_f, f, 2 * kMs * gt.nic_s[m], S);
+        add_ring(ring_b, f, 2 * kMs * gt.nic_s[m], S * (1 + gamma));
+      }
+      if (gt.machines.size() > 1) {
+        at_least(dm + ".qkv.out", a1, out_qkv);
+        at_least(dm + ".qkv.in", a1, in_qkv);
+        at_least(dm + ".o.out", a2, out_o);
+        at_least(dm + ".o.in", a2, in_o);
+      }
+      if (gt.ring_nic[m]) {
+        at_least(dm + ".ring.f", rf, ring_f);
+        at_least(dm + ".ring.b", rb, ring_b);
+      }
+    }
+  }
+
+  SequenceLayout layout(const std::vector<double>& v) const {
+    SequenceLayout out;
+    out.split_kv_heads = options_.split_kv_heads;
+    for (int g = 0; g < static_cast<int>(terms_.size()); ++g) {
+      const std::int64_t block = static_cast<std::int64_t>(b_);
+      SequenceGroup group{grouping_.groups[g], block * std::llround(v[tg_[g]]), {}, {}};
+      for (int a = 0; a < group.size(); ++a) {
+        const int f = first_[g] + a;
+        group.shards.push_back(block * std::llround(v[x_[f]]));
+        int heads = 0;
+        for (int k = 1; k <= nq_; ++k) heads += v[z_[f][k]] > 0.5 ? k : 0;
+        group.heads.push_back(heads);
+      }
+      align_heads(group, r_);
+      out.groups.push_back(std::move(group));
+    }
+    return out;
+  }
+
+  const LinearModel& lm_;
+  const Grouping& grouping_;
+  const HexiSeqOptions& options_;
+  const double b_;       // tokens per block
+  const double blocks_;  // S in blocks
+  const int nq_;
+  const int r_;  // query heads per kv head
+  std::vector<GroupTerms> terms_;
+  Problem p_;
+  int t_ = 0, tmax_ = 0;
+  std::vector<int> tg_;                         // T_g, blocks
+  std::vector<int> first_;                      // flat index of group g's rank 0
+  std::vector<int> x_;                          // [f]: shard, blocks
+  std::vector<std::vector<int>> z_, pt_, pm_;   // [f][k]: z, T z, T_max z
+  std::map<std::tuple<int, int, int>, int> y_;  // (i, j, k): x_i z_jk
+};
+
+}  // namespace
+
+ExactGrouping solve_exact(const LinearModel& lm, const Grouping& grouping, std::int64_t block,
+                          const HexiSeqOptions& options) {
+  return ExactProgram(lm, grouping, block, options).solve();
+}
+
+Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int> devices,
+                                      const HexiSeqOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const Cluster& cluster = cost.cluster();
+  if (devices.empty()) {
+    for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
+  }
+  std::sort(devices.begin(), devices.end());
+  if (static_cast<int>(devices.size()) > kExactMaxDevices) {
+    return bad_input("hexiseq-exact: " + std::to_string(devices.size()) +
+                     " devices; the exact search takes at most " +
+                     std::to_string(kExactMaxDevices));
+  }
+  const std::int64_t s = cost.training().seq_len;
+  const auto block = token_block(s, static_cast<int>(devices.size()), options.block_tokens);
+  if (!block) {
+    return bad_input("hexiseq-exact: the sequence length S = " + std::to_string(s) +
+                     " must be even and a multiple of the token block (" +
+                     std::to_string(options.block_tokens) + ")");
+  }
+  const LinearModel lm(cost, static_cast<int>(devices.size()));
+  ExactResult out;
+  std::optional<HexiSeqResult> best;
+  for (const Grouping& g : grouping_family(cluster, devices, SIZE_MAX)) {
+    ++out.groupings;
+    const ExactGrouping e = solve_exact(lm, g, *block, options);
+    out.proven = out.proven && e.optimal;
+    if (!e.layout) continue;
+    IterationTime it = cost.iteration(*e.layout);
+    ++out.best.candidates;
+    if (!it.fits || (best && best->time.iteration_s <= it.iteration_s)) continue;
+    best = HexiSeqResult{*e.layout, std::move(it), g.name};
+  }
+  if (!best) {
+    return bad_input("hexiseq-exact: no layout of " + cost.model().name + " over " +
+                     std::to_string(s) + " tokens fits in 95 % of the devices' memory");
+  }
+  const long candidates = out.best.candidates;
+  out.best = std::move(*best);
+  out.best.candidates = candidates;
+  out.best.solves = out.groupings;
+  out.best.search_time_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace hexiseq
+}  // namespace hexi

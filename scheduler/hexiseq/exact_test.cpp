@@ -1,0 +1,57 @@
+// hexiseq-exact: its program against brute force over every token split, shard and head
+// count of a small mesh (the search against it on random meshes: exact_random_test.cpp).
+#include "scheduler/hexiseq/exact.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "scheduler/hexiseq/testing.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::long_context;
+using testing::mixed_cluster;
+using testing::small_model;
+
+const Profile kProfile;
+
+TEST(HexiSeqExact, ProgramMatchesBruteForceOverTheModel) {
+  // Group {0, 1} (two H100 of one machine) and group {2} (an A100 on another machine),
+  // 4 heads (2 kv), S = 4096 in blocks of 256: every T_0, shard of device 0 and heads of
+  // device 0 (device 1 and group 1 take the rest), the model's value where memory fits.
+  const Cluster c = mixed_cluster({{"H100-SXM", 2, 1}, {"A100-SXM-80GB", 1, 1}});
+  const Model m = small_model(4, 2);
+  SequenceCost cost(c, m, long_context(4096), kProfile);
+  const LinearModel lm(cost, 3);
+  const Grouping g{"brute", {{0, 1}, {2}}};
+  HexiSeqOptions options;
+  const ExactGrouping e = solve_exact(lm, g, 256, options);
+  ASSERT_TRUE(e.layout && e.optimal);
+  double best = kInfinity;
+  for (std::int64_t t0 = 1; t0 < 16; ++t0) {
+    for (std::int64_t x0 = 0; x0 <= t0; ++x0) {
+      for (int h0 = 0; h0 <= 4; ++h0) {
+        SequenceLayout l;
+        l.groups.push_back({{0, 1}, 256 * t0, {256 * x0, 256 * (t0 - x0)}, {h0, 4 - h0}});
+        l.groups.push_back({{2}, 256 * (16 - t0), {256 * (16 - t0)}, {4}});
+        if (lm.memory_excess(l) <= 0) best = std::min(best, lm.value(l));
+      }
+    }
+  }
+  EXPECT_NEAR(e.model_s / best, 1.0, 1e-6);
+  EXPECT_NEAR(lm.value(*e.layout) / best, 1.0, 1e-6);
+  std::printf("exact %.6f ms, brute force %.6f ms\n", e.model_s * 1e3, best * 1e3);
+}
+
+TEST(HexiSeqExact, RefusesLargeMeshes) {
+  const Cluster c = mixed_cluster({{"H100-SXM", 8, 3}});
+  SequenceCost cost(c, small_model(8, 2), long_context(16384), kProfile);
+  auto e = run_hexiseq_exact(cost, {}, {});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("at most 16"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hexi

@@ -1,0 +1,813 @@
+#include "scheduler/hexiseq/hexiseq.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "topologies/text.hpp"
+
+namespace hexi {
+inline namespace hexiseq {
+namespace {
+
+// The programs count time in ms and memory in GiB: coefficients near 1 for the solvers'
+// absolute tolerances.
+constexpr double kMs = 1e3;
+// Integer programs per group and round, each linearised at the previous one's answer.
+constexpr int kPasses = 4;
+
+int add_continuous(Problem& p, const std::string& name, double objective = 0) {
+  return p.add_variable({name, 0, kInfinity, false, objective});
+}
+
+int add_integer(Problem& p, const std::string& name, double upper) {
+  return p.add_variable({name, 0, upper, true, 0});
+}
+
+// sum_j w_j v_j over j != i (the all-to-all's sums against the guess).
+double others(const std::vector<double>& v, const std::vector<std::vector<double>>& w, int i,
+              bool row) {
+  double sum = 0;
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    if (static_cast<int>(j) != i) sum += v[j] * (row ? w[i][j] : w[j][i]);
+  }
+  return sum;
+}
+
+// sum over devices off machine entry m of v.
+double off_machine(const GroupTerms& t, const std::vector<double>& v, int m) {
+  double sum = 0;
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    if (t.devices[j].machine != t.machines[m]) sum += v[j];
+  }
+  return sum;
+}
+
+std::vector<double> q_of(const GroupGuess& g) {
+  std::vector<double> q;
+  for (std::size_t i = 0; i < g.heads.size(); ++i) q.push_back(g.heads[i] + 2 * g.kv[i]);
+  return q;
+}
+
+// The per-group time variables and the constraints every device of a group shares:
+// t >= a_i + tau_i s_i + (2 + replay)(A1 + A2 + 2 lat) + (1 + replay) Rf + Rb.
+struct GroupVars {
+  int a1 = 0, a2 = 0, rf = 0, rb = 0;
+};
+
+GroupVars add_group_vars(Problem& p, const std::string& prefix) {
+  return {add_continuous(p, prefix + "A1"), add_continuous(p, prefix + "A2"),
+          add_continuous(p, prefix + "Rf"), add_continuous(p, prefix + "Rb")};
+}
+
+// t - tau s - ... >= a + const, with the shard term given as (variable, coefficient).
+void add_device_time(Problem& p, const LinearModel& lm, const GroupTerms& gt, int i, int t,
+                     Term shard, const GroupVars& v) {
+  const double rp = lm.replay();
+  const double lat = gt.devices.size() > 1 ? 2 * gt.a2a_latency_s : 0.0;
+  p.add_constraint(
+      {"time" + std::to_string(i),
+       {{t, 1}, shard, {v.a1, -(2 + rp)}, {v.a2, -(2 + rp)}, {v.rf, -(1 + rp)}, {v.rb, -1}},
+       Sense::kGreaterEqual,
+       kMs * (gt.devices[i].token_fixed_s + (2 + rp) * lat)});
+}
+
+// var - sum terms >= rhs.
+void add_at_least(Problem& p, const std::string& name, int var, std::vector<Term> terms,
+                  double rhs = 0) {
+  for (auto& term : terms) term.coefficient = -term.coefficient;
+  terms.push_back({var, 1});
+  p.add_constraint({name, std::move(terms), Sense::kGreaterEqual, rhs});
+}
+
+// A linear expression standing for a sum of products, and its constant.
+struct Linearised {
+  std::vector<Term> terms;
+  double rhs = 0;  // of "var - terms >= rhs"
+};
+
+// w s q with s = b x (tokens) and q = h (+ 2 kv when kv >= 0), to first order at (s0, q0):
+// w (s0 q + s q0 - s0 q0). Exact where either factor keeps its guess.
+void product(Linearised& l, double w, int x, double s0, int h, int kv, double q0, double b) {
+  l.terms.push_back({h, w * s0});
+  if (kv >= 0) l.terms.push_back({kv, 2 * w * s0});
+  l.terms.push_back({x, w * b * q0});
+  l.rhs -= w * s0 * q0;
+}
+
+}  // namespace
+
+std::optional<std::int64_t> token_block(std::int64_t sequence, int devices,
+                                        std::int64_t requested) {
+  if (sequence <= 0 || sequence % 2 != 0) return std::nullopt;
+  if (requested > 0) {
+    if (requested % 2 != 0 || sequence % requested != 0) return std::nullopt;
+    return requested;
+  }
+  std::int64_t block = 2;
+  while (sequence % (2 * block) == 0 && 2 * block * 32 * std::max(devices, 1) <= sequence) {
+    block *= 2;
+  }
+  return block;
+}
+
+std::vector<std::int64_t> round_blocks(const std::vector<double>& t, std::int64_t total) {
+  const std::size_t n = t.size();
+  std::vector<std::int64_t> out(n);
+  std::int64_t sum = 0;
+  for (std::size_t g = 0; g < n; ++g) {
+    out[g] = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(t[g] + 1e-9)));
+    sum += out[g];
+  }
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return t[a] - std::floor(t[a]) > t[b] - std::floor(t[b]);
+  });
+  for (std::size_t k = 0; sum < total; k = (k + 1) % n, ++sum) ++out[order[k]];
+  for (std::size_t k = n; sum > total; --sum) {
+    // Take back from the largest groups first (only when the floors of 1 overshoot).
+    k = static_cast<std::size_t>(std::max_element(out.begin(), out.end()) - out.begin());
+    --out[k];
+  }
+  return out;
+}
+
+GroupGuess proportional_guess(const LinearModel& lm, const GroupTerms& terms, double tokens) {
+  const int n = static_cast<int>(terms.devices.size());
+  double speed = 0, rate = 0;
+  for (const auto& d : terms.devices) {
+    speed += 1 / d.attention_s;
+    rate += 1 / d.token_s;
+  }
+  GroupGuess g;
+  const double heads = lm.cost().attention().q_heads;
+  for (int i = 0; i < n; ++i) {
+    g.shards.push_back(tokens / terms.devices[i].token_s / rate);
+    g.heads.push_back(heads / terms.devices[i].attention_s / speed);
+    g.kv.push_back(g.heads.back() / lm.heads_per_kv());
+  }
+  return g;
+}
+
+GroupGuess guess_of(const LinearModel& lm, const SequenceGroup& g) {
+  GroupGuess out;
+  const std::vector<int> kv = group_kv_heads(lm.cost().attention(), g.heads);
+  for (int i = 0; i < g.size(); ++i) {
+    out.shards.push_back(static_cast<double>(g.shards[i]));
+    out.heads.push_back(g.heads[i]);
+    out.kv.push_back(kv[i]);
+  }
+  return out;
+}
+
+std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
+                                                const std::vector<GroupTerms>& terms,
+                                                const std::vector<int>& counts,
+                                                const std::vector<GroupGuess>& guesses,
+                                                std::int64_t block, const HexiSeqOptions& options,
+                                                double* model_s) {
+  const int groups = static_cast<int>(terms.size());
+  const double b = static_cast<double>(block), S = static_cast<double>(lm.sequence());
+  const double beta = lm.backward_ratio(), gamma = lm.grad_ratio();
+  const bool has_ring = std::accumulate(counts.begin(), counts.end(), 0) > 1;
+  Problem p;
+  const int t = add_continuous(p, "t", 1);
+  const int tmax = add_continuous(p, "Tmax");
+  Constraint sum{"tokens", {}, Sense::kEqual, S / b};
+  std::vector<int> tg;
+  for (int g = 0; g < groups; ++g) {
+    const std::string pre = "g" + std::to_string(g) + ".";
+    tg.push_back(p.add_variable({pre + "T", 0, S / b, false, 0}));
+    sum.terms.push_back({tg[g], static_cast<double>(counts[g])});
+    if (has_ring) add_at_least(p, pre + "Tmax", tmax, {{tg[g], 1}});
+    const GroupTerms& gt = terms[g];
+    const GroupGuess& gs = guesses[g];
+    const GroupVars v = add_group_vars(p, pre);
+    const int n = static_cast<int>(gt.devices.size());
+    double total = 0;
+    for (double s : gs.shards) total += s;
+    std::vector<double> frac;  // sigma_i: shard / T_g
+    for (double s : gs.shards) frac.push_back(total > 0 ? s / total : 1.0 / n);
+    const std::vector<double> q = q_of(gs);
+    for (int i = 0; i < n; ++i) {
+      const DeviceTerms& d = gt.devices[i];
+      const std::string di = pre + std::to_string(i);
+      add_device_time(p, lm, gt, i, t, {tg[g], -kMs * d.token_s * frac[i] * b}, v);
+      // All-to-all ports (linear in T_g for fixed fractions and heads).
+      add_at_least(p, di + "qkv.in", v.a1,
+                   {{tg[g], kMs * b * q[i] * others(frac, gt.pair_s, i, false)}});
+      add_at_least(p, di + "qkv.out", v.a1,
+                   {{tg[g], kMs * b * frac[i] * others(q, gt.pair_s, i, true)}});
+      add_at_least(p, di + "o.out", v.a2,
+                   {{tg[g], kMs * b * gs.heads[i] * others(frac, gt.pair_s, i, true)}});
+      add_at_least(p, di + "o.in", v.a2,
+                   {{tg[g], kMs * b * frac[i] * others(gs.heads, gt.pair_s, i, false)}});
+      // Ring: compute, and the K/V receive of the other groups' tokens.
+      const double compute = kMs * d.attention_s * b * gs.heads[i];
+      add_at_least(p, di + "ring.f", v.rf, {{tg[g], compute}});
+      add_at_least(p, di + "ring.b", v.rb, {{tg[g], beta * compute}});
+      const double ring = kMs * gt.ring_s[i] * gs.kv[i];
+      add_at_least(p, di + "kv.f", v.rf, {{tg[g], -b * ring}}, S * ring);
+      add_at_least(p, di + "kv.b", v.rb, {{tg[g], -b * ring}}, S * (1 + gamma) * ring);
+      // Memory (GiB).
+      p.add_constraint({di + "memory",
+                        {{tg[g], (d.memory_token * frac[i] * b +
+                                  lm.memory_ulysses() * b * (2 * gs.heads[i] + 2 * gs.kv[i])) /
+                                     kGiB},
+                         {tmax, lm.memory_ring() * b * gs.kv[i] / kGiB}},
+                        Sense::kLessEqual,
+                        (d.memory_limit - d.memory_fixed) / kGiB});
+    }
+    for (int m = 0; m < static_cast<int>(gt.machines.size()); ++m) {
+      const double nic = kMs * gt.nic_s[m] * b;
+      double out_qkv = 0, in_qkv = 0, out_o = 0, in_o = 0, kv = 0;
+      for (int i = 0; i < n; ++i) {
+        if (gt.devices[i].machine != gt.machines[m]) continue;
+        out_qkv += frac[i] * off_machine(gt, q, m);
+        in_qkv += q[i] * off_machine(gt, frac, m);
+        out_o += gs.heads[i] * off_machine(gt, frac, m);
+        in_o += frac[i] * off_machine(gt, gs.heads, m);
+        kv += gs.kv[i];
+      }
+      if (gt.machines.size() > 1) {
+        const std::string dm = pre + "nic" + std::to_string(m);
+        add_at_least(p, dm + ".qkv", v.a1, {{tg[g], nic * std::max(out_qkv, in_qkv)}});
+        add_at_least(p, dm + ".o", v.a2, {{tg[g], nic * std::max(out_o, in_o)}});
+      }
+      if (gt.ring_nic[m]) {
+        const double ring = 2 * kMs * gt.nic_s[m] * kv;
+        add_at_least(p, pre + "ringnic.f", v.rf, {{tg[g], -b * ring}}, S * ring);
+        add_at_least(p, pre + "ringnic.b", v.rb, {{tg[g], -b * ring}}, S * (1 + gamma) * ring);
+      }
+    }
+  }
+  p.add_constraint(sum);
+  const Solution s = solve(p, options.backend, options.solver_time_limit_s);
+  if (!s.has_values()) return std::nullopt;
+  std::vector<double> tokens;
+  for (int g = 0; g < groups; ++g) tokens.push_back(s.values[tg[g]]);
+  if (model_s) *model_s = s.objective / kMs;
+  return tokens;
+}
+
+// The guess averaged over each class of interchangeable ranks (the program is then
+// symmetric in them, and ordering them loses nothing).
+GroupGuess symmetric(const GroupGuess& g, const std::vector<int>& classes) {
+  GroupGuess out = g;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    if (classes[c] != static_cast<int>(c)) continue;
+    double s = 0, h = 0, kv = 0, n = 0;
+    for (std::size_t i = 0; i < classes.size(); ++i) {
+      if (classes[i] != static_cast<int>(c)) continue;
+      s += g.shards[i], h += g.heads[i], kv += g.kv[i], n += 1;
+    }
+    for (std::size_t i = 0; i < classes.size(); ++i) {
+      if (classes[i] != static_cast<int>(c)) continue;
+      out.shards[i] = s / n, out.heads[i] = h / n, out.kv[i] = kv / n;
+    }
+  }
+  return out;
+}
+
+std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms& gt,
+                                         const std::vector<int>& devices, std::int64_t tokens,
+                                         std::int64_t ring_block, const GroupGuess& asked,
+                                         std::int64_t block, const HexiSeqOptions& options) {
+  const std::vector<int> classes = interchangeable(gt);
+  const GroupGuess guess = symmetric(asked, classes);
+  const int n = static_cast<int>(devices.size());
+  const int nq = lm.cost().attention().q_heads, nkv = lm.cost().attention().kv_heads;
+  const int r = lm.heads_per_kv();
+  const double b = static_cast<double>(block), T = static_cast<double>(tokens);
+  const double S = static_cast<double>(lm.sequence());
+  const double beta = lm.backward_ratio(), gamma = lm.grad_ratio();
+  const double fwd_tokens = S - T, bwd_tokens = (S - T) * (1 + gamma) + T * gamma;
+  Problem p;
+  const int t = add_continuous(p, "t", 1);
+  const GroupVars v = add_group_vars(p, "");
+  std::vector<int> x, h, kv;
+  Constraint all_tokens{"tokens", {}, Sense::kEqual, T / b};
+  Constraint all_heads{"heads", {}, Sense::kEqual, static_cast<double>(nq)};
+  for (int i = 0; i < n; ++i) {
+    const std::string di = std::to_string(i);
+    x.push_back(add_integer(p, "x" + di, T / b));
+    h.push_back(add_integer(p, "h" + di, nq));
+    kv.push_back(add_integer(p, "kv" + di, nkv));
+    all_tokens.terms.push_back({x[i], 1});
+    all_heads.terms.push_back({h[i], 1});
+    if (options.split_kv_heads) {
+      const int used = p.add_variable({"u" + di, 0, 1, true, 0});
+      add_at_least(p, "kv.cover" + di, kv[i], {{h[i], 1.0 / r}});
+      add_at_least(p, "kv.one" + di, kv[i], {{used, 1}});
+      add_at_least(p, "used" + di, used, {{h[i], 1.0 / nq}});
+    } else {
+      p.add_constraint(
+          {"kv.whole" + di, {{h[i], 1}, {kv[i], -static_cast<double>(r)}}, Sense::kEqual, 0});
+    }
+  }
+  p.add_constraint(all_tokens);
+  p.add_constraint(all_heads);
+  // Symmetry: each interchangeable rank at least the next one of its class, (heads, shard)
+  // lexicographically.
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      if (classes[j] != classes[i]) continue;
+      const double lex = T / b + 1;
+      p.add_constraint({"order" + std::to_string(i),
+                        {{h[i], lex}, {x[i], 1}, {h[j], -lex}, {x[j], -1}},
+                        Sense::kGreaterEqual,
+                        0});
+      break;
+    }
+  }
+  const std::vector<double> q = q_of(guess);
+  // The all-to-all's bytes s_j q_i, first order at the guess (both factors may move).
+  auto qkv = [&](Linearised& l, double w, int from, int to) {
+    product(l, w, x[from], guess.shards[from], h[to], kv[to], q[to], b);
+  };
+  auto out = [&](Linearised& l, double w, int from, int to) {
+    product(l, w, x[from], guess.shards[from], h[to], -1, guess.heads[to], b);
+  };
+  for (int i = 0; i < n; ++i) {
+    const DeviceTerms& d = gt.devices[i];
+    const std::string di = std::to_string(i);
+    add_device_time(p, lm, gt, i, t, {x[i], -kMs * d.token_s * b}, v);
+    Linearised recv_qkv, send_qkv, send_o, recv_o;
+    for (int j = 0; j < n; ++j) {
+      if (j == i) continue;
+      qkv(recv_qkv, kMs * gt.pair_s[j][i], j, i);  // j's tokens of i's heads
+      qkv(send_qkv, kMs * gt.pair_s[i][j], i, j);
+      out(send_o, kMs * gt.pair_s[i][j], j, i);  // i's heads of j's tokens
+      out(recv_o, kMs * gt.pair_s[j][i], i, j);
+    }
+    add_at_least(p, "qkv.in" + di, v.a1, recv_qkv.terms, recv_qkv.rhs);
+    add_at_least(p, "qkv.out" + di, v.a1, send_qkv.terms, send_qkv.rhs);
+    add_at_least(p, "o.out" + di, v.a2, send_o.terms, send_o.rhs);
+    add_at_least(p, "o.in" + di, v.a2, recv_o.terms, recv_o.rhs);
+    add_at_least(p, "ring.f" + di, v.rf, {{h[i], kMs * d.attention_s * T}});
+    add_at_least(p, "ring.b" + di, v.rb, {{h[i], kMs * beta * d.attention_s * T}});
+    add_at_least(p, "kv.f" + di, v.rf, {{kv[i], kMs * fwd_tokens * gt.ring_s[i]}});
+    add_at_least(p, "kv.b" + di, v.rb, {{kv[i], kMs * bwd_tokens * gt.ring_s[i]}});
+    p.add_constraint({"memory" + di,
+                      {{x[i], d.memory_token * b / kGiB},
+                       {h[i], lm.memory_ulysses() * T * 2 / kGiB},
+                       {kv[i], (lm.memory_ulysses() * T * 2 +
+                                lm.memory_ring() * static_cast<double>(ring_block)) /
+                                   kGiB}},
+                      Sense::kLessEqual,
+                      (d.memory_limit - d.memory_fixed) / kGiB});
+  }
+  for (int m = 0; m < static_cast<int>(gt.machines.size()); ++m) {
+    const double nic = kMs * gt.nic_s[m];
+    Linearised out_qkv, in_qkv, out_o, in_o;
+    std::vector<Term> ring;
+    for (int i = 0; i < n; ++i) {
+      if (gt.devices[i].machine != gt.machines[m]) continue;
+      ring.push_back({kv[i], 2 * nic});
+      for (int j = 0; j < n; ++j) {
+        if (gt.devices[j].machine == gt.machines[m]) continue;
+        qkv(out_qkv, nic, i, j);
+        qkv(in_qkv, nic, j, i);
+        out(out_o, nic, j, i);
+        out(in_o, nic, i, j);
+      }
+    }
+    const std::string dm = "nic" + std::to_string(m);
+    if (gt.machines.size() > 1) {
+      add_at_least(p, dm + ".qkv.out", v.a1, out_qkv.terms, out_qkv.rhs);
+      add_at_least(p, dm + ".qkv.in", v.a1, in_qkv.terms, in_qkv.rhs);
+      add_at_least(p, dm + ".o.out", v.a2, out_o.terms, out_o.rhs);
+      add_at_least(p, dm + ".o.in", v.a2, in_o.terms, in_o.rhs);
+    }
+    if (gt.ring_nic[m]) {
+      std::vector<Term> f = ring, bk = ring;
+      for (auto& term : f) term.coefficient *= fwd_tokens;
+      for (auto& term : bk) term.coefficient *= bwd_tokens;
+      add_at_least(p, dm + ".ring.f", v.rf, f);
+      add_at_least(p, dm + ".ring.b", v.rb, bk);
+    }
+  }
+  const Solution s = solve(p, options.backend, options.solver_time_limit_s);
+  if (!s.has_values()) return std::nullopt;
+  SequenceGroup g{devices, tokens, {}, {}};
+  for (int i = 0; i < n; ++i) {
+    g.shards.push_back(block * std::llround(s.values[x[i]]));
+    g.heads.push_back(static_cast<int>(std::lround(s.values[h[i]])));
+  }
+  align_heads(g, r);
+  return g;
+}
+
+void align_heads(SequenceGroup& g, int r) {
+  const int n = g.size();
+  std::vector<int> left(n);
+  std::iota(left.begin(), left.end(), 0);
+  std::vector<int> order;
+  int offset = 0;
+  // Score of placing device i at `offset`: ends on a boundary > stays inside the current kv
+  // group > anything; more heads first; then the lower index.
+  auto score = [&](int i) {
+    const int h = g.heads[i], o = offset % r;
+    if (h == 0) return 0;
+    if ((o + h) % r == 0) return 3;
+    if (o + h < r) return 2;
+    return 1;
+  };
+  while (!left.empty()) {
+    auto best = left.begin();
+    for (auto it = left.begin(); it != left.end(); ++it) {
+      const int si = score(*it), sb = score(*best);
+      if (si > sb || (si == sb && g.heads[*it] > g.heads[*best])) best = it;
+    }
+    order.push_back(*best);
+    offset += g.heads[*best];
+    left.erase(best);
+  }
+  SequenceGroup out{{}, g.tokens, {}, {}};
+  for (int i : order) {
+    out.devices.push_back(g.devices[i]);
+    out.shards.push_back(g.shards[i]);
+    out.heads.push_back(g.heads[i]);
+  }
+  g = std::move(out);
+}
+
+namespace {
+
+// Everything solve_group's program reads, as text: equal keys, equal programs.
+std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t ring_block,
+                        const GroupGuess& guess) {
+  std::string key = format("%lld/%lld/%.17g", static_cast<long long>(tokens),
+                           static_cast<long long>(ring_block), t.a2a_latency_s);
+  for (const auto& d : t.devices) {
+    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g", d.machine, d.token_fixed_s, d.token_s,
+                  d.attention_s, d.memory_fixed, d.memory_token, d.memory_limit);
+  }
+  for (const auto& row : t.pair_s) {
+    for (double v : row) key += format(",%.17g", v);
+  }
+  for (double v : t.ring_s) key += format(";%.17g", v);
+  for (std::size_t m = 0; m < t.machines.size(); ++m) {
+    key += format("|%d,%.17g,%d", t.machines[m], t.nic_s[m], t.ring_nic[m]);
+  }
+  for (const auto* v : {&guess.shards, &guess.heads, &guess.kv}) {
+    for (double x : *v) key += format(":%.17g", x);
+  }
+  return key;
+}
+
+// The search over one mesh: groupings in, the best closed-form layout out.
+class Search {
+ public:
+  // `planner` is how the search sees the cluster (the cluster itself, or every device
+  // alike for hexiseq-homogeneous); `judge` the real cluster, which scores the answer.
+  Search(const SequenceCost& judge, const SequenceCost& planner, std::vector<int> devices,
+         std::int64_t block, const HexiSeqOptions& options)
+      : judge_(judge),
+        planner_(planner),
+        lm_(planner, static_cast<int>(devices.size())),
+        devices_(std::move(devices)),
+        block_(block),
+        options_(options),
+        start_(std::chrono::steady_clock::now()) {}
+
+  double elapsed_s() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  bool out_of_time() const {
+    return options_.time_budget_s > 0 && best_ && elapsed_s() > options_.time_budget_s;
+  }
+
+  // Scores a grouping (every round); its best closed-form iteration time, or infinity.
+  // Groups alike (equal programs but for T and the guess) share one LP entry and guess.
+  double evaluate(const Grouping& grouping) {
+    Prepared pr = prepare(grouping);
+    const int p = static_cast<int>(grouping.groups.size());
+    const std::vector<GroupTerms>& terms = pr.terms;
+    const std::vector<int>& cls = pr.cls;
+    const std::vector<int>& reps = pr.reps;
+    std::vector<GroupGuess>& guesses = pr.guesses;
+    // The even split the homogeneous systems run, as a floor for this grouping.
+    double best = kInfinity;
+    SequenceLayout even = even_layout(grouping.groups, lm_.sequence(), lm_.cost().model().heads);
+    even.split_kv_heads = options_.split_kv_heads;
+    if (std::all_of(even.groups.begin(), even.groups.end(),
+                    [](const SequenceGroup& g) { return g.tokens > 0; }) &&
+        (options_.split_kv_heads ||
+         validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
+             .ok())) {
+      best = score(grouping, even);
+    }
+    std::vector<std::int64_t> last;
+    for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
+      ++solves_;
+      const auto t = split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_);
+      if (!t) break;
+      std::vector<double> per_group;
+      for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
+      const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
+      if (blocks == last) break;  // converged
+      last = blocks;
+      std::vector<GroupGuess> group_guesses;
+      for (int g = 0; g < p; ++g) group_guesses.push_back(guesses[cls[g]]);
+      std::optional<SequenceLayout> layout = solve_groups(grouping, terms, group_guesses, blocks);
+      if (!layout) break;
+      best = std::min(best, score(grouping, *layout));
+      for (std::size_t c = 0; c < reps.size(); ++c) {
+        guesses[c] = guess_in_order(layout->groups[reps[c]], grouping.groups[reps[c]]);
+      }
+    }
+    return best;
+  }
+
+  // The LP's optimum for a grouping at proportional guesses (stage 2 alone, continuous
+  // heads): a cheap estimate to rank groupings by; infinity when infeasible.
+  double estimate(const Grouping& grouping) {
+    const Prepared pr = prepare(grouping);
+    double model = kInfinity;
+    ++solves_;
+    if (!split_tokens(lm_, pr.rep_terms, pr.counts, pr.guesses, block_, options_, &model)) {
+      return kInfinity;
+    }
+    return model;
+  }
+
+  Result<HexiSeqResult> finish() {
+    if (!best_) return bad_input(no_fit_message());
+    HexiSeqResult out = std::move(*best_);
+    out.time = judge_.iteration(out.layout);
+    out.candidates = candidates_;
+    out.solves = solves_;
+    out.search_time_s = elapsed_s();
+    out.budget_exhausted = out_of_time();
+    return out;
+  }
+
+ private:
+  // A grouping's groups, their classes (groups alike: equal programs but for T and the
+  // guess, one LP entry each) and each class's proportional guess.
+  struct Prepared {
+    std::vector<GroupTerms> terms;      // per group
+    std::vector<int> cls;               // per group: its class
+    std::vector<int> reps, counts;      // per class: first group, number of groups
+    std::vector<GroupTerms> rep_terms;  // per class
+    std::vector<GroupGuess> guesses;    // per class, in its first group's device order
+  };
+
+  Prepared prepare(const Grouping& grouping) const {
+    Prepared pr;
+    const int p = static_cast<int>(grouping.groups.size());
+    for (int g = 0; g < p; ++g) {
+      pr.terms.push_back(lm_.group(grouping.groups[g],
+                                   p > 1 ? grouping.groups[(g + p - 1) % p] : std::vector<int>{}));
+    }
+    pr.cls.resize(p);
+    std::map<std::string, int> by_key;
+    for (int g = 0; g < p; ++g) {
+      const auto [it, fresh] =
+          by_key.emplace(program_key(pr.terms[g], 0, 0, {}), static_cast<int>(pr.reps.size()));
+      if (fresh) pr.reps.push_back(g), pr.counts.push_back(0);
+      pr.cls[g] = it->second;
+      ++pr.counts[pr.cls[g]];
+    }
+    const double share = static_cast<double>(lm_.sequence()) / static_cast<int>(devices_.size());
+    for (int g : pr.reps) {
+      pr.rep_terms.push_back(pr.terms[g]);
+      pr.guesses.push_back(proportional_guess(lm_, pr.terms[g], share * grouping.groups[g].size()));
+    }
+    return pr;
+  }
+
+  // Stage 3 for every group, each at T_g; an integer program per distinct program.
+  std::optional<SequenceLayout> solve_groups(const Grouping& grouping,
+                                             const std::vector<GroupTerms>& terms,
+                                             std::vector<GroupGuess> guesses,
+                                             const std::vector<std::int64_t>& blocks) {
+    const int p = static_cast<int>(grouping.groups.size());
+    std::int64_t ring_block = 0;
+    for (std::int64_t b : blocks) ring_block = std::max(ring_block, b * block_);
+    if (p == 1) ring_block = 0;
+    SequenceLayout layout;
+    layout.split_kv_heads = options_.split_kv_heads;
+    for (int g = 0; g < p; ++g) {
+      const std::int64_t tokens = blocks[g] * block_;
+      // The guess's shards scaled to the new T_g.
+      double total = 0;
+      for (double s : guesses[g].shards) total += s;
+      for (double& s : guesses[g].shards) s *= total > 0 ? static_cast<double>(tokens) / total : 0;
+      std::optional<SequenceGroup> best;
+      double best_value = kInfinity;
+      std::optional<SequenceGroup> previous;
+      for (int pass = 0; pass < kPasses; ++pass) {
+        auto group = solve_once(terms[g], grouping.groups[g], tokens, ring_block, guesses[g]);
+        if (!group ||
+            (previous && group->shards == previous->shards && group->heads == previous->heads)) {
+          break;  // infeasible, or a fixed point of the linearisation
+        }
+        previous = group;
+        const double value =
+            lm_.group_value(terms_in_order(terms[g], grouping.groups[g], *group), *group);
+        if (value < best_value) best_value = value, best = group;
+        guesses[g] = guess_in_order(*group, grouping.groups[g]);
+      }
+      if (!best) return std::nullopt;
+      layout.groups.push_back(std::move(*best));
+    }
+    return layout;
+  }
+
+  // One integer program, or its memoised answer (groups of one signature repeat).
+  std::optional<SequenceGroup> solve_once(const GroupTerms& terms, const std::vector<int>& devices,
+                                          std::int64_t tokens, std::int64_t ring_block,
+                                          const GroupGuess& guess) {
+    const std::string key = program_key(terms, tokens, ring_block, guess);
+    const auto it = memo_.find(key);
+    std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>> answer;
+    if (it != memo_.end()) {
+      answer = it->second;
+    } else {
+      ++solves_;
+      auto g = solve_group(lm_, terms, devices, tokens, ring_block, guess, block_, options_);
+      if (g) answer = unaligned(*g, devices);
+      memo_[key] = answer;
+    }
+    if (!answer) return std::nullopt;
+    SequenceGroup g{devices, tokens, answer->first, answer->second};
+    align_heads(g, lm_.heads_per_kv());
+    return g;
+  }
+
+  // Shards and heads of an aligned group back in `devices` order.
+  static std::pair<std::vector<std::int64_t>, std::vector<int>> unaligned(
+      const SequenceGroup& g, const std::vector<int>& devices) {
+    std::vector<std::int64_t> shards(devices.size());
+    std::vector<int> heads(devices.size());
+    for (int i = 0; i < g.size(); ++i) {
+      const auto at = std::find(devices.begin(), devices.end(), g.devices[i]) - devices.begin();
+      shards[at] = g.shards[i];
+      heads[at] = g.heads[i];
+    }
+    return {shards, heads};
+  }
+
+  GroupGuess guess_in_order(const SequenceGroup& g, const std::vector<int>& devices) const {
+    const auto [shards, heads] = unaligned(g, devices);
+    const GroupGuess aligned = guess_of(lm_, g);
+    GroupGuess out;
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      const auto at = std::find(g.devices.begin(), g.devices.end(), devices[i]) - g.devices.begin();
+      out.shards.push_back(static_cast<double>(shards[i]));
+      out.heads.push_back(heads[i]);
+      out.kv.push_back(aligned.kv[at]);
+    }
+    return out;
+  }
+
+  // The group's terms with its devices in `g`'s order.
+  GroupTerms terms_in_order(const GroupTerms& t, const std::vector<int>& devices,
+                            const SequenceGroup& g) const {
+    std::vector<int> at;
+    for (int d : g.devices)
+      at.push_back(
+          static_cast<int>(std::find(devices.begin(), devices.end(), d) - devices.begin()));
+    GroupTerms out = t;
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      out.devices[i] = t.devices[at[i]];
+      out.ring_s[i] = t.ring_s[at[i]];
+      for (std::size_t j = 0; j < at.size(); ++j) out.pair_s[i][j] = t.pair_s[at[i]][at[j]];
+    }
+    return out;
+  }
+
+  double score(const Grouping& grouping, const SequenceLayout& layout) {
+    ++candidates_;
+    IterationTime it = planner_.iteration(layout);
+    if (!it.fits) {
+      if (!closest_ || it.iteration_s < closest_->iteration_s) closest_ = it;
+      return kInfinity;
+    }
+    if (!best_ || it.iteration_s < best_->time.iteration_s) {
+      best_ = HexiSeqResult{layout, it, grouping.name};
+    }
+    return it.iteration_s;
+  }
+
+  std::string no_fit_message() const {
+    const TrainingConfig& t = planner_.training();
+    std::string out = "hexiseq: no layout of " + planner_.model().name + " over " +
+                      std::to_string(t.seq_len) + " tokens fits in 95 % of the memory of the " +
+                      std::to_string(devices_.size()) + " devices";
+    if (!closest_) return out + " (even the model states alone do not fit)";
+    for (const auto& m : closest_->memory) {
+      if (m.total() <= m.limit()) continue;
+      return out + "; e.g. device " + std::to_string(m.device) + " needs " +
+             fixed(m.total() / kGiB, 2) + " GiB of " + fixed(m.limit() / kGiB, 2) + " GiB";
+    }
+    return out;
+  }
+
+  const SequenceCost& judge_;
+  const SequenceCost& planner_;
+  LinearModel lm_;
+  std::vector<int> devices_;
+  std::int64_t block_;
+  const HexiSeqOptions& options_;
+  std::chrono::steady_clock::time_point start_;
+  std::optional<HexiSeqResult> best_;
+  std::optional<IterationTime> closest_;  // the best layout that does not fit
+  long candidates_ = 0, solves_ = 0;
+  std::map<std::string, std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>>>
+      memo_;
+};
+
+// Stage 1 for large meshes: the same group size in every domain (whole domains down to
+// single devices), the merges, then each GPU type's group size in turn while the closed form
+// improves (two passes).
+void descend_by_type(Search& search, const Cluster& cluster, const std::vector<int>& devices) {
+  const std::vector<std::vector<int>> ds = domains(cluster, devices);
+  std::map<int, std::vector<int>> sizes;  // type -> the sizes its first domain allows
+  std::set<int> uniform;
+  for (const auto& d : ds) {
+    const int type = cluster.devices()[d.front()].gpu_type;
+    if (!sizes.count(type)) sizes[type] = divisors(static_cast<int>(d.size()));
+    for (int k : divisors(static_cast<int>(d.size()))) uniform.insert(k);
+  }
+  std::map<int, int> best;
+  double best_time = kInfinity;
+  for (auto k = uniform.rbegin(); k != uniform.rend() && !search.out_of_time(); ++k) {
+    std::map<int, int> trial;
+    for (const auto& [type, allowed] : sizes) trial[type] = *k;
+    const double t = search.evaluate(grouping_by_type(cluster, ds, trial));
+    if (t < best_time) best_time = t, best = trial;
+  }
+  for (const Grouping& g : merged_groupings(cluster, devices)) {
+    if (search.out_of_time()) return;
+    search.evaluate(g);
+  }
+  if (best.empty() || sizes.size() < 2) return;
+  for (int pass = 0; pass < 2; ++pass) {
+    bool improved = false;
+    for (const auto& [type, allowed] : sizes) {
+      for (int k : allowed) {
+        if (k == best[type] || search.out_of_time()) continue;
+        std::map<int, int> trial = best;
+        trial[type] = k;
+        const double t = search.evaluate(grouping_by_type(cluster, ds, trial));
+        if (t < best_time) best_time = t, best = trial, improved = true;
+      }
+    }
+    if (!improved) return;
+  }
+}
+
+}  // namespace
+
+Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
+                                  const HexiSeqOptions& options) {
+  const Cluster& cluster = cost.cluster();
+  if (devices.empty()) {
+    for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
+  }
+  std::sort(devices.begin(), devices.end());
+  const std::int64_t s = cost.training().seq_len;
+  const auto block = token_block(s, static_cast<int>(devices.size()), options.block_tokens);
+  if (!block) {
+    return bad_input("hexiseq: the sequence length S = " + std::to_string(s) +
+                     " must be even and a multiple of the token block (" +
+                     std::to_string(options.block_tokens) + "): the mirrored layout needs it");
+  }
+  SequenceCost planner = cost;
+  if (options.identical_devices) planner.set_identical(devices.front());
+  Search search(cost, planner, devices, *block, options);
+  const std::vector<Grouping> family = grouping_family(cluster, devices, options.exhaustive_limit);
+  if (!family.empty()) {
+    // Every grouping of whole domains (merged or not) in full: the LP's proportional guess
+    // misjudges merges, whose best layouts often idle a slow, badly connected type. The
+    // rest ranked by the LP's estimate, the best `screen` in full.
+    const std::vector<std::vector<int>> ds = domains(cluster, devices);
+    std::vector<std::pair<double, std::size_t>> ranked;
+    for (std::size_t i = 0; i < family.size(); ++i) {
+      if (whole_domains(family[i], ds)) {
+        search.evaluate(family[i]);
+      } else {
+        ranked.push_back({search.estimate(family[i]), i});
+      }
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    const std::size_t full = std::min(ranked.size(), options.screen);
+    for (std::size_t k = 0; k < full && !search.out_of_time(); ++k) {
+      search.evaluate(family[ranked[k].second]);
+    }
+  } else {
+    descend_by_type(search, cluster, devices);
+  }
+  return search.finish();
+}
+
+}  // namespace hexiseq
+}  // namespace hexi

@@ -1,0 +1,106 @@
+#pragma once
+// The HexiSeq search (arXiv 2605.07569; ../shared/HEXISEQ.md; DESIGN.md §6; issue 13):
+// a sequence layout (layout.hpp) for one long sequence over a mesh of devices, hierarchically
+//
+//   (1) groupings of the devices into all-to-all groups from the topology (groupings.hpp):
+//       the whole family when it is small, else the uniform cuts and merges first, then a
+//       descent over each GPU type's group size
+//   (2) per grouping, S split over the groups by an LP (linear.hpp's model is linear in T_g
+//       for each group's relative shards and heads), rounded to whole token blocks
+//   (3) per group, an integer program for its shards (whole blocks) and heads (integers; kv
+//       heads >= h / (n_q / n_kv), or whole GQA groups only) minimising its slowest device
+//       under memory <= 95 %; the all-to-all's bilinear bytes s_j (h_i + 2 kv_i) are taken
+//       at the previous solution's shards for the heads' terms and its heads for the shards'
+//       terms, and the program solved again at its own solution
+//   (2) and (3) alternate (`rounds`): the LP reads the groups' last shards and heads;
+//   every layout is scored by the closed form (time.hpp) and the best that fits is kept.
+// The LP and integer programs go through the solver seam (scheduler/solver: CBC by default,
+// GLPK possible). Deterministic: the same input gives the same layout (no budget, or a
+// budget that does not run out). Identical programs (groups of one signature) are solved
+// once.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/hexiseq/groupings.hpp"
+#include "scheduler/hexiseq/layout.hpp"
+#include "scheduler/hexiseq/linear.hpp"
+#include "scheduler/hexiseq/time.hpp"
+#include "scheduler/solver/solver.hpp"
+
+namespace hexi {
+inline namespace hexiseq {
+
+struct HexiSeqOptions {
+  Backend backend = Backend::kCbc;    // the LP's and integer programs' solver
+  double time_budget_s = 0;           // s; 0: none (every candidate; deterministic)
+  int rounds = 3;                     // token split <-> shards and heads alternations
+  std::int64_t block_tokens = 0;      // shards in whole blocks of this many; 0: auto
+  bool split_kv_heads = true;         // head ranges may split a GQA group (kv replicated)
+  std::size_t exhaustive_limit = 64;  // enumerate the grouping family up to this many
+  std::size_t screen = 8;             // ... and evaluate the best this many by the LP in full
+  bool identical_devices = false;     // plan as if every device were the mesh's first
+                                      // (hexiseq-homogeneous); scored on the real cluster
+  double solver_time_limit_s = 10;    // s per LP / integer program
+};
+
+struct HexiSeqResult {
+  SequenceLayout layout;
+  IterationTime time;    // closed form, on the real cluster
+  std::string grouping;  // the chosen grouping's name
+  long candidates = 0;   // layouts scored
+  long solves = 0;       // LPs and integer programs solved
+  double search_time_s = 0;
+  bool budget_exhausted = false;
+};
+
+// The search over `devices` (empty: every device of the cluster). Bad input (exit 2) when S
+// is odd or not a multiple of the block, or when no layout fits in memory (the message
+// names the memory needed and available).
+Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
+                                  const HexiSeqOptions& options);
+
+// ---- the stages, for the exact search and the tests -------------------------------------
+
+// Shards are whole blocks: `requested`, or (0) the largest power of two <= S / (32 n),
+// at least 2, that divides S. nullopt when S is odd or not a multiple of `requested`.
+std::optional<std::int64_t> token_block(std::int64_t sequence, int devices, std::int64_t requested);
+
+// A group's shards (tokens), heads and kv heads as the model reads them; fractional in a
+// first guess (proportional to speed), whole after an integer program.
+struct GroupGuess {
+  std::vector<double> shards, heads, kv;
+};
+GroupGuess proportional_guess(const LinearModel& lm, const GroupTerms& terms, double tokens);
+GroupGuess guess_of(const LinearModel& lm, const SequenceGroup& g);
+
+// Stage 2: T per group in blocks (fractional; `counts[g]` groups alike share entry g's
+// terms, guess and T; sum of counts x T = S / block), minimising the model's slowest device
+// for each guess (shards as fractions of T) under memory; nullopt when infeasible. The
+// optimum (the model's layer time, s) goes to `model_s` when given.
+std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
+                                                const std::vector<GroupTerms>& terms,
+                                                const std::vector<int>& counts,
+                                                const std::vector<GroupGuess>& guesses,
+                                                std::int64_t block, const HexiSeqOptions& options,
+                                                double* model_s = nullptr);
+
+// T_g in whole blocks >= 1 summing to `total`: floors, then the largest remainders (ties to
+// the lower index).
+std::vector<std::int64_t> round_blocks(const std::vector<double>& blocks, std::int64_t total);
+
+// Stage 3: one group's shards and heads for T_g = `tokens` (ring blocks up to `ring_block`
+// tokens; 0 without a ring), the all-to-all taken at `guess`; nullopt when infeasible.
+std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms& terms,
+                                         const std::vector<int>& devices, std::int64_t tokens,
+                                         std::int64_t ring_block, const GroupGuess& guess,
+                                         std::int64_t block, const HexiSeqOptions& options);
+
+// Orders a group's devices (with their shards and heads) so that head ranges split as few
+// GQA groups as possible: ranges ending on a group boundary first (first fit decreasing).
+void align_heads(SequenceGroup& g, int heads_per_kv);
+
+}  // namespace hexiseq
+}  // namespace hexi

@@ -1,0 +1,129 @@
+// The HexiSeq search: its stages (groupings, token block, linear model against the closed
+// form), layouts that fit and favour fast devices, determinism, both solver backends, and
+// bad input.
+#include "scheduler/hexiseq/hexiseq.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "scheduler/hexiseq/testing.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::catalog_model;
+using testing::long_context;
+using testing::mixed_cluster;
+
+const Profile kProfile;
+
+// Long context needs full recompute (selective keeps ~34 s h bytes per layer).
+TrainingConfig full_recompute(int seq) {
+  TrainingConfig t = long_context(seq);
+  t.recompute = Recompute::kFull;
+  return t;
+}
+
+// 4 H100 (devices 0-3) and 4 A100 (4-7) machines.
+const Cluster& h100_a100() {
+  static const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}, {"A100-SXM-80GB", 4, 1}});
+  return c;
+}
+
+TEST(HexiSeqSearch, TokenBlockDividesTheSequence) {
+  EXPECT_EQ(token_block(131072, 8, 0), 512);  // 131072 / (32 * 8) = 512
+  EXPECT_EQ(token_block(131072, 8, 64), 64);
+  EXPECT_EQ(token_block(1000, 8, 0), 2);  // 1000 = 8 * 125: no power of two above 2 fits
+  EXPECT_EQ(token_block(1001, 8, 0), std::nullopt);
+  EXPECT_EQ(token_block(1000, 8, 3), std::nullopt);
+  EXPECT_EQ(token_block(1000, 8, 16), std::nullopt);
+}
+
+TEST(HexiSeqSearch, GroupingsFollowTheDomains) {
+  const Cluster& c = h100_a100();
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(domains(c, all), (std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  const Grouping g = make_grouping(domains(c, all), {2, 4});
+  EXPECT_EQ(g.groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(g.name, "sizes 2,4");
+  // Sizes {1, 2, 4} per machine: 3 x 3 = 9, and the merge of both whole machines: 10.
+  const auto family = grouping_family(c, all, 100);
+  EXPECT_EQ(family.size(), 10u);
+  EXPECT_EQ(family.front().name, "size 1");  // a plain ring
+  EXPECT_EQ(family[8].name, "merge 0+1");    // plain Ulysses
+  EXPECT_EQ(family.back().name, "size 4");   // a group per machine
+  EXPECT_TRUE(grouping_family(c, all, 5).empty());
+}
+
+TEST(HexiSeqSearch, LinearModelKnowsTheMemoryExactlyAndTheTimeRoughly) {
+  const Model m = catalog_model("llama3-8b");
+  const TrainingConfig t = full_recompute(65536);
+  SequenceCost cost(h100_a100(), m, t, kProfile);
+  const LinearModel lm(cost, 8);
+  SequenceLayout l;
+  l.groups.push_back({{0, 1, 2, 3}, 40960, {10240, 10240, 10240, 10240}, {8, 8, 8, 8}});
+  l.groups.push_back({{4, 5, 6, 7}, 24576, {6144, 6144, 6144, 6144}, {6, 10, 6, 10}});
+  double excess = -1e300;
+  for (const auto& dm : layout_memory(l, m, t, h100_a100())) {
+    excess = std::max(excess, dm.total() - dm.limit());
+  }
+  EXPECT_NEAR(lm.memory_excess(l), excess, 1e-3);  // bytes
+  const double model = lm.value(l), closed = cost.layer(l).time_s;
+  std::printf("model %.3f ms, closed form %.3f ms\n", model * 1e3, closed * 1e3);
+  EXPECT_LE(model, closed * 1.0001);
+  EXPECT_GT(model, closed * 0.8);
+}
+
+TEST(HexiSeqSearch, FitsFavoursFastDevicesAndIsDeterministic) {
+  const Model m = catalog_model("llama3-8b");
+  const TrainingConfig t = full_recompute(131072);
+  SequenceCost cost(h100_a100(), m, t, kProfile);
+  auto a = run_hexiseq(cost, {}, {});
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_TRUE(validate(a->layout, m, t, h100_a100(), "<hexiseq>").ok())
+      << validate(a->layout, m, t, h100_a100(), "<hexiseq>").error().message;
+  EXPECT_TRUE(a->time.fits);
+  std::printf("%s: %s\n%.3f s/iteration, %ld layouts, %ld solves, %.3f s\n", a->grouping.c_str(),
+              dump_json(to_json(a->layout)).c_str(), a->time.iteration_s, a->candidates, a->solves,
+              a->search_time_s);
+  // The H100s carry more of the sequence than the A100s.
+  std::int64_t h100 = 0, a100 = 0;
+  for (const auto& g : a->layout.groups) {
+    for (int r = 0; r < g.size(); ++r) (g.devices[r] < 4 ? h100 : a100) += g.shards[r];
+  }
+  EXPECT_GT(h100, a100);
+  auto b = run_hexiseq(cost, {}, {});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(dump_json(to_json(a->layout)), dump_json(to_json(b->layout)));
+  EXPECT_EQ(a->time.iteration_s, b->time.iteration_s);
+}
+
+TEST(HexiSeqSearch, GlpkFindsAsGoodALayout) {
+  const Model m = catalog_model("llama3-8b");
+  SequenceCost cost(h100_a100(), m, full_recompute(65536), kProfile);
+  HexiSeqOptions glpk;
+  glpk.backend = Backend::kGlpk;
+  auto a = run_hexiseq(cost, {}, {});
+  auto b = run_hexiseq(cost, {}, glpk);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(b->time.iteration_s / a->time.iteration_s, 1.0, 0.01);
+}
+
+TEST(HexiSeqSearch, BadInput) {
+  const Model m = catalog_model("llama2-70b");
+  SequenceCost huge(h100_a100(), m, full_recompute(131072), kProfile);
+  auto none = run_hexiseq(huge, {0, 1}, {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(none.error().message.find("fits in 95 % of the memory of the 2 devices"),
+            std::string::npos)
+      << none.error().message;
+  SequenceCost odd(h100_a100(), catalog_model("llama3-8b"), full_recompute(4097), kProfile);
+  auto e = run_hexiseq(odd, {}, {});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("S = 4097 must be even"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hexi

@@ -1,0 +1,339 @@
+#include "scheduler/hexiseq/layout.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <numeric>
+
+#include "topologies/text.hpp"
+
+namespace hexi {
+inline namespace hexiseq {
+namespace {
+
+std::string gib(double bytes) {
+  return fixed(bytes / kGiB, 2);
+}
+
+std::string group_path(int g) {
+  return "/sequence/groups/" + std::to_string(g);
+}
+
+// "devices 4, 5, 6" for messages.
+std::string device_list(const std::vector<int>& devices) {
+  std::string out = devices.size() == 1 ? "device " : "devices ";
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(devices[i]);
+  }
+  return out;
+}
+
+// The longest group's tokens: the ring's largest block (0 for one group: no ring).
+std::int64_t ring_block_tokens(const SequenceLayout& layout) {
+  if (layout.groups.size() <= 1) return 0;
+  std::int64_t longest = 0;
+  for (const auto& g : layout.groups) longest = std::max(longest, g.tokens);
+  return longest;
+}
+
+// Checks one layout against its context, stopping at the first problem.
+class LayoutChecker {
+ public:
+  LayoutChecker(const Model& m, const TrainingConfig& t, const Cluster& cluster,
+                const std::string& origin)
+      : model_(m), training_(t), cluster_(cluster), origin_(origin) {}
+
+  Status check(const SequenceLayout& layout) {
+    if (layout.groups.empty()) return fail("/sequence/groups", "expected at least one group");
+    std::int64_t tokens = 0;
+    for (std::size_t g = 0; g < layout.groups.size(); ++g) {
+      const SequenceGroup& group = layout.groups[g];
+      const std::string path = group_path(static_cast<int>(g));
+      if (auto st = counts(group, path); !st) return st;
+      if (auto st = devices_once(group, path); !st) return st;
+      if (auto st = shards_sum(group, path); !st) return st;
+      if (auto st = heads_sum(group, path); !st) return st;
+      if (!layout.split_kv_heads) {
+        if (auto st = kv_groups_whole(group, path); !st) return st;
+      }
+      tokens += group.tokens;
+    }
+    if (tokens != training_.seq_len) {
+      return fail("/sequence/groups",
+                  "the groups' tokens sum to " + std::to_string(tokens) +
+                      "; expected the sequence length S = " + std::to_string(training_.seq_len) +
+                      " (training seq_len)");
+    }
+    return memory_fits(layout);
+  }
+
+ private:
+  Error fail(const std::string& path, const std::string& what) const {
+    return bad_input(origin_ + ": " + path + ": " + what);
+  }
+
+  Status counts(const SequenceGroup& g, const std::string& path) const {
+    if (g.devices.empty()) return fail(path + "/devices", "expected at least one device");
+    const std::string n = std::to_string(g.devices.size());
+    if (g.shards.size() != g.devices.size()) {
+      return fail(path + "/shards", "has " + std::to_string(g.shards.size()) +
+                                        " entries; expected one per device (" + n + ")");
+    }
+    if (g.heads.size() != g.devices.size()) {
+      return fail(path + "/heads", "has " + std::to_string(g.heads.size()) +
+                                       " entries; expected one per device (" + n + ")");
+    }
+    return {};
+  }
+
+  Status devices_once(const SequenceGroup& g, const std::string& path) {
+    for (int r = 0; r < g.size(); ++r) {
+      const int d = g.devices[r];
+      const std::string dpath = path + "/devices/" + std::to_string(r);
+      if (d < 0 || d >= cluster_.num_devices()) {
+        return fail(dpath, "device " + std::to_string(d) + " does not exist (cluster \"" +
+                               cluster_.name() + "\" has devices 0.." +
+                               std::to_string(cluster_.num_devices() - 1) + ")");
+      }
+      auto [it, fresh] = used_.emplace(d, dpath);
+      if (!fresh) {
+        return fail(dpath, "device " + std::to_string(d) + " is already in " + it->second +
+                               " (a device belongs to one group)");
+      }
+    }
+    return {};
+  }
+
+  Status shards_sum(const SequenceGroup& g, const std::string& path) const {
+    if (g.tokens <= 0 || g.tokens % 2 != 0) {
+      return fail(path + "/tokens",
+                  std::to_string(g.tokens) +
+                      " tokens; expected an even number > 0 (T/2 in each mirrored half)");
+    }
+    std::int64_t sum = 0;
+    for (int r = 0; r < g.size(); ++r) {
+      const std::int64_t s = g.shards[r];
+      if (s < 0 || s % 2 != 0) {
+        return fail(path + "/shards/" + std::to_string(r),
+                    "device " + std::to_string(g.devices[r]) + " has " + std::to_string(s) +
+                        " tokens; expected an even number >= 0 (s/2 in each mirrored half)");
+      }
+      sum += s;
+    }
+    if (sum == g.tokens) return {};
+    return fail(path + "/shards", "the shards of " + device_list(g.devices) + " sum to " +
+                                      std::to_string(sum) + " tokens; expected the group's " +
+                                      std::to_string(g.tokens) + " (tokens)");
+  }
+
+  Status heads_sum(const SequenceGroup& g, const std::string& path) const {
+    int sum = 0;
+    for (int r = 0; r < g.size(); ++r) {
+      if (g.heads[r] < 0 || g.heads[r] > model_.heads) {
+        return fail(path + "/heads/" + std::to_string(r), "device " + std::to_string(g.devices[r]) +
+                                                              " has " + std::to_string(g.heads[r]) +
+                                                              " heads; expected 0.." +
+                                                              std::to_string(model_.heads));
+      }
+      sum += g.heads[r];
+    }
+    if (sum == model_.heads) return {};
+    return fail(path + "/heads", "the heads of " + device_list(g.devices) + " sum to " +
+                                     std::to_string(sum) + "; expected the model's " +
+                                     std::to_string(model_.heads) + " query heads");
+  }
+
+  Status kv_groups_whole(const SequenceGroup& g, const std::string& path) const {
+    const int per_kv = model_.heads / model_.kv_heads;
+    const std::vector<int> first = head_offsets(g);
+    for (int r = 0; r < g.size(); ++r) {
+      if (g.heads[r] == 0 || (first[r] % per_kv == 0 && g.heads[r] % per_kv == 0)) continue;
+      return fail(path + "/heads/" + std::to_string(r),
+                  "device " + std::to_string(g.devices[r]) + " holds query heads [" +
+                      std::to_string(first[r]) + ", " + std::to_string(first[r] + g.heads[r]) +
+                      "), which split a GQA group of " + std::to_string(per_kv) +
+                      " query heads per kv head; split_kv_heads is false");
+    }
+    return {};
+  }
+
+  Status memory_fits(const SequenceLayout& layout) const {
+    for (const DeviceMemory& dm : layout_memory(layout, model_, training_, cluster_)) {
+      if (dm.total() <= dm.limit()) continue;
+      const SequenceMemory& m = dm.mesh;
+      return fail(group_path(dm.group) + "/devices/" + std::to_string(dm.rank),
+                  "device " + std::to_string(dm.device) + " (" + cluster_.gpu(dm.device).name +
+                      " in machine " + cluster_.machine_of(dm.device).name + ") needs " +
+                      gib(dm.total()) + " GiB; " + fixed(100 * kMemoryCap, 0) + " % of its " +
+                      gib(dm.capacity) + " GiB is " + gib(dm.limit()) + " GiB: over by " +
+                      gib(dm.total() - dm.limit()) + " GiB (model states " + gib(m.states.total()) +
+                      ", activations " + gib(m.activations) + ", ring buffers " +
+                      gib(m.ring_buffers) + ", all-to-all buffers " + gib(m.ulysses_buffers) +
+                      ", logits " + gib(dm.logits) + ", reserve " + gib(m.reserve) + ")");
+    }
+    return {};
+  }
+
+  const Model& model_;
+  const TrainingConfig& training_;
+  const Cluster& cluster_;
+  const std::string& origin_;
+  std::map<int, std::string> used_;  // device -> the JSON path that placed it
+};
+
+SequenceGroup read_group(const JsonNode& node) {
+  node.require_object();
+  node.allow_only({"devices", "tokens", "shards", "heads"});
+  SequenceGroup g;
+  const JsonNode devices = node.at("devices");
+  devices.require_array();
+  if (devices.size() == 0) devices.fail("a non-empty array of device ids");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    g.devices.push_back(static_cast<int>(devices.at(i).integer_in(0, INT_MAX)));
+  }
+  g.tokens = node.at("tokens").integer_in(0, INT_MAX);
+  const std::string per_device = "one entry per device (" + std::to_string(g.size()) + ")";
+  const JsonNode shards = node.at("shards");
+  shards.require_array();
+  if (shards.size() != devices.size()) shards.fail(per_device);
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    g.shards.push_back(shards.at(i).integer_in(0, INT_MAX));
+  }
+  const JsonNode heads = node.at("heads");
+  heads.require_array();
+  if (heads.size() != devices.size()) heads.fail(per_device);
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    g.heads.push_back(static_cast<int>(heads.at(i).integer_in(0, INT_MAX)));
+  }
+  return g;
+}
+
+}  // namespace
+
+int SequenceLayout::num_devices() const {
+  int n = 0;
+  for (const auto& g : groups) n += g.size();
+  return n;
+}
+
+std::vector<int> SequenceLayout::devices() const {
+  std::vector<int> out;
+  for (const auto& g : groups) out.insert(out.end(), g.devices.begin(), g.devices.end());
+  return out;
+}
+
+AttentionShape attention_shape(const Model& m, const TrainingConfig& t, int grad_bytes) {
+  const int e = t.bytes_per_element();
+  return {m.head_dim(), m.heads, m.kv_heads, e, grad_bytes > 0 ? grad_bytes : e};
+}
+
+std::vector<int> head_offsets(const SequenceGroup& g) {
+  std::vector<int> first;
+  int next = 0;
+  for (int h : g.heads) {
+    first.push_back(next);
+    next += h;
+  }
+  return first;
+}
+
+std::vector<std::int64_t> even_split(std::int64_t tokens, int parts) {
+  const std::int64_t pairs = tokens / 2;
+  std::vector<std::int64_t> out;
+  for (int i = 0; i < parts; ++i) out.push_back(2 * (pairs / parts + (i < pairs % parts ? 1 : 0)));
+  return out;
+}
+
+std::vector<int> even_heads(int heads, int parts) {
+  std::vector<int> out;
+  for (int i = 0; i < parts; ++i) out.push_back(heads / parts + (i < heads % parts ? 1 : 0));
+  return out;
+}
+
+SequenceLayout even_layout(const std::vector<std::vector<int>>& groups, std::int64_t sequence,
+                           int heads) {
+  int devices = 0;
+  for (const auto& g : groups) devices += static_cast<int>(g.size());
+  const std::vector<std::int64_t> shards = even_split(sequence, devices);
+  SequenceLayout l;
+  std::size_t next = 0;
+  for (const auto& g : groups) {
+    SequenceGroup group{g, 0, {}, even_heads(heads, static_cast<int>(g.size()))};
+    for (std::size_t i = 0; i < g.size(); ++i) group.shards.push_back(shards[next++]);
+    group.tokens = std::accumulate(group.shards.begin(), group.shards.end(), std::int64_t{0});
+    l.groups.push_back(std::move(group));
+  }
+  return l;
+}
+
+std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Model& m,
+                                        const TrainingConfig& t, const Cluster& cluster) {
+  const AttentionShape a = attention_shape(m, t);
+  const int mesh = layout.num_devices();
+  const std::int64_t block = ring_block_tokens(layout);
+  std::vector<DeviceMemory> out;
+  for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
+    const SequenceGroup& group = layout.groups[g];
+    const std::vector<int> kv = group_kv_heads(a, group.heads);
+    for (int r = 0; r < group.size(); ++r) {
+      SequenceDeviceShape s;
+      s.layers = m.layers;
+      s.params = m.params();
+      s.zero_stage = t.zero_stage;
+      s.zero_shards = mesh;
+      s.shard_tokens = group.shards[r];
+      s.group_tokens = group.tokens;
+      s.q_heads = group.heads[r];
+      s.kv_heads = kv[r];
+      s.ring_block_tokens = block;
+      DeviceMemory dm;
+      dm.device = group.devices[r];
+      dm.group = g;
+      dm.rank = r;
+      dm.mesh = sequence_device_memory(m, t, a, s, t.recompute);
+      // The head's logits for its own tokens: cost_model's last-stage figure at s_i tokens.
+      TrainingConfig mine = t;
+      mine.seq_len = static_cast<int>(group.shards[r]);
+      StageShape head;
+      head.last = true;
+      dm.logits = device_memory(m, mine, head).logits;
+      dm.capacity = cluster.device_memory_bytes(dm.device);
+      out.push_back(dm);
+    }
+  }
+  return out;
+}
+
+Status validate(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
+                const Cluster& cluster, const std::string& origin) {
+  return LayoutChecker(m, t, cluster, origin).check(layout);
+}
+
+Json to_json(const SequenceLayout& layout) {
+  Json groups = Json::array();
+  for (const auto& g : layout.groups) {
+    groups.push_back(
+        {{"devices", g.devices}, {"tokens", g.tokens}, {"shards", g.shards}, {"heads", g.heads}});
+  }
+  return {{"groups", groups}, {"split_kv_heads", layout.split_kv_heads}};
+}
+
+SequenceLayout read_layout(const JsonNode& node) {
+  node.require_object();
+  node.allow_only({"groups", "split_kv_heads"});
+  SequenceLayout layout;
+  const JsonNode groups = node.at("groups");
+  groups.require_array();
+  if (groups.size() == 0) groups.fail("a non-empty array of groups");
+  for (std::size_t g = 0; g < groups.size(); ++g) layout.groups.push_back(read_group(groups.at(g)));
+  layout.split_kv_heads = node.boolean_or("split_kv_heads", true);
+  return layout;
+}
+
+Result<SequenceLayout> layout_from_json(const Json& sequence, const std::string& origin,
+                                        const std::string& path) {
+  return load_with([&] { return read_layout(JsonNode(sequence, origin, path)); });
+}
+
+}  // namespace hexiseq
+}  // namespace hexi

@@ -1,0 +1,112 @@
+#pragma once
+// A sequence mesh (HexiSeq, arXiv 2605.07569; ../shared/HEXISEQ.md; DESIGN.md §6): the
+// devices of one stage split into all-to-all groups that form a context-parallel ring over
+// one sequence of S tokens.
+//
+//   "sequence": {"groups": [{"devices": [0, 1], "tokens": T_0, "shards": [s_0, s_1],
+//                            "heads": [h_0, h_1]}, ...],
+//                "split_kv_heads": true}
+//
+// Group g (ring order) holds T_g tokens in the mirrored layout (T_g/2 from the front of the
+// sequence, T_g/2 mirrored from the back; cost/sequence.hpp), so its causal work is exactly
+// T_g (S + 1) / 2 pairs. Inside the group device i holds s_i of those tokens (s_i/2 of the
+// front half, s_i/2 of the back half; sum T_g) for the token-wise ops, and after a ragged
+// Ulysses all-to-all the query heads [sum_{j<i} h_j, sum_{j<=i} h_j) of the whole group's
+// T_g tokens (sum n_q). A head range that splits a GQA group replicates that kv head
+// (kv_heads_needed); "split_kv_heads": false forbids it. Optional, default true.
+//
+// Model states: every device holds the whole model, ZeRO-sharded over the mesh by the
+// training config's stage. Memory per device must stay within kMemoryCap of its capacity.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scenarios/model.hpp"
+#include "scenarios/training.hpp"
+#include "scheduler/cost/sequence.hpp"
+#include "topologies/cluster.hpp"
+#include "topologies/json_input.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi {
+inline namespace hexiseq {
+
+// A plan's devices may use at most this fraction of their memory (issue 13).
+inline constexpr double kMemoryCap = 0.95;
+
+struct SequenceGroup {
+  std::vector<int> devices;          // all-to-all rank order
+  std::int64_t tokens = 0;           // T_g, even (mirrored halves)
+  std::vector<std::int64_t> shards;  // s_i per device, even, sum T_g
+  std::vector<int> heads;            // h_i query heads per device, sum n_q
+
+  int size() const { return static_cast<int>(devices.size()); }
+};
+
+struct SequenceLayout {
+  std::vector<SequenceGroup> groups;  // ring order
+  bool split_kv_heads = true;         // a head range may split a GQA group (kv replicated)
+
+  int num_devices() const;
+  std::vector<int> devices() const;  // group by group, rank order
+};
+
+// The attention one layer carries: d, n_q, n_kv and the training precision's bytes for Q,
+// K, V, O and for dK, dV on the ring (`grad_bytes` 0: the training precision's).
+AttentionShape attention_shape(const Model& m, const TrainingConfig& t, int grad_bytes = 0);
+
+// The first query head of each device of a group (prefix sums of its heads).
+std::vector<int> head_offsets(const SequenceGroup& g);
+
+// Equal split of `tokens` over `parts` in whole blocks of 2 (the mirrored halves): the first
+// parts take one more block where it does not divide.
+std::vector<std::int64_t> even_split(std::int64_t tokens, int parts);
+// Equal heads over `parts`: n_q / parts each, the first parts one more where it does not
+// divide.
+std::vector<int> even_heads(int heads, int parts);
+// The layout of `groups` (ring order) with equal shards per device (T_g = S n_g / P) and
+// equal heads per group.
+SequenceLayout even_layout(const std::vector<std::vector<int>>& groups, std::int64_t sequence,
+                           int heads);
+
+// What one device of a layout holds at its peak.
+struct DeviceMemory {
+  int device = 0;
+  int group = 0;
+  int rank = 0;         // inside the group
+  SequenceMemory mesh;  // model states, activations, ring and all-to-all buffers, reserve
+  double logits = 0;    // bytes: logits + fp32 softmax of its s_i tokens (cost_model's)
+  double capacity = 0;  // bytes, the device's whole memory
+  double total() const { return mesh.total() + logits; }
+  double limit() const { return kMemoryCap * capacity; }
+};
+
+// Memory of every device of the layout (group by group, rank order). Model states: the
+// whole model (model.params()) under the training config's ZeRO stage over every device of
+// the mesh; activations of all layers for its s_i tokens (the training config's recompute);
+// ring buffers by the longest group (none for one group); all-to-all buffers for T_g tokens
+// of its h_i heads and their kv heads. The layout must be structurally valid.
+std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Model& m,
+                                        const TrainingConfig& t, const Cluster& cluster);
+
+// Structure and memory against the cluster, model and training config. Errors name
+// `origin`, the JSON path (/sequence/groups/1/shards), the device and the numbers: a group
+// without devices, shards or heads of the wrong count, a negative or odd value, shards not
+// summing to T_g, heads not summing to n_q, a head range splitting a GQA group where
+// split_kv_heads is false, groups' tokens not summing to S (the training's seq_len), a
+// device out of range or in two groups, a device over kMemoryCap of its memory.
+Status validate(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
+                const Cluster& cluster, const std::string& origin);
+
+// The "sequence" object: {"groups": [...], "split_kv_heads": ...}.
+Json to_json(const SequenceLayout& layout);
+// Reads a "sequence" object (syntax only: types, counts, non-negative values; validate()
+// checks the rest). Errors name `origin` and the JSON path below `path`.
+Result<SequenceLayout> layout_from_json(const Json& sequence, const std::string& origin,
+                                        const std::string& path = "/sequence");
+// Reads it from the node of a document already being walked (throws InputError).
+SequenceLayout read_layout(const JsonNode& node);
+
+}  // namespace hexiseq
+}  // namespace hexi

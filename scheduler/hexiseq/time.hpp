@@ -1,0 +1,143 @@
+#pragma once
+// Closed-form time of a sequence layout (layout.hpp) on a cluster: one layer forward +
+// backward per device and overall, and one training iteration (HexiSeq, arXiv 2605.07569;
+// ../shared/HEXISEQ.md; formulas from cost/sequence.hpp).
+//
+// One layer, device i of group g (s_i tokens, query heads H_i, |H_i| = h_i):
+//   token-wise   the layer's kernels but the attention core, forward and backward (with the
+//                training config's recompute), for s_i tokens: cost_model's kernel_time
+//                (roofline with the profile's per-class efficiency), as the rest of hexisim
+//   all-to-all   its group's ragged Ulysses all-to-alls: forward Q, K, V in and O out,
+//                backward dO in and dQ, dK, dV out (the same bytes the other way), each
+//                all_to_all_time over the group's bandwidth matrix, or, for a group spanning
+//                machines, each machine's off-machine bytes through all its NICs together
+//                if that is slower (devices of a machine share its NICs); the group waits
+//   ring         attention of H_i for the group's T_g queries against every group's block,
+//                the blocks circulating over the groups in ring order (below); the group
+//                waits for its slowest member before its output all-to-all
+//   total        token-wise + all-to-all + ring; the layer takes the slowest device's total
+//                (the mesh runs layer by layer in lockstep)
+// Full recompute runs the forward all-to-alls and ring once more in the backward.
+//
+// Ring (a dataflow model of ring-flash-attention's loop, not a global lockstep): device i
+// runs steps k = 0..P-1 (P groups); at step k it computes against the block of group g-k
+// (mirrored_block_pairs over the groups' T: T_g T_v / 2 pairs, the diagonal T_g^2/2 + T_g/2)
+// at 4 d h_i FLOPs per pair forward (2.5x backward) at its achieved attention FLOP/s (peak x
+// the profile's attention efficiency), while the block of step k+1 comes from the previous
+// group. Both ends post that transfer when they start step k (NCCL send/recv pairs), so
+//   start_i(k+1) = max(end_i(k), max over sources j of max(start_j(k), start_i(k)) + t_ji)
+// with t_ji the larger of j's send and i's receive port time (bytes / path bandwidth summed
+// over its peers, plus the path latency) and, off-machine, of the two machines' NIC time
+// (the step's off-machine bytes of all their devices / the NICs' bandwidth: the sub-rings
+// of a machine share its NICs). Backward steps carry K, V, dK, dV and one more
+// transfer takes each block's dK, dV home. On equal shards over identical devices this is
+// exactly cost/sequence's ring_time (tested); with uneven groups it does not charge every
+// step the slowest rank's block (ring_time's lockstep bound, also tested: never below).
+//
+// Sub-rings: groups may split the heads differently. The ring then runs one sub-ring per
+// interval of the common refinement of all groups' head ranges (DESIGN.md §6): device i
+// receives, for each interval inside H_i, the K/V of that interval's kv heads
+// (kv_heads_needed: an interval splitting a GQA group carries the whole kv head) from the
+// previous group's device that holds the interval. A device holding several intervals
+// receives them over its one port, one after the other.
+//
+// Iteration (global_batch sequences, one at a time through the mesh; micro_batch does not
+// change the per-token work):
+//   sequence   L x the layer time + the slowest device's embedding and head for its tokens
+//              (+ ZeRO-3: per layer an all-gather of the weights forward and backward and a
+//              reduce-scatter of the gradients)
+//   sync       ZeRO 0-2: the gradients all-reduced (reduce-scatter + all-gather for 1-2: the
+//              same bytes) once per iteration over the mesh's ring (collectives.hpp), not
+//              overlapped with the backward (conservative, as estimate.hpp's DP sync)
+//   optimizer  memory-bound Adam over the device's owned parameters (28 bytes each, as
+//              estimate.hpp)
+//   iteration  sequences x sequence + sync + optimizer
+
+#include <cstdint>
+#include <vector>
+
+#include "scenarios/model.hpp"
+#include "scenarios/training.hpp"
+#include "scheduler/cost/sequence.hpp"
+#include "scheduler/hexiseq/layout.hpp"
+#include "topologies/cluster.hpp"
+#include "topologies/profile.hpp"
+
+namespace hexi {
+inline namespace hexiseq {
+
+// One layer of one device (s).
+struct DeviceTime {
+  int device = 0;
+  int group = 0;
+  int rank = 0;
+  double token_wise_s = 0;  // its kernels but the attention core, forward + backward
+  double ulysses_s = 0;     // its group's all-to-alls
+  double ring_s = 0;        // its group's ring, forward + backward: the slowest member's end
+  double attention_s = 0;   // its own attention compute inside ring_s (busy time)
+  double total_s() const { return token_wise_s + ulysses_s + ring_s; }
+};
+
+struct LayerTime {
+  std::vector<DeviceTime> devices;  // group by group, rank order
+  double time_s = 0;                // the slowest device's total
+  int slowest = 0;                  // index into devices
+};
+
+struct IterationTime {
+  LayerTime layer;
+  double sequence_s = 0;   // one sequence through every layer, embedding and head
+  double sync_s = 0;       // gradient synchronisation per iteration
+  double optimizer_s = 0;  // the slowest device's optimizer step
+  double iteration_s = 0;
+  double tokens_per_s = 0;
+  std::vector<DeviceMemory> memory;
+  bool fits = true;  // every device within kMemoryCap of its memory
+};
+
+// The cost of layouts on one cluster, model, training config and device profile.
+class SequenceCost {
+ public:
+  // `grad_bytes`: bytes per dK, dV element on the ring (0: the training precision's; 4 for
+  // ring-flash-attention's fp32).
+  SequenceCost(const Cluster& cluster, const Model& model, const TrainingConfig& training,
+               const Profile& profile, int grad_bytes = 0);
+
+  const Cluster& cluster() const { return cluster_; }
+  const Model& model() const { return model_; }
+  const TrainingConfig& training() const { return training_; }
+  const AttentionShape& attention() const { return attention_; }
+
+  // Treat every device as `device`'s GPU (compute, HBM and memory capacity; links stay the
+  // cluster's): how hexiseq-homogeneous sees a cluster. -1: each its own (the default).
+  void set_identical(int device) { identical_ = device; }
+  // The GPU a device counts as, and its memory capacity (bytes).
+  const GpuSpec& gpu(int device) const;
+  double memory_capacity(int device) const { return gpu(device).memory_bytes(); }
+
+  // Achieved attention FLOP/s of a device: peak x its profile's attention efficiency.
+  double attention_flops_s(int device) const;
+  // One layer's token-wise kernels, forward + backward, for `tokens` tokens (0 for none).
+  double token_wise_s(int device, std::int64_t tokens) const;
+  // Embedding and head, forward + backward, for `tokens` tokens (0 for none).
+  double head_s(int device, std::int64_t tokens) const;
+  // One group's all-to-alls of one layer (forward + backward, + forward under full
+  // recompute).
+  double ulysses_s(const SequenceGroup& g) const;
+  // When each device (layout order) ends the ring of one layer, forward or backward.
+  std::vector<double> ring_end_s(const SequenceLayout& layout, bool backward) const;
+
+  LayerTime layer(const SequenceLayout& layout) const;
+  IterationTime iteration(const SequenceLayout& layout) const;
+
+ private:
+  const Cluster& cluster_;  // the cluster and profile outlive the cost (as CostModel's)
+  Model model_;
+  TrainingConfig training_;
+  const Profile& profile_;
+  AttentionShape attention_;
+  int identical_ = -1;
+};
+
+}  // namespace hexiseq
+}  // namespace hexi

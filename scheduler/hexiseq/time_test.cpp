@@ -1,0 +1,246 @@
+// The closed-form time of sequence layouts, checked by hand: equal shards on identical
+// devices reduce to the homogeneous formulas, one group is pure Ulysses, one device per
+// group is pure ring (cost/sequence's ring_time), and uneven rings never cost more than
+// ring_time's lockstep bound.
+#include "scheduler/hexiseq/time.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <numeric>
+
+#include "scheduler/cost/collectives.hpp"
+#include "scheduler/hexiseq/testing.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::catalog_model;
+using testing::long_context;
+using testing::mixed_cluster;
+
+const Profile kProfile;  // the documented default efficiencies
+
+// One device per group, all heads each: a plain ring over `devices` with `lengths`.
+SequenceLayout pure_ring(const std::vector<int>& devices, const std::vector<std::int64_t>& lengths,
+                         int heads) {
+  SequenceLayout l;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    l.groups.push_back({{devices[i]}, lengths[i], {lengths[i]}, {heads}});
+  }
+  return l;
+}
+
+// The RingRanks of a pure-ring layout, for cost/sequence's lockstep ring_time.
+std::vector<RingRank> ring_ranks(const SequenceCost& cost, const SequenceLayout& l) {
+  std::vector<RingRank> ranks;
+  for (const auto& g : l.groups) {
+    ranks.push_back({g.tokens, cost.attention_flops_s(g.devices[0]), 0, 0});
+  }
+  set_ring_hops(cost.cluster(), l.devices(), ranks);
+  return ranks;
+}
+
+double slowest(const std::vector<double>& v) {
+  return *std::max_element(v.begin(), v.end());
+}
+
+TEST(SequenceTime, PureRingOnEqualShardsIsRingTime) {
+  // Four H100 machines of one GPU: every hop is a 25 GB/s NIC. llama3-8b, S = 65536.
+  const Cluster c = mixed_cluster({{"H100-SXM", 1, 4}});
+  const Model m = catalog_model("llama3-8b");
+  const TrainingConfig t = long_context(65536);
+  SequenceCost cost(c, m, t, kProfile, 4);  // fp32 dK, dV
+  const SequenceLayout l = pure_ring({0, 1, 2, 3}, {16384, 16384, 16384, 16384}, m.heads);
+  const auto ranks = ring_ranks(cost, l);
+  const AttentionShape& a = cost.attention();
+  for (double end : cost.ring_end_s(l, false)) EXPECT_DOUBLE_EQ(end, ring_time(a, ranks, false));
+  for (double end : cost.ring_end_s(l, true)) EXPECT_DOUBLE_EQ(end, ring_time(a, ranks, true));
+  // Pure ring: no all-to-all; the layer is token-wise + ring forward + ring backward.
+  const LayerTime lt = cost.layer(l);
+  EXPECT_DOUBLE_EQ(lt.devices[2].ulysses_s, 0.0);
+  EXPECT_DOUBLE_EQ(lt.devices[2].ring_s, ring_time(a, ranks, false) + ring_time(a, ranks, true));
+  EXPECT_DOUBLE_EQ(lt.time_s, cost.token_wise_s(0, 16384) + lt.devices[0].ring_s);
+  std::printf("pure ring, 4 x H100, llama3-8b, S = 64K: layer %.3f ms (ring %.3f ms)\n",
+              lt.time_s * 1e3, lt.devices[0].ring_s * 1e3);
+}
+
+TEST(SequenceTime, TwoGroupRingByHand) {
+  // Device 0 (H100) holds T_0 = 12288 tokens, device 1 (A100) T_1 = 4096; S = 16384.
+  //   step 0: each its diagonal block, T^2/2 + T/2 pairs at 4 d n_q FLOPs per pair
+  //   step 1: each the other's block, T_0 T_1 / 2 pairs, once the block has arrived: both
+  //           post at 0, so it arrives after latency + 2 T_other n_kv d B / bandwidth
+  const Cluster c = mixed_cluster({{"H100-SXM", 1, 1}, {"A100-SXM-80GB", 1, 1}});
+  const Model m = catalog_model("llama3-8b");
+  SequenceCost cost(c, m, long_context(16384), kProfile);
+  const SequenceLayout l = pure_ring({0, 1}, {12288, 4096}, 32);
+  const double per_pair = 4.0 * 128 * 32, f0 = cost.attention_flops_s(0),
+               f1 = cost.attention_flops_s(1);
+  const double diag0 = (12288.0 * 12288 / 2 + 6144) * per_pair / f0;
+  const double diag1 = (4096.0 * 4096 / 2 + 2048) * per_pair / f1;
+  const double off0 = 12288.0 * 4096 / 2 * per_pair / f0, off1 = 12288.0 * 4096 / 2 * per_pair / f1;
+  const double x0 = p2p_time(2.0 * 4096 * 8 * 128 * 2, c.bandwidth(1, 0), c.latency(1, 0));
+  const double x1 = p2p_time(2.0 * 12288 * 8 * 128 * 2, c.bandwidth(0, 1), c.latency(0, 1));
+  const auto end = cost.ring_end_s(l, false);
+  EXPECT_DOUBLE_EQ(end[0], std::max(diag0, x0) + off0);
+  EXPECT_DOUBLE_EQ(end[1], std::max(diag1, x1) + off1);
+}
+
+TEST(SequenceTime, UnevenRingsNeverExceedTheLockstepBound) {
+  const Cluster c = mixed_cluster({{"H100-SXM", 1, 2}, {"A100-SXM-80GB", 1, 2}, {"L40S", 1, 1}});
+  const Model m = catalog_model("llama3-8b");
+  SequenceCost cost(c, m, long_context(65536), kProfile);
+  const SequenceLayout l = pure_ring({0, 1, 2, 3, 4}, {20480, 20480, 8192, 8192, 8192}, 32);
+  const auto ranks = ring_ranks(cost, l);
+  for (bool backward : {false, true}) {
+    const double dataflow = slowest(cost.ring_end_s(l, backward));
+    const double lockstep = ring_time(cost.attention(), ranks, backward);
+    EXPECT_LE(dataflow, lockstep * (1 + 1e-12));
+    std::printf("uneven ring %s: dataflow %.3f ms, lockstep %.3f ms\n",
+                backward ? "backward" : "forward", dataflow * 1e3, lockstep * 1e3);
+  }
+}
+
+TEST(SequenceTime, OneGroupIsPureUlysses) {
+  // One machine of 4 H100 (NVSwitch), llama3-8b (32 heads, 8 kv), S = 32768 equal shards of
+  // 8192 and 8 heads each (2 kv heads). Each all-to-all moves, per device, (P-1) shards'
+  // worth: Q, K, V in: 3 * 8192 * (8 + 2*2) d B; O out: 3 * 8192 * 8 d B; backward the same.
+  const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}});
+  const Model m = catalog_model("llama3-8b");
+  const TrainingConfig t = long_context(32768);
+  SequenceCost cost(c, m, t, kProfile);
+  SequenceLayout l;
+  l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
+  const double bw = c.bandwidth(0, 1), lat = c.latency(0, 1), dB = 128.0 * 2;
+  const double qkv = 3 * 8192 * (8 + 2 * 2) * dB / bw + lat;
+  const double out = 3 * 8192 * 8 * dB / bw + lat;
+  EXPECT_NEAR(cost.ulysses_s(l.groups[0]) / (2 * (qkv + out)), 1.0, 1e-12);
+  // The ring is the diagonal only: T (S + 1) / 2 pairs of 8 heads, forward and 2.5x back.
+  const double pairs = 32768.0 / 2 * 32769, f = cost.attention_flops_s(0);
+  const double attention = 3.5 * pairs * 4 * 128 * 8 / f;
+  const LayerTime lt = cost.layer(l);
+  EXPECT_NEAR(lt.devices[3].ring_s / attention, 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(lt.devices[3].attention_s, lt.devices[3].ring_s);
+  EXPECT_DOUBLE_EQ(lt.time_s,
+                   cost.token_wise_s(3, 8192) + cost.ulysses_s(l.groups[0]) + lt.devices[3].ring_s);
+}
+
+TEST(SequenceTime, AllToAllAcrossMachinesSharesTheirNics) {
+  // One group over 2 machines of 2 H100 (one 25 GB/s NIC each), equal shards of 8192 and 8
+  // heads (2 kv heads) each. Machine 0 sends each of machine 1's two devices, from each of
+  // its two, 8192 (8 + 2 * 2) d B for Q, K, V: 4 such flows through one NIC, twice what any
+  // device's own port carries off-machine. O: 8192 * 8 d B per flow.
+  const Cluster c = mixed_cluster({{"H100-SXM", 2, 2}});
+  SequenceCost cost(c, catalog_model("llama3-8b"), long_context(32768), kProfile);
+  const SequenceGroup g{{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}};
+  const double nic = c.machines()[0].nic_Bps, lat = c.latency(0, 2), dB = 128.0 * 2;
+  const double qkv = 4 * 8192 * 12 * dB / nic + lat, out = 4 * 8192 * 8 * dB / nic + lat;
+  EXPECT_NEAR(cost.ulysses_s(g) / (2 * (qkv + out)), 1.0, 1e-12);
+}
+
+TEST(SequenceTime, EqualShardsOnIdenticalDevicesAreTheHomogeneousFormulas) {
+  // USP-like: 2 machines of 4 H100, a group per machine, 8 heads per device, equal shards.
+  // Sub-ring r is device r of each group: a 2-rank ring of 8 heads (2 kv heads) over the
+  // machines' one NIC, which the 4 sub-rings share: ring_time with that shape and a quarter
+  // of the NIC per hop.
+  const Cluster c = mixed_cluster({{"H100-SXM", 4, 2}});
+  const Model m = catalog_model("llama3-8b");
+  const TrainingConfig t = long_context(65536);
+  SequenceCost cost(c, m, t, kProfile);
+  SequenceLayout l;
+  for (int g = 0; g < 2; ++g) {
+    l.groups.push_back(
+        {{4 * g, 4 * g + 1, 4 * g + 2, 4 * g + 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
+  }
+  AttentionShape sub = cost.attention();
+  sub.q_heads = 8;
+  sub.kv_heads = 2;
+  std::vector<RingRank> ranks(2, RingRank{32768, cost.attention_flops_s(0), 0, 0});
+  set_ring_hops(c, {1, 5}, ranks);
+  for (auto& r : ranks) r.recv_Bps = c.machines()[0].nic_Bps / 4;
+  const double ring = ring_time(sub, ranks, false) + ring_time(sub, ranks, true);
+  const LayerTime lt = cost.layer(l);
+  for (const auto& d : lt.devices) {
+    EXPECT_NEAR(d.ring_s / ring, 1.0, 1e-12) << d.device;
+    EXPECT_DOUBLE_EQ(d.token_wise_s, cost.token_wise_s(0, 8192));
+  }
+  // Every device equal: the layer is any device's total.
+  EXPECT_DOUBLE_EQ(lt.time_s, lt.devices[5].total_s());
+  // Token-wise time: the GEMM FLOPs of cost/sequence at the profile's GEMM efficiency,
+  // plus elementwise kernels and launch overheads (a few percent at 8K tokens).
+  const double gemm =
+      (token_wise_forward_flops(m, t, 8192) + token_wise_backward_flops(m, t, 8192, t.recompute)) /
+      (c.device_flops(0) * kProfile.default_device().gemm_efficiency);
+  EXPECT_GT(lt.devices[0].token_wise_s, gemm);
+  EXPECT_LT(lt.devices[0].token_wise_s, 1.15 * gemm);
+}
+
+TEST(SequenceTime, SubRingsFollowTheCommonRefinementOfHeadRanges) {
+  // Two groups of two H100 on two machines; group 0 splits 32 heads {16, 16}, group 1
+  // {8, 24}. Refinement: [0, 8) [8, 16) [16, 32). Device 2 (heads [0, 8)) receives only
+  // [0, 8) from device 0; device 3 (heads [8, 32)) receives [8, 16) from device 0 and
+  // [16, 32) from device 1. Device 0 sends to two devices over its one port, and the
+  // machines' one NIC carries all 8 kv heads' worth (2 + 2 + 4): the NIC is the bottleneck.
+  const Cluster c = mixed_cluster({{"H100-SXM", 2, 2}});
+  const Model m = catalog_model("llama3-8b");
+  SequenceCost cost(c, m, long_context(32768), kProfile);
+  SequenceLayout l;
+  l.groups.push_back({{0, 1}, 16384, {8192, 8192}, {16, 16}});
+  l.groups.push_back({{2, 3}, 16384, {8192, 8192}, {8, 24}});
+  const auto end = cost.ring_end_s(l, false);
+  const double per_pair = 4.0 * 128, f = cost.attention_flops_s(0);
+  const double diag = (16384.0 * 16384 / 2 + 8192) * per_pair / f;
+  const double off = 16384.0 * 16384 / 2 * per_pair / f;
+  const double kv_block = 2.0 * 16384 * 128 * 2;  // one kv head of one block, bytes
+  const double bw = c.bandwidth(0, 2), lat = c.latency(0, 2);
+  // Device 3 receives 2 + 4 kv heads, device 0 sends 2 + 2; both NICs carry 8.
+  ASSERT_DOUBLE_EQ(bw, c.machines()[0].nic_Bps);
+  const double nic = 8 * kv_block / bw + lat;
+  EXPECT_NEAR(end[3], std::max(24 * diag, nic) + 24 * off, 1e-15);
+  EXPECT_NEAR(end[2], std::max(8 * diag, nic) + 8 * off, 1e-15);
+  // One machine (NVLink, no NIC): device 3's port, 6 kv heads, is its bottleneck.
+  const Cluster one = mixed_cluster({{"H100-SXM", 4, 1}});
+  SequenceCost nvlink(one, m, long_context(32768), kProfile);
+  const double bw1 = one.bandwidth(0, 2), lat1 = one.latency(0, 2);
+  const auto end1 = nvlink.ring_end_s(l, false);
+  EXPECT_NEAR(end1[3], std::max(24 * diag, 6 * kv_block / bw1 + lat1) + 24 * off, 1e-15);
+  EXPECT_NEAR(end1[2], std::max(8 * diag, 4 * kv_block / bw1 + lat1) + 8 * off, 1e-15);
+}
+
+TEST(SequenceTime, IterationAddsLayersHeadSyncAndOptimizer) {
+  const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}});
+  const Model m = testing::small_model(32, 8);  // fits: ~0.9e9 parameters
+  TrainingConfig t = long_context(32768, 4);
+  SequenceCost cost(c, m, t, kProfile);
+  SequenceLayout l;
+  l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
+  const IterationTime it = cost.iteration(l);
+  // ZeRO-1: the bf16 gradients all-reduced over the 4-device ring once per iteration.
+  const auto [bw, lat] = ring_link(c, {0, 1, 2, 3});
+  EXPECT_DOUBLE_EQ(it.sync_s, 2.0 * 3 / 4 * 2 * m.params() / bw + 6 * lat);
+  EXPECT_DOUBLE_EQ(it.sequence_s, m.layers * it.layer.time_s + cost.head_s(0, 8192));
+  // Adam: 28 bytes per owned parameter (a quarter of them) at 80 % of 3.35 TB/s.
+  EXPECT_NEAR(it.optimizer_s, m.params() / 4 * 28 / (c.gpu(0).memory_GBps * 1e9 * 0.8), 1e-12);
+  EXPECT_DOUBLE_EQ(it.iteration_s, 4 * it.sequence_s + it.sync_s + it.optimizer_s);
+  EXPECT_DOUBLE_EQ(it.tokens_per_s, 4 * 32768 / it.iteration_s);
+  EXPECT_TRUE(it.fits);
+  EXPECT_EQ(it.memory.size(), 4u);
+}
+
+TEST(SequenceTime, FullRecomputeReplaysTheForwardAttention) {
+  const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}});
+  const Model m = catalog_model("llama3-8b");
+  TrainingConfig selective = long_context(32768), full = selective;
+  full.recompute = Recompute::kFull;
+  SequenceLayout l;
+  l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
+  SequenceCost a(c, m, selective, kProfile), b(c, m, full, kProfile);
+  const DeviceTime da = a.layer(l).devices[0], db = b.layer(l).devices[0];
+  const double fwd_ring = a.ring_end_s(l, false)[0];
+  EXPECT_NEAR(db.ring_s, da.ring_s + fwd_ring, 1e-15);
+  EXPECT_GT(db.ulysses_s, da.ulysses_s);
+  EXPECT_GT(db.token_wise_s, da.token_wise_s);
+}
+
+}  // namespace
+}  // namespace hexi
