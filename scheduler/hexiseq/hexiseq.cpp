@@ -806,6 +806,17 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
   } else {
     descend_by_type(search, cluster, devices);
   }
+  // Groups that span the machines (devices dealt round-robin over r groups, the round-robin
+  // baseline's placement): every group mixes the types, so the ring's members are alike and
+  // only the all-to-alls cross machines.
+  const int n = static_cast<int>(devices.size());
+  for (int r : divisors(n)) {
+    if (r == 1 || r == n || search.out_of_time()) continue;
+    Grouping g{"dealt over " + std::to_string(r) + " groups", {}};
+    g.groups.assign(r, {});
+    for (int i = 0; i < n; ++i) g.groups[i % r].push_back(devices[i]);
+    search.evaluate(g);
+  }
   return search.finish();
 }
 

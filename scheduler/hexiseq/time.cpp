@@ -231,9 +231,16 @@ const GpuSpec& SequenceCost::gpu(int device) const {
   return cluster_.gpu(identical_ >= 0 ? identical_ : device);
 }
 
+// The flash kernels' rate over forward + backward (backward 2.5x the forward's FLOPs) at the
+// whole sequence's length: ring blocks of long contexts are far past the kernels'
+// saturation lengths.
 double SequenceCost::attention_flops_s(int device) const {
   const GpuSpec& g = gpu(device);
-  return g.flops() * profile_.device(g.name).attention_efficiency;
+  const DeviceProfile p = profile_.device(g);
+  const double s = training_.seq_len, d = model_.head_dim();
+  const double fwd = attention_efficiency(p, false, s, d),
+               bwd = attention_efficiency(p, true, s, d);
+  return g.flops() * 3.5 / (1 / fwd + 2.5 / bwd);
 }
 
 double SequenceCost::token_wise_s(int device, std::int64_t tokens) const {
@@ -246,7 +253,7 @@ double SequenceCost::token_wise_s(int device, std::int64_t tokens) const {
     append(ks, without_core(block_backward(model_, t, b, 1, 1.0)));
   }
   const GpuSpec& g = gpu(device);
-  return kernels_time(ks, g, profile_.device(g.name));
+  return kernels_time(ks, g, profile_.device(g));
 }
 
 double SequenceCost::head_s(int device, std::int64_t tokens) const {
@@ -258,7 +265,7 @@ double SequenceCost::head_s(int device, std::int64_t tokens) const {
   append(ks, head_forward(model_, t, 1, 1.0));
   append(ks, head_backward(model_, t, 1, 1.0));
   const GpuSpec& g = gpu(device);
-  return kernels_time(ks, g, profile_.device(g.name));
+  return kernels_time(ks, g, profile_.device(g));
 }
 
 double SequenceCost::ulysses_s(const SequenceGroup& g) const {
@@ -324,7 +331,6 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   const std::vector<int> devices = layout.devices();
   const int n = static_cast<int>(devices.size());
   const double e = training_.bytes_per_element();
-  const auto [ring_bw, ring_lat] = ring_link(cluster_, devices);
   double head = 0;
   for (const auto& g : layout.groups) {
     for (int r = 0; r < g.size(); ++r) head = std::max(head, head_s(g.devices[r], g.shards[r]));
@@ -332,10 +338,12 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   double zero3 = 0;  // per sequence: weights gathered forward and backward, grads scattered
   if (training_.zero_stage >= 3) {
     const double layer_bytes = e * model_.layer_params();
+    const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, layer_bytes);
     zero3 = model_.layers *
             (2 * collective_time(Collective::kAllGather, layer_bytes, n, ring_bw, ring_lat) +
              collective_time(Collective::kReduceScatter, layer_bytes, n, ring_bw, ring_lat));
   } else {
+    const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, e * model_.params());
     it.sync_s = collective_time(Collective::kAllReduce, e * model_.params(), n, ring_bw, ring_lat);
   }
   it.sequence_s = model_.layers * it.layer.time_s + head + zero3;
@@ -344,9 +352,8 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   const double owned = model_.params() / (training_.zero_stage >= 1 ? n : 1);
   for (int d : devices) {
     const GpuSpec& g = gpu(d);
-    it.optimizer_s =
-        std::max(it.optimizer_s,
-                 owned * 28 / (g.memory_GBps * 1e9 * profile_.device(g.name).memory_efficiency));
+    it.optimizer_s = std::max(
+        it.optimizer_s, owned * 28 / (g.memory_GBps * 1e9 * profile_.device(g).memory_efficiency));
   }
   it.iteration_s = training_.global_batch * it.sequence_s + it.sync_s + it.optimizer_s;
   it.tokens_per_s = training_.tokens_per_iteration() / it.iteration_s;

@@ -1,0 +1,266 @@
+// hexisim seq SCENARIO: the context + head parallel layout of one long sequence over the
+// whole cluster (HexiSeq, scheduler/hexiseq/): plan it with HexiSeq or a baseline, evaluate
+// a layout file, or compare every sequence scheduler on the scenario.
+
+#include <cmath>
+#include <iostream>
+#include <map>
+
+#include "cli/commands.hpp"
+#include "scheduler/hexiseq/baselines.hpp"
+#include "topologies/text.hpp"
+
+namespace hexi::cli {
+namespace {
+
+struct SeqOptions {
+  std::string scenario;
+  std::string scheduler = "hexiseq";
+  std::string layout;
+  std::string solver = "cbc";
+  std::string out;
+  double time_budget_s = 0;
+  bool compare = false;
+  bool json = false;
+};
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+const SequenceScheduler* find_scheduler(const std::string& name) {
+  for (const auto& s : sequence_schedulers()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::string scheduler_list() {
+  std::string out;
+  for (const auto& s : sequence_schedulers()) out += (out.empty() ? "" : ", ") + s.name;
+  return out;
+}
+
+Json result_json(const std::string& name, const HexiSeqResult& r) {
+  Json memory = Json::array();
+  for (const auto& m : r.time.memory) {
+    memory.push_back({{"device", m.device},
+                      {"total_gib", m.total() / kGiB},
+                      {"capacity_gib", m.capacity / kGiB}});
+  }
+  Json devices = Json::array();
+  for (const auto& d : r.time.layer.devices) {
+    devices.push_back({{"device", d.device},
+                       {"group", d.group},
+                       {"rank", d.rank},
+                       {"token_wise_s", d.token_wise_s},
+                       {"ulysses_s", d.ulysses_s},
+                       {"ring_s", d.ring_s},
+                       {"attention_s", d.attention_s}});
+  }
+  return {{"scheduler", name},
+          {"grouping", r.grouping},
+          {"iteration_time_s", r.time.iteration_s},
+          {"sequence_s", r.time.sequence_s},
+          {"layer_s", r.time.layer.time_s},
+          {"sync_s", r.time.sync_s},
+          {"optimizer_s", r.time.optimizer_s},
+          {"tokens_per_s", r.time.tokens_per_s},
+          {"fits", r.time.fits},
+          {"search_time_s", r.search_time_s},
+          {"candidates", r.candidates},
+          {"solves", r.solves},
+          {"budget_exhausted", r.budget_exhausted},
+          {"devices", devices},
+          {"memory", memory},
+          {"sequence", to_json(r.layout)}};
+}
+
+void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResult& r,
+                  std::ostream& out) {
+  const IterationTime& t = r.time;
+  out << "scenario " << sc.name << ": " << sc.model.name << ", one sequence of "
+      << sc.training.seq_len << " tokens over " << sc.cluster.num_devices() << " GPUs ("
+      << sc.cluster.name() << "), " << sc.training.global_batch << " per iteration\n";
+  out << name << ": " << t.layer.devices.size() << " devices in " << r.layout.groups.size()
+      << " groups (" << r.grouping << "); " << r.candidates << " layouts scored, " << r.solves
+      << " LPs / integer programs, " << fmt(r.search_time_s, 3) << " s"
+      << (r.budget_exhausted ? " (time budget reached)" : "") << "\n";
+  Table head({"iteration s", "tokens/s", "sequence s", "layer ms", "sync s", "fits"});
+  head.add({fmt(t.iteration_s, 3), fmt(t.tokens_per_s, 0), fmt(t.sequence_s, 3),
+            fmt(t.layer.time_s * 1e3, 2), fmt(t.sync_s, 3), t.fits ? "yes" : "NO"});
+  head.print(out);
+  out << "\n";
+  std::map<int, const DeviceMemory*> memory;
+  for (const auto& m : t.memory) memory[m.device] = &m;
+  Table table({"group", "device", "GPU", "tokens", "heads", "token-wise ms", "all-to-all ms",
+               "ring ms", "attention ms", "mem GiB", "of GiB"});
+  for (const auto& d : t.layer.devices) {
+    const SequenceGroup& g = r.layout.groups[d.group];
+    const DeviceMemory* m = memory.count(d.device) ? memory[d.device] : nullptr;
+    table.add({std::to_string(d.group), std::to_string(d.device), sc.cluster.gpu(d.device).name,
+               std::to_string(g.shards[d.rank]), std::to_string(g.heads[d.rank]),
+               fmt(d.token_wise_s * 1e3, 2), fmt(d.ulysses_s * 1e3, 2), fmt(d.ring_s * 1e3, 2),
+               fmt(d.attention_s * 1e3, 2), m ? fmt(m->total() / kGiB, 2) : "-",
+               m ? fmt(m->capacity / kGiB, 0) : "-"});
+  }
+  table.print(out);
+  out << "per layer, forward + backward; ring ms: the group's ring until its slowest member "
+         "ends (its attention inside)\n";
+}
+
+int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptions& o,
+                const std::vector<int>& devices, bool json) {
+  struct Row {
+    std::string name;
+    std::optional<HexiSeqResult> result;
+    std::string error;
+  };
+  std::vector<Row> rows;
+  for (const auto& s : sequence_schedulers()) {
+    if (s.name == "hexiseq-exact" && static_cast<int>(devices.size()) > kExactMaxDevices) {
+      rows.push_back({s.name, std::nullopt,
+                      "skipped: more than " + std::to_string(kExactMaxDevices) + " GPUs"});
+      continue;
+    }
+    std::cerr << "hexisim: seq: " << s.name << "...\n";
+    auto r = s.run(cost, devices, o);
+    if (r) {
+      rows.push_back({s.name, std::move(*r), ""});
+    } else {
+      rows.push_back({s.name, std::nullopt, r.error().message});
+    }
+  }
+  // The strongest baseline: the fastest fitting layout of a scheduler not named hexiseq*.
+  double best_baseline = 0;
+  for (const auto& row : rows) {
+    if (row.result && row.result->time.fits && row.name.rfind("hexiseq", 0) != 0) {
+      best_baseline = std::max(best_baseline, row.result->time.tokens_per_s);
+    }
+  }
+  if (json) {
+    Json out = {{"scenario", sc.name}, {"schedulers", Json::array()}};
+    for (const auto& row : rows) {
+      Json j = row.result ? result_json(row.name, *row.result)
+                          : Json{{"scheduler", row.name}, {"error", row.error}};
+      if (row.result && best_baseline > 0) {
+        j["vs_best_baseline"] = row.result->time.tokens_per_s / best_baseline;
+      }
+      out["schedulers"].push_back(std::move(j));
+    }
+    print_json(out);
+    return 0;
+  }
+  std::cout << "scenario " << sc.name << ": " << sc.model.name << ", one sequence of "
+            << sc.training.seq_len << " tokens over " << sc.cluster.num_devices() << " GPUs\n";
+  Table table(
+      {"scheduler", "groups", "iteration s", "tokens/s", "vs best baseline", "fits", "search s"});
+  for (const auto& row : rows) {
+    if (!row.result) {
+      table.add({row.name, "-", "-", "-", "-", "-", row.error.substr(0, 60)});
+      continue;
+    }
+    const HexiSeqResult& r = *row.result;
+    table.add({row.name, std::to_string(r.layout.groups.size()), fmt(r.time.iteration_s, 3),
+               fmt(r.time.tokens_per_s, 0),
+               best_baseline > 0 ? fmt(r.time.tokens_per_s / best_baseline, 3) + "x" : "-",
+               r.time.fits ? "yes" : "NO", fmt(r.search_time_s, 3)});
+  }
+  table.print(std::cout);
+  std::cout << "best baseline: the fastest layout that fits of ring, ulysses, usp, megatron-cp "
+               "and round-robin\n";
+  return 0;
+}
+
+int run_seq(const SeqOptions& opt) {
+  auto sc = load_scenario_arg(opt.scenario);
+  if (!sc) return report(sc.error());
+  HexiSeqOptions o;
+  auto backend = kBackendNames.parse(opt.solver);
+  if (!backend) {
+    return report(bad_input("--solver: unknown solver \"" + opt.solver + "\"; expected " +
+                            kBackendNames.list()));
+  }
+  o.backend = *backend;
+  o.time_budget_s = opt.time_budget_s;
+  SequenceCost cost(sc->cluster, sc->model, sc->training, sc->profile);
+  std::vector<int> devices(sc->cluster.num_devices());
+  for (int d = 0; d < sc->cluster.num_devices(); ++d) devices[d] = d;
+  if (!opt.out.empty()) {
+    if (auto st = check_output_file("--out", opt.out, command_inputs(*sc, {opt.layout})); !st)
+      return report(st.error());
+  }
+  if (opt.compare) return run_compare(*sc, cost, o, devices, opt.json);
+
+  HexiSeqResult result;
+  std::string name = opt.scheduler;
+  if (!opt.layout.empty()) {
+    auto doc = read_json_file(opt.layout);
+    if (!doc) return report(doc.error());
+    const Json* node =
+        doc->is_object() && doc->contains("sequence") ? &(*doc)["sequence"] : nullptr;
+    if (!node) {
+      return report(bad_input(opt.layout + ": expected an object with a \"sequence\" layout "
+                                           "(as `hexisim seq --out` writes)"));
+    }
+    auto layout = layout_from_json(*node, opt.layout);
+    if (!layout) return report(layout.error());
+    if (auto st = validate(*layout, sc->model, sc->training, sc->cluster, opt.layout); !st)
+      return report(st.error());
+    result.layout = std::move(*layout);
+    result.time = cost.iteration(result.layout);
+    result.grouping = "from " + opt.layout;
+    name = "layout";
+  } else {
+    const SequenceScheduler* s = find_scheduler(opt.scheduler);
+    if (!s) {
+      return report(bad_input("--scheduler: unknown sequence scheduler \"" + opt.scheduler +
+                              "\"; expected one of " + scheduler_list()));
+    }
+    auto r = s->run(cost, devices, o);
+    if (!r) return report(r.error());
+    result = std::move(*r);
+  }
+  if (!std::isfinite(result.time.iteration_s) || !(result.time.iteration_s > 0)) {
+    return report(failure("internal error: the layout's iteration time is " +
+                          std::to_string(result.time.iteration_s) + " s (please report it)"));
+  }
+  if (!opt.out.empty()) {
+    Json plan = {{"version", 1}, {"scheduler", name}, {"sequence", to_json(result.layout)}};
+    if (auto st = write_file(opt.out, plan.dump(2) + "\n"); !st) return report(st.error());
+  }
+  if (opt.json) {
+    Json out = result_json(name, result);
+    out["scenario"] = sc->name;
+    print_json(out);
+  } else {
+    print_layout(*sc, name, result, std::cout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_seq_command(CLI::App& app, Runner& run) {
+  auto opt = std::make_shared<SeqOptions>();
+  auto* cmd = app.add_subcommand(
+      "seq",
+      "Long-context training: plan one sequence's context + head parallel layout (HexiSeq) or a "
+      "baseline's, evaluate a layout file, or compare them all");
+  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
+      ->required();
+  cmd->add_option("--scheduler", opt->scheduler,
+                  "Sequence scheduler: " + scheduler_list() + " (default: hexiseq)");
+  cmd->add_flag("--compare", opt->compare,
+                "Run every sequence scheduler and compare them with the best baseline");
+  cmd->add_option("--layout", opt->layout,
+                  "Evaluate this layout file ({\"sequence\": {\"groups\": [...]}}) instead of "
+                  "planning");
+  cmd->add_option("--solver", opt->solver, "MILP solver for hexiseq: cbc (default) or glpk");
+  cmd->add_option("--time-budget", opt->time_budget_s,
+                  "Stop searching after this many seconds (default 0: every candidate)")
+      ->check(finite_in(0, 1e7));
+  cmd->add_option("--out", opt->out, "Write the layout to this file");
+  cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
+  cmd->callback([&run, opt] { run = [opt] { return run_seq(*opt); }; });
+}
+
+}  // namespace hexi::cli

@@ -1,0 +1,98 @@
+// `hexisim seq` end to end: the JSON contract, --out then --layout (the written layout
+// evaluates to the same time), determinism, the comparison table, exit codes for bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_runner.hpp"
+
+namespace hexi::testing {
+namespace {
+
+using nlohmann::json;
+
+// A small long-context scenario: 2 machines of 4 GPUs (H100 and A100), 16K tokens.
+const char* kScenario = R"({"version": 1, "name": "seq-small",
+  "cluster": {"version": 1, "name": "h100-a100-2x4",
+              "network": {"nic_GBps": 25, "nics_per_machine": 1},
+              "machines": [{"name": "h", "gpu": "H100-SXM", "gpus": 4},
+                           {"name": "a", "gpu": "A100-SXM-80GB", "gpus": 4}]},
+  "model": "llama-13b-1m",
+  "training": {"global_batch": 1, "seq_len": 16384, "zero_stage": 3, "recompute": "full"},
+  "scheduler": "hexiseq"})";
+
+TEST(CliSeq, PlansWritesAndReevaluatesTheSameLayout) {
+  auto dir = scratch_dir("seq");
+  const auto sc = dir / "s.json", a = dir / "a.json", b = dir / "b.json";
+  write_text(sc, kScenario);
+  auto r1 = run_cli("seq " + sc.string() + " --json --out " + a.string());
+  ASSERT_EQ(r1.code, 0) << r1.err;
+  json j = json::parse(r1.out);
+  for (const char* key : {"iteration_time_s", "tokens_per_s", "fits", "devices", "memory",
+                          "sequence", "search_time_s", "scheduler"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["scheduler"], "hexiseq");
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  auto r2 = run_cli("seq " + sc.string() + " --out " + b.string());
+  ASSERT_EQ(r2.code, 0) << r2.err;
+  EXPECT_EQ(read_text(a), read_text(b));  // deterministic
+  auto e = run_cli("seq " + sc.string() + " --layout " + a.string() + " --json");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_DOUBLE_EQ(json::parse(e.out)["iteration_time_s"].get<double>(),
+                   j["iteration_time_s"].get<double>());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliSeq, CompareRunsEveryBaselineAndHexiSeqIsNeverSlower) {
+  auto dir = scratch_dir("seq-compare");
+  const auto sc = dir / "s.json";
+  write_text(sc, kScenario);
+  auto r = run_cli("seq " + sc.string() + " --compare --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  double hexiseq = 0, best_baseline = 0;
+  for (const auto& s : j["schedulers"]) {
+    if (!s.contains("tokens_per_s") || !s["fits"].get<bool>()) continue;
+    const std::string name = s["scheduler"];
+    if (name == "hexiseq") hexiseq = s["tokens_per_s"];
+    if (name.rfind("hexiseq", 0) != 0) {
+      best_baseline = std::max(best_baseline, s["tokens_per_s"].get<double>());
+    }
+  }
+  ASSERT_GT(best_baseline, 0);
+  EXPECT_GE(hexiseq, best_baseline * (1 - 1e-9));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliSeq, BadInputExitsWithTwo) {
+  auto dir = scratch_dir("seq-bad");
+  const auto sc = dir / "s.json", layout = dir / "l.json";
+  write_text(sc, kScenario);
+  auto r = run_cli("seq " + sc.string() + " --scheduler nonsense");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown sequence scheduler"), std::string::npos) << r.err;
+  r = run_cli("seq " + sc.string() + " --solver nonsense");
+  EXPECT_EQ(r.code, 2);
+  // Shards not summing to the group's tokens: file, JSON path and numbers.
+  write_text(layout, R"({"sequence": {"groups": [{"devices": [0, 1, 2, 3, 4, 5, 6, 7],
+    "tokens": 16384, "shards": [2048, 2048, 2048, 2048, 2048, 2048, 2048, 1024],
+    "heads": [5, 5, 5, 5, 5, 5, 5, 5]}]}})");
+  r = run_cli("seq " + sc.string() + " --layout " + layout.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("l.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/sequence/groups/0"), std::string::npos) << r.err;
+  write_text(layout, R"({"groups": []})");
+  r = run_cli("seq " + sc.string() + " --layout " + layout.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("\"sequence\""), std::string::npos) << r.err;
+  // Pipeline commands refuse the ZeRO-3 scenario by name.
+  r = run_cli("plan " + sc.string() + " --scheduler hexiscale");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("zero_stage 3"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hexi::testing
