@@ -727,7 +727,8 @@ class Search {
 // Stage 1 for large meshes: the same group size in every domain (whole domains down to
 // single devices), the merges, then each GPU type's group size in turn while the closed form
 // improves (two passes).
-void descend_by_type(Search& search, const Cluster& cluster, const std::vector<int>& devices) {
+void descend_by_type(Search& search, const Cluster& cluster, const std::vector<int>& devices,
+                     const HexiSeqOptions& options) {
   const std::vector<std::vector<int>> ds = domains(cluster, devices);
   std::map<int, std::vector<int>> sizes;  // type -> the sizes its first domain allows
   std::set<int> uniform;
@@ -744,7 +745,9 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
     const double t = search.evaluate(grouping_by_type(cluster, ds, trial));
     if (t < best_time) best_time = t, best = trial;
   }
-  for (const Grouping& g : merged_groupings(cluster, devices)) {
+  std::vector<Grouping> more = merged_groupings(cluster, devices, options.largest_merge);
+  for (Grouping& g : dealt_groupings(devices, options.largest_merge)) more.push_back(std::move(g));
+  for (const Grouping& g : more) {
     if (search.out_of_time()) return;
     search.evaluate(g);
   }
@@ -804,7 +807,7 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
       search.evaluate(family[ranked[k].second]);
     }
   } else {
-    descend_by_type(search, cluster, devices);
+    descend_by_type(search, cluster, devices, options);
   }
   return search.finish();
 }

@@ -41,6 +41,7 @@ struct HexiSeqOptions {
   bool split_kv_heads = true;         // head ranges may split a GQA group (kv replicated)
   std::size_t exhaustive_limit = 64;  // enumerate the grouping family up to this many
   std::size_t screen = 8;             // ... and evaluate the best this many by the LP in full
+  std::size_t largest_merge = 16;     // merged groups of at most this many devices (large meshes)
   bool identical_devices = false;     // plan as if every device were the mesh's first
                                       // (hexiseq-homogeneous); scored on the real cluster
   double solver_time_limit_s = 10;    // s per LP / integer program
