@@ -72,7 +72,8 @@ double compare_on_random_mesh(std::uint64_t seed) {
       static_cast<int>(seed), text.c_str(), seq, heuristic->time.iteration_s,
       heuristic->grouping.c_str(), heuristic->search_time_s, exact->best.time.iteration_s,
       exact->best.grouping.c_str(), exact->groupings, exact->best.search_time_s, ratio);
-  EXPECT_GE(ratio, 0.99) << text;
+  EXPECT_GE(ratio, 0.99) << text << "\nhexiseq " << dump_json(to_json(heuristic->layout))
+                         << "\nexact   " << dump_json(to_json(exact->best.layout));
   return ratio;
 }
 

@@ -88,8 +88,8 @@ std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
                                                 std::int64_t block, const HexiSeqOptions& options,
                                                 double* model_s = nullptr);
 
-// T_g in whole blocks >= 1 summing to `total`: floors, then the largest remainders (ties to
-// the lower index).
+// T_g in whole blocks >= 1 summing to `total`: floors, then each block left to the group
+// whose blocks / T_g grows the least (min-max rounding; ties to the lower index).
 std::vector<std::int64_t> round_blocks(const std::vector<double>& blocks, std::int64_t total);
 
 // Stage 3: one group's shards and heads for T_g = `tokens` (ring blocks up to `ring_block`
