@@ -452,10 +452,13 @@ namespace {
 // Everything solve_group's program reads, as text: equal keys, equal programs.
 std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t ring_block,
                         const GroupGuess& guess) {
+  // Machines by their place in the group's list: groups alike on other machines match.
   std::string key = format("%lld/%lld/%.17g", static_cast<long long>(tokens),
                            static_cast<long long>(ring_block), t.a2a_latency_s);
   for (const auto& d : t.devices) {
-    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g", d.machine, d.token_fixed_s, d.token_s,
+    const auto entry = std::find(t.machines.begin(), t.machines.end(), d.machine);
+    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g",
+                  static_cast<int>(entry - t.machines.begin()), d.token_fixed_s, d.token_s,
                   d.attention_s, d.memory_fixed, d.memory_token, d.memory_limit);
   }
   for (const auto& row : t.pair_s) {
@@ -463,7 +466,7 @@ std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t r
   }
   for (double v : t.ring_s) key += format(";%.17g", v);
   for (std::size_t m = 0; m < t.machines.size(); ++m) {
-    key += format("|%d,%.17g,%d", t.machines[m], t.nic_s[m], t.ring_nic[m]);
+    key += format("|%.17g,%d", t.nic_s[m], t.ring_nic[m]);
   }
   for (const auto* v : {&guess.shards, &guess.heads, &guess.kv}) {
     for (double x : *v) key += format(":%.17g", x);
