@@ -159,7 +159,7 @@ std::vector<Grouping> dealt_groupings(const std::vector<int>& devices, std::size
   for (int u : divisors(p)) {
     if (u == 1 || u == p || u > static_cast<int>(largest)) continue;
     const int r = p / u;
-    Grouping g{"dealt " + std::to_string(u), std::vector<std::vector<int>>(r)};
+    Grouping g{"dealt " + std::to_string(u), std::vector<std::vector<int>>(r), true};
     for (int i = 0; i < p; ++i) g.groups[i % r].push_back(devices[i]);
     out.push_back(std::move(g));
   }

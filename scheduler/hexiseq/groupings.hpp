@@ -21,6 +21,7 @@ inline namespace hexiseq {
 struct Grouping {
   std::string name;                      // how it was made, e.g. "size 4 | merge 0+1"
   std::vector<std::vector<int>> groups;  // ring order; devices in id order
+  bool dealt = false;                    // made by dealt_groupings
 };
 
 // The domains of `devices` (in id order), in device order.

@@ -853,13 +853,14 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
   Search search(cost, planner, devices, *block, options);
   const std::vector<Grouping> family = grouping_family(cluster, devices, options.exhaustive_limit);
   if (!family.empty()) {
-    // Every grouping of whole domains (merged or not) in full: the LP's proportional guess
-    // misjudges merges, whose best layouts often idle a slow, badly connected type. The
-    // rest ranked by the LP's estimate, the best `screen` in full.
+    // Every grouping of whole domains (merged or not) and every dealt one in full: the LP's
+    // proportional guess misjudges groups that span machines, whose best layouts often idle
+    // a slow, badly connected type. The rest ranked by the LP's estimate, the best `screen`
+    // in full.
     const std::vector<std::vector<int>> ds = domains(cluster, devices);
     std::vector<std::pair<double, std::size_t>> ranked;
     for (std::size_t i = 0; i < family.size(); ++i) {
-      if (whole_domains(family[i], ds)) {
+      if (family[i].dealt || whole_domains(family[i], ds)) {
         search.evaluate(family[i]);
       } else {
         ranked.push_back({search.estimate(family[i]), i});

@@ -42,7 +42,7 @@ inline Cluster random_cluster(std::uint64_t seed, std::string* text) {
 }
 
 // hexiseq and hexiseq-exact on the random mesh of `seed`; returns exact / hexiseq in time.
-inline double compare_on_random_mesh(std::uint64_t seed) {
+inline double compare_on_random_mesh(std::uint64_t seed, double exact_limit_s = 120) {
   const Model m = small_model(8, 2);
   std::string text;
   const Cluster c = random_cluster(seed, &text);
@@ -50,8 +50,8 @@ inline double compare_on_random_mesh(std::uint64_t seed) {
   const Profile profile;
   SequenceCost cost(c, m, long_context(seq), profile);
   HexiSeqOptions options;
-  options.block_tokens = seq / 64;  // 64 blocks: the exact program's bounds stay small
-  options.solver_time_limit_s = 120;
+  options.block_tokens = seq / 64;              // 64 blocks: the exact program's bounds stay small
+  options.solver_time_limit_s = exact_limit_s;  // per exact program; hexiseq's take far less
   auto heuristic = run_hexiseq(cost, {}, options);
   auto exact = run_hexiseq_exact(cost, {}, options);
   if (!heuristic.ok() || !exact.ok()) {
