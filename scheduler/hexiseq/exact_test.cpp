@@ -1,11 +1,13 @@
 // hexiseq-exact: its program against brute force over every token split, shard and head
-// count of a small mesh (the search against it on random meshes: exact_random_test.cpp).
+// count of a small mesh, and the search against it on the random meshes of at most 8 GPUs
+// (all twenty, up to 16 GPUs: exact_random_test.cpp).
 #include "scheduler/hexiseq/exact.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
+#include "scheduler/hexiseq/random_mesh.hpp"
 #include "scheduler/hexiseq/testing.hpp"
 
 namespace hexi {
@@ -44,6 +46,16 @@ TEST(HexiSeqExact, ProgramMatchesBruteForceOverTheModel) {
   EXPECT_NEAR(lm.value(*e.layout) / best, 1.0, 1e-6);
   std::printf("exact %.6f ms, brute force %.6f ms\n", e.model_s * 1e3, best * 1e3);
 }
+
+// The random meshes (random_mesh.hpp) of at most 8 GPUs: seconds each.
+class SmallRandomMesh : public ::testing::TestWithParam<std::uint64_t> {};
+
+TEST_P(SmallRandomMesh, SearchIsWithinOnePercentOfExact) {
+  testing::compare_on_random_mesh(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(HexiSeqExact, SmallRandomMesh,
+                         ::testing::Values(2, 4, 5, 7, 10, 11, 14, 16, 17, 18));
 
 TEST(HexiSeqExact, RefusesLargeMeshes) {
   const Cluster c = mixed_cluster({{"H100-SXM", 8, 3}});

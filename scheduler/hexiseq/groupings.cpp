@@ -144,26 +144,55 @@ std::vector<Grouping> grouping_family(const Cluster& cluster, const std::vector<
       if (out.size() > limit) return {};
     }
   }
+  for (Grouping& g : dealt_groupings(devices, devices.size())) {
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&](const Grouping& o) { return o.groups == g.groups; });
+    if (!seen) out.push_back(std::move(g));
+    if (out.size() > limit) return {};
+  }
   return out;
 }
 
-std::vector<Grouping> merged_groupings(const Cluster& cluster, const std::vector<int>& devices) {
+std::vector<Grouping> dealt_groupings(const std::vector<int>& devices, std::size_t largest) {
+  const int p = static_cast<int>(devices.size());
+  std::vector<Grouping> out;
+  for (int u : divisors(p)) {
+    if (u == 1 || u == p || u > static_cast<int>(largest)) continue;
+    const int r = p / u;
+    Grouping g{"dealt " + std::to_string(u), std::vector<std::vector<int>>(r), true};
+    for (int i = 0; i < p; ++i) g.groups[i % r].push_back(devices[i]);
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<Grouping> merged_groupings(const Cluster& cluster, const std::vector<int>& devices,
+                                       std::size_t largest) {
   const std::vector<std::vector<int>> ds = domains(cluster, devices);
+  auto fits = [&](const std::vector<int>& merge) {
+    std::size_t n = 0;
+    for (int d : merge) n += ds[d].size();
+    return n <= largest;
+  };
   std::vector<Grouping> out;
   const std::vector<int> whole(ds.size(), static_cast<int>(devices.size()));
   std::vector<std::vector<int>> pairs;
   std::map<int, std::vector<int>> by_type;
   for (std::size_t d = 0; d < ds.size(); ++d) {
     by_type[domain_type(cluster, ds[d])].push_back(static_cast<int>(d));
-    if (d % 2 == 1 && domain_type(cluster, ds[d]) == domain_type(cluster, ds[d - 1])) {
-      pairs.push_back({static_cast<int>(d) - 1, static_cast<int>(d)});
+    const std::vector<int> pair = {static_cast<int>(d) - 1, static_cast<int>(d)};
+    if (d % 2 == 1 && domain_type(cluster, ds[d]) == domain_type(cluster, ds[d - 1]) &&
+        fits(pair)) {
+      pairs.push_back(pair);
     }
   }
   if (!pairs.empty()) out.push_back(make_grouping(ds, whole, pairs));
   std::vector<std::vector<int>> types;
-  for (const auto& [type, members] : by_type) types.push_back(members);
-  if (types.size() < ds.size()) out.push_back(make_grouping(ds, whole, types));
-  if (devices.size() <= 64 && ds.size() > 1) {
+  for (const auto& [type, members] : by_type) {
+    if (fits(members)) types.push_back(members);
+  }
+  if (types.size() < ds.size() && !types.empty()) out.push_back(make_grouping(ds, whole, types));
+  if (devices.size() <= largest && ds.size() > 1) {
     std::vector<int> all(ds.size());
     for (std::size_t d = 0; d < ds.size(); ++d) all[d] = static_cast<int>(d);
     out.push_back(make_grouping(ds, whole, {all}));

@@ -21,6 +21,7 @@ inline namespace hexiseq {
 struct Grouping {
   std::string name;                      // how it was made, e.g. "size 4 | merge 0+1"
   std::vector<std::vector<int>> groups;  // ring order; devices in id order
+  bool dealt = false;                    // made by dealt_groupings
 };
 
 // The domains of `devices` (in id order), in device order.
@@ -33,15 +34,23 @@ Grouping make_grouping(const std::vector<std::vector<int>>& domains, const std::
                        const std::vector<std::vector<int>>& merges = {});
 
 // The whole family (every domain any size dividing it; every set partition of the domains
-// left whole into merged groups), or nothing when it has more than `limit` members. The
-// exact search's space; the heuristic search enumerates it too when it is small.
+// left whole into merged groups; the dealt groupings), or nothing when it has more than
+// `limit` members. The exact search's space; the heuristic search enumerates it too when it
+// is small.
 std::vector<Grouping> grouping_family(const Cluster& cluster, const std::vector<int>& devices,
                                       std::size_t limit);
 
-// Merges of whole domains for any mesh: consecutive domains of one GPU type in pairs, every
-// domain of a type into one group, and (up to 64 devices) the whole mesh as one group
-// (plain Ulysses).
-std::vector<Grouping> merged_groupings(const Cluster& cluster, const std::vector<int>& devices);
+// Merges of whole domains for any mesh, groups of at most `largest` devices (an all-to-all
+// over NICs rarely pays beyond, and its program grows with the square of the group):
+// consecutive domains of one GPU type in pairs, every domain of a type into one group, and
+// the whole mesh as one group (plain Ulysses).
+std::vector<Grouping> merged_groupings(const Cluster& cluster, const std::vector<int>& devices,
+                                       std::size_t largest);
+
+// The devices (id order) dealt round-robin into groups of u (group g: devices g, g + P/u,
+// ...), for every u dividing P with 1 < u < P and u <= `largest`: all-to-alls across
+// machines, the ring inside them (the round-robin baseline's placements).
+std::vector<Grouping> dealt_groupings(const std::vector<int>& devices, std::size_t largest);
 
 // Every domain of GPU type t cut into groups of `size_by_type[t]` (types not named: whole).
 Grouping grouping_by_type(const Cluster& cluster, const std::vector<std::vector<int>>& domains,

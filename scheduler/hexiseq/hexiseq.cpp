@@ -18,6 +18,8 @@ namespace {
 constexpr double kMs = 1e3;
 // Integer programs per group and round, each linearised at the previous one's answer.
 constexpr int kPasses = 4;
+// The final closed-form polish moves blocks between the groups of meshes this small.
+constexpr std::size_t kPolishGroups = 16;
 
 int add_continuous(Problem& p, const std::string& name, double objective = 0) {
   return p.add_variable({name, 0, kInfinity, false, objective});
@@ -122,16 +124,25 @@ std::vector<std::int64_t> round_blocks(const std::vector<double>& t, std::int64_
     out[g] = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(t[g] + 1e-9)));
     sum += out[g];
   }
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return t[a] - std::floor(t[a]) > t[b] - std::floor(t[b]);
-  });
-  for (std::size_t k = 0; sum < total; k = (k + 1) % n, ++sum) ++out[order[k]];
-  for (std::size_t k = n; sum > total; --sum) {
-    // Take back from the largest groups first (only when the floors of 1 overshoot).
-    k = static_cast<std::size_t>(std::max_element(out.begin(), out.end()) - out.begin());
-    --out[k];
+  // A group's time grows about in proportion to its blocks: each block left goes where it
+  // raises blocks / T the least (ties to the lower index), each block too many leaves where
+  // removing it lowers that the most.
+  auto ratio = [&](std::size_t g, std::int64_t blocks) {
+    return static_cast<double>(blocks) / std::max(t[g], 1e-9);
+  };
+  for (; sum < total; ++sum) {
+    std::size_t best = 0;
+    for (std::size_t g = 1; g < n; ++g) {
+      if (ratio(g, out[g] + 1) < ratio(best, out[best] + 1)) best = g;
+    }
+    ++out[best];
+  }
+  for (; sum > total; --sum) {
+    std::size_t worst = n;
+    for (std::size_t g = 0; g < n; ++g) {
+      if (out[g] > 1 && (worst == n || ratio(g, out[g]) > ratio(worst, out[worst]))) worst = g;
+    }
+    --out[worst];
   }
   return out;
 }
@@ -441,10 +452,13 @@ namespace {
 // Everything solve_group's program reads, as text: equal keys, equal programs.
 std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t ring_block,
                         const GroupGuess& guess) {
+  // Machines by their place in the group's list: groups alike on other machines match.
   std::string key = format("%lld/%lld/%.17g", static_cast<long long>(tokens),
                            static_cast<long long>(ring_block), t.a2a_latency_s);
   for (const auto& d : t.devices) {
-    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g", d.machine, d.token_fixed_s, d.token_s,
+    const auto entry = std::find(t.machines.begin(), t.machines.end(), d.machine);
+    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g",
+                  static_cast<int>(entry - t.machines.begin()), d.token_fixed_s, d.token_s,
                   d.attention_s, d.memory_fixed, d.memory_token, d.memory_limit);
   }
   for (const auto& row : t.pair_s) {
@@ -452,12 +466,25 @@ std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t r
   }
   for (double v : t.ring_s) key += format(";%.17g", v);
   for (std::size_t m = 0; m < t.machines.size(); ++m) {
-    key += format("|%d,%.17g,%d", t.machines[m], t.nic_s[m], t.ring_nic[m]);
+    key += format("|%.17g,%d", t.nic_s[m], t.ring_nic[m]);
   }
   for (const auto* v : {&guess.shards, &guess.heads, &guess.kv}) {
     for (double x : *v) key += format(":%.17g", x);
   }
   return key;
+}
+
+// One block of tokens from group `a` (its device with the longest shard) to group `b` (its
+// device with the shortest); false when `a` has a single block.
+bool move_block(SequenceGroup& a, SequenceGroup& b, std::int64_t block) {
+  if (a.tokens <= block) return false;
+  const auto longest = std::max_element(a.shards.begin(), a.shards.end());
+  if (*longest < block) return false;
+  *longest -= block;
+  a.tokens -= block;
+  *std::min_element(b.shards.begin(), b.shards.end()) += block;
+  b.tokens += block;
+  return true;
 }
 
 // The search over one mesh: groupings in, the best closed-form layout out.
@@ -500,7 +527,7 @@ class Search {
         (options_.split_kv_heads ||
          validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
              .ok())) {
-      best = score(grouping, even);
+      best = score(grouping, even, false);
     }
     std::vector<std::int64_t> last;
     for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
@@ -536,6 +563,21 @@ class Search {
     return model;
   }
 
+  // Polishes the best layout, and the best the programs found, on the closed form: one
+  // block moved from a group (its device with the longest shard) to another (its device
+  // with the shortest), kept while the iteration improves; meshes of at most kPolishGroups
+  // groups, a few sweeps. The model cannot tell some of these apart (equal model times,
+  // different ring hops).
+  void polish() {
+    std::vector<HexiSeqResult> starts;
+    if (best_) starts.push_back(*best_);
+    if (best_solved_) starts.push_back(*best_solved_);
+    for (const HexiSeqResult& start : starts) {
+      if (start.layout.groups.size() > kPolishGroups) continue;
+      polish_from(start.layout, start.time.iteration_s, start.grouping);
+    }
+  }
+
   Result<HexiSeqResult> finish() {
     if (!best_) return bad_input(no_fit_message());
     HexiSeqResult out = std::move(*best_);
@@ -548,6 +590,22 @@ class Search {
   }
 
  private:
+  void polish_from(SequenceLayout current, double time, const std::string& grouping) {
+    const int p = static_cast<int>(current.groups.size());
+    for (int sweep = 0; sweep < 3 && !out_of_time(); ++sweep) {
+      bool improved = false;
+      for (int from = 0; from < p; ++from) {
+        for (int to = 0; to < p; ++to) {
+          SequenceLayout moved = current;
+          if (from == to || !move_block(moved.groups[from], moved.groups[to], block_)) continue;
+          const double t = score({grouping, {}}, moved, false);
+          if (t < time) time = t, current = std::move(moved), improved = true;
+        }
+      }
+      if (!improved) return;
+    }
+  }
+
   // A grouping's groups, their classes (groups alike: equal programs but for T and the
   // guess, one LP entry each) and each class's proportional guess.
   struct Prepared {
@@ -683,17 +741,23 @@ class Search {
     return out;
   }
 
-  double score(const Grouping& grouping, const SequenceLayout& layout) {
+  // The closed form of a layout (infinity when it does not fit); keeps the best, and the
+  // best the programs `solved`.
+  double score(const Grouping& grouping, const SequenceLayout& layout, bool solved = true) {
     ++candidates_;
     IterationTime it = planner_.iteration(layout);
     if (!it.fits) {
       if (!closest_ || it.iteration_s < closest_->iteration_s) closest_ = it;
       return kInfinity;
     }
-    if (!best_ || it.iteration_s < best_->time.iteration_s) {
-      best_ = HexiSeqResult{layout, it, grouping.name};
+    const double t = it.iteration_s;
+    if (solved && (!best_solved_ || t < best_solved_->time.iteration_s)) {
+      best_solved_ = HexiSeqResult{layout, it, grouping.name};
     }
-    return it.iteration_s;
+    if (!best_ || t < best_->time.iteration_s) {
+      best_ = HexiSeqResult{layout, std::move(it), grouping.name};
+    }
+    return t;
   }
 
   std::string no_fit_message() const {
@@ -718,7 +782,8 @@ class Search {
   const HexiSeqOptions& options_;
   std::chrono::steady_clock::time_point start_;
   std::optional<HexiSeqResult> best_;
-  std::optional<IterationTime> closest_;  // the best layout that does not fit
+  std::optional<HexiSeqResult> best_solved_;  // the best layout of the programs (not polished)
+  std::optional<IterationTime> closest_;      // the best layout that does not fit
   long candidates_ = 0, solves_ = 0;
   std::map<std::string, std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>>>
       memo_;
@@ -727,7 +792,8 @@ class Search {
 // Stage 1 for large meshes: the same group size in every domain (whole domains down to
 // single devices), the merges, then each GPU type's group size in turn while the closed form
 // improves (two passes).
-void descend_by_type(Search& search, const Cluster& cluster, const std::vector<int>& devices) {
+void descend_by_type(Search& search, const Cluster& cluster, const std::vector<int>& devices,
+                     const HexiSeqOptions& options) {
   const std::vector<std::vector<int>> ds = domains(cluster, devices);
   std::map<int, std::vector<int>> sizes;  // type -> the sizes its first domain allows
   std::set<int> uniform;
@@ -744,7 +810,9 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
     const double t = search.evaluate(grouping_by_type(cluster, ds, trial));
     if (t < best_time) best_time = t, best = trial;
   }
-  for (const Grouping& g : merged_groupings(cluster, devices)) {
+  std::vector<Grouping> more = merged_groupings(cluster, devices, options.largest_merge);
+  for (Grouping& g : dealt_groupings(devices, options.largest_merge)) more.push_back(std::move(g));
+  for (const Grouping& g : more) {
     if (search.out_of_time()) return;
     search.evaluate(g);
   }
@@ -785,13 +853,14 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
   Search search(cost, planner, devices, *block, options);
   const std::vector<Grouping> family = grouping_family(cluster, devices, options.exhaustive_limit);
   if (!family.empty()) {
-    // Every grouping of whole domains (merged or not) in full: the LP's proportional guess
-    // misjudges merges, whose best layouts often idle a slow, badly connected type. The
-    // rest ranked by the LP's estimate, the best `screen` in full.
+    // Every grouping of whole domains (merged or not) and every dealt one in full: the LP's
+    // proportional guess misjudges groups that span machines, whose best layouts often idle
+    // a slow, badly connected type. The rest ranked by the LP's estimate, the best `screen`
+    // in full.
     const std::vector<std::vector<int>> ds = domains(cluster, devices);
     std::vector<std::pair<double, std::size_t>> ranked;
     for (std::size_t i = 0; i < family.size(); ++i) {
-      if (whole_domains(family[i], ds)) {
+      if (family[i].dealt || whole_domains(family[i], ds)) {
         search.evaluate(family[i]);
       } else {
         ranked.push_back({search.estimate(family[i]), i});
@@ -804,19 +873,9 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
       search.evaluate(family[ranked[k].second]);
     }
   } else {
-    descend_by_type(search, cluster, devices);
+    descend_by_type(search, cluster, devices, options);
   }
-  // Groups that span the machines (devices dealt round-robin over r groups, the round-robin
-  // baseline's placement): every group mixes the types, so the ring's members are alike and
-  // only the all-to-alls cross machines.
-  const int n = static_cast<int>(devices.size());
-  for (int r : divisors(n)) {
-    if (r == 1 || r == n || search.out_of_time()) continue;
-    Grouping g{"dealt over " + std::to_string(r) + " groups", {}};
-    g.groups.assign(r, {});
-    for (int i = 0; i < n; ++i) g.groups[i % r].push_back(devices[i]);
-    search.evaluate(g);
-  }
+  search.polish();
   return search.finish();
 }
 

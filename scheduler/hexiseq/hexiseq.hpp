@@ -3,21 +3,27 @@
 // a sequence layout (layout.hpp) for one long sequence over a mesh of devices, hierarchically
 //
 //   (1) groupings of the devices into all-to-all groups from the topology (groupings.hpp):
-//       the whole family when it is small, else the uniform cuts and merges first, then a
-//       descent over each GPU type's group size
+//       small meshes: the whole family, its whole-domain groupings (merged or not) in full
+//       and the rest ranked by the LP of (2) at proportional guesses, the best `screen` in
+//       full; large meshes: every domain cut into groups of one size, merges of <= 16
+//       devices and round-robin ("dealt") groups, then a descent over each GPU type's size
 //   (2) per grouping, S split over the groups by an LP (linear.hpp's model is linear in T_g
-//       for each group's relative shards and heads), rounded to whole token blocks
+//       for each group's relative shards and heads; groups alike share one entry), rounded
+//       to whole token blocks (min-max)
 //   (3) per group, an integer program for its shards (whole blocks) and heads (integers; kv
 //       heads >= h / (n_q / n_kv), or whole GQA groups only) minimising its slowest device
 //       under memory <= 95 %; the all-to-all's bilinear bytes s_j (h_i + 2 kv_i) are taken
-//       at the previous solution's shards for the heads' terms and its heads for the shards'
-//       terms, and the program solved again at its own solution
-//   (2) and (3) alternate (`rounds`): the LP reads the groups' last shards and heads;
-//   every layout is scored by the closed form (time.hpp) and the best that fits is kept.
+//       to first order at a guess (the previous answer) and the program solved again at its
+//       own answer until it repeats (at most 4 times); interchangeable devices are ordered
+//   (2) and (3) alternate (`rounds`, until the split repeats): the LP reads the groups' last
+//   shards and heads. Every layout, and every grouping's even split, is scored by the closed
+//   form (time.hpp) and the best that fits is kept; on meshes of <= 16 groups the best is
+//   polished by moving single blocks between groups on the closed form.
 // The LP and integer programs go through the solver seam (scheduler/solver: CBC by default,
-// GLPK possible). Deterministic: the same input gives the same layout (no budget, or a
-// budget that does not run out). Identical programs (groups of one signature) are solved
-// once.
+// GLPK possible; GLPK is ~20x faster on these small programs, see bench/hexiseq_bench).
+// Deterministic: the same input gives the same layout (no budget, or a budget that does not
+// run out; the per-program solver limit is far above what the programs take). Identical
+// programs (groups alike at one T and guess) are solved once.
 
 #include <cstdint>
 #include <optional>
@@ -41,6 +47,7 @@ struct HexiSeqOptions {
   bool split_kv_heads = true;         // head ranges may split a GQA group (kv replicated)
   std::size_t exhaustive_limit = 64;  // enumerate the grouping family up to this many
   std::size_t screen = 8;             // ... and evaluate the best this many by the LP in full
+  std::size_t largest_merge = 16;     // merged groups of at most this many devices (large meshes)
   bool identical_devices = false;     // plan as if every device were the mesh's first
                                       // (hexiseq-homogeneous); scored on the real cluster
   double solver_time_limit_s = 10;    // s per LP / integer program
@@ -87,8 +94,8 @@ std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
                                                 std::int64_t block, const HexiSeqOptions& options,
                                                 double* model_s = nullptr);
 
-// T_g in whole blocks >= 1 summing to `total`: floors, then the largest remainders (ties to
-// the lower index).
+// T_g in whole blocks >= 1 summing to `total`: floors, then each block left to the group
+// whose blocks / T_g grows the least (min-max rounding; ties to the lower index).
 std::vector<std::int64_t> round_blocks(const std::vector<double>& blocks, std::int64_t total);
 
 // Stage 3: one group's shards and heads for T_g = `tokens` (ring blocks up to `ring_block`

@@ -47,12 +47,15 @@ TEST(HexiSeqSearch, GroupingsFollowTheDomains) {
   const Grouping g = make_grouping(domains(c, all), {2, 4});
   EXPECT_EQ(g.groups, (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5, 6, 7}}));
   EXPECT_EQ(g.name, "sizes 2,4");
-  // Sizes {1, 2, 4} per machine: 3 x 3 = 9, and the merge of both whole machines: 10.
+  // Sizes {1, 2, 4} per machine: 3 x 3 = 9, the merge of both whole machines: 10, and the
+  // devices dealt into groups of 2 and of 4 across the machines: 12.
   const auto family = grouping_family(c, all, 100);
-  EXPECT_EQ(family.size(), 10u);
+  EXPECT_EQ(family.size(), 12u);
   EXPECT_EQ(family.front().name, "size 1");  // a plain ring
   EXPECT_EQ(family[8].name, "merge 0+1");    // plain Ulysses
-  EXPECT_EQ(family.back().name, "size 4");   // a group per machine
+  EXPECT_EQ(family[9].name, "size 4");       // a group per machine
+  EXPECT_EQ(family[11].name, "dealt 4");
+  EXPECT_EQ(family[11].groups, (std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
   EXPECT_TRUE(grouping_family(c, all, 5).empty());
 }
 

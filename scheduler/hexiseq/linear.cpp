@@ -122,6 +122,17 @@ int LinearModel::heads_per_kv() const {
 }
 
 DeviceTerms LinearModel::device(int d) const {
+  // Every term but the ids depends on the GPU only: computed once per GPU type.
+  const std::string& gpu = cost_.gpu(d).name;
+  auto it = by_gpu_.find(gpu);
+  if (it == by_gpu_.end()) it = by_gpu_.emplace(gpu, compute_device(d)).first;
+  DeviceTerms out = it->second;
+  out.device = d;
+  out.machine = cost_.cluster().devices()[d].machine;
+  return out;
+}
+
+DeviceTerms LinearModel::compute_device(int d) const {
   const Model& m = cost_.model();
   const TrainingConfig& t = cost_.training();
   const AttentionShape& a = cost_.attention();

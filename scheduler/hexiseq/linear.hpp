@@ -25,6 +25,8 @@
 // the layout's order decides the real count, which value() uses). Times here in seconds.
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "scheduler/hexiseq/layout.hpp"
@@ -90,8 +92,11 @@ class LinearModel {
   double group_value(const GroupTerms& terms, const SequenceGroup& g) const;
 
  private:
+  DeviceTerms compute_device(int d) const;
+
   const SequenceCost& cost_;
   int mesh_ = 1;
+  mutable std::map<std::string, DeviceTerms> by_gpu_;  // device() by GPU name
   double memory_ulysses_ = 0;
   double memory_ring_ = 0;
 };

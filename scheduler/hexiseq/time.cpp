@@ -42,15 +42,20 @@ SubRings sub_rings(const AttentionShape& a, const SequenceLayout& layout) {
   return s;
 }
 
-// One transfer of the ring: for every receiving device (flat index) the bytes it gets from
-// each source device (flat index).
-using Transfers = std::vector<std::map<int, double>>;
-
 // A device's identity and place in the layout (flat index = position in layout order).
 struct Rank {
   int device = 0;
   int group = 0;
   int rank = 0;
+};
+
+// One hop of the sub-rings: `dst` receives from `src` (flat indices) the K/V of `kv` kv
+// heads of every block that passes (the intervals they share).
+struct Link {
+  int dst = 0, src = 0;
+  int kv = 0;
+  double bandwidth_Bps = 0, latency_s = 0;
+  int src_machine = 0, dst_machine = 0;
 };
 
 class RingModel {
@@ -70,6 +75,7 @@ class RingModel {
         flops_s_.push_back(cost.attention_flops_s(layout.groups[g].devices[r]));
       }
     }
+    if (p_ > 1) make_links();
   }
 
   // When each device ends its last step (and, backward, has its block's dK, dV home).
@@ -79,7 +85,7 @@ class RingModel {
     for (int i = 0; i < n; ++i) end[i] = compute_s(i, 0);
     const int step_bytes = a_.bytes_per_element + (backward_ ? a_.grad_bytes_per_element : 0);
     for (int k = 0; k + 1 < p_; ++k) {
-      const std::vector<double> arrive = arrivals(next_blocks(k, step_bytes), start);
+      const std::vector<double> arrive = next_blocks(k, step_bytes, start);
       for (int i = 0; i < n; ++i) {
         start[i] = std::max(end[i], arrive[i]);
         end[i] = start[i] + compute_s(i, k + 1);
@@ -87,7 +93,7 @@ class RingModel {
     }
     if (!backward_ || p_ == 1) return end;
     // Each group's own block ends the loop at the previous group: its dK, dV come home.
-    const std::vector<double> home = arrivals(own_blocks(), end);
+    const std::vector<double> home = own_blocks(end);
     for (int i = 0; i < n; ++i) end[i] = std::max(end[i], home[i]);
     return end;
   }
@@ -105,69 +111,81 @@ class RingModel {
     return flops / flops_s_[i];
   }
 
-  // Bytes each device receives, per source, of the block of group `block_of(g)` for its
-  // intervals, `bytes` per element, from the previous group's holders.
-  template <class BlockOf>
-  Transfers transfers(BlockOf block_of, int bytes) const {
-    Transfers t(ranks_.size());
+  // The hops: for every group and interval, the previous group's holder to its holder.
+  void make_links() {
+    const Cluster& c = cost_.cluster();
+    std::map<std::pair<int, int>, int> kv;  // (dst, src) -> kv heads
     for (int g = 0; g < p_; ++g) {
       const int prev = visiting(g, 1);
-      const double tokens = static_cast<double>(tokens_[block_of(g)]);
       for (std::size_t m = 0; m < rings_.kv.size(); ++m) {
-        const int dst = first_[g] + rings_.owner[g][m];
-        const int src = first_[prev] + rings_.owner[prev][m];
-        t[dst][src] += 2.0 * tokens * rings_.kv[m] * a_.head_dim * bytes;
+        kv[{first_[g] + rings_.owner[g][m], first_[prev] + rings_.owner[prev][m]}] += rings_.kv[m];
       }
     }
-    return t;
+    for (const auto& [pair, heads] : kv) {
+      const auto [dst, src] = pair;
+      const PairLink l = c.link(ranks_[src].device, ranks_[dst].device);
+      links_.push_back({dst, src, heads, l.bandwidth_Bps, l.latency_s,
+                        c.devices()[ranks_[src].device].machine,
+                        c.devices()[ranks_[dst].device].machine});
+    }
   }
 
-  // Step k -> k+1: group g receives the block of group g-k-1 (K, V; backward + dK, dV).
-  Transfers next_blocks(int k, int bytes) const {
-    return transfers([&](int g) { return visiting(g, k + 1); }, bytes);
+  // Bytes over link `l` of the block of group `block`, `bytes` per element.
+  double link_bytes(const Link& l, int block, int bytes) const {
+    return 2.0 * static_cast<double>(tokens_[block]) * l.kv * a_.head_dim * bytes;
   }
-  // After the last step: group g's own dK, dV.
-  Transfers own_blocks() const {
-    return transfers([](int g) { return g; }, a_.grad_bytes_per_element);
+
+  // When each device has the block of step k + 1 (group g receives the block of group
+  // g-k-1: K, V; backward also dK, dV), both ends posting at `posted`.
+  std::vector<double> next_blocks(int k, int bytes, const std::vector<double>& posted) const {
+    return arrivals(
+        [&](const Link& l) { return link_bytes(l, visiting(ranks_[l.dst].group, k + 1), bytes); },
+        posted);
+  }
+  // After the last step: when each group's own dK, dV are home.
+  std::vector<double> own_blocks(const std::vector<double>& posted) const {
+    return arrivals(
+        [&](const Link& l) {
+          return link_bytes(l, ranks_[l.dst].group, a_.grad_bytes_per_element);
+        },
+        posted);
   }
 
   // When each device has its transfers, both ends posting at `posted`: the later of the
   // sender's send port and the receiver's receive port (bytes / bandwidth over its peers,
-  // plus the largest latency).
-  std::vector<double> arrivals(const Transfers& t, const std::vector<double>& posted) const {
+  // plus the largest latency) and, off-machine, of the machines' NIC time.
+  template <class Bytes>
+  std::vector<double> arrivals(Bytes bytes_of, const std::vector<double>& posted) const {
     const Cluster& c = cost_.cluster();
     const int n = static_cast<int>(ranks_.size());
     const std::size_t machines = c.machines().size();
     std::vector<double> send(n, 0.0), send_lat(n, 0.0), recv(n, 0.0), recv_lat(n, 0.0);
     std::vector<double> nic_out(machines, 0.0), nic_in(machines, 0.0);  // s of NIC time
-    for (int dst = 0; dst < n; ++dst) {
-      for (const auto& [src, bytes] : t[dst]) {
-        const PairLink l = c.link(ranks_[src].device, ranks_[dst].device);
-        send[src] += bytes / l.bandwidth_Bps;
-        recv[dst] += bytes / l.bandwidth_Bps;
-        send_lat[src] = std::max(send_lat[src], l.latency_s);
-        recv_lat[dst] = std::max(recv_lat[dst], l.latency_s);
-        const int ms = machine(src), md = machine(dst);
-        if (ms == md) continue;
-        nic_out[ms] += bytes / c.machines()[ms].nic_Bps;
-        nic_in[md] += bytes / c.machines()[md].nic_Bps;
-      }
+    std::vector<double> bytes(links_.size());
+    for (std::size_t k = 0; k < links_.size(); ++k) {
+      const Link& l = links_[k];
+      bytes[k] = bytes_of(l);
+      send[l.src] += bytes[k] / l.bandwidth_Bps;
+      recv[l.dst] += bytes[k] / l.bandwidth_Bps;
+      send_lat[l.src] = std::max(send_lat[l.src], l.latency_s);
+      recv_lat[l.dst] = std::max(recv_lat[l.dst], l.latency_s);
+      if (l.src_machine == l.dst_machine) continue;
+      nic_out[l.src_machine] += bytes[k] / c.machines()[l.src_machine].nic_Bps;
+      nic_in[l.dst_machine] += bytes[k] / c.machines()[l.dst_machine].nic_Bps;
     }
     std::vector<double> arrive(n, 0.0);
-    for (int dst = 0; dst < n; ++dst) {
-      for (const auto& [src, bytes] : t[dst]) {
-        double port = std::max(send[src] + send_lat[src], recv[dst] + recv_lat[dst]);
-        if (machine(src) != machine(dst)) {
-          port = std::max(
-              {port, nic_out[machine(src)] + send_lat[src], nic_in[machine(dst)] + recv_lat[dst]});
-        }
-        arrive[dst] = std::max(arrive[dst], std::max(posted[src], posted[dst]) + port);
+    for (std::size_t k = 0; k < links_.size(); ++k) {
+      const Link& l = links_[k];
+      if (bytes[k] <= 0) continue;
+      double port = std::max(send[l.src] + send_lat[l.src], recv[l.dst] + recv_lat[l.dst]);
+      if (l.src_machine != l.dst_machine) {
+        port = std::max({port, nic_out[l.src_machine] + send_lat[l.src],
+                         nic_in[l.dst_machine] + recv_lat[l.dst]});
       }
+      arrive[l.dst] = std::max(arrive[l.dst], std::max(posted[l.src], posted[l.dst]) + port);
     }
     return arrive;
   }
-
-  int machine(int flat) const { return cost_.cluster().devices()[ranks_[flat].device].machine; }
 
   const SequenceCost& cost_;
   const SequenceLayout& layout_;
@@ -179,6 +197,7 @@ class RingModel {
   std::vector<int> first_;            // flat index of each group's rank 0
   std::vector<Rank> ranks_;           // flat index -> device
   std::vector<double> flops_s_;       // achieved attention FLOP/s, flat index
+  std::vector<Link> links_;           // the sub-rings' hops
 };
 
 // Everything but the attention core of `ks`.
