@@ -8,6 +8,8 @@
 
 #include "cli/commands.hpp"
 #include "scheduler/hexiseq/baselines.hpp"
+#include "scheduler/program/lower_sequence.hpp"
+#include "sim/simulator.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi::cli {
@@ -19,8 +21,10 @@ struct SeqOptions {
   std::string layout;
   std::string solver = "cbc";
   std::string out;
+  std::string sim_out;
   double time_budget_s = 0;
   bool compare = false;
+  bool simulate = false;
   bool json = false;
 };
 
@@ -107,6 +111,64 @@ void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResu
          "ends (its attention inside)\n";
 }
 
+// The layout lowered (scheduler/program/lower_sequence.hpp) and simulated: its report beside
+// the closed form's iteration, per device the all-to-all and ring waits.
+struct SeqSimulation {
+  SimReport report;
+  double closed_form_s = 0;
+};
+
+Result<SeqSimulation> simulate_layout(const Scenario& sc, const HexiSeqResult& r,
+                                      const std::string& out_dir) {
+  auto program = lower_sequence(r.layout, sc.cluster, sc.model, sc.training, sc.name, "the layout");
+  if (!program) return program.error();
+  std::cerr << "hexisim: seq: simulating " << program->num_ops() << " ops on "
+            << program->devices.size() << " devices...\n";
+  SimOptions so;
+  so.scenario = sc.name;
+  so.trace = !out_dir.empty();
+  auto out = simulate(*program, sc.cluster, sc.model, sc.training, sc.profile, so);
+  if (!out) return out.error();
+  if (!out_dir.empty()) {
+    if (auto st = write_file(out_dir + "/report.json", out->report_json); !st) return st.error();
+    if (auto st = write_file(out_dir + "/trace.json", out->trace_json); !st) return st.error();
+  }
+  return SeqSimulation{std::move(out->report), r.time.iteration_s};
+}
+
+Json simulation_json(const SeqSimulation& s) {
+  Json devices = Json::array();
+  for (const auto& d : s.report.devices) {
+    devices.push_back({{"device", d.device},
+                       {"busy_s", d.busy_s},
+                       {"ulysses_wait_s", d.ulysses_wait_s},
+                       {"ring_wait_s", d.ring_wait_s},
+                       {"exposed_comm_s", d.exposed_comm_s},
+                       {"idle_s", d.idle_s}});
+  }
+  return {{"iteration_time_s", s.report.iteration_time_s},
+          {"tokens_per_s", s.report.tokens_per_s},
+          {"closed_form_over_simulated", s.closed_form_s / s.report.iteration_time_s},
+          {"ops", s.report.ops},
+          {"devices", devices}};
+}
+
+void print_simulation(const SeqSimulation& s, std::ostream& out) {
+  const SimReport& r = s.report;
+  out << "\nsimulated: " << fmt(r.iteration_time_s, 3) << " s per iteration, "
+      << fmt(r.tokens_per_s, 0) << " tokens/s (" << r.ops << " ops); closed form "
+      << fmt(s.closed_form_s, 3) << " s = " << fmt(s.closed_form_s / r.iteration_time_s, 3)
+      << " x simulated\n";
+  Table table(
+      {"device", "GPU", "busy s", "all-to-all wait s", "ring wait s", "other comm s", "idle s"});
+  for (const auto& d : r.devices) {
+    table.add({std::to_string(d.device), d.gpu, fmt(d.busy_s, 3), fmt(d.ulysses_wait_s, 3),
+               fmt(d.ring_wait_s, 3), fmt(d.exposed_comm_s - d.ulysses_wait_s - d.ring_wait_s, 3),
+               fmt(d.idle_s, 3)});
+  }
+  table.print(out);
+}
+
 int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptions& o,
                 const std::vector<int>& devices, bool json) {
   struct Row {
@@ -188,6 +250,17 @@ int run_seq(const SeqOptions& opt) {
     if (auto st = check_output_file("--out", opt.out, command_inputs(*sc, {opt.layout})); !st)
       return report(st.error());
   }
+  if (!opt.sim_out.empty()) {
+    for (const char* file : {"report.json", "trace.json"}) {
+      if (auto st = check_output_file("--sim-out", opt.sim_out + "/" + file,
+                                      command_inputs(*sc, {opt.layout}));
+          !st)
+        return report(st.error());
+    }
+  }
+  if (opt.compare && (opt.simulate || !opt.sim_out.empty())) {
+    return report(bad_input("--compare and --simulate: simulate one layout at a time"));
+  }
   if (opt.compare) return run_compare(*sc, cost, o, devices, opt.json);
 
   HexiSeqResult result;
@@ -227,12 +300,23 @@ int run_seq(const SeqOptions& opt) {
     Json plan = {{"version", 1}, {"scheduler", name}, {"sequence", to_json(result.layout)}};
     if (auto st = write_file(opt.out, plan.dump(2) + "\n"); !st) return report(st.error());
   }
+  std::optional<SeqSimulation> sim;
+  if (opt.simulate || !opt.sim_out.empty()) {
+    auto s = simulate_layout(*sc, result, opt.sim_out);
+    if (!s) return report(s.error());
+    sim = std::move(*s);
+  }
   if (opt.json) {
     Json out = result_json(name, result);
     out["scenario"] = sc->name;
+    if (sim) out["simulated"] = simulation_json(*sim);
     print_json(out);
   } else {
     print_layout(*sc, name, result, std::cout);
+    if (sim) print_simulation(*sim, std::cout);
+    if (!opt.sim_out.empty()) {
+      std::cout << "wrote " << opt.sim_out << "/report.json and " << opt.sim_out << "/trace.json\n";
+    }
   }
   return 0;
 }
@@ -259,6 +343,12 @@ void add_seq_command(CLI::App& app, Runner& run) {
                   "Stop searching after this many seconds (default 0: every candidate)")
       ->check(finite_in(0, 1e7));
   cmd->add_option("--out", opt->out, "Write the layout to this file");
+  cmd->add_flag("--simulate", opt->simulate,
+                "Lower the layout to a program and simulate one iteration (SimGrid): simulated "
+                "vs closed-form time, per device the all-to-all and ring waits");
+  cmd->add_option("--sim-out", opt->sim_out,
+                  "With --simulate (implied): write report.json and trace.json to this "
+                  "directory");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->callback([&run, opt] { run = [opt] { return run_seq(*opt); }; });
 }

@@ -45,6 +45,32 @@ TEST(CliSeq, PlansWritesAndReevaluatesTheSameLayout) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CliSeq, SimulatesTheLayoutBesideTheClosedForm) {
+  auto dir = scratch_dir("seq-sim");
+  const auto sc = dir / "s.json", out = dir / "sim";
+  write_text(sc, kScenario);
+  auto r = run_cli("seq " + sc.string() + " --scheduler usp --json --sim-out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_TRUE(j.contains("simulated"));
+  const json& sim = j["simulated"];
+  EXPECT_GT(sim["iteration_time_s"].get<double>(), 0);
+  EXPECT_NEAR(sim["closed_form_over_simulated"].get<double>(), 1.0, 0.15);
+  EXPECT_EQ(sim["devices"].size(), 8u);
+  EXPECT_TRUE(std::filesystem::exists(out / "report.json"));
+  EXPECT_TRUE(std::filesystem::exists(out / "trace.json"));
+  json report = json::parse(read_text(out / "report.json"));
+  EXPECT_TRUE(report["devices"][0].contains("ring_wait_s"));
+  // The table form names both times; --compare simulates nothing.
+  auto t = run_cli("seq " + sc.string() + " --scheduler ring --simulate");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("simulated:"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("ring wait s"), std::string::npos) << t.out;
+  auto bad = run_cli("seq " + sc.string() + " --compare --simulate");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSeq, CompareRunsEveryBaselineAndHexiSeqIsNeverSlower) {
   auto dir = scratch_dir("seq-compare");
   const auto sc = dir / "s.json";

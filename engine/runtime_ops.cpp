@@ -226,6 +226,8 @@ Status RankRuntime::Impl::run_compute(const Op& op) {
     case ComputeKind::kStageFwd:
     case ComputeKind::kStageBwd:
       break;
+    default:  // sequence-mesh ops: refused at setup
+      return failure("the engine does not run sequence-mesh ops");
   }
   return failure("the engine runs layer-granularity ops only");
 }
@@ -397,6 +399,8 @@ Status RankRuntime::Impl::run_collective(const Op& op) {
       return weight_bucket(op);
     case TensorKind::kReplicas:
       return replicas(op, *comm);
+    default:  // sequence-mesh tensors: refused at setup
+      break;
   }
   return failure("the engine has no implementation of " + std::string(to_string(op.collective)) +
                  " on " + std::string(to_string(op.tensor)));

@@ -39,6 +39,11 @@ Status RankRuntime::Impl::setup() {
     return bad_input(
         "the engine executes layer-granularity programs (got a stage-granularity one)");
   }
+  if (prog.sequence) {
+    return bad_input(
+        "this program runs a sequence mesh (context + head parallelism); the engine executes "
+        "pipeline programs (TP/PP/DP) only so far: simulate it with `hexisim seq --simulate`");
+  }
   if (prog.bytes_per_element != 4 && prog.bytes_per_element != 2) {
     return bad_input(
         "the program counts " + std::to_string(prog.bytes_per_element) +

@@ -7,18 +7,6 @@
 namespace hexi::sim {
 namespace {
 
-bool is_forward(ComputeKind k) {
-  return k == ComputeKind::kEmbeddingFwd || k == ComputeKind::kAttnFwd ||
-         k == ComputeKind::kMlpFwd || k == ComputeKind::kHeadFwd || k == ComputeKind::kStageFwd;
-}
-
-bool is_backward(ComputeKind k) {
-  return k == ComputeKind::kEmbeddingBwd || k == ComputeKind::kAttnBwd ||
-         k == ComputeKind::kMlpBwd || k == ComputeKind::kAttnRecompute ||
-         k == ComputeKind::kMlpRecompute || k == ComputeKind::kHeadBwd ||
-         k == ComputeKind::kStageBwd;
-}
-
 // Micro-batches alive at once: from the start of a micro-batch's first forward op
 // to the end of its last backward op.
 int max_in_flight(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r) {
@@ -58,7 +46,15 @@ void stream_breakdown(const RunInputs& in, const DeviceLayout& l, const Executio
       if (waited < 0 || r.end[d] > r.end[waited]) waited = d;
     }
     const Stream s = waited >= 0 ? in.program.ops[waited].stream : Stream::kCompute;
-    if (s == Stream::kP2p || s == Stream::kGather) {
+    const TensorKind tensor = waited >= 0 ? in.program.ops[waited].tensor : TensorKind::kActivation;
+    const bool p2p = s == Stream::kP2p && in.program.ops[waited].kind != OpKind::kCompute;
+    if (p2p && is_ulysses(tensor)) {
+      m.exposed_comm_s += gap;
+      m.ulysses_wait_s += gap;
+    } else if (p2p && is_ring(tensor)) {
+      m.exposed_comm_s += gap;
+      m.ring_wait_s += gap;
+    } else if (s == Stream::kP2p || s == Stream::kGather) {
       m.bubble_s += gap;
     } else if (s == Stream::kDp) {
       m.exposed_comm_s += gap;
@@ -76,6 +72,25 @@ void stream_breakdown(const RunInputs& in, const DeviceLayout& l, const Executio
   m.idle_s += std::max(0.0, iteration - prev_end);
 }
 
+// What a device of a sequence mesh holds (the layout's memory model, scheduler/hexiseq):
+// model states, activations, ring and all-to-all buffers, reserve, logits.
+void sequence_memory(const RunInputs& in, const DeviceLayout& l, DeviceMetrics& m) {
+  for (const DeviceMemory& d :
+       layout_memory(*in.program.sequence, in.model, in.training, in.cluster)) {
+    if (d.device != l.device) continue;
+    m.peak_memory_bytes = d.total();
+    m.memory = {{"weights", d.mesh.states.weights},
+                {"gradients", d.mesh.states.gradients},
+                {"optimizer", d.mesh.states.optimizer},
+                {"activations", d.mesh.activations},
+                {"ring_buffers", d.mesh.ring_buffers},
+                {"ulysses_buffers", d.mesh.ulysses_buffers},
+                {"reserve", d.mesh.reserve},
+                {"logits", d.logits},
+                {"total", d.total()}};
+  }
+}
+
 DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r,
                              double iteration, int dp) {
   DeviceMetrics m;
@@ -86,6 +101,12 @@ DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const E
   m.tp_rank = l.tp_rank;
   stream_breakdown(in, l, r, iteration, m);
   m.max_in_flight = max_in_flight(in, l, r);
+  if (in.program.sequence) {
+    m.sequence_group = l.seq_group;
+    m.capacity_bytes = in.cluster.device_memory_bytes(l.device);
+    sequence_memory(in, l, m);
+    return m;
+  }
   MemoryBreakdown mem = device_memory(in.model, in.training, stage_shape(l, m.max_in_flight, dp));
   // The optimizer state this device really updates (ZeRO-1 shards of its buckets).
   if (in.training.zero_stage >= 1)

@@ -7,20 +7,26 @@ namespace hexi {
 Json SimReport::to_json() const {
   Json devs = Json::array();
   for (const auto& d : devices) {
-    devs.push_back({{"device", d.device},
-                    {"gpu", d.gpu},
-                    {"pipeline", d.pipeline},
-                    {"stage", d.stage},
-                    {"tp_rank", d.tp_rank},
-                    {"busy_s", d.busy_s},
-                    {"exposed_comm_s", d.exposed_comm_s},
-                    {"bubble_s", d.bubble_s},
-                    {"idle_s", d.idle_s},
-                    {"finish_s", d.finish_s},
-                    {"max_in_flight", d.max_in_flight},
-                    {"peak_memory_gib", d.peak_memory_bytes / kGiB},
-                    {"capacity_gib", d.capacity_bytes / kGiB},
-                    {"memory", d.memory}});
+    Json dj = {{"device", d.device},
+               {"gpu", d.gpu},
+               {"pipeline", d.pipeline},
+               {"stage", d.stage},
+               {"tp_rank", d.tp_rank},
+               {"busy_s", d.busy_s},
+               {"exposed_comm_s", d.exposed_comm_s},
+               {"bubble_s", d.bubble_s},
+               {"idle_s", d.idle_s},
+               {"finish_s", d.finish_s},
+               {"max_in_flight", d.max_in_flight},
+               {"peak_memory_gib", d.peak_memory_bytes / kGiB},
+               {"capacity_gib", d.capacity_bytes / kGiB},
+               {"memory", d.memory}};
+    if (d.sequence_group >= 0) {
+      dj["sequence_group"] = d.sequence_group;
+      dj["ulysses_wait_s"] = d.ulysses_wait_s;
+      dj["ring_wait_s"] = d.ring_wait_s;
+    }
+    devs.push_back(std::move(dj));
   }
   Json ls = Json::array();
   for (const auto& l : links) {
@@ -97,6 +103,11 @@ Result<SimReport> SimReport::from_json(const Json& j) {
       m.peak_memory_bytes = d.at("peak_memory_gib").get<double>() * kGiB;
       m.capacity_bytes = d.at("capacity_gib").get<double>() * kGiB;
       m.memory = d.at("memory");
+      if (d.contains("sequence_group")) {
+        m.sequence_group = d.at("sequence_group").get<int>();
+        m.ulysses_wait_s = d.at("ulysses_wait_s").get<double>();
+        m.ring_wait_s = d.at("ring_wait_s").get<double>();
+      }
       r.devices.push_back(std::move(m));
     }
     for (const auto& l : j.at("links")) {

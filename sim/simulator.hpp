@@ -54,6 +54,11 @@ struct DeviceMetrics {
   double peak_memory_bytes = 0;
   double capacity_bytes = 0;
   Json memory;  // MemoryBreakdown::to_json() at the simulated peak
+  // Sequence meshes (report keys only then): its group, and the parts of exposed_comm_s
+  // spent waiting for its group's all-to-alls and for ring blocks.
+  int sequence_group = -1;
+  double ulysses_wait_s = 0;
+  double ring_wait_s = 0;
 };
 
 struct LinkMetrics {

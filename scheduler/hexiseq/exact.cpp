@@ -165,7 +165,7 @@ class ExactProgram {
     const int a1 = add(pre + "A1", kInfinity), a2 = add(pre + "A2", kInfinity);
     const int rf = add(pre + "Rf", kInfinity), rb = add(pre + "Rb", kInfinity);
     const double rp = lm_.replay(), S = static_cast<double>(lm_.sequence());
-    const double beta = lm_.backward_ratio(), gamma = lm_.grad_ratio();
+    const double gamma = lm_.grad_ratio();
     const double lat = n > 1 ? 2 * gt.a2a_latency_s : 0.0;
     for (int a = 0; a < n; ++a) {
       const int f = first_[g] + a;
@@ -196,7 +196,7 @@ class ExactProgram {
       std::vector<Term> compute, compute_b, ring_f, ring_b;
       for (int k = 1; k <= nq_; ++k) {
         compute.push_back({pt_[f][k], kMs * d.attention_s * b_ * k});
-        compute_b.push_back({pt_[f][k], kMs * beta * d.attention_s * b_ * k});
+        compute_b.push_back({pt_[f][k], kMs * d.attention_backward_s * b_ * k});
       }
       at_least("ring.f" + di, rf, compute);
       at_least("ring.b" + di, rb, compute_b);

@@ -151,14 +151,15 @@ GroupGuess proportional_guess(const LinearModel& lm, const GroupTerms& terms, do
   const int n = static_cast<int>(terms.devices.size());
   double speed = 0, rate = 0;
   for (const auto& d : terms.devices) {
-    speed += 1 / d.attention_s;
+    speed += 1 / (d.attention_s + d.attention_backward_s);
     rate += 1 / d.token_s;
   }
   GroupGuess g;
   const double heads = lm.cost().attention().q_heads;
   for (int i = 0; i < n; ++i) {
     g.shards.push_back(tokens / terms.devices[i].token_s / rate);
-    g.heads.push_back(heads / terms.devices[i].attention_s / speed);
+    const DeviceTerms& d = terms.devices[i];
+    g.heads.push_back(heads / (d.attention_s + d.attention_backward_s) / speed);
     g.kv.push_back(g.heads.back() / lm.heads_per_kv());
   }
   return g;
@@ -183,7 +184,7 @@ std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
                                                 double* model_s) {
   const int groups = static_cast<int>(terms.size());
   const double b = static_cast<double>(block), S = static_cast<double>(lm.sequence());
-  const double beta = lm.backward_ratio(), gamma = lm.grad_ratio();
+  const double gamma = lm.grad_ratio();
   const bool has_ring = std::accumulate(counts.begin(), counts.end(), 0) > 1;
   Problem p;
   const int t = add_continuous(p, "t", 1);
@@ -218,9 +219,9 @@ std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
       add_at_least(p, di + "o.in", v.a2,
                    {{tg[g], kMs * b * frac[i] * others(gs.heads, gt.pair_s, i, false)}});
       // Ring: compute, and the K/V receive of the other groups' tokens.
-      const double compute = kMs * d.attention_s * b * gs.heads[i];
-      add_at_least(p, di + "ring.f", v.rf, {{tg[g], compute}});
-      add_at_least(p, di + "ring.b", v.rb, {{tg[g], beta * compute}});
+      add_at_least(p, di + "ring.f", v.rf, {{tg[g], kMs * d.attention_s * b * gs.heads[i]}});
+      add_at_least(p, di + "ring.b", v.rb,
+                   {{tg[g], kMs * d.attention_backward_s * b * gs.heads[i]}});
       const double ring = kMs * gt.ring_s[i] * gs.kv[i];
       add_at_least(p, di + "kv.f", v.rf, {{tg[g], -b * ring}}, S * ring);
       add_at_least(p, di + "kv.b", v.rb, {{tg[g], -b * ring}}, S * (1 + gamma) * ring);
@@ -295,7 +296,7 @@ std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms
   const int r = lm.heads_per_kv();
   const double b = static_cast<double>(block), T = static_cast<double>(tokens);
   const double S = static_cast<double>(lm.sequence());
-  const double beta = lm.backward_ratio(), gamma = lm.grad_ratio();
+  const double gamma = lm.grad_ratio();
   const double fwd_tokens = S - T, bwd_tokens = (S - T) * (1 + gamma) + T * gamma;
   Problem p;
   const int t = add_continuous(p, "t", 1);
@@ -360,7 +361,7 @@ std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms
     add_at_least(p, "o.out" + di, v.a2, send_o.terms, send_o.rhs);
     add_at_least(p, "o.in" + di, v.a2, recv_o.terms, recv_o.rhs);
     add_at_least(p, "ring.f" + di, v.rf, {{h[i], kMs * d.attention_s * T}});
-    add_at_least(p, "ring.b" + di, v.rb, {{h[i], kMs * beta * d.attention_s * T}});
+    add_at_least(p, "ring.b" + di, v.rb, {{h[i], kMs * d.attention_backward_s * T}});
     add_at_least(p, "kv.f" + di, v.rf, {{kv[i], kMs * fwd_tokens * gt.ring_s[i]}});
     add_at_least(p, "kv.b" + di, v.rb, {{kv[i], kMs * bwd_tokens * gt.ring_s[i]}});
     p.add_constraint({"memory" + di,
@@ -457,9 +458,10 @@ std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t r
                            static_cast<long long>(ring_block), t.a2a_latency_s);
   for (const auto& d : t.devices) {
     const auto entry = std::find(t.machines.begin(), t.machines.end(), d.machine);
-    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g",
+    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g",
                   static_cast<int>(entry - t.machines.begin()), d.token_fixed_s, d.token_s,
-                  d.attention_s, d.memory_fixed, d.memory_token, d.memory_limit);
+                  d.attention_s, d.attention_backward_s, d.memory_fixed, d.memory_token,
+                  d.memory_limit);
   }
   for (const auto& row : t.pair_s) {
     for (double v : row) key += format(",%.17g", v);

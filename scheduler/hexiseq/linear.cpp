@@ -57,8 +57,9 @@ std::pair<double, double> all_to_all(const GroupTerms& t, const GroupValues& v) 
 
 bool same_terms(const DeviceTerms& a, const DeviceTerms& b) {
   return a.machine == b.machine && a.token_fixed_s == b.token_fixed_s && a.token_s == b.token_s &&
-         a.attention_s == b.attention_s && a.memory_fixed == b.memory_fixed &&
-         a.memory_token == b.memory_token && a.memory_limit == b.memory_limit;
+         a.attention_s == b.attention_s && a.attention_backward_s == b.attention_backward_s &&
+         a.memory_fixed == b.memory_fixed && a.memory_token == b.memory_token &&
+         a.memory_limit == b.memory_limit;
 }
 
 bool swappable(const GroupTerms& t, int i, int j) {
@@ -108,10 +109,6 @@ int LinearModel::replay() const {
   return cost_.training().recompute == Recompute::kFull ? 1 : 0;
 }
 
-double LinearModel::backward_ratio() const {
-  return kFlashBackwardRatio;
-}
-
 double LinearModel::grad_ratio() const {
   const AttentionShape& a = cost_.attention();
   return static_cast<double>(a.grad_bytes_per_element) / a.bytes_per_element;
@@ -146,7 +143,9 @@ DeviceTerms LinearModel::compute_device(int d) const {
   out.token_s = (t2 - t1) / static_cast<double>(s2 - s1);
   out.token_fixed_s = std::max(0.0, t1 - out.token_s * static_cast<double>(s1));
   out.attention_s = attention_forward_flops(mirrored_rank_pairs(s, 2), 1, a.head_dim) / 2 /
-                    cost_.attention_flops_s(d);
+                    cost_.attention_flops_s(d, false);
+  out.attention_backward_s = attention_backward_flops(mirrored_rank_pairs(s, 2), 1, a.head_dim) /
+                             2 / cost_.attention_flops_s(d, true);
   // Memory: model states and reserve, then per own token (activations and logits).
   SequenceDeviceShape shape;
   shape.layers = m.layers;
@@ -214,9 +213,10 @@ double LinearModel::group_value(const GroupTerms& t, const SequenceGroup& g) con
   const double fwd_tokens = others, bwd_tokens = others * (1 + g_ratio) + v.tokens * g_ratio;
   double rf = 0, rb = 0;
   for (int i = 0; i < n; ++i) {
-    const double compute = t.devices[i].attention_s * v.tokens * v.h[i];
-    rf = std::max({rf, compute, fwd_tokens * v.kv[i] * t.ring_s[i]});
-    rb = std::max({rb, backward_ratio() * compute, bwd_tokens * v.kv[i] * t.ring_s[i]});
+    const DeviceTerms& d = t.devices[i];
+    rf = std::max({rf, d.attention_s * v.tokens * v.h[i], fwd_tokens * v.kv[i] * t.ring_s[i]});
+    rb = std::max(
+        {rb, d.attention_backward_s * v.tokens * v.h[i], bwd_tokens * v.kv[i] * t.ring_s[i]});
   }
   for (std::size_t m = 0; m < t.machines.size(); ++m) {
     if (!t.ring_nic[m]) continue;

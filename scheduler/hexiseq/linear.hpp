@@ -39,12 +39,13 @@ inline namespace hexiseq {
 struct DeviceTerms {
   int device = 0;
   int machine = 0;
-  double token_fixed_s = 0;  // a_i
-  double token_s = 0;        // tau_i, s per token of its shard
-  double attention_s = 0;    // kf_i: forward s per (group token x query head)
-  double memory_fixed = 0;   // m0: model states + reserve, bytes
-  double memory_token = 0;   // m_s: activations + logits per own token, bytes
-  double memory_limit = 0;   // kMemoryCap x capacity, bytes
+  double token_fixed_s = 0;         // a_i
+  double token_s = 0;               // tau_i, s per token of its shard
+  double attention_s = 0;           // kf_i: forward s per (group token x query head)
+  double attention_backward_s = 0;  // kb_i: backward s per (group token x query head)
+  double memory_fixed = 0;          // m0: model states + reserve, bytes
+  double memory_token = 0;          // m_s: activations + logits per own token, bytes
+  double memory_limit = 0;          // kMemoryCap x capacity, bytes
 };
 
 // The model's coefficients for one group of a layout with given ring neighbours.
@@ -74,7 +75,6 @@ class LinearModel {
   const SequenceCost& cost() const { return cost_; }
   std::int64_t sequence() const { return cost_.training().seq_len; }  // S
   int replay() const;                                                 // 1 under full recompute
-  double backward_ratio() const;                                      // kFlashBackwardRatio
   double grad_ratio() const;                                          // B_g / B
   int heads_per_kv() const;                                           // n_q / n_kv
   double memory_ulysses() const { return memory_ulysses_; }           // m_u, bytes

@@ -9,37 +9,16 @@ namespace hexi {
 inline namespace hexiseq {
 namespace {
 
-// The rings of a layout: one sub-ring per interval of the common refinement of every
-// group's head ranges, and which rank of each group holds each interval.
-struct SubRings {
-  std::vector<int> bounds;              // interval m = [bounds[m], bounds[m + 1])
-  std::vector<int> kv;                  // kv heads interval m carries
-  std::vector<std::vector<int>> owner;  // [group][m]: the rank holding interval m
-};
-
-SubRings sub_rings(const AttentionShape& a, const SequenceLayout& layout) {
-  SubRings s;
-  for (const auto& g : layout.groups) {
-    for (int first : head_offsets(g)) s.bounds.push_back(first);
-  }
-  s.bounds.push_back(a.q_heads);
-  std::sort(s.bounds.begin(), s.bounds.end());
-  s.bounds.erase(std::unique(s.bounds.begin(), s.bounds.end()), s.bounds.end());
-  const int intervals = static_cast<int>(s.bounds.size()) - 1;
-  for (int m = 0; m < intervals; ++m) {
-    s.kv.push_back(kv_heads_needed(a, s.bounds[m], s.bounds[m + 1] - s.bounds[m]));
-  }
-  for (const auto& g : layout.groups) {
-    const std::vector<int> first = head_offsets(g);
-    std::vector<int> owner(intervals, 0);
-    for (int m = 0; m < intervals; ++m) {
-      for (int r = 0; r < g.size(); ++r) {
-        if (first[r] <= s.bounds[m] && s.bounds[m] < first[r] + g.heads[r]) owner[m] = r;
-      }
-    }
-    s.owner.push_back(owner);
-  }
-  return s;
+// The NIC a device's off-machine traffic leaves and enters by: GPU g of a machine with k
+// NICs uses NIC g k / gpus (Machine::nic_of, as the simulator's platform routes it), as
+// machine * kNicStride + that index; each NIC carries nic_each_Bps.
+constexpr int kNicStride = 1 << 16;
+int nic_of(const Cluster& c, int device) {
+  const Device& d = c.devices()[device];
+  return d.machine * kNicStride + c.machines()[d.machine].nic_of(d.local);
+}
+double nic_Bps(const Cluster& c, int nic) {
+  return c.machines()[nic / kNicStride].nic_each_Bps();
 }
 
 // A device's identity and place in the layout (flat index = position in layout order).
@@ -56,6 +35,7 @@ struct Link {
   int kv = 0;
   double bandwidth_Bps = 0, latency_s = 0;
   int src_machine = 0, dst_machine = 0;
+  int src_nic = 0, dst_nic = 0;  // nic_of
 };
 
 class RingModel {
@@ -72,7 +52,7 @@ class RingModel {
       tokens_.push_back(layout.groups[g].tokens);
       for (int r = 0; r < layout.groups[g].size(); ++r) {
         ranks_.push_back({layout.groups[g].devices[r], g, r});
-        flops_s_.push_back(cost.attention_flops_s(layout.groups[g].devices[r]));
+        flops_s_.push_back(cost.attention_flops_s(layout.groups[g].devices[r], backward));
       }
     }
     if (p_ > 1) make_links();
@@ -126,7 +106,8 @@ class RingModel {
       const PairLink l = c.link(ranks_[src].device, ranks_[dst].device);
       links_.push_back({dst, src, heads, l.bandwidth_Bps, l.latency_s,
                         c.devices()[ranks_[src].device].machine,
-                        c.devices()[ranks_[dst].device].machine});
+                        c.devices()[ranks_[dst].device].machine, nic_of(c, ranks_[src].device),
+                        nic_of(c, ranks_[dst].device)});
     }
   }
 
@@ -153,14 +134,14 @@ class RingModel {
 
   // When each device has its transfers, both ends posting at `posted`: the later of the
   // sender's send port and the receiver's receive port (bytes / bandwidth over its peers,
-  // plus the largest latency) and, off-machine, of the machines' NIC time.
+  // plus the largest latency) and, off-machine, of the NICs' time (each device's own NIC,
+  // shared with the devices of its rail).
   template <class Bytes>
   std::vector<double> arrivals(Bytes bytes_of, const std::vector<double>& posted) const {
     const Cluster& c = cost_.cluster();
     const int n = static_cast<int>(ranks_.size());
-    const std::size_t machines = c.machines().size();
     std::vector<double> send(n, 0.0), send_lat(n, 0.0), recv(n, 0.0), recv_lat(n, 0.0);
-    std::vector<double> nic_out(machines, 0.0), nic_in(machines, 0.0);  // s of NIC time
+    std::map<int, double> nic_out, nic_in;  // NIC -> s of its time
     std::vector<double> bytes(links_.size());
     for (std::size_t k = 0; k < links_.size(); ++k) {
       const Link& l = links_[k];
@@ -170,8 +151,8 @@ class RingModel {
       send_lat[l.src] = std::max(send_lat[l.src], l.latency_s);
       recv_lat[l.dst] = std::max(recv_lat[l.dst], l.latency_s);
       if (l.src_machine == l.dst_machine) continue;
-      nic_out[l.src_machine] += bytes[k] / c.machines()[l.src_machine].nic_Bps;
-      nic_in[l.dst_machine] += bytes[k] / c.machines()[l.dst_machine].nic_Bps;
+      nic_out[l.src_nic] += bytes[k] / nic_Bps(c, l.src_nic);
+      nic_in[l.dst_nic] += bytes[k] / nic_Bps(c, l.dst_nic);
     }
     std::vector<double> arrive(n, 0.0);
     for (std::size_t k = 0; k < links_.size(); ++k) {
@@ -179,8 +160,8 @@ class RingModel {
       if (bytes[k] <= 0) continue;
       double port = std::max(send[l.src] + send_lat[l.src], recv[l.dst] + recv_lat[l.dst]);
       if (l.src_machine != l.dst_machine) {
-        port = std::max({port, nic_out[l.src_machine] + send_lat[l.src],
-                         nic_in[l.dst_machine] + recv_lat[l.dst]});
+        port = std::max(
+            {port, nic_out[l.src_nic] + send_lat[l.src], nic_in[l.dst_nic] + recv_lat[l.dst]});
       }
       arrive[l.dst] = std::max(arrive[l.dst], std::max(posted[l.src], posted[l.dst]) + port);
     }
@@ -214,29 +195,54 @@ Eigen::MatrixXd transposed(const Eigen::MatrixXd& m) {
   return m.transpose();
 }
 
-// The all-to-all's off-machine bytes through each machine's NICs (all of them together,
-// both directions apart): the slowest machine's time plus the largest latency; 0 when the
-// group sits in one machine.
+// The all-to-all's off-machine bytes through each device's NIC (nic_of; both directions
+// apart): the slowest NIC's time plus the largest latency; 0 when the group sits in one
+// machine.
 double nic_time(const Cluster& c, const std::vector<int>& devices, const Eigen::MatrixXd& bytes,
                 const Eigen::MatrixXd& latency_s) {
-  std::map<int, double> out, in;  // machine -> bytes
+  std::map<int, double> out, in;  // NIC -> bytes
   double latency = 0;
   for (std::size_t i = 0; i < devices.size(); ++i) {
     for (std::size_t j = 0; j < devices.size(); ++j) {
       const int mi = c.devices()[devices[i]].machine, mj = c.devices()[devices[j]].machine;
       if (mi == mj || bytes(i, j) <= 0) continue;
-      out[mi] += bytes(i, j);
-      in[mj] += bytes(i, j);
+      out[nic_of(c, devices[i])] += bytes(i, j);
+      in[nic_of(c, devices[j])] += bytes(i, j);
       latency = std::max(latency, latency_s(i, j));
     }
   }
   double slowest = 0;
-  for (const auto& [m, b] : out) slowest = std::max(slowest, b / c.machines()[m].nic_Bps);
-  for (const auto& [m, b] : in) slowest = std::max(slowest, b / c.machines()[m].nic_Bps);
+  for (const auto& [nic, b] : out) slowest = std::max(slowest, b / nic_Bps(c, nic));
+  for (const auto& [nic, b] : in) slowest = std::max(slowest, b / nic_Bps(c, nic));
   return slowest > 0 ? slowest + latency : 0.0;
 }
 
 }  // namespace
+
+SubRings sub_rings(const AttentionShape& a, const SequenceLayout& layout) {
+  SubRings s;
+  for (const auto& g : layout.groups) {
+    for (int first : head_offsets(g)) s.bounds.push_back(first);
+  }
+  s.bounds.push_back(a.q_heads);
+  std::sort(s.bounds.begin(), s.bounds.end());
+  s.bounds.erase(std::unique(s.bounds.begin(), s.bounds.end()), s.bounds.end());
+  const int intervals = static_cast<int>(s.bounds.size()) - 1;
+  for (int m = 0; m < intervals; ++m) {
+    s.kv.push_back(kv_heads_needed(a, s.bounds[m], s.bounds[m + 1] - s.bounds[m]));
+  }
+  for (const auto& g : layout.groups) {
+    const std::vector<int> first = head_offsets(g);
+    std::vector<int> owner(intervals, 0);
+    for (int m = 0; m < intervals; ++m) {
+      for (int r = 0; r < g.size(); ++r) {
+        if (first[r] <= s.bounds[m] && s.bounds[m] < first[r] + g.heads[r]) owner[m] = r;
+      }
+    }
+    s.owner.push_back(owner);
+  }
+  return s;
+}
 
 SequenceCost::SequenceCost(const Cluster& cluster, const Model& model,
                            const TrainingConfig& training, const Profile& profile, int grad_bytes)
@@ -250,26 +256,22 @@ const GpuSpec& SequenceCost::gpu(int device) const {
   return cluster_.gpu(identical_ >= 0 ? identical_ : device);
 }
 
-// The flash kernels' rate over forward + backward (backward 2.5x the forward's FLOPs) at the
-// whole sequence's length: ring blocks of long contexts are far past the kernels'
-// saturation lengths.
-double SequenceCost::attention_flops_s(int device) const {
+// The flash kernels' forward or backward rate at the whole sequence's length: ring blocks of
+// long contexts are far past the kernels' saturation lengths.
+double SequenceCost::attention_flops_s(int device, bool backward) const {
   const GpuSpec& g = gpu(device);
-  const DeviceProfile p = profile_.device(g);
-  const double s = training_.seq_len, d = model_.head_dim();
-  const double fwd = attention_efficiency(p, false, s, d),
-               bwd = attention_efficiency(p, true, s, d);
-  return g.flops() * 3.5 / (1 / fwd + 2.5 / bwd);
+  return g.flops() *
+         attention_efficiency(profile_.device(g), backward, training_.seq_len, model_.head_dim());
 }
 
-double SequenceCost::token_wise_s(int device, std::int64_t tokens) const {
+double SequenceCost::token_wise_s(int device, std::int64_t tokens, bool forward_only) const {
   if (tokens <= 0) return 0.0;
   TrainingConfig t = training_;
   t.seq_len = static_cast<int>(tokens);
   std::vector<Kernel> ks;
   for (Block b : {Block::kAttention, Block::kMlp}) {
     append(ks, without_core(block_forward(model_, t, b, 1, 1.0)));
-    append(ks, without_core(block_backward(model_, t, b, 1, 1.0)));
+    if (!forward_only) append(ks, without_core(block_backward(model_, t, b, 1, 1.0)));
   }
   const GpuSpec& g = gpu(device);
   return kernels_time(ks, g, profile_.device(g));
@@ -287,7 +289,7 @@ double SequenceCost::head_s(int device, std::int64_t tokens) const {
   return kernels_time(ks, g, profile_.device(g));
 }
 
-double SequenceCost::ulysses_s(const SequenceGroup& g) const {
+double SequenceCost::ulysses_s(const SequenceGroup& g, bool forward_only) const {
   if (g.size() <= 1) return 0.0;
   const UlyssesGroup u{g.shards, g.heads};
   const Eigen::MatrixXd bw = group_bandwidths(cluster_, g.devices);
@@ -298,6 +300,7 @@ double SequenceCost::ulysses_s(const SequenceGroup& g) const {
     return std::max(all_to_all_time(bytes, bw, lat), nic_time(cluster_, g.devices, bytes, lat));
   };
   const double forward = time(qkv) + time(out);
+  if (forward_only) return forward;
   const double backward = time(transposed(out)) + time(transposed(qkv));
   return forward + backward + (training_.recompute == Recompute::kFull ? forward : 0.0);
 }
@@ -320,20 +323,18 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
       fwd = std::max(fwd, forward[flat]);
       bwd = std::max(bwd, backward[flat]);
     }
-    const double a2a = ulysses_s(group);
+    const double a2a = ulysses_s(group), a2a_forward = ulysses_s(group, true);
     for (int r = 0; r < group.size(); ++r) {
       const int d = group.devices[r];
       const std::int64_t pairs = mirrored_rank_pairs(training_.seq_len, group.tokens);
-      const double flops =
-          (1 + replay) * attention_forward_flops(pairs, group.heads[r], attention_.head_dim) +
-          attention_backward_flops(pairs, group.heads[r], attention_.head_dim);
-      DeviceTime dt{d,
-                    g,
-                    r,
-                    token_wise_s(d, group.shards[r]),
-                    a2a,
-                    (1 + replay) * fwd + bwd,
-                    flops / attention_flops_s(d)};
+      const double busy = (1 + replay) *
+                              attention_forward_flops(pairs, group.heads[r], attention_.head_dim) /
+                              attention_flops_s(d, false) +
+                          attention_backward_flops(pairs, group.heads[r], attention_.head_dim) /
+                              attention_flops_s(d, true);
+      DeviceTime dt{d, g, r, token_wise_s(d, group.shards[r]), a2a, (1 + replay) * fwd + bwd, busy};
+      dt.forward_s = token_wise_s(d, group.shards[r], true) + a2a_forward + fwd;
+      out.forward_s = std::max(out.forward_s, dt.forward_s);
       if (out.devices.empty() || dt.total_s() > out.time_s) {
         out.time_s = dt.total_s();
         out.slowest = static_cast<int>(first) + r;
@@ -342,6 +343,56 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
     }
   }
   return out;
+}
+
+double SequenceCost::nic_layer_s(const SequenceLayout& layout) const {
+  std::map<int, double> out, in;  // NIC -> bytes per layer
+  auto add = [&](int src, int dst, double bytes) {
+    if (cluster_.devices()[src].machine == cluster_.devices()[dst].machine || bytes <= 0) return;
+    out[nic_of(cluster_, src)] += bytes;
+    in[nic_of(cluster_, dst)] += bytes;
+  };
+  const int replay = training_.recompute == Recompute::kFull ? 1 : 0;
+  const double d = attention_.head_dim, e = attention_.bytes_per_element,
+               ge = attention_.grad_bytes_per_element, S = training_.seq_len;
+  const int p = static_cast<int>(layout.groups.size());
+  if (p > 1) {
+    // Hop g -> g+1 of interval m: forward every block but the receiver's (P - 1 steps),
+    // backward those again with every block's dK, dV (P steps).
+    const SubRings rings = sub_rings(attention_, layout);
+    for (int g = 0; g < p; ++g) {
+      const SequenceGroup &from = layout.groups[g], &to = layout.groups[(g + 1) % p];
+      for (std::size_t m = 0; m < rings.kv.size(); ++m) {
+        const double kv = 2.0 * rings.kv[m] * d;
+        const double forward = (S - static_cast<double>(to.tokens)) * kv * e;
+        add(from.devices[rings.owner[g][m]], to.devices[rings.owner[(g + 1) % p][m]],
+            (2 + replay) * forward + S * kv * ge);
+      }
+    }
+  }
+  for (const SequenceGroup& g : layout.groups) {
+    if (g.size() <= 1) continue;
+    const UlyssesGroup u{g.shards, g.heads};
+    const Eigen::MatrixXd bytes =
+        ulysses_qkv_bytes(attention_, u) + ulysses_output_bytes(attention_, u);
+    for (int i = 0; i < g.size(); ++i) {
+      for (int j = 0; j < g.size(); ++j) {
+        // Forward and the replay one way, backward the other.
+        add(g.devices[i], g.devices[j], (1 + replay) * bytes(i, j) + bytes(j, i));
+      }
+    }
+  }
+  if (training_.zero_stage >= 3) {
+    // Two all-gathers and a reduce-scatter of the layer's weights over the mesh's ring.
+    const std::vector<int> ring = layout.devices();
+    const int n = static_cast<int>(ring.size());
+    const double hop = 3.0 * (n - 1) / n * training_.bytes_per_element() * model_.layer_params();
+    for (int i = 0; i < n && n > 1; ++i) add(ring[i], ring[(i + 1) % n], hop);
+  }
+  double slowest = 0;
+  for (const auto& [nic, b] : out) slowest = std::max(slowest, b / nic_Bps(cluster_, nic));
+  for (const auto& [nic, b] : in) slowest = std::max(slowest, b / nic_Bps(cluster_, nic));
+  return slowest;
 }
 
 IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
@@ -354,18 +405,26 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   for (const auto& g : layout.groups) {
     for (int r = 0; r < g.size(); ++r) head = std::max(head, head_s(g.devices[r], g.shards[r]));
   }
-  double zero3 = 0;  // per sequence: weights gathered forward and backward, grads scattered
+  // ZeRO-3, per layer: its weights gathered forward and backward and its gradients
+  // scattered, on their own stream one layer ahead (FSDP's prefetch): a layer's forward
+  // takes at least the gather, its backward the gather and the scatter; the first gather
+  // is exposed.
+  double layer_s = it.layer.time_s, first_gather = 0;
   if (training_.zero_stage >= 3) {
     const double layer_bytes = e * model_.layer_params();
     const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, layer_bytes);
-    zero3 = model_.layers *
-            (2 * collective_time(Collective::kAllGather, layer_bytes, n, ring_bw, ring_lat) +
-             collective_time(Collective::kReduceScatter, layer_bytes, n, ring_bw, ring_lat));
+    first_gather = collective_time(Collective::kAllGather, layer_bytes, n, ring_bw, ring_lat);
+    const double scatter =
+        collective_time(Collective::kReduceScatter, layer_bytes, n, ring_bw, ring_lat);
+    const double forward = std::min(it.layer.forward_s, layer_s);
+    layer_s = std::max(forward, first_gather) + std::max(layer_s - forward, first_gather + scatter);
   } else {
     const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, e * model_.params());
     it.sync_s = collective_time(Collective::kAllReduce, e * model_.params(), n, ring_bw, ring_lat);
   }
-  it.sequence_s = model_.layers * it.layer.time_s + head + zero3;
+  // Every transfer of a layer crossing machines shares their NICs.
+  layer_s = std::max(layer_s, nic_layer_s(layout));
+  it.sequence_s = model_.layers * layer_s + head + first_gather;
   // Adam touches fp32 master weights and both moments and the e-byte weights and grads:
   // ~28 bytes per owned parameter (estimate.hpp's figure).
   const double owned = model_.params() / (training_.zero_stage >= 1 ? n : 1);

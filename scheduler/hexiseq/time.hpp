@@ -10,8 +10,8 @@
 //   all-to-all   its group's ragged Ulysses all-to-alls: forward Q, K, V in and O out,
 //                backward dO in and dQ, dK, dV out (the same bytes the other way), each
 //                all_to_all_time over the group's bandwidth matrix, or, for a group spanning
-//                machines, each machine's off-machine bytes through all its NICs together
-//                if that is slower (devices of a machine share its NICs); the group waits
+//                machines, each NIC's off-machine bytes (the devices of its rail share it)
+//                if that is slower; the group waits
 //   ring         attention of H_i for the group's T_g queries against every group's block,
 //                the blocks circulating over the groups in ring order (below); the group
 //                waits for its slowest member before its output all-to-all
@@ -23,16 +23,17 @@
 // runs steps k = 0..P-1 (P groups); at step k it computes against the block of group g-k
 // (mirrored_block_pairs over the groups' T: T_g T_v / 2 pairs, the diagonal T_g^2/2 + T_g/2)
 // at 4 d h_i FLOPs per pair forward (2.5x backward) at its achieved attention FLOP/s (peak x
-// the profile's attention efficiency), while the block of step k+1 comes from the previous
-// group. Both ends post that transfer when they start step k (NCCL send/recv pairs), so
+// the profile's forward or backward attention efficiency), while the block of step k+1 comes from
+// the previous group. Both ends post that transfer when they start step k (NCCL send/recv pairs),
+// so
 //   start_i(k+1) = max(end_i(k), max over sources j of max(start_j(k), start_i(k)) + t_ji)
 // with t_ji the larger of j's send and i's receive port time (bytes / path bandwidth summed
-// over its peers, plus the path latency) and, off-machine, of the two machines' NIC time
-// (the step's off-machine bytes of all their devices / the NICs' bandwidth: the sub-rings
-// of a machine share its NICs). Backward steps carry K, V, dK, dV and one more
-// transfer takes each block's dK, dV home. On equal shards over identical devices this is
-// exactly cost/sequence's ring_time (tested); with uneven groups it does not charge every
-// step the slowest rank's block (ring_time's lockstep bound, also tested: never below).
+// over its peers, plus the path latency) and, off-machine, of the two devices' NIC time
+// (the step's off-machine bytes of every device on that NIC / its bandwidth: GPU g of a
+// machine with k NICs uses NIC g k / gpus, as the simulator routes it). Backward steps carry K, V,
+// dK, dV and one more transfer takes each block's dK, dV home. On equal shards over identical
+// devices this is exactly cost/sequence's ring_time (tested); with uneven groups it does not charge
+// every step the slowest rank's block (ring_time's lockstep bound, also tested: never below).
 //
 // Sub-rings: groups may split the heads differently. The ring then runs one sub-ring per
 // interval of the common refinement of all groups' head ranges (DESIGN.md §6): device i
@@ -43,9 +44,12 @@
 //
 // Iteration (global_batch sequences, one at a time through the mesh; micro_batch does not
 // change the per-token work):
-//   sequence   L x the layer time + the slowest device's embedding and head for its tokens
-//              (+ ZeRO-3: per layer an all-gather of the weights forward and backward and a
-//              reduce-scatter of the gradients)
+//   sequence   L x the layer time + the slowest device's embedding and head for its tokens;
+//              ZeRO-3 gathers each layer's weights forward and backward and scatters its
+//              gradients on their own stream one layer ahead (FSDP's prefetch): a layer then
+//              takes at least those three collectives, and the first gather is exposed; a
+//              layer also takes at least its transfers' time through the busiest machine's
+//              NICs (ring hops, all-to-alls and ZeRO-3 share them: nic_layer_s)
 //   sync       ZeRO 0-2: the gradients all-reduced (reduce-scatter + all-gather for 1-2: the
 //              same bytes) once per iteration over the mesh's ring (collectives.hpp), not
 //              overlapped with the backward (conservative, as estimate.hpp's DP sync)
@@ -66,6 +70,15 @@
 namespace hexi {
 inline namespace hexiseq {
 
+// The rings of a layout: one sub-ring per interval of the common refinement of every
+// group's head ranges, and which rank of each group holds each interval (DESIGN.md §6).
+struct SubRings {
+  std::vector<int> bounds;              // interval m = [bounds[m], bounds[m + 1])
+  std::vector<int> kv;                  // kv heads interval m carries (kv_heads_needed)
+  std::vector<std::vector<int>> owner;  // [group][m]: the rank holding interval m
+};
+SubRings sub_rings(const AttentionShape& a, const SequenceLayout& layout);
+
 // One layer of one device (s).
 struct DeviceTime {
   int device = 0;
@@ -75,12 +88,14 @@ struct DeviceTime {
   double ulysses_s = 0;     // its group's all-to-alls
   double ring_s = 0;        // its group's ring, forward + backward: the slowest member's end
   double attention_s = 0;   // its own attention compute inside ring_s (busy time)
+  double forward_s = 0;     // the forward's share: token-wise, all-to-alls, ring (no replay)
   double total_s() const { return token_wise_s + ulysses_s + ring_s; }
 };
 
 struct LayerTime {
   std::vector<DeviceTime> devices;  // group by group, rank order
   double time_s = 0;                // the slowest device's total
+  double forward_s = 0;             // the slowest device's forward share
   int slowest = 0;                  // index into devices
 };
 
@@ -115,19 +130,25 @@ class SequenceCost {
   const GpuSpec& gpu(int device) const;
   double memory_capacity(int device) const { return gpu(device).memory_bytes(); }
 
-  // Achieved attention FLOP/s of a device: peak x its profile's attention efficiency.
-  double attention_flops_s(int device) const;
-  // One layer's token-wise kernels, forward + backward, for `tokens` tokens (0 for none).
-  double token_wise_s(int device, std::int64_t tokens) const;
+  // Achieved attention FLOP/s of a device, forward or backward: peak x its profile's
+  // attention efficiency at the sequence's length (what the simulator's ring kernels get).
+  double attention_flops_s(int device, bool backward) const;
+  // One layer's token-wise kernels, forward + backward (or the forward only), for `tokens`
+  // tokens (0 for none).
+  double token_wise_s(int device, std::int64_t tokens, bool forward_only = false) const;
   // Embedding and head, forward + backward, for `tokens` tokens (0 for none).
   double head_s(int device, std::int64_t tokens) const;
   // One group's all-to-alls of one layer (forward + backward, + forward under full
-  // recompute).
-  double ulysses_s(const SequenceGroup& g) const;
+  // recompute; or the forward only).
+  double ulysses_s(const SequenceGroup& g, bool forward_only = false) const;
   // When each device (layout order) ends the ring of one layer, forward or backward.
   std::vector<double> ring_end_s(const SequenceLayout& layout, bool backward) const;
 
   LayerTime layer(const SequenceLayout& layout) const;
+  // The time one layer's transfers across machines (ring hops, all-to-alls, ZeRO-3's
+  // collectives) keep the busiest NIC busy, one direction: a lower bound on the layer
+  // wherever NICs are the bottleneck.
+  double nic_layer_s(const SequenceLayout& layout) const;
   IterationTime iteration(const SequenceLayout& layout) const;
 
  private:

@@ -39,10 +39,10 @@ SequenceLayout pure_ring(const std::vector<int>& devices, const std::vector<std:
 }
 
 // The RingRanks of a pure-ring layout, for cost/sequence's lockstep ring_time.
-std::vector<RingRank> ring_ranks(const SequenceCost& cost, const SequenceLayout& l) {
+std::vector<RingRank> ring_ranks(const SequenceCost& cost, const SequenceLayout& l, bool backward) {
   std::vector<RingRank> ranks;
   for (const auto& g : l.groups) {
-    ranks.push_back({g.tokens, cost.attention_flops_s(g.devices[0]), 0, 0});
+    ranks.push_back({g.tokens, cost.attention_flops_s(g.devices[0], backward), 0, 0});
   }
   set_ring_hops(cost.cluster(), l.devices(), ranks);
   return ranks;
@@ -59,14 +59,14 @@ TEST(SequenceTime, PureRingOnEqualShardsIsRingTime) {
   const TrainingConfig t = long_context(65536);
   SequenceCost cost(c, m, t, kProfile, 4);  // fp32 dK, dV
   const SequenceLayout l = pure_ring({0, 1, 2, 3}, {16384, 16384, 16384, 16384}, m.heads);
-  const auto ranks = ring_ranks(cost, l);
+  const auto fwd = ring_ranks(cost, l, false), bwd = ring_ranks(cost, l, true);
   const AttentionShape& a = cost.attention();
-  for (double end : cost.ring_end_s(l, false)) EXPECT_DOUBLE_EQ(end, ring_time(a, ranks, false));
-  for (double end : cost.ring_end_s(l, true)) EXPECT_DOUBLE_EQ(end, ring_time(a, ranks, true));
+  for (double end : cost.ring_end_s(l, false)) EXPECT_DOUBLE_EQ(end, ring_time(a, fwd, false));
+  for (double end : cost.ring_end_s(l, true)) EXPECT_DOUBLE_EQ(end, ring_time(a, bwd, true));
   // Pure ring: no all-to-all; the layer is token-wise + ring forward + ring backward.
   const LayerTime lt = cost.layer(l);
   EXPECT_DOUBLE_EQ(lt.devices[2].ulysses_s, 0.0);
-  EXPECT_DOUBLE_EQ(lt.devices[2].ring_s, ring_time(a, ranks, false) + ring_time(a, ranks, true));
+  EXPECT_DOUBLE_EQ(lt.devices[2].ring_s, ring_time(a, fwd, false) + ring_time(a, bwd, true));
   EXPECT_DOUBLE_EQ(lt.time_s, cost.token_wise_s(0, 16384) + lt.devices[0].ring_s);
   std::printf("pure ring, 4 x H100, llama3-8b, S = 64K: layer %.3f ms (ring %.3f ms)\n",
               lt.time_s * 1e3, lt.devices[0].ring_s * 1e3);
@@ -81,8 +81,8 @@ TEST(SequenceTime, TwoGroupRingByHand) {
   const Model m = catalog_model("llama3-8b");
   SequenceCost cost(c, m, long_context(16384), kProfile);
   const SequenceLayout l = pure_ring({0, 1}, {12288, 4096}, 32);
-  const double per_pair = 4.0 * 128 * 32, f0 = cost.attention_flops_s(0),
-               f1 = cost.attention_flops_s(1);
+  const double per_pair = 4.0 * 128 * 32, f0 = cost.attention_flops_s(0, false),
+               f1 = cost.attention_flops_s(1, false);
   const double diag0 = (12288.0 * 12288 / 2 + 6144) * per_pair / f0;
   const double diag1 = (4096.0 * 4096 / 2 + 2048) * per_pair / f1;
   const double off0 = 12288.0 * 4096 / 2 * per_pair / f0, off1 = 12288.0 * 4096 / 2 * per_pair / f1;
@@ -98,10 +98,9 @@ TEST(SequenceTime, UnevenRingsNeverExceedTheLockstepBound) {
   const Model m = catalog_model("llama3-8b");
   SequenceCost cost(c, m, long_context(65536), kProfile);
   const SequenceLayout l = pure_ring({0, 1, 2, 3, 4}, {20480, 20480, 8192, 8192, 8192}, 32);
-  const auto ranks = ring_ranks(cost, l);
   for (bool backward : {false, true}) {
     const double dataflow = slowest(cost.ring_end_s(l, backward));
-    const double lockstep = ring_time(cost.attention(), ranks, backward);
+    const double lockstep = ring_time(cost.attention(), ring_ranks(cost, l, backward), backward);
     EXPECT_LE(dataflow, lockstep * (1 + 1e-12));
     std::printf("uneven ring %s: dataflow %.3f ms, lockstep %.3f ms\n",
                 backward ? "backward" : "forward", dataflow * 1e3, lockstep * 1e3);
@@ -123,8 +122,10 @@ TEST(SequenceTime, OneGroupIsPureUlysses) {
   const double out = 3 * 8192 * 8 * dB / bw + lat;
   EXPECT_NEAR(cost.ulysses_s(l.groups[0]) / (2 * (qkv + out)), 1.0, 1e-12);
   // The ring is the diagonal only: T (S + 1) / 2 pairs of 8 heads, forward and 2.5x back.
-  const double pairs = 32768.0 / 2 * 32769, f = cost.attention_flops_s(0);
-  const double attention = 3.5 * pairs * 4 * 128 * 8 / f;
+  const double pairs = 32768.0 / 2 * 32769;
+  const double attention = pairs * 4 * 128 * 8 *
+                           (1 / cost.attention_flops_s(0, false) +
+                            kFlashBackwardRatio / cost.attention_flops_s(0, true));
   const LayerTime lt = cost.layer(l);
   EXPECT_NEAR(lt.devices[3].ring_s / attention, 1.0, 1e-12);
   EXPECT_DOUBLE_EQ(lt.devices[3].attention_s, lt.devices[3].ring_s);
@@ -162,10 +163,13 @@ TEST(SequenceTime, EqualShardsOnIdenticalDevicesAreTheHomogeneousFormulas) {
   AttentionShape sub = cost.attention();
   sub.q_heads = 8;
   sub.kv_heads = 2;
-  std::vector<RingRank> ranks(2, RingRank{32768, cost.attention_flops_s(0), 0, 0});
-  set_ring_hops(c, {1, 5}, ranks);
-  for (auto& r : ranks) r.recv_Bps = c.machines()[0].nic_Bps / 4;
-  const double ring = ring_time(sub, ranks, false) + ring_time(sub, ranks, true);
+  double ring = 0;
+  for (bool backward : {false, true}) {
+    std::vector<RingRank> ranks(2, RingRank{32768, cost.attention_flops_s(0, backward), 0, 0});
+    set_ring_hops(c, {1, 5}, ranks);
+    for (auto& r : ranks) r.recv_Bps = c.machines()[0].nic_Bps / 4;
+    ring += ring_time(sub, ranks, backward);
+  }
   const LayerTime lt = cost.layer(l);
   for (const auto& d : lt.devices) {
     EXPECT_NEAR(d.ring_s / ring, 1.0, 1e-12) << d.device;
@@ -195,7 +199,7 @@ TEST(SequenceTime, SubRingsFollowTheCommonRefinementOfHeadRanges) {
   l.groups.push_back({{0, 1}, 16384, {8192, 8192}, {16, 16}});
   l.groups.push_back({{2, 3}, 16384, {8192, 8192}, {8, 24}});
   const auto end = cost.ring_end_s(l, false);
-  const double per_pair = 4.0 * 128, f = cost.attention_flops_s(0);
+  const double per_pair = 4.0 * 128, f = cost.attention_flops_s(0, false);
   const double diag = (16384.0 * 16384 / 2 + 8192) * per_pair / f;
   const double off = 16384.0 * 16384 / 2 * per_pair / f;
   const double kv_block = 2.0 * 16384 * 128 * 2;  // one kv head of one block, bytes

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
-#include <unordered_map>
 
+#include "scheduler/program/builder.hpp"
 #include "scheduler/program/dp_buckets.hpp"
 #include "topologies/text.hpp"
 
@@ -24,13 +24,6 @@ std::vector<Piece> boundary_pieces(int ts, int td, int rows) {
 
 namespace {
 
-// One device's ops while lowering; deps are local indices until ids are assigned.
-struct Draft {
-  std::vector<Op> ops;
-  std::vector<int> deps;
-  int last_compute = -1;  // the last op on the compute stream
-};
-
 struct ShapeKey {
   ComputeKind kind;
   int micro_batch;
@@ -49,22 +42,15 @@ class Lowerer {
  public:
   Lowerer(const Plan& plan, const Cluster& cluster, const Model& model,
           const TrainingConfig& training, const LowerOptions& options)
-      : plan_(plan), cluster_(cluster), m_(model), t_(training), opt_(options) {}
+      : plan_(plan),
+        cluster_(cluster),
+        m_(model),
+        t_(training),
+        opt_(options),
+        ops_(cluster.num_devices()) {}
 
   Program run() {
-    prog_.scenario = opt_.scenario;
-    prog_.cluster = cluster_.name();
-    prog_.model = m_.name;
-    prog_.granularity = opt_.granularity;
-    prog_.schedule = t_.schedule;
-    prog_.num_devices = cluster_.num_devices();
-    prog_.bytes_per_element = t_.bytes_per_element();
-    prog_.global_batch = t_.global_batch;
-    prog_.seq_len = t_.seq_len;
-    prog_.zero_stage = t_.zero_stage;
-    prog_.model_digest = input_digest(to_json(m_));
-    prog_.training_digest = input_digest(to_json(t_));
-    drafts_.resize(cluster_.num_devices());
+    prog_ = program_header(opt_.scenario, cluster_, m_, t_, opt_.granularity);
     layouts_.resize(cluster_.num_devices());
     make_layouts_and_groups();
     dp_ = plan_dp_buckets(plan_, m_, t_.zero_stage, cluster_.num_devices());
@@ -77,7 +63,9 @@ class Lowerer {
         for (int d : stages[s].devices) emit_device(static_cast<int>(p), static_cast<int>(s), d);
       }
     }
-    finalize();
+    std::vector<DeviceLayout> used;
+    for (int d : used_) used.push_back(layouts_[d]);
+    ops_.finish(prog_, std::move(used));
     return std::move(prog_);
   }
 
@@ -132,10 +120,7 @@ class Lowerer {
   }
 
   int group_id(GroupKind kind, const std::vector<int>& devices) {
-    auto [it, fresh] =
-        group_ids_.emplace(std::make_pair(kind, devices), static_cast<int>(prog_.groups.size()));
-    if (fresh) prog_.groups.push_back({kind, devices});
-    return it->second;
+    return ops_.group(prog_, kind, devices);
   }
 
   int shape_id(const ShapeKey& key) {
@@ -209,24 +194,14 @@ class Lowerer {
         // Adam reads and writes fp32 master weights and both moments and the
         // e-byte weights and gradients: ~28 bytes per owned parameter, memory-bound.
         return {{"adam", KernelClass::kElementwise, 0.0, 28.0 * k.extra}};
+      default:  // sequence-mesh ops: lower_sequence.cpp
+        break;
     }
     return out;
   }
 
   // ---- emission ------------------------------------------------------------
-  int add(int device, Op op, std::initializer_list<int> deps) {
-    Draft& d = drafts_[device];
-    op.device = device;
-    op.deps_begin = static_cast<std::uint32_t>(d.deps.size());
-    for (int x : deps) {
-      if (x >= 0) d.deps.push_back(x);
-    }
-    op.deps_count = static_cast<std::uint32_t>(d.deps.size() - op.deps_begin);
-    d.ops.push_back(op);
-    const int index = static_cast<int>(d.ops.size()) - 1;
-    if (op.stream == Stream::kCompute) d.last_compute = index;
-    return index;
-  }
+  int add(int device, Op op, std::initializer_list<int> deps) { return ops_.add(device, op, deps); }
 
   int compute(int device, ComputeKind kind, int layer, int mb, const ShapeKey& key, int dep = -1,
               int fold = -1) {
@@ -248,8 +223,7 @@ class Lowerer {
     op.collective = c;
     op.tensor = tensor;
     op.group = group;
-    op.instance =
-        instances_[(static_cast<std::int64_t>(device) << 32) | static_cast<std::uint32_t>(group)]++;
+    op.instance = ops_.next_instance(device, group);
     op.bytes = bytes;
     op.micro_batch = mb;
     op.bucket = bucket;
@@ -292,7 +266,7 @@ class Lowerer {
   void send(int device, const Stage& to, TensorKind tensor, int j) {
     const DeviceLayout& l = layouts_[device];
     const int rows = l.micro_batch * t_.seq_len;
-    const int dep = drafts_[device].last_compute;
+    const int dep = ops_.last_compute(device);
     for (const Piece& pc : boundary_pieces(l.tp, to.tp(), rows)) {
       if (pc.src_rank == l.tp_rank)
         p2p(device, OpKind::kSend, to.devices[pc.dst_rank], tensor, j, pc, dep);
@@ -419,7 +393,7 @@ class Lowerer {
     DeviceLayout& l = layouts_[device];
     const double e = t_.bytes_per_element();
     const bool zero = t_.zero_stage >= 1;
-    int dep = drafts_[device].last_compute;
+    int dep = ops_.last_compute(device);
     for (int b : dp_.device_buckets[device]) {
       const Bucket& bk = prog_.buckets[b];
       dep = collective(device, bk.group, Stream::kDp,
@@ -455,46 +429,19 @@ class Lowerer {
     synchronise(device);
   }
 
-  // Numbers ops device by device and turns local deps into ids.
-  void finalize() {
-    std::size_t total_ops = 0, total_deps = 0;
-    for (int d : used_) {
-      total_ops += drafts_[d].ops.size();
-      total_deps += drafts_[d].deps.size();
-    }
-    prog_.ops.reserve(total_ops);
-    prog_.dep_ids.reserve(total_deps);
-    for (int d : used_) {
-      Draft& draft = drafts_[d];
-      DeviceLayout l = layouts_[d];
-      l.op_begin = static_cast<int>(prog_.ops.size());
-      const auto dep_base = static_cast<std::uint32_t>(prog_.dep_ids.size());
-      for (int x : draft.deps) prog_.dep_ids.push_back(x + l.op_begin);
-      for (Op op : draft.ops) {
-        op.deps_begin += dep_base;
-        prog_.ops.push_back(op);
-      }
-      l.op_end = static_cast<int>(prog_.ops.size());
-      prog_.devices.push_back(l);
-      draft = Draft{};
-    }
-  }
-
   const Plan& plan_;
   const Cluster& cluster_;
   const Model& m_;
   const TrainingConfig& t_;
   const LowerOptions& opt_;
   Program prog_;
-  std::vector<Draft> drafts_;
+  ProgramBuilder ops_;
   std::vector<DeviceLayout> layouts_;
   std::vector<int> used_;
   DpBuckets dp_;
   std::vector<int> dp_group_ids_;
-  std::map<std::pair<GroupKind, std::vector<int>>, int> group_ids_;
   std::map<ShapeKey, int> shape_ids_;
   std::map<std::tuple<int, double, int, double>, int> fold_ids_;
-  std::unordered_map<std::int64_t, int> instances_;
 };
 
 }  // namespace

@@ -27,6 +27,35 @@ std::string_view to_string(ComputeKind k) {
   return kComputeKindNames.name(k);
 }
 
+bool is_forward(ComputeKind k) {
+  switch (k) {
+    case ComputeKind::kEmbeddingFwd:
+    case ComputeKind::kAttnFwd:
+    case ComputeKind::kMlpFwd:
+    case ComputeKind::kHeadFwd:
+    case ComputeKind::kStageFwd:
+    case ComputeKind::kPreFwd:
+    case ComputeKind::kRingFwd:
+    case ComputeKind::kPostFwd:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_backward(ComputeKind k) {
+  return k != ComputeKind::kOptimizer && !is_forward(k);
+}
+
+bool is_ulysses(TensorKind k) {
+  return k == TensorKind::kQkv || k == TensorKind::kAttnOut || k == TensorKind::kAttnOutGrad ||
+         k == TensorKind::kQkvGrad;
+}
+
+bool is_ring(TensorKind k) {
+  return k == TensorKind::kKv || k == TensorKind::kKvGrad;
+}
+
 std::string_view to_string(TensorKind k) {
   return kTensorKindNames.name(k);
 }
@@ -441,11 +470,14 @@ std::string op_label(const Program& p, int id) {
   if (op.kind == OpKind::kCompute) {
     s = std::string(to_string(op.compute));
     if (op.layer >= 0) s += " L" + std::to_string(op.layer);
+    if (op.step >= 0) s += " step" + std::to_string(op.step);
   } else if (op.kind == OpKind::kCollective) {
     s = std::string(to_string(op.collective)) + " " + std::string(to_string(op.tensor));
   } else {
     s = std::string(to_string(op.kind)) + " " + std::string(to_string(op.tensor)) +
         (op.kind == OpKind::kSend ? " to " : " from ") + std::to_string(op.peer);
+    if (op.layer >= 0) s += " L" + std::to_string(op.layer);
+    if (op.step >= 0) s += " step" + std::to_string(op.step);
   }
   if (op.micro_batch >= 0) s += " mb" + std::to_string(op.micro_batch);
   return s;

@@ -85,6 +85,36 @@
 //   device's last backward op (no overlap with backward, as Megatron's default and
 //   the closed-form estimate).
 //
+// Sequence meshes (HexiSeq; scheduler/hexiseq/layout.hpp; Program::sequence). A program
+// lowered from a sequence layout (lower_sequence.hpp) runs global_batch sequences one after
+// another through one mesh; every device holds the whole model (ZeRO-sharded over the mesh)
+// and is pipeline 0, stage 0 of 1, TP 1, micro_batch = the sequence index. Device i of group
+// g (group size n, P groups in ring order) holds s_i tokens for the token-wise ops and query
+// heads H_i (kv heads K_i, kv_heads_needed) of its group's T_g tokens for attention. Per
+// layer, forward:
+//   pre.fwd (shard); all-to-all in: to each peer j of the group a qkv send of Q, K, V of its
+//   s_i tokens for H_j, K_j (bytes s_i (|H_j| + 2 |K_j|) d e), from each a qkv recv;
+//   P ring.fwd steps: step k computes H_i against the block of group g-k (`step` = k; the
+//   mirrored layout's causal pairs, cost/sequence.hpp); for k < P-1 the block's K, V are
+//   passed on (kv send, dep: the block is here) to the holders of the same heads in group
+//   g+1 and the next block received (kv recv from group g-1), one message per peer holding
+//   an interval of the common refinement of the groups' head ranges (2 T_b kv d e bytes, kv
+//   the intervals' kv heads summed, as the closed form's sub-rings); step k+1 waits for it;
+//   all-to-all out: attn_out sends of O (s_j |H_i| d e) after the last step, recvs; post.fwd.
+// Backward of a layer (after the head): under full recompute pre.recompute, the qkv
+// all-to-all, P ring.recompute steps with their kv messages and the attn_out all-to-all
+// replay the forward; post.bwd; attn_out_grad all-to-all (dO); P ring.bwd steps: K, V passed
+// on at the step's start as forward (kv), and after the step's compute the block's
+// accumulated dK, dV (kv_grad, 2 T_b kv d e_grad bytes, dep: the step and the dK, dV of the
+// block received from group g-1 at steps k >= 1), P of them: the last brings each block's
+// dK, dV home; the qkv_grad all-to-all (dQ, dK, dV, the qkv bytes back); pre.bwd.
+// Every device: embedding.fwd before the first layer and head.fwd, head.bwd after the last
+// one on its s_i tokens, embedding.bwd after the first layer's backward. ZeRO-3: an
+// all-gather (weight_bucket, dp stream, group = the mesh) of each layer's weights before its
+// pre.fwd and before its backward (issued one layer ahead), and a reduce-scatter
+// (grad_bucket) of its gradients after its pre.bwd; ZeRO 0-2: the DP rules below over the
+// mesh (one holder set: every device) after the last sequence. Then the optimizer.
+//
 // Granularity: `layer` (one op per block per layer per micro-batch; what engines
 // run) or `stage` (a stage's forward / backward of one micro-batch fused into one
 // compute op; TP collectives inside one machine folded into it, listed in
@@ -101,6 +131,7 @@
 
 #include "scheduler/cost/collectives.hpp"
 #include "scheduler/cost/cost_model.hpp"
+#include "scheduler/hexiseq/layout.hpp"
 #include "topologies/enum_names.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"
@@ -134,6 +165,16 @@ enum class ComputeKind : std::uint8_t {
   kStageFwd,  // stage granularity: the stage's whole forward of one micro-batch
   kStageBwd,
   kOptimizer,  // Adam over the device's owned parameters
+  // Sequence meshes (below): one layer split around its attention core.
+  kPreFwd,        // attention norm + QKV projection (+ RoPE) of the device's shard
+  kRingFwd,       // the attention core of its heads against one ring block
+  kPostFwd,       // output projection + MLP block of the shard
+  kPreRecompute,  // full recompute: the forward replayed before the layer's backward
+  kRingRecompute,
+  kPostRecompute,
+  kPostBwd,  // MLP block + output projection backward
+  kRingBwd,  // the attention core's backward against one ring block
+  kPreBwd,   // QKV projection + attention norm backward
 };
 inline constexpr auto kComputeKindNames =
     enum_names<ComputeKind>({{ComputeKind::kEmbeddingFwd, "embedding.fwd"},
@@ -148,7 +189,19 @@ inline constexpr auto kComputeKindNames =
                              {ComputeKind::kHeadBwd, "head.bwd"},
                              {ComputeKind::kStageFwd, "stage.fwd"},
                              {ComputeKind::kStageBwd, "stage.bwd"},
-                             {ComputeKind::kOptimizer, "optimizer"}});
+                             {ComputeKind::kOptimizer, "optimizer"},
+                             {ComputeKind::kPreFwd, "pre.fwd"},
+                             {ComputeKind::kRingFwd, "ring.fwd"},
+                             {ComputeKind::kPostFwd, "post.fwd"},
+                             {ComputeKind::kPreRecompute, "pre.recompute"},
+                             {ComputeKind::kRingRecompute, "ring.recompute"},
+                             {ComputeKind::kPostRecompute, "post.recompute"},
+                             {ComputeKind::kPostBwd, "post.bwd"},
+                             {ComputeKind::kRingBwd, "ring.bwd"},
+                             {ComputeKind::kPreBwd, "pre.bwd"}});
+// Forward compute (recompute excluded) / backward compute (recompute included).
+bool is_forward(ComputeKind k);
+bool is_backward(ComputeKind k);
 
 // What a communication op moves.
 enum class TensorKind : std::uint8_t {
@@ -158,6 +211,13 @@ enum class TensorKind : std::uint8_t {
   kGradBucket,      // DP bucket of gradients
   kWeightBucket,    // DP bucket of updated weights (ZeRO-1 all-gather)
   kReplicas,        // replicated parameters of a stage (broadcast from TP rank 0)
+  // Sequence meshes (below):
+  kQkv,          // Ulysses all-to-all in: Q, K, V of a shard's tokens for the peer's heads
+  kAttnOut,      // Ulysses all-to-all out: attention output O back to the tokens' holder
+  kAttnOutGrad,  // backward: dO of a shard's tokens for the peer's heads
+  kQkvGrad,      // backward: dQ, dK, dV back to the tokens' holder
+  kKv,           // ring: a block's K, V passed to the next group
+  kKvGrad,       // ring backward: a block's accumulated dK, dV passed on (the last: home)
 };
 inline constexpr auto kTensorKindNames =
     enum_names<TensorKind>({{TensorKind::kActivation, "activation"},
@@ -165,7 +225,16 @@ inline constexpr auto kTensorKindNames =
                             {TensorKind::kLossStats, "loss_stats"},
                             {TensorKind::kGradBucket, "grad_bucket"},
                             {TensorKind::kWeightBucket, "weight_bucket"},
-                            {TensorKind::kReplicas, "replicas"}});
+                            {TensorKind::kReplicas, "replicas"},
+                            {TensorKind::kQkv, "qkv"},
+                            {TensorKind::kAttnOut, "attn_out"},
+                            {TensorKind::kAttnOutGrad, "attn_out_grad"},
+                            {TensorKind::kQkvGrad, "qkv_grad"},
+                            {TensorKind::kKv, "kv"},
+                            {TensorKind::kKvGrad, "kv_grad"}});
+// The Ulysses all-to-all and ring tensors of sequence meshes.
+bool is_ulysses(TensorKind k);
+bool is_ring(TensorKind k);
 
 enum class GroupKind : std::uint8_t {
   kTp,      // a stage's TP group: TP collectives (compute stream)
@@ -203,6 +272,7 @@ struct Op {
   int rows_begin = 0;    // send/recv: token rows [rows_begin, rows_end) of the (R, h) tensor
   int rows_end = 0;
   int folded = -1;               // stage compute ops: index into Program::folds (-1: none)
+  int step = -1;                 // sequence meshes: ring step (ring compute, kv, kv_grad)
   double bytes = 0;              // send/recv: message bytes; collective: S as in collectives.hpp
   std::uint32_t deps_begin = 0;  // into Program::dep_ids
   std::uint32_t deps_count = 0;
@@ -275,7 +345,8 @@ struct DeviceLayout {
   // Its stage's activation recompute (lowering always sets it; absent in a file:
   // the training config's). Full recompute is also visible as recompute ops.
   std::optional<Recompute> recompute;
-  int op_begin = 0, op_end = 0;  // its ops are ids [op_begin, op_end)
+  int seq_group = -1, seq_rank = -1;  // sequence meshes: its group (ring order) and rank
+  int op_begin = 0, op_end = 0;       // its ops are ids [op_begin, op_end)
 };
 
 enum class Granularity { kLayer, kStage };
@@ -305,6 +376,7 @@ struct Program {
   std::vector<Shape> shapes;
   std::vector<Bucket> buckets;
   std::vector<Fold> folds;
+  std::optional<SequenceLayout> sequence;  // lowered from a sequence mesh (above)
 
   std::span<const int> deps(const Op& op) const {
     return {dep_ids.data() + op.deps_begin, op.deps_count};

@@ -41,6 +41,7 @@ Json op_json(const Program& p, int id) {
   if (op.layer >= 0) j["layer"] = op.layer;
   if (op.micro_batch >= 0) j["mb"] = op.micro_batch;
   if (op.bucket >= 0) j["bucket"] = op.bucket;
+  if (op.step >= 0) j["step"] = op.step;
   Json deps = Json::array();
   for (int d : p.deps(op)) deps.push_back(d);
   j["deps"] = deps;
@@ -72,6 +73,7 @@ Json layout_json(const Program& p, const DeviceLayout& l) {
             {"params", l.params},
             {"owned_params", l.owned_params}};
   if (l.recompute) j["recompute"] = to_string(*l.recompute);
+  if (l.seq_group >= 0) j["sequence"] = {l.seq_group, l.seq_rank};
   j["ops"] = ops;
   return j;
 }
@@ -120,26 +122,28 @@ Json to_json(const Program& p) {
                      {"loss_stats_bytes", f.loss_stats_bytes}});
   }
   for (const auto& l : p.devices) devices.push_back(layout_json(p, l));
-  return {{"version", 1},
-          {"format", "hexisim-program"},
-          {"scenario", p.scenario},
-          {"cluster", p.cluster},
-          {"model", p.model},
-          {"granularity", to_string(p.granularity)},
-          {"schedule", to_string(p.schedule)},
-          {"num_devices", p.num_devices},
-          {"bytes_per_element", p.bytes_per_element},
-          {"global_batch", p.global_batch},
-          {"seq_len", p.seq_len},
-          {"zero_stage", p.zero_stage},
-          {"model_digest", p.model_digest},
-          {"training_digest", p.training_digest},
-          {"num_ops", p.num_ops()},
-          {"groups", groups},
-          {"shapes", shapes},
-          {"folds", folds},
-          {"buckets", buckets},
-          {"devices", devices}};
+  Json out = {{"version", 1},
+              {"format", "hexisim-program"},
+              {"scenario", p.scenario},
+              {"cluster", p.cluster},
+              {"model", p.model},
+              {"granularity", to_string(p.granularity)},
+              {"schedule", to_string(p.schedule)},
+              {"num_devices", p.num_devices},
+              {"bytes_per_element", p.bytes_per_element},
+              {"global_batch", p.global_batch},
+              {"seq_len", p.seq_len},
+              {"zero_stage", p.zero_stage},
+              {"model_digest", p.model_digest},
+              {"training_digest", p.training_digest},
+              {"num_ops", p.num_ops()},
+              {"groups", groups},
+              {"shapes", shapes},
+              {"folds", folds},
+              {"buckets", buckets},
+              {"devices", devices}};
+  if (p.sequence) out["sequence"] = to_json(*p.sequence);
+  return out;
 }
 
 std::string program_text(const Program& program) {
@@ -160,7 +164,8 @@ int int_or(const JsonNode& node, std::string_view key, int fallback) {
 
 void read_op(const JsonNode& j, int device, Program& p) {
   j.allow_only({"id", "op", "stream", "name", "shape", "folded", "tensor", "bytes", "peer", "tag",
-                "rows", "collective", "group", "instance", "layer", "mb", "bucket", "deps"});
+                "rows", "collective", "group", "instance", "layer", "mb", "bucket", "step",
+                "deps"});
   const int id = p.num_ops();
   if (j.integer_in("id", 0, INT32_MAX) != id)
     j.at("id").fail("op id " + std::to_string(id) + " (ids are 0..N-1 in file order)");
@@ -189,6 +194,7 @@ void read_op(const JsonNode& j, int device, Program& p) {
   op.layer = int_or(j, "layer", -1);
   op.micro_batch = int_or(j, "mb", -1);
   op.bucket = int_or(j, "bucket", -1);
+  op.step = int_or(j, "step", -1);
   auto deps = j.at("deps");
   op.deps_begin = static_cast<std::uint32_t>(p.dep_ids.size());
   for (std::size_t i = 0; i < deps.size(); ++i) {
@@ -198,12 +204,12 @@ void read_op(const JsonNode& j, int device, Program& p) {
   p.ops.push_back(op);
 }
 
-void read_layout(const JsonNode& j, Program& p) {
-  j.allow_only(
-      {"device",     "pipeline",     "stage",        "stages",    "tp_rank",     "tp",
-       "tp_group",   "gather_group", "layers",       "first",     "last",        "heads",
-       "kv_heads",   "ffn",          "vocab",        "phi",       "micro_batch", "micro_batches",
-       "loss_scale", "params",       "owned_params", "recompute", "ops"});
+void read_device_layout(const JsonNode& j, Program& p) {
+  j.allow_only({"device",       "pipeline",    "stage",         "stages",     "tp_rank",
+                "tp",           "tp_group",    "gather_group",  "layers",     "first",
+                "last",         "heads",       "kv_heads",      "ffn",        "vocab",
+                "phi",          "micro_batch", "micro_batches", "loss_scale", "params",
+                "owned_params", "recompute",   "sequence",      "ops"});
   DeviceLayout l;
   l.device = static_cast<int>(j.integer_in("device", 0, INT32_MAX));
   l.pipeline = static_cast<int>(j.integer_in("pipeline", 0, INT32_MAX));
@@ -227,6 +233,7 @@ void read_layout(const JsonNode& j, Program& p) {
   l.params = j.at("params").number_in(0, 1e300);
   l.owned_params = j.at("owned_params").number_in(0, 1e300);
   if (auto r = j.find("recompute")) l.recompute = read_recompute(*r);
+  if (auto sq = j.find("sequence")) std::tie(l.seq_group, l.seq_rank) = int_pair(*sq);
   l.op_begin = p.num_ops();
   auto ops = j.at("ops");
   for (std::size_t i = 0; i < ops.size(); ++i) read_op(ops.at(i), l.device, p);
@@ -283,7 +290,8 @@ Program read_program_json(const JsonNode& root) {
   root.allow_only({"version",     "format",     "scenario",     "cluster",           "model",
                    "granularity", "schedule",   "num_devices",  "bytes_per_element", "global_batch",
                    "seq_len",     "zero_stage", "model_digest", "training_digest",   "num_ops",
-                   "groups",      "shapes",     "folds",        "buckets",           "devices"});
+                   "groups",      "shapes",     "folds",        "buckets",           "devices",
+                   "sequence"});
   root.require_version(1);
   if (root.str_or("format", "hexisim-program") != "hexisim-program")
     root.at("format").fail("\"hexisim-program\"");
@@ -301,7 +309,12 @@ Program read_program_json(const JsonNode& root) {
   p.bytes_per_element = static_cast<int>(root.integer_in("bytes_per_element", 1, 8));
   p.global_batch = static_cast<int>(root.integer_in("global_batch", 1, INT32_MAX));
   p.seq_len = static_cast<int>(root.integer_in("seq_len", 1, INT32_MAX));
-  p.zero_stage = static_cast<int>(root.integer_in("zero_stage", 0, 1));
+  p.zero_stage = static_cast<int>(root.integer_in("zero_stage", 0, 3));
+  if (auto sq = root.find("sequence")) {
+    p.sequence = hexiseq::read_layout(*sq);
+  } else if (p.zero_stage > 1) {
+    root.at("zero_stage").fail("0 or 1 (ZeRO 2 and 3 are for sequence meshes)");
+  }
   p.model_digest = root.str_or("model_digest", "");
   p.training_digest = root.str_or("training_digest", "");
   auto groups = root.at("groups");
@@ -336,7 +349,7 @@ Program read_program_json(const JsonNode& root) {
   auto buckets = root.at("buckets");
   for (std::size_t i = 0; i < buckets.size(); ++i) p.buckets.push_back(read_bucket(buckets.at(i)));
   auto devices = root.at("devices");
-  for (std::size_t i = 0; i < devices.size(); ++i) read_layout(devices.at(i), p);
+  for (std::size_t i = 0; i < devices.size(); ++i) read_device_layout(devices.at(i), p);
   return p;
 }
 

@@ -1,0 +1,180 @@
+// Lowering sequence meshes: the program's structure, its bytes and FLOPs against the
+// closed form's formulas, and its JSON round trip.
+
+#include "scheduler/program/lower_sequence.hpp"
+
+#include <gtest/gtest.h>
+
+#include "scheduler/cost/sequence.hpp"
+#include "scheduler/hexiseq/testing.hpp"
+#include "scheduler/hexiseq/time.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::catalog_model;
+using testing::long_context;
+using testing::mixed_cluster;
+
+// Two groups of two H100 on two machines, uneven shards, heads split {16, 16} and {8, 24}
+// (sub-rings [0, 8) [8, 16) [16, 32)), llama3-8b (32 heads, 8 kv), S = 32768, 2 layers.
+struct Fixture {
+  Cluster cluster = mixed_cluster({{"H100-SXM", 2, 2}});
+  Model model = [] {
+    Model m = catalog_model("llama3-8b");
+    m.layers = 2;
+    return m;
+  }();
+  SequenceLayout layout = [] {
+    SequenceLayout l;
+    l.groups.push_back({{0, 1}, 20480, {12288, 8192}, {16, 16}});
+    l.groups.push_back({{2, 3}, 12288, {4096, 8192}, {8, 24}});
+    return l;
+  }();
+
+  TrainingConfig training(int zero, Recompute r) const {
+    TrainingConfig t = long_context(32768, 2);
+    t.zero_stage = zero;
+    t.recompute = r;
+    return t;
+  }
+};
+
+double sum_bytes(const Program& p, OpKind kind, TensorKind tensor) {
+  double sum = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind == kind && op.tensor == tensor) sum += op.bytes;
+  }
+  return sum;
+}
+
+int count_compute(const Program& p, int device, ComputeKind kind) {
+  int n = 0;
+  for (const Op& op : p.ops)
+    n += op.device == device && op.compute == kind && op.kind == OpKind::kCompute;
+  return n;
+}
+
+TEST(LowerSequence, ProgramIsValidAndRoundTrips) {
+  Fixture f;
+  for (int zero : {0, 1, 3}) {
+    for (Recompute r : {Recompute::kSelective, Recompute::kFull}) {
+      const TrainingConfig t = f.training(zero, r);
+      auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
+      ASSERT_TRUE(p.ok()) << p.error().message;
+      ASSERT_TRUE(validate_program(*p, "<lowered>").ok());
+      const std::string text = program_text(*p);
+      auto back = program_from_json(Json::parse(text), "<round trip>");
+      ASSERT_TRUE(back.ok()) << back.error().message;
+      EXPECT_EQ(program_text(*back), text);
+      ASSERT_TRUE(back->sequence.has_value());
+      EXPECT_EQ(back->devices[2].seq_group, 1);
+      EXPECT_EQ(back->devices[3].seq_rank, 1);
+      // Lowering twice gives the same bytes.
+      auto again = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
+      EXPECT_EQ(program_text(*again), text);
+    }
+  }
+}
+
+TEST(LowerSequence, RingStepsPerLayerAndSequence) {
+  Fixture f;
+  const TrainingConfig t = f.training(1, Recompute::kFull);
+  auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
+  ASSERT_TRUE(p.ok());
+  // P = 2 steps per layer, 2 layers, 2 sequences; forward, replay and backward.
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(count_compute(*p, d, ComputeKind::kRingFwd), 2 * 2 * 2);
+    EXPECT_EQ(count_compute(*p, d, ComputeKind::kRingRecompute), 2 * 2 * 2);
+    EXPECT_EQ(count_compute(*p, d, ComputeKind::kRingBwd), 2 * 2 * 2);
+    EXPECT_EQ(count_compute(*p, d, ComputeKind::kPreFwd), 2 * 2);
+    EXPECT_EQ(count_compute(*p, d, ComputeKind::kOptimizer), 1);
+  }
+  double compute_ops = 0;
+  for (const Op& op : p->ops) compute_ops += op.kind == OpKind::kCompute;
+  EXPECT_EQ(compute_ops, sequence_compute_ops(f.layout, f.model, t));
+}
+
+TEST(LowerSequence, BytesMatchTheClosedFormsFormulas) {
+  Fixture f;
+  const TrainingConfig t = f.training(1, Recompute::kFull);
+  auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
+  ASSERT_TRUE(p.ok());
+  const AttentionShape a = attention_shape(f.model, t);
+  const double passes = f.model.layers * t.global_batch;
+  // Ulysses: every group's qkv and output matrices, forward and replay one way, backward the
+  // other; sends and recvs agree.
+  double qkv = 0, out = 0;
+  for (const auto& g : f.layout.groups) {
+    const UlyssesGroup u{g.shards, g.heads};
+    qkv += ulysses_qkv_bytes(a, u).sum();
+    out += ulysses_output_bytes(a, u).sum();
+  }
+  EXPECT_DOUBLE_EQ(sum_bytes(*p, OpKind::kSend, TensorKind::kQkv), 2 * passes * qkv);
+  EXPECT_DOUBLE_EQ(sum_bytes(*p, OpKind::kSend, TensorKind::kAttnOut), 2 * passes * out);
+  EXPECT_DOUBLE_EQ(sum_bytes(*p, OpKind::kSend, TensorKind::kAttnOutGrad), passes * out);
+  EXPECT_DOUBLE_EQ(sum_bytes(*p, OpKind::kRecv, TensorKind::kQkvGrad), passes * qkv);
+  // Ring: the sub-rings carry 2 + 2 + 4 kv heads from group 0 to 1 and back; each hop passes
+  // every block but the receiver's (K, V: forward, replay, backward) and every block's dK, dV.
+  const double S = 32768, kv_token = 2.0 * a.head_dim * a.bytes_per_element;
+  const double kv = (8 * (S - 12288) + 8 * (S - 20480)) * kv_token;
+  EXPECT_DOUBLE_EQ(sum_bytes(*p, OpKind::kSend, TensorKind::kKv), 3 * passes * kv);
+  EXPECT_DOUBLE_EQ(sum_bytes(*p, OpKind::kRecv, TensorKind::kKvGrad),
+                   passes * 2 * 8 * S * 2.0 * a.head_dim * a.grad_bytes_per_element);
+}
+
+TEST(LowerSequence, RingFlopsAreTheMirroredLayoutsCausalPairs) {
+  Fixture f;
+  const TrainingConfig t = f.training(0, Recompute::kSelective);
+  auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
+  ASSERT_TRUE(p.ok());
+  double forward = 0, backward = 0;
+  for (const Op& op : p->ops) {
+    if (op.kind != OpKind::kCompute) continue;
+    if (op.compute == ComputeKind::kRingFwd) forward += p->shapes[op.shape].flops();
+    if (op.compute == ComputeKind::kRingBwd) backward += p->shapes[op.shape].flops();
+  }
+  double pairs_heads = 0;  // sum over devices: group pairs x query heads
+  for (const auto& g : f.layout.groups) {
+    for (int h : g.heads)
+      pairs_heads += static_cast<double>(mirrored_rank_pairs(32768, g.tokens)) * h;
+  }
+  const double passes = f.model.layers * t.global_batch;
+  EXPECT_NEAR(forward / (passes * pairs_heads * 4 * 128), 1.0, 1e-12);
+  EXPECT_NEAR(backward / forward, kFlashBackwardRatio, 1e-12);
+}
+
+TEST(LowerSequence, ZeroThreeGathersEveryLayerTwiceAndScattersIt) {
+  Fixture f;
+  const TrainingConfig t = f.training(3, Recompute::kFull);
+  auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
+  ASSERT_TRUE(p.ok());
+  int gathers = 0, scatters = 0, reduces = 0;
+  double gathered = 0;
+  for (const Op& op : p->ops) {
+    if (op.kind != OpKind::kCollective || op.device != 0) continue;
+    gathers += op.collective == Collective::kAllGather;
+    scatters += op.collective == Collective::kReduceScatter;
+    reduces += op.collective == Collective::kAllReduce;
+    if (op.collective == Collective::kAllGather) gathered += op.bytes;
+  }
+  // Per sequence: every layer and the embedding twice (forward, backward), the head once.
+  EXPECT_EQ(gathers, 2 * (2 * 2 + 3));
+  EXPECT_EQ(scatters, 2 * (2 + 2));
+  EXPECT_EQ(reduces, 0);
+  const double layers_bytes = 2.0 * f.model.layers * f.model.layer_params() * 2;
+  EXPECT_GT(gathered, 2 * layers_bytes);
+}
+
+TEST(LowerSequence, BadLayoutIsBadInput) {
+  Fixture f;
+  SequenceLayout bad = f.layout;
+  bad.groups[1].heads = {8, 16};  // 24 of 32 heads
+  auto p =
+      lower_sequence(bad, f.cluster, f.model, f.training(1, Recompute::kFull), "test", "<layout>");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message.find("heads"), std::string::npos) << p.error().message;
+}
+
+}  // namespace
+}  // namespace hexi

@@ -1,0 +1,103 @@
+// Simulating sequence meshes: the lowered program (scheduler/program/lower_sequence.hpp)
+// against the closed form (scheduler/hexiseq/time.hpp) on meshes where both should agree,
+// and the report's sequence fields.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "scheduler/hexiseq/testing.hpp"
+#include "scheduler/hexiseq/time.hpp"
+#include "scheduler/program/lower_sequence.hpp"
+#include "sim/simulator.hpp"
+
+namespace hexi {
+namespace {
+
+using testing::catalog_model;
+using testing::long_context;
+using testing::mixed_cluster;
+
+struct Compared {
+  SimReport report;
+  IterationTime closed;
+};
+
+Compared simulate_layout(const Cluster& c, const Model& m, const TrainingConfig& t,
+                         const SequenceLayout& l) {
+  const Profile profile;
+  auto program = lower_sequence(l, c, m, t, "test", "<layout>");
+  if (!program) throw std::runtime_error(program.error().message);
+  SimOptions o;
+  o.trace = false;
+  auto out = simulate(*program, c, m, t, profile, o);
+  if (!out) throw std::runtime_error(out.error().message);
+  return {out->report, SequenceCost(c, m, t, profile).iteration(l)};
+}
+
+Model layers(const char* name, int n) {
+  Model m = catalog_model(name);
+  m.layers = n;
+  return m;
+}
+
+TEST(SequenceSim, UlyssesInOneMachineMatchesTheClosedForm) {
+  // Four H100 on NVSwitch, equal shards and heads: every device alike, the all-to-alls
+  // inside one machine. The closed form and the simulation model the same thing.
+  const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}});
+  const Model m = layers("llama3-8b", 4);
+  const TrainingConfig t = long_context(32768);
+  SequenceLayout l;
+  l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
+  const Compared r = simulate_layout(c, m, t, l);
+  const double ratio = r.closed.iteration_s / r.report.iteration_time_s;
+  std::printf("ulysses 4 x H100: closed form %.4f s, simulated %.4f s (%.4f)\n",
+              r.closed.iteration_s, r.report.iteration_time_s, ratio);
+  EXPECT_NEAR(ratio, 1.0, 0.03);
+  for (const DeviceMetrics& d : r.report.devices) {
+    EXPECT_EQ(d.sequence_group, 0);
+    EXPECT_EQ(d.ring_wait_s, 0.0);
+    EXPECT_GT(d.ulysses_wait_s, 0.0);
+  }
+}
+
+TEST(SequenceSim, RingOfTwoMachinesMatchesTheClosedForm) {
+  // Two groups of two H100 on two machines (one 25 GB/s NIC each): the ring crosses the NICs.
+  const Cluster c = mixed_cluster({{"H100-SXM", 2, 2}});
+  const Model m = layers("llama3-8b", 4);
+  const TrainingConfig t = long_context(65536);
+  SequenceLayout l;
+  l.groups.push_back({{0, 1}, 32768, {16384, 16384}, {16, 16}});
+  l.groups.push_back({{2, 3}, 32768, {16384, 16384}, {16, 16}});
+  const Compared r = simulate_layout(c, m, t, l);
+  const double ratio = r.closed.iteration_s / r.report.iteration_time_s;
+  std::printf("2 groups x 2 H100 over 25 GB/s: closed form %.4f s, simulated %.4f s (%.4f)\n",
+              r.closed.iteration_s, r.report.iteration_time_s, ratio);
+  EXPECT_NEAR(ratio, 1.0, 0.03);
+  for (const DeviceMetrics& d : r.report.devices) EXPECT_EQ(d.sequence_group, d.device / 2);
+}
+
+TEST(SequenceSim, MemoryIsTheLayoutsModel) {
+  const Cluster c = mixed_cluster({{"H100-SXM", 2, 1}, {"A100-SXM-80GB", 2, 1}});
+  const Model m = layers("llama3-8b", 2);
+  TrainingConfig t = long_context(32768);
+  t.zero_stage = 3;
+  t.recompute = Recompute::kFull;
+  SequenceLayout l;
+  l.groups.push_back({{0, 1}, 20480, {10240, 10240}, {16, 16}});
+  l.groups.push_back({{2, 3}, 12288, {6144, 6144}, {16, 16}});
+  const Compared r = simulate_layout(c, m, t, l);
+  ASSERT_EQ(r.report.devices.size(), 4u);
+  for (const DeviceMetrics& d : r.report.devices) {
+    for (const DeviceMemory& mem : r.closed.memory) {
+      if (mem.device == d.device) {
+        EXPECT_DOUBLE_EQ(d.peak_memory_bytes, mem.total());
+      }
+    }
+    EXPECT_GT(d.ring_wait_s + d.ulysses_wait_s, 0.0);
+  }
+  EXPECT_TRUE(r.report.feasible);
+}
+
+}  // namespace
+}  // namespace hexi
