@@ -170,32 +170,54 @@ void print_simulation(const SeqSimulation& s, std::ostream& out) {
 }
 
 int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptions& o,
-                const std::vector<int>& devices, bool json) {
+                const std::vector<int>& devices, bool json, bool simulated) {
   struct Row {
     std::string name;
     std::optional<HexiSeqResult> result;
     std::string error;
+    std::optional<SeqSimulation> sim;
   };
   std::vector<Row> rows;
   for (const auto& s : sequence_schedulers()) {
     if (s.name == "hexiseq-exact" && static_cast<int>(devices.size()) > kExactMaxDevices) {
       rows.push_back({s.name, std::nullopt,
-                      "skipped: more than " + std::to_string(kExactMaxDevices) + " GPUs"});
+                      "skipped: more than " + std::to_string(kExactMaxDevices) + " GPUs",
+                      std::nullopt});
       continue;
     }
     std::cerr << "hexisim: seq: " << s.name << "...\n";
     auto r = s.run(cost, devices, o);
     if (r) {
-      rows.push_back({s.name, std::move(*r), ""});
+      rows.push_back({s.name, std::move(*r), "", std::nullopt});
     } else {
-      rows.push_back({s.name, std::nullopt, r.error().message});
+      rows.push_back({s.name, std::nullopt, r.error().message, std::nullopt});
     }
   }
-  // The strongest baseline: the fastest fitting layout of a scheduler not named hexiseq*.
-  double best_baseline = 0;
+  // With --simulate, every fitting layout simulated (layouts alike simulated once).
+  if (simulated) {
+    std::map<std::string, SeqSimulation> done;
+    for (auto& row : rows) {
+      if (!row.result || !row.result->time.fits) continue;
+      const std::string key = to_json(row.result->layout).dump();
+      if (!done.count(key)) {
+        std::cerr << "hexisim: seq: simulating " << row.name << "'s layout...\n";
+        auto s = simulate_layout(sc, *row.result, "");
+        if (!s) {
+          row.error = s.error().message;
+          continue;
+        }
+        done.emplace(key, std::move(*s));
+      }
+      row.sim = done.at(key);
+    }
+  }
+  // The strongest baseline: the fastest fitting layout of a scheduler not named hexiseq*
+  // (closed form; and simulated).
+  double best_baseline = 0, best_simulated = 0;
   for (const auto& row : rows) {
     if (row.result && row.result->time.fits && row.name.rfind("hexiseq", 0) != 0) {
       best_baseline = std::max(best_baseline, row.result->time.tokens_per_s);
+      if (row.sim) best_simulated = std::max(best_simulated, row.sim->report.tokens_per_s);
     }
   }
   if (json) {
@@ -206,6 +228,12 @@ int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptio
       if (row.result && best_baseline > 0) {
         j["vs_best_baseline"] = row.result->time.tokens_per_s / best_baseline;
       }
+      if (row.sim) {
+        j["simulated"] = simulation_json(*row.sim);
+        if (best_simulated > 0) {
+          j["simulated"]["vs_best_baseline"] = row.sim->report.tokens_per_s / best_simulated;
+        }
+      }
       out["schedulers"].push_back(std::move(j));
     }
     print_json(out);
@@ -213,18 +241,37 @@ int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptio
   }
   std::cout << "scenario " << sc.name << ": " << sc.model.name << ", one sequence of "
             << sc.training.seq_len << " tokens over " << sc.cluster.num_devices() << " GPUs\n";
-  Table table(
-      {"scheduler", "groups", "iteration s", "tokens/s", "vs best baseline", "fits", "search s"});
+  std::vector<std::string> header = {"scheduler", "groups",           "iteration s",
+                                     "tokens/s",  "vs best baseline", "fits"};
+  if (simulated) {
+    header.insert(header.end(), {"simulated s", "simulated vs best"});
+  }
+  header.push_back("search s");
+  Table table(header);
   for (const auto& row : rows) {
     if (!row.result) {
-      table.add({row.name, "-", "-", "-", "-", "-", row.error.substr(0, 60)});
+      std::vector<std::string> cells(header.size(), "-");
+      cells.front() = row.name;
+      cells.back() = row.error.substr(0, 60);
+      table.add(cells);
       continue;
     }
     const HexiSeqResult& r = *row.result;
-    table.add({row.name, std::to_string(r.layout.groups.size()), fmt(r.time.iteration_s, 3),
-               fmt(r.time.tokens_per_s, 0),
-               best_baseline > 0 ? fmt(r.time.tokens_per_s / best_baseline, 3) + "x" : "-",
-               r.time.fits ? "yes" : "NO", fmt(r.search_time_s, 3)});
+    std::vector<std::string> cells = {
+        row.name,
+        std::to_string(r.layout.groups.size()),
+        fmt(r.time.iteration_s, 3),
+        fmt(r.time.tokens_per_s, 0),
+        best_baseline > 0 ? fmt(r.time.tokens_per_s / best_baseline, 3) + "x" : "-",
+        r.time.fits ? "yes" : "NO"};
+    if (simulated) {
+      cells.push_back(row.sim ? fmt(row.sim->report.iteration_time_s, 3) : "-");
+      cells.push_back(row.sim && best_simulated > 0
+                          ? fmt(row.sim->report.tokens_per_s / best_simulated, 3) + "x"
+                          : "-");
+    }
+    cells.push_back(fmt(r.search_time_s, 3));
+    table.add(cells);
   }
   table.print(std::cout);
   std::cout << "best baseline: the fastest layout that fits of ring, ulysses, usp, megatron-cp "
@@ -258,10 +305,10 @@ int run_seq(const SeqOptions& opt) {
         return report(st.error());
     }
   }
-  if (opt.compare && (opt.simulate || !opt.sim_out.empty())) {
-    return report(bad_input("--compare and --simulate: simulate one layout at a time"));
+  if (opt.compare && !opt.sim_out.empty()) {
+    return report(bad_input("--compare and --sim-out: reports are written for one layout"));
   }
-  if (opt.compare) return run_compare(*sc, cost, o, devices, opt.json);
+  if (opt.compare) return run_compare(*sc, cost, o, devices, opt.json, opt.simulate);
 
   HexiSeqResult result;
   std::string name = opt.scheduler;
@@ -345,7 +392,8 @@ void add_seq_command(CLI::App& app, Runner& run) {
   cmd->add_option("--out", opt->out, "Write the layout to this file");
   cmd->add_flag("--simulate", opt->simulate,
                 "Lower the layout to a program and simulate one iteration (SimGrid): simulated "
-                "vs closed-form time, per device the all-to-all and ring waits");
+                "vs closed-form time, per device the all-to-all and ring waits; with --compare, "
+                "every scheduler's layout");
   cmd->add_option("--sim-out", opt->sim_out,
                   "With --simulate (implied): write report.json and trace.json to this "
                   "directory");

@@ -61,12 +61,12 @@ TEST(CliSeq, SimulatesTheLayoutBesideTheClosedForm) {
   EXPECT_TRUE(std::filesystem::exists(out / "trace.json"));
   json report = json::parse(read_text(out / "report.json"));
   EXPECT_TRUE(report["devices"][0].contains("ring_wait_s"));
-  // The table form names both times; --compare simulates nothing.
+  // The table form names both times; --compare writes no report.
   auto t = run_cli("seq " + sc.string() + " --scheduler ring --simulate");
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("simulated:"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("ring wait s"), std::string::npos) << t.out;
-  auto bad = run_cli("seq " + sc.string() + " --compare --simulate");
+  auto bad = run_cli("seq " + sc.string() + " --compare --sim-out " + out.string());
   EXPECT_EQ(bad.code, 2) << bad.err;
   std::filesystem::remove_all(dir);
 }
@@ -75,12 +75,15 @@ TEST(CliSeq, CompareRunsEveryBaselineAndHexiSeqIsNeverSlower) {
   auto dir = scratch_dir("seq-compare");
   const auto sc = dir / "s.json";
   write_text(sc, kScenario);
-  auto r = run_cli("seq " + sc.string() + " --compare --json");
+  auto r = run_cli("seq " + sc.string() + " --compare --simulate --json");
   ASSERT_EQ(r.code, 0) << r.err;
   json j = json::parse(r.out);
   double hexiseq = 0, best_baseline = 0;
   for (const auto& s : j["schedulers"]) {
     if (!s.contains("tokens_per_s") || !s["fits"].get<bool>()) continue;
+    // Every fitting layout simulated, against the best simulated baseline.
+    EXPECT_GT(s["simulated"]["iteration_time_s"].get<double>(), 0) << s["scheduler"];
+    EXPECT_GT(s["simulated"]["vs_best_baseline"].get<double>(), 0) << s["scheduler"];
     const std::string name = s["scheduler"];
     if (name == "hexiseq") hexiseq = s["tokens_per_s"];
     if (name.rfind("hexiseq", 0) != 0) {
