@@ -1,7 +1,7 @@
-// `hexisim sweep` end to end: results and CSV of the tiny sweep
+// `hexisim sweep` and `hexisim plot` end to end: results and CSV of the tiny sweep
 // (scenarios/sweeps/tiny.json), resuming after a torn row, five `kill -9`s at random
 // moments with no row lost or duplicated, the same metrics whatever --jobs or MPI ranks,
-// and bad input.
+// bad input, and figures.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -286,6 +286,44 @@ TEST(CliSweep, HelpListsOptionsAndMetrics) {
   EXPECT_EQ(r.code, 0);
   for (const char* text : {"--jobs", "--out", "--retry-failed", "sim_tokens_per_s"})
     EXPECT_NE(r.out.find(text), std::string::npos) << text;
+}
+
+bool have_matplotlib() {
+  return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+}
+
+TEST(CliPlot, LinesAndGroupedBarsFromSweepResults) {
+  if (!have_matplotlib()) GTEST_SKIP() << "python3-matplotlib is not installed (scripts/setup.sh)";
+  const auto dir = scratch_dir("plot");
+  ASSERT_EQ(run_cli("sweep " + kTiny + " --out " + dir.string()).code, 0);
+  auto r = run_cli("plot " + dir.string() + " --x global_batch --y tokens_per_s --by scheduler");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("8 rows without tokens_per_s left out"), std::string::npos) << r.out;
+  const std::string png = read_text(dir / "tokens_per_s-vs-global_batch-by-scheduler.png");
+  ASSERT_GT(png.size(), 1000u);
+  EXPECT_EQ(png.substr(1, 3), "PNG");
+  const auto svg = dir / "bars.svg";
+  r = run_cli("plot " + (dir / "results.jsonl").string() +
+              " --x cluster --y mfu --by scheduler --json --out " + svg.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["files"][0], svg.string());
+  EXPECT_NE(read_text(svg).find("<svg"), std::string::npos);
+  // --where keeps the points of one value: 2 clusters x 2 batches of hexiscale's.
+  r = run_cli("plot " + dir.string() +
+              " --x global_batch --y mfu --by cluster --where scheduler=hexiscale --where "
+              "model=llama2-7b --kind scatter --out " +
+              (dir / "w.png").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(": 4 points"), std::string::npos) << r.out;
+  r = run_cli("plot " + dir.string() + " --x global_batch --y mfu --where scheduler=best");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no row has scheduler = best"), std::string::npos) << r.err;
+  r = run_cli("plot " + dir.string() + " --x cluster --y speed");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--y speed: no row has it"), std::string::npos) << r.err;
+  r = run_cli("plot " + (dir / "nothing").string() + " --x cluster --y mfu");
+  EXPECT_EQ(r.code, 2);
+  fs::remove_all(dir);
 }
 
 }  // namespace
