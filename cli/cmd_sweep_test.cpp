@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>
@@ -157,25 +158,55 @@ pid_t spawn(const std::vector<std::string>& args) {
   return pid;
 }
 
+// Processes alive (not zombies) whose command line contains `text`.
+int live_processes_naming(const std::string& text) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_text(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    const std::string stat = read_text(e.path() / "stat");
+    const auto paren = stat.rfind(')');
+    const bool zombie =
+        paren != std::string::npos && stat.size() > paren + 2 && stat[paren + 2] == 'Z';
+    if (!zombie && cmd.find(text) != std::string::npos) ++n;
+  }
+  return n;
+}
+
 TEST(CliSweep, FiveKillNinesLoseAndDuplicateNothing) {
   const auto dir = scratch_dir("sweep-kill");
   const std::string sweep = long_sweep(dir);
+  // An uninterrupted run: how long the sweep takes here, and the rows to compare with.
+  const auto ref = dir / "ref";
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(run_cli("sweep " + sweep + " --out " + ref.string() + " --jobs 2").code, 0);
+  const double full_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto out = dir / "out";
   std::mt19937 rng(16);  // fixed: the same moments every run
-  std::uniform_int_distribution<int> ms(150, 900);
+  std::uniform_real_distribution<double> moment(0.1, 0.9);
   int interrupted = 0;
   for (int k = 0; k < 5; ++k) {
+    // A random moment within what is left of the sweep.
+    const std::size_t left = 48 - lines_of(read_text(out / "results.jsonl")).size();
+    const double delay_s = moment(rng) * full_s * std::max<double>(left, 8) / 48;
     const pid_t pid = spawn({"sweep", sweep, "--out", out.string(), "--jobs", "2"});
     ASSERT_GT(pid, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms(rng)));
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
     interrupted += WIFSIGNALED(status) ? 1 : 0;
-    const std::string text = read_text(out / "results.jsonl");
-    std::cerr << "kill " << k + 1 << ": " << lines_of(text).size() << " rows\n";
+    // Its workers die with it (PR_SET_PDEATHSIG), within moments.
+    for (int wait = 0; wait < 50 && live_processes_naming(out.string()) > 0; ++wait)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(live_processes_naming(out.string()), 0) << "a worker outlived its killed sweep";
+    std::cerr << "kill " << k + 1 << " after " << delay_s
+              << " s: " << lines_of(read_text(out / "results.jsonl")).size() << " rows\n";
   }
-  EXPECT_GE(interrupted, 3) << "the sweep finished before most kills: make it longer";
+  EXPECT_GE(interrupted, 3) << "the sweep finished before most kills";
   auto r = run_cli("sweep " + sweep + " --out " + out.string() + " --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["done"], 48);
@@ -185,7 +216,8 @@ TEST(CliSweep, FiveKillNinesLoseAndDuplicateNothing) {
   std::set<std::string> keys;
   for (const json& row : rows_of(out)) EXPECT_TRUE(keys.insert(row["key"]).second) << row["key"];
   EXPECT_EQ(keys.size(), 48u);
-  EXPECT_EQ(lines_of(read_text(out / "results.csv")).size(), 49u);
+  EXPECT_EQ(outcomes(out), outcomes(ref));  // killed and resumed: the same rows
+  EXPECT_EQ(csv_without_times(out), csv_without_times(ref));
   fs::remove_all(dir);
 }
 
