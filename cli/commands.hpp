@@ -16,6 +16,8 @@ void add_simulate_command(CLI::App& app, Runner& run);
 void add_train_command(CLI::App& app, Runner& run);
 void add_plan_command(CLI::App& app, Runner& run);
 void add_seq_command(CLI::App& app, Runner& run);
+void add_sweep_command(CLI::App& app, Runner& run);
+void add_plot_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
   add_info_command(app, run);
@@ -26,6 +28,8 @@ inline void add_all_commands(CLI::App& app, Runner& run) {
   add_train_command(app, run);
   add_plan_command(app, run);
   add_seq_command(app, run);
+  add_sweep_command(app, run);
+  add_plot_command(app, run);
 }
 
 }  // namespace hexi::cli

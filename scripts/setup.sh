@@ -20,6 +20,7 @@ PACKAGES=(
   libopenblas0            # CPU kernels' float GEMMs (loaded at run time; Eigen without it),
                           # and Debian's torch needs it to import (without recommends)
   python3-torch python3-numpy # test oracle only (/usr/bin/python3)
+  python3-matplotlib      # hexisim plot (scripts/plot.py, /usr/bin/python3)
 )
 
 missing=()

@@ -1,10 +1,12 @@
 #include "sim/simulator.hpp"
 
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
@@ -201,6 +203,9 @@ Result<SimOutput> run_isolated(const Inputs& in) {
   pid_t pid = ::fork();
   if (pid < 0) return failure("simulate: cannot fork");
   if (pid == 0) {
+    // Dies with its parent: a killed `hexisim sweep` worker (or simulate) leaves no
+    // simulation running on.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::close(fds[0]);
     child(fds[1], in);
   }

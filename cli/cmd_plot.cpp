@@ -1,0 +1,136 @@
+// hexisim plot RESULTS --x AXIS --y METRIC [--by AXIS] [--kind K] [--out FILE.png|.svg]:
+// a figure of sweep results, drawn by scripts/plot.py with Debian's matplotlib
+// (/usr/bin/python3). The script reads the rows and reports bad fields (exit 2).
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/commands.hpp"
+
+namespace hexi::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+struct PlotOptions {
+  std::string results;
+  std::string x, y, by;
+  std::string kind = "auto";
+  std::string out;  // default: <results folder>/<y>-vs-<x>[-by-<by>].png
+  std::string title;
+  std::vector<std::string> where;  // AXIS=VALUE filters
+  bool log_x = false, log_y = false;
+  bool json = false;
+};
+
+// RESULTS as given: a results.jsonl file or the sweep's folder holding one.
+Result<fs::path> results_file(const std::string& arg) {
+  fs::path p = arg;
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) p /= "results.jsonl";
+  if (!fs::is_regular_file(p, ec)) {
+    return bad_input("RESULTS " + arg + ": expected a sweep's results.jsonl or its folder (" +
+                     p.string() + " is not a file)");
+  }
+  return p;
+}
+
+std::string default_out(const fs::path& results, const PlotOptions& o) {
+  std::string name = o.y + "-vs-" + o.x + (o.by.empty() ? "" : "-by-" + o.by) + ".png";
+  return (results.parent_path() / name).string();
+}
+
+// Runs /usr/bin/python3 with `args` (no shell) and returns its exit status.
+Result<int> run_python(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(kPython));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) return failure(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::execv(kPython, argv.data());
+    std::cerr << "hexisim: error: cannot run " << kPython << ": " << std::strerror(errno)
+              << " (install Python 3 and python3-matplotlib: scripts/setup.sh)\n";
+    ::_exit(1);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+int run_plot(const PlotOptions& o) {
+  auto results = results_file(o.results);
+  if (!results) return report(results.error());
+  const std::string out = o.out.empty() ? default_out(*results, o) : o.out;
+  const fs::path ext = fs::path(out).extension();
+  if (ext != ".png" && ext != ".svg") {
+    return report(bad_input("--out " + out + ": expected a .png or .svg file name"));
+  }
+  if (auto st = check_output_file("--out", out, {*results}); !st) return report(st.error());
+  const fs::path script = data_root() / "scripts/plot.py";
+  std::error_code ec;
+  if (!fs::is_regular_file(script, ec)) {
+    return report(failure(script.string() + " is missing (a broken installation?)"));
+  }
+  std::vector<std::string> args = {
+      script.string(), results->string(), "--x", o.x, "--y", o.y, "--kind", o.kind, "--out", out};
+  if (!o.by.empty()) args.insert(args.end(), {"--by", o.by});
+  if (!o.title.empty()) args.insert(args.end(), {"--title", o.title});
+  for (const auto& w : o.where) args.insert(args.end(), {"--where", w});
+  if (o.log_x) args.emplace_back("--log-x");
+  if (o.log_y) args.emplace_back("--log-y");
+  if (o.json) args.emplace_back("--quiet");
+  std::cout.flush();
+  auto code = run_python(args);
+  if (!code) return report(code.error());
+  if (*code != 0) return *code == 2 ? 2 : 1;  // the script said why on stderr
+  if (o.json) print_json({{"files", {out}}});
+  return 0;
+}
+
+}  // namespace
+
+void add_plot_command(CLI::App& app, Runner& run) {
+  auto opt = std::make_shared<PlotOptions>();
+  auto* cmd = app.add_subcommand(
+      "plot",
+      "Draw sweep results (PNG or SVG, matplotlib): a metric against an axis, one line or bar "
+      "per value of another axis");
+  cmd->add_option("RESULTS", opt->results, "A sweep's results.jsonl, or its results folder")
+      ->required();
+  cmd->add_option("--x", opt->x,
+                  "Axis (cluster, model, seq_len, global_batch, scheduler, fidelity, seed) or "
+                  "metric for the x axis")
+      ->required();
+  cmd->add_option("--y", opt->y, "Metric for the y axis, e.g. tokens_per_s, mfu")->required();
+  cmd->add_option("--by", opt->by, "One line / bar colour per value of this axis, e.g. scheduler");
+  cmd->add_option("--kind", opt->kind,
+                  "line (mean per x), scatter (every point), bar (grouped bars), auto (line "
+                  "when x is numeric, else bar)")
+      ->check(CLI::IsMember({"auto", "line", "scatter", "bar"}))
+      ->capture_default_str();
+  cmd->add_option("--where", opt->where,
+                  "Keep only the points whose axis (or metric) has this value, AXIS=VALUE, e.g. "
+                  "cluster=A100+4090 (repeatable)")
+      ->check(utf8_text());
+  cmd->add_option("--out", opt->out,
+                  "Figure to write, .png or .svg (default: <y>-vs-<x>[-by-<by>].png beside "
+                  "RESULTS)");
+  cmd->add_option("--title", opt->title, "Title (default: \"<y> vs <x> by <by>\")")
+      ->check(utf8_text());
+  cmd->add_flag("--log-x", opt->log_x, "Logarithmic x axis");
+  cmd->add_flag("--log-y", opt->log_y, "Logarithmic y axis");
+  cmd->add_flag("--json", opt->json, "Print one JSON object: {\"files\": [the figure]}");
+  cmd->callback([&run, opt] { run = [opt] { return run_plot(*opt); }; });
+}
+
+}  // namespace hexi::cli

@@ -1,0 +1,362 @@
+// `hexisim sweep` and `hexisim plot` end to end: results and CSV of the tiny sweep
+// (scenarios/sweeps/tiny.json), resuming after a torn row, five `kill -9`s at random
+// moments with no row lost or duplicated, the same metrics whatever --jobs or MPI ranks,
+// bad input, and figures.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_runner.hpp"
+
+namespace hexi::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::string kTiny = std::string(HEXISIM_TEST_ROOT) + "/scenarios/sweeps/tiny.json";
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  for (auto nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', at)) {
+    out.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return out;
+}
+
+std::vector<json> rows_of(const fs::path& dir) {
+  std::vector<json> rows;
+  for (const auto& line : lines_of(read_text(dir / "results.jsonl")))
+    rows.push_back(json::parse(line));
+  return rows;
+}
+
+// Per point key: what must not depend on how the sweep ran (metrics, plan, error).
+std::map<std::string, json> outcomes(const fs::path& dir) {
+  std::map<std::string, json> out;
+  for (const json& r : rows_of(dir)) {
+    json o = {{"metrics", r.value("metrics", json())},
+              {"plan_digest", r.value("plan_digest", json())},
+              {"error", r.value("error", json())},
+              {"digests", r["digests"]}};
+    EXPECT_TRUE(out.emplace(r["key"].get<std::string>(), o).second) << "duplicate " << r["key"];
+  }
+  return out;
+}
+
+// The CSV without its last two columns (wall and search times differ between runs).
+std::string csv_without_times(const fs::path& dir) {
+  std::string out;
+  for (const auto& line : lines_of(read_text(dir / "results.csv"))) {
+    const auto last = line.rfind(',');
+    out += line.substr(0, line.rfind(',', last - 1)) + "\n";
+  }
+  return out;
+}
+
+TEST(CliSweep, TinySweepEndToEnd) {
+  const auto dir = scratch_dir("sweep-e2e");
+  auto r = run_cli("sweep " + kTiny + " --out " + dir.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  json s = json::parse(r.out);
+  EXPECT_EQ(s["points"], 16);
+  EXPECT_EQ(s["done"], 16);
+  EXPECT_EQ(s["computed"], 16);
+  EXPECT_EQ(s["failed"], 8);  // llama2-70b fits on neither 4-GPU mix
+  const auto rows = rows_of(dir);
+  ASSERT_EQ(rows.size(), 16u);
+  for (const json& row : rows) {
+    EXPECT_EQ(row["version"], 1);
+    for (const char* k : {"cluster", "model", "training", "scheduler", "gpus"})
+      EXPECT_EQ(row["digests"][k].get<std::string>().size(), 16u) << k;
+    EXPECT_GE(row["wall_time_s"].get<double>(), 0);
+    if (row["point"]["model"] == "llama2-70b") {
+      EXPECT_EQ(row["error"]["kind"], "bad_input") << row.dump();
+      EXPECT_NE(row["error"]["message"].get<std::string>().find("needs at least"),
+                std::string::npos);
+    } else {
+      ASSERT_TRUE(row.contains("metrics")) << row.dump();
+      EXPECT_GT(row["metrics"]["tokens_per_s"].get<double>(), 0);
+      EXPECT_EQ(row["metrics"].size(), 7u);  // exactly the metrics the sweep keeps
+      EXPECT_EQ(row["metrics"]["num_gpus"], 4);
+    }
+  }
+  const auto csv = lines_of(read_text(dir / "results.csv"));
+  ASSERT_EQ(csv.size(), 17u);
+  EXPECT_EQ(csv[0].rfind("index,cluster,model,seq_len,global_batch,scheduler,fidelity,seed,status,"
+                         "tokens_per_s,",
+                         0),
+            0u)
+      << csv[0];
+  for (int i = 1; i <= 16; ++i) EXPECT_EQ(csv[i].rfind(std::to_string(i - 1) + ",", 0), 0u);
+  // A second run finds every point done and computes nothing.
+  const std::string before = read_text(dir / "results.jsonl");
+  r = run_cli("sweep " + kTiny + " --out " + dir.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["computed"], 0);
+  EXPECT_EQ(read_text(dir / "results.jsonl"), before);
+  fs::remove_all(dir);
+}
+
+TEST(CliSweep, ResumesAfterATornRow) {
+  const auto dir = scratch_dir("sweep-torn");
+  ASSERT_EQ(run_cli("sweep " + kTiny + " --out " + dir.string()).code, 0);
+  const std::string full = read_text(dir / "results.jsonl");
+  const auto lines = lines_of(full);
+  // Three whole rows and half of the fourth: a write cut short.
+  const std::string kept = lines[0] + "\n" + lines[1] + "\n" + lines[2] + "\n";
+  write_text(dir / "results.jsonl", kept + lines[3].substr(0, lines[3].size() / 2));
+  auto r = run_cli("sweep " + kTiny + " --out " + dir.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("ended in a partial row"), std::string::npos) << r.err;
+  EXPECT_EQ(json::parse(r.out)["computed"], 13);
+  const std::string after = read_text(dir / "results.jsonl");
+  EXPECT_EQ(after.substr(0, kept.size()), kept);  // the whole rows are kept as they were
+  EXPECT_EQ(outcomes(dir).size(), 16u);
+  EXPECT_EQ(rows_of(dir).size(), 16u);
+  fs::remove_all(dir);
+}
+
+// A sweep long enough to be killed in the middle: 48 points of 0.05-0.3 s each (two
+// quick schedulers on 48 GPUs of two types), 3-4 s on two workers.
+std::string long_sweep(const fs::path& dir) {
+  const auto file = dir / "long.json";
+  write_text(file, R"({"version": 1, "name": "long",
+    "axes": {"cluster": [{"mix": "A100:2x8,RTX4090:4x8"}], "model": ["llama2-7b", "llama2-13b"],
+             "global_batch": [16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192],
+             "scheduler": ["flashflex", "metis-like"]},
+    "metrics": ["tokens_per_s", "mfu"]})");
+  return file.string();
+}
+
+// Starts `hexisim ARGS...` as a child process (no shell: the pid is hexisim's).
+pid_t spawn(const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const char* bin = std::getenv("HEXISIM_BIN");
+    std::vector<char*> argv{const_cast<char*>(bin)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    execv(bin, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Processes alive (not zombies) whose command line contains `text`.
+int live_processes_naming(const std::string& text) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_text(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    const std::string stat = read_text(e.path() / "stat");
+    const auto paren = stat.rfind(')');
+    const bool zombie =
+        paren != std::string::npos && stat.size() > paren + 2 && stat[paren + 2] == 'Z';
+    if (!zombie && cmd.find(text) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+TEST(CliSweep, FiveKillNinesLoseAndDuplicateNothing) {
+  const auto dir = scratch_dir("sweep-kill");
+  const std::string sweep = long_sweep(dir);
+  // An uninterrupted run: how long the sweep takes here, and the rows to compare with.
+  const auto ref = dir / "ref";
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(run_cli("sweep " + sweep + " --out " + ref.string() + " --jobs 2").code, 0);
+  const double full_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto out = dir / "out";
+  std::mt19937 rng(16);  // fixed: the same moments every run
+  std::uniform_real_distribution<double> moment(0.1, 0.9);
+  int interrupted = 0;
+  for (int k = 0; k < 5; ++k) {
+    // A random moment within what is left of the sweep.
+    const std::size_t left = 48 - lines_of(read_text(out / "results.jsonl")).size();
+    const double delay_s = moment(rng) * full_s * std::max<double>(left, 8) / 48;
+    const pid_t pid = spawn({"sweep", sweep, "--out", out.string(), "--jobs", "2"});
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    interrupted += WIFSIGNALED(status) ? 1 : 0;
+    // Its workers die with it (PR_SET_PDEATHSIG), within moments.
+    for (int wait = 0; wait < 50 && live_processes_naming(out.string()) > 0; ++wait)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(live_processes_naming(out.string()), 0) << "a worker outlived its killed sweep";
+    std::cerr << "kill " << k + 1 << " after " << delay_s
+              << " s: " << lines_of(read_text(out / "results.jsonl")).size() << " rows\n";
+  }
+  EXPECT_GE(interrupted, 3) << "the sweep finished before most kills";
+  auto r = run_cli("sweep " + sweep + " --out " + out.string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["done"], 48);
+  const std::string text = read_text(out / "results.jsonl");
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  std::set<std::string> keys;
+  for (const json& row : rows_of(out)) EXPECT_TRUE(keys.insert(row["key"]).second) << row["key"];
+  EXPECT_EQ(keys.size(), 48u);
+  EXPECT_EQ(outcomes(out), outcomes(ref));  // killed and resumed: the same rows
+  EXPECT_EQ(csv_without_times(out), csv_without_times(ref));
+  fs::remove_all(dir);
+}
+
+TEST(CliSweep, TwoJobsGiveTheSameMetricsAsOne) {
+  const auto a = scratch_dir("sweep-jobs1"), b = scratch_dir("sweep-jobs2");
+  ASSERT_EQ(run_cli("sweep " + kTiny + " --out " + a.string() + " --jobs 1").code, 0);
+  auto r = run_cli("sweep " + kTiny + " --out " + b.string() + " --jobs 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("on 2 local workers"), std::string::npos) << r.out;
+  EXPECT_EQ(outcomes(a), outcomes(b));
+  EXPECT_EQ(csv_without_times(a), csv_without_times(b));  // sorted by point, whatever the order
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+TEST(CliSweep, TwoMpiRanksGiveTheSameMetricsAsOneJob) {
+  const auto a = scratch_dir("sweep-mpi1"), b = scratch_dir("sweep-mpi2");
+  ASSERT_EQ(run_cli("sweep " + kTiny + " --out " + a.string()).code, 0);
+  const std::string cmd =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe " +
+      std::string(std::getenv("HEXISIM_BIN")) + " sweep " + kTiny + " --out " + b.string() + " >" +
+      (b / "stdout").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(b / "stdout");
+  EXPECT_NE(read_text(b / "stdout").find("2 MPI ranks"), std::string::npos)
+      << read_text(b / "stdout");
+  EXPECT_EQ(outcomes(a), outcomes(b));
+  EXPECT_EQ(csv_without_times(a), csv_without_times(b));
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+// Layer and stage fidelity simulate the searched plan as well (sim_* metrics).
+TEST(CliSweep, SimulatedPointsCarryTheSimulatorsMetrics) {
+  const auto dir = scratch_dir("sweep-sim");
+  write_text(dir / "sim.json", R"({"version": 1, "name": "sim", "training": {"seq_len": 1024},
+    "points": [{"cluster": {"mix": "A100:1x4"}, "model": "llama2-7b", "global_batch": 8,
+                "fidelity": "stage"},
+               {"cluster": {"mix": "A100:1x4"}, "model": "llama2-7b", "global_batch": 8}],
+    "metrics": ["tokens_per_s", "sim_tokens_per_s", "sim_vs_estimate"]})");
+  auto r = run_cli("sweep " + (dir / "sim.json").string() + " --out " + (dir / "out").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = rows_of(dir / "out");
+  ASSERT_EQ(rows.size(), 2u);
+  for (const json& row : rows) {
+    const bool simulated = row["point"]["fidelity"] == "stage";
+    EXPECT_EQ(row["metrics"].contains("sim_tokens_per_s"), simulated) << row.dump();
+    if (simulated) {
+      EXPECT_NEAR(row["metrics"]["sim_vs_estimate"].get<double>(), 1.0, 0.2);
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(CliSweep, BadInputExitsWithTwoNamingFileAndPath) {
+  const auto dir = scratch_dir("sweep-bad");
+  auto r = run_cli("sweep " + (dir / "none.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("none.json"), std::string::npos) << r.err;
+  write_text(dir / "syntax.json", "{\"version\": 1,");
+  r = run_cli("sweep " + (dir / "syntax.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("syntax.json"), std::string::npos) << r.err;
+  write_text(dir / "mix.json", R"({"version": 1, "name": "m",
+    "axes": {"cluster": [{"mix": "A100:1x4"}, {"mix": "H100:0x8"}], "model": ["llama2-7b"]}})");
+  r = run_cli("sweep " + (dir / "mix.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("mix.json: /axes/cluster/1/mix: "), std::string::npos) << r.err;
+  write_text(dir / "sched.json", R"({"version": 1, "name": "m",
+    "axes": {"cluster": ["tiny-cpu-2x4"], "model": ["tiny-llama"], "scheduler": ["best"]}})");
+  r = run_cli("sweep " + (dir / "sched.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("sched.json: /axes/scheduler/0: expected a scheduler (hexiscale"),
+            std::string::npos)
+      << r.err;
+  r = run_cli("sweep " + kTiny + " --jobs 0");
+  EXPECT_EQ(r.code, 2);
+  // A folder holding another sweep's rows, or rows computed from other inputs, is refused.
+  const auto out = dir / "out";
+  ASSERT_EQ(run_cli("sweep " + kTiny + " --out " + out.string()).code, 0);
+  r = run_cli("sweep " + (dir / "sched.json").string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  write_text(dir / "other.json", R"({"version": 1, "name": "m",
+    "axes": {"cluster": ["tiny-cpu-2x4"], "model": ["tiny-llama"], "seq_len": [32]}})");
+  r = run_cli("sweep " + (dir / "other.json").string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("is not a point of"), std::string::npos) << r.err;
+  std::string changed = read_text(kTiny);
+  changed.replace(changed.find("\"micro_batch\": 1"), 16, "\"micro_batch\": 2");
+  write_text(dir / "tiny.json", changed);
+  r = run_cli("sweep " + (dir / "tiny.json").string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("was computed from other inputs: its training"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(CliSweep, HelpListsOptionsAndMetrics) {
+  auto r = run_cli("sweep --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* text : {"--jobs", "--out", "--retry-failed", "sim_tokens_per_s"})
+    EXPECT_NE(r.out.find(text), std::string::npos) << text;
+}
+
+bool have_matplotlib() {
+  return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+}
+
+TEST(CliPlot, LinesAndGroupedBarsFromSweepResults) {
+  if (!have_matplotlib()) GTEST_SKIP() << "python3-matplotlib is not installed (scripts/setup.sh)";
+  const auto dir = scratch_dir("plot");
+  ASSERT_EQ(run_cli("sweep " + kTiny + " --out " + dir.string()).code, 0);
+  auto r = run_cli("plot " + dir.string() + " --x global_batch --y tokens_per_s --by scheduler");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("8 rows without tokens_per_s left out"), std::string::npos) << r.out;
+  const std::string png = read_text(dir / "tokens_per_s-vs-global_batch-by-scheduler.png");
+  ASSERT_GT(png.size(), 1000u);
+  EXPECT_EQ(png.substr(1, 3), "PNG");
+  const auto svg = dir / "bars.svg";
+  r = run_cli("plot " + (dir / "results.jsonl").string() +
+              " --x cluster --y mfu --by scheduler --json --out " + svg.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["files"][0], svg.string());
+  EXPECT_NE(read_text(svg).find("<svg"), std::string::npos);
+  // --where keeps the points of one value: 2 clusters x 2 batches of hexiscale's.
+  r = run_cli("plot " + dir.string() +
+              " --x global_batch --y mfu --by cluster --where scheduler=hexiscale --where "
+              "model=llama2-7b --kind scatter --out " +
+              (dir / "w.png").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(": 4 points"), std::string::npos) << r.out;
+  r = run_cli("plot " + dir.string() + " --x global_batch --y mfu --where scheduler=best");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no row has scheduler = best"), std::string::npos) << r.err;
+  r = run_cli("plot " + dir.string() + " --x cluster --y speed");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--y speed: no row has it"), std::string::npos) << r.err;
+  r = run_cli("plot " + (dir / "nothing").string() + " --x cluster --y mfu");
+  EXPECT_EQ(r.code, 2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hexi::testing

@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""Figures of sweep results (`hexisim plot`, which calls this script with /usr/bin/python3).
+
+    plot.py RESULTS.jsonl --x AXIS --y METRIC [--by AXIS] [--kind auto|line|scatter|bar]
+            [--where AXIS=VALUE]... --out FILE.png|FILE.svg [--title TEXT] [--log-x] [--log-y]
+            [--quiet]
+
+RESULTS.jsonl is a sweep's results file (cli/sweep_point.hpp): one JSON row per point with
+its axis values under "point" and its metrics under "metrics". AXIS and METRIC name either
+(e.g. --x num_gpus --y tokens_per_s). Kinds:
+  line     the mean of METRIC per value of a numeric x, one line per --by group
+  scatter  every point, one colour per --by group
+  bar      grouped bars: one group of bars per x value, one bar per --by value (e.g.
+           --x cluster --y tokens_per_s --by scheduler compares schedulers per GPU mix)
+  auto     line when every x value is a number, else bar
+--where keeps only the rows whose AXIS (or metric) has VALUE (compared as text; repeatable).
+Rows of failed points (no metrics) are left out and counted on stdout. Where several points
+share an (x, group) pair, the line or bar shows their mean and says so.
+Exit codes: 0, 2 for bad input (unknown field, unreadable file), 1 when matplotlib is missing.
+"""
+
+import argparse
+import json
+import sys
+
+
+def fail(message, code=2):
+    print(f"hexisim: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def load_rows(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        fail(f"{path}: cannot read: {e.strerror}")
+    lines = text.split("\n")
+    if lines and lines[-1] != "":
+        lines = lines[:-1]  # a torn last row (an interrupted write): the sweep drops it too
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            fail(f"{path}: line {n}: expected a sweep result row (JSON)")
+        if not isinstance(row, dict) or "point" not in row:
+            fail(f"{path}: line {n}: expected a sweep result row (an object with \"point\")")
+        rows.append(row)
+    if not rows:
+        fail(f"{path}: no rows (run the sweep first)")
+    return rows
+
+
+def value(row, name):
+    for part in (row.get("point", {}), row.get("metrics", {}), row):
+        if isinstance(part, dict) and name in part and not isinstance(part[name], (dict, list)):
+            return part[name]
+    return None
+
+
+def check_field(rows, name, flag):
+    if any(value(r, name) is not None for r in rows):
+        return
+    axes = sorted({k for r in rows for k in r.get("point", {})})
+    metrics = sorted({k for r in rows for k in r.get("metrics", {})})
+    fail(f"{flag} {name}: no row has it (axes: {', '.join(axes)}; metrics: {', '.join(metrics)})")
+
+
+def text_of(v):
+    """A value as --where compares it: 64 for 64 and 64.0, true/false for booleans."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def ordered(values):
+    """Distinct values in first-seen order (rows come in point order)."""
+    seen = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+def group_means(rows, x, y, by):
+    """{group: {x value: [y values]}} in point order."""
+    out = {}
+    for r in sorted(rows, key=lambda r: r.get("index", 0)):
+        g = value(r, by) if by else ""
+        out.setdefault(g, {}).setdefault(value(r, x), []).append(float(value(r, y)))
+    return out
+
+
+def plot(args, rows, plt):
+    groups = group_means(rows, args.x, args.y, args.by)
+    xs = [value(r, args.x) for r in rows]
+    kind = args.kind
+    if kind == "auto":
+        kind = "line" if all(is_number(v) for v in xs) else "bar"
+    if kind in ("line", "scatter") and not all(is_number(v) for v in xs):
+        fail(f"--kind {kind}: --x {args.x} has values that are not numbers; use --kind bar")
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    most = max(len(ys) for g in groups.values() for ys in g.values())
+    if kind == "bar":
+        cats = ordered(xs)
+        names = list(groups)
+        width = 0.8 / max(1, len(names))
+        for i, g in enumerate(names):
+            heights = [sum(groups[g].get(c, [0])) / len(groups[g].get(c, [0])) for c in cats]
+            pos = [k - 0.4 + width * (i + 0.5) for k in range(len(cats))]
+            ax.bar(pos, heights, width, label=str(g) if args.by else None)
+        ax.set_xticks(range(len(cats)))
+        ax.set_xticklabels([str(c) for c in cats], rotation=20 if len(cats) > 3 else 0,
+                           ha="right" if len(cats) > 3 else "center")
+    else:
+        for g, by_x in groups.items():
+            if kind == "scatter":
+                px = [v for v, ys in by_x.items() for _ in ys]
+                py = [y for ys in by_x.values() for y in ys]
+                ax.scatter(px, py, label=str(g) if args.by else None, s=18)
+            else:
+                px = sorted(by_x)
+                ax.plot(px, [sum(by_x[v]) / len(by_x[v]) for v in px], marker="o",
+                        label=str(g) if args.by else None)
+    if args.log_x:
+        ax.set_xscale("log")
+    if args.log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(args.x)
+    ax.set_ylabel(args.y)
+    title = args.title or f"{args.y} vs {args.x}" + (f" by {args.by}" if args.by else "")
+    if args.where and not args.title:
+        title += " (" + ", ".join(args.where) + ")"
+    if most > 1 and kind != "scatter":
+        title += f"\n(mean of up to {most} points each)"
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, alpha=0.3)
+    if args.by:
+        ax.legend(title=args.by, fontsize=8, title_fontsize=9)
+    fig.tight_layout()
+    return fig, most
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("results")
+    p.add_argument("--x", required=True)
+    p.add_argument("--y", required=True)
+    p.add_argument("--by")
+    p.add_argument("--kind", default="auto", choices=["auto", "line", "scatter", "bar"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--title")
+    p.add_argument("--log-x", action="store_true")
+    p.add_argument("--log-y", action="store_true")
+    p.add_argument("--where", action="append", default=[])
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args()
+    if not (args.out.endswith(".png") or args.out.endswith(".svg")):
+        fail(f"--out {args.out}: expected a .png or .svg file name")
+    rows = load_rows(args.results)
+    for name, flag in ((args.x, "--x"), (args.y, "--y"), (args.by, "--by")):
+        if name:
+            check_field(rows, name, flag)
+    for cond in args.where:
+        name, sep, want = cond.partition("=")
+        if not sep:
+            fail(f"--where {cond}: expected AXIS=VALUE, e.g. cluster=A100+4090")
+        check_field(rows, name, "--where")
+        rows = [r for r in rows if text_of(value(r, name)) == want]
+        if not rows:
+            fail(f"--where {cond}: no row has {name} = {want}")
+    used = [r for r in rows if value(r, args.x) is not None and value(r, args.y) is not None
+            and (not args.by or value(r, args.by) is not None)]
+    if not used:
+        fail(f"{args.results}: no row has both {args.x} and {args.y} (did every point fail?)")
+    if any(not isinstance(value(r, args.y), (int, float)) for r in used):
+        fail(f"--y {args.y}: expected a numeric metric")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        fail("matplotlib is not installed for /usr/bin/python3: run scripts/setup.sh "
+             "(Debian package python3-matplotlib)", code=1)
+    matplotlib.rcParams["svg.hashsalt"] = "hexisim"  # the same SVG bytes for the same rows
+    fig, _ = plot(args, used, plt)
+    meta = {"Date": None} if args.out.endswith(".svg") else {}
+    fig.savefig(args.out, dpi=110, metadata=meta)
+    if not args.quiet:
+        skipped = len(rows) - len(used)
+        note = f" ({skipped} rows without {args.y} left out)" if skipped else ""
+        print(f"wrote {args.out}: {len(used)} points{note}")
+
+
+if __name__ == "__main__":
+    main()
