@@ -5,8 +5,6 @@
 #include "topologies/paths.hpp"
 
 namespace hexi {
-namespace {
-
 namespace fs = std::filesystem;
 
 std::vector<std::string> json_stems(const fs::path& dir) {
@@ -19,13 +17,10 @@ std::vector<std::string> json_stems(const fs::path& dir) {
   return names;
 }
 
-// A reference is a path when it ends in .json or contains a slash.
 bool looks_like_path(const std::string& ref) {
   return ref.find('/') != std::string::npos ||
          (ref.size() > 5 && ref.compare(ref.size() - 5, 5, ".json") == 0);
 }
-
-}  // namespace
 
 std::vector<std::string> shipped_scenarios() {
   return json_stems(data_root() / "scenarios/shipped");

@@ -58,6 +58,12 @@ std::filesystem::path cluster_file(const std::string& name_or_path,
 Result<Cluster> load_cluster(const std::string& name_or_path, const GpuCatalog& catalog,
                              const std::filesystem::path& relative_to = {});
 
+// A reference names a file (rather than a shipped name) when it ends in .json or contains
+// a slash.
+bool looks_like_path(const std::string& ref);
+// The stems of the .json files in a folder, sorted (none when it cannot be read).
+std::vector<std::string> json_stems(const std::filesystem::path& dir);
+
 // Names of shipped scenarios and clusters, sorted.
 std::vector<std::string> shipped_scenarios();
 std::vector<std::string> shipped_clusters();
