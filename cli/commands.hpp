@@ -16,6 +16,7 @@ void add_simulate_command(CLI::App& app, Runner& run);
 void add_train_command(CLI::App& app, Runner& run);
 void add_plan_command(CLI::App& app, Runner& run);
 void add_seq_command(CLI::App& app, Runner& run);
+void add_advise_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
   add_info_command(app, run);
@@ -26,6 +27,7 @@ inline void add_all_commands(CLI::App& app, Runner& run) {
   add_train_command(app, run);
   add_plan_command(app, run);
   add_seq_command(app, run);
+  add_advise_command(app, run);
 }
 
 }  // namespace hexi::cli
