@@ -14,6 +14,7 @@
 #include "scenarios/testing.hpp"
 #include "scheduler/cost/cost_model.hpp"
 #include "scheduler/estimate/estimate.hpp"
+#include "topologies/paths.hpp"
 
 namespace hexi {
 namespace {
@@ -341,6 +342,20 @@ TEST(AdvisePlanner, GroupsPutTogetherAreOnePlanOfTheWholeMix) {
   const MixModel m = mix_model(r);
   EXPECT_LE(pg.tokens_per_s, 8 * (m.bound_per_gpu[0] + m.bound_per_gpu[1]));
   EXPECT_EQ(g.plan({2, 2}).scheduler_runs, 0);  // cached
+}
+
+TEST(AdviseRequest, EveryShippedExampleLoads) {
+  int n = 0;
+  for (const auto& name : json_stems(data_root() / "scenarios/advise")) {
+    auto r = load_advise(data_root() / "scenarios/advise" / (name + ".json"), shipped_gpus(),
+                         shipped_models());
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->name, name);
+    MixPlanner p(*r, shipped_gpus());
+    EXPECT_TRUE(p.check_options().ok());
+    ++n;
+  }
+  EXPECT_GE(n, 2);
 }
 
 TEST(AdviseRequest, BadInputNamesFilePathAndExpectation) {

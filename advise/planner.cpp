@@ -112,7 +112,8 @@ std::string plan_summary(const Plan& plan, const TrainingConfig& training) {
   for (int t : tps) tp += (tp.empty() ? "" : "/") + std::to_string(t);
   std::string s = std::to_string(plan.pipelines.size()) + " pipeline" +
                   (plan.pipelines.size() == 1 ? "" : "s") + " x " + std::to_string(lo) +
-                  (hi > lo ? "-" + std::to_string(hi) : "") + " stages, TP " + tp;
+                  (hi > lo ? "-" + std::to_string(hi) : "") + (hi == 1 ? " stage" : " stages") +
+                  ", TP " + tp;
   if (full > 0 && training.recompute != Recompute::kFull)
     s += ", full recompute on " + std::to_string(full) + " stage" + (full == 1 ? "" : "s");
   return s;
@@ -164,7 +165,13 @@ MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_
   if (request_.long_context()) {
     SequenceCost cost(sc.cluster, sc.model, sc.training, profile_);
     HexiSeqOptions o;
-    o.backend = kBackendNames.parse(request_.search.solver).value_or(Backend::kCbc);
+    const SearchSettings& ss = request_.search;
+    o.backend = kBackendNames.parse(ss.solver).value_or(Backend::kCbc);
+    o.rounds = ss.hexiseq_rounds;
+    o.screen = static_cast<std::size_t>(ss.hexiseq_screen);
+    o.exhaustive_limit = static_cast<std::size_t>(ss.hexiseq_exhaustive_limit);
+    o.block_tokens = ss.hexiseq_block_tokens;
+    o.solver_time_limit_s = ss.hexiseq_solver_time_limit_s;
     auto r = run_hexiseq(cost, {}, o);
     if (!r) {
       out.result.error = r.error().message;

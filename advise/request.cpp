@@ -51,7 +51,7 @@ Budget read_budget(const JsonNode& node) {
 SearchSettings read_search(const JsonNode& node) {
   node.require_object();
   node.allow_only({"max_plans", "plan_gpus", "simulate", "prune", "hexiseq_from_seq",
-                   "scheduler_options", "seed", "solver", "max_mixes"});
+                   "scheduler_options", "hexiseq_options", "seed", "solver", "max_mixes"});
   SearchSettings s;
   s.max_plans = static_cast<int>(node.integer_or("max_plans", 0, 100000, s.max_plans));
   s.plan_gpus = static_cast<int>(node.integer_or("plan_gpus", 1, kMaxClusterGpus, s.plan_gpus));
@@ -62,6 +62,17 @@ SearchSettings read_search(const JsonNode& node) {
   if (auto o = node.find("scheduler_options")) {
     o->require_object();
     s.scheduler_options = o->json();
+  }
+  if (auto o = node.find("hexiseq_options")) {
+    o->require_object();
+    o->allow_only({"rounds", "screen", "exhaustive_limit", "block_tokens", "solver_time_limit_s"});
+    s.hexiseq_rounds = static_cast<int>(o->integer_or("rounds", 1, 100, s.hexiseq_rounds));
+    s.hexiseq_screen = static_cast<int>(o->integer_or("screen", 0, 1 << 20, s.hexiseq_screen));
+    s.hexiseq_exhaustive_limit =
+        static_cast<int>(o->integer_or("exhaustive_limit", 0, 1 << 20, s.hexiseq_exhaustive_limit));
+    s.hexiseq_block_tokens = o->integer_or("block_tokens", 0, 1 << 30, s.hexiseq_block_tokens);
+    if (auto t = o->find("solver_time_limit_s"))
+      s.hexiseq_solver_time_limit_s = t->number_in(0.01, 1e5);
   }
   if (auto seed = node.find("seed"))
     s.seed = static_cast<std::uint64_t>(seed->integer_in(0, INT64_MAX));

@@ -78,7 +78,14 @@ struct SearchSettings {
   int hexiseq_from_seq = 32768;  // sequences this long are planned with HexiSeq
   Json scheduler_options = {{"refine", false}, {"device_level_max", 8}};  // HexiScale's
   std::uint64_t seed = 1;
-  std::string solver = "cbc";           // HexiSeq's MILP solver: cbc | glpk
+  std::string solver = "cbc";  // HexiSeq's MILP solver: cbc | glpk
+  // HexiSeq's search ("hexiseq_options": rounds, screen, exhaustive_limit, block_tokens,
+  // solver_time_limit_s); HexiSeq's own defaults (scheduler/hexiseq/hexiseq.hpp).
+  int hexiseq_rounds = 3;
+  int hexiseq_screen = 8;
+  int hexiseq_exhaustive_limit = 64;
+  std::int64_t hexiseq_block_tokens = 0;
+  double hexiseq_solver_time_limit_s = 10;
   std::int64_t max_mixes = 20'000'000;  // most combinations of machine counts enumerated
 };
 

@@ -30,8 +30,9 @@ std::string grouped(double v, int decimals = 0) {
   return (v < 0 ? "-" : "") + s;
 }
 
+// Whole dollars, cents below $100 (hourly prices): "$1,234,568", "$2.15", "$0".
 std::string money(double usd) {
-  return "$" + grouped(usd, std::abs(usd) < 100 ? 2 : 0);
+  return "$" + grouped(usd, std::abs(usd) < 100 && usd != std::round(usd) ? 2 : 0);
 }
 
 std::string cost_text(const AdviseRequest& r, double cost) {
@@ -47,10 +48,10 @@ void print_header(const AdviseRequest& r, const AdviseResult& res, std::ostream&
       << (r.budget.pricing == Pricing::kPurchase ? "buying at purchase prices; budget: capex <= "
                                                  : "renting at cloud prices; budget: <= ")
       << cost_text(r, r.budget.limit) << "\n";
-  out << "workload:";
-  if (r.workload.tokens) out << " " << format("%.3g", *r.workload.tokens) << " tokens to train";
-  if (r.workload.tokens_per_s)
-    out << " target " << grouped(*r.workload.tokens_per_s) << " tokens/s";
+  out << "workload: ";
+  if (r.workload.tokens) out << format("%.3g", *r.workload.tokens) << " tokens to train";
+  if (r.workload.tokens && r.workload.tokens_per_s) out << "; ";
+  if (r.workload.tokens_per_s) out << "target " << grouped(*r.workload.tokens_per_s) << " tokens/s";
   out << "\nmachines:";
   for (std::size_t i = 0; i < r.types.size(); ++i) {
     const MachineType& m = r.types[i];
@@ -88,26 +89,38 @@ void print_front(const AdviseRequest& r, const AdviseResult& res, std::ostream& 
   }
   const bool purchase = r.budget.pricing == Pricing::kPurchase;
   out << "Pareto front: tokens/s against " << (purchase ? "capex" : "$/h") << ", cheapest first\n";
-  Table t({"added", "GPUs", purchase ? "capex" : "$/h", purchase ? "$/h" : "capex", "tokens/s",
-           "simulated", "$/M tokens", "J/token", "days to train", "plan"});
+  // Columns: the cost axis, $/h too when buying, SimGrid's tokens/s when anything was
+  // simulated (HexiSeq layouts are not).
+  bool simulated = false;
+  for (int i : res.front) simulated = simulated || res.evaluated[i].simulated_tokens_per_s;
+  std::vector<std::string> head = {"added", "GPUs", purchase ? "capex" : "$/h"};
+  if (purchase) head.push_back("$/h");
+  head.push_back("tokens/s");
+  if (simulated) head.push_back("simulated");
+  for (const char* h : {"$/M tokens", "J/token", "days to train", "plan"}) head.push_back(h);
+  Table t(head);
   for (int i : res.front) {
     const Point& p = res.evaluated[i];
     const PointMetrics& m = p.metrics;
-    t.add({buy_label(r, p.buy), std::to_string(p.gpus),
-           purchase ? money(p.cost.capex_usd) : money(p.cost.usd_per_hour),
-           purchase ? money(p.cost.usd_per_hour) : money(p.cost.capex_usd),
-           grouped(p.plan.tokens_per_s),
-           p.simulated_tokens_per_s ? grouped(*p.simulated_tokens_per_s) : "-",
-           fmt(m.usd_per_m_tokens, 3), fmt(m.joules_per_token, 3),
-           m.days_to_train ? fmt(*m.days_to_train, 1) : "-", p.plan.summary});
+    std::vector<std::string> row = {buy_label(r, p.buy), std::to_string(p.gpus),
+                                    money(purchase ? p.cost.capex_usd : p.cost.usd_per_hour)};
+    if (purchase) row.push_back(money(p.cost.usd_per_hour));
+    row.push_back(grouped(p.plan.tokens_per_s));
+    if (simulated)
+      row.push_back(p.simulated_tokens_per_s ? grouped(*p.simulated_tokens_per_s) : "-");
+    row.push_back(fmt(m.usd_per_m_tokens, 3));
+    row.push_back(fmt(m.joules_per_token, 3));
+    row.push_back(m.days_to_train ? fmt(*m.days_to_train, 1) : "-");
+    row.push_back(p.plan.summary);
+    t.add(std::move(row));
   }
   t.print(out);
   out << "  $/h: "
       << (purchase ? "purchases written off over " + fmt(r.prices.amortization_years.value, 1) +
                          " years + energy of every machine"
-                   : "rent + energy of owned machines")
-      << "; J/token at the wall (GPUs at TDP, hosts, PUE " << fmt(r.prices.pue.value, 2)
-      << "); simulated: SimGrid, stage fidelity\n";
+                   : "rent (power included) + energy of owned machines")
+      << "; J/token at the wall (GPUs at TDP, hosts, PUE " << fmt(r.prices.pue.value, 2) << ")"
+      << (simulated ? "; simulated: SimGrid, stage fidelity" : "") << "\n";
   if (r.workload.tokens_per_s) {
     if (res.cheapest_meeting_target) {
       const Point& p = res.evaluated[*res.cheapest_meeting_target];
