@@ -148,8 +148,8 @@ void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostrea
   }
   out << "\n";
   Table t({"add", purchase ? "+capex" : "+$/h", "tokens/s", "+tokens/s",
-           purchase ? "+tokens/s per $1M" : "+tokens/s per $/h", "$/M tokens", "days to train",
-           "within limits"});
+           purchase ? "+tokens/s per $1M" : "+tokens/s per $/h", "$/M tokens", "J/token",
+           "days to train", "within limits"});
   for (const MarginalRow& m : res.marginal) {
     const Point& p = m.point;
     const double per = purchase ? 1e6 : 1.0;
@@ -158,6 +158,7 @@ void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostrea
            p.plan.ok ? (m.delta_tokens_per_s >= 0 ? "+" : "") + grouped(m.delta_tokens_per_s) : "-",
            p.plan.ok && m.delta_cost > 0 ? grouped(m.delta_tokens_per_s / m.delta_cost * per) : "-",
            p.plan.ok ? fmt(p.metrics.usd_per_m_tokens, 3) : "-",
+           p.plan.ok ? fmt(p.metrics.joules_per_token, 3) : "-",
            p.plan.ok && p.metrics.days_to_train ? fmt(*p.metrics.days_to_train, 1) : "-",
            p.candidate ? "yes" : "no"});
   }

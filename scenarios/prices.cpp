@@ -117,31 +117,18 @@ Result<PriceBook> price_book_from_json(const Json& json, const std::string& orig
   });
 }
 
-fs::path price_book_file(const std::string& ref, const fs::path& relative_to) {
-  if (!looks_like_path(ref)) return data_root() / "scenarios/prices" / (ref + ".json");
-  fs::path p = ref;
-  if (p.is_relative() && !relative_to.empty()) p = relative_to / p;
-  return p;
-}
-
 std::vector<std::string> shipped_price_books() {
   return json_stems(data_root() / "scenarios/prices");
 }
 
 Result<PriceBook> load_price_book(const std::string& ref, const GpuCatalog& catalog,
                                   const fs::path& relative_to) {
-  const fs::path p = price_book_file(ref, relative_to);
-  std::error_code ec;
-  if (!looks_like_path(ref) && !fs::exists(p, ec)) {
-    std::string known;
-    for (const auto& n : shipped_price_books()) known += (known.empty() ? "" : ", ") + n;
-    return bad_input("unknown price book \"" + ref +
-                     "\" (not a file path; shipped price books: " + known + ")");
-  }
-  auto json = read_json_file(p);
+  auto p = find_shipped_or_path(ref, "scenarios/prices", "price book", relative_to);
+  if (!p) return p.error();
+  auto json = read_json_file(*p);
   if (!json) return json.error();
-  auto book = price_book_from_json(*json, p.string(), catalog);
-  if (book) book->file = p;
+  auto book = price_book_from_json(*json, p->string(), catalog);
+  if (book) book->file = *p;
   return book;
 }
 

@@ -68,8 +68,6 @@ Result<PriceBook> price_book_from_json(const Json& json, const std::string& orig
 // relative to `relative_to` when that is given.
 Result<PriceBook> load_price_book(const std::string& name_or_path, const GpuCatalog& catalog,
                                   const std::filesystem::path& relative_to = {});
-std::filesystem::path price_book_file(const std::string& name_or_path,
-                                      const std::filesystem::path& relative_to = {});
 std::vector<std::string> shipped_price_books();
 
 }  // namespace hexi
