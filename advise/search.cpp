@@ -26,6 +26,7 @@ struct Candidate {
   double cost = 0;   // on the cost axis
   double bound = 0;  // tokens/s
   double pred = 0;   // tokens/s, calibrated per type (times kappa, Search::kappa_)
+  int types = 0;     // machine types in the mix (owned ones included)
   double x = 0;      // log of the cost (floored), for the hypervolume
   double lp = 0;     // log of pred
 };
@@ -41,11 +42,12 @@ class Staircase {
     points_.push_back({cost, x, tokens_per_s, 0});
     std::sort(points_.begin(), points_.end(),
               [](const Step& a, const Step& b) { return a.cost < b.cost; });
-    double best = 0;
-    for (Step& p : points_) {
-      best = std::max(best, p.tokens);
-      p.log_best = std::max(log_floor_, std::log(best));
-    }
+    levels();
+  }
+  // Tokens/s below exp(log_floor) count for nothing in the gain.
+  void set_floor(double log_floor) {
+    log_floor_ = log_floor;
+    levels();
   }
   double best_at(double cost) const {
     double best = 0;  // a handful of points (the plans made): a scan is cheap
@@ -75,6 +77,13 @@ class Staircase {
   struct Step {
     double cost, x, tokens, log_best;
   };
+  void levels() {
+    double best = 0;
+    for (Step& p : points_) {
+      best = std::max(best, p.tokens);
+      p.log_best = std::max(log_floor_, std::log(best));
+    }
+  }
   double x_ref_, log_floor_;
   std::vector<Step> points_;  // by cost
 };
@@ -121,10 +130,20 @@ class Search {
   std::vector<char> done_;        // planned, per candidate
   std::vector<std::size_t> open_;
   Staircase stairs_{0, 0};
-  double kappa_ = 1;                      // median planned / predicted tokens/s so far
+  // Median planned / predicted tokens/s so far, by the number of machine types in the mix
+  // (index 0: over all mixes): mixing types costs what the per-type calibration misses.
+  std::vector<double> kappa_;
   std::vector<std::vector<int>> failed_;  // bought counts of mixes that got no plan
   double x_floor_ = 0;
-  std::vector<double> ratios_;  // planned / predicted, per planned candidate
+  std::vector<std::pair<int, double>> ratios_;  // (types, planned / predicted) per plan
+  std::vector<std::pair<std::vector<int>, double>> planned_;  // (bought, planned / predicted)
+  // planned / predicted of the planned mix nearest to `buy` (L1 over the counts, each type
+  // scaled by its range); kappa by types when nothing is planned yet.
+  double nearest_ratio(const std::vector<int>& buy, int types) const;
+  double kappa(int types) const {
+    if (types < static_cast<int>(kappa_.size()) && kappa_[types] > 0) return kappa_[types];
+    return !kappa_.empty() && kappa_[0] > 0 ? kappa_[0] : 1.0;
+  }
 };
 
 std::vector<int> Search::decode(std::int64_t code) const {
@@ -251,7 +270,10 @@ Point Search::evaluate(const std::vector<int>& buy, const std::string& why) {
     ++res_.stats.planned;
     if (p.plan.ok) {
       stairs_.add(p.cost_axis, std::max(cands_[idx].x, x_floor_), p.plan.tokens_per_s);
-      if (cands_[idx].pred > 0) ratios_.push_back(p.plan.tokens_per_s / cands_[idx].pred);
+      if (cands_[idx].pred > 0) {
+        ratios_.emplace_back(cands_[idx].types, p.plan.tokens_per_s / cands_[idx].pred);
+        planned_.emplace_back(buy, p.plan.tokens_per_s / cands_[idx].pred);
+      }
     }
   }
   return p;
@@ -326,20 +348,37 @@ void Search::calibrate() {
       c.pred += n[i] * r_.types[i].gpus * model_.bound_per_gpu[i] * f;
     }
     c.lp = std::log(std::max(c.pred, 1e-9));
+    c.types = static_cast<int>(std::count_if(n.begin(), n.end(), [](int k) { return k > 0; }));
   }
+  // Below 5 % of the largest prediction a mix adds nothing to the gain: the front's low end
+  // (mixes that barely hold the model) is not worth many plans.
+  double most = 0;
+  for (const auto& c : cands_) most = std::max(most, c.pred);
+  if (most > 0) stairs_.set_floor(std::log(0.05 * most));
   // What was planned before the prediction existed (owned, marginal) calibrates kappa too.
   for (const Point& p : res_.evaluated) {
     const long idx = find(encode(p.buy));
-    if (p.plan.ok && idx >= 0 && cands_[idx].pred > 0)
-      ratios_.push_back(p.plan.tokens_per_s / cands_[idx].pred);
+    if (p.plan.ok && idx >= 0 && cands_[idx].pred > 0) {
+      ratios_.emplace_back(cands_[idx].types, p.plan.tokens_per_s / cands_[idx].pred);
+      planned_.emplace_back(p.buy, p.plan.tokens_per_s / cands_[idx].pred);
+    }
   }
 }
 
 void Search::update_kappa() {
-  if (ratios_.empty()) return;
-  std::vector<double> r = ratios_;
-  std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
-  kappa_ = r[r.size() / 2];
+  auto median = [](std::vector<double> r) {
+    std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+    return r[r.size() / 2];
+  };
+  kappa_.assign(r_.types.size() + 1, 0);
+  std::vector<std::vector<double>> by(kappa_.size());
+  for (const auto& [types, ratio] : ratios_) {
+    by[0].push_back(ratio);
+    by[types].push_back(ratio);
+  }
+  for (std::size_t k = 0; k < by.size(); ++k) {
+    if (!by[k].empty()) kappa_[k] = median(by[k]);
+  }
 }
 
 // Whether the candidate has no more machines of any type than a mix that got no plan: it
@@ -359,7 +398,6 @@ bool Search::below_a_failure(const Candidate& c) const {
 // front; when none is predicted to add any, the one whose bound most exceeds the front at
 // its cost. Drops what is planned or proven dominated from open_ on the way.
 long Search::pick_for_front() {
-  const double log_kappa = std::log(kappa_);
   long best = -1;
   double best_gain = 0, best_ratio = 0;
   bool gaining = false;
@@ -377,7 +415,7 @@ long Search::pick_for_front() {
       continue;
     }
     open_[kept++] = idx;
-    const double gain = stairs_.log_gain(c.x, c.lp + log_kappa);
+    const double gain = stairs_.log_gain(c.x, c.lp + std::log(kappa(c.types)));
     const double ratio = planned > 0 ? c.bound / planned : kInf;
     const Candidate* b = best >= 0 ? &cands_[best] : nullptr;
     bool better;
@@ -397,8 +435,26 @@ long Search::pick_for_front() {
   return best;
 }
 
-// With a throughput target: the cheapest open candidate predicted (x kappa) to reach it,
-// cheaper than the cheapest planned mix that does; -1 when there is none.
+double Search::nearest_ratio(const std::vector<int>& buy, int types) const {
+  double best = kInf, ratio = kappa(types);
+  for (const auto& [other, r] : planned_) {
+    double d = 0;
+    int other_types = 0;
+    for (std::size_t i = 0; i < buy.size(); ++i) {
+      const int range = r_.types[i].owned + r_.types[i].max_buy;
+      d += std::abs(buy[i] - other[i]) / static_cast<double>(std::max(1, range));
+      other_types += other[i] + r_.types[i].owned > 0;
+    }
+    // The neighbour's ratio, moved by what mixing one more or fewer type costs in general.
+    if (d < best) best = d, ratio = r * kappa(types) / kappa(other_types);
+  }
+  return ratio;
+}
+
+// With a throughput target: the cheapest open candidate predicted to reach it, cheaper
+// than the cheapest planned mix that does; -1 when there is none. The prediction is
+// corrected by the planned mix nearest in composition (how far planned mixes of that kind
+// fell short of their prediction).
 long Search::pick_for_target(double target) {
   double reached = kInf;  // cost of the cheapest planned candidate reaching the target
   for (const Point& p : res_.evaluated) {
@@ -407,8 +463,9 @@ long Search::pick_for_target(double target) {
   long best = -1;
   for (std::size_t idx : open_) {
     const Candidate& c = cands_[idx];
-    if (done_[idx] || c.bound < target || c.pred * kappa_ < target || !(c.cost < reached)) continue;
-    if (best < 0 || c.cost < cands_[best].cost) best = static_cast<long>(idx);
+    if (done_[idx] || c.bound < target || !(c.cost < reached)) continue;
+    if (best >= 0 && !(c.cost < cands_[best].cost)) continue;
+    if (c.pred * nearest_ratio(decode(c.code), c.types) >= target) best = static_cast<long>(idx);
   }
   return best;
 }
@@ -421,17 +478,16 @@ void Search::guided_search() {
   const std::optional<double>& target = r_.workload.tokens_per_s;
   for (int plans = 0; plans < r_.search.max_plans; ++plans) {
     update_kappa();
-    long best = pick_for_front();
-    std::string why = "front";
-    if (target && plans % 2 == 1) {  // every other plan looks for the target's cheapest mix
-      if (const long t = pick_for_target(*target); t >= 0) {
-        best = t;
-        why = "target";
-      }
+    const std::string count =
+        "plan " + std::to_string(plans + 1) + "/" + std::to_string(r_.search.max_plans);
+    const long front = pick_for_front();  // also drops what is planned or dominated
+    // Every other plan looks for the target's cheapest mix, when one is predicted.
+    if (const long t = target && plans % 2 == 1 ? pick_for_target(*target) : -1; t >= 0) {
+      evaluate(decode(cands_[t].code), count + " (target)");
+      continue;
     }
-    if (best < 0) break;
-    evaluate(decode(cands_[best].code), "plan " + std::to_string(plans + 1) + "/" +
-                                            std::to_string(r_.search.max_plans) + " (" + why + ")");
+    if (front < 0) break;
+    evaluate(decode(cands_[front].code), count + " (front)");
   }
 }
 

@@ -9,17 +9,19 @@
 // 2. Plan what is owned, and what is owned plus each marginal addition.
 // 3. With search.prune: calibrate a prediction, plan one homogeneous reference per type
 //    and take its tokens/s over its bound (phi); a mix is predicted at kappa x sum phi x
-//    bound, kappa the median planned / predicted so far. Then, until search.max_plans
-//    mixes are planned, plan the candidate whose prediction adds the most hypervolume to
-//    the planned front in the (log cost, log tokens/s) plane (each factor of cost weighs
-//    the same), or, every other plan when there is a throughput target, the cheapest
-//    candidate predicted to reach it for less than any planned mix does. A candidate whose
-//    *bound* does not exceed the best tokens/s planned at its cost or less is proven
-//    dominated and never planned. The search ends early when every candidate is planned or
-//    proven dominated; then the front is exact (the same as planning everything).
-//    Otherwise the candidates left are "open", and the most any of them could add is
-//    reported (and how many could still reach the target for less).
-//    Without search.prune: every candidate is planned, cheapest first.
+//    bound, kappa the median planned / predicted of the mixes planned so far with as many
+//    machine types (mixing types costs what the per-type phi misses). Then, until
+//    search.max_plans mixes are planned, plan the candidate whose prediction adds the most
+//    hypervolume to the planned front in the (log cost, log tokens/s) plane (each factor of
+//    cost weighs the same; below 5 % of the largest prediction counts for nothing), or,
+//    every other plan when there is a throughput target, the cheapest candidate predicted
+//    to reach it for less than any planned mix does (its prediction corrected by the
+//    planned mix nearest in composition). A candidate whose *bound* does not exceed the
+//    best tokens/s planned at its cost or less is proven dominated and never planned. The
+//    search ends early when every candidate is planned or proven dominated; then the front
+//    is exact (the same as planning everything). Otherwise the candidates left are "open",
+//    and the most any of them could add is reported (and how many could still reach the
+//    target for less).
 //    A candidate with no more machines of any type than a mix that got no plan is presumed
 //    to get none (less memory everywhere) and skipped.
 // 4. The front: planned candidates that no other planned one beats on both cost (<=) and
