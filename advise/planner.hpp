@@ -3,17 +3,18 @@
 // (topologies/cluster_gen.hpp), planned by HexiScale (the function behind `hexisim plan`)
 // or, for long sequences, HexiSeq (behind `hexisim seq`), and scored by the closed form.
 //
-// Mixes of more than search.plan_gpus GPUs are planned in groups: k = ceil(GPUs /
-// plan_gpus) equal groups of floor(machines / k) of each type, planned once by HexiScale
-// (cached across mixes), plus the remainder (planned the same way); the pipelines of all
-// groups put together, the global batch split over the groups in proportion to their
-// tokens/s, and the whole plan checked and scored on the whole cluster (validate_plan,
-// CostModel::estimate). Equal groups give pipelines that line up stage by stage, which
-// keeps the DP sync simple (the simulator agrees with the closed form within a few percent
-// there; it finds plans whose pipelines do not line up slower than the closed form does). HexiScale
-// itself splits clusters of more than 64 GPUs machine by machine and costs minutes at 1 024 GPUs;
-// the groups give the same or better plans there in seconds (NOTES-advise.md). HexiSeq plans the
-// whole mix.
+// Mixes of more than search.plan_gpus GPUs are planned in groups: k equal groups of
+// floor(machines / k) of each type, planned once by HexiScale (cached across mixes), plus
+// the remainder as one more group (planned the same way) when it holds the model with room
+// to spare, else added to the last group; k = ceil(GPUs / plan_gpus) or one more (both
+// tried, the better kept), fewer when a group would not hold the model. The pipelines of
+// all groups are put together, the global batch split over the groups in proportion to
+// their tokens/s, and the whole plan checked and scored on the whole cluster
+// (validate_plan, CostModel::estimate). Equal groups give pipelines that line up stage by
+// stage for the DP sync; where a remainder's do not, the simulator finds the DP sync slower
+// than the closed form does (NOTES-advise.md). HexiScale on a whole 1 024-GPU mix takes
+// 30-50 s; the groups take about a second and plan within a few percent of it. HexiSeq
+// plans the whole mix.
 //
 // MixEvaluator is the seam: the search (search.hpp) sees only it, tests give it fakes.
 
