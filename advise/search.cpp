@@ -476,7 +476,27 @@ void Search::guided_search() {
     if (!done_[k]) open_.push_back(k);
   }
   const std::optional<double>& target = r_.workload.tokens_per_s;
-  for (int plans = 0; plans < r_.search.max_plans; ++plans) {
+  int plans = 0;
+  // With a target, first the cheapest mix of each single type (bought) predicted to reach
+  // it: single types are what the calibration predicts best, so these give the target's
+  // answer a cost to beat early; the mixed picks below then look only below it.
+  for (std::size_t i = 0; target && i < r_.types.size() && plans < r_.search.max_plans; ++i) {
+    long best = -1;
+    for (std::size_t idx : open_) {
+      const Candidate& c = cands_[idx];
+      if (done_[idx] || c.bound < *target || (best >= 0 && !(c.cost < cands_[best].cost))) continue;
+      const std::vector<int> buy = decode(c.code);
+      bool single = buy[i] > 0;
+      for (std::size_t j = 0; j < buy.size() && single; ++j) single = j == i || buy[j] == 0;
+      if (single && c.pred * kappa(c.types) >= *target) best = static_cast<long>(idx);
+    }
+    if (best < 0) continue;
+    ++plans;
+    evaluate(decode(cands_[best].code), "plan " + std::to_string(plans) + "/" +
+                                            std::to_string(r_.search.max_plans) +
+                                            " (target, one type)");
+  }
+  for (; plans < r_.search.max_plans; ++plans) {
     update_kappa();
     const std::string count =
         "plan " + std::to_string(plans + 1) + "/" + std::to_string(r_.search.max_plans);

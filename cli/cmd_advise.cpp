@@ -70,8 +70,11 @@ void print_header(const AdviseRequest& r, const AdviseResult& res, std::ostream&
   if (s.complete) {
     out << ": the front is exact";
   } else {
-    out << " (an open mix could beat the front at its cost by at most "
-        << (std::isfinite(s.open_gain) ? fmt(100 * s.open_gain, 1) + " %" : "an unknown amount")
+    out << " ("
+        << (std::isfinite(s.open_gain)
+                ? "an open mix could beat the front at its cost by at most " +
+                      fmt(100 * s.open_gain, 1) + " %"
+                : "some open mixes cost less than every planned mix with a plan")
         << "; raise search.max_plans, now " << r.search.max_plans << ")";
   }
   if (r.workload.tokens_per_s && s.target_open > 0) {
