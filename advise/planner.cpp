@@ -94,6 +94,17 @@ int machine_of(const Cluster& c, int device) {
   return static_cast<int>(it - ms.begin()) - 1;
 }
 
+// A scheduler's answer: its tokens/s, or why there is none when its best `what` (plan,
+// layout) does not fit.
+MixPlan planned(bool fits, const std::string& what, double tokens_per_s, std::string summary) {
+  MixPlan p;
+  p.ok = fits;
+  if (!fits) p.error = "the best " + what + " does not fit in memory";
+  p.tokens_per_s = tokens_per_s;
+  p.summary = std::move(summary);
+  return p;
+}
+
 }  // namespace
 
 std::string plan_summary(const Plan& plan, const TrainingConfig& training) {
@@ -148,11 +159,12 @@ Status MixPlanner::check_options() const {
 // training config's micro-batch as its global batch.
 MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_batches) const {
   Planned out;
-  auto c = cluster(n);
-  if (!c) {
-    out.result.error = c.error().message;
+  auto failed = [&out](const Error& e) {
+    out.result.error = e.message;
     return out;
-  }
+  };
+  auto c = cluster(n);
+  if (!c) return failed(c.error());
   Scenario sc;
   sc.name = "advise: " + mix_label(request_, n);
   sc.cluster = std::move(*c);
@@ -173,29 +185,19 @@ MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_
     o.block_tokens = ss.hexiseq_block_tokens;
     o.solver_time_limit_s = ss.hexiseq_solver_time_limit_s;
     auto r = run_hexiseq(cost, {}, o);
-    if (!r) {
-      out.result.error = r.error().message;
-      return out;
-    }
-    out.result.ok = r->time.fits;
-    if (!r->time.fits) out.result.error = "the best layout does not fit in memory";
-    out.result.tokens_per_s = r->time.tokens_per_s;
-    out.result.summary = std::to_string(r->layout.groups.size()) + " sequence group" +
-                         (r->layout.groups.size() == 1 ? "" : "s") + " (" + r->grouping + ")";
+    if (!r) return failed(r.error());
+    out.result = planned(r->time.fits, "layout", r->time.tokens_per_s,
+                         std::to_string(r->layout.groups.size()) + " sequence group" +
+                             (r->layout.groups.size() == 1 ? "" : "s") + " (" + r->grouping + ")");
     out.layout = std::move(r->layout);
     return out;
   }
   SearchOptions so;
   so.seed = request_.search.seed;
   auto r = run_scheduler("hexiscale", sc, so);
-  if (!r) {
-    out.result.error = r.error().message;
-    return out;
-  }
-  out.result.ok = r->estimate.feasible;
-  if (!r->estimate.feasible) out.result.error = "the best plan does not fit in memory";
-  out.result.tokens_per_s = r->estimate.tokens_per_s;
-  out.result.summary = plan_summary(r->plan, sc.training);
+  if (!r) return failed(r.error());
+  out.result = planned(r->estimate.feasible, "plan", r->estimate.tokens_per_s,
+                       plan_summary(r->plan, sc.training));
   out.plan = std::move(r->plan);
   return out;
 }
