@@ -210,7 +210,8 @@ void add_advise_command(CLI::App& app, Runner& run) {
                   "else 24)")
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--simulate", opt->simulate,
-                  "Front points simulated with SimGrid, cheapest first (default: the file's "
+                  "Front points simulated with SimGrid, the cheapest reaching the target first, "
+                  "then spread along the front (default: the file's "
                   "search.simulate, else 6)")
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--json", opt->json,
