@@ -18,6 +18,7 @@ void add_plan_command(CLI::App& app, Runner& run);
 void add_seq_command(CLI::App& app, Runner& run);
 void add_sweep_command(CLI::App& app, Runner& run);
 void add_plot_command(CLI::App& app, Runner& run);
+void add_advise_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
   add_info_command(app, run);
@@ -30,6 +31,7 @@ inline void add_all_commands(CLI::App& app, Runner& run) {
   add_seq_command(app, run);
   add_sweep_command(app, run);
   add_plot_command(app, run);
+  add_advise_command(app, run);
 }
 
 }  // namespace hexi::cli

@@ -5,8 +5,6 @@
 #include "topologies/paths.hpp"
 
 namespace hexi {
-namespace {
-
 namespace fs = std::filesystem;
 
 std::vector<std::string> json_stems(const fs::path& dir) {
@@ -19,13 +17,10 @@ std::vector<std::string> json_stems(const fs::path& dir) {
   return names;
 }
 
-// A reference is a path when it ends in .json or contains a slash.
 bool looks_like_path(const std::string& ref) {
   return ref.find('/') != std::string::npos ||
          (ref.size() > 5 && ref.compare(ref.size() - 5, 5, ".json") == 0);
 }
-
-}  // namespace
 
 std::vector<std::string> shipped_scenarios() {
   return json_stems(data_root() / "scenarios/shipped");
@@ -34,26 +29,38 @@ std::vector<std::string> shipped_clusters() {
   return json_stems(data_root() / "topologies/clusters");
 }
 
-fs::path cluster_file(const std::string& ref, const fs::path& relative_to) {
-  if (!looks_like_path(ref)) return data_root() / "topologies/clusters" / (ref + ".json");
+fs::path shipped_or_path(const std::string& ref, const std::string& folder,
+                         const fs::path& relative_to) {
+  if (!looks_like_path(ref)) return data_root() / folder / (ref + ".json");
   fs::path p = ref;
-  // Relative to the scenario, never the current folder: the same scenario must name the
-  // same cluster wherever it is run from.
+  // Relative to the referring file, never the current folder: the same scenario must name
+  // the same cluster wherever it is run from.
   if (p.is_relative() && !relative_to.empty()) p = relative_to / p;
   return p;
 }
 
-Result<Cluster> load_cluster(const std::string& ref, const GpuCatalog& catalog,
-                             const fs::path& relative_to) {
-  const fs::path p = cluster_file(ref, relative_to);
+Result<fs::path> find_shipped_or_path(const std::string& ref, const std::string& folder,
+                                      const std::string& what, const fs::path& relative_to) {
+  fs::path p = shipped_or_path(ref, folder, relative_to);
   std::error_code ec;  // a 5 000-character name must not throw (ENAMETOOLONG): not found
   if (!looks_like_path(ref) && !fs::exists(p, ec)) {
     std::string known;
-    for (const auto& n : shipped_clusters()) known += (known.empty() ? "" : ", ") + n;
-    return bad_input("unknown cluster \"" + ref +
-                     "\" (not a file path; shipped clusters: " + known + ")");
+    for (const auto& n : json_stems(data_root() / folder)) known += (known.empty() ? "" : ", ") + n;
+    return bad_input("unknown " + what + " \"" + ref + "\" (not a file path; shipped " + what +
+                     "s: " + known + ")");
   }
-  return Cluster::load(p, catalog);
+  return p;
+}
+
+fs::path cluster_file(const std::string& ref, const fs::path& relative_to) {
+  return shipped_or_path(ref, "topologies/clusters", relative_to);
+}
+
+Result<Cluster> load_cluster(const std::string& ref, const GpuCatalog& catalog,
+                             const fs::path& relative_to) {
+  auto p = find_shipped_or_path(ref, "topologies/clusters", "cluster", relative_to);
+  if (!p) return p.error();
+  return Cluster::load(*p, catalog);
 }
 
 Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
@@ -142,20 +149,11 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
 
 Result<Scenario> load_scenario(const std::string& ref, const GpuCatalog& catalog,
                                const ModelCatalog& models) {
-  fs::path p = ref;
-  if (!looks_like_path(ref)) {
-    p = data_root() / "scenarios/shipped" / (ref + ".json");
-    std::error_code ec;
-    if (!fs::exists(p, ec)) {
-      std::string known;
-      for (const auto& n : shipped_scenarios()) known += (known.empty() ? "" : ", ") + n;
-      return bad_input("unknown scenario \"" + ref +
-                       "\" (not a file path; shipped scenarios: " + known + ")");
-    }
-  }
-  auto json = read_json_file(p);
+  auto p = find_shipped_or_path(ref, "scenarios/shipped", "scenario");
+  if (!p) return p.error();
+  auto json = read_json_file(*p);
   if (!json) return json.error();
-  return scenario_from_json(*json, p, catalog, models);
+  return scenario_from_json(*json, *p, catalog, models);
 }
 
 JsonNode Scenario::scheduler_options_node() const {

@@ -58,6 +58,23 @@ std::filesystem::path cluster_file(const std::string& name_or_path,
 Result<Cluster> load_cluster(const std::string& name_or_path, const GpuCatalog& catalog,
                              const std::filesystem::path& relative_to = {});
 
+// A reference names a file (rather than a shipped name) when it ends in .json or contains
+// a slash.
+bool looks_like_path(const std::string& ref);
+// The stems of the .json files in a folder, sorted (none when it cannot be read).
+std::vector<std::string> json_stems(const std::filesystem::path& dir);
+
+// The file a reference names: a shipped name's <data root>/<folder>/<name>.json, or a path
+// (a relative one taken relative to `relative_to` when that is given).
+std::filesystem::path shipped_or_path(const std::string& ref, const std::string& folder,
+                                      const std::filesystem::path& relative_to = {});
+// The same, and bad input when a name (not a path) has no shipped file: "unknown <what>
+// \"x\" (not a file path; shipped <what>s: a, b, ...)".
+Result<std::filesystem::path> find_shipped_or_path(const std::string& ref,
+                                                   const std::string& folder,
+                                                   const std::string& what,
+                                                   const std::filesystem::path& relative_to = {});
+
 // Names of shipped scenarios and clusters, sorted.
 std::vector<std::string> shipped_scenarios();
 std::vector<std::string> shipped_clusters();

@@ -12,20 +12,16 @@ std::string gib(double bytes) {
   return fixed(bytes / kGiB, 1);
 }
 
-// Bytes any plan needs at least, besides the per-GPU reserve: every parameter
-// once with its 16 bytes of mixed-precision Adam state (no ZeRO saving with one
-// replica), one micro-batch of activations through every layer (under full
-// recompute, which a plan may give every stage), and the logits.
-double minimum_memory_bytes(const Model& m, const TrainingConfig& t) {
-  MemoryBreakdown mem = device_memory(m, t, whole_model_shape(m, t.micro_batch, Recompute::kFull));
-  return mem.total() - mem.reserve;
-}
-
 std::string billions(double n) {
   return fixed(n / 1e9, 2);
 }
 
 }  // namespace
+
+double minimum_memory_bytes(const Model& m, const TrainingConfig& t) {
+  MemoryBreakdown mem = device_memory(m, t, whole_model_shape(m, t.micro_batch, Recompute::kFull));
+  return mem.total() - mem.reserve;
+}
 
 Json SearchResult::to_json() const {
   Json points = Json::array();

@@ -53,6 +53,12 @@ struct SearchResult {
   Json to_json() const;  // {scheduler, search_time_s, candidates, ..., trace}
 };
 
+// Bytes any plan needs at least, besides the per-GPU reserve: every parameter once with
+// its 16 bytes of mixed-precision Adam state (no ZeRO saving with one replica), one
+// micro-batch of activations through every layer (under full recompute, which a plan may
+// give every stage), and the logits.
+double minimum_memory_bytes(const Model& m, const TrainingConfig& t);
+
 // Checks shared by all schedulers: the cluster is connected and the model can fit
 // in the cluster's memory at all (message: memory needed vs available).
 Status check_schedulable(const Scenario& scenario);

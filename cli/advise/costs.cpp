@@ -1,0 +1,62 @@
+#include "cli/advise/costs.hpp"
+
+namespace hexi {
+inline namespace advise {
+
+MixCost& MixCost::operator+=(const MixCost& o) {
+  capex_usd += o.capex_usd;
+  usd_per_hour += o.usd_per_hour;
+  watts += o.watts;
+  return *this;
+}
+
+MixCost operator*(int n, const MixCost& c) {
+  return {n * c.capex_usd, n * c.usd_per_hour, n * c.watts};
+}
+
+double cost_axis(Pricing pricing, const MixCost& c) {
+  return pricing == Pricing::kPurchase ? c.capex_usd : c.usd_per_hour;
+}
+
+MixCost CostTable::of(const std::vector<int>& buy) const {
+  MixCost c = owned;
+  for (std::size_t i = 0; i < buy.size() && i < per_machine.size(); ++i)
+    c += buy[i] * per_machine[i];
+  return c;
+}
+
+CostTable cost_table(const AdviseRequest& r) {
+  const PriceBook& b = r.prices;
+  const double usd_per_watt_hour = b.usd_per_kwh.value / 1000.0;
+  CostTable t;
+  for (const MachineType& m : r.types) {
+    const double watts = b.machine_watts(m.price, m.gpus);
+    const double energy = watts * usd_per_watt_hour;
+    t.owned += m.owned * MixCost{0, energy, watts};
+    if (r.budget.pricing == Pricing::kPurchase) {
+      const double capex = b.machine_usd(m.price, m.gpus);
+      const double amortised = capex / (b.amortization_years.value * kHoursPerYear);
+      t.per_machine.push_back({capex, amortised + energy, watts});
+    } else {
+      const double rent = m.gpus * m.price.cloud_usd_per_hour.value_or(Priced{}).value;
+      t.per_machine.push_back({0, rent, watts});
+    }
+  }
+  return t;
+}
+
+PointMetrics point_metrics(const MixCost& cost, double tokens_per_s, const Workload& w) {
+  PointMetrics m;
+  m.usd_per_m_tokens = cost.usd_per_hour / (tokens_per_s * 3600.0 / 1e6);
+  m.joules_per_token = cost.watts / tokens_per_s;
+  if (w.tokens) {
+    const double seconds = *w.tokens / tokens_per_s;
+    m.days_to_train = seconds / 86400.0;
+    m.cost_to_train_usd = cost.usd_per_hour * seconds / 3600.0;
+  }
+  if (w.tokens_per_s) m.meets_target = tokens_per_s >= *w.tokens_per_s;
+  return m;
+}
+
+}  // namespace advise
+}  // namespace hexi
