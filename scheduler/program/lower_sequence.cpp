@@ -92,6 +92,7 @@ class SequenceLowerer {
         ops_(cluster.num_devices()) {
     for (int g = 0; g < p_; ++g) {
       const SequenceGroup& group = layout.groups[g];
+      tokens_.push_back(group.tokens);
       first_.push_back(static_cast<int>(members_.size()));
       const std::vector<int> offsets = head_offsets(group);
       for (int r = 0; r < group.size(); ++r) {
@@ -118,7 +119,6 @@ class SequenceLowerer {
 
  private:
   int size() const { return static_cast<int>(members_.size()); }
-  const SequenceGroup& group_of(int i) const { return layout_.groups[members_[i].group]; }
   // The group whose block group g computes at step k (and holds during it).
   int visiting(int g, int k) const { return ((g - k) % p_ + p_) % p_; }
 
@@ -126,7 +126,6 @@ class SequenceLowerer {
   // groups' head ranges, from its holder in the group to its holder in the next group.
   void make_hops() {
     out_.resize(members_.size());
-    in_.resize(members_.size());
     if (p_ <= 1) return;
     const SubRings rings = sub_rings(a_, layout_);
     std::map<std::pair<int, int>, int> kv;  // (from, to) -> kv heads
@@ -138,7 +137,6 @@ class SequenceLowerer {
     }
     for (const auto& [pair, heads] : kv) {
       out_[pair.first].push_back({pair.first, pair.second, heads});
-      in_[pair.second].push_back({pair.first, pair.second, heads});
     }
   }
 
@@ -362,10 +360,8 @@ class SequenceLowerer {
 
   int ring_step_shape(int i, int k, ComputeKind kind) {
     const Member& mb = members_[i];
-    std::vector<std::int64_t> tokens;
-    for (const auto& g : layout_.groups) tokens.push_back(g.tokens);
     const int block = visiting(mb.group, k);
-    const std::int64_t pairs = mirrored_block_pairs(tokens, mb.group, block);
+    const std::int64_t pairs = mirrored_block_pairs(tokens_, mb.group, block);
     return ring_shape(kind, pairs, mb.heads, mb.kv, layout_.groups[mb.group].tokens,
                       layout_.groups[block].tokens);
   }
@@ -602,9 +598,10 @@ class SequenceLowerer {
   Program prog_;
   ProgramBuilder ops_;
   std::vector<Member> members_;
-  std::vector<int> first_;                  // flat index of each group's rank 0
-  std::vector<std::vector<Hop>> out_, in_;  // ring hops by sender / receiver
-  std::vector<double> owned_;               // per device id: parameters its optimizer updates
+  std::vector<int> first_;             // flat index of each group's rank 0
+  std::vector<std::int64_t> tokens_;   // T_g of each group
+  std::vector<std::vector<Hop>> out_;  // ring hops by sender
+  std::vector<double> owned_;          // per device id: parameters its optimizer updates
   std::vector<int> dp_groups_;
   std::map<int, int> layer_bucket_;  // ZeRO-3: position (layer, -1, -2) -> bucket
   std::map<std::pair<int, int>, int> tags_;
