@@ -19,7 +19,7 @@ case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_JOBS=${FUZZ_JOBS:-2}
 ALL_TARGETS="cluster gpu_catalog model_catalog training scenario plan program profile trace mix
-  checkpoint_header checkpoint_manifest sweep price_book"
+  checkpoint_header checkpoint_manifest sweep price_book advise"
 FUZZ_TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 BIN=$BUILD/tests/fuzz
 
@@ -73,6 +73,7 @@ seed model_catalog scenarios/models.json
 seed scenario scenarios/shipped/*.json
 seed sweep scenarios/sweeps/*.json
 seed price_book scenarios/prices/*.json
+seed advise scenarios/advise/*.json
 seed plan scenarios/plans/*.json tests/golden/*/plan.json
 mkdir -p "$BUILD/fuzz-seeds/training"
 for f in scenarios/shipped/*.json; do
