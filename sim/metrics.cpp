@@ -72,27 +72,24 @@ void stream_breakdown(const RunInputs& in, const DeviceLayout& l, const Executio
   m.idle_s += std::max(0.0, iteration - prev_end);
 }
 
-// What a device of a sequence mesh holds (the layout's memory model, scheduler/hexiseq):
-// model states, activations, ring and all-to-all buffers, reserve, logits.
-void sequence_memory(const RunInputs& in, const DeviceLayout& l, DeviceMetrics& m) {
-  for (const DeviceMemory& d :
-       layout_memory(*in.program.sequence, in.model, in.training, in.cluster)) {
-    if (d.device != l.device) continue;
-    m.peak_memory_bytes = d.total();
-    m.memory = {{"weights", d.mesh.states.weights},
-                {"gradients", d.mesh.states.gradients},
-                {"optimizer", d.mesh.states.optimizer},
-                {"activations", d.mesh.activations},
-                {"ring_buffers", d.mesh.ring_buffers},
-                {"ulysses_buffers", d.mesh.ulysses_buffers},
-                {"reserve", d.mesh.reserve},
-                {"logits", d.logits},
-                {"total", d.total()}};
-  }
+// What a device of a sequence mesh holds (`d`, the layout's memory model of that device,
+// scheduler/hexiseq): model states, activations, ring and all-to-all buffers, reserve, logits.
+void sequence_memory(const DeviceMemory& d, DeviceMetrics& m) {
+  m.peak_memory_bytes = d.total();
+  m.memory = {{"weights", d.mesh.states.weights},
+              {"gradients", d.mesh.states.gradients},
+              {"optimizer", d.mesh.states.optimizer},
+              {"activations", d.mesh.activations},
+              {"ring_buffers", d.mesh.ring_buffers},
+              {"ulysses_buffers", d.mesh.ulysses_buffers},
+              {"reserve", d.mesh.reserve},
+              {"logits", d.logits},
+              {"total", d.total()}};
 }
 
+// `sequence`: a sequence mesh's memory per device (layout_memory), empty otherwise.
 DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r,
-                             double iteration, int dp) {
+                             double iteration, int dp, const std::vector<DeviceMemory>& sequence) {
   DeviceMetrics m;
   m.device = l.device;
   m.gpu = in.cluster.gpu(l.device).name;
@@ -104,7 +101,9 @@ DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const E
   if (in.program.sequence) {
     m.sequence_group = l.seq_group;
     m.capacity_bytes = in.cluster.device_memory_bytes(l.device);
-    sequence_memory(in, l, m);
+    for (const DeviceMemory& d : sequence) {
+      if (d.device == l.device) sequence_memory(d, m);
+    }
     return m;
   }
   MemoryBreakdown mem = device_memory(in.model, in.training, stage_shape(l, m.max_in_flight, dp));
@@ -168,8 +167,11 @@ SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
   rep.activities = r.comms + r.timers;
   int dp = 0;
   for (const auto& l : p.devices) dp = std::max(dp, l.pipeline + 1);
+  const std::vector<DeviceMemory> sequence =
+      p.sequence ? layout_memory(*p.sequence, in.model, in.training, in.cluster)
+                 : std::vector<DeviceMemory>{};
   for (const auto& l : p.devices) {
-    DeviceMetrics m = device_metrics(in, l, r, t, dp);
+    DeviceMetrics m = device_metrics(in, l, r, t, dp, sequence);
     if (m.peak_memory_bytes > m.capacity_bytes) {
       rep.feasible = false;
       rep.problems.push_back("device " + std::to_string(m.device) + " (" + m.gpu + ", pipeline " +

@@ -515,7 +515,7 @@ class SequenceLowerer {
       started = layer_forward(layer, seq, false, current);
     }
     all_computes(ComputeKind::kHeadFwd, seq, next);
-    std::vector<int> done = all_computes(ComputeKind::kHeadBwd, seq, none);
+    const std::vector<int> done = all_computes(ComputeKind::kHeadBwd, seq, none);
     next = gather(m_.layers - 1, seq, done);
     scatter(-2, seq, done);
     for (int layer = m_.layers - 1; layer >= 0; --layer) {
@@ -525,10 +525,8 @@ class SequenceLowerer {
       auto [first, last] = layer_backward(layer, seq, replay ? none : current);
       next = gather(layer > 0 ? layer - 1 : -1, seq, replay ? started : first);
       scatter(layer, seq, last);
-      done = last;
     }
-    done = all_computes(ComputeKind::kEmbeddingBwd, seq, next);
-    scatter(-1, seq, done);
+    scatter(-1, seq, all_computes(ComputeKind::kEmbeddingBwd, seq, next));
   }
 
   // After the last sequence: ZeRO 0-2 synchronise the gradients over the mesh (all-reduce,
