@@ -43,7 +43,9 @@ run_one() {
   echo "fuzz: $t: ${runs:-?} runs, ${rate:-?} exec/s, exit $rc" >&2
   if [ "$rc" -ne 0 ]; then
     # CI keeps only the console: show the failure and the input that caused it there.
-    grep -m1 -A25 -E 'fuzz check failed|ERROR: |runtime error|Sanitizer' "$log" | sed "s/^/fuzz: $t: /" >&2 || true
+    # (libFuzzer's own refusals, e.g. a missing dictionary, match none of these: its tail then.)
+    grep -m1 -A25 -E 'fuzz check failed|ERROR: |runtime error|Sanitizer' "$log" | sed "s/^/fuzz: $t: /" >&2 ||
+      tail -5 "$log" | sed "s/^/fuzz: $t: /" >&2
     for a in "$BUILD/artifacts/$t"/*; do
       [ -f "$a" ] || continue
       echo "fuzz: $t: input $(basename "$a") ($(wc -c <"$a") bytes, first 512 shown escaped):" >&2
@@ -56,6 +58,12 @@ if [ "${1:-}" = --one ]; then
   run_one "$2"
   exit
 fi
+
+# Every target needs its binary and its dictionary (libFuzzer refuses to start without the latter).
+for t in $FUZZ_TARGETS; do
+  [ -x "$BIN/fuzz_$t" ] || { echo "fuzz: $BIN/fuzz_$t is missing (build the fuzz_targets target)" >&2; exit 1; }
+  [ -s "$ROOT/tests/fuzz/dict/$t.dict" ] || { echo "fuzz: tests/fuzz/dict/$t.dict is missing" >&2; exit 1; }
+done
 
 # Seeds: shipped files per format, plus what fuzz_seeds builds from them (programs, traces,
 # a profile, mix specs, checkpoint headers and manifests).
