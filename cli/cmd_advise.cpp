@@ -21,15 +21,6 @@ struct AdviseOptions {
   bool json = false;
 };
 
-// 1234567.8 -> "1,234,568" (decimals 0).
-std::string grouped(double v, int decimals = 0) {
-  std::string s = fmt(std::abs(v), decimals);
-  const std::size_t dot = s.find('.');
-  for (std::size_t i = dot == std::string::npos ? s.size() : dot; i > 3; i -= 3)
-    s.insert(i - 3, ",");
-  return (v < 0 ? "-" : "") + s;
-}
-
 // Whole dollars, cents below $100 (hourly prices): "$1,234,568", "$2.15", "$0".
 std::string money(double usd) {
   return "$" + grouped(usd, std::abs(usd) < 100 && usd != std::round(usd) ? 2 : 0);

@@ -2,11 +2,6 @@
 // a figure of sweep results, drawn by scripts/plot.py with Debian's matplotlib
 // (/usr/bin/python3). The script reads the rows and reports bad fields (exit 2).
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -16,8 +11,6 @@ namespace hexi::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kPython = "/usr/bin/python3";
 
 struct PlotOptions {
   std::string results;
@@ -45,26 +38,6 @@ Result<fs::path> results_file(const std::string& arg) {
 std::string default_out(const fs::path& results, const PlotOptions& o) {
   std::string name = o.y + "-vs-" + o.x + (o.by.empty() ? "" : "-by-" + o.by) + ".png";
   return (results.parent_path() / name).string();
-}
-
-// Runs /usr/bin/python3 with `args` (no shell) and returns its exit status.
-Result<int> run_python(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(kPython));
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) return failure(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::execv(kPython, argv.data());
-    std::cerr << "hexisim: error: cannot run " << kPython << ": " << std::strerror(errno)
-              << " (install Python 3 and python3-matplotlib: scripts/setup.sh)\n";
-    ::_exit(1);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 int run_plot(const PlotOptions& o) {

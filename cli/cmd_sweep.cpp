@@ -2,7 +2,6 @@
 // computes every point of a sweep file (scenarios/sweep.hpp) into DIR/results.jsonl and
 // DIR/results.csv, resumably, on local worker processes or across MPI ranks (under mpirun).
 
-#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -22,16 +21,6 @@ struct SweepOptions {
   bool json = false;
 };
 
-Result<SweepContext> load_context(const std::string& file) {
-  auto catalogs = load_catalogs();
-  if (!catalogs) return catalogs.error();
-  auto sweep = load_sweep(file, catalogs->gpus, catalogs->models, sweep_vocabulary());
-  if (!sweep) return sweep.error();
-  auto gpus = read_json_file(data_root() / "topologies/gpus.json");
-  if (!gpus) return gpus.error();
-  return SweepContext{std::move(*sweep), fnv1a64_hex(dump_json(*gpus))};
-}
-
 // --list: the points and their keys, nothing computed.
 int list_points(const SweepContext& ctx, bool json) {
   if (json) {
@@ -47,56 +36,9 @@ int list_points(const SweepContext& ctx, bool json) {
   return 0;
 }
 
-// Worker processes run the sweep's points; the parent appends their rows.
-int run_local(const SweepContext& ctx, const SweepRunOptions& opt) {
-  install_interrupt_handlers();
-  auto store = ResultStore::open(opt.out);
-  if (!store) return report(store.error());
-  if (!store.value()->dropped().empty()) {
-    std::cerr << "hexisim: note: " << store.value()->path().string()
-              << " ended in a partial row (an interrupted write: \"" << store.value()->dropped()
-              << "...\"); dropped it, its point is computed again\n";
-  }
-  auto todo = resume(ctx, **store, opt.retry_failed);
-  if (!todo) return report(todo.error());
-  const std::vector<int> points = todo->todo;
-  const int jobs = std::max(1, std::min<int>(opt.jobs, static_cast<int>(points.size())));
-  const std::string where = std::to_string(jobs) + " local worker" + (jobs > 1 ? "s" : "");
-  if (!opt.json) {
-    std::cout << "sweep " << ctx.sweep.name << ": " << ctx.sweep.points.size() << " points, "
-              << ctx.sweep.points.size() - points.size() << " already in "
-              << store.value()->path().string() << ", " << points.size() << " to compute on "
-              << where << std::endl;
-  }
-  SweepRecorder rec(ctx, **store, std::move(*todo));
-  ResultStore* s = store->get();
-  auto pool = make_pool(ctx, jobs, [s] { s->close_in_child(); });
-  const double start = steady_seconds();
-  if (!points.empty()) {
-    if (auto st = pool->start(); !st) return report(st.error());
-  }
-  std::size_t next = 0;
-  while (!interrupted() && (next < points.size() || pool->busy() > 0)) {
-    while (pool->idle() > 0 && next < points.size()) {
-      if (auto st = pool->submit(points[next++]); !st) return report(st.error());
-    }
-    auto done = pool->wait(1000);
-    if (!done) return report(done.error());
-    for (const auto& d : *done) {
-      if (auto st = rec.add(d); !st) return report(st.error());
-    }
-    rec.progress().tick();
-  }
-  pool->stop();
-  rec.progress().finish();
-  if (auto st = rec.write_csv(opt.out); !st) return report(st.error());
-  print_summary(ctx, rec, opt, steady_seconds() - start, where, interrupted());
-  return interrupted() ? 130 : 0;
-}
-
 int run_sweep(const SweepOptions& opt) {
   const bool mpi = launcher_world_size() > 1;
-  auto ctx = load_context(opt.file);
+  auto ctx = load_sweep_context(opt.file);
   if (!ctx) {
     // Under mpirun every rank reads the same file: one message is enough.
     const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
@@ -110,8 +52,7 @@ int run_sweep(const SweepOptions& opt) {
   run.jobs = opt.jobs;
   run.retry_failed = opt.retry_failed;
   run.json = opt.json;
-  if (mpi) return run_sweep_mpi(*ctx, run);
-  return run_local(*ctx, run);
+  return run_sweep_context(*ctx, run);
 }
 
 std::string metrics_help() {

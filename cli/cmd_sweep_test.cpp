@@ -44,6 +44,10 @@ std::vector<json> rows_of(const fs::path& dir) {
   return rows;
 }
 
+bool have_matplotlib() {
+  return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+}
+
 // Per point key: what must not depend on how the sweep ran (metrics, plan, error).
 std::map<std::string, json> outcomes(const fs::path& dir) {
   std::map<std::string, json> out;
@@ -271,6 +275,68 @@ TEST(CliSweep, SimulatedPointsCarryTheSimulatorsMetrics) {
   fs::remove_all(dir);
 }
 
+// Sequence schedulers (HexiSeq and its baselines) in a sweep: a layout's metrics, its
+// simulation at stage fidelity, and HexiSeq options read from the scheduler entry.
+TEST(CliSweep, SequenceSchedulersPlanLayouts) {
+  const auto dir = scratch_dir("sweep-seq");
+  write_text(dir / "seq.json", R"({"version": 1, "name": "seq",
+    "training": {"global_batch": 1, "micro_batch": 1, "seq_len": 65536, "zero_stage": 3,
+                 "recompute": "full"},
+    "points": [
+      {"cluster": "hexiseq-testbed-h100-a100", "model": "llama-13b-1m",
+       "scheduler": {"name": "hexiseq", "solver": "glpk", "label": "hexiseq"}},
+      {"cluster": "hexiseq-testbed-h100-a100", "model": "llama-13b-1m", "scheduler": "ring",
+       "fidelity": "stage"},
+      {"cluster": "hexiseq-testbed-h100-a100", "model": "llama-13b-1m",
+       "scheduler": {"name": "hexiseq", "rounds": 0, "label": "bad"}}]})");
+  auto r = run_cli("sweep " + (dir / "seq.json").string() + " --out " + (dir / "out").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::map<std::string, json> by;
+  for (const json& row : rows_of(dir / "out")) by[row["point"]["scheduler"]] = row;
+  ASSERT_EQ(by.size(), 3u);
+  const json& hq = by["hexiseq"]["metrics"];
+  const json& ring = by["ring"]["metrics"];
+  EXPECT_EQ(hq["gpus_used"], 16);
+  EXPECT_GE(hq["sequence_groups"].get<int>(), 1);
+  EXPECT_FALSE(hq.contains("pipelines")) << hq.dump();  // a pipeline plan's metric
+  EXPECT_EQ(ring["sequence_groups"], 16);               // one device per ring group
+  EXPECT_GT(hq["tokens_per_s"].get<double>(), ring["tokens_per_s"].get<double>());
+  EXPECT_FALSE(hq.contains("sim_tokens_per_s"));
+  EXPECT_NEAR(ring["sim_vs_estimate"].get<double>(), 1.0, 0.2) << ring.dump();
+  EXPECT_NE(by["bad"]["error"]["message"].get<std::string>().find("/rounds: expected an integer"),
+            std::string::npos)
+      << by["bad"].dump();
+  fs::remove_all(dir);
+}
+
+// `hexisim reproduce hexiseq --quick`: the sweep, the report with the paper's figures beside
+// hexisim's, the figure; a rerun computes nothing and writes the same report.
+TEST(CliReproduce, HexiSeqQuickWritesTheReportAndResumes) {
+  const auto dir = scratch_dir("reproduce");
+  auto r = run_cli("reproduce hexiseq --quick --jobs 2 --out " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string report = read_text(dir / "report.md");
+  EXPECT_NE(r.out.find(report), std::string::npos);  // printed as written
+  for (const char* text :
+       {"# HexiSeq (arXiv 2605.07569), reproduced with hexisim", "1.36× on average",
+        "| hexiseq-testbed-h100-a100 | 8 H100 + 8 A100 | llama-13b-1m, 64K |",
+        "## 2. FLOP-comparable pairs", "| hexiseq-56-h100-a100 |", "## What differs"}) {
+    EXPECT_NE(report.find(text), std::string::npos) << text;
+  }
+  EXPECT_EQ(report.find("Failed points"), std::string::npos) << report;
+  if (have_matplotlib()) {
+    EXPECT_TRUE(fs::exists(dir / "schedulers.png"));
+    EXPECT_NE(report.find("![Closed-form tokens/s"), std::string::npos);
+  }
+  r = run_cli("reproduce hexiseq --quick --no-figures --out " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("40 already in"), std::string::npos) << r.out;
+  const std::string again = read_text(dir / "report.md");
+  EXPECT_EQ(again, report.substr(0, report.find("\n## Figures")));  // without its figures
+  EXPECT_EQ(run_cli("reproduce hexiscale-v2").code, 2);
+  fs::remove_all(dir);
+}
+
 TEST(CliSweep, BadInputExitsWithTwoNamingFileAndPath) {
   const auto dir = scratch_dir("sweep-bad");
   auto r = run_cli("sweep " + (dir / "none.json").string());
@@ -318,10 +384,6 @@ TEST(CliSweep, HelpListsOptionsAndMetrics) {
   EXPECT_EQ(r.code, 0);
   for (const char* text : {"--jobs", "--out", "--retry-failed", "sim_tokens_per_s"})
     EXPECT_NE(r.out.find(text), std::string::npos) << text;
-}
-
-bool have_matplotlib() {
-  return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
 }
 
 TEST(CliPlot, LinesAndGroupedBarsFromSweepResults) {

@@ -1,9 +1,14 @@
 #include "cli/common.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -153,6 +158,34 @@ CLI::Validator utf8_text() {
 
 std::string fmt(double value, int decimals) {
   return fixed(value, decimals);
+}
+
+std::string grouped(double v, int decimals) {
+  std::string s = fmt(std::abs(v), decimals);
+  const std::size_t dot = s.find('.');
+  for (std::size_t i = dot == std::string::npos ? s.size() : dot; i > 3; i -= 3)
+    s.insert(i - 3, ",");
+  return (v < 0 ? "-" : "") + s;
+}
+
+Result<int> run_python(const std::vector<std::string>& args) {
+  static constexpr const char* kPython = "/usr/bin/python3";
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(kPython));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) return failure(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::execv(kPython, argv.data());
+    std::cerr << "hexisim: error: cannot run " << kPython << ": " << std::strerror(errno)
+              << " (install Python 3 and python3-matplotlib: scripts/setup.sh)\n";
+    ::_exit(1);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 }  // namespace hexi::cli

@@ -70,5 +70,11 @@ CLI::Validator utf8_text();                        // valid UTF-8 (it reaches JS
 
 // Fixed-point formatting: fmt(3.14159, 2) == "3.14".
 std::string fmt(double value, int decimals);
+// With thousands separators: grouped(1234567.8) == "1,234,568".
+std::string grouped(double value, int decimals = 0);
+
+// Runs /usr/bin/python3 (Debian's, with python3-matplotlib) with `args`, no shell; returns
+// its exit status.
+Result<int> run_python(const std::vector<std::string>& args);
 
 }  // namespace hexi::cli

@@ -5,7 +5,9 @@
 #include <exception>
 #include <optional>
 
+#include "scheduler/hexiseq/baselines.hpp"
 #include "scheduler/program/lower.hpp"
+#include "scheduler/program/lower_sequence.hpp"
 #include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
 #include "topologies/text.hpp"
@@ -13,22 +15,41 @@
 namespace hexi::cli {
 namespace {
 
-// What a point produced: the search (plan + closed-form estimate) and, at layer or
-// stage fidelity, the simulation of that plan.
+// What a point produced: a pipeline scheduler's search (plan + closed-form estimate) or a
+// sequence scheduler's layout (closed form), and, at layer or stage fidelity, the
+// simulation of that plan or layout.
 struct Outcome {
   const Scenario& scenario;
-  const SearchResult& search;
+  const SearchResult* search = nullptr;   // pipeline schedulers
+  const HexiSeqResult* layout = nullptr;  // sequence schedulers
   std::optional<SimReport> sim;
+
+  double iteration_s() const {
+    return search ? search->estimate.iteration_time_s : layout->time.iteration_s;
+  }
+  int gpus_used() const {
+    if (search) return search->plan.num_devices();
+    int n = 0;
+    for (const auto& g : layout->layout.groups) n += static_cast<int>(g.devices.size());
+    return n;
+  }
+  double model_flops_per_s() const {
+    return model_flops(scenario.model, scenario.training) / iteration_s();
+  }
 };
 
 struct MetricDef {
   SweepMetric info;
-  Json (*get)(const Outcome&);  // null Json: not measured at this point's fidelity
+  Json (*get)(const Outcome&);  // null Json: not measured at this point (fidelity, kind)
 };
 
-double peak_memory_gib(const Estimate& e) {
+double peak_memory_gib(const Outcome& o) {
   double peak = 0;
-  for (const auto& d : e.devices) peak = std::max(peak, d.memory.total() / kGiB);
+  if (o.search) {
+    for (const auto& d : o.search->estimate.devices) peak = std::max(peak, d.memory.total() / kGiB);
+  } else {
+    for (const auto& m : o.layout->time.memory) peak = std::max(peak, m.total() / kGiB);
+  }
   return peak;
 }
 
@@ -45,43 +66,76 @@ int max_tp(const Plan& plan) {
   return t;
 }
 
+// A pipeline plan's value, or null for a sequence layout.
+template <class F>
+Json of_plan(const Outcome& o, F get) {
+  return o.search ? Json(get(*o.search)) : Json();
+}
+
 // Every metric, in CSV column order: closed form, plan, cluster, simulation.
 const std::vector<MetricDef>& metric_defs() {
   static const std::vector<MetricDef> defs = {
       {{"tokens_per_s", "tokens/s, closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.tokens_per_s); }},
+       [](const Outcome& o) {
+         return Json(o.search ? o.search->estimate.tokens_per_s : o.layout->time.tokens_per_s);
+       }},
       {{"iteration_time_s", "iteration time (s), closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.iteration_time_s); }},
+       [](const Outcome& o) { return Json(o.iteration_s()); }},
       {{"mfu", "model FLOPs utilisation of the whole cluster's peak, closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.mfu); }},
-      {{"hfu", "hardware FLOPs utilisation (recompute included), closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.figures.hfu); }},
+       [](const Outcome& o) {
+         return Json(o.search ? o.search->estimate.mfu
+                              : o.model_flops_per_s() / o.scenario.cluster.peak_flops());
+       }},
+      {{"hfu", "hardware FLOPs utilisation (recompute included), closed form; pipeline plans"},
+       [](const Outcome& o) { return of_plan(o, [](auto& r) { return r.estimate.figures.hfu; }); }},
       {{"achieved_pflops", "model PFLOP/s, closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.achieved_pflops); }},
+       [](const Outcome& o) {
+         return Json(o.search ? o.search->estimate.achieved_pflops : o.model_flops_per_s() / 1e15);
+       }},
       {{"model_tflops_per_gpu", "model TFLOP/s per GPU used, closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.figures.model_tflops_per_gpu); }},
-      {{"megatron_tflops_per_gpu", "Megatron-LM formula TFLOP/s per GPU used, closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.figures.megatron_tflops_per_gpu); }},
-      {{"pipeline_s", "slowest pipeline (s), closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.pipeline_s); }},
-      {{"dp_sync_s", "DP sync after the slowest pipeline (s), closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.dp_sync_s); }},
+       [](const Outcome& o) {
+         return Json(o.search ? o.search->estimate.figures.model_tflops_per_gpu
+                              : o.model_flops_per_s() / 1e12 / o.gpus_used());
+       }},
+      {{"megatron_tflops_per_gpu",
+        "Megatron-LM formula TFLOP/s per GPU used, closed form; pipeline plans"},
+       [](const Outcome& o) {
+         return of_plan(o, [](auto& r) { return r.estimate.figures.megatron_tflops_per_gpu; });
+       }},
+      {{"pipeline_s", "slowest pipeline (s), closed form; pipeline plans"},
+       [](const Outcome& o) { return of_plan(o, [](auto& r) { return r.estimate.pipeline_s; }); }},
+      {{"sequence_s", "one sequence through every layer (s), closed form; sequence layouts"},
+       [](const Outcome& o) { return o.layout ? Json(o.layout->time.sequence_s) : Json(); }},
+      {{"dp_sync_s",
+        "gradient sync after the slowest pipeline (DP), or the sequence mesh's (s), closed form"},
+       [](const Outcome& o) {
+         return Json(o.search ? o.search->estimate.dp_sync_s : o.layout->time.sync_s);
+       }},
       {{"optimizer_s", "optimizer step (s), closed form"},
-       [](const Outcome& o) { return Json(o.search.estimate.optimizer_s); }},
+       [](const Outcome& o) {
+         return Json(o.search ? o.search->estimate.optimizer_s : o.layout->time.optimizer_s);
+       }},
       {{"feasible", "every device fits in memory"},
-       [](const Outcome& o) { return Json(o.search.estimate.feasible); }},
+       [](const Outcome& o) {
+         return Json(o.search ? o.search->estimate.feasible : o.layout->time.fits);
+       }},
       {{"peak_memory_gib", "largest device memory (GiB), closed form"},
-       [](const Outcome& o) { return Json(peak_memory_gib(o.search.estimate)); }},
-      {{"pipelines", "pipelines (DP degree) of the plan"},
-       [](const Outcome& o) { return Json(o.search.plan.pipelines.size()); }},
-      {{"max_stages", "most stages in one pipeline"},
-       [](const Outcome& o) { return Json(max_stages(o.search.plan)); }},
-      {{"max_tp", "largest TP degree of a stage"},
-       [](const Outcome& o) { return Json(max_tp(o.search.plan)); }},
-      {{"gpus_used", "GPUs the plan uses"},
-       [](const Outcome& o) { return Json(o.search.plan.num_devices()); }},
-      {{"candidates", "plans the search evaluated"},
-       [](const Outcome& o) { return Json(o.search.candidates); }},
+       [](const Outcome& o) { return Json(peak_memory_gib(o)); }},
+      {{"pipelines", "pipelines (DP degree) of the plan; pipeline plans"},
+       [](const Outcome& o) {
+         return of_plan(o, [](auto& r) { return r.plan.pipelines.size(); });
+       }},
+      {{"max_stages", "most stages in one pipeline; pipeline plans"},
+       [](const Outcome& o) { return of_plan(o, [](auto& r) { return max_stages(r.plan); }); }},
+      {{"max_tp", "largest TP degree of a stage; pipeline plans"},
+       [](const Outcome& o) { return of_plan(o, [](auto& r) { return max_tp(r.plan); }); }},
+      {{"sequence_groups", "all-to-all groups on the context-parallel ring; sequence layouts"},
+       [](const Outcome& o) { return o.layout ? Json(o.layout->layout.groups.size()) : Json(); }},
+      {{"gpus_used", "GPUs the plan uses"}, [](const Outcome& o) { return Json(o.gpus_used()); }},
+      {{"candidates", "plans (or layouts) the search evaluated"},
+       [](const Outcome& o) {
+         return Json(o.search ? o.search->candidates : o.layout->candidates);
+       }},
       {{"num_gpus", "GPUs in the cluster"},
        [](const Outcome& o) { return Json(o.scenario.cluster.num_devices()); }},
       {{"peak_pflops", "the cluster's summed peak PFLOP/s"},
@@ -96,7 +150,7 @@ const std::vector<MetricDef>& metric_defs() {
        [](const Outcome& o) { return o.sim ? Json(o.sim->figures.hfu) : Json(); }},
       {{"sim_vs_estimate", "simulated / closed-form iteration time"},
        [](const Outcome& o) {
-         return o.sim ? Json(o.sim->iteration_time_s / o.search.estimate.iteration_time_s) : Json();
+         return o.sim ? Json(o.sim->iteration_time_s / o.iteration_s()) : Json();
        }},
       {{"sim_feasible", "every device fits in memory, simulated"},
        [](const Outcome& o) { return o.sim ? Json(o.sim->feasible) : Json(); }},
@@ -104,6 +158,13 @@ const std::vector<MetricDef>& metric_defs() {
        [](const Outcome& o) { return o.sim ? Json(o.sim->activities) : Json(); }},
   };
   return defs;
+}
+
+const SequenceScheduler* find_sequence_scheduler(const std::string& name) {
+  for (const auto& s : sequence_schedulers()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
 }
 
 // The point as a scenario: the sweep's base training config with the point's sequence
@@ -134,12 +195,7 @@ struct Timing {
   double sim_s = 0;
 };
 
-Result<SimReport> simulate_plan(const Scenario& sc, const SearchResult& found, Fidelity f) {
-  LowerOptions lo;
-  lo.scenario = sc.name;
-  lo.granularity = f == Fidelity::kStage ? Granularity::kStage : Granularity::kLayer;
-  auto program =
-      lower_plan(found.plan, sc.cluster, sc.model, sc.training, lo, found.scheduler + " plan");
+Result<SimReport> simulate_program(const Scenario& sc, const Result<Program>& program) {
   if (!program) return program.error();
   SimOptions so;
   so.scenario = sc.name;
@@ -149,10 +205,53 @@ Result<SimReport> simulate_plan(const Scenario& sc, const SearchResult& found, F
   return std::move(out->report);
 }
 
+// The metrics of an outcome that the sweep keeps.
+Json kept_metrics(const SweepContext& ctx, const Outcome& o) {
+  Json metrics = Json::object();
+  for (const std::string& name : ctx.sweep.metrics) {
+    for (const MetricDef& d : metric_defs()) {
+      if (name != d.info.name) continue;
+      if (Json v = d.get(o); !v.is_null()) metrics[name] = std::move(v);
+    }
+  }
+  return metrics;
+}
+
+// A sequence scheduler's point: its options from the sweep's scheduler entry, the layout
+// over the whole cluster, lowered and simulated at layer or stage fidelity (one program for
+// both: a sequence mesh has no per-layer stage to coarsen).
+Result<Json> compute_sequence(const SweepContext& ctx, const SweepPoint& p, const Scenario& sc,
+                              const SequenceScheduler& scheduler, Timing& timing,
+                              std::string& plan_digest) {
+  auto options = load_with([&] {
+    HexiSeqOptions o;
+    o.time_budget_s = ctx.sweep.time_budget_s;
+    return read_hexiseq_options(JsonNode(sc.scheduler_options, sc.scheduler_options_origin), o);
+  });
+  if (!options) return options.error();
+  SequenceCost cost(sc.cluster, sc.model, sc.training, sc.profile);
+  auto found = scheduler.run(cost, {}, *options);
+  if (!found) return found.error();
+  timing.search_s = found->search_time_s;
+  plan_digest = fnv1a64_hex(dump_json(to_json(found->layout)));
+  Outcome o{sc, nullptr, &*found, std::nullopt};
+  if (p.fidelity != Fidelity::kClosedForm) {
+    auto sim = simulate_program(sc, lower_sequence(found->layout, sc.cluster, sc.model, sc.training,
+                                                   sc.name, scheduler.name + " layout"));
+    if (!sim) return sim.error();
+    timing.sim_s = sim->wall_time_s;
+    o.sim = std::move(*sim);
+  }
+  return kept_metrics(ctx, o);
+}
+
 Result<Json> compute(const SweepContext& ctx, const SweepPoint& p, Timing& timing,
                      std::string& plan_digest) {
   auto sc = point_scenario(ctx.sweep, p);
   if (!sc) return sc.error();
+  if (const SequenceScheduler* seq = find_sequence_scheduler(sc->scheduler)) {
+    return compute_sequence(ctx, p, *sc, *seq, timing, plan_digest);
+  }
   SearchOptions so;
   so.seed = p.seed;
   so.time_budget_s = ctx.sweep.time_budget_s;
@@ -164,21 +263,18 @@ Result<Json> compute(const SweepContext& ctx, const SweepPoint& p, Timing& timin
     return failure("internal error: " + st.error().message);
   }
   plan_digest = fnv1a64_hex(plan_text(found->plan));
-  Outcome o{*sc, *found, std::nullopt};
+  Outcome o{*sc, &*found, nullptr, std::nullopt};
   if (p.fidelity != Fidelity::kClosedForm) {
-    auto sim = simulate_plan(*sc, *found, p.fidelity);
+    LowerOptions lo;
+    lo.scenario = sc->name;
+    lo.granularity = p.fidelity == Fidelity::kStage ? Granularity::kStage : Granularity::kLayer;
+    auto sim = simulate_program(*sc, lower_plan(found->plan, sc->cluster, sc->model, sc->training,
+                                                lo, found->scheduler + " plan"));
     if (!sim) return sim.error();
     timing.sim_s = sim->wall_time_s;
     o.sim = std::move(*sim);
   }
-  Json metrics = Json::object();
-  for (const std::string& name : ctx.sweep.metrics) {
-    for (const MetricDef& d : metric_defs()) {
-      if (name != d.info.name) continue;
-      if (Json v = d.get(o); !v.is_null()) metrics[name] = std::move(v);
-    }
-  }
-  return metrics;
+  return kept_metrics(ctx, o);
 }
 
 Json row_head(const SweepContext& ctx, const SweepPoint& p, double wall_s) {
@@ -209,6 +305,7 @@ const std::vector<SweepMetric>& sweep_metrics() {
 SweepVocabulary sweep_vocabulary() {
   SweepVocabulary v;
   for (const auto& s : schedulers()) v.schedulers.push_back(s.name);
+  for (const auto& s : sequence_schedulers()) v.schedulers.push_back(s.name);
   for (const auto& m : sweep_metrics()) v.metrics.emplace_back(m.name);
   return v;
 }

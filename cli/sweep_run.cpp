@@ -12,6 +12,7 @@
 
 #include "cli/common.hpp"
 #include "topologies/paths.hpp"
+#include "topologies/text.hpp"
 
 namespace hexi::cli {
 namespace {
@@ -238,6 +239,67 @@ void print_summary(const SweepContext& ctx, const SweepRecorder& rec, const Swee
             << "\n";
   if (was_interrupted) std::cout << "rerun the same command to compute the other points\n";
   std::cout << "wrote " << jsonl << " and " << csv << "\n";
+}
+
+Result<SweepContext> load_sweep_context(const std::string& file) {
+  auto catalogs = load_catalogs();
+  if (!catalogs) return catalogs.error();
+  auto sweep = load_sweep(file, catalogs->gpus, catalogs->models, sweep_vocabulary());
+  if (!sweep) return sweep.error();
+  auto gpus = read_json_file(data_root() / "topologies/gpus.json");
+  if (!gpus) return gpus.error();
+  return SweepContext{std::move(*sweep), fnv1a64_hex(dump_json(*gpus))};
+}
+
+int run_sweep_local(const SweepContext& ctx, const SweepRunOptions& opt) {
+  install_interrupt_handlers();
+  auto store = ResultStore::open(opt.out);
+  if (!store) return report(store.error());
+  if (!store.value()->dropped().empty()) {
+    std::cerr << "hexisim: note: " << store.value()->path().string()
+              << " ended in a partial row (an interrupted write: \"" << store.value()->dropped()
+              << "...\"); dropped it, its point is computed again\n";
+  }
+  auto todo = resume(ctx, **store, opt.retry_failed);
+  if (!todo) return report(todo.error());
+  const std::vector<int> points = todo->todo;
+  const int jobs = std::max(1, std::min<int>(opt.jobs, static_cast<int>(points.size())));
+  const std::string where = std::to_string(jobs) + " local worker" + (jobs > 1 ? "s" : "");
+  if (!opt.json) {
+    std::cout << "sweep " << ctx.sweep.name << ": " << ctx.sweep.points.size() << " points, "
+              << ctx.sweep.points.size() - points.size() << " already in "
+              << store.value()->path().string() << ", " << points.size() << " to compute on "
+              << where << std::endl;
+  }
+  SweepRecorder rec(ctx, **store, std::move(*todo));
+  ResultStore* s = store->get();
+  auto pool = make_pool(ctx, jobs, [s] { s->close_in_child(); });
+  const double start = steady_seconds();
+  if (!points.empty()) {
+    if (auto st = pool->start(); !st) return report(st.error());
+  }
+  std::size_t next = 0;
+  while (!interrupted() && (next < points.size() || pool->busy() > 0)) {
+    while (pool->idle() > 0 && next < points.size()) {
+      if (auto st = pool->submit(points[next++]); !st) return report(st.error());
+    }
+    auto done = pool->wait(1000);
+    if (!done) return report(done.error());
+    for (const auto& d : *done) {
+      if (auto st = rec.add(d); !st) return report(st.error());
+    }
+    rec.progress().tick();
+  }
+  pool->stop();
+  rec.progress().finish();
+  if (auto st = rec.write_csv(opt.out); !st) return report(st.error());
+  print_summary(ctx, rec, opt, steady_seconds() - start, where, interrupted());
+  return interrupted() ? 130 : 0;
+}
+
+int run_sweep_context(const SweepContext& ctx, const SweepRunOptions& opt) {
+  if (launcher_world_size() > 1) return run_sweep_mpi(ctx, opt);
+  return run_sweep_local(ctx, opt);
 }
 
 }  // namespace hexi::cli

@@ -83,6 +83,17 @@ void install_interrupt_handlers();
 std::unique_ptr<WorkerPool> make_pool(const SweepContext& ctx, int jobs,
                                       std::function<void()> in_child);
 
+// A sweep file loaded with the catalogs and the vocabulary of this build.
+Result<SweepContext> load_sweep_context(const std::string& file);
+
+// Computes the sweep's missing points into opt.out on local worker processes (the parent
+// appends their rows), reporting errors on stderr. Returns the exit code (130 when
+// interrupted).
+int run_sweep_local(const SweepContext& ctx, const SweepRunOptions& opt);
+
+// run_sweep_mpi under an MPI launcher, else run_sweep_local.
+int run_sweep_context(const SweepContext& ctx, const SweepRunOptions& opt);
+
 // The MPI world size the launcher announces (OpenMPI's mpirun, or PMI under srun), 1 when
 // not launched by one.
 int launcher_world_size();

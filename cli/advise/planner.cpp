@@ -8,6 +8,7 @@
 #include "scheduler/hexiscale/hexiscale.hpp"
 #include "scheduler/hexiseq/hexiseq.hpp"
 #include "scheduler/program/lower.hpp"
+#include "scheduler/program/lower_sequence.hpp"
 #include "scheduler/scheduler.hpp"
 #include "scheduler/search/batch_split.hpp"
 #include "scheduler/search/search.hpp"
@@ -176,15 +177,7 @@ MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_
   sc.seed = request_.search.seed;
   if (request_.long_context()) {
     SequenceCost cost(sc.cluster, sc.model, sc.training, profile_);
-    HexiSeqOptions o;
-    const SearchSettings& ss = request_.search;
-    o.backend = kBackendNames.parse(ss.solver).value_or(Backend::kCbc);
-    o.rounds = ss.hexiseq_rounds;
-    o.screen = static_cast<std::size_t>(ss.hexiseq_screen);
-    o.exhaustive_limit = static_cast<std::size_t>(ss.hexiseq_exhaustive_limit);
-    o.block_tokens = ss.hexiseq_block_tokens;
-    o.solver_time_limit_s = ss.hexiseq_solver_time_limit_s;
-    auto r = run_hexiseq(cost, {}, o);
+    auto r = run_hexiseq(cost, {}, request_.search.hexiseq);
     if (!r) return failed(r.error());
     out.result = planned(r->time.fits, "layout", r->time.tokens_per_s,
                          std::to_string(r->layout.groups.size()) + " sequence group" +
@@ -383,21 +376,25 @@ Json MixPlanner::plan_json(const std::vector<int>& n) {
 }
 
 Result<double> MixPlanner::simulate(const std::vector<int>& n) {
-  if (request_.long_context())
-    return failure("sequence layouts are not lowered to programs yet (HexiSeq)");
   auto it = mixes_.find(n);
-  if (it == mixes_.end() || !it->second->plan) return failure("no plan");
+  if (it == mixes_.end() || (!it->second->plan && !it->second->layout)) return failure("no plan");
   auto c = cluster(n);
   if (!c) return c.error();
-  LowerOptions lo;
-  lo.granularity = Granularity::kStage;
-  lo.scenario = "advise: " + mix_label(request_, n);
-  auto program =
-      lower_plan(*it->second->plan, *c, request_.model, request_.training, lo, lo.scenario);
+  const std::string name = "advise: " + mix_label(request_, n);
+  Result<Program> program = failure("");
+  if (it->second->layout) {
+    program =
+        lower_sequence(*it->second->layout, *c, request_.model, request_.training, name, name);
+  } else {
+    LowerOptions lo;
+    lo.granularity = Granularity::kStage;
+    lo.scenario = name;
+    program = lower_plan(*it->second->plan, *c, request_.model, request_.training, lo, name);
+  }
   if (!program) return program.error();
   SimOptions so;
   so.trace = false;
-  so.scenario = lo.scenario;
+  so.scenario = name;
   auto out = hexi::simulate(*program, *c, request_.model, request_.training, profile_, so);
   if (!out) return out.error();
   return out->report.tokens_per_s;

@@ -63,23 +63,14 @@ SearchSettings read_search(const JsonNode& node) {
     o->require_object();
     s.scheduler_options = o->json();
   }
-  if (auto o = node.find("hexiseq_options")) {
-    o->require_object();
-    o->allow_only({"rounds", "screen", "exhaustive_limit", "block_tokens", "solver_time_limit_s"});
-    s.hexiseq_rounds = static_cast<int>(o->integer_or("rounds", 1, 100, s.hexiseq_rounds));
-    s.hexiseq_screen = static_cast<int>(o->integer_or("screen", 0, 1 << 20, s.hexiseq_screen));
-    s.hexiseq_exhaustive_limit =
-        static_cast<int>(o->integer_or("exhaustive_limit", 0, 1 << 20, s.hexiseq_exhaustive_limit));
-    s.hexiseq_block_tokens = o->integer_or("block_tokens", 0, 1 << 30, s.hexiseq_block_tokens);
-    if (auto t = o->find("solver_time_limit_s"))
-      s.hexiseq_solver_time_limit_s = t->number_in(0.01, 1e5);
+  if (auto solver = node.find("solver")) {
+    auto backend = kBackendNames.parse(solver->str());
+    if (!backend) solver->fail(kBackendNames.list("\"", " or "));
+    s.hexiseq.backend = *backend;
   }
+  if (auto o = node.find("hexiseq_options")) s.hexiseq = read_hexiseq_options(*o, s.hexiseq);
   if (auto seed = node.find("seed"))
     s.seed = static_cast<std::uint64_t>(seed->integer_in(0, INT64_MAX));
-  if (auto solver = node.find("solver")) {
-    s.solver = solver->str();
-    if (!kBackendNames.parse(s.solver)) solver->fail(kBackendNames.list("\"", " or "));
-  }
   s.max_mixes = node.integer_or("max_mixes", 1, std::int64_t{1} << 40, s.max_mixes);
   return s;
 }

@@ -27,6 +27,7 @@
 #include "scenarios/model.hpp"
 #include "scenarios/prices.hpp"
 #include "scenarios/training.hpp"
+#include "scheduler/hexiseq/hexiseq.hpp"
 #include "topologies/cluster_gen.hpp"
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"
@@ -78,14 +79,9 @@ struct SearchSettings {
   int hexiseq_from_seq = 32768;  // sequences this long are planned with HexiSeq
   Json scheduler_options = {{"refine", false}, {"device_level_max", 8}};  // HexiScale's
   std::uint64_t seed = 1;
-  std::string solver = "cbc";  // HexiSeq's MILP solver: cbc | glpk
-  // HexiSeq's search ("hexiseq_options": rounds, screen, exhaustive_limit, block_tokens,
-  // solver_time_limit_s); HexiSeq's own defaults (scheduler/hexiseq/hexiseq.hpp).
-  int hexiseq_rounds = 3;
-  int hexiseq_screen = 8;
-  int hexiseq_exhaustive_limit = 64;
-  std::int64_t hexiseq_block_tokens = 0;
-  double hexiseq_solver_time_limit_s = 10;
+  // HexiSeq's search ("hexiseq_options", read by read_hexiseq_options; the search's
+  // "solver" sets its backend too): HexiSeq's own defaults (scheduler/hexiseq/hexiseq.hpp).
+  HexiSeqOptions hexiseq;
   std::int64_t max_mixes = 20'000'000;  // most combinations of machine counts enumerated
 };
 

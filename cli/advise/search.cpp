@@ -581,10 +581,6 @@ void Search::front_and_simulations() {
   }
   for (int i : simulation_order()) {
     Point& p = ev[i];
-    if (r_.long_context()) {
-      p.simulation_note = "not simulated: HexiSeq layouts are not lowered to programs yet";
-      continue;
-    }
     say("simulating " + buy_label(r_, p.buy) + " (" + std::to_string(p.gpus) + " GPUs)...");
     auto sim = ev_.simulate(p.machines);
     if (sim) {

@@ -836,6 +836,38 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
 
 }  // namespace
 
+HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
+  node.require_object();
+  static constexpr std::string_view kKeys[] = {
+      "solver",           "time_budget_s", "rounds",        "block_tokens",       "split_kv_heads",
+      "exhaustive_limit", "screen",        "largest_merge", "solver_time_limit_s"};
+  for (const auto& [key, value] : node.json().items()) {
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
+    node.at(key).fail_message("unknown HexiSeq option \"" + key +
+                              "\" (known: solver, time_budget_s, rounds, block_tokens, "
+                              "split_kv_heads, exhaustive_limit, screen, largest_merge, "
+                              "solver_time_limit_s)");
+  }
+  if (auto solver = node.find("solver")) {
+    auto backend = kBackendNames.parse(solver->str());
+    if (!backend) solver->fail(kBackendNames.list("\"", " or "));
+    o.backend = *backend;
+  }
+  if (auto t = node.find("time_budget_s")) o.time_budget_s = t->number_in(0, 1e7);
+  o.rounds = static_cast<int>(node.integer_or("rounds", 1, 100, o.rounds));
+  o.block_tokens = node.integer_or("block_tokens", 0, std::int64_t{1} << 40, o.block_tokens);
+  o.split_kv_heads = node.boolean_or("split_kv_heads", o.split_kv_heads);
+  const auto count = [&](const char* key, std::size_t fallback) {
+    return static_cast<std::size_t>(
+        node.integer_or(key, 0, 1 << 20, static_cast<std::int64_t>(fallback)));
+  };
+  o.exhaustive_limit = count("exhaustive_limit", o.exhaustive_limit);
+  o.screen = count("screen", o.screen);
+  o.largest_merge = std::max<std::size_t>(1, count("largest_merge", o.largest_merge));
+  if (auto t = node.find("solver_time_limit_s")) o.solver_time_limit_s = t->number_in(0.01, 1e5);
+  return o;
+}
+
 Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
                                   const HexiSeqOptions& options) {
   const Cluster& cluster = cost.cluster();

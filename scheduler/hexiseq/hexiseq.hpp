@@ -53,6 +53,13 @@ struct HexiSeqOptions {
   double solver_time_limit_s = 10;    // s per LP / integer program
 };
 
+// The options of a JSON object (a sweep's scheduler entry, an advise request's
+// "hexiseq_options"): "solver" ("cbc" | "glpk"), "time_budget_s", "rounds", "block_tokens",
+// "split_kv_heads", "exhaustive_limit", "screen", "largest_merge", "solver_time_limit_s", each
+// optional over `defaults`. Throws InputError naming the path (load_with() turns it into bad
+// input).
+HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
+
 struct HexiSeqResult {
   SequenceLayout layout;
   IterationTime time;    // closed form, on the real cluster
