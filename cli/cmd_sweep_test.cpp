@@ -296,7 +296,7 @@ TEST(CliSweep, SequenceSchedulersPlanLayouts) {
   ASSERT_EQ(by.size(), 3u);
   const json& hq = by["hexiseq"]["metrics"];
   const json& ring = by["ring"]["metrics"];
-  EXPECT_EQ(hq["gpus_used"], 16);
+  EXPECT_EQ(hq["gpus_used"], 8);  // the H100s: the A100s behind 25 GB/s only slow it down
   EXPECT_GE(hq["sequence_groups"].get<int>(), 1);
   EXPECT_FALSE(hq.contains("pipelines")) << hq.dump();  // a pipeline plan's metric
   EXPECT_EQ(ring["sequence_groups"], 16);               // one device per ring group

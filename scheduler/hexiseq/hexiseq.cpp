@@ -839,14 +839,16 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   node.require_object();
   static constexpr std::string_view kKeys[] = {
-      "solver",           "time_budget_s", "rounds",        "block_tokens",       "split_kv_heads",
-      "exhaustive_limit", "screen",        "largest_merge", "solver_time_limit_s"};
+      "solver",         "time_budget_s",  "rounds",
+      "block_tokens",   "split_kv_heads", "exhaustive_limit",
+      "screen",         "largest_merge",  "solver_time_limit_s",
+      "idle_slow_types"};
   for (const auto& [key, value] : node.json().items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
     node.at(key).fail_message("unknown HexiSeq option \"" + key +
                               "\" (known: solver, time_budget_s, rounds, block_tokens, "
                               "split_kv_heads, exhaustive_limit, screen, largest_merge, "
-                              "solver_time_limit_s)");
+                              "solver_time_limit_s, idle_slow_types)");
   }
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());
@@ -865,16 +867,16 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   o.screen = count("screen", o.screen);
   o.largest_merge = std::max<std::size_t>(1, count("largest_merge", o.largest_merge));
   if (auto t = node.find("solver_time_limit_s")) o.solver_time_limit_s = t->number_in(0.01, 1e5);
+  o.idle_slow_types = node.boolean_or("idle_slow_types", o.idle_slow_types);
   return o;
 }
 
-Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
+namespace {
+
+// The search over exactly `devices` (sorted).
+Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<int>& devices,
                                   const HexiSeqOptions& options) {
   const Cluster& cluster = cost.cluster();
-  if (devices.empty()) {
-    for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
-  }
-  std::sort(devices.begin(), devices.end());
   const std::int64_t s = cost.training().seq_len;
   const auto block = token_block(s, static_cast<int>(devices.size()), options.block_tokens);
   if (!block) {
@@ -911,6 +913,76 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
   }
   search.polish();
   return search.finish();
+}
+
+// The devices of the fastest GPU types (by dense bf16 TFLOP/s, ties by name): one set per
+// count of types kept, 1 .. types - 1.
+std::vector<std::vector<int>> faster_type_subsets(const Cluster& cluster,
+                                                  const std::vector<int>& devices) {
+  std::vector<std::pair<double, std::string>> types;
+  for (int d : devices) {
+    const GpuSpec& g = cluster.gpu(d);
+    if (std::find(types.begin(), types.end(), std::pair(g.tflops, g.name)) == types.end())
+      types.emplace_back(g.tflops, g.name);
+  }
+  std::sort(types.begin(), types.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::vector<std::vector<int>> out;
+  for (std::size_t keep = 1; keep < types.size(); ++keep) {
+    std::vector<int> subset;
+    for (int d : devices) {
+      const GpuSpec& g = cluster.gpu(d);
+      for (std::size_t k = 0; k < keep; ++k) {
+        if (types[k].second == g.name && types[k].first == g.tflops) subset.push_back(d);
+      }
+    }
+    out.push_back(std::move(subset));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
+                                  const HexiSeqOptions& options) {
+  const Cluster& cluster = cost.cluster();
+  if (devices.empty()) {
+    for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
+  }
+  std::sort(devices.begin(), devices.end());
+  auto best = search_mesh(cost, devices, options);
+  if (!best || options.identical_devices || !options.idle_slow_types) return best;
+  // Meshes of the fastest types only: where the slow types' compute does not pay for what
+  // they add to every ring step, all-to-all and ZeRO-3 gather (a slow link between machines
+  // above all), leaving them idle is faster. Each such mesh is searched as the whole one is,
+  // within what is left of the time budget.
+  for (const std::vector<int>& subset : faster_type_subsets(cluster, devices)) {
+    HexiSeqOptions o = options;
+    if (options.time_budget_s > 0) {
+      o.time_budget_s = options.time_budget_s - best->search_time_s;
+      if (o.time_budget_s <= 0) {
+        best->budget_exhausted = true;
+        break;
+      }
+    }
+    auto r = search_mesh(cost, subset, o);
+    if (!r) continue;  // no layout of these devices fits
+    best->candidates += r->candidates;
+    best->solves += r->solves;
+    best->search_time_s += r->search_time_s;
+    best->budget_exhausted = best->budget_exhausted || r->budget_exhausted;
+    if (r->time.fits && r->time.iteration_s < best->time.iteration_s) {
+      r->candidates = best->candidates;
+      r->solves = best->solves;
+      r->search_time_s = best->search_time_s;
+      r->budget_exhausted = best->budget_exhausted;
+      r->grouping = "fastest types only, " + std::to_string(subset.size()) + " of " +
+                    std::to_string(devices.size()) + " GPUs; " + r->grouping;
+      best = std::move(r);
+    }
+  }
+  return best;
 }
 
 }  // namespace hexiseq
