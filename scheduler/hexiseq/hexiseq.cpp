@@ -915,30 +915,19 @@ Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<in
   return search.finish();
 }
 
-// The devices of the fastest GPU types (by dense bf16 TFLOP/s, ties by name): one set per
-// count of types kept, 1 .. types - 1.
-std::vector<std::vector<int>> faster_type_subsets(const Cluster& cluster,
-                                                  const std::vector<int>& devices) {
-  std::vector<std::pair<double, std::string>> types;
+// The devices of the fastest GPU type (by dense bf16 TFLOP/s, ties by name), or none when
+// every device is of that type.
+std::vector<int> fastest_type(const Cluster& cluster, const std::vector<int>& devices) {
+  const auto faster = [&](int a, int b) {
+    const GpuSpec &ga = cluster.gpu(a), &gb = cluster.gpu(b);
+    return ga.tflops != gb.tflops ? ga.tflops > gb.tflops : ga.name < gb.name;
+  };
+  const int best = *std::min_element(devices.begin(), devices.end(), faster);
+  std::vector<int> out;
   for (int d : devices) {
-    const GpuSpec& g = cluster.gpu(d);
-    if (std::find(types.begin(), types.end(), std::pair(g.tflops, g.name)) == types.end())
-      types.emplace_back(g.tflops, g.name);
+    if (cluster.gpu(d).name == cluster.gpu(best).name) out.push_back(d);
   }
-  std::sort(types.begin(), types.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
-  std::vector<std::vector<int>> out;
-  for (std::size_t keep = 1; keep < types.size(); ++keep) {
-    std::vector<int> subset;
-    for (int d : devices) {
-      const GpuSpec& g = cluster.gpu(d);
-      for (std::size_t k = 0; k < keep; ++k) {
-        if (types[k].second == g.name && types[k].first == g.tflops) subset.push_back(d);
-      }
-    }
-    out.push_back(std::move(subset));
-  }
+  if (out.size() == devices.size()) out.clear();
   return out;
 }
 
@@ -953,34 +942,35 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
   std::sort(devices.begin(), devices.end());
   auto best = search_mesh(cost, devices, options);
   if (!best || options.identical_devices || !options.idle_slow_types) return best;
-  // Meshes of the fastest types only: where the slow types' compute does not pay for what
+  // The mesh of the fastest type alone: where the slower types' compute does not pay for what
   // they add to every ring step, all-to-all and ZeRO-3 gather (a slow link between machines
-  // above all), leaving them idle is faster. Each such mesh is searched as the whole one is,
-  // within what is left of the time budget.
-  for (const std::vector<int>& subset : faster_type_subsets(cluster, devices)) {
-    HexiSeqOptions o = options;
-    if (options.time_budget_s > 0) {
-      o.time_budget_s = options.time_budget_s - best->search_time_s;
-      if (o.time_budget_s <= 0) {
-        best->budget_exhausted = true;
-        break;
-      }
+  // above all), leaving them idle is faster. Searched as the whole mesh is (homogeneous, so
+  // quickly), within what is left of the time budget. (Meshes of several of the fastest types
+  // are not searched: their integer programs cost as much as the whole mesh's.)
+  const std::vector<int> subset = fastest_type(cluster, devices);
+  if (subset.empty()) return best;
+  HexiSeqOptions o = options;
+  if (options.time_budget_s > 0) {
+    o.time_budget_s = options.time_budget_s - best->search_time_s;
+    if (o.time_budget_s <= 0) {
+      best->budget_exhausted = true;
+      return best;
     }
-    auto r = search_mesh(cost, subset, o);
-    if (!r) continue;  // no layout of these devices fits
-    best->candidates += r->candidates;
-    best->solves += r->solves;
-    best->search_time_s += r->search_time_s;
-    best->budget_exhausted = best->budget_exhausted || r->budget_exhausted;
-    if (r->time.fits && r->time.iteration_s < best->time.iteration_s) {
-      r->candidates = best->candidates;
-      r->solves = best->solves;
-      r->search_time_s = best->search_time_s;
-      r->budget_exhausted = best->budget_exhausted;
-      r->grouping = "fastest types only, " + std::to_string(subset.size()) + " of " +
-                    std::to_string(devices.size()) + " GPUs; " + r->grouping;
-      best = std::move(r);
-    }
+  }
+  auto r = search_mesh(cost, subset, o);
+  if (!r) return best;  // no layout of these devices fits
+  best->candidates += r->candidates;
+  best->solves += r->solves;
+  best->search_time_s += r->search_time_s;
+  best->budget_exhausted = best->budget_exhausted || r->budget_exhausted;
+  if (r->time.fits && r->time.iteration_s < best->time.iteration_s) {
+    r->candidates = best->candidates;
+    r->solves = best->solves;
+    r->search_time_s = best->search_time_s;
+    r->budget_exhausted = best->budget_exhausted;
+    r->grouping = "fastest type only, " + std::to_string(subset.size()) + " of " +
+                  std::to_string(devices.size()) + " GPUs; " + r->grouping;
+    best = std::move(r);
   }
   return best;
 }

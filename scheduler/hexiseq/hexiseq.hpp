@@ -19,9 +19,9 @@
 //   shards and heads. Every layout, and every grouping's even split, is scored by the closed
 //   form (time.hpp) and the best that fits is kept; on meshes of <= 16 groups the best is
 //   polished by moving single blocks between groups on the closed form.
-//   (4) the same search over the devices of the fastest GPU types only (1 .. types - 1 of
-//   them): slow types behind a slow link can cost more in ring steps, all-to-alls and ZeRO-3
-//   gathers than their compute brings, and then the best layout leaves them idle.
+//   (4) the same search over the devices of the fastest GPU type alone: slower types behind a
+//   slow link can cost more in ring steps, all-to-alls and ZeRO-3 gathers than their compute
+//   brings, and then the best layout leaves them idle.
 // The LP and integer programs go through the solver seam (scheduler/solver: CBC by default,
 // GLPK possible; GLPK is ~20x faster on these small programs, see bench/hexiseq_bench).
 // Deterministic: the same input gives the same layout (no budget, or a budget that does not
@@ -54,7 +54,7 @@ struct HexiSeqOptions {
   bool identical_devices = false;     // plan as if every device were the mesh's first
                                       // (hexiseq-homogeneous); scored on the real cluster
   double solver_time_limit_s = 10;    // s per LP / integer program
-  bool idle_slow_types = true;        // also search meshes of the fastest GPU types only
+  bool idle_slow_types = true;        // also search the mesh of the fastest GPU type alone
 };
 
 // The options of a JSON object (a sweep's scheduler entry, an advise request's

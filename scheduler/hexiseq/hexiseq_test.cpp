@@ -138,7 +138,7 @@ TEST(HexiSeqSearch, IdlesSlowTypesWhereTheyCostMoreThanTheyBring) {
   EXPECT_EQ(used, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7})) << idle->grouping;
   EXPECT_EQ(all.size(), 16u);
   EXPECT_LT(idle->time.iteration_s, 0.95 * every->time.iteration_s);
-  EXPECT_NE(idle->grouping.find("fastest types only, 8 of 16 GPUs"), std::string::npos)
+  EXPECT_NE(idle->grouping.find("fastest type only, 8 of 16 GPUs"), std::string::npos)
       << idle->grouping;
   // Both searches were run: the candidates add up.
   EXPECT_GT(idle->candidates, every->candidates);
