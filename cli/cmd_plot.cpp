@@ -23,25 +23,34 @@ struct PlotOptions {
   bool json = false;
 };
 
-// RESULTS as given: a results.jsonl file or the sweep's folder holding one.
-Result<fs::path> results_file(const std::string& arg) {
+// RESULTS as given: a results.jsonl file or the sweep's folder holding one; with --kind
+// breakdown, a simulation's report.json or the folder holding one.
+Result<fs::path> results_file(const std::string& arg, bool breakdown) {
+  const char* name = breakdown ? "report.json" : "results.jsonl";
   fs::path p = arg;
   std::error_code ec;
-  if (fs::is_directory(p, ec)) p /= "results.jsonl";
+  if (fs::is_directory(p, ec)) p /= name;
   if (!fs::is_regular_file(p, ec)) {
-    return bad_input("RESULTS " + arg + ": expected a sweep's results.jsonl or its folder (" +
-                     p.string() + " is not a file)");
+    return bad_input("RESULTS " + arg + ": expected " +
+                     (breakdown ? "a simulation's report.json" : "a sweep's results.jsonl") +
+                     " or its folder (" + p.string() + " is not a file)");
   }
   return p;
 }
 
 std::string default_out(const fs::path& results, const PlotOptions& o) {
-  std::string name = o.y + "-vs-" + o.x + (o.by.empty() ? "" : "-by-" + o.by) + ".png";
+  std::string name = o.kind == "breakdown"
+                         ? "breakdown-by-" + (o.by.empty() ? std::string("gpu") : o.by) + ".png"
+                         : o.y + "-vs-" + o.x + (o.by.empty() ? "" : "-by-" + o.by) + ".png";
   return (results.parent_path() / name).string();
 }
 
 int run_plot(const PlotOptions& o) {
-  auto results = results_file(o.results);
+  const bool breakdown = o.kind == "breakdown";
+  if (!breakdown && (o.x.empty() || o.y.empty())) {
+    return report(bad_input("--x and --y are required (but with --kind breakdown)"));
+  }
+  auto results = results_file(o.results, breakdown);
   if (!results) return report(results.error());
   const std::string out = o.out.empty() ? default_out(*results, o) : o.out;
   const fs::path ext = fs::path(out).extension();
@@ -54,8 +63,9 @@ int run_plot(const PlotOptions& o) {
   if (!fs::is_regular_file(script, ec)) {
     return report(failure(script.string() + " is missing (a broken installation?)"));
   }
-  std::vector<std::string> args = {
-      script.string(), results->string(), "--x", o.x, "--y", o.y, "--kind", o.kind, "--out", out};
+  std::vector<std::string> args = {script.string(), results->string(), "--kind",
+                                   o.kind,          "--out",           out};
+  if (!breakdown) args.insert(args.end(), {"--x", o.x, "--y", o.y});
   if (!o.by.empty()) args.insert(args.end(), {"--by", o.by});
   if (!o.title.empty()) args.insert(args.end(), {"--title", o.title});
   for (const auto& w : o.where) args.insert(args.end(), {"--where", w});
@@ -77,19 +87,25 @@ void add_plot_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand(
       "plot",
       "Draw sweep results (PNG or SVG, matplotlib): a metric against an axis, one line or bar "
-      "per value of another axis");
-  cmd->add_option("RESULTS", opt->results, "A sweep's results.jsonl, or its results folder")
+      "per value of another axis; or where a simulated iteration goes (--kind breakdown)");
+  cmd->add_option("RESULTS", opt->results,
+                  "A sweep's results.jsonl, or its results folder; with --kind breakdown, a "
+                  "simulation's report.json (simulate --out, seq --sim-out) or its folder")
       ->required();
   cmd->add_option("--x", opt->x,
                   "Axis (cluster, model, seq_len, global_batch, scheduler, fidelity, seed) or "
-                  "metric for the x axis")
-      ->required();
-  cmd->add_option("--y", opt->y, "Metric for the y axis, e.g. tokens_per_s, mfu")->required();
-  cmd->add_option("--by", opt->by, "One line / bar colour per value of this axis, e.g. scheduler");
+                  "metric for the x axis (required but with --kind breakdown)");
+  cmd->add_option("--y", opt->y,
+                  "Metric for the y axis, e.g. tokens_per_s, mfu (required but with --kind "
+                  "breakdown)");
+  cmd->add_option("--by", opt->by,
+                  "One line / bar colour per value of this axis, e.g. scheduler; with --kind "
+                  "breakdown one bar per gpu (default), stage, pipeline or device");
   cmd->add_option("--kind", opt->kind,
                   "line (mean per x), scatter (every point), bar (grouped bars), auto (line "
-                  "when x is numeric, else bar)")
-      ->check(CLI::IsMember({"auto", "line", "scatter", "bar"}))
+                  "when x is numeric, else bar), breakdown (a report's iteration per device: "
+                  "compute, TP, PP bubble, DP, CP ring, HP all-to-all, idle, stacked)")
+      ->check(CLI::IsMember({"auto", "line", "scatter", "bar", "breakdown"}))
       ->capture_default_str();
   cmd->add_option("--where", opt->where,
                   "Keep only the points whose axis (or metric) has this value, AXIS=VALUE, e.g. "

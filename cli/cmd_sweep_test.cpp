@@ -386,6 +386,35 @@ TEST(CliSweep, HelpListsOptionsAndMetrics) {
     EXPECT_NE(r.out.find(text), std::string::npos) << text;
 }
 
+// --kind breakdown: a simulation report's devices as stacked bars per GPU type.
+TEST(CliPlot, BreakdownOfASimulationReport) {
+  if (!have_matplotlib()) GTEST_SKIP() << "python3-matplotlib is not installed (scripts/setup.sh)";
+  const auto dir = scratch_dir("plot-breakdown");
+  ASSERT_EQ(run_cli("simulate tiny-llama-cpu --plan " + std::string(HEXISIM_TEST_ROOT) +
+                    "/scenarios/plans/tiny-pp2-tp2-tp1.json --fidelity stage --out " + dir.string())
+                .code,
+            0);
+  auto r = run_cli("plot " + dir.string() + " --kind breakdown");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("breakdown-by-gpu.png"), std::string::npos) << r.out;
+  EXPECT_EQ(read_text(dir / "breakdown-by-gpu.png").substr(1, 3), "PNG");
+  r = run_cli("plot " + (dir / "report.json").string() + " --kind breakdown --by stage --out " +
+              (dir / "s.svg").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(read_text(dir / "s.svg").find("<svg"), std::string::npos);
+  // Bad input: no --x/--y for other kinds, a grouping a report lacks, a results file.
+  EXPECT_EQ(run_cli("plot " + dir.string() + " --kind bar").code, 2);
+  r = run_cli("plot " + dir.string() + " --kind breakdown --by scheduler");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--by scheduler"), std::string::npos) << r.err;
+  write_text(dir / "x.json", "[1, 2]");
+  r = run_cli("plot " + (dir / "x.json").string() + " --kind breakdown --out " +
+              (dir / "x.png").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("expected a simulation report"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
 TEST(CliPlot, LinesAndGroupedBarsFromSweepResults) {
   if (!have_matplotlib()) GTEST_SKIP() << "python3-matplotlib is not installed (scripts/setup.sh)";
   const auto dir = scratch_dir("plot");

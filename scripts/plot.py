@@ -4,6 +4,7 @@
     plot.py RESULTS.jsonl --x AXIS --y METRIC [--by AXIS] [--kind auto|line|scatter|bar]
             [--where AXIS=VALUE]... --out FILE.png|FILE.svg [--title TEXT] [--log-x] [--log-y]
             [--quiet]
+    plot.py REPORT.json --kind breakdown [--by gpu|stage|pipeline|device] --out FILE [--title]
 
 RESULTS.jsonl is a sweep's results file (cli/sweep_point.hpp): one JSON row per point with
 its axis values under "point" and its metrics under "metrics". AXIS and METRIC name either
@@ -13,6 +14,10 @@ its axis values under "point" and its metrics under "metrics". AXIS and METRIC n
   bar      grouped bars: one group of bars per x value, one bar per --by value (e.g.
            --x cluster --y tokens_per_s --by scheduler compares schedulers per GPU mix)
   auto     line when every x value is a number, else bar
+  breakdown  from a simulation's report.json (`hexisim simulate --out`, `hexisim seq
+           --sim-out`): each device's iteration as stacked bars, the mean per --by group (GPU
+           type by default): compute, TP collectives, PP bubble and ZeRO-3 gathers, DP sync,
+           context-parallel ring, head-parallel all-to-all, idle
 --where keeps only the rows whose AXIS (or metric) has VALUE (compared as text; repeatable).
 Rows of failed points (no metrics) are left out and counted on stdout. Where several points
 share an (x, group) pair, the line or bar shows their mean and says so.
@@ -148,13 +153,91 @@ def plot(args, rows, plt):
     return fig, most
 
 
+# (label, how a device's report gives it): the parts of its iteration, bottom to top.
+PARTS = [
+    ("compute", lambda d: d["busy_s"]),
+    ("TP collectives", lambda d: d["exposed_comm_s"] - d.get("dp_wait_s", 0)
+     - d.get("ulysses_wait_s", 0) - d.get("ring_wait_s", 0)),
+    ("PP bubble / ZeRO-3 gathers", lambda d: d["bubble_s"]),
+    ("DP sync", lambda d: d.get("dp_wait_s", 0)),
+    ("CP ring", lambda d: d.get("ring_wait_s", 0)),
+    ("HP all-to-all", lambda d: d.get("ulysses_wait_s", 0)),
+    ("idle", lambda d: d["idle_s"]),
+]
+
+
+def breakdown(args):
+    try:
+        with open(args.results, encoding="utf-8") as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{args.results}: expected a simulation report (report.json): {e}")
+    devices = report.get("devices") if isinstance(report, dict) else None
+    if not devices:
+        fail(f"{args.results}: expected a simulation report with \"devices\" (report.json of "
+             "`hexisim simulate --out` or `hexisim seq --sim-out`)")
+    by = args.by or "gpu"
+    keys = {"gpu", "stage", "pipeline", "device"}
+    if by not in keys:
+        fail(f"--by {by}: a breakdown groups devices by one of {', '.join(sorted(keys))}")
+    groups = {}
+    for d in devices:
+        try:
+            parts = [max(0.0, float(get(d))) for _, get in PARTS]
+        except (KeyError, TypeError, ValueError):
+            fail(f"{args.results}: device {d.get('device')}: expected busy_s, exposed_comm_s, "
+                 "bubble_s and idle_s")
+        groups.setdefault(d.get(by), []).append(parts)
+    names = list(groups)
+    labels = [f"{n} ({len(groups[n])})" if by == "gpu" else f"{by} {n}" for n in names]
+    fig, ax = pyplot().subplots(figsize=(7.5, 4.5))
+    bottom = [0.0] * len(names)
+    for k, (label, _) in enumerate(PARTS):
+        heights = [sum(p[k] for p in groups[n]) / len(groups[n]) for n in names]
+        if not any(h > 0 for h in heights):
+            continue
+        ax.bar(range(len(names)), heights, 0.6, bottom=bottom, label=label)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(labels, rotation=20 if len(names) > 4 else 0,
+                       ha="right" if len(names) > 4 else "center")
+    ax.set_ylabel("seconds per iteration (mean per device)")
+    ax.set_xlabel(by)
+    it = report.get("iteration_time_s")
+    title = args.title or (f"where the iteration goes: {report.get('scenario', '')}"
+                           + (f" ({it:.3g} s)" if isinstance(it, (int, float)) else ""))
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig, len(devices)
+
+
+def pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        fail("matplotlib is not installed for /usr/bin/python3: run scripts/setup.sh "
+             "(Debian package python3-matplotlib)", code=1)
+    matplotlib.rcParams["svg.hashsalt"] = "hexisim"  # the same SVG bytes for the same rows
+    return plt
+
+
+def save(fig, out):
+    meta = {"Date": None} if out.endswith(".svg") else {}
+    fig.savefig(out, dpi=110, metadata=meta)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results")
-    p.add_argument("--x", required=True)
-    p.add_argument("--y", required=True)
+    p.add_argument("--x")
+    p.add_argument("--y")
     p.add_argument("--by")
-    p.add_argument("--kind", default="auto", choices=["auto", "line", "scatter", "bar"])
+    p.add_argument("--kind", default="auto",
+                   choices=["auto", "line", "scatter", "bar", "breakdown"])
     p.add_argument("--out", required=True)
     p.add_argument("--title")
     p.add_argument("--log-x", action="store_true")
@@ -164,6 +247,14 @@ def main():
     args = p.parse_args()
     if not (args.out.endswith(".png") or args.out.endswith(".svg")):
         fail(f"--out {args.out}: expected a .png or .svg file name")
+    if args.kind == "breakdown":
+        fig, n = breakdown(args)
+        save(fig, args.out)
+        if not args.quiet:
+            print(f"wrote {args.out}: {n} devices")
+        return
+    if not args.x or not args.y:
+        fail("--x and --y are required (but with --kind breakdown)")
     rows = load_rows(args.results)
     for name, flag in ((args.x, "--x"), (args.y, "--y"), (args.by, "--by")):
         if name:
@@ -182,17 +273,8 @@ def main():
         fail(f"{args.results}: no row has both {args.x} and {args.y} (did every point fail?)")
     if any(not isinstance(value(r, args.y), (int, float)) for r in used):
         fail(f"--y {args.y}: expected a numeric metric")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        fail("matplotlib is not installed for /usr/bin/python3: run scripts/setup.sh "
-             "(Debian package python3-matplotlib)", code=1)
-    matplotlib.rcParams["svg.hashsalt"] = "hexisim"  # the same SVG bytes for the same rows
-    fig, _ = plot(args, used, plt)
-    meta = {"Date": None} if args.out.endswith(".svg") else {}
-    fig.savefig(args.out, dpi=110, metadata=meta)
+    fig, _ = plot(args, used, pyplot())
+    save(fig, args.out)
     if not args.quiet:
         skipped = len(rows) - len(used)
         note = f" ({skipped} rows without {args.y} left out)" if skipped else ""

@@ -58,6 +58,7 @@ void stream_breakdown(const RunInputs& in, const DeviceLayout& l, const Executio
       m.bubble_s += gap;
     } else if (s == Stream::kDp) {
       m.exposed_comm_s += gap;
+      m.dp_wait_s += gap;
     } else {
       m.idle_s += gap;
     }

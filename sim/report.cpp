@@ -14,6 +14,7 @@ Json SimReport::to_json() const {
                {"tp_rank", d.tp_rank},
                {"busy_s", d.busy_s},
                {"exposed_comm_s", d.exposed_comm_s},
+               {"dp_wait_s", d.dp_wait_s},
                {"bubble_s", d.bubble_s},
                {"idle_s", d.idle_s},
                {"finish_s", d.finish_s},
@@ -96,6 +97,7 @@ Result<SimReport> SimReport::from_json(const Json& j) {
       m.tp_rank = d.at("tp_rank").get<int>();
       m.busy_s = d.at("busy_s").get<double>();
       m.exposed_comm_s = d.at("exposed_comm_s").get<double>();
+      m.dp_wait_s = d.at("dp_wait_s").get<double>();
       m.bubble_s = d.at("bubble_s").get<double>();
       m.idle_s = d.at("idle_s").get<double>();
       m.finish_s = d.at("finish_s").get<double>();

@@ -47,7 +47,9 @@ struct DeviceMetrics {
   double busy_s = 0;  // computing (kernels)
   double exposed_comm_s =
       0;  // in TP collectives (incl. waiting for peers), folded TP time, waiting for DP sync
-  double bubble_s = 0;    // waiting for a pipeline neighbour (stage-boundary transfers)
+  double dp_wait_s = 0;   // the part of exposed_comm_s spent waiting for the DP sync
+  double bubble_s = 0;    // waiting for a pipeline neighbour (stage-boundary transfers) or
+                          // for a ZeRO-3 weight gather
   double idle_s = 0;      // nothing to do (after its last op, ...)
   double finish_s = 0;    // its last op's completion
   int max_in_flight = 0;  // micro-batches whose activations were alive at once

@@ -361,6 +361,13 @@ TEST(Simulator, OverlappingDpRingsShareNoNicTime) {
       testing::plan_from({{"version", 1}, {"pipelines", pj}}), 2, 48, Granularity::kStage);
   const double sim_dp = r.sim.iteration_time_s - r.sim.pipeline_s;
   EXPECT_GT(sim_dp, 0.25 * r.sim.iteration_time_s);  // the DP sync matters here
+  // ... and the devices' breakdown says so: waiting for the DP sync, part of exposed comm.
+  double dp_wait = 0;
+  for (const auto& d : r.sim.devices) {
+    EXPECT_LE(d.dp_wait_s, d.exposed_comm_s + 1e-12) << d.device;
+    dp_wait = std::max(dp_wait, d.dp_wait_s);
+  }
+  EXPECT_GT(dp_wait, 0.5 * sim_dp);
   const double closed = r.estimate.iteration_time_s;
   EXPECT_NEAR(r.sim.iteration_time_s, closed, 0.03 * closed);
 }
