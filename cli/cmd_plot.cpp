@@ -103,9 +103,11 @@ void add_plot_command(CLI::App& app, Runner& run) {
                   "breakdown one bar per gpu (default), stage, pipeline or device");
   cmd->add_option("--kind", opt->kind,
                   "line (mean per x), scatter (every point), bar (grouped bars), auto (line "
-                  "when x is numeric, else bar), breakdown (a report's iteration per device: "
+                  "when x is numeric, else bar), pareto (every point and the front of low x, "
+                  "high y, e.g. --x usd_per_hour --y tokens_per_s), breakdown (a report's "
+                  "iteration per device: "
                   "compute, TP, PP bubble, DP, CP ring, HP all-to-all, idle, stacked)")
-      ->check(CLI::IsMember({"auto", "line", "scatter", "bar", "breakdown"}))
+      ->check(CLI::IsMember({"auto", "line", "scatter", "bar", "pareto", "breakdown"}))
       ->capture_default_str();
   cmd->add_option("--where", opt->where,
                   "Keep only the points whose axis (or metric) has this value, AXIS=VALUE, e.g. "

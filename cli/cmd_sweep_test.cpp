@@ -309,6 +309,61 @@ TEST(CliSweep, SequenceSchedulersPlanLayouts) {
   fs::remove_all(dir);
 }
 
+// A "prices" axis: the cluster's cost under a price book beside its tokens/s, by the book's
+// arithmetic (here by hand); a GPU type the book lacks fails the point, not the sweep; the
+// Pareto plot of cost against throughput.
+TEST(CliSweep, PricesAxisAddsTheClustersCost) {
+  const auto dir = scratch_dir("sweep-prices");
+  write_text(dir / "p.json", R"({"version": 1, "name": "p", "training": {"seq_len": 1024},
+    "axes": {"cluster": [{"mix": "A100-SXM-80GB:1x4"}, {"mix": "RTX4090:2x4"},
+                         {"mix": "V100:1x4"}],
+             "model": ["llama2-7b"], "global_batch": [8], "prices": ["public-2026-11"]}})");
+  auto r = run_cli("sweep " + (dir / "p.json").string() + " --out " + (dir / "out").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json book = json::parse(
+      read_text(std::string(HEXISIM_TEST_ROOT) + "/scenarios/prices/public-2026-11.json"));
+  auto priced = [&](const std::string& gpu, const char* what) {
+    for (const json& g : book["gpus"]) {
+      if (g["gpu"] == gpu && g.contains(what)) return g[what]["value"].get<double>();
+    }
+    return book["machine"][what]["value"].get<double>();  // server_usd: the machine's
+  };
+  const double network = book["machine"]["network_usd"]["value"];
+  std::map<std::string, json> by;
+  for (const json& row : rows_of(dir / "out")) by[row["point"]["cluster"]] = row;
+  ASSERT_EQ(by.size(), 3u);
+  const json& a100 = by["A100-SXM-80GB:1x4"];
+  EXPECT_NE(a100["key"].get<std::string>().find(";prices=public-2026-11"), std::string::npos);
+  EXPECT_EQ(a100["point"]["prices"], "public-2026-11");
+  EXPECT_TRUE(a100["digests"].contains("prices"));
+  const json& m = a100["metrics"];
+  const double capex =
+      4 * priced("A100-SXM-80GB", "purchase_usd") + priced("A100-SXM-80GB", "server_usd") + network;
+  EXPECT_NEAR(m["capex_usd"].get<double>(), capex, 1e-6);
+  EXPECT_NEAR(m["cloud_usd_per_hour"].get<double>(),
+              4 * priced("A100-SXM-80GB", "cloud_usd_per_hour"), 1e-9);
+  // Two machines of 4090s cost twice one.
+  const double one4090 =
+      4 * priced("RTX4090", "purchase_usd") + priced("RTX4090", "server_usd") + network;
+  EXPECT_NEAR(by["RTX4090:2x4"]["metrics"]["capex_usd"].get<double>(), 2 * one4090, 1e-6);
+  // $/M tokens from $/h and tokens/s.
+  EXPECT_NEAR(m["usd_per_m_tokens"].get<double>(),
+              m["usd_per_hour"].get<double>() / (m["tokens_per_s"].get<double>() * 3600 / 1e6),
+              1e-12);
+  EXPECT_NE(by["V100:1x4"]["error"]["message"].get<std::string>().find(
+                "GPU type V100 (machine V100) is not in price book \"public-2026-11\""),
+            std::string::npos)
+      << by["V100:1x4"].dump();
+  if (have_matplotlib()) {
+    r = run_cli("plot " + (dir / "out").string() +
+                " --kind pareto --x usd_per_hour --y tokens_per_s --out " +
+                (dir / "front.png").string());
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(read_text(dir / "front.png").substr(1, 3), "PNG");
+  }
+  fs::remove_all(dir);
+}
+
 // `hexisim reproduce hexiseq --quick`: the sweep, the report with the paper's figures beside
 // hexisim's, the figure; a rerun computes nothing and writes the same report.
 TEST(CliReproduce, HexiSeqQuickWritesTheReportAndResumes) {

@@ -15,6 +15,48 @@
 namespace hexi::cli {
 namespace {
 
+// What the whole cluster costs under a price book (scenarios/prices.hpp), as `advise` prices
+// machines: bought, capex = GPUs x purchase + server + network per machine and $/h = capex
+// written off over the book's years + energy; rented, GPUs x cloud $/GPU-hour; watts at the
+// wall = (GPUs x TDP + host) x PUE per machine. A price missing for some GPU type leaves that
+// figure out.
+struct ClusterCost {
+  std::optional<double> capex_usd, usd_per_hour, cloud_usd_per_hour;
+  double watts = 0;
+};
+
+Result<ClusterCost> cluster_cost(const Cluster& c, const PriceBook& book) {
+  ClusterCost out;
+  double capex = 0, cloud = 0;
+  bool bought = true, rented = true;
+  for (const Machine& m : c.machines()) {
+    const std::string& gpu = c.gpu_types()[m.gpu_type].name;
+    const GpuPrice* price = book.find(gpu);
+    if (price == nullptr) {
+      return bad_input("GPU type " + gpu + " (machine " + m.name + ") is not in price book \"" +
+                       book.name + "\"");
+    }
+    out.watts += book.machine_watts(*price, m.num_gpus);
+    if (price->purchase_usd) {
+      capex += book.machine_usd(*price, m.num_gpus);
+    } else {
+      bought = false;
+    }
+    if (price->cloud_usd_per_hour) {
+      cloud += m.num_gpus * price->cloud_usd_per_hour->value;
+    } else {
+      rented = false;
+    }
+  }
+  const double energy = out.watts / 1000 * book.usd_per_kwh.value;
+  if (bought) {
+    out.capex_usd = capex;
+    out.usd_per_hour = capex / (book.amortization_years.value * 8766.0) + energy;
+  }
+  if (rented) out.cloud_usd_per_hour = cloud;
+  return out;
+}
+
 // What a point produced: a pipeline scheduler's search (plan + closed-form estimate) or a
 // sequence scheduler's layout (closed form), and, at layer or stage fidelity, the
 // simulation of that plan or layout.
@@ -23,6 +65,7 @@ struct Outcome {
   const SearchResult* search = nullptr;   // pipeline schedulers
   const HexiSeqResult* layout = nullptr;  // sequence schedulers
   std::optional<SimReport> sim;
+  std::optional<ClusterCost> cost;  // with a "prices" axis
 
   double iteration_s() const {
     return search ? search->estimate.iteration_time_s : layout->time.iteration_s;
@@ -37,6 +80,13 @@ struct Outcome {
     return model_flops(scenario.model, scenario.training) / iteration_s();
   }
 };
+
+// $ per million tokens at `usd_per_hour`.
+Json per_m_tokens(const Outcome& o, const std::optional<double> ClusterCost::*field) {
+  if (!o.cost || !((*o.cost).*field)) return Json();
+  const double tokens_per_s = o.scenario.training.tokens_per_iteration() / o.iteration_s();
+  return Json(*((*o.cost).*field) / (tokens_per_s * 3600 / 1e6));
+}
 
 struct MetricDef {
   SweepMetric info;
@@ -140,6 +190,30 @@ const std::vector<MetricDef>& metric_defs() {
        [](const Outcome& o) { return Json(o.scenario.cluster.num_devices()); }},
       {{"peak_pflops", "the cluster's summed peak PFLOP/s"},
        [](const Outcome& o) { return Json(o.scenario.cluster.peak_flops() / 1e15); }},
+      {{"capex_usd", "the cluster's purchase price (with a \"prices\" axis)"},
+       [](const Outcome& o) {
+         return o.cost && o.cost->capex_usd ? Json(*o.cost->capex_usd) : Json();
+       }},
+      {{"usd_per_hour", "bought: capex written off over the book's years + energy, $/h"},
+       [](const Outcome& o) {
+         return o.cost && o.cost->usd_per_hour ? Json(*o.cost->usd_per_hour) : Json();
+       }},
+      {{"cloud_usd_per_hour", "rented at the book's cloud prices, $/h"},
+       [](const Outcome& o) {
+         return o.cost && o.cost->cloud_usd_per_hour ? Json(*o.cost->cloud_usd_per_hour) : Json();
+       }},
+      {{"watts", "the cluster's power at the wall (GPUs at TDP, hosts, PUE)"},
+       [](const Outcome& o) { return o.cost ? Json(o.cost->watts) : Json(); }},
+      {{"usd_per_m_tokens", "$ per million tokens, bought (usd_per_hour), closed form"},
+       [](const Outcome& o) { return per_m_tokens(o, &ClusterCost::usd_per_hour); }},
+      {{"cloud_usd_per_m_tokens", "$ per million tokens, rented, closed form"},
+       [](const Outcome& o) { return per_m_tokens(o, &ClusterCost::cloud_usd_per_hour); }},
+      {{"joules_per_token", "J per token at the wall, closed form"},
+       [](const Outcome& o) {
+         return o.cost ? Json(o.cost->watts * o.iteration_s() /
+                              o.scenario.training.tokens_per_iteration())
+                       : Json();
+       }},
       {{"sim_tokens_per_s", "tokens/s, simulated (layer or stage fidelity)"},
        [](const Outcome& o) { return o.sim ? Json(o.sim->tokens_per_s) : Json(); }},
       {{"sim_iteration_time_s", "iteration time (s), simulated"},
@@ -205,6 +279,15 @@ Result<SimReport> simulate_program(const Scenario& sc, const Result<Program>& pr
   return std::move(out->report);
 }
 
+// The cluster's cost under the point's price book, if it has one.
+Status price(const SweepContext& ctx, const SweepPoint& p, Outcome& o) {
+  if (p.prices < 0) return {};
+  auto cost = cluster_cost(o.scenario.cluster, ctx.sweep.prices[p.prices].book);
+  if (!cost) return cost.error();
+  o.cost = *cost;
+  return {};
+}
+
 // The metrics of an outcome that the sweep keeps.
 Json kept_metrics(const SweepContext& ctx, const Outcome& o) {
   Json metrics = Json::object();
@@ -234,7 +317,8 @@ Result<Json> compute_sequence(const SweepContext& ctx, const SweepPoint& p, cons
   if (!found) return found.error();
   timing.search_s = found->search_time_s;
   plan_digest = fnv1a64_hex(dump_json(to_json(found->layout)));
-  Outcome o{sc, nullptr, &*found, std::nullopt};
+  Outcome o{sc, nullptr, &*found, std::nullopt, std::nullopt};
+  if (auto st = price(ctx, p, o); !st) return st.error();
   if (p.fidelity != Fidelity::kClosedForm) {
     auto sim = simulate_program(sc, lower_sequence(found->layout, sc.cluster, sc.model, sc.training,
                                                    sc.name, scheduler.name + " layout"));
@@ -263,7 +347,8 @@ Result<Json> compute(const SweepContext& ctx, const SweepPoint& p, Timing& timin
     return failure("internal error: " + st.error().message);
   }
   plan_digest = fnv1a64_hex(plan_text(found->plan));
-  Outcome o{*sc, &*found, nullptr, std::nullopt};
+  Outcome o{*sc, &*found, nullptr, std::nullopt, std::nullopt};
+  if (auto st = price(ctx, p, o); !st) return st.error();
   if (p.fidelity != Fidelity::kClosedForm) {
     LowerOptions lo;
     lo.scenario = sc->name;
@@ -313,11 +398,13 @@ SweepVocabulary sweep_vocabulary() {
 Json point_digests(const SweepContext& ctx, const SweepPoint& p) {
   const Sweep& s = ctx.sweep;
   const SweepScheduler& sched = s.schedulers[p.scheduler];
-  return {{"cluster", s.clusters[p.cluster].digest},
-          {"model", input_digest(to_json(s.models[p.model].model))},
-          {"training", input_digest(to_json(s.training_of(p)))},
-          {"scheduler", fnv1a64_hex(sched.name + dump_json(sched.options))},
-          {"gpus", ctx.gpus_digest}};
+  Json d = {{"cluster", s.clusters[p.cluster].digest},
+            {"model", input_digest(to_json(s.models[p.model].model))},
+            {"training", input_digest(to_json(s.training_of(p)))},
+            {"scheduler", fnv1a64_hex(sched.name + dump_json(sched.options))},
+            {"gpus", ctx.gpus_digest}};
+  if (p.prices >= 0) d["prices"] = s.prices[p.prices].digest;
+  return d;
 }
 
 std::string run_point(const SweepContext& ctx, const SweepPoint& p) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "scenarios/sweep.hpp"
 #include "topologies/paths.hpp"
@@ -155,8 +156,18 @@ std::string results_csv(const std::vector<Json>& rows, const std::vector<std::st
   std::stable_sort(sorted.begin(), sorted.end(), [](const Json* a, const Json* b) {
     return (*a)["index"].get<long long>() < (*b)["index"].get<long long>();
   });
+  // The axes the rows have ("prices" only in sweeps that price their points).
+  std::vector<const char*> axes;
+  for (const char* axis : kSweepAxes) {
+    if (std::string_view(axis) != "prices" ||
+        std::any_of(rows.begin(), rows.end(), [&](const Json& r) {
+          return r.contains("point") && r["point"].contains(axis);
+        })) {
+      axes.push_back(axis);
+    }
+  }
   std::vector<std::string> header = {"index"};
-  for (const char* axis : kSweepAxes) header.emplace_back(axis);
+  for (const char* axis : axes) header.emplace_back(axis);
   header.emplace_back("status");
   header.insert(header.end(), metrics.begin(), metrics.end());
   for (const char* tail : {"plan_digest", "error", "wall_time_s", "search_time_s"})
@@ -170,7 +181,7 @@ std::string results_csv(const std::vector<Json>& rows, const std::vector<std::st
   };
   for (const Json* r : sorted) {
     std::vector<std::string> cells = {csv_value((*r)["index"])};
-    for (const char* axis : kSweepAxes) cells.push_back(csv_value(get(get(*r, "point"), axis)));
+    for (const char* axis : axes) cells.push_back(csv_value(get(get(*r, "point"), axis)));
     const bool failed = r->contains("error");
     cells.emplace_back(failed ? "error" : "ok");
     for (const auto& m : metrics) cells.push_back(csv_value(get(get(*r, "metrics"), m)));

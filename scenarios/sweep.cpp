@@ -146,7 +146,8 @@ class Reader {
         vocabulary_(vocabulary),
         clusters_(sweep.clusters, "cluster"),
         model_values_(sweep.models, "model"),
-        schedulers_(sweep.schedulers, "scheduler") {}
+        schedulers_(sweep.schedulers, "scheduler"),
+        prices_(sweep.prices, "prices") {}
 
   // One axis value of each kind; `axis` is the member name (kSweepAxes).
   int value(const char* axis, const JsonNode& v) {
@@ -178,6 +179,9 @@ class Reader {
       if (!f) v.fail(kFidelityNames.list("\"", " or "));
       return static_cast<int>(*f);
     }
+    if (a == "prices") {
+      return prices_.index(v, [&](const JsonNode& n) { return read_prices(n); });
+    }
     // seed: any 64-bit value a scenario takes; kept as an index into seeds_.
     seeds_.push_back(static_cast<std::uint64_t>(v.integer_in(0, INT64_MAX)));
     return static_cast<int>(seeds_.size()) - 1;
@@ -193,8 +197,18 @@ class Reader {
       const Json name = "hexiscale";
       return value(axis, JsonNode(name, sweep_.file.string(), "/axes/scheduler"));
     }
+    if (a == "prices") return -1;
     seeds_.push_back(1);
     return static_cast<int>(seeds_.size()) - 1;
+  }
+
+  SweepPrices read_prices(const JsonNode& n) const {
+    const std::string ref = n.str();
+    auto book = load_price_book(ref, gpus_, sweep_.file.parent_path());
+    if (!book) n.fail_message(book.error().message);
+    auto json = read_json_file(book->file);
+    if (!json) n.fail_message(json.error().message);
+    return {ref, std::move(*book), fnv1a64_hex(dump_json(*json))};
   }
 
   // A point from one value per axis (in kSweepAxes order).
@@ -208,12 +222,14 @@ class Reader {
     p.scheduler = v[4];
     p.fidelity = static_cast<Fidelity>(v[5]);
     p.seed = seeds_[v[6]];
+    p.prices = v[7];
     p.key = "cluster=" + sweep_.clusters[p.cluster].label +
             ";model=" + sweep_.models[p.model].label + ";seq_len=" + std::to_string(p.seq_len) +
             ";global_batch=" + std::to_string(p.global_batch) +
             ";scheduler=" + sweep_.schedulers[p.scheduler].label +
             ";fidelity=" + std::string(kFidelityNames.name(p.fidelity)) +
             ";seed=" + std::to_string(p.seed);
+    if (p.prices >= 0) p.key += ";prices=" + sweep_.prices[p.prices].label;
     return p;
   }
 
@@ -228,6 +244,7 @@ class Reader {
   Values<SweepCluster> clusters_;
   Values<SweepModel> model_values_;
   Values<SweepScheduler> schedulers_;
+  Values<SweepPrices> prices_;
   std::vector<std::uint64_t> seeds_;
 };
 
@@ -235,7 +252,8 @@ constexpr std::size_t kNumAxes = std::size(kSweepAxes);
 
 void Reader::axes(const JsonNode& node) {
   node.require_object();
-  node.allow_only({"cluster", "model", "seq_len", "global_batch", "scheduler", "fidelity", "seed"});
+  node.allow_only(
+      {"cluster", "model", "seq_len", "global_batch", "scheduler", "fidelity", "seed", "prices"});
   std::vector<std::vector<int>> values(kNumAxes);
   std::size_t total = 1;
   for (std::size_t a = 0; a < kNumAxes; ++a) {
@@ -280,7 +298,8 @@ void Reader::points(const JsonNode& node) {
   for (std::size_t i = 0; i < node.size(); ++i) {
     const JsonNode p = node.at(i);
     p.require_object();
-    p.allow_only({"cluster", "model", "seq_len", "global_batch", "scheduler", "fidelity", "seed"});
+    p.allow_only(
+        {"cluster", "model", "seq_len", "global_batch", "scheduler", "fidelity", "seed", "prices"});
     std::vector<int> v(kNumAxes);
     for (std::size_t a = 0; a < kNumAxes; ++a) {
       const char* axis = kSweepAxes[a];
@@ -308,13 +327,15 @@ bool plain_name(const std::string& s) {
 }  // namespace
 
 Json Sweep::point_json(const SweepPoint& p) const {
-  return {{"cluster", clusters[p.cluster].label},
-          {"model", models[p.model].label},
-          {"seq_len", p.seq_len},
-          {"global_batch", p.global_batch},
-          {"scheduler", schedulers[p.scheduler].label},
-          {"fidelity", kFidelityNames.name(p.fidelity)},
-          {"seed", p.seed}};
+  Json j = {{"cluster", clusters[p.cluster].label},
+            {"model", models[p.model].label},
+            {"seq_len", p.seq_len},
+            {"global_batch", p.global_batch},
+            {"scheduler", schedulers[p.scheduler].label},
+            {"fidelity", kFidelityNames.name(p.fidelity)},
+            {"seed", p.seed}};
+  if (p.prices >= 0) j["prices"] = prices[p.prices].label;
+  return j;
 }
 
 TrainingConfig Sweep::training_of(const SweepPoint& p) const {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "scenarios/model.hpp"
+#include "scenarios/prices.hpp"
 #include "scenarios/training.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/cluster_gen.hpp"
@@ -58,6 +59,13 @@ struct SweepScheduler {
   Json options = Json::object();
 };
 
+// A price book of the sweep's "prices" axis (scenarios/prices.hpp): a shipped name or a file.
+struct SweepPrices {
+  std::string label;  // the name or path as written
+  PriceBook book;
+  std::string digest;  // FNV-1a 64 (hex) of the book's JSON
+};
+
 // One point: indices into Sweep's value lists, and the scalar axes.
 struct SweepPoint {
   int index = 0;  // position in the sweep (the CSV's order)
@@ -65,6 +73,7 @@ struct SweepPoint {
   int seq_len = 0, global_batch = 0;
   Fidelity fidelity = Fidelity::kClosedForm;
   std::uint64_t seed = 1;
+  int prices = -1;  // index into Sweep::prices; -1: the sweep prices nothing
   std::string key;  // "cluster=...;model=...;...": unique in the sweep, what resumes match
 };
 
@@ -84,6 +93,7 @@ struct Sweep {
   std::vector<SweepCluster> clusters;
   std::vector<SweepModel> models;
   std::vector<SweepScheduler> schedulers;
+  std::vector<SweepPrices> prices;   // empty: no "prices" axis (no cost metrics, no key part)
   std::vector<std::string> metrics;  // kept in results; every known metric when not given
   std::vector<SweepPoint> points;
 
@@ -95,8 +105,9 @@ struct Sweep {
 };
 
 // The axes, in cross-product order (the first varies slowest) and CSV column order.
+// "prices" appears in keys and rows only when the sweep names price books.
 inline constexpr const char* kSweepAxes[] = {"cluster",   "model",    "seq_len", "global_batch",
-                                             "scheduler", "fidelity", "seed"};
+                                             "scheduler", "fidelity", "seed",    "prices"};
 
 // Reads and expands a sweep file. Bad input (file, JSON path, what was expected) for any
 // value that is wrong, for duplicate points and for more than kMaxSweepPoints points.

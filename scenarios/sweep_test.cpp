@@ -45,6 +45,26 @@ TEST(Sweep, AxesCrossInOrderWithDefaults) {
   EXPECT_EQ(s->point_json(p)["scheduler"], "random{\"seeds\":2}");
 }
 
+// A "prices" axis crosses like the others and joins the keys; without one, keys and rows
+// have no prices part.
+TEST(Sweep, PricesAxisJoinsKeysOnlyWhenGiven) {
+  auto s = parse(R"({"version": 1, "name": "x",
+    "axes": {"cluster": [{"mix": "A100:1x4"}], "model": ["llama2-7b"],
+             "prices": ["public-2026-11"]}})");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  ASSERT_EQ(s->points.size(), 1u);
+  ASSERT_EQ(s->prices.size(), 1u);
+  EXPECT_EQ(s->prices[0].book.name, "public-2026-11");
+  EXPECT_EQ(s->points[0].key.substr(s->points[0].key.rfind(';')), ";prices=public-2026-11");
+  EXPECT_EQ(s->point_json(s->points[0])["prices"], "public-2026-11");
+  auto plain = parse(R"({"version": 1, "name": "x",
+    "axes": {"cluster": [{"mix": "A100:1x4"}], "model": ["llama2-7b"]}})");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->points[0].prices, -1);
+  EXPECT_EQ(plain->points[0].key.find("prices"), std::string::npos);
+  EXPECT_FALSE(plain->point_json(plain->points[0]).contains("prices"));
+}
+
 // An explicit list: each distinct value is read once (one cluster for three points).
 TEST(Sweep, ExplicitPointsShareValues) {
   auto s = parse(R"({"version": 1, "name": "x", "metrics": ["mfu"], "points": [
@@ -88,6 +108,9 @@ TEST(Sweep, BadInputNamesFilePathAndExpectation) {
            {head + R"("axes": {"cluster": ["tiny-cpu-2x4"], "model": ["tiny-llama"],
                       "scheduler": ["fast"]}})",
             "s.json: /axes/scheduler/0: expected a scheduler (hexiscale, uniform, random)"},
+           {head + R"("axes": {"cluster": ["tiny-cpu-2x4"], "model": ["tiny-llama"],
+                      "prices": ["no-such-book"]}})",
+            "s.json: /axes/prices/0: "},
            {head + R"("axes": {"cluster": ["tiny-cpu-2x4"], "model": ["tiny-llama"],
                       "fidelity": ["exact"]}})",
             "s.json: /axes/fidelity/0: expected \"closed_form\", \"layer\" or \"stage\""},

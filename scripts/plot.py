@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Figures of sweep results (`hexisim plot`, which calls this script with /usr/bin/python3).
 
-    plot.py RESULTS.jsonl --x AXIS --y METRIC [--by AXIS] [--kind auto|line|scatter|bar]
+    plot.py RESULTS.jsonl --x AXIS --y METRIC [--by AXIS] [--kind auto|line|scatter|bar|pareto]
             [--where AXIS=VALUE]... --out FILE.png|FILE.svg [--title TEXT] [--log-x] [--log-y]
             [--quiet]
     plot.py REPORT.json --kind breakdown [--by gpu|stage|pipeline|device] --out FILE [--title]
@@ -14,6 +14,10 @@ its axis values under "point" and its metrics under "metrics". AXIS and METRIC n
   bar      grouped bars: one group of bars per x value, one bar per --by value (e.g.
            --x cluster --y tokens_per_s --by scheduler compares schedulers per GPU mix)
   auto     line when every x value is a number, else bar
+  pareto   every point (cost --x against throughput --y, e.g. --x usd_per_hour --y
+           tokens_per_s from a sweep with a "prices" axis) and the Pareto front: the points
+           that no other point beats on both (cheaper or equal, and faster), each labelled
+           with its cluster
   breakdown  from a simulation's report.json (`hexisim simulate --out`, `hexisim seq
            --sim-out`): each device's iteration as stacked bars, the mean per --by group (GPU
            type by default): compute, TP collectives, PP bubble and ZeRO-3 gathers, DP sync,
@@ -103,13 +107,23 @@ def group_means(rows, x, y, by):
     return out
 
 
+def pareto_front(rows, x, y):
+    """The rows no other row beats: cheapest first, each faster than every cheaper one."""
+    front, best = [], None
+    for r in sorted(rows, key=lambda r: (value(r, x), -value(r, y))):
+        if best is None or value(r, y) > best:
+            front.append(r)
+            best = value(r, y)
+    return front
+
+
 def plot(args, rows, plt):
     groups = group_means(rows, args.x, args.y, args.by)
     xs = [value(r, args.x) for r in rows]
     kind = args.kind
     if kind == "auto":
         kind = "line" if all(is_number(v) for v in xs) else "bar"
-    if kind in ("line", "scatter") and not all(is_number(v) for v in xs):
+    if kind in ("line", "scatter", "pareto") and not all(is_number(v) for v in xs):
         fail(f"--kind {kind}: --x {args.x} has values that are not numbers; use --kind bar")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     most = max(len(ys) for g in groups.values() for ys in g.values())
@@ -124,6 +138,17 @@ def plot(args, rows, plt):
         ax.set_xticks(range(len(cats)))
         ax.set_xticklabels([str(c) for c in cats], rotation=20 if len(cats) > 3 else 0,
                            ha="right" if len(cats) > 3 else "center")
+    elif kind == "pareto":
+        for g, by_x in groups.items():
+            px = [v for v, ys in by_x.items() for _ in ys]
+            py = [y for ys in by_x.values() for y in ys]
+            ax.scatter(px, py, label=str(g) if args.by else None, s=18, alpha=0.7)
+        front = pareto_front(rows, args.x, args.y)
+        ax.step([value(r, args.x) for r in front], [value(r, args.y) for r in front],
+                where="post", color="black", linewidth=1, label="Pareto front")
+        for r in front:
+            ax.annotate(str(value(r, "cluster")), (value(r, args.x), value(r, args.y)),
+                        fontsize=7, xytext=(4, -10), textcoords="offset points")
     else:
         for g, by_x in groups.items():
             if kind == "scatter":
@@ -141,9 +166,11 @@ def plot(args, rows, plt):
     ax.set_xlabel(args.x)
     ax.set_ylabel(args.y)
     title = args.title or f"{args.y} vs {args.x}" + (f" by {args.by}" if args.by else "")
+    if kind == "pareto" and not args.title:
+        title += " (black: the Pareto front)"
     if args.where and not args.title:
         title += " (" + ", ".join(args.where) + ")"
-    if most > 1 and kind != "scatter":
+    if most > 1 and kind not in ("scatter", "pareto"):
         title += f"\n(mean of up to {most} points each)"
     ax.set_title(title, fontsize=11)
     ax.grid(True, alpha=0.3)
@@ -237,7 +264,7 @@ def main():
     p.add_argument("--y")
     p.add_argument("--by")
     p.add_argument("--kind", default="auto",
-                   choices=["auto", "line", "scatter", "bar", "breakdown"])
+                   choices=["auto", "line", "scatter", "bar", "pareto", "breakdown"])
     p.add_argument("--out", required=True)
     p.add_argument("--title")
     p.add_argument("--log-x", action="store_true")
