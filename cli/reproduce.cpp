@@ -58,10 +58,12 @@ std::string tokens_cell(const Measure* m, bool simulated) {
 }
 
 // The strongest of `names` at `s` that fits (closed form, or simulated where `simulated`: a
-// baseline that was not simulated stands in with its closed form, and `stand_in` says so).
+// baseline that was not simulated stands in with its closed form, and `stand_in` says so;
+// 0 when none of them was simulated).
 double best_of(const ResultTable& t, const Setting& s, const std::vector<std::string>& names,
                bool simulated, bool* stand_in = nullptr) {
   double best = 0;
+  bool any_simulated = false;
   for (const auto& n : names) {
     const Measure* m = t.find(s, n);
     if (m == nullptr || !m->ok()) continue;
@@ -71,11 +73,12 @@ double best_of(const ResultTable& t, const Setting& s, const std::vector<std::st
         if (stand_in != nullptr) *stand_in = true;
       } else {
         v = m->simulated_mean();
+        any_simulated = true;
       }
     }
     best = std::max(best, v);
   }
-  return best;
+  return simulated && !any_simulated ? 0 : best;
 }
 
 // min, mean and max of ratios, as "1.05×–1.30× (mean 1.16×, N settings)".
