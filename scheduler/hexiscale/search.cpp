@@ -15,6 +15,8 @@ namespace {
 constexpr std::size_t kEliteStarts = 5;
 // Most D values the sweep visits one by one (then it strides; see sweep()).
 constexpr int kMaxSweep = 128;
+// Device-level seeds per D of a machine-level search (round-robin, mixed, mixed in pairs).
+constexpr std::size_t kDeviceSeeds = 3;
 // A candidate within this factor of the best plan's time also tries its pipelines reversed.
 constexpr double kNearBest = 1.05;
 
@@ -37,7 +39,12 @@ Assignment assignment_from_parts(const std::vector<Unit>& units, const std::vect
 
 HexiScaleSearch::HexiScaleSearch(SpecEvaluator& ev, const HexiScaleOptions& options,
                                  SearchClock& clock, std::uint64_t seed)
-    : ev_(ev), options_(options), clock_(clock), seed_(seed), builder_(ev, options.tau) {
+    : ev_(ev),
+      options_(options),
+      clock_(clock),
+      seed_(seed),
+      builder_(ev, options.tau),
+      wide_builder_(ev, options.tau) {
   const Cluster& c = ev.cost_model().cluster();
   per_machine_ = c.num_devices() > options.device_level_max;
   device_seeds_ = per_machine_ && c.num_devices() <= options.device_refine_max;
@@ -49,6 +56,7 @@ HexiScaleSearch::HexiScaleSearch(SpecEvaluator& ev, const HexiScaleOptions& opti
     workers_.push_back(std::make_unique<Worker>(ev.cost_model(), options, !per_machine_));
     workers_.back()->ev.share_caches(ev_);
     workers_.back()->builder.share_cache(builder_);
+    workers_.back()->wide_builder.share_cache(wide_builder_);
   }
   total_flops_ = c.peak_flops();
 }
@@ -133,16 +141,33 @@ PlanSpec HexiScaleSearch::aligned(const PlanSpec& spec) const {
 }
 
 HexiScaleSearch::Worker::Worker(const CostModel& model, const HexiScaleOptions& options, bool wide)
-    : cm(model), ev(cm, options.per_stage_recompute), builder(ev, options.tau) {
+    : cm(model),
+      ev(cm, options.per_stage_recompute),
+      builder(ev, options.tau),
+      wide_builder(ev, options.tau) {
   builder.set_wide(wide);
 }
 
+bool HexiScaleSearch::splits_machines(const Assignment& a) const {
+  const Cluster& c = ev_.cost_model().cluster();
+  for (const auto& p : a) {
+    for (auto [m, n] : p) {
+      if (n < c.machines()[m].num_gpus) return true;
+    }
+  }
+  return false;
+}
+
 HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBuilder& builder,
+                                                   PipelineBuilder& wide_builder,
                                                    const Assignment& a, double limit,
                                                    double best) const {
   Outcome o;
+  // Device-level candidates (pipelines of parts of machines) get the device-level
+  // search's phase 2 and reversed pipelines, also in a machine-level search.
+  const bool device_level = !per_machine_ || splits_machines(a);
   // Phase 2 per pipeline, and the same with the pipelines' orders aligned.
-  std::vector<PlanSpec> variants{build(builder, a)};
+  std::vector<PlanSpec> variants{build(device_level ? wide_builder : builder, a)};
   PlanSpec same_order = aligned(variants[0]);
   bool differs = false;
   for (std::size_t p = 0; p < same_order.pipelines.size(); ++p) {
@@ -174,7 +199,7 @@ HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBu
   // stage's own warm-up), so the better order may rank second there (16-GPU mixes at
   // global batch 16: amp-like's [H100, RTX 4090] pipelines, 13 % faster, were built
   // as [RTX 4090, H100]). Above: only near the best plan.
-  if (!per_machine_ || o.objective < kNearBest * std::min(best, o.objective)) {
+  if (device_level || o.objective < kNearBest * std::min(best, o.objective)) {
     PlanSpec& reversed = variants[0];
     for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
     score(reversed);
@@ -234,7 +259,8 @@ std::vector<double> HexiScaleSearch::consider_all(const std::vector<Assignment>&
   }
   std::vector<Outcome> outcomes(jobs.size());
   parallel_for(threads_, static_cast<int>(jobs.size()), [&](int w, int j) {
-    outcomes[j] = evaluate(worker_ev(w), worker_builder(w), as[jobs[j]], limit, best);
+    outcomes[j] =
+        evaluate(worker_ev(w), worker_builder(w), worker_wide_builder(w), as[jobs[j]], limit, best);
   });
   for (std::size_t j = 0; j < jobs.size(); ++j) out[jobs[j]] = record(as[jobs[j]], outcomes[j]);
   for (int i = 0; i < n; ++i) {
@@ -251,19 +277,23 @@ void HexiScaleSearch::try_pipelines(int d, int d_max) {
   auto add = [&](const std::vector<Unit>& units, std::function<std::vector<int>()> parts) {
     jobs.push_back([&units, parts] { return assignment_from_parts(units, parts()); });
   };
-  add(units_, [this, d] { return spread_partition(units_, d); });
+  const int units = static_cast<int>(units_.size());
+  if (d <= units) add(units_, [this, d] { return spread_partition(units_, d); });
   if (d <= static_cast<int>(c.machines().size()))
     add(units_, [this, &c, d] { return packed_partition(c, units_, d); });
   // A machine-level search also deals single GPUs round-robin (each pipeline a slice of
   // every machine, DP on the fast intra-machine links): a structure whole machines
   // cannot express, and often the best on mixes of few fast and many slow machines.
   const std::size_t device_seed_at = jobs.size();
-  if (device_seeds_) add(device_units_, [this, d] { return spread_partition(device_units_, d); });
+  if (device_seeds_) {
+    add(device_units_, [this, d] { return spread_partition(device_units_, d); });
+    add(device_units_, [this, &c, d] { return mixed_partition(c, device_units_, d); });
+    add(device_units_, [this, &c, d] { return mixed_partition(c, device_units_, d, 2); });
+  }
   // Machine-level graphs of large clusters get one METIS run per cut mode, and none
   // when parts would average fewer than two machines: METIS then has nothing to choose
   // (the spread and packed partitions cover it) and its initial bisections cost the
   // most (a third of the search at 1 024 GPUs).
-  const int units = static_cast<int>(units_.size());
   const int seeds = per_machine_ ? (2 * d <= units ? 1 : 0) : options_.seeds;
   for (CutMode mode : {CutMode::kDpOnSlowLinks, CutMode::kDpOnFastLinks}) {
     for (int s = 0; s < seeds && d > 1; ++s) {
@@ -285,7 +315,7 @@ void HexiScaleSearch::try_pipelines(int d, int d_max) {
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     // The device-level seed is no start for the machine-level refinement (its moves
     // of whole machines do not fit pipelines made of single GPUs).
-    if (device_seeds_ && i == device_seed_at) continue;
+    if (device_seeds_ && i >= device_seed_at && i < device_seed_at + kDeviceSeeds) continue;
     if (objectives[i] < best_here) {
       best_here = objectives[i];
       best_a = candidates[i];
@@ -297,9 +327,10 @@ void HexiScaleSearch::try_pipelines(int d, int d_max) {
 void HexiScaleSearch::sweep() {
   // Every D from 1 to the most pipelines memory allows; when that is more than
   // kMaxSweep values, every stride-th D first, then every D around the best.
+  // Device-level seeds of a machine-level search go beyond one pipeline per machine.
   const int d_max =
       std::min<int>(max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute()),
-                    static_cast<int>(units_.size()));
+                    static_cast<int>(device_seeds_ ? device_units_.size() : units_.size()));
   const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
   for (int d = 1; d <= d_max && !clock_.out_of_time(); d += stride) try_pipelines(d, d_max);
   if (stride > 1 && best_) {

@@ -58,6 +58,7 @@ class HexiScaleSearch {
     CostModel cm;
     SpecEvaluator ev;
     PipelineBuilder builder;
+    PipelineBuilder wide_builder;  // the wider phase 2 (device-level candidates)
   };
   // What evaluating one assignment found (evaluate() is free of side effects on the
   // search; record() applies them).
@@ -68,11 +69,16 @@ class HexiScaleSearch {
     std::vector<double> counted;     // tokens/s of each variant scored (0: not feasible)
     std::optional<SpecResult> best;  // its best feasible variant
   };
-  Outcome evaluate(SpecEvaluator& ev, PipelineBuilder& builder, const Assignment& a, double limit,
-                   double best) const;
+  Outcome evaluate(SpecEvaluator& ev, PipelineBuilder& builder, PipelineBuilder& wide_builder,
+                   const Assignment& a, double limit, double best) const;
   double record(const Assignment& a, Outcome& o);
   SpecEvaluator& worker_ev(int w) { return w == 0 ? ev_ : workers_[w - 1]->ev; }
   PipelineBuilder& worker_builder(int w) { return w == 0 ? builder_ : workers_[w - 1]->builder; }
+  PipelineBuilder& worker_wide_builder(int w) {
+    return w == 0 ? wide_builder_ : workers_[w - 1]->wide_builder;
+  }
+  // Whether some pipeline takes part of a machine (a device-level candidate).
+  bool splits_machines(const Assignment& a) const;
   // Phase 2 for every pipeline of an assignment.
   PlanSpec build(PipelineBuilder& builder, const Assignment& a) const;
   void sweep();                          // phase 1 over D, cut modes and seeds
@@ -96,8 +102,9 @@ class HexiScaleSearch {
   SearchClock& clock_;
   std::uint64_t seed_;
   PipelineBuilder builder_;
-  bool per_machine_ = false;   // the sweep partitions whole machines
-  bool device_seeds_ = false;  // ... and device-level seeds and refinement follow
+  PipelineBuilder wide_builder_;  // device-level candidates of a machine-level search
+  bool per_machine_ = false;      // the sweep partitions whole machines
+  bool device_seeds_ = false;     // ... and device-level seeds and refinement follow
   std::vector<Unit> units_;
   std::vector<Unit> device_units_;  // one per GPU
   double total_flops_ = 0;
