@@ -29,6 +29,7 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
   for (const auto& n : r.notes) std::cout << "note: " << n << "\n";
   print_estimate_summary(sc, r.estimate, std::cout);
   if (opt.explain) {
+    std::cout << "search: " << r.summary() << "\n";
     print_plan_table(sc, r.plan, r.estimate, std::cout);
   } else {
     for (std::size_t p = 0; p < r.plan.pipelines.size(); ++p) {
@@ -66,6 +67,7 @@ int run_plan(const PlanOptions& opt) {
   }
   auto result = run_scheduler(name, *sc, so);
   if (!result) return report(result.error());
+  std::cerr << "hexisim: " << result->summary() << "\n";  // what the search did, in one line
   if (auto st = validate_plan(result->plan, sc->cluster, sc->model, sc->training, name); !st) {
     return report(failure("internal error: " + st.error().message));
   }

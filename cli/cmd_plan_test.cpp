@@ -24,6 +24,33 @@ TEST(CliPlan, JsonHasTheContractFields) {
   EXPECT_GT(j["estimate"]["tokens_per_s"].get<double>(), 0);
 }
 
+TEST(CliPlan, ReportsWhatTheSearchDid) {
+  // 16 GPUs: the device-level search, whose phases are the sweep and the refinement.
+  auto r = run_cli("plan testbed-h100-a100-llama2-13b --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  json s = json::parse(r.out)["search"];
+  EXPECT_EQ(s["mode"], "device-level");
+  EXPECT_EQ(s["stopped"], "converged");
+  ASSERT_EQ(s["phases"].size(), 2u) << s.dump();
+  EXPECT_EQ(s["phases"][0]["name"], "sweep");
+  EXPECT_EQ(s["phases"][1]["name"], "refinement");
+  long sum = 0;
+  for (const auto& p : s["phases"]) sum += p["candidates"].get<long>();
+  EXPECT_EQ(sum, s["candidates"].get<long>());
+  // One line on stderr says the same.
+  EXPECT_NE(r.err.find("hexiscale (device-level): "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("converged"), std::string::npos) << r.err;
+  auto e = run_cli("plan testbed-h100-a100-llama2-13b --explain");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("search: hexiscale (device-level): "), std::string::npos) << e.out;
+  // A time budget that the search cannot meet says so.
+  auto b = run_cli("plan mix-128-llama2-70b --time-budget 0.001 --json");
+  ASSERT_EQ(b.code, 0) << b.err;
+  json bs = json::parse(b.out)["search"];
+  EXPECT_EQ(bs["mode"], "machine-level + device refinement");
+  EXPECT_EQ(bs["stopped"], "budget");
+}
+
 TEST(CliPlan, OutWritesTheSamePlanBytesForTheSameSeed) {
   auto dir = scratch_dir("plan-out");
   const auto a = dir / "a.json", b = dir / "b.json";

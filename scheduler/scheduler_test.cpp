@@ -70,6 +70,24 @@ TEST(Search, SameSeedSamePlanBytes) {
   }
 }
 
+TEST(Search, HexiScaleGivesTheSamePlanBytesWithOneOrTwoThreads) {
+  // Device-level (16 GPUs), and machine-level + device refinement (128 GPUs): candidates
+  // are scored in parallel batches, recorded in order.
+  for (const char* name : {"hexiscale-setting1-llama2-7b", "mix-128-llama2-70b"}) {
+    Scenario sc = shipped_scenario(name);
+    sc.scheduler = "hexiscale";
+    std::string plans[2];
+    for (int threads : {1, 2}) {
+      sc.scheduler_options = {{"threads", threads}};
+      auto r = run_scheduler("hexiscale", sc, {});
+      ASSERT_TRUE(r.ok()) << name << ": " << r.error().message;
+      EXPECT_FALSE(r->budget_exhausted);
+      plans[threads - 1] = plan_text(r->plan);
+    }
+    EXPECT_EQ(plans[0], plans[1]) << name;
+  }
+}
+
 TEST(Search, TimeBudgetIsRespected) {
   Scenario sc = shipped_scenario("mix-1024-llama2-70b");
   SearchOptions o;

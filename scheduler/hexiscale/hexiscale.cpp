@@ -14,12 +14,16 @@ Result<HexiScaleOptions> read_hexiscale_options(const Scenario& sc) {
     HexiScaleOptions o;
     if (sc.scheduler != "hexiscale") return o;
     JsonNode node = sc.scheduler_options_node();
-    node.allow_only({"tau", "seeds", "refine", "device_level_max", "recompute"});
+    node.allow_only({"tau", "seeds", "refine", "device_level_max", "device_refine_max", "threads",
+                     "recompute"});
     o.tau = static_cast<int>(node.integer_or("tau", 1, 16, o.tau));
     o.seeds = static_cast<int>(node.integer_or("seeds", 1, 64, o.seeds));
     o.refine = node.boolean_or("refine", o.refine);
     o.device_level_max =
         static_cast<int>(node.integer_or("device_level_max", 1, 1 << 20, o.device_level_max));
+    o.device_refine_max =
+        static_cast<int>(node.integer_or("device_refine_max", 0, 1 << 20, o.device_refine_max));
+    o.threads = static_cast<int>(node.integer_or("threads", 1, 256, o.threads));
     const std::string recompute = node.str_or("recompute", "per-stage");
     if (recompute != "per-stage" && recompute != "scenario")
       node.at("recompute").fail("\"per-stage\" or \"scenario\"");
@@ -66,8 +70,10 @@ Error no_feasible_plan(const Scenario& sc, const std::string& scheduler) {
 }
 
 std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
-                                           SearchClock& clock, std::uint64_t seed) {
+                                           SearchClock& clock, std::uint64_t seed,
+                                           std::string* mode) {
   HexiScaleSearch search(ev, options, clock, seed);
+  if (mode) *mode = search.mode();
   return search.run();
 }
 
@@ -77,9 +83,9 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
   SpecEvaluator ev(cm, hx->per_stage_recompute);
   SearchClock clock("hexiscale", options);
-  auto best = hexiscale_search(ev, *hx, clock, options.seed);
-  if (!best) return no_feasible_plan(sc, "hexiscale");
   SearchResult out;
+  auto best = hexiscale_search(ev, *hx, clock, options.seed, &out.mode);
+  if (!best) return no_feasible_plan(sc, "hexiscale");
   out.plan = std::move(best->scored.plan);
   out.plan.comment = "hexiscale: " + describe(best->spec, sc.cluster);
   out.estimate = std::move(best->scored.estimate);

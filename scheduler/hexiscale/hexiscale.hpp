@@ -14,11 +14,15 @@
 //   improves; stop on convergence or the time budget.
 // Deterministic for a seed when no time budget cuts it short. Large clusters
 // (more than 64 GPUs) partition machines rather than devices.
+// Up to 512 GPUs, device-level seeds (GPUs dealt round-robin) join the machine-level
+// sweep and its best plan seeds a refinement that moves single GPUs.
 // Scenario "scheduler" options: {"tau": 3, "seeds": 3, "refine": true,
-// "device_level_max": 64, "recompute": "per-stage"} (see README).
+// "device_level_max": 64, "device_refine_max": 512, "threads": min(2, cores),
+// "recompute": "per-stage"} (see README).
 
 #include <optional>
 
+#include "scheduler/search/parallel.hpp"
 #include "scheduler/search/plan_space.hpp"
 #include "scheduler/search/search.hpp"
 
@@ -30,6 +34,9 @@ struct HexiScaleOptions {
   int seeds = 3;                    // METIS seeds per (D, cut mode)
   bool refine = true;               // local refinement after the partition sweep
   int device_level_max = 64;        // partition devices up to this many GPUs, machines above
+  int device_refine_max = 512;      // above device_level_max and up to this many GPUs, the
+                                    // machine-level search seeds a device-level refinement
+  int threads = default_threads();  // candidates scored in parallel (same plan for any count)
   bool per_stage_recompute = true;  // stages choose none/selective/full ("per-stage"), or
                                     // all run the scenario's ("scenario")
 };
@@ -42,8 +49,10 @@ struct SpecResult {
 };
 
 // The search itself, over an existing evaluator (the exact search reuses it).
+// `mode`, when given, receives how it searched ("device-level", ...).
 std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
-                                           SearchClock& clock, std::uint64_t seed);
+                                           SearchClock& clock, std::uint64_t seed,
+                                           std::string* mode = nullptr);
 
 Result<SearchResult> run_hexiscale(const Scenario& scenario, const SearchOptions& options);
 

@@ -172,5 +172,28 @@ std::vector<int> packed_partition(const Cluster& c, const std::vector<Unit>& uni
   return out;
 }
 
+std::vector<int> mixed_partition(const Cluster& c, const std::vector<Unit>& units, int parts,
+                                 int block) {
+  std::vector<int> out(units.size(), 0);
+  if (parts <= 1) return out;
+  std::map<int, int> machines_of_type;
+  for (const Machine& m : c.machines()) ++machines_of_type[m.gpu_type];
+  std::map<int, int> seen_of_type;  // whole machines handed out so far, per type
+  std::map<int, int> part_of;       // machine -> part, for whole machines
+  int next = 0;                     // round-robin counter for the other devices
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    const int m = units[i].machine;
+    const int type = c.machines()[m].gpu_type;
+    if (machines_of_type[type] >= parts) {
+      auto it = part_of.find(m);
+      if (it == part_of.end()) it = part_of.emplace(m, seen_of_type[type]++ % parts).first;
+      out[i] = it->second;
+    } else {
+      out[i] = (next++ / std::max(1, block)) % parts;
+    }
+  }
+  return out;
+}
+
 }  // namespace hexiscale
 }  // namespace hexi

@@ -51,6 +51,13 @@ std::vector<int> metis_partition(const Cluster& cluster, const std::vector<Unit>
 std::vector<int> spread_partition(const std::vector<Unit>& units, int parts);
 std::vector<int> packed_partition(const Cluster& cluster, const std::vector<Unit>& units,
                                   int parts);
+//   mixed   (device units) machines of a GPU type with at least `parts` machines go whole,
+//           the k-th of its type to part k mod parts; every other machine's devices
+//           are dealt round-robin (one pipeline per slow machine, each with a slice of
+//           the scarce fast machines, whose DP traffic stays on their fast links), in
+//           blocks of `block` consecutive devices (2: TP pairs inside a machine)
+std::vector<int> mixed_partition(const Cluster& cluster, const std::vector<Unit>& units, int parts,
+                                 int block = 1);
 
 constexpr int kWeightScale = 10000;
 

@@ -215,8 +215,17 @@ PipelineSpec PipelineBuilder::build(const std::vector<Unit>& devices, int dp, in
   });
   std::vector<int> key{dp, micro_batches};
   for (const auto& s : segs) key.insert(key.end(), {ev_.machine_class(s.machine), s.count});
-  auto it = cache_.find(key);
-  if (it == cache_.end()) {
+  std::vector<MachineSegment> answer;
+  bool known = false;
+  {
+    std::lock_guard lock(cache_->mutex);
+    auto it = cache_->answers.find(key);
+    if (it != cache_->answers.end()) {
+      answer = it->second;
+      known = true;
+    }
+  }
+  if (!known) {
     // Store the answer as positions into the sorted composition plus degrees.
     PipelineSpec best = optimise(segs, dp, micro_batches);
     std::vector<MachineSegment> positional;
@@ -230,10 +239,12 @@ PipelineSpec PipelineBuilder::build(const std::vector<Unit>& devices, int dp, in
         }
       }
     }
-    it = cache_.emplace(key, std::move(positional)).first;
+    answer = positional;
+    std::lock_guard lock(cache_->mutex);
+    cache_->answers.emplace(key, std::move(positional));
   }
   PipelineSpec out;
-  for (const auto& p : it->second) out.segments.push_back({segs[p.machine].machine, p.count, p.tp});
+  for (const auto& p : answer) out.segments.push_back({segs[p.machine].machine, p.count, p.tp});
   return out;
 }
 

@@ -18,6 +18,8 @@
 // curve. Results are cached per composition (machine classes and counts).
 
 #include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "scheduler/hexiscale/partition.hpp"
@@ -37,6 +39,8 @@ class PipelineBuilder {
   long evaluations() const { return evaluations_; }
   // The wider search for pipelines of at most 8 groups (see above); on by default.
   void set_wide(bool wide) { wide_ = wide; }
+  // Use `other`'s cache of answers (thread-safe; both must have the same settings).
+  void share_cache(const PipelineBuilder& other) { cache_ = other.cache_; }
 
  private:
   double score(const PipelineSpec& p, int dp, int m);
@@ -50,7 +54,12 @@ class PipelineBuilder {
   SpecEvaluator& ev_;
   int tau_ = 3;
   bool wide_ = true;
-  std::map<std::vector<int>, std::vector<MachineSegment>> cache_;  // by (dp, m, classes, counts)
+  // By (dp, m, classes, counts); shared by the builders of a parallel search.
+  struct Cache {
+    std::mutex mutex;
+    std::map<std::vector<int>, std::vector<MachineSegment>> answers;
+  };
+  std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
   long evaluations_ = 0;
 };
 

@@ -19,6 +19,9 @@ inline namespace hexiscale {
 namespace {
 
 constexpr std::size_t kLargePatience = 1000;  // moves without improvement, machine-level search
+// Moves scored together (in parallel): fixed, so that the result does not depend on the
+// number of threads.
+constexpr std::size_t kBatch = 8;
 
 void take(std::map<int, int>& p, int machine, int n) {
   if ((p[machine] -= n) == 0) p.erase(machine);
@@ -53,13 +56,13 @@ Assignment apply_move(const Assignment& a, const Move& mv) {
   return b;
 }
 
-std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a) const {
+std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a, bool whole_machines) const {
   std::vector<Move> out;
   const int d = static_cast<int>(a.size());
   for (int p = 0; p < d; ++p) {
     for (auto [m, count] : a[p]) {
       std::vector<int> deltas;
-      if (!per_machine_) {
+      if (!whole_machines) {
         for (int x = 1; x < count; x *= 2) {
           deltas.push_back(x);
           if (count - x != x && (count - x) & (count - x - 1)) deltas.push_back(count - x);
@@ -88,7 +91,7 @@ std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a) const {
       }
     }
   }
-  if (per_machine_) return out;
+  if (whole_machines) return out;
   for (int p = 0; p < d; ++p) {
     for (int q = 0; q < d; ++q) {
       if (p == q) continue;
@@ -106,10 +109,10 @@ std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a) const {
   return out;
 }
 
-void HexiScaleSearch::refine(Assignment a) {
+void HexiScaleSearch::refine(Assignment a, bool whole_machines) {
   double current = consider(a, kInfeasible);
   if (current == kInfeasible) return;
-  std::vector<Move> moves = neighbours(a);
+  std::vector<Move> moves = neighbours(a, whole_machines);
   // Converged: a whole round of moves without improvement (on large clusters, at
   // most kLargePatience moves in a row).
   auto patience = [&] {
@@ -118,17 +121,25 @@ void HexiScaleSearch::refine(Assignment a) {
   std::size_t i = 0, since_improvement = 0;
   while (since_improvement < patience() && !clock_.out_of_time()) {
     clock_.phase("refinement: " + std::to_string(a.size()) + " pipelines");
-    Assignment b = apply_move(a, moves[i % moves.size()]);
-    const double objective = consider(b, current);
-    if (objective < current * (1 - 1e-9)) {
-      current = objective;
-      a = std::move(b);
-      moves = neighbours(a);
+    // The next kBatch moves are scored together (in parallel); the first that improves
+    // is taken, as if they had been scored one by one.
+    const std::size_t batch = std::min(kBatch, patience() - since_improvement);
+    std::vector<Assignment> next;
+    for (std::size_t k = 0; k < batch; ++k)
+      next.push_back(apply_move(a, moves[(i + k) % moves.size()]));
+    const std::vector<double> objectives = consider_all(next, current);
+    std::size_t k = 0;
+    while (k < batch && !(objectives[k] < current * (1 - 1e-9))) ++k;
+    if (k < batch) {
+      current = objectives[k];
+      a = std::move(next[k]);
+      moves = neighbours(a, whole_machines);
+      i += k;  // continue at the same position in the new list
       since_improvement = 0;
-      continue;  // same position in the new list
+      continue;
     }
-    ++i;
-    ++since_improvement;
+    i += batch;
+    since_improvement += batch;
   }
 }
 

@@ -1,9 +1,11 @@
 #include "scheduler/hexiscale/search.hpp"
 
+#include "scheduler/search/parallel.hpp"
 #include "scheduler/search/random.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace hexi {
 inline namespace hexiscale {
@@ -13,6 +15,8 @@ namespace {
 constexpr std::size_t kEliteStarts = 5;
 // Most D values the sweep visits one by one (then it strides; see sweep()).
 constexpr int kMaxSweep = 128;
+// Device-level seeds per D of a machine-level search (round-robin, mixed, mixed in pairs).
+constexpr std::size_t kDeviceSeeds = 3;
 // A candidate within this factor of the best plan's time also tries its pipelines reversed.
 constexpr double kNearBest = 1.05;
 
@@ -35,11 +39,25 @@ Assignment assignment_from_parts(const std::vector<Unit>& units, const std::vect
 
 HexiScaleSearch::HexiScaleSearch(SpecEvaluator& ev, const HexiScaleOptions& options,
                                  SearchClock& clock, std::uint64_t seed)
-    : ev_(ev), options_(options), clock_(clock), seed_(seed), builder_(ev, options.tau) {
+    : ev_(ev),
+      options_(options),
+      clock_(clock),
+      seed_(seed),
+      builder_(ev, options.tau),
+      wide_builder_(ev, options.tau) {
   const Cluster& c = ev.cost_model().cluster();
   per_machine_ = c.num_devices() > options.device_level_max;
+  device_seeds_ = per_machine_ && c.num_devices() <= options.device_refine_max;
   builder_.set_wide(!per_machine_);  // the wider phase 2 where groups are parts of machines
   units_ = make_units(c, per_machine_);
+  device_units_ = make_units(c, false);
+  threads_ = std::max(1, options.threads);
+  for (int w = 1; w < threads_; ++w) {
+    workers_.push_back(std::make_unique<Worker>(ev.cost_model(), options, !per_machine_));
+    workers_.back()->ev.share_caches(ev_);
+    workers_.back()->builder.share_cache(builder_);
+    workers_.back()->wide_builder.share_cache(wide_builder_);
+  }
   total_flops_ = c.peak_flops();
 }
 
@@ -50,13 +68,13 @@ int HexiScaleSearch::expected_micro_batches(const std::map<int, int>& pipeline) 
   return std::max(1, static_cast<int>(std::lround(ev_.micro_batches() * flops / total_flops_)));
 }
 
-PlanSpec HexiScaleSearch::build(const Assignment& a) {
+PlanSpec HexiScaleSearch::build(PipelineBuilder& builder, const Assignment& a) const {
   PlanSpec spec;
   const int dp = static_cast<int>(a.size());
   for (const auto& p : a) {
     std::vector<Unit> units;
     for (auto [m, n] : p) units.push_back({m, n});
-    spec.pipelines.push_back(builder_.build(units, dp, expected_micro_batches(p)));
+    spec.pipelines.push_back(builder.build(units, dp, expected_micro_batches(p)));
   }
   return spec;
 }
@@ -122,84 +140,185 @@ PlanSpec HexiScaleSearch::aligned(const PlanSpec& spec) const {
   return out;
 }
 
-double HexiScaleSearch::consider(const Assignment& a, std::optional<double> threshold) {
-  if (a.empty() || static_cast<int>(a.size()) > ev_.micro_batches()) return kInfeasible;
-  const double limit = threshold.value_or(best_objective());
-  Seen& seen = seen_[signature(a)];
-  if (seen.estimated) return seen.objective;
-  if (seen.slowest != kInfeasible && !(seen.slowest < limit)) return kInfeasible;
+HexiScaleSearch::Worker::Worker(const CostModel& model, const HexiScaleOptions& options, bool wide)
+    : cm(model),
+      ev(cm, options.per_stage_recompute),
+      builder(ev, options.tau),
+      wide_builder(ev, options.tau) {
+  builder.set_wide(wide);
+}
+
+bool HexiScaleSearch::splits_machines(const Assignment& a) const {
+  const Cluster& c = ev_.cost_model().cluster();
+  for (const auto& p : a) {
+    for (auto [m, n] : p) {
+      if (n < c.machines()[m].num_gpus) return true;
+    }
+  }
+  return false;
+}
+
+HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBuilder& builder,
+                                                   PipelineBuilder& wide_builder,
+                                                   const Assignment& a, double limit,
+                                                   double best) const {
+  Outcome o;
+  // Device-level candidates (pipelines of parts of machines) get the device-level
+  // search's phase 2 and reversed pipelines, also in a machine-level search.
+  const bool device_level = !per_machine_ || splits_machines(a);
   // Phase 2 per pipeline, and the same with the pipelines' orders aligned.
-  std::vector<PlanSpec> variants{build(a)};
+  std::vector<PlanSpec> variants{build(device_level ? wide_builder : builder, a)};
   PlanSpec same_order = aligned(variants[0]);
   bool differs = false;
   for (std::size_t p = 0; p < same_order.pipelines.size(); ++p) {
     differs = differs || !(same_order.pipelines[p].segments == variants[0].pipelines[p].segments);
   }
   if (differs) variants.push_back(std::move(same_order));
-  double slowest = kInfeasible, objective = kInfeasible;
   auto score = [&](const PlanSpec& spec) {
     // The slowest pipeline bounds the iteration time from below: skip the full
     // estimate when it alone cannot beat the limit.
-    const double w = ev_.pipelines_s(spec);
-    slowest = std::min(slowest, w);
-    if (!(w < limit)) {
-      clock_.count();
-      return;
-    }
-    auto scored = ev_.evaluate(spec, "hexiscale");
-    seen.estimated = true;
-    if (!scored || !scored->estimate.feasible) {
-      clock_.count();
-      return;
-    }
-    clock_.count(scored->estimate.tokens_per_s);
-    objective = std::min(objective, scored->objective());
-    if (scored->objective() < best_objective()) {
-      best_ = SpecResult{spec, std::move(*scored)};
-      best_assignment_ = a;
-    }
+    const double w = ev.pipelines_s(spec);
+    o.slowest = std::min(o.slowest, w);
+    o.counted.push_back(0);
+    if (!(w < limit)) return;
+    auto scored = ev.evaluate(spec, "hexiscale");
+    o.estimated = true;
+    if (!scored || !scored->estimate.feasible) return;
+    o.counted.back() = scored->estimate.tokens_per_s;
+    o.objective = std::min(o.objective, scored->objective());
+    const double held = o.best ? o.best->scored.objective() : kInfeasible;
+    if (scored->objective() < held) o.best = SpecResult{spec, std::move(*scored)};
   };
   for (const PlanSpec& spec : variants) score(spec);
   // Reversed pipelines keep every inter-stage bandwidth but swap which stages drain
   // first (and so sync their gradients behind the rest of the drain) and which hold
   // the embedding and the most in-flight activations (layers, recompute and batch are
-  // split anew for the new order). Worth the extra estimate only near the best plan.
-  if (objective < kNearBest * best_objective()) {
+  // split anew for the new order). Always tried by device-level searches: phase 2
+  // orders a pipeline by the curve's bound, which overstates pipelines of few
+  // micro-batches per stage (m <= stages: the fill is hidden behind the slowest
+  // stage's own warm-up), so the better order may rank second there (16-GPU mixes at
+  // global batch 16: amp-like's [H100, RTX 4090] pipelines, 13 % faster, were built
+  // as [RTX 4090, H100]). Above: only near the best plan.
+  if (device_level || o.objective < kNearBest * std::min(best, o.objective)) {
     PlanSpec& reversed = variants[0];
     for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
     score(reversed);
   }
-  seen.slowest = slowest;
-  seen.objective = objective;
-  return objective;
+  return o;
+}
+
+double HexiScaleSearch::record(const Assignment& a, Outcome& o) {
+  Seen& seen = seen_[signature(a)];
+  seen.slowest = o.slowest;
+  seen.objective = o.objective;
+  seen.estimated = seen.estimated || o.estimated;
+  for (double tokens : o.counted) clock_.count(tokens);
+  if (o.best && o.best->scored.objective() < best_objective()) {
+    best_ = std::move(o.best);
+    best_assignment_ = a;
+  }
+  return o.objective;
+}
+
+double HexiScaleSearch::consider(const Assignment& a, std::optional<double> threshold) {
+  return consider_all({a}, threshold)[0];
+}
+
+std::vector<double> HexiScaleSearch::consider_all(const std::vector<Assignment>& as,
+                                                  std::optional<double> threshold) {
+  const double limit = threshold.value_or(best_objective());
+  const double best = best_objective();
+  const int n = static_cast<int>(as.size());
+  std::vector<double> out(n, kInfeasible);
+  // Answered from what is known before the batch, or evaluated (the first of equal
+  // signatures only; the others take its answer).
+  enum class Todo { kDone, kEvaluate, kSameAs };
+  std::vector<Todo> todo(n, Todo::kDone);
+  std::vector<std::string> sigs(n);
+  std::vector<int> jobs;
+  std::unordered_map<std::string, int> first;
+  for (int i = 0; i < n; ++i) {
+    const Assignment& a = as[i];
+    if (a.empty() || static_cast<int>(a.size()) > ev_.micro_batches()) continue;
+    sigs[i] = signature(a);
+    auto known = seen_.find(sigs[i]);
+    if (known != seen_.end()) {
+      const Seen& seen = known->second;
+      if (seen.estimated) {
+        out[i] = seen.objective;
+        continue;
+      }
+      if (seen.slowest != kInfeasible && !(seen.slowest < limit)) continue;
+    }
+    if (!first.emplace(sigs[i], i).second) {
+      todo[i] = Todo::kSameAs;
+      continue;
+    }
+    todo[i] = Todo::kEvaluate;
+    jobs.push_back(i);
+  }
+  std::vector<Outcome> outcomes(jobs.size());
+  parallel_for(threads_, static_cast<int>(jobs.size()), [&](int w, int j) {
+    outcomes[j] =
+        evaluate(worker_ev(w), worker_builder(w), worker_wide_builder(w), as[jobs[j]], limit, best);
+  });
+  for (std::size_t j = 0; j < jobs.size(); ++j) out[jobs[j]] = record(as[jobs[j]], outcomes[j]);
+  for (int i = 0; i < n; ++i) {
+    if (todo[i] == Todo::kSameAs) out[i] = out[first[sigs[i]]];
+  }
+  return out;
 }
 
 void HexiScaleSearch::try_pipelines(int d, int d_max) {
   const Cluster& c = ev_.cost_model().cluster();
   clock_.phase("phase 1: D=" + std::to_string(d) + " of " + std::to_string(d_max));
-  std::vector<std::vector<int>> partitions;
-  partitions.push_back(spread_partition(units_, d));
+  // The partitions of this D.
+  std::vector<std::function<Assignment()>> jobs;
+  auto add = [&](const std::vector<Unit>& units, std::function<std::vector<int>()> parts) {
+    jobs.push_back([&units, parts] { return assignment_from_parts(units, parts()); });
+  };
+  const int units = static_cast<int>(units_.size());
+  if (d <= units) add(units_, [this, d] { return spread_partition(units_, d); });
   if (d <= static_cast<int>(c.machines().size()))
-    partitions.push_back(packed_partition(c, units_, d));
-  // Machine-level graphs of large clusters get one METIS run per cut mode.
-  const int seeds = per_machine_ ? 1 : options_.seeds;
+    add(units_, [this, &c, d] { return packed_partition(c, units_, d); });
+  // A machine-level search also deals single GPUs round-robin (each pipeline a slice of
+  // every machine, DP on the fast intra-machine links): a structure whole machines
+  // cannot express, and often the best on mixes of few fast and many slow machines.
+  const std::size_t device_seed_at = jobs.size();
+  if (device_seeds_) {
+    add(device_units_, [this, d] { return spread_partition(device_units_, d); });
+    add(device_units_, [this, &c, d] { return mixed_partition(c, device_units_, d); });
+    add(device_units_, [this, &c, d] { return mixed_partition(c, device_units_, d, 2); });
+  }
+  // Machine-level graphs of large clusters get one METIS run per cut mode, and none
+  // when parts would average fewer than two machines: METIS then has nothing to choose
+  // (the spread and packed partitions cover it) and its initial bisections cost the
+  // most (a third of the search at 1 024 GPUs).
+  const int seeds = per_machine_ ? (2 * d <= units ? 1 : 0) : options_.seeds;
   for (CutMode mode : {CutMode::kDpOnSlowLinks, CutMode::kDpOnFastLinks}) {
     for (int s = 0; s < seeds && d > 1; ++s) {
       // Seed 0 partitions the plain graph; later seeds jitter its edge weights.
       const std::uint64_t metis_seed = mix(seed_, (static_cast<std::uint64_t>(d) << 8) + 2 * s +
                                                       (mode == CutMode::kDpOnFastLinks ? 1 : 0));
-      partitions.push_back(metis_partition(c, units_, d, mode, metis_seed, s == 0 ? 0.0 : 0.3));
+      add(units_, [this, &c, d, mode, metis_seed, s] {
+        return metis_partition(c, units_, d, mode, metis_seed, s == 0 ? 0.0 : 0.3);
+      });
     }
   }
+  if (clock_.out_of_time()) return;
+  // METIS runs one at a time: its random generator is one global state.
+  std::vector<Assignment> candidates;
+  for (const auto& job : jobs) candidates.push_back(job());
+  const std::vector<double> objectives = consider_all(candidates);  // duplicates: from seen_
   double best_here = kInfeasible;
   Assignment best_a;
-  for (const auto& parts : partitions) {
-    if (clock_.out_of_time()) break;
-    Assignment a = assignment_from_parts(units_, parts);
-    const double objective = consider(a);  // duplicates are answered from seen_
-    if (objective < best_here) {
-      best_here = objective;
-      best_a = a;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    // The device-level seed is no start for the machine-level refinement (its moves
+    // of whole machines do not fit pipelines made of single GPUs).
+    if (device_seeds_ && i >= device_seed_at && i < device_seed_at + kDeviceSeeds) continue;
+    if (objectives[i] < best_here) {
+      best_here = objectives[i];
+      best_a = candidates[i];
     }
   }
   if (!best_a.empty()) elite_.emplace_back(best_here, best_a);
@@ -208,9 +327,10 @@ void HexiScaleSearch::try_pipelines(int d, int d_max) {
 void HexiScaleSearch::sweep() {
   // Every D from 1 to the most pipelines memory allows; when that is more than
   // kMaxSweep values, every stride-th D first, then every D around the best.
+  // Device-level seeds of a machine-level search go beyond one pipeline per machine.
   const int d_max =
       std::min<int>(max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute()),
-                    static_cast<int>(units_.size()));
+                    static_cast<int>(device_seeds_ ? device_units_.size() : units_.size()));
   const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
   for (int d = 1; d <= d_max && !clock_.out_of_time(); d += stride) try_pipelines(d, d_max);
   if (stride > 1 && best_) {
@@ -222,30 +342,48 @@ void HexiScaleSearch::sweep() {
   }
 }
 
+std::string HexiScaleSearch::mode() const {
+  if (!per_machine_) return "device-level";
+  return device_seeds_ && options_.refine ? "machine-level + device refinement" : "machine-level";
+}
+
 std::optional<SpecResult> HexiScaleSearch::run() {
   // Machine-aligned pipelines (one per machine, and everything in one) are cheap
   // and often good starting points; they seed the incumbent before the sweep.
   const Cluster& c = ev_.cost_model().cluster();
+  clock_.begin("sweep");
   Assignment per_machine, all(1);
   for (std::size_t m = 0; m < c.machines().size(); ++m) {
     per_machine.push_back({{static_cast<int>(m), c.machines()[m].num_gpus}});
     all[0][static_cast<int>(m)] = c.machines()[m].num_gpus;
   }
-  consider(all);
-  consider(per_machine);
+  for (const Assignment& a : {all, per_machine}) {
+    const double objective = consider(a);
+    if (device_seeds_ && objective != kInfeasible) elite_.emplace_back(objective, a);
+  }
   sweep();
-  if (options_.refine && best_) {
-    std::stable_sort(elite_.begin(), elite_.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<Assignment> starts{best_assignment_};
-    for (const auto& [_, a] : elite_) {
-      if (starts.size() >= kEliteStarts) break;
-      if (std::find(starts.begin(), starts.end(), a) == starts.end()) starts.push_back(a);
-    }
-    for (const auto& s : starts) {
-      if (clock_.out_of_time()) break;
-      refine(s);
-    }
+  if (!options_.refine || !best_) return best_;
+  clock_.begin("refinement");
+  std::stable_sort(elite_.begin(), elite_.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // With device-level seeds the best plan may be made of single GPUs: the machine-level
+  // refinement starts from machine-level plans only.
+  std::vector<Assignment> starts;
+  if (!device_seeds_) starts.push_back(best_assignment_);
+  for (const auto& [_, a] : elite_) {
+    if (starts.size() >= kEliteStarts) break;
+    if (std::find(starts.begin(), starts.end(), a) == starts.end()) starts.push_back(a);
+  }
+  for (const auto& s : starts) {
+    if (clock_.out_of_time()) break;
+    refine(s, per_machine_);
+  }
+  // The machine-level search's best plan seeds a refinement that moves single GPUs
+  // (parts of machines between pipelines, exchanges of GPUs of different kinds): the
+  // moves of the device-level search, from a start that is already good.
+  if (device_seeds_ && !clock_.out_of_time()) {
+    clock_.begin("device refinement");
+    refine(best_assignment_, false);
   }
   return best_;
 }

@@ -3,6 +3,7 @@
 // refinement, over assignments of devices to pipelines.
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -33,21 +34,62 @@ class HexiScaleSearch {
                   std::uint64_t seed);
 
   std::optional<SpecResult> run();
+  // "device-level", "machine-level + device refinement" or "machine-level".
+  std::string mode() const;
 
   // Phase 2 for every pipeline of an assignment.
-  PlanSpec build(const Assignment& a);
+  PlanSpec build(const Assignment& a) { return build(builder_, a); }
   // Builds and scores; the iteration time when it was fully evaluated and feasible
   // (kInfeasible otherwise); the best is kept.
   // Skips the full estimate when the slowest pipeline alone reaches `threshold`
   // (default: the best plan so far).
   double consider(const Assignment& a, std::optional<double> threshold = std::nullopt);
+  // consider() of each assignment, evaluated in parallel against the same threshold
+  // and best plan (those before the batch), then recorded in order: the outcome does
+  // not depend on the number of threads.
+  std::vector<double> consider_all(const std::vector<Assignment>& as,
+                                   std::optional<double> threshold = std::nullopt);
 
  private:
+  // What a thread needs to evaluate candidates: its own cost model (whose caches are
+  // not thread-safe), evaluator and phase-2 builder; their caches never change values.
+  struct Worker {
+    Worker(const CostModel& cm, const HexiScaleOptions& options, bool wide);
+    CostModel cm;
+    SpecEvaluator ev;
+    PipelineBuilder builder;
+    PipelineBuilder wide_builder;  // the wider phase 2 (device-level candidates)
+  };
+  // What evaluating one assignment found (evaluate() is free of side effects on the
+  // search; record() applies them).
+  struct Outcome {
+    double slowest = kInfeasible;
+    double objective = kInfeasible;
+    bool estimated = false;
+    std::vector<double> counted;     // tokens/s of each variant scored (0: not feasible)
+    std::optional<SpecResult> best;  // its best feasible variant
+  };
+  Outcome evaluate(SpecEvaluator& ev, PipelineBuilder& builder, PipelineBuilder& wide_builder,
+                   const Assignment& a, double limit, double best) const;
+  double record(const Assignment& a, Outcome& o);
+  SpecEvaluator& worker_ev(int w) { return w == 0 ? ev_ : workers_[w - 1]->ev; }
+  PipelineBuilder& worker_builder(int w) { return w == 0 ? builder_ : workers_[w - 1]->builder; }
+  PipelineBuilder& worker_wide_builder(int w) {
+    return w == 0 ? wide_builder_ : workers_[w - 1]->wide_builder;
+  }
+  // Whether some pipeline takes part of a machine (a device-level candidate).
+  bool splits_machines(const Assignment& a) const;
+  // Phase 2 for every pipeline of an assignment.
+  PlanSpec build(PipelineBuilder& builder, const Assignment& a) const;
   void sweep();                          // phase 1 over D, cut modes and seeds
   void try_pipelines(int d, int d_max);  // the partitions of one D
-  void refine(Assignment start);
-  std::vector<Move> neighbours(const Assignment& a) const;
+  // Local search from `start`; whole machines move when `whole_machines`, else any
+  // number of GPUs (and GPUs of different kinds are exchanged).
+  void refine(Assignment start, bool whole_machines);
+  std::vector<Move> neighbours(const Assignment& a, bool whole_machines) const;
   int expected_micro_batches(const std::map<int, int>& pipeline) const;
+  int threads_ = 1;
+  std::vector<std::unique_ptr<Worker>> workers_;  // threads 1.. (thread 0: ev_, builder_)
   // The spec with every pipeline's segments in one common order of machine classes.
   PlanSpec aligned(const PlanSpec& spec) const;
   // Pipelines as sorted (machine class, count) lists, sorted: assignments with the
@@ -60,8 +102,11 @@ class HexiScaleSearch {
   SearchClock& clock_;
   std::uint64_t seed_;
   PipelineBuilder builder_;
-  bool per_machine_ = false;
+  PipelineBuilder wide_builder_;  // device-level candidates of a machine-level search
+  bool per_machine_ = false;      // the sweep partitions whole machines
+  bool device_seeds_ = false;     // ... and device-level seeds and refinement follow
   std::vector<Unit> units_;
+  std::vector<Unit> device_units_;  // one per GPU
   double total_flops_ = 0;
   std::optional<SpecResult> best_;
   Assignment best_assignment_;

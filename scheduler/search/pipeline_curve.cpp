@@ -120,6 +120,22 @@ std::vector<StageTerms> pipeline_terms(const CostModel& cm,
   return out;
 }
 
+std::vector<StageTerms> stage_options(const CostModel& cm, const std::vector<int>& devices,
+                                      bool first, bool last, const std::vector<int>* next, int dp,
+                                      int micro_batch, const std::vector<Recompute>& modes) {
+  std::vector<StageTerms> options;
+  for (std::size_t q = 0; q < modes.size(); ++q) {
+    // The send does not depend on recompute: computed once.
+    StageTerms t =
+        stage_terms(cm, devices, first, last, q == 0 ? next : nullptr, dp, micro_batch, modes[q]);
+    if (q > 0) t.send_s = options.front().send_s;
+    const bool duplicate = std::any_of(options.begin(), options.end(),
+                                       [&](const StageTerms& o) { return same_terms(o, t); });
+    if (!duplicate) options.push_back(t);
+  }
+  return options;
+}
+
 std::vector<std::vector<StageTerms>> pipeline_options(const CostModel& cm,
                                                       const std::vector<std::vector<int>>& stages,
                                                       int dp, int micro_batch,
@@ -127,18 +143,8 @@ std::vector<std::vector<StageTerms>> pipeline_options(const CostModel& cm,
   std::vector<std::vector<StageTerms>> out;
   const int k = static_cast<int>(stages.size());
   for (int i = 0; i < k; ++i) {
-    std::vector<StageTerms> options;
-    for (std::size_t q = 0; q < modes.size(); ++q) {
-      // The send does not depend on recompute: computed once.
-      const std::vector<int>* next = q == 0 && i + 1 < k ? &stages[i + 1] : nullptr;
-      StageTerms t =
-          stage_terms(cm, stages[i], i == 0, i == k - 1, next, dp, micro_batch, modes[q]);
-      if (q > 0) t.send_s = options.front().send_s;
-      const bool duplicate = std::any_of(options.begin(), options.end(),
-                                         [&](const StageTerms& o) { return same_terms(o, t); });
-      if (!duplicate) options.push_back(t);
-    }
-    out.push_back(std::move(options));
+    out.push_back(stage_options(cm, stages[i], i == 0, i == k - 1,
+                                i + 1 < k ? &stages[i + 1] : nullptr, dp, micro_batch, modes));
   }
   return out;
 }

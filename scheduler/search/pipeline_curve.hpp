@@ -73,9 +73,13 @@ StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, boo
 std::vector<StageTerms> pipeline_terms(const CostModel& cm,
                                        const std::vector<std::vector<int>>& stages, int dp,
                                        int micro_batch);
-// Options of every stage of a pipeline: its terms under each of `modes` (in that
-// order; the first is preferred on ties), leaving out a mode whose terms equal an
-// earlier one's (selective is none under the flash kernel).
+// Options of one stage: its terms under each of `modes` (in that order; the first is
+// preferred on ties), leaving out a mode whose terms equal an earlier one's (selective
+// is none under the flash kernel).
+std::vector<StageTerms> stage_options(const CostModel& cm, const std::vector<int>& devices,
+                                      bool first, bool last, const std::vector<int>* next, int dp,
+                                      int micro_batch, const std::vector<Recompute>& modes);
+// stage_options() of every stage of a pipeline.
 std::vector<std::vector<StageTerms>> pipeline_options(const CostModel& cm,
                                                       const std::vector<std::vector<int>>& stages,
                                                       int dp, int micro_batch,

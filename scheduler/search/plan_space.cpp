@@ -123,19 +123,65 @@ std::vector<int> SpecEvaluator::curve_key(const PlanSpec& spec, int p, int dp) c
 std::shared_ptr<const PipelineCurve> SpecEvaluator::curve(const PlanSpec& spec, int p, int dp) {
   const std::vector<int> key = curve_key(spec, p, dp);
   std::string text(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int));
-  auto it = curves_.find(text);
-  if (it != curves_.end()) return it->second;
-  if (++new_curves_ % kCacheCheckEvery == 0) {
-    std::size_t bytes = 0;
-    for (const auto& [k, c] : curves_) bytes += k.size() + c->memory_bytes();
-    if (bytes > kMaxCacheBytes) curves_.clear();
+  {
+    std::lock_guard lock(caches_->mutex);
+    auto it = caches_->curves.find(text);
+    if (it != caches_->curves.end()) return it->second;
   }
   std::vector<std::vector<std::vector<int>>> all = stages(spec);
-  auto curve = std::make_shared<const PipelineCurve>(
-      pipeline_options(cm_, all[p], dp, cm_.training().micro_batch, modes_), cm_.model().layers,
-      cm_.training().schedule);
-  curves_.emplace(std::move(text), curve);
+  auto curve = std::make_shared<const PipelineCurve>(options(all[p], dp), cm_.model().layers,
+                                                     cm_.training().schedule);
+  std::lock_guard lock(caches_->mutex);
+  if (++caches_->new_curves % kCacheCheckEvery == 0) {
+    std::size_t bytes = 0;
+    for (const auto& [k, c] : caches_->curves) bytes += k.size() + c->memory_bytes();
+    if (bytes > kMaxCacheBytes) caches_->curves.clear();
+  }
+  caches_->curves.emplace(std::move(text), curve);
   return curve;
+}
+
+std::vector<std::vector<StageTerms>> SpecEvaluator::options(
+    const std::vector<std::vector<int>>& groups, int dp) {
+  // A stage's terms depend on its devices only through their machine's class when the
+  // machine is symmetric (its GPUs interchangeable): the key is (dp, position, class,
+  // degree) and the next stage's (same machine, or its class) and degree.
+  const Cluster& c = cm_.cluster();
+  const int k = static_cast<int>(groups.size());
+  const int micro_batch = cm_.training().micro_batch;
+  std::vector<std::vector<StageTerms>> out;
+  for (int i = 0; i < k; ++i) {
+    const std::vector<int>* next = i + 1 < k ? &groups[i + 1] : nullptr;
+    const int m = c.devices()[groups[i][0]].machine;
+    const int m_next = next ? c.devices()[(*next)[0]].machine : -1;
+    const bool cacheable = symmetric_[m] && (m_next < 0 || symmetric_[m_next]);
+    if (!cacheable) {
+      out.push_back(
+          stage_options(cm_, groups[i], i == 0, i == k - 1, next, dp, micro_batch, modes_));
+      continue;
+    }
+    const std::array<int, 7> key{dp,
+                                 (i == 0 ? 1 : 0) + (i == k - 1 ? 2 : 0),
+                                 class_of_[m],
+                                 static_cast<int>(groups[i].size()),
+                                 m_next < 0    ? -2
+                                 : m_next == m ? -1
+                                               : class_of_[m_next],
+                                 next ? static_cast<int>(next->size()) : 0,
+                                 0};
+    {
+      std::lock_guard lock(caches_->mutex);
+      auto it = caches_->stages.find(key);
+      if (it != caches_->stages.end()) {
+        out.push_back(it->second);
+        continue;
+      }
+    }
+    out.push_back(stage_options(cm_, groups[i], i == 0, i == k - 1, next, dp, micro_batch, modes_));
+    std::lock_guard lock(caches_->mutex);
+    caches_->stages.emplace(key, out.back());
+  }
+  return out;
 }
 
 BatchSplit SpecEvaluator::split(const PlanSpec& spec) {

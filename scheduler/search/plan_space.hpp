@@ -21,7 +21,9 @@
 // A point of the space (a PlanSpec) therefore determines its Plan; the Plan's
 // iteration time comes from the full CostModel (pipelines + DP sync + optimizer).
 
+#include <array>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -92,6 +94,9 @@ class SpecEvaluator {
   std::optional<ScoredPlan> evaluate(const PlanSpec& spec, const std::string& scheduler);
 
   long evaluations() const { return evaluations_; }
+  // Use `other`'s caches of curves and stage terms (thread-safe; for evaluators of one
+  // search, each over its own copy of the cost model).
+  void share_caches(const SpecEvaluator& other) { caches_ = other.caches_; }
   // Machines that behave identically (same GPUs, links, NICs and leaf switch) share
   // a class; curves and phase-2 choices are cached by class.
   int machine_class(int machine) const { return class_of_[machine]; }
@@ -99,14 +104,30 @@ class SpecEvaluator {
 
  private:
   std::vector<int> curve_key(const PlanSpec& spec, int p, int dp) const;
+  // stage_options() of every TP group of a pipeline, cached by machine class.
+  std::vector<std::vector<StageTerms>> options(const std::vector<std::vector<int>>& groups, int dp);
+  struct KeyHash {
+    std::size_t operator()(const std::array<int, 7>& k) const {
+      std::size_t h = 0;
+      for (int x : k) h = h * 1000003u + static_cast<std::size_t>(x + 3);
+      return h;
+    }
+  };
   BatchSplit split(const PlanSpec& spec);
 
   const CostModel& cm_;
   std::vector<Recompute> modes_;  // the training config's first
   std::vector<bool> symmetric_;   // per machine
   std::vector<int> class_of_;     // per machine
-  std::unordered_map<std::string, std::shared_ptr<const PipelineCurve>> curves_;
-  long new_curves_ = 0;
+  // Curves and stage terms, shared by the evaluators of a parallel search (share_caches):
+  // values depend only on their keys, so which thread computed one never matters.
+  struct Caches {
+    std::mutex mutex;
+    std::unordered_map<std::string, std::shared_ptr<const PipelineCurve>> curves;
+    std::unordered_map<std::array<int, 7>, std::vector<StageTerms>, KeyHash> stages;
+    long new_curves = 0;
+  };
+  std::shared_ptr<Caches> caches_ = std::make_shared<Caches>();
   long evaluations_ = 0;
 };
 

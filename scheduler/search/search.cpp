@@ -29,9 +29,30 @@ Json SearchResult::to_json() const {
     points.push_back(
         {{"time_s", p.time_s}, {"candidates", p.candidates}, {"tokens_per_s", p.tokens_per_s}});
   }
+  Json phase_list = Json::array();
+  for (const auto& p : phases) {
+    phase_list.push_back({{"name", p.name}, {"time_s", p.time_s}, {"candidates", p.candidates}});
+  }
+  Json search = {{"mode", mode},
+                 {"candidates", candidates},
+                 {"phases", phase_list},
+                 {"stopped", stop_reason()}};
   return {{"scheduler", scheduler},   {"search_time_s", search_time_s},
           {"candidates", candidates}, {"budget_exhausted", budget_exhausted},
-          {"notes", notes},           {"trace", points}};
+          {"notes", notes},           {"trace", points},
+          {"search", search}};
+}
+
+std::string SearchResult::summary() const {
+  std::string out = scheduler + (mode.empty() ? "" : " (" + mode + ")") + ": " +
+                    std::to_string(candidates) + " candidates in " + fixed(search_time_s, 2) + " s";
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    const PhaseTime& p = phases[i];
+    out += (i ? ", " : " (") + p.name + " " + fixed(p.time_s, 2) + " s / " +
+           std::to_string(p.candidates);
+  }
+  if (!phases.empty()) out += ")";
+  return out + "; " + (budget_exhausted ? "stopped by the time budget" : "converged");
 }
 
 Status check_schedulable(const Scenario& sc) {
@@ -99,9 +120,28 @@ void SearchClock::phase(const std::string& what) {
   options_.progress({scheduler_, what, now, candidates_, best_});
 }
 
+void SearchClock::begin(const std::string& phase) {
+  phase_starts_.push_back({phase, elapsed_s(), candidates_});
+}
+
 void SearchClock::finish(SearchResult& result) const {
   result.scheduler = scheduler_;
   result.search_time_s = elapsed_s();
+  result.phases.clear();
+  for (std::size_t i = 0; i < phase_starts_.size(); ++i) {
+    const PhaseStart& p = phase_starts_[i];
+    const bool last = i + 1 == phase_starts_.size();
+    const double end_s = last ? result.search_time_s : phase_starts_[i + 1].at_s;
+    const long end_n = last ? candidates_ : phase_starts_[i + 1].candidates;
+    auto same = std::find_if(result.phases.begin(), result.phases.end(),
+                             [&](const PhaseTime& t) { return t.name == p.name; });
+    if (same == result.phases.end()) {
+      result.phases.push_back({p.name, 0, 0});
+      same = result.phases.end() - 1;
+    }
+    same->time_s += end_s - p.at_s;
+    same->candidates += end_n - p.candidates;
+  }
   result.candidates = candidates_;
   result.trace = trace_;
   result.budget_exhausted = stopped_by_budget_;

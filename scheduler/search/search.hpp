@@ -33,6 +33,13 @@ struct SearchProgress {
   double best_tokens_per_s = 0;  // 0 while nothing feasible was found
 };
 
+// Time and candidates of one named phase of a search (SearchClock::begin).
+struct PhaseTime {
+  std::string name;
+  double time_s = 0;
+  long candidates = 0;
+};
+
 struct SearchOptions {
   std::uint64_t seed = 1;
   double time_budget_s = 0;  // 0: no budget (stop on convergence; deterministic)
@@ -49,8 +56,16 @@ struct SearchResult {
   bool budget_exhausted = false;   // stopped by the time budget, not by convergence
   std::vector<TracePoint> trace;   // improvements of the best plan
   std::vector<std::string> notes;  // what the scheduler wants the user to know
+  std::string mode;                // how it searched, e.g. "device-level" (may be empty)
+  std::vector<PhaseTime> phases;   // in order; empty when the search has no phases
 
-  Json to_json() const;  // {scheduler, search_time_s, candidates, ..., trace}
+  // Why it stopped: "budget" (the time budget cut it short) or "converged".
+  std::string stop_reason() const { return budget_exhausted ? "budget" : "converged"; }
+  // One line: scheduler, mode, candidates, time per phase, why it stopped.
+  std::string summary() const;
+  // {scheduler, search_time_s, candidates, ..., trace, search: {mode, candidates, phases,
+  // stopped}}
+  Json to_json() const;
 };
 
 // Bytes any plan needs at least, besides the per-GPU reserve: every parameter once with
@@ -73,6 +88,9 @@ class SearchClock {
   // Records an evaluated candidate; `tokens_per_s` > best so far adds a trace point.
   void count(double tokens_per_s = 0);
   void phase(const std::string& what);  // progress report, throttled to one per second
+  // Starts a named phase of the search (ends the previous one); finish() reports each
+  // phase's time and candidates. Phases of the same name are summed.
+  void begin(const std::string& phase);
   long candidates() const { return candidates_; }
   const std::vector<TracePoint>& trace() const { return trace_; }
   void finish(SearchResult& result) const;  // fills time, candidates, trace, budget flag
@@ -86,6 +104,12 @@ class SearchClock {
   double best_ = 0;
   mutable bool stopped_by_budget_ = false;
   std::vector<TracePoint> trace_;
+  struct PhaseStart {
+    std::string name;
+    double at_s = 0;
+    long candidates = 0;
+  };
+  std::vector<PhaseStart> phase_starts_;
 };
 
 }  // namespace search
