@@ -5,6 +5,7 @@
 #include <exception>
 #include <optional>
 
+#include "cli/advise/costs.hpp"
 #include "scheduler/hexiseq/baselines.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/lower_sequence.hpp"
@@ -51,7 +52,7 @@ Result<ClusterCost> cluster_cost(const Cluster& c, const PriceBook& book) {
   const double energy = out.watts / 1000 * book.usd_per_kwh.value;
   if (bought) {
     out.capex_usd = capex;
-    out.usd_per_hour = capex / (book.amortization_years.value * 8766.0) + energy;
+    out.usd_per_hour = capex / (book.amortization_years.value * kHoursPerYear) + energy;
   }
   if (rented) out.cloud_usd_per_hour = cloud;
   return out;
