@@ -203,8 +203,10 @@ std::vector<MachineSegment> PipelineBuilder::descend(std::vector<MachineSegment>
 }
 
 PipelineSpec PipelineBuilder::build(const std::vector<Unit>& devices, int dp, int micro_batches) {
-  // Merge units per machine, then sort by (class, count, machine): machines of one
-  // class with equal counts are interchangeable, so the cache maps by position.
+  // Merge units per machine, then sort by (class, count, machine). The cache is keyed by the
+  // machines themselves, not their classes: machines of one class may sit in different places
+  // of the network, and an answer shared between them would depend on which candidate asked
+  // first (with threads, on their timing: the same search gave two plans).
   std::map<int, int> per_machine;
   for (const Unit& u : devices) per_machine[u.machine] += u.count;
   std::vector<MachineSegment> segs;
@@ -214,7 +216,7 @@ PipelineSpec PipelineBuilder::build(const std::vector<Unit>& devices, int dp, in
            std::make_tuple(ev_.machine_class(b.machine), b.count, b.machine);
   });
   std::vector<int> key{dp, micro_batches};
-  for (const auto& s : segs) key.insert(key.end(), {ev_.machine_class(s.machine), s.count});
+  for (const auto& s : segs) key.insert(key.end(), {s.machine, s.count});
   std::vector<MachineSegment> answer;
   bool known = false;
   {
