@@ -3,7 +3,7 @@
 // machines from cluster_gen, 16 machines per leaf, 200 Gbit/s NICs), Llama-2 70B
 // (13B at 32 GPUs, where 70B fits in no plan with selective recompute), global batch
 // 4 x GPUs (2 x GPUs above 128), sequence 4096.
-// Targets (DESIGN.md): HexiScale 128 GPUs <= 3 s, 1 024 GPUs <= 20 s on one core
+// Targets: the HexiScale search within 3 s at 128 GPUs and 20 s at 1 024 GPUs, on one core
 // (hexiscale_1thread: {"threads": 1}); `hexiscale` runs the default thread count.
 //
 // Each measurement runs in a forked child so that its peak resident memory

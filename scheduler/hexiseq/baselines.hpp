@@ -1,6 +1,7 @@
 #pragma once
-// Baselines for HexiSeq in the same layout format and cost model (../shared/HEXISEQ.md;
-// DESIGN.md §6), each with its real constraints, and the registry of sequence schedulers.
+// Baselines for HexiSeq in the same layout format and cost model, each with its real
+// constraints (those of the open CP/HP systems they stand for), and the registry of
+// sequence schedulers.
 //
 //   ring                 Ring Attention / zig-zag: every device its own group, one ring in
 //                        device order, equal shards (S / P, mirrored), all heads each

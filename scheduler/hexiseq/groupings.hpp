@@ -1,6 +1,6 @@
 #pragma once
 // Stage 1 of the HexiSeq search: candidate groupings of a mesh's devices into all-to-all
-// groups, from the topology (HexiSeq's topology clustering, ../shared/HEXISEQ.md).
+// groups, from the topology (as HexiSeq clusters GPUs by their NVLink domains).
 //
 // Domains: the devices of one machine behind NVLink/NVSwitch, or of one CPU socket of a PCIe
 // or host-staged machine (fast all-to-all inside, the NIC or the inter-socket link outside).

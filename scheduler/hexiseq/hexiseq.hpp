@@ -1,5 +1,5 @@
 #pragma once
-// The HexiSeq search (arXiv 2605.07569; ../shared/HEXISEQ.md; DESIGN.md §6; issue 13):
+// The HexiSeq search (arXiv 2605.07569; issue 13):
 // a sequence layout (layout.hpp) for one long sequence over a mesh of devices, hierarchically
 //
 //   (1) groupings of the devices into all-to-all groups from the topology (groupings.hpp):

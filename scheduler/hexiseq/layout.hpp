@@ -1,5 +1,5 @@
 #pragma once
-// A sequence mesh (HexiSeq, arXiv 2605.07569; ../shared/HEXISEQ.md; DESIGN.md §6): the
+// A sequence mesh (HexiSeq, arXiv 2605.07569): the
 // devices of one stage split into all-to-all groups that form a context-parallel ring over
 // one sequence of S tokens.
 //

@@ -1,7 +1,7 @@
 #pragma once
 // Closed-form time of a sequence layout (layout.hpp) on a cluster: one layer forward +
 // backward per device and overall, and one training iteration (HexiSeq, arXiv 2605.07569;
-// ../shared/HEXISEQ.md; formulas from cost/sequence.hpp).
+// formulas from cost/sequence.hpp).
 //
 // One layer, device i of group g (s_i tokens, query heads H_i, |H_i| = h_i):
 //   token-wise   the layer's kernels but the attention core, forward and backward (with the
@@ -36,7 +36,7 @@
 // every step the slowest rank's block (ring_time's lockstep bound, also tested: never below).
 //
 // Sub-rings: groups may split the heads differently. The ring then runs one sub-ring per
-// interval of the common refinement of all groups' head ranges (DESIGN.md §6): device i
+// interval of the common refinement of all groups' head ranges: device i
 // receives, for each interval inside H_i, the K/V of that interval's kv heads
 // (kv_heads_needed: an interval splitting a GQA group carries the whole kv head) from the
 // previous group's device that holds the interval. A device holding several intervals
@@ -71,7 +71,7 @@ namespace hexi {
 inline namespace hexiseq {
 
 // The rings of a layout: one sub-ring per interval of the common refinement of every
-// group's head ranges, and which rank of each group holds each interval (DESIGN.md §6).
+// group's head ranges, and which rank of each group holds each interval.
 struct SubRings {
   std::vector<int> bounds;              // interval m = [bounds[m], bounds[m + 1])
   std::vector<int> kv;                  // kv heads interval m carries (kv_heads_needed)
