@@ -16,11 +16,9 @@
 namespace hexi::cli {
 namespace {
 
-// What the whole cluster costs under a price book (scenarios/prices.hpp), as `advise` prices
-// machines: bought, capex = GPUs x purchase + server + network per machine and $/h = capex
-// written off over the book's years + energy; rented, GPUs x cloud $/GPU-hour; watts at the
-// wall = (GPUs x TDP + host) x PUE per machine. A price missing for some GPU type leaves that
-// figure out.
+// What the whole cluster costs under a price book, machine by machine as `advise` prices
+// them (PriceBook: capex, $/h bought or rented, watts at the wall). A price missing for some
+// GPU type leaves that figure out.
 struct ClusterCost {
   std::optional<double> capex_usd, usd_per_hour, cloud_usd_per_hour;
   double watts = 0;
@@ -28,7 +26,7 @@ struct ClusterCost {
 
 Result<ClusterCost> cluster_cost(const Cluster& c, const PriceBook& book) {
   ClusterCost out;
-  double capex = 0, cloud = 0;
+  double capex = 0, owned = 0, cloud = 0;
   bool bought = true, rented = true;
   for (const Machine& m : c.machines()) {
     const std::string& gpu = c.gpu_types()[m.gpu_type].name;
@@ -40,19 +38,19 @@ Result<ClusterCost> cluster_cost(const Cluster& c, const PriceBook& book) {
     out.watts += book.machine_watts(*price, m.num_gpus);
     if (price->purchase_usd) {
       capex += book.machine_usd(*price, m.num_gpus);
+      owned += book.machine_owned_usd_per_hour(*price, m.num_gpus);
     } else {
       bought = false;
     }
     if (price->cloud_usd_per_hour) {
-      cloud += m.num_gpus * price->cloud_usd_per_hour->value;
+      cloud += book.machine_rent_usd_per_hour(*price, m.num_gpus);
     } else {
       rented = false;
     }
   }
-  const double energy = out.watts / 1000 * book.usd_per_kwh.value;
   if (bought) {
     out.capex_usd = capex;
-    out.usd_per_hour = capex / (book.amortization_years.value * kHoursPerYear) + energy;
+    out.usd_per_hour = owned;
   }
   if (rented) out.cloud_usd_per_hour = cloud;
   return out;
@@ -73,20 +71,23 @@ struct Outcome {
   }
   int gpus_used() const {
     if (search) return search->plan.num_devices();
-    int n = 0;
-    for (const auto& g : layout->layout.groups) n += static_cast<int>(g.devices.size());
-    return n;
+    return layout->layout.num_devices();
   }
   double model_flops_per_s() const {
     return model_flops(scenario.model, scenario.training) / iteration_s();
   }
+  // advise's per-token figures ($/M tokens, J/token) at the closed-form tokens/s, with the
+  // cluster running at `usd_per_hour`.
+  PointMetrics per_token(double usd_per_hour) const {
+    return point_metrics({0, usd_per_hour, cost->watts},
+                         scenario.training.tokens_per_iteration() / iteration_s(), {});
+  }
 };
 
-// $ per million tokens at `usd_per_hour`.
+// $ per million tokens at the cost's `field` ($/h), when the book prices it.
 Json per_m_tokens(const Outcome& o, const std::optional<double> ClusterCost::*field) {
   if (!o.cost || !((*o.cost).*field)) return Json();
-  const double tokens_per_s = o.scenario.training.tokens_per_iteration() / o.iteration_s();
-  return Json(*((*o.cost).*field) / (tokens_per_s * 3600 / 1e6));
+  return Json(o.per_token(*((*o.cost).*field)).usd_per_m_tokens);
 }
 
 struct MetricDef {
@@ -210,11 +211,7 @@ const std::vector<MetricDef>& metric_defs() {
       {{"cloud_usd_per_m_tokens", "$ per million tokens, rented, closed form"},
        [](const Outcome& o) { return per_m_tokens(o, &ClusterCost::cloud_usd_per_hour); }},
       {{"joules_per_token", "J per token at the wall, closed form"},
-       [](const Outcome& o) {
-         return o.cost ? Json(o.cost->watts * o.iteration_s() /
-                              o.scenario.training.tokens_per_iteration())
-                       : Json();
-       }},
+       [](const Outcome& o) { return o.cost ? Json(o.per_token(0).joules_per_token) : Json(); }},
       {{"sim_tokens_per_s", "tokens/s, simulated (layer or stage fidelity)"},
        [](const Outcome& o) { return o.sim ? Json(o.sim->tokens_per_s) : Json(); }},
       {{"sim_iteration_time_s", "iteration time (s), simulated"},

@@ -74,6 +74,19 @@ double PriceBook::machine_watts(const GpuPrice& gpu, int n) const {
   return (n * gpu.tdp_watts.value + host_watts.value) * pue.value;
 }
 
+double PriceBook::energy_usd_per_hour(double watts) const {
+  return watts * (usd_per_kwh.value / 1000.0);
+}
+
+double PriceBook::machine_owned_usd_per_hour(const GpuPrice& gpu, int n) const {
+  return machine_usd(gpu, n) / (amortization_years.value * kHoursPerYear) +
+         energy_usd_per_hour(machine_watts(gpu, n));
+}
+
+double PriceBook::machine_rent_usd_per_hour(const GpuPrice& gpu, int n) const {
+  return n * gpu.cloud_usd_per_hour.value_or(Priced{}).value;
+}
+
 Result<PriceBook> price_book_from_json(const Json& json, const std::string& origin,
                                        const GpuCatalog& catalog) {
   return load_with([&]() -> PriceBook {

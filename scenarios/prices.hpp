@@ -32,6 +32,8 @@ struct Priced {
   std::string source;
 };
 
+inline constexpr double kHoursPerYear = 8766.0;  // 365.25 days
+
 struct GpuPrice {
   std::string gpu;                           // GPU catalog name
   std::optional<Priced> purchase_usd;        // $ per GPU
@@ -60,6 +62,13 @@ struct PriceBook {
   double machine_usd(const GpuPrice& gpu, int gpus) const;
   // W at the wall of one such machine: (GPUs x TDP + host) x PUE.
   double machine_watts(const GpuPrice& gpu, int gpus) const;
+  // $/h of drawing `watts` at the wall.
+  double energy_usd_per_hour(double watts) const;
+  // $/h of one such machine bought: machine_usd written off over amortization_years, plus
+  // its energy.
+  double machine_owned_usd_per_hour(const GpuPrice& gpu, int gpus) const;
+  // $/h of one such machine rented: GPUs x cloud_usd_per_hour (power included); needs it.
+  double machine_rent_usd_per_hour(const GpuPrice& gpu, int gpus) const;
 };
 
 Result<PriceBook> price_book_from_json(const Json& json, const std::string& origin,

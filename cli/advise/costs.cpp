@@ -27,19 +27,15 @@ MixCost CostTable::of(const std::vector<int>& buy) const {
 
 CostTable cost_table(const AdviseRequest& r) {
   const PriceBook& b = r.prices;
-  const double usd_per_watt_hour = b.usd_per_kwh.value / 1000.0;
   CostTable t;
   for (const MachineType& m : r.types) {
     const double watts = b.machine_watts(m.price, m.gpus);
-    const double energy = watts * usd_per_watt_hour;
-    t.owned += m.owned * MixCost{0, energy, watts};
+    t.owned += m.owned * MixCost{0, b.energy_usd_per_hour(watts), watts};
     if (r.budget.pricing == Pricing::kPurchase) {
-      const double capex = b.machine_usd(m.price, m.gpus);
-      const double amortised = capex / (b.amortization_years.value * kHoursPerYear);
-      t.per_machine.push_back({capex, amortised + energy, watts});
+      t.per_machine.push_back(
+          {b.machine_usd(m.price, m.gpus), b.machine_owned_usd_per_hour(m.price, m.gpus), watts});
     } else {
-      const double rent = m.gpus * m.price.cloud_usd_per_hour.value_or(Priced{}).value;
-      t.per_machine.push_back({0, rent, watts});
+      t.per_machine.push_back({0, b.machine_rent_usd_per_hour(m.price, m.gpus), watts});
     }
   }
   return t;

@@ -22,8 +22,6 @@
 namespace hexi {
 inline namespace advise {
 
-inline constexpr double kHoursPerYear = 8766.0;  // 365.25 days
-
 struct MixCost {
   double capex_usd = 0;     // machines bought (purchase pricing); 0 when renting
   double usd_per_hour = 0;  // running cost, amortisation or rent + energy
