@@ -30,13 +30,6 @@ struct SeqOptions {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-const SequenceScheduler* find_scheduler(const std::string& name) {
-  for (const auto& s : sequence_schedulers()) {
-    if (s.name == name) return &s;
-  }
-  return nullptr;
-}
-
 std::string scheduler_list() {
   std::string out;
   for (const auto& s : sequence_schedulers()) out += (out.empty() ? "" : ", ") + s.name;
@@ -330,7 +323,7 @@ int run_seq(const SeqOptions& opt) {
     result.grouping = "from " + opt.layout;
     name = "layout";
   } else {
-    const SequenceScheduler* s = find_scheduler(opt.scheduler);
+    const SequenceScheduler* s = find_sequence_scheduler(opt.scheduler);
     if (!s) {
       return report(bad_input("--scheduler: unknown sequence scheduler \"" + opt.scheduler +
                               "\"; expected one of " + scheduler_list()));

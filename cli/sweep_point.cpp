@@ -232,13 +232,6 @@ const std::vector<MetricDef>& metric_defs() {
   return defs;
 }
 
-const SequenceScheduler* find_sequence_scheduler(const std::string& name) {
-  for (const auto& s : sequence_schedulers()) {
-    if (s.name == name) return &s;
-  }
-  return nullptr;
-}
-
 // The point as a scenario: the sweep's base training config with the point's sequence
 // length and global batch, its cluster, model, scheduler and seed.
 Result<Scenario> point_scenario(const Sweep& s, const SweepPoint& p) {

@@ -185,5 +185,12 @@ const std::vector<SequenceScheduler>& sequence_schedulers() {
   return all;
 }
 
+const SequenceScheduler* find_sequence_scheduler(std::string_view name) {
+  for (const auto& s : sequence_schedulers()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
 }  // namespace hexiseq
 }  // namespace hexi

@@ -24,6 +24,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "scheduler/hexiseq/exact.hpp"
@@ -56,6 +57,8 @@ struct SequenceScheduler {
 
 // hexiseq, hexiseq-exact, then the baselines above, in that order.
 const std::vector<SequenceScheduler>& sequence_schedulers();
+// The one named `name`; nullptr when there is none.
+const SequenceScheduler* find_sequence_scheduler(std::string_view name);
 
 }  // namespace hexiseq
 }  // namespace hexi
