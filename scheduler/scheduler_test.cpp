@@ -18,7 +18,9 @@ using testing::shipped_scenario;
 SearchOptions options_for(const Scenario& sc, const std::string& scheduler) {
   SearchOptions o;
   o.seed = sc.seed;
-  if (sc.cluster.num_devices() > 128 && (scheduler == "hexiscale" || scheduler == "random"))
+  // A valid plan is the point here: above 16 GPUs the searches stop after 3 s (their full
+  // runs on the paper's settings are the tests below and the goldens).
+  if (sc.cluster.num_devices() > 16 && (scheduler == "hexiscale" || scheduler == "random"))
     o.time_budget_s = 3;
   return o;
 }

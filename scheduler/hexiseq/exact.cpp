@@ -1,5 +1,6 @@
 #include "scheduler/hexiseq/exact.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -304,9 +305,54 @@ ExactGrouping solve_exact(const LinearModel& lm, const Grouping& grouping, std::
   return ExactProgram(lm, grouping, block, options).solve();
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every grouping of one mesh's family into `out` (its counts) and `best`. With a time budget
+// (options.time_budget_s > 0, counted from `start`) each program gets at most what is left,
+// and the groupings not reached are skipped: then nothing is proven and the budget reported
+// exhausted.
+Status exact_over(const SequenceCost& cost, const std::vector<int>& devices,
+                  const HexiSeqOptions& options, Clock::time_point start, ExactResult& out,
+                  std::optional<HexiSeqResult>& best) {
+  const std::int64_t s = cost.training().seq_len;
+  const auto block = token_block(s, static_cast<int>(devices.size()), options.block_tokens);
+  if (!block) {
+    return bad_input("hexiseq-exact: the sequence length S = " + std::to_string(s) +
+                     " must be even and a multiple of the token block (" +
+                     std::to_string(options.block_tokens) + ")");
+  }
+  const LinearModel lm(cost, static_cast<int>(devices.size()));
+  for (const Grouping& g : grouping_family(cost.cluster(), devices, SIZE_MAX)) {
+    HexiSeqOptions o = options;
+    if (options.time_budget_s > 0) {
+      const double left =
+          options.time_budget_s - std::chrono::duration<double>(Clock::now() - start).count();
+      if (left <= 0) {
+        out.proven = false;
+        out.best.budget_exhausted = true;
+        break;
+      }
+      o.solver_time_limit_s = std::min(o.solver_time_limit_s, left);
+    }
+    ++out.groupings;
+    const ExactGrouping e = solve_exact(lm, g, *block, o);
+    out.proven = out.proven && e.optimal;
+    if (!e.layout) continue;
+    IterationTime it = cost.iteration(*e.layout);
+    ++out.best.candidates;
+    if (!it.fits || (best && best->time.iteration_s <= it.iteration_s)) continue;
+    best = HexiSeqResult{*e.layout, std::move(it), g.name};
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int> devices,
                                       const HexiSeqOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const Cluster& cluster = cost.cluster();
   if (devices.empty()) {
     for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
@@ -317,36 +363,43 @@ Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int>
                      " devices; the exact search takes at most " +
                      std::to_string(kExactMaxDevices));
   }
-  const std::int64_t s = cost.training().seq_len;
-  const auto block = token_block(s, static_cast<int>(devices.size()), options.block_tokens);
-  if (!block) {
-    return bad_input("hexiseq-exact: the sequence length S = " + std::to_string(s) +
-                     " must be even and a multiple of the token block (" +
-                     std::to_string(options.block_tokens) + ")");
-  }
-  const LinearModel lm(cost, static_cast<int>(devices.size()));
   ExactResult out;
   std::optional<HexiSeqResult> best;
-  for (const Grouping& g : grouping_family(cluster, devices, SIZE_MAX)) {
-    ++out.groupings;
-    const ExactGrouping e = solve_exact(lm, g, *block, options);
-    out.proven = out.proven && e.optimal;
-    if (!e.layout) continue;
-    IterationTime it = cost.iteration(*e.layout);
-    ++out.best.candidates;
-    if (!it.fits || (best && best->time.iteration_s <= it.iteration_s)) continue;
-    best = HexiSeqResult{*e.layout, std::move(it), g.name};
+  if (auto r = exact_over(cost, devices, options, start, out, best); !r) return r.error();
+  // The same two meshes as the search: the whole one and, unless told otherwise, the fastest
+  // GPU type's alone (its groupings named as the search names them).
+  const std::vector<int> subset = options.identical_devices || !options.idle_slow_types
+                                      ? std::vector<int>{}
+                                      : fastest_type(cluster, devices);
+  if (!subset.empty()) {
+    std::optional<HexiSeqResult> alone;
+    ExactResult counts;
+    if (auto r = exact_over(cost, subset, options, start, counts, alone); !r) return r.error();
+    out.groupings += counts.groupings;
+    out.best.candidates += counts.best.candidates;
+    out.proven = out.proven && counts.proven;
+    out.best.budget_exhausted = out.best.budget_exhausted || counts.best.budget_exhausted;
+    if (alone && (!best || alone->time.iteration_s < best->time.iteration_s)) {
+      alone->grouping = "fastest type only, " + std::to_string(subset.size()) + " of " +
+                        std::to_string(devices.size()) + " GPUs; " + alone->grouping;
+      best = std::move(alone);
+    }
+  }
+  if (!best && out.best.budget_exhausted) {
+    return bad_input("hexiseq-exact: the time budget ran out before a program found a layout");
   }
   if (!best) {
     return bad_input("hexiseq-exact: no layout of " + cost.model().name + " over " +
-                     std::to_string(s) + " tokens fits in 95 % of the devices' memory");
+                     std::to_string(cost.training().seq_len) +
+                     " tokens fits in 95 % of the devices' memory");
   }
   const long candidates = out.best.candidates;
+  const bool exhausted = out.best.budget_exhausted;
   out.best = std::move(*best);
   out.best.candidates = candidates;
+  out.best.budget_exhausted = exhausted;
   out.best.solves = out.groupings;
-  out.best.search_time_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.best.search_time_s = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
 }
 

@@ -2,9 +2,10 @@
 // hexiseq-exact: the ground truth for the HexiSeq search on meshes of at most 16 devices
 // (issue 13; beyond the paper, whose scheduler is local coordinate descent).
 //
-// What it is exact over: every grouping of the family the search draws from
-// (groupings.hpp: each NVLink domain cut into equal groups of any size dividing it, whole
-// domains merged in any set partition), and for each, ONE mixed-integer program over the
+// What it is exact over: the two meshes the search tries (every device, and the fastest GPU
+// type's alone unless idle_slow_types is off), every grouping of the family the search draws
+// from in each (groupings.hpp: each NVLink domain cut into equal groups of any size dividing
+// it, whole domains merged in any set partition), and for each, ONE mixed-integer program over the
 // whole mesh deciding together every group's T_g (whole blocks), every device's shard (whole
 // blocks) and its heads (integers, kv >= h / (n_q / n_kv)), minimising the slowest device
 // of linear.hpp's model under memory <= 95 %, solved to proven optimality. The model's
@@ -17,7 +18,8 @@
 // the search's candidates, so hexiseq / exact measures what the hierarchical decomposition
 // (LP for T, per-group programs with the all-to-all linearised at a guess, alternated) loses.
 // The program grows with n_q (one binary per device and head count): meant for small
-// models' head counts; `solver_time_limit_s` bounds each program (then not proven).
+// models' head counts; `solver_time_limit_s` bounds each program and `time_budget_s` (> 0)
+// the whole run, the groupings not reached skipped (either way, then not proven).
 
 #include "scheduler/hexiseq/hexiseq.hpp"
 

@@ -915,6 +915,8 @@ Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<in
   return search.finish();
 }
 
+}  // namespace
+
 // The devices of the fastest GPU type (by dense bf16 TFLOP/s, ties by name), or none when
 // every device is of that type.
 std::vector<int> fastest_type(const Cluster& cluster, const std::vector<int>& devices) {
@@ -930,8 +932,6 @@ std::vector<int> fastest_type(const Cluster& cluster, const std::vector<int>& de
   if (out.size() == devices.size()) out.clear();
   return out;
 }
-
-}  // namespace
 
 Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
                                   const HexiSeqOptions& options) {

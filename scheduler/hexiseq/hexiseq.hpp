@@ -82,6 +82,10 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
 
 // ---- the stages, for the exact search and the tests -------------------------------------
 
+// The devices of the fastest GPU type among `devices` (by dense bf16 TFLOP/s, ties by name),
+// or none when every device is of that type: the second mesh searched (idle_slow_types).
+std::vector<int> fastest_type(const Cluster& cluster, const std::vector<int>& devices);
+
 // Shards are whole blocks: `requested`, or (0) the largest power of two <= S / (32 n),
 // at least 2, that divides S. nullopt when S is odd or not a multiple of `requested`.
 std::optional<std::int64_t> token_block(std::int64_t sequence, int devices, std::int64_t requested);

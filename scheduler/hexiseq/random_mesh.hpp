@@ -1,7 +1,7 @@
 #pragma once
 // Test-only: seeded random meshes of <= 16 GPUs and the comparison of hexiseq with
 // hexiseq-exact on one (issue 13: hexiseq >= 0.99 x exact; in time: hexiseq <= exact /
-// 0.99). Both search the same grouping family with the same 64 token blocks.
+// 0.99). Both search the same meshes and grouping family with the same 64 token blocks.
 
 #include <gtest/gtest.h>
 

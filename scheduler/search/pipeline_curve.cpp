@@ -563,22 +563,28 @@ void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) 
 }
 
 const PipelineCurve::Solution& PipelineCurve::solution(int m) const {
-  auto [it, fresh] = memo_.try_emplace(m);
-  Solution& s = it->second;
-  if (fresh) {
-    solve(m, s);
-    if (s.time == kInfeasible) {
-      s.layers.clear();
-      s.option.clear();
-      s.bottleneck = kInfeasible;
-    }
+  {
+    std::lock_guard lock(memo_mutex_);
+    auto it = memo_.find(m);
+    if (it != memo_.end()) return it->second;
   }
-  return s;
+  // Solved outside the lock (solve reads only the immutable terms); when two threads
+  // solve the same m, the first stored answer is kept and both are the same.
+  Solution s;
+  solve(m, s);
+  if (s.time == kInfeasible) {
+    s.layers.clear();
+    s.option.clear();
+    s.bottleneck = kInfeasible;
+  }
+  std::lock_guard lock(memo_mutex_);
+  return memo_.try_emplace(m, std::move(s)).first->second;
 }
 
 std::size_t PipelineCurve::memory_bytes() const {
   std::size_t bytes = sizeof(*this);
   for (const auto& o : options_) bytes += sizeof(o) + o.capacity() * sizeof(StageTerms);
+  std::lock_guard lock(memo_mutex_);
   for (const auto& [_, s] : memo_)
     bytes += 64 + sizeof(Solution) + s.layers.capacity() * sizeof(int) + s.option.capacity();
   return bytes;

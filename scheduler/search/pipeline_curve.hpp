@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -164,7 +165,10 @@ class PipelineCurve {
   PipelineSchedule schedule_ = PipelineSchedule::k1F1B;
   double send_sum_ = 0;  // 2 sum C_i
   double send_max_ = 0;
-  mutable std::unordered_map<int, Solution> memo_;  // by m (sparse: m reaches thousands)
+  // By m (sparse: m reaches thousands). A curve is shared by the threads of a parallel
+  // search, so the memo is guarded; its nodes never move, so a found Solution stays valid.
+  mutable std::mutex memo_mutex_;
+  mutable std::unordered_map<int, Solution> memo_;
 };
 
 }  // namespace search
