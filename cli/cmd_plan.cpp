@@ -1,10 +1,12 @@
 // hexisim plan SCENARIO [--scheduler NAME] [--seed N] [--out FILE] [--time-budget S]
-//                       [--explain] [--json]: searches a plan (the contract: README command table).
+//                       [--verify K] [--explain] [--json]: searches a plan (the contract: README
+//                       command table).
 
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
+#include "cli/verify.hpp"
 #include "scheduler/scheduler.hpp"
 
 namespace hexi::cli {
@@ -17,6 +19,7 @@ struct PlanOptions {
   std::optional<std::uint64_t> seed;
   std::string out;
   double time_budget_s = 0;
+  std::optional<int> verify;  // default: default_verify(scenario)
   bool explain = false;
   bool json = false;
 };
@@ -25,6 +28,15 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
   std::cout << "scheduler " << r.scheduler << ": " << r.candidates << " candidates in "
             << fmt(r.search_time_s, 2) << " s"
             << (r.budget_exhausted ? " (stopped by --time-budget)" : "") << "\n";
+  if (!r.verified.empty()) {
+    std::cout << "verified: " << r.verified.size() << " best plans by the closed form simulated at "
+              << r.verified_fidelity << " fidelity in " << fmt(r.verify_time_s, 2)
+              << " s; returned: the closed form's "
+              << (r.verified_chosen == 0 ? std::string("best")
+                                         : "plan " + std::to_string(r.verified_chosen + 1))
+              << ", " << fmt(r.verified[r.verified_chosen].simulated_tokens_per_s, 0)
+              << " tokens/s simulated\n";
+  }
   if (!r.plan.comment.empty()) std::cout << r.plan.comment << "\n";
   for (const auto& n : r.notes) std::cout << "note: " << n << "\n";
   print_estimate_summary(sc, r.estimate, std::cout);
@@ -55,6 +67,7 @@ int run_plan(const PlanOptions& opt) {
   so.seed = opt.seed.value_or(sc->seed);
   so.time_budget_s = opt.time_budget_s;
   so.progress = print_search_progress;
+  so.runners_up = opt.verify.value_or(default_verify(*sc));
   const std::string name = opt.scheduler.empty() ? sc->scheduler : opt.scheduler;
   if (!opt.options.empty()) {
     auto json = parse_json_text(opt.options, "--options");
@@ -68,6 +81,7 @@ int run_plan(const PlanOptions& opt) {
   auto result = run_scheduler(name, *sc, so);
   if (!result) return report(result.error());
   std::cerr << "hexisim: " << result->summary() << "\n";  // what the search did, in one line
+  if (auto st = verify_with_simulator(*sc, *result); !st) return report(st.error());
   if (auto st = validate_plan(result->plan, sc->cluster, sc->model, sc->training, name); !st) {
     return report(failure("internal error: " + st.error().message));
   }
@@ -107,6 +121,13 @@ void add_plan_command(CLI::App& app, Runner& run) {
                   "0: run to "
                   "convergence; only then is the result independent of machine speed)")
       ->check(finite_in(0, 1e7));  // seconds (about 115 days at most)
+  cmd->add_option("--verify", opt->verify,
+                  "Simulate the search's best plan and its next K by the closed form (stage "
+                  "fidelity) and return the fastest simulated (default: " +
+                      std::to_string(kDefaultVerify) + " up to " + std::to_string(kVerifyMaxGpus) +
+                      " GPUs, 0 above; 0: the closed form's best, no simulation; schedulers "
+                      "that keep no runners-up: hexiscale keeps them)")
+      ->check(CLI::Range(0, 64));
   cmd->add_flag(
       "--explain", opt->explain,
       "Per pipeline: devices by type, stages, TP degrees, layers, batch share, stage compute and "

@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
+#include "cli/verify.hpp"
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/scheduler.hpp"
@@ -26,6 +27,7 @@ struct SimulateOptions {
   std::string program;
   std::string scheduler;
   std::optional<std::uint64_t> seed;
+  std::optional<int> verify;  // when it searches; default: default_verify(scenario)
   std::string fidelity = "layer";
   std::string all_reduce = "auto";
   std::string out;
@@ -194,10 +196,12 @@ Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, PlanSource
   SearchOptions so;
   so.seed = opt.seed.value_or(sc.seed);
   so.progress = print_search_progress;
+  so.runners_up = opt.verify.value_or(default_verify(sc));
   const bool flag = !opt.scheduler.empty();
   const std::string scheduler = flag ? opt.scheduler : sc.scheduler;
   auto found = run_scheduler(scheduler, sc, so);
   if (!found) return found.error();
+  if (auto st = verify_with_simulator(sc, *found); !st) return st.error();
   source = PlanSource::of_search(scheduler, flag, found->search_time_s);
   std::cerr << "planned with " << scheduler << " in " << fmt(found->search_time_s, 2) << " s\n";
   return std::move(found->plan);
@@ -315,6 +319,10 @@ void add_simulate_command(CLI::App& app, Runner& run) {
                   "scheduler plans)");
   cmd->add_option("--seed", opt->seed, "Seed for planning (default: the scenario's \"seed\")")
       ->check(unsigned_64());
+  cmd->add_option("--verify", opt->verify,
+                  "When it searches: as hexisim plan --verify (the plan simulated is the one "
+                  "hexisim plan returns)")
+      ->check(CLI::Range(0, 64));
   cmd->add_option(
          "--fidelity", opt->fidelity,
          "layer: every op of the program; stage: a stage's ops fused, intra-machine TP folded")

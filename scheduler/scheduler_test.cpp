@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "scheduler/hexiscale/exact.hpp"
 #include "scheduler/search/testing.hpp"
 
@@ -87,6 +89,31 @@ TEST(Search, HexiScaleGivesTheSamePlanBytesWithOneOrTwoThreads) {
       plans[threads - 1] = plan_text(r->plan);
     }
     EXPECT_EQ(plans[0], plans[1]) << name;
+  }
+}
+
+TEST(Search, HexiScaleKeepsItsRunnersUpWithoutChangingItsBest) {
+  Scenario sc = shipped_scenario("testbed-h100-a100-llama2-13b");
+  SearchOptions plain;
+  SearchOptions keeping;
+  keeping.runners_up = 4;
+  auto a = run_scheduler("hexiscale", sc, plain);
+  auto b = run_scheduler("hexiscale", sc, keeping);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->runners_up.empty());
+  EXPECT_EQ(plan_text(a->plan), plan_text(b->plan));  // keeping them changes nothing
+  ASSERT_EQ(b->runners_up.size(), 4u);
+  double previous = b->estimate.tokens_per_s;
+  std::set<std::string> distinct{plan_text(b->plan)};
+  for (const EstimatedPlan& r : b->runners_up) {
+    EXPECT_TRUE(validate_plan(r.plan, sc.cluster, sc.model, sc.training, "runner-up").ok());
+    EXPECT_TRUE(r.estimate.feasible);
+    EXPECT_LE(r.estimate.tokens_per_s, previous);  // best first
+    previous = r.estimate.tokens_per_s;
+    EXPECT_TRUE(distinct.insert(plan_text(r.plan)).second) << "a runner-up repeats a plan";
+    // Its estimate is the plan's.
+    CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+    EXPECT_DOUBLE_EQ(cm.estimate(r.plan).tokens_per_s, r.estimate.tokens_per_s);
   }
 }
 

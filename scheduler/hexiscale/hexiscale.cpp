@@ -71,10 +71,14 @@ Error no_feasible_plan(const Scenario& sc, const std::string& scheduler) {
 
 std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
                                            SearchClock& clock, std::uint64_t seed,
-                                           std::string* mode) {
+                                           std::string* mode, std::vector<SpecResult>* runners_up,
+                                           int keep) {
   HexiScaleSearch search(ev, options, clock, seed);
   if (mode) *mode = search.mode();
-  return search.run();
+  if (runners_up) search.keep_runners_up(keep);
+  auto best = search.run();
+  if (runners_up) *runners_up = search.runners_up();
+  return best;
 }
 
 Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& options) {
@@ -84,11 +88,17 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   SpecEvaluator ev(cm, hx->per_stage_recompute);
   SearchClock clock("hexiscale", options);
   SearchResult out;
-  auto best = hexiscale_search(ev, *hx, clock, options.seed, &out.mode);
+  std::vector<SpecResult> runners_up;
+  auto best =
+      hexiscale_search(ev, *hx, clock, options.seed, &out.mode, &runners_up, options.runners_up);
   if (!best) return no_feasible_plan(sc, "hexiscale");
   out.plan = std::move(best->scored.plan);
   out.plan.comment = "hexiscale: " + describe(best->spec, sc.cluster);
   out.estimate = std::move(best->scored.estimate);
+  for (SpecResult& r : runners_up) {
+    r.scored.plan.comment = "hexiscale: " + describe(r.spec, sc.cluster);
+    out.runners_up.push_back({std::move(r.scored.plan), std::move(r.scored.estimate)});
+  }
   clock.finish(out);
   return out;
 }

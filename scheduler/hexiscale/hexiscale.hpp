@@ -50,9 +50,12 @@ struct SpecResult {
 
 // The search itself, over an existing evaluator (the exact search reuses it).
 // `mode`, when given, receives how it searched ("device-level", ...).
+// `runners_up`, when given, receives up to `keep` next best distinct plans.
 std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
                                            SearchClock& clock, std::uint64_t seed,
-                                           std::string* mode = nullptr);
+                                           std::string* mode = nullptr,
+                                           std::vector<SpecResult>* runners_up = nullptr,
+                                           int keep = 0);
 
 Result<SearchResult> run_hexiscale(const Scenario& scenario, const SearchOptions& options);
 

@@ -207,12 +207,40 @@ HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBu
   return o;
 }
 
+void HexiScaleSearch::keep(const std::string& signature, const SpecResult& result) {
+  const double objective = result.scored.objective();
+  const std::size_t limit = static_cast<std::size_t>(keep_) + 1;
+  if (kept_.size() == limit && !(objective < kept_.back().objective)) return;
+  auto same = std::find_if(kept_.begin(), kept_.end(),
+                           [&](const Kept& k) { return k.signature == signature; });
+  if (same != kept_.end()) {
+    if (!(objective < same->objective)) return;
+    kept_.erase(same);
+  }
+  // After the equal ones: the first found stays first, as best_ does.
+  auto at = std::upper_bound(kept_.begin(), kept_.end(), objective,
+                             [](double v, const Kept& k) { return v < k.objective; });
+  kept_.insert(at, Kept{objective, signature, result});
+  if (kept_.size() > limit) kept_.pop_back();
+}
+
+std::vector<SpecResult> HexiScaleSearch::runners_up() const {
+  std::vector<SpecResult> out;
+  const std::string best = best_ ? signature(best_assignment_) : std::string();
+  for (const Kept& k : kept_) {
+    if (k.signature != best && static_cast<int>(out.size()) < keep_) out.push_back(k.result);
+  }
+  return out;
+}
+
 double HexiScaleSearch::record(const Assignment& a, Outcome& o) {
-  Seen& seen = seen_[signature(a)];
+  const std::string sig = signature(a);
+  Seen& seen = seen_[sig];
   seen.slowest = o.slowest;
   seen.objective = o.objective;
   seen.estimated = seen.estimated || o.estimated;
   for (double tokens : o.counted) clock_.count(tokens);
+  if (keep_ > 0 && o.best) keep(sig, *o.best);
   if (o.best && o.best->scored.objective() < best_objective()) {
     best_ = std::move(o.best);
     best_assignment_ = a;

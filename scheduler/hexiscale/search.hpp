@@ -34,6 +34,10 @@ class HexiScaleSearch {
                   std::uint64_t seed);
 
   std::optional<SpecResult> run();
+  // The next best distinct plans by the objective, best first (at most `keep`, set before
+  // run(); 0: none kept).
+  void keep_runners_up(int keep) { keep_ = keep; }
+  std::vector<SpecResult> runners_up() const;
   // "device-level", "machine-level + device refinement" or "machine-level".
   std::string mode() const;
 
@@ -110,6 +114,15 @@ class HexiScaleSearch {
   double total_flops_ = 0;
   std::optional<SpecResult> best_;
   Assignment best_assignment_;
+  // The best `keep_ + 1` distinct assignments' plans (the best among them), by objective.
+  struct Kept {
+    double objective = kInfeasible;
+    std::string signature;
+    SpecResult result;
+  };
+  int keep_ = 0;
+  std::vector<Kept> kept_;
+  void keep(const std::string& signature, const SpecResult& result);
   std::vector<std::pair<double, Assignment>> elite_;  // best per D, for refinement starts
   struct Seen {
     double slowest = kInfeasible;    // slowest pipeline: a lower bound of the objective

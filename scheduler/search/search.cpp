@@ -37,10 +37,23 @@ Json SearchResult::to_json() const {
                  {"candidates", candidates},
                  {"phases", phase_list},
                  {"stopped", stop_reason()}};
-  return {{"scheduler", scheduler},   {"search_time_s", search_time_s},
-          {"candidates", candidates}, {"budget_exhausted", budget_exhausted},
-          {"notes", notes},           {"trace", points},
-          {"search", search}};
+  Json out = {{"scheduler", scheduler},   {"search_time_s", search_time_s},
+              {"candidates", candidates}, {"budget_exhausted", budget_exhausted},
+              {"notes", notes},           {"trace", points},
+              {"search", search}};
+  if (!verified.empty()) {
+    Json plans = Json::array();
+    for (const VerifiedPlan& v : verified) {
+      plans.push_back({{"rank", v.rank},
+                       {"estimate_tokens_per_s", v.estimate_tokens_per_s},
+                       {"simulated_tokens_per_s", v.simulated_tokens_per_s}});
+    }
+    out["verify"] = {{"fidelity", verified_fidelity},
+                     {"plans", plans},
+                     {"chosen_rank", verified[verified_chosen].rank},
+                     {"time_s", verify_time_s}};
+  }
+  return out;
 }
 
 std::string SearchResult::summary() const {

@@ -43,14 +43,40 @@ struct PhaseTime {
 struct SearchOptions {
   std::uint64_t seed = 1;
   double time_budget_s = 0;  // 0: no budget (stop on convergence; deterministic)
+  // How many runner-up plans to keep besides the best (distinct, best closed form first),
+  // for a caller that re-ranks them with the simulator (SearchResult::runners_up). Searches
+  // that keep none ignore it.
+  int runners_up = 0;
   // Called now and then during long searches (the CLI prints it on stderr).
   std::function<void(const SearchProgress&)> progress;
+};
+
+// A plan with its closed-form estimate.
+struct EstimatedPlan {
+  Plan plan;
+  Estimate estimate;
+};
+
+// One plan a verification simulated (cli/verify.hpp): its rank by the closed form (0: the
+// search's best) and both throughputs.
+struct VerifiedPlan {
+  int rank = 0;
+  double estimate_tokens_per_s = 0;
+  double simulated_tokens_per_s = 0;
 };
 
 struct SearchResult {
   std::string scheduler;
   Plan plan;
   Estimate estimate;
+  // The next best plans by the closed form (SearchOptions::runners_up of them at most).
+  std::vector<EstimatedPlan> runners_up;
+  // When the plans were re-ranked with the simulator: each plan simulated, the one returned
+  // (index into `verified`) and at which fidelity; empty when not verified.
+  std::vector<VerifiedPlan> verified;
+  int verified_chosen = -1;
+  std::string verified_fidelity;
+  double verify_time_s = 0;
   double search_time_s = 0;
   long candidates = 0;             // plans (or pipeline structures) evaluated
   bool budget_exhausted = false;   // stopped by the time budget, not by convergence

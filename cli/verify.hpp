@@ -1,0 +1,27 @@
+#pragma once
+// Re-ranking a search's plans with the simulator (`hexisim plan --verify K`, and
+// `hexisim simulate` when it searches): the search's best plan and its K runners-up by the
+// closed form are lowered at stage fidelity and simulated; the fastest simulated one is
+// returned, so the plan is the simulator's best of the closed form's top K + 1, not the
+// closed form's alone. Where the closed form and the simulator agree (most plans, within
+// 3 %) the best plan stays; where they disagree (slow or shared links) the simulator decides.
+
+#include "scenarios/scenario.hpp"
+#include "scheduler/search/search.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi::cli {
+
+// Runners-up verified by default: kDefaultVerify up to kVerifyMaxGpus GPUs, none above
+// (stage-fidelity simulations of larger clusters take seconds each).
+inline constexpr int kDefaultVerify = 8;
+inline constexpr int kVerifyMaxGpus = 256;
+int default_verify(const Scenario& scenario);
+
+// Simulates r.plan and r.runners_up (in order); when a runner-up simulates faster, it
+// becomes r.plan (ties keep the better closed form). Fills r.verified, r.verified_chosen,
+// r.verified_fidelity and r.verify_time_s, adds a note when the plan changed, and empties
+// r.runners_up. Nothing to do when r has no runners-up.
+Status verify_with_simulator(const Scenario& scenario, SearchResult& r);
+
+}  // namespace hexi::cli
