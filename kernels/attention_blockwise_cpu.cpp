@@ -3,7 +3,8 @@
 // Packing: the g = hq / hk query heads of KV head kh read the same K and V tiles, so a query
 // tile of `rows` tokens is packed into one (g * rows, d) matrix (row r * rows + i = token
 // t0 + i of query head kh * g + r) and every tile product is one GEMM (gemm_cpu.hpp) of
-// g * rows rows against a strided view of K or V.
+// g * rows rows against a strided view of K or V, or against the K or V tile transposed
+// into a (d, 64) scratch (see transpose_tile).
 //
 // Forward, per packed query tile over the key tiles with a visible pair (FlashAttention-2's
 // Algorithm 1, Dao 2023: normalisation deferred to the end):
@@ -104,15 +105,27 @@ void round_rows(T* s, int m, int cols) {
   for (int row = 0; row < m; ++row) round_bf16(s + std::size_t(row) * kTile, cols);
 }
 
-// s (g * rows, kTile) = Q K^T / sqrt(d) of the packed queries qp and the key tile, -inf where
-// invisible.
+// dst (d, kTile) = the key tile's rows of x (kv_tokens, hk, d) of KV head kh, transposed:
+// the tile products S = Q K^T and dP = dO V^T then run as GEMMs without a transposed
+// operand. OpenBLAS 0.3.21 sends the transposed form at d 16 to its general kernel (82
+// GFLOP/s on this project's Xeon for the (128, 64, 16) product) and this one to its
+// small-matrix kernel (140 GFLOP/s); the copy costs a few percent of a tile pair.
 template <class T>
-void scores(T* s, const T* qp, const T* k, const Geometry& geo, int kh, const Tile& qt,
+void transpose_tile(T* dst, const T* x, const Geometry& geo, int kh, const Tile& kt) {
+  StridedMap<T>(dst, geo.p.d, kt.size, Eigen::OuterStride<>(kTile)) =
+      ConstStridedMap<T>(x + geo.kv_at(kt.begin, kh), kt.size, geo.p.d,
+                         Eigen::OuterStride<>(geo.kv_ld()))
+          .transpose();
+}
+
+// s (g * rows, kTile) = Q K^T / sqrt(d) of the packed queries qp (g * rows, d) and the
+// transposed key tile kt_t (d, kTile), -inf where invisible.
+template <class T>
+void scores(T* s, const T* qp, const T* kt_t, const Geometry& geo, int kh, const Tile& qt,
             const Tile& kt, Visible vis) {
   const int m = geo.g() * qt.size, d = geo.p.d;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  gemm<T>(false, true, m, kt.size, d, scale, qp, d, k + geo.kv_at(kt.begin, kh), geo.kv_ld(), T(0),
-          s, kTile);
+  gemm<T>(false, false, m, kt.size, d, scale, qp, d, kt_t, kTile, T(0), s, kTile);
   if (vis == Visible::kSome) mask(s, kNegInf<T>, geo, kh, qt, kt);
 }
 
@@ -121,24 +134,30 @@ void scores(T* s, const T* qp, const T* k, const Geometry& geo, int kh, const Ti
 template <class T>
 struct OnlineSoftmax {
   AlignedVector<T> max, sum, acc;  // (m), (m), (m, d): unnormalised output
-  AlignedVector<T> rescale;        // (m) exp(old max - new max) of the tile being taken
+  AlignedVector<T> base, rescale;  // (m) of the tile being taken: the new max (0 for -inf),
+                                   // exp(old max - base)
   int d;
   OnlineSoftmax(int rows, int d_)
-      : max(rows), sum(rows), acc(std::size_t(rows) * d_), rescale(rows), d(d_) {}
+      : max(rows), sum(rows), acc(std::size_t(rows) * d_), base(rows), rescale(rows), d(d_) {}
   void reset() {
     std::fill(max.begin(), max.end(), kNegInf<T>);
     std::fill(sum.begin(), sum.end(), T(0));
     std::fill(acc.begin(), acc.end(), T(0));
   }
-  // In place on s (m, kTile): scores -> exp(S - new max).
+  // In place on s (m, kTile): scores -> exp(S - new max). A row with nothing visible yet keeps
+  // max -inf and takes base 0 (exp(-inf - -inf) would be NaN); its rescale multiplies a sum
+  // and an acc that are still exactly 0.
   void exponentiate(T* s, int m, int cols) {
     for (int row = 0; row < m; ++row) {
-      auto p = array(s + std::size_t(row) * kTile, cols);
-      const T new_max = std::max(max[row], p.maxCoeff());
-      const T base = new_max == kNegInf<T> ? T(0) : new_max;  // nothing visible yet
-      rescale[row] = std::exp(max[row] - base);               // 0 when max was -inf
-      p = (p - base).exp();
+      const T new_max = std::max(max[row], array(s + std::size_t(row) * kTile, cols).maxCoeff());
+      base[row] = new_max == kNegInf<T> ? T(0) : new_max;
+      rescale[row] = max[row];
       max[row] = new_max;
+    }
+    array(rescale.data(), m) = (array(rescale.data(), m) - array(base.data(), m)).exp();
+    for (int row = 0; row < m; ++row) {
+      auto p = array(s + std::size_t(row) * kTile, cols);
+      p = (p - base[row]).exp();
     }
   }
   // sum = sum * rescale + rowsum P; acc *= rescale (the caller then adds P V).
@@ -177,6 +196,7 @@ void blockwise_attention_forward(T* out, T* lse, const T* q, const T* k, const T
   const Geometry geo{pair};
   const int d = pair.d, max_rows = geo.g() * kTile;
   AlignedVector<T> qp(std::size_t(max_rows) * d), s(std::size_t(max_rows) * kTile);
+  AlignedVector<T> k_t(std::size_t(d) * kTile);  // the key tile, transposed
   OnlineSoftmax<T> state(max_rows, d);
   for (int kh = 0; kh < pair.hk; ++kh) {
     for (int t0 = 0; t0 < pair.q_tokens; t0 += kTile) {
@@ -188,7 +208,8 @@ void blockwise_attention_forward(T* out, T* lse, const T* q, const T* k, const T
         const Tile kt = tile_at(pair.kv_pos, pair.kv_tokens, c0);
         const Visible vis = visible(qt, kt);
         if (vis == Visible::kNone) continue;
-        scores(s.data(), qp.data(), k, geo, kh, qt, kt, vis);
+        transpose_tile(k_t.data(), k, geo, kh, kt);
+        scores(s.data(), qp.data(), k_t.data(), geo, kh, qt, kt, vis);
         state.exponentiate(s.data(), m, kt.size);
         if (vis == Visible::kSome) mask(s.data(), T(0), geo, kh, qt, kt);
         state.accumulate(s.data(), m, kt.size);
@@ -240,7 +261,8 @@ void blockwise_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   AlignedVector<T> qp(std::size_t(max_rows) * d), dop(qp.size()), dqp(qp.size());
   AlignedVector<T> p(std::size_t(max_rows) * kTile), ds(p.size());
-  AlignedVector<T> lse_p(max_rows), dsum(max_rows);  // lse and D of the packed rows
+  AlignedVector<T> lse_p(max_rows), dsum(max_rows);               // lse and D of the packed rows
+  AlignedVector<T> k_t(std::size_t(d) * kTile), v_t(k_t.size());  // K and V tiles, transposed
   for (int kh = 0; kh < pair.hk; ++kh) {
     for (int t0 = 0; t0 < pair.q_tokens; t0 += kTile) {
       const Tile qt = tile_at(pair.q_pos, pair.q_tokens, t0);
@@ -257,13 +279,13 @@ void blockwise_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q
         const Tile kt = tile_at(pair.kv_pos, pair.kv_tokens, c0);
         const Visible vis = visible(qt, kt);
         if (vis == Visible::kNone) continue;
-        const T* kc = k + geo.kv_at(c0, kh);
-        const T* vc = v + geo.kv_at(c0, kh);
-        scores(p.data(), qp.data(), k, geo, kh, qt, kt, vis);
+        transpose_tile(k_t.data(), k, geo, kh, kt);
+        transpose_tile(v_t.data(), v, geo, kh, kt);
+        scores(p.data(), qp.data(), k_t.data(), geo, kh, qt, kt, vis);
         probabilities(p.data(), lse_p.data(), m, kt.size);
         if (vis == Visible::kSome) mask(p.data(), T(0), geo, kh, qt, kt);
-        gemm<T>(false, true, m, kt.size, d, T(1), dop.data(), d, vc, geo.kv_ld(), T(0), ds.data(),
-                kTile);  // dP = dO V^T
+        gemm<T>(false, false, m, kt.size, d, T(1), dop.data(), d, v_t.data(), kTile, T(0),
+                ds.data(), kTile);  // dP = dO V^T
         softmax_backward(ds.data(), p.data(), dsum.data(), m, kt.size, scale);
         if (bf16) {
           round_rows(p.data(), m, kt.size);
@@ -273,8 +295,8 @@ void blockwise_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q
                 dv + geo.kv_at(c0, kh), geo.kv_ld());  // dV += P^T dO
         gemm<T>(true, false, kt.size, d, m, T(1), ds.data(), kTile, qp.data(), d, T(1),
                 dk + geo.kv_at(c0, kh), geo.kv_ld());  // dK += dS^T Q
-        gemm<T>(false, false, m, d, kt.size, T(1), ds.data(), kTile, kc, geo.kv_ld(), T(1),
-                dqp.data(), d);  // dQ += dS K
+        gemm<T>(false, false, m, d, kt.size, T(1), ds.data(), kTile, k + geo.kv_at(c0, kh),
+                geo.kv_ld(), T(1), dqp.data(), d);  // dQ += dS K
       }
       geo.for_each_packed_row(kh, qt, [&](int row, int t, int head) {
         array(dq + geo.q_at(t, head), d) += array(dqp.data() + std::size_t(row) * d, d);
