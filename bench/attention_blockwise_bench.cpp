@@ -93,9 +93,7 @@ struct Tensors {
     for (const auto* x : {&q, &k, &v, &out, &lse, &dout, &dq, &dk, &dv}) n += double(x->size());
     return n * sizeof(float);
   }
-  cpu::AttentionBlockPair pair() const {
-    return {s, s, sh.hq, sh.hk, sh.d(), pos.data(), pos.data()};
-  }
+  AttentionBlockPair pair() const { return {s, s, sh.hq, sh.hk, sh.d(), pos.data(), pos.data()}; }
   void forward_backward() {
     const auto p = pair();
     cpu::blockwise_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), p);

@@ -29,9 +29,10 @@
 // and the summed gradients once, as attention_backward rounds dK and dV once after summing a
 // KV group's query heads.
 
-namespace hexi::kernels::cpu {
+namespace hexi::kernels {
 
-// One (query block, key/value block) pair: sizes and the global position of every row.
+// One (query block, key/value block) pair: sizes and the global position of every row (host
+// memory for the CPU kernels, device memory for the CUDA ones in cuda_kernels.hpp).
 struct AttentionBlockPair {
   int q_tokens = 0;             // rows of the query block
   int kv_tokens = 0;            // rows of the key/value block
@@ -39,6 +40,8 @@ struct AttentionBlockPair {
   const int* q_pos = nullptr;   // (q_tokens) global positions of the query rows
   const int* kv_pos = nullptr;  // (kv_tokens) global positions of the key rows
 };
+
+namespace cpu {
 
 // out (q_tokens, hq, d) and lse (q_tokens, hq) overwritten with the attention of the query
 // block to the key/value block alone (a partial result for attention_merge).
@@ -63,4 +66,5 @@ void blockwise_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q
                                   const T* v, const T* out, const T* lse,
                                   const AttentionBlockPair& pair, bool bf16 = false);
 
-}  // namespace hexi::kernels::cpu
+}  // namespace cpu
+}  // namespace hexi::kernels
