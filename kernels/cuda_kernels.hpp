@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_blockwise.hpp"
 #include "kernels/blocks.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/shapes.hpp"
@@ -99,6 +100,17 @@ void attention_forward(Context& c, float* out, float* probs, const float* q, con
 void attention_backward(Context& c, float* dq, float* dk, float* dv, const float* dout,
                         const float* q, const float* k, const float* v, const float* probs, int b,
                         int s, int hq, int hk, int d, bool bf16 = false);
+
+// Blockwise (ring) attention, attention_blockwise.hpp: pair.q_pos and pair.kv_pos are device
+// memory too. Head dimension up to 256 (cuda::Error beyond).
+void blockwise_attention_forward(Context& c, float* out, float* lse, const float* q, const float* k,
+                                 const float* v, const AttentionBlockPair& pair, bool bf16 = false);
+void attention_merge(Context& c, float* out, float* lse, const float* out_b, const float* lse_b,
+                     int tokens, int heads, int d);
+void blockwise_attention_backward(Context& c, float* dq, float* dk, float* dv, const float* dout,
+                                  const float* q, const float* k, const float* v, const float* out,
+                                  const float* lse, const AttentionBlockPair& pair,
+                                  bool bf16 = false);
 
 void swiglu_forward(Context& c, float* out, const float* gate, const float* up, std::size_t n);
 void swiglu_backward(Context& c, float* dgate, float* dup, const float* dout, const float* gate,
