@@ -52,8 +52,6 @@ TEST(CliPlan, ReportsWhatTheSearchDid) {
 }
 
 TEST(CliPlan, VerifyReturnsTheFastestSimulatedOfTheTopPlans) {
-  // tiny-llama-cpu: the closed form's best is not the simulator's (the simulated plan of
-  // the search's fifth best is 15 % faster: the CPU profile's launch overheads).
   auto r = run_cli("plan tiny-llama-cpu --verify 5 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   json j = json::parse(r.out);
@@ -73,12 +71,10 @@ TEST(CliPlan, VerifyReturnsTheFastestSimulatedOfTheTopPlans) {
     }
   }
   EXPECT_EQ(v["chosen_rank"].get<int>(), best_rank);
-  EXPECT_GT(best_rank, 0) << "the simulator should prefer a runner-up here: " << v.dump();
-  // The returned plan is the chosen one: its estimate is that plan's, and a note says so.
+  // The returned plan is the chosen one: its estimate is that plan's (verify_test.cpp
+  // checks a runner-up taking the place of the closed form's best).
   EXPECT_DOUBLE_EQ(j["estimate"]["tokens_per_s"].get<double>(),
                    v["plans"][best_rank]["estimate_tokens_per_s"].get<double>());
-  ASSERT_FALSE(j["notes"].empty());
-  EXPECT_NE(j["notes"].back().get<std::string>().find("simulates fastest"), std::string::npos);
   // The simulation of the returned plan (stage fidelity) gives the figure verify chose on.
   auto dir = scratch_dir("plan-verify");
   const auto plan = dir / "plan.json";

@@ -80,26 +80,6 @@ Phase hierarchical(const std::vector<std::vector<int>>& blocks, double bytes) {
 
 }  // namespace
 
-std::vector<std::vector<int>> machine_blocks(const std::vector<int>& devices,
-                                             const Cluster& cluster) {
-  std::map<int, std::vector<int>> by_machine;
-  std::vector<int> order;
-  for (int d : devices) {
-    int m = cluster.devices()[d].machine;
-    if (by_machine[m].empty()) order.push_back(m);
-    by_machine[m].push_back(d);
-  }
-  if (order.size() < 2) return {};
-  const std::size_t g = by_machine[order.front()].size();
-  if (g < 2) return {};
-  std::vector<std::vector<int>> blocks;
-  for (int m : order) {
-    if (by_machine[m].size() != g) return {};
-    blocks.push_back(by_machine[m]);
-  }
-  return blocks;
-}
-
 std::vector<Phase> expand_collective(Collective c, const std::vector<int>& devices, double bytes,
                                      Algorithm algorithm, const Cluster& cluster) {
   if (devices.size() < 2) return {};

@@ -46,13 +46,9 @@ struct Phase {
   std::vector<int> part_steps;
 };
 
-// Members grouped by machine when every machine holds the same number (>= 2) of
-// them and there are >= 2 machines; empty otherwise.
-std::vector<std::vector<int>> machine_blocks(const std::vector<int>& devices,
-                                             const Cluster& cluster);
-
 // The phases of collective `c` of S bytes over `devices` (ring order).
-// kAuto picks hierarchical for all-reduces whose members form machine blocks.
+// kAuto picks hierarchical for all-reduces whose members form machine blocks
+// (cost::machine_blocks, collectives.hpp).
 std::vector<Phase> expand_collective(Collective c, const std::vector<int>& devices, double bytes,
                                      Algorithm algorithm, const Cluster& cluster);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "topologies/enum_names.hpp"
 
@@ -55,6 +56,54 @@ std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<in
     lat = std::max(lat, cluster.step_latency(a, b));
   }
   return {bw, lat};
+}
+
+std::vector<std::vector<int>> machine_blocks(const std::vector<int>& devices,
+                                             const Cluster& cluster) {
+  std::map<int, std::vector<int>> by_machine;
+  std::vector<int> order;
+  for (int d : devices) {
+    const int m = cluster.devices()[d].machine;
+    if (by_machine[m].empty()) order.push_back(m);
+    by_machine[m].push_back(d);
+  }
+  if (order.size() < 2) return {};
+  const std::size_t g = by_machine[order.front()].size();
+  if (g < 2) return {};
+  std::vector<std::vector<int>> blocks;
+  for (int m : order) {
+    if (by_machine[m].size() != g) return {};
+    blocks.push_back(by_machine[m]);
+  }
+  return blocks;
+}
+
+double hierarchical_all_reduce_time(const Cluster& cluster,
+                                    const std::vector<std::vector<int>>& blocks, double bytes) {
+  const int g = static_cast<int>(blocks.front().size());
+  const int machines = static_cast<int>(blocks.size());
+  double intra_bw = std::numeric_limits<double>::infinity(), intra_lat = 0;
+  for (const auto& b : blocks) {
+    const auto [bw, lat] = ring_link(cluster, b, bytes);
+    intra_bw = std::min(intra_bw, bw);
+    intra_lat = std::max(intra_lat, lat);
+  }
+  double inter_bw = std::numeric_limits<double>::infinity(), inter_lat = 0;
+  const double column_bytes = bytes / g;
+  for (int k = 0; k < g; ++k) {
+    for (int m = 0; m < machines; ++m) {
+      const int a = blocks[m][k], b = blocks[(m + 1) % machines][k];
+      const double nic =
+          std::min(cluster.machine_of(a).nic_each_Bps(), cluster.machine_of(b).nic_each_Bps());
+      const double link = std::min(cluster.link(a, b).bandwidth_Bps, nic);
+      inter_bw = std::min(inter_bw, link * cluster.efficiency(a, b, column_bytes / machines));
+      inter_lat = std::max(inter_lat, cluster.step_latency(a, b));
+    }
+  }
+  const double intra_s = 2 * bus_factor(Collective::kReduceScatter, g) * bytes / intra_bw;
+  const double inter_s = bus_factor(Collective::kAllReduce, machines) * column_bytes / inter_bw;
+  return std::max(intra_s, inter_s) + 2 * latency_steps(Collective::kReduceScatter, g) * intra_lat +
+         latency_steps(Collective::kAllReduce, machines) * inter_lat;
 }
 
 }  // namespace cost

@@ -50,5 +50,19 @@ double p2p_time(double bytes, double bandwidth_Bps, double latency_s);
 std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& group,
                                     double bytes);
 
+// Members grouped by machine (each block in `devices` order, blocks in order of first
+// appearance) when every machine holds the same number (>= 2) of them and there are >= 2
+// machines; empty otherwise. Such an all-reduce runs hierarchically (NCCL's tree/ring over
+// machines): a reduce-scatter and an all-gather inside each machine and, pipelined with
+// them, an all-reduce of S/g across machines per position k in the blocks (g columns).
+std::vector<std::vector<int>> machine_blocks(const std::vector<int>& devices,
+                                             const Cluster& cluster);
+
+// Time of that hierarchical all-reduce of `bytes` over `blocks` (machine_blocks), its parts
+// pipelined: the slower part's bytes at its slowest link (the column edges across machines
+// at most one NIC's rate each), plus every step's latency at its own hop.
+double hierarchical_all_reduce_time(const Cluster& cluster,
+                                    const std::vector<std::vector<int>>& blocks, double bytes);
+
 }  // namespace cost
 }  // namespace hexi

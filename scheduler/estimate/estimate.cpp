@@ -324,8 +324,14 @@ class DpSync {
           if (far == members.end()) continue;  // inside one machine
           const double n = static_cast<double>(members.size());
           const double bytes = e * params * (b - a) / (hi - lo);
+          // A hierarchical all-reduce (machine blocks of g) crosses the NICs with its g
+          // columns' all-reduces of bytes / g over the machines; a flat ring once.
+          const auto blocks = hierarchical_blocks(members);
           const double wire =
-              2 * (n - 1) / n * bytes / cm_.cluster().efficiency(de.device, *far, bytes / n);
+              blocks.empty()
+                  ? 2 * (n - 1) / n * bytes / cm_.cluster().efficiency(de.device, *far, bytes / n)
+                  : bus_factor(Collective::kAllReduce, static_cast<int>(blocks.size())) * bytes /
+                        cm_.cluster().efficiency(de.device, *far, bytes / n);
           rings.emplace(key, std::make_pair(std::move(members), wire));
         }
       }
@@ -398,6 +404,36 @@ class DpSync {
     return out;
   }
 
+  // The machine blocks of an all-reduce that runs hierarchically (zero_stage 0), or none.
+  std::vector<std::vector<int>> hierarchical_blocks(const std::vector<int>& members) const {
+    if (cm_.training().zero_stage != 0) return {};
+    return machine_blocks(members, cm_.cluster());
+  }
+
+  // The members of a device's all-reduce of one piece when every holder stage splits it as
+  // the device's stage does (same TP degree and shares: one rank per pipeline, the device's
+  // TP rank); empty otherwise (the pieces are sliced: nics_end_s).
+  std::vector<int> aligned_members(const DeviceEstimate& de, int layer) const {
+    const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
+    const auto mine = share(s, de.tp_rank);
+    std::vector<int> members;
+    for (int q = 0; q < dp_; ++q) {
+      if (q == de.pipeline) {
+        members.push_back(de.device);
+        continue;
+      }
+      const Stage* h = holder_of(q, layer);
+      if (h->tp() != s.tp()) return {};
+      const auto theirs = share(*h, de.tp_rank);
+      if (std::abs(theirs.first - mine.first) > 1e-12 ||
+          std::abs(theirs.second - mine.second) > 1e-12) {
+        return {};
+      }
+      members.push_back(h->devices[de.tp_rank]);
+    }
+    return members;
+  }
+
   // The time of a device's pieces, one after another (s).
   double device_sync_s(const DeviceEstimate& de) {
     // The slowest link (its nominal rate and transport) and the largest latency from this
@@ -431,6 +467,12 @@ class DpSync {
     const double e = cm_.training().bytes_per_element();
     double total = 0;
     for (auto [layer, params] : pieces(de)) {
+      // Without ZeRO, holders that form machine blocks all-reduce hierarchically, as the
+      // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
+      if (const auto blocks = hierarchical_blocks(aligned_members(de, layer)); !blocks.empty()) {
+        total += hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
+        continue;
+      }
       const double message = e * params / dp_;  // the ring's per-step message
       double bw = std::numeric_limits<double>::infinity(), lat = 0;
       for (int q = 0; q < dp_; ++q) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "scenarios/testing.hpp"
 #include "scheduler/cost/collectives.hpp"
 
@@ -31,6 +33,15 @@ struct Fixture : ::testing::Test {
     if (first) t += kernels_time(embedding_forward(sc.model, sc.training, 1), g, p);
     if (last) t += kernels_time(head_forward(sc.model, sc.training, 1, phi), g, p);
     return t;
+  }
+  // The DP pieces of a stage holding the whole model (8 layers): the embedding, the layers,
+  // the head (parameters).
+  std::array<double, 3> whole_model_pieces() const {
+    StageShape emb, layers;
+    emb.first = true;
+    layers.layer_end = 8;
+    return {stage_params(sc.model, emb), stage_params(sc.model, layers),
+            sc.model.params() - stage_params(sc.model, emb) - stage_params(sc.model, layers)};
   }
   double bwd(int layers, bool first, bool last, double phi = 1.0) {
     const GpuSpec& g = sc.cluster.gpu(0);
@@ -101,12 +112,7 @@ TEST_F(Fixture, DataParallelAcrossMachines) {
   // Ring all-reduces of the bf16 gradients between two machines, one per piece (the
   // embedding, the 8 layers, the head): min(PCIe 32, NIC 25) GB/s, latency NIC + switch
   // + NIC = 11 us. Both pipelines end when the slower does, so all of it is exposed.
-  StageShape emb, layers;
-  emb.first = true;
-  layers.layer_end = 8;
-  const double piece[3] = {
-      stage_params(sc.model, emb), stage_params(sc.model, layers),
-      sc.model.params() - stage_params(sc.model, emb) - stage_params(sc.model, layers)};
+  const std::array<double, 3> piece = whole_model_pieces();
   double expect = 0;
   for (double params : piece) {
     expect += collective_time(Collective::kAllReduce, 2 * params, 2, 25e9, 11e-6);
@@ -183,6 +189,38 @@ TEST_F(Fixture, TheNicsCarryEveryRingThroughTheirMachine) {
   for (const auto& d : e.devices) device_end = std::max(device_end, finish[d.stage] + d.dp_sync_s);
   EXPECT_GT(nic_end, device_end);
   EXPECT_NEAR(e.dp_sync_s, nic_end - e.pipeline_s, 1e-12);
+}
+
+// Four pipelines on two GPUs of each of two machines: every piece's holders {0, 1, 4, 5}
+// form machine blocks, and without ZeRO they all-reduce as the simulator does,
+// hierarchically: a reduce-scatter and an all-gather inside each machine pipelined with two
+// column all-reduces of S/2 across the machines ({0, 4} and {1, 5}). With ZeRO-1 it is a
+// reduce-scatter and an all-gather over the flat ring of four.
+TEST_F(Fixture, DataParallelInMachineBlocksIsHierarchicalWithoutZero) {
+  const char* text = R"({"version": 1, "pipelines": [
+    {"batch": 2, "stages": [{"devices": [0], "layers": [0, 8]}]},
+    {"batch": 2, "stages": [{"devices": [1], "layers": [0, 8]}]},
+    {"batch": 2, "stages": [{"devices": [4], "layers": [0, 8]}]},
+    {"batch": 2, "stages": [{"devices": [5], "layers": [0, 8]}]}]})";
+  const std::array<double, 3> piece = whole_model_pieces();
+  const PairLink intra = sc.cluster.link(0, 1);
+  const double intra_lat = sc.cluster.step_latency(0, 1);
+  double hierarchical = 0, flat = 0;
+  for (double params : piece) {
+    const double bytes = 2 * params;  // bf16 gradients
+    // Intra: 2 x (g-1)/g x S at the intra-machine link; inter: 2 (M-1)/M x S/g at the NIC.
+    hierarchical += std::max(2 * 0.5 * bytes / intra.bandwidth_Bps, 1.0 * (bytes / 2) / 25e9) +
+                    2 * intra_lat + 2 * 11e-6;
+    flat += collective_time(Collective::kAllReduce, bytes, 4, std::min(intra.bandwidth_Bps, 25e9),
+                            std::max(intra_lat, 11e-6));
+  }
+  sc.training.zero_stage = 0;
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(plan(text));
+  for (const auto& d : e.devices) EXPECT_NEAR(d.dp_sync_s, hierarchical, 1e-15) << d.device;
+  EXPECT_LT(hierarchical, flat);
+  sc.training.zero_stage = 1;
+  Estimate z = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(plan(text));
+  for (const auto& d : z.devices) EXPECT_NEAR(d.dp_sync_s, flat, 1e-15) << d.device;
 }
 
 TEST_F(Fixture, ReportsDevicesOverMemory) {
