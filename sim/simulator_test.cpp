@@ -139,6 +139,28 @@ TEST(Simulator, HierarchicalAllReduceBeatsTheFlatRingAsPredicted) {
   EXPECT_NEAR(hier.report.iteration_time_s, expect_hier, 1e-6);
 }
 
+TEST(Simulator, HierarchicalAllReduceIsBoundByTheNicOnPcieMachines) {
+  // 2 machines of 4 CPU-core ranks (PCIe 10 GB/s, peer-to-peer 5 GB/s), NIC 0.05 GB/s;
+  // members {0, 1, 4, 5}: two column all-reduces of S/2 share each NIC, S / NIC = 20 s for
+  // S = 1 GB, far above the machines' part. (SimGrid's lazy update ran them at PCIe rates.)
+  Json j = {{"version", 1},
+            {"name", "pcie-2x4"},
+            {"network", {{"nic_GBps", 0.05}}},
+            {"machines", {{{"gpu", "CPU-core"}, {"gpus", 4}, {"repeat", 2}}}}};
+  auto c = Cluster::from_json(j, "<pcie-2x4>", testing::shipped_gpus());
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ProgramBuilder b(8);
+  int g = b.group({0, 1, 4, 5});
+  b.collective(g, Collective::kAllReduce, 1e9);
+  const Program p = b.build();
+  SimOutput hier = run(p, *c, ideal_profile(), sim::Algorithm::kHierarchical);
+  EXPECT_NEAR(hier.report.iteration_time_s, 1e9 / 0.05e9, 0.001 * 20);
+  for (const auto& l : hier.report.links) EXPECT_LE(l.utilisation, 1 + 1e-6) << l.name;
+  // The flat ring: 2 (n-1)/n S through the NIC, 30 s.
+  SimOutput ring = run(p, *c, ideal_profile(), sim::Algorithm::kRing);
+  EXPECT_NEAR(ring.report.iteration_time_s, 1.5e9 / 0.05e9, 0.001 * 30);
+}
+
 // p stages of one GPU, m micro-batches, F = 10 ms and B = 20 ms per micro-batch,
 // 1-byte stage-boundary messages; 1F1B order from scheduler/program/lower.hpp.
 Program pipeline_program(int p, int m, PipelineSchedule schedule) {
