@@ -1,10 +1,12 @@
 #include "scheduler/estimate/estimate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -216,14 +218,24 @@ class DpSync {
         plan_(plan),
         dp_(static_cast<int>(plan.pipelines.size())),
         layers_(cm.model().layers),
-        holder_(dp_, std::vector<const Stage*>(layers_, nullptr)),
+        holder_(dp_, std::vector<int>(layers_, -1)),
         boundary_(layers_, 0) {
     for (int p = 0; p < dp_; ++p) {
+      first_stage_.push_back(static_cast<int>(stages_.size()));
       for (const auto& s : plan.pipelines[p].stages) {
-        for (int l = s.layer_begin; l < s.layer_end; ++l) holder_[p][l] = &s;
+        const int id = static_cast<int>(stages_.size());
+        stages_.push_back(&s);
+        pipeline_of_.push_back(p);
+        // Rank r holds [bounds[r], bounds[r + 1]) of the heads / columns.
+        std::vector<double> bounds{0.0};
+        for (int r = 0; r < s.tp(); ++r)
+          bounds.push_back(bounds.back() + s.phi(r, cm.model().heads));
+        bounds_.push_back(std::move(bounds));
+        for (int l = s.layer_begin; l < s.layer_end; ++l) holder_[p][l] = id;
         if (s.layer_begin < layers_) boundary_[s.layer_begin] = 1;
       }
     }
+    first_stage_.push_back(static_cast<int>(stages_.size()));
   }
 
   void run(Estimate& est) {
@@ -231,47 +243,38 @@ class DpSync {
     for (const auto& de : est.devices) {
       finish_[de.device] = est.pipelines[de.pipeline].finish_s[de.stage];
     }
-    count_peers(est);
-    for (auto& de : est.devices) de.dp_sync_s = device_sync_s(de);
+    piece_begin_.assign(1, 0);
+    for (const auto& de : est.devices) {
+      pieces(de, pieces_);
+      piece_begin_.push_back(pieces_.size());
+    }
+    // The ranks of a stage follow each other: links that depend only on the machine are
+    // found once per stage.
+    std::vector<PieceLinks> links;
+    int links_of = -1;  // the stage whose ranks share `links`
+    for (std::size_t i = 0; i < est.devices.size(); ++i) {
+      DeviceEstimate& de = est.devices[i];
+      const int own = first_stage_[de.pipeline] + de.stage;
+      if (own != links_of) links_of = piece_links(de, pieces_of(i), links) ? own : -1;
+      de.dp_sync_s = device_sync_s(de, pieces_of(i), links);
+    }
     est.dp_sync_s = std::max(0.0, std::max(devices_end_s(est), nics_end_s(est)) - est.pipeline_s);
   }
 
  private:
-  // The stage of pipeline q holding a piece: the embedding (layer -1), a layer run
-  // starting at `layer`, or the head (layer == layers).
-  const Stage* holder_of(int q, int layer) const {
-    const auto& stages = plan_.pipelines[q].stages;
-    if (layer < 0) return &stages.front();
-    if (layer >= layers_) return &stages.back();
+  // The stage (id into stages_) of pipeline q holding a piece: the embedding (layer -1),
+  // a layer run starting at `layer`, or the head (layer == layers).
+  int holder_of(int q, int layer) const {
+    if (layer < 0) return first_stage_[q];
+    if (layer >= layers_) return first_stage_[q + 1] - 1;
     return holder_[q][layer];
   }
 
   int machine(int device) const { return cm_.cluster().devices()[device].machine; }
 
-  // Each device's peers (the devices of the other pipelines holding its layers).
-  void count_peers(const Estimate& est) {
-    peers_.assign(est.devices.size(), {});
-    for (std::size_t i = 0; i < est.devices.size(); ++i) {
-      const DeviceEstimate& de = est.devices[i];
-      const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
-      for (int q = 0; q < dp_; ++q) {
-        if (q == de.pipeline) continue;
-        const Stage* last = nullptr;
-        for (int l = s.layer_begin; l < s.layer_end; ++l) {
-          const Stage* h = holder_[q][l];
-          if (h == last) continue;
-          last = h;
-          peers_[i].insert(peers_[i].end(), h->devices.begin(), h->devices.end());
-        }
-      }
-    }
-  }
-
-  // The share [begin, end) of the heads / columns that TP rank r of a stage holds.
-  std::pair<double, double> share(const Stage& s, int r) const {
-    double begin = 0;
-    for (int k = 0; k < r; ++k) begin += s.phi(k, cm_.model().heads);
-    return {begin, begin + s.phi(r, cm_.model().heads)};
+  // The share [begin, end) of the heads / columns that TP rank r of stage `id` holds.
+  std::pair<double, double> share(int id, int r) const {
+    return {bounds_[id][r], bounds_[id][r + 1]};
   }
 
   // When every member of a ring has finished its schedule.
@@ -281,30 +284,44 @@ class DpSync {
     return start;
   }
 
+  // Every share boundary of the holders of a piece, sorted, without repeats.
+  const std::vector<double>& cuts_of(int layer) {
+    auto [it, fresh] = cuts_.try_emplace(layer);
+    if (fresh) {
+      for (int q = 0; q < dp_; ++q) {
+        const int h = holder_of(q, layer);
+        it->second.insert(it->second.end(), bounds_[h].begin(), bounds_[h].end());
+      }
+      std::sort(it->second.begin(), it->second.end());
+      it->second.erase(std::unique(it->second.begin(), it->second.end()), it->second.end());
+    }
+    return it->second;
+  }
+
   // The NIC bound. A piece is reduced in slices, one per interval of the common refinement
   // of its holders' TP shares: a slice's ring is the rank of each pipeline holding that
   // interval. Per machine, its off-machine slice rings as (start, seconds at the machine's
   // summed NIC rate); the machine is done no earlier than max over rings r of start_r +
   // the seconds of the rings starting at or after start_r.
-  double nics_end_s(const Estimate& est) const {
+  double nics_end_s(const Estimate& est) {
     const double e = cm_.training().bytes_per_element();
     // (piece, slice start in 1e-9 of the columns) -> members, wire bytes per NIC crossing
     std::map<std::pair<int, long long>, std::pair<std::vector<int>, double>> rings;
-    for (const DeviceEstimate& de : est.devices) {
-      const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
-      const auto [lo, hi] = share(s, de.tp_rank);
-      for (auto [layer, params] : pieces(de)) {
-        std::vector<double> cuts{lo, hi};
-        for (int q = 0; q < dp_; ++q) {
-          const Stage* h = holder_of(q, layer);
-          for (int r = 0; r < h->tp(); ++r) {
-            const auto [a, b] = share(*h, r);
-            for (double x : {a, b}) {
-              if (x > lo + 1e-12 && x < hi - 1e-12) cuts.push_back(x);
-            }
-          }
+    std::vector<double> cuts;
+    for (std::size_t i = 0; i < est.devices.size(); ++i) {
+      const DeviceEstimate& de = est.devices[i];
+      const int own = first_stage_[de.pipeline] + de.stage;
+      const auto [lo, hi] = share(own, de.tp_rank);
+      for (auto [layer, params] : pieces_of(i)) {
+        // The holders' boundaries strictly inside this rank's share (repeats would only
+        // give empty slices).
+        const std::vector<double>& all = cuts_of(layer);
+        cuts.assign(1, lo);
+        for (auto x = std::upper_bound(all.begin(), all.end(), lo + 1e-12);
+             x != all.end() && *x < hi - 1e-12; ++x) {
+          cuts.push_back(*x);
         }
-        std::sort(cuts.begin(), cuts.end());
+        cuts.push_back(hi);
         for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
           const double a = cuts[k], b = cuts[k + 1];
           if (b - a < 1e-12) continue;
@@ -313,10 +330,10 @@ class DpSync {
           std::vector<int> members{de.device};
           for (int q = 0; q < dp_; ++q) {
             if (q == de.pipeline) continue;
-            const Stage* h = holder_of(q, layer);
-            for (int r = 0; r < h->tp(); ++r) {
-              const auto [ra, rb] = share(*h, r);
-              if (ra < b - 1e-12 && a < rb - 1e-12) members.push_back(h->devices[r]);
+            const int h = holder_of(q, layer);
+            for (int r = 0; r < stages_[h]->tp(); ++r) {
+              const auto [ra, rb] = share(h, r);
+              if (ra < b - 1e-12 && a < rb - 1e-12) members.push_back(stages_[h]->devices[r]);
             }
           }
           const auto far = std::find_if(members.begin(), members.end(),
@@ -361,28 +378,43 @@ class DpSync {
   }
 
   // The device bound: each device's pieces one after another from when its ring members
-  // have all finished.
+  // (every device of the other pipelines' stages holding its stage's layers) have all
+  // finished.
   double devices_end_s(const Estimate& est) const {
+    // Per stage: the latest finish among the stages of other pipelines holding its layers.
+    std::vector<double> peers_finish(stages_.size(), std::numeric_limits<double>::lowest());
+    for (std::size_t id = 0; id < stages_.size(); ++id) {
+      const Stage& s = *stages_[id];
+      for (int q = 0; q < dp_; ++q) {
+        if (q == pipeline_of_[id]) continue;
+        int last = -1;
+        for (int l = s.layer_begin; l < s.layer_end; ++l) {
+          const int h = holder_[q][l];
+          if (h == last) continue;
+          last = h;
+          for (int d : stages_[h]->devices)
+            peers_finish[id] = std::max(peers_finish[id], finish_[d]);
+        }
+      }
+    }
     double end = 0;
-    for (std::size_t i = 0; i < est.devices.size(); ++i) {
-      const DeviceEstimate& de = est.devices[i];
-      double start = finish_[de.device];
-      for (int peer : peers_[i]) start = std::max(start, finish_[peer]);
+    for (const DeviceEstimate& de : est.devices) {
+      const double start =
+          std::max(finish_[de.device], peers_finish[first_stage_[de.pipeline] + de.stage]);
       end = std::max(end, start + de.dp_sync_s);
     }
     return end;
   }
 
-  // A device's gradient pieces: (first layer, parameters), -1 for the embedding and
-  // `layers` for the head.
-  std::vector<std::pair<int, double>> pieces(const DeviceEstimate& de) const {
+  // A device's gradient pieces, appended to `out`: (first layer, parameters), -1 for the
+  // embedding and `layers` for the head.
+  void pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) const {
     const Model& model = cm_.model();
     const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
     const StageShape shape =
         rank_shape(plan_.pipelines[de.pipeline], de.stage, de.tp_rank, model.heads);
     StageShape piece = shape;
     piece.first = piece.last = false;
-    std::vector<std::pair<int, double>> out;
     double rest = stage_params(model, shape);
     if (shape.first) {
       StageShape emb = shape;
@@ -401,7 +433,6 @@ class DpSync {
       l = end;
     }
     if (shape.last) out.emplace_back(layers_, rest);
-    return out;
   }
 
   // The machine blocks of an all-reduce that runs hierarchically (zero_stage 0), or none.
@@ -414,86 +445,144 @@ class DpSync {
   // the device's stage does (same TP degree and shares: one rank per pipeline, the device's
   // TP rank); empty otherwise (the pieces are sliced: nics_end_s).
   std::vector<int> aligned_members(const DeviceEstimate& de, int layer) const {
-    const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
-    const auto mine = share(s, de.tp_rank);
+    const int own = first_stage_[de.pipeline] + de.stage;
+    const auto mine = share(own, de.tp_rank);
     std::vector<int> members;
     for (int q = 0; q < dp_; ++q) {
       if (q == de.pipeline) {
         members.push_back(de.device);
         continue;
       }
-      const Stage* h = holder_of(q, layer);
-      if (h->tp() != s.tp()) return {};
-      const auto theirs = share(*h, de.tp_rank);
+      const int h = holder_of(q, layer);
+      if (stages_[h]->tp() != stages_[own]->tp()) return {};
+      const auto theirs = share(h, de.tp_rank);
       if (std::abs(theirs.first - mine.first) > 1e-12 ||
           std::abs(theirs.second - mine.second) > 1e-12) {
         return {};
       }
-      members.push_back(h->devices[de.tp_rank]);
+      members.push_back(stages_[h]->devices[de.tp_rank]);
     }
     return members;
   }
 
-  // The time of a device's pieces, one after another (s).
-  double device_sync_s(const DeviceEstimate& de) {
-    // The slowest link (its nominal rate and transport) and the largest latency from this
-    // device to each holder stage.
-    struct HolderLink {
-      double bandwidth_Bps = std::numeric_limits<double>::infinity();
-      double latency_s = 0;
-      Transport transport = Transport::kNominal;
-    };
-    std::unordered_map<const Stage*, HolderLink> link_to;
-    auto link_of = [&](const Stage* h) {
-      auto [it, fresh] = link_to.try_emplace(h);
-      if (fresh) {
-        for (int peer : h->devices) {
-          PairLink l = cm_.cluster().link(de.device, peer);
-          double b = l.bandwidth_Bps;
-          if (machine(peer) != machine(de.device)) {
-            b = std::min({b, cm_.cluster().machine_of(de.device).nic_each_Bps(),
-                          cm_.cluster().machine_of(peer).nic_each_Bps()});
-          }
-          if (b < it->second.bandwidth_Bps) {
-            it->second.bandwidth_Bps = b;
-            it->second.transport = cm_.cluster().transport(de.device, peer);
-          }
-          it->second.latency_s =
-              std::max(it->second.latency_s, cm_.cluster().step_latency(de.device, peer));
-        }
+  static constexpr std::size_t kTransports = static_cast<std::size_t>(Transport::kTcp) + 1;
+
+  // The slowest link (its nominal rate and transport) and the largest latency from a
+  // device to the devices of a holder stage.
+  struct HolderLink {
+    double bandwidth_Bps = std::numeric_limits<double>::infinity();
+    double latency_s = 0;
+    Transport transport = Transport::kNominal;
+  };
+
+  HolderLink holder_link(int device, int h) const {
+    const Cluster& c = cm_.cluster();
+    HolderLink link;
+    for (int peer : stages_[h]->devices) {
+      PairLink l = c.link(device, peer);
+      double b = l.bandwidth_Bps;
+      if (machine(peer) != machine(device)) {
+        b = std::min({b, c.machine_of(device).nic_each_Bps(), c.machine_of(peer).nic_each_Bps()});
       }
-      return it->second;
-    };
-    const double e = cm_.training().bytes_per_element();
-    double total = 0;
-    for (auto [layer, params] : pieces(de)) {
-      // Without ZeRO, holders that form machine blocks all-reduce hierarchically, as the
-      // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
-      if (const auto blocks = hierarchical_blocks(aligned_members(de, layer)); !blocks.empty()) {
-        total += hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
-        continue;
+      if (b < link.bandwidth_Bps) {
+        link.bandwidth_Bps = b;
+        link.transport = c.transport(device, peer);
       }
-      const double message = e * params / dp_;  // the ring's per-step message
-      double bw = std::numeric_limits<double>::infinity(), lat = 0;
+      link.latency_s = std::max(link.latency_s, c.step_latency(device, peer));
+    }
+    return link;
+  }
+
+  // Per piece of a device: the slowest nominal rate per transport to its holders (infinite
+  // where none uses it), and the largest latency.
+  struct PieceLinks {
+    std::array<double, kTransports> slowest;
+    double latency_s = 0;
+  };
+
+  // The PieceLinks of each of a device's pieces into `out`; true when they depend on the
+  // device only through its machine (no device-level overrides, and no holder on its
+  // machine: the links are then the same for every rank of its stage).
+  bool piece_links(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
+                   std::vector<PieceLinks>& out) {
+    const int m = machine(de.device);
+    bool machine_only = cm_.cluster().device_overrides().empty();
+    // A pipeline's holder usually stays the same over a stage's pieces: its link is kept.
+    last_holder_.assign(dp_, -1);
+    last_link_.resize(dp_);
+    out.clear();
+    for (auto [layer, params] : pieces) {
+      PieceLinks pl;
+      pl.slowest.fill(std::numeric_limits<double>::infinity());
       for (int q = 0; q < dp_; ++q) {
         if (q == de.pipeline) continue;
-        const HolderLink& h = link_of(holder_of(q, layer));
-        bw = std::min(bw, h.bandwidth_Bps * transport_curve(h.transport).efficiency(message));
-        lat = std::max(lat, h.latency_s);
+        const int h = holder_of(q, layer);
+        if (h != last_holder_[q]) {
+          last_holder_[q] = h;
+          last_link_[q] = holder_link(de.device, h);
+          for (int d : stages_[h]->devices) machine_only = machine_only && machine(d) != m;
+        }
+        const HolderLink& link = last_link_[q];
+        double& s = pl.slowest[static_cast<std::size_t>(link.transport)];
+        s = std::min(s, link.bandwidth_Bps);
+        pl.latency_s = std::max(pl.latency_s, link.latency_s);
       }
-      total += collective_time(Collective::kAllReduce, e * params, dp_, bw, lat);
+      out.push_back(pl);
+    }
+    return machine_only;
+  }
+
+  // The time of a device's pieces, one after another (s).
+  double device_sync_s(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
+                       const std::vector<PieceLinks>& links) const {
+    const double e = cm_.training().bytes_per_element();
+    double total = 0;
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+      const auto [layer, params] = pieces[k];
+      // Without ZeRO, holders that form machine blocks all-reduce hierarchically, as the
+      // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
+      if (cm_.training().zero_stage == 0) {
+        if (const auto blocks = hierarchical_blocks(aligned_members(de, layer)); !blocks.empty()) {
+          total += hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
+          continue;
+        }
+      }
+      // The ring runs at the slowest holder link after its transport's efficiency at the
+      // ring's per-step message: each transport's slowest nominal rate scaled once (the
+      // same minimum: rounding is monotonic).
+      const double message = e * params / dp_;
+      double bw = std::numeric_limits<double>::infinity();
+      for (std::size_t t = 0; t < kTransports; ++t) {
+        const double slowest = links[k].slowest[t];
+        if (std::isinf(slowest)) continue;
+        bw = std::min(bw, slowest * transport_curve(static_cast<Transport>(t)).efficiency(message));
+      }
+      total += collective_time(Collective::kAllReduce, e * params, dp_, bw, links[k].latency_s);
     }
     return total;
+  }
+
+  // A device's pieces (pieces()).
+  std::span<const std::pair<int, double>> pieces_of(std::size_t i) const {
+    return {pieces_.data() + piece_begin_[i], pieces_.data() + piece_begin_[i + 1]};
   }
 
   const CostModel& cm_;
   const Plan& plan_;
   const int dp_;
   const int layers_;
-  std::vector<std::vector<const Stage*>> holder_;  // [pipeline][layer]
-  std::vector<char> boundary_;                     // some stage starts at this layer
-  std::vector<std::vector<int>> peers_;            // per device estimate
-  std::vector<double> finish_;                     // per device: its schedule's end
+  std::vector<const Stage*> stages_;         // every stage of the plan, by id
+  std::vector<int> pipeline_of_;             // per stage id
+  std::vector<int> first_stage_;             // per pipeline, its first stage's id; then the count
+  std::vector<std::vector<double>> bounds_;  // per stage id: its ranks' share boundaries
+  std::vector<std::vector<int>> holder_;     // [pipeline][layer] -> stage id
+  std::vector<char> boundary_;               // some stage starts at this layer
+  std::vector<double> finish_;               // per device: its schedule's end
+  std::vector<std::pair<int, double>> pieces_;  // every device estimate's pieces, in order
+  std::vector<std::size_t> piece_begin_;  // per device estimate: its first piece; then the count
+  std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
+  std::vector<int> last_holder_;                       // piece_links(): per pipeline
+  std::vector<HolderLink> last_link_;
 };
 
 }  // namespace
