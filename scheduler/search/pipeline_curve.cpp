@@ -405,31 +405,52 @@ bool PipelineCurve::enumerate_min_sum(const Choices& useful, std::vector<int>& l
 
 // A dynamic program over stages and layers: best[j] = least sum of the stages so far
 // holding j layers; each option's range of l a sliding minimum of prev[x] - x * c over
-// x in [j - most, j - 1].
+// x in [j - most, j - 1]. Only cells from which L layers stay reachable are filled: those
+// with too few layers for the later stages' caps (j + caps after stage i < L) feed no
+// others that can reach L, and the window of a cell that can reach L holds only such
+// cells, so the values and choices along the answer's path are those of the full table.
 bool PipelineCurve::dp_min_sum(const Choices& useful, std::vector<int>& layers,
                                std::vector<std::uint8_t>& option, double& sum) const {
   const int k = num_stages(), L = num_layers_;
   const std::size_t width = static_cast<std::size_t>(L) + 1;
-  std::vector<double> prev(width, kInfeasible), cur(width);
-  std::vector<std::pair<int, int>> from(static_cast<std::size_t>(k) * width, {-1, -1});
-  std::vector<int> window(width);  // a monotone deque of x
+  // Scratch kept per thread (curves are shared by the threads of a search).
+  thread_local std::vector<double> prev, cur;
+  thread_local std::vector<std::pair<int, int>> from;
+  thread_local std::vector<int> window, after;  // a monotone deque of x; caps after stage i
+  prev.assign(width, kInfeasible);
+  cur.resize(width);
+  from.resize(static_cast<std::size_t>(k) * width);
+  window.resize(width);
+  after.assign(k + 1, 0);
+  for (int i = k - 1; i >= 0; --i) {
+    int most = 0;
+    for (const Choice& ch : useful[i]) most = std::max(most, ch.cap);
+    after[i] = std::min(L, after[i + 1] + most);
+  }
   prev[0] = 0;
+  int reach = 0;  // the most layers stages 0..i - 1 can hold
   for (int i = 0; i < k; ++i) {
     std::fill(cur.begin(), cur.end(), kInfeasible);
-    const int lo = i + 1, hi = L - (k - 1 - i);  // layers of stages 0..i
+    // Layers of stages 0..i: at least one each, room for one per later stage, within the
+    // caps so far, and enough for the later stages' caps to reach L.
+    const int lo = i + 1;
+    const int first = std::max(lo, L - after[i + 1]);
+    int most_here = 0;
+    for (const Choice& ch : useful[i]) most_here = std::max(most_here, ch.cap);
+    const int hi = std::min(L - (k - 1 - i), reach + most_here);
     for (const Choice& ch : useful[i]) {
       const StageTerms& t = *ch.terms;
       const int most = ch.cap;
       auto key = [&](int x) { return prev[x] - x * t.per_layer_s; };
       int head = 0, tail = 0;
-      for (int j = lo; j <= hi; ++j) {
+      for (int j = std::max(lo, first - most + 1); j <= hi; ++j) {
         const int x = j - 1;
         if (!std::isinf(prev[x])) {
           while (tail > head && key(window[tail - 1]) >= key(x)) --tail;
           window[tail++] = x;
         }
         while (tail > head && window[head] < j - most) ++head;
-        if (tail == head) continue;
+        if (tail == head || j < first) continue;
         const int y = window[head];
         const double v = prev[y] + (t.fixed_s + (j - y) * t.per_layer_s);
         if (v < cur[j]) {
@@ -438,6 +459,7 @@ bool PipelineCurve::dp_min_sum(const Choices& useful, std::vector<int>& layers,
         }
       }
     }
+    reach = hi;
     std::swap(prev, cur);
   }
   if (std::isinf(prev[L])) return false;
