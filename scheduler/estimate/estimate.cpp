@@ -479,16 +479,19 @@ class DpSync {
     const Cluster& c = cm_.cluster();
     HolderLink link;
     for (int peer : stages_[h]->devices) {
-      PairLink l = c.link(device, peer);
+      const PairLink l = c.link(device, peer);
+      const Transport transport = c.transport(device, peer);
       double b = l.bandwidth_Bps;
       if (machine(peer) != machine(device)) {
         b = std::min({b, c.machine_of(device).nic_each_Bps(), c.machine_of(peer).nic_each_Bps()});
       }
       if (b < link.bandwidth_Bps) {
         link.bandwidth_Bps = b;
-        link.transport = c.transport(device, peer);
+        link.transport = transport;
       }
-      link.latency_s = std::max(link.latency_s, c.step_latency(device, peer));
+      // Cluster::step_latency, from the link and transport at hand.
+      link.latency_s =
+          std::max(link.latency_s, l.latency_s + transport_curve(transport).step_latency_s);
     }
     return link;
   }
