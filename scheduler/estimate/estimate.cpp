@@ -597,16 +597,36 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
 
 namespace {
 
-// One direction of one stage boundary of one pipeline: its off-machine flows and its
-// transfer time under the NIC load it sees.
+// One direction of one stage boundary of one pipeline: its flows, its off-machine flows
+// per NIC direction, and its transfer time under the NIC load it sees.
 struct Channel {
   int pipeline = 0;
   int stage = 0;      // the boundary stage -> stage + 1
   bool back = false;  // gradients (stage + 1 -> stage)
   int cls = 0;        // channels of pipelines in step: same boundary, direction, shape
-  NicFlows own;       // this channel's off-machine flows per NIC
+  std::size_t flows_begin = 0, flows_end = 0;  // its flows (BoundaryFlow)
+  std::size_t nics_begin = 0, nics_end = 0;    // its NIC directions (NicUse)
+  double bytes = 0;                            // the activation (or its gradient)
+  double gather_s = 0;  // the receiving TP group's all-gather (0 for one device)
   double time_s = 0;
   double busy = 0;  // fraction of the pipeline's time its transfers run
+};
+
+// A point-to-point flow of a boundary: what its time takes that does not depend on the
+// NIC load (CostModel::transfer_s).
+struct BoundaryFlow {
+  int from_machine = 0, to_machine = 0;
+  double link_Bps = 0;
+  double efficiency = 1;  // of the flow's message on its transport
+  double latency_s = 0;   // per step
+};
+
+// A channel's off-machine flows through one NIC direction (2 * machine, + 1 for the
+// receiving side), and the slot of (its class, that direction).
+struct NicUse {
+  int nic = 0;
+  double flows = 0;
+  int slot = 0;
 };
 
 }  // namespace
@@ -783,7 +803,11 @@ class SharedTimeline {
 // few fixed-point rounds, starting from in-step sharing only.
 void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
   std::vector<Channel> ch;
+  std::vector<BoundaryFlow> flows;
+  std::vector<NicUse> nics;
   std::map<std::tuple<int, bool, int, int, int>, int> classes;
+  std::unordered_map<long long, int> slots;  // (class, NIC direction) -> slot
+  const long long directions = 2 * static_cast<long long>(cluster_.machines().size());
   for (int pi = 0; pi < static_cast<int>(plan.pipelines.size()); ++pi) {
     const Pipeline& p = plan.pipelines[pi];
     const int stages = static_cast<int>(p.stages.size());
@@ -797,59 +821,100 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         c.cls = classes.emplace(key, static_cast<int>(classes.size())).first->second;
         const auto& from = p.stages[back ? s + 1 : s].devices;
         const auto& to = p.stages[back ? s : s + 1].devices;
-        count_off_machine(boundary_flows(from, to), c.own);
-        ch.push_back(std::move(c));
+        c.bytes = hidden_bytes(model_, training_, p.micro_batch);
+        const std::vector<std::pair<int, int>> pairs = boundary_flows(from, to);
+        const double message = c.bytes / static_cast<double>(pairs.size());
+        c.flows_begin = flows.size();
+        c.nics_begin = nics.size();
+        for (auto [a, b] : pairs) {
+          const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
+          flows.push_back({ma, mb, cluster_.link(a, b).bandwidth_Bps,
+                           cluster_.efficiency(a, b, message), cluster_.step_latency(a, b)});
+          if (ma == mb) continue;
+          for (const int nic : {2 * ma, 2 * mb + 1}) {
+            auto use = std::find_if(nics.begin() + static_cast<long>(c.nics_begin), nics.end(),
+                                    [&](const NicUse& u) { return u.nic == nic; });
+            if (use == nics.end()) {
+              const long long id = static_cast<long long>(c.cls) * directions + nic;
+              const int slot = slots.emplace(id, static_cast<int>(slots.size())).first->second;
+              nics.push_back({nic, 0.0, slot});
+              use = nics.end() - 1;
+            }
+            use->flows += 1;
+          }
+        }
+        c.flows_end = flows.size();
+        c.nics_end = nics.size();
+        if (to.size() > 1) {
+          auto [bw, lat] = ring_link(cluster_, to, c.bytes);
+          c.gather_s = collective_time(Collective::kAllGather, c.bytes, static_cast<int>(to.size()),
+                                       bw, lat);
+        }
+        ch.push_back(c);
       }
     }
   }
-  // Per class and in total: flows per NIC, and flows weighted by their busy fraction.
-  auto add = [](NicFlows& to, const NicFlows& f, double w) {
-    for (auto [m, n] : f.out) to.out[m] += w * n;
-    for (auto [m, n] : f.in) to.in[m] += w * n;
+  auto uses = [&](const Channel& c) {
+    return std::span<const NicUse>(nics.data() + c.nics_begin, nics.data() + c.nics_end);
   };
-  std::vector<NicFlows> in_step(classes.size());
-  for (const Channel& c : ch) add(in_step[c.cls], c.own, 1.0);
+  // Per (class, NIC direction) and per NIC direction: flows, and flows weighted by their
+  // busy fraction (summed over the channels in order).
+  std::vector<double> in_step(slots.size(), 0.0);
+  for (const Channel& c : ch) {
+    for (const NicUse& u : uses(c)) in_step[u.slot] += 1.0 * u.flows;
+  }
   bool mixed = false;  // does any NIC carry channels of two classes?
   {
-    std::unordered_map<int, int> out_cls, in_cls;
+    std::vector<int> first(static_cast<std::size_t>(directions), -1);
     for (const Channel& c : ch) {
-      for (auto [m, n] : c.own.out)
-        mixed |= !out_cls.emplace(m, c.cls).second && out_cls[m] != c.cls;
-      for (auto [m, n] : c.own.in) mixed |= !in_cls.emplace(m, c.cls).second && in_cls[m] != c.cls;
+      for (const NicUse& u : uses(c)) {
+        if (first[u.nic] < 0) first[u.nic] = c.cls;
+        mixed |= first[u.nic] != c.cls;
+      }
     }
   }
   const int rounds = mixed ? 4 : 1;
   double overlap = 0;  // the most busy flows of other classes at a channel's NIC
+  std::vector<double> busy_cls(slots.size()), busy_all(static_cast<std::size_t>(directions));
   for (int round = 0; round < rounds; ++round) {
     overlap = 0;
-    std::vector<NicFlows> busy_cls(classes.size());
-    NicFlows busy_all;
+    std::fill(busy_cls.begin(), busy_cls.end(), 0.0);
+    std::fill(busy_all.begin(), busy_all.end(), 0.0);
     for (const Channel& c : ch) {
-      add(busy_cls[c.cls], c.own, c.busy);
-      add(busy_all, c.own, c.busy);
+      for (const NicUse& u : uses(c)) {
+        busy_cls[u.slot] += c.busy * u.flows;
+        busy_all[u.nic] += c.busy * u.flows;
+      }
     }
     for (Channel& c : ch) {
-      // In step: the class's flows; the others: their busy share (only at this
-      // channel's own NICs: transfer_s looks at no other).
-      NicFlows load;
-      auto at = [](const std::unordered_map<int, double>& m, int key) {
-        auto it = m.find(key);
-        return it == m.end() ? 0.0 : it->second;
+      // Flows sharing a NIC with this channel's: in step, its class's; the others, their
+      // busy share (only at this channel's own NICs: transfer_s looks at no other).
+      auto sharing = [&](int nic) {
+        for (const NicUse& u : uses(c)) {
+          if (u.nic != nic) continue;
+          const double others = busy_all[u.nic] - busy_cls[u.slot];
+          return std::max(u.flows, in_step[u.slot] + others);
+        }
+        return 1.0;  // not reached: every off-machine flow's NICs are listed
       };
-      for (auto [m, n] : c.own.out) {
-        const double others = at(busy_all.out, m) - at(busy_cls[c.cls].out, m);
-        load.out[m] = at(in_step[c.cls].out, m) + others;
-        overlap = std::max(overlap, others);
+      for (const NicUse& u : uses(c))
+        overlap = std::max(overlap, busy_all[u.nic] - busy_cls[u.slot]);
+      // transfer_s with that load, from the flows' fixed parts.
+      const double message = c.bytes / static_cast<double>(c.flows_end - c.flows_begin);
+      double worst = 0;
+      for (std::size_t f = c.flows_begin; f < c.flows_end; ++f) {
+        const BoundaryFlow& flow = flows[f];
+        double bw = flow.link_Bps;
+        if (flow.from_machine != flow.to_machine) {
+          bw = std::min(
+              bw, cluster_.machines()[flow.from_machine].nic_Bps / sharing(2 * flow.from_machine));
+          bw = std::min(
+              bw, cluster_.machines()[flow.to_machine].nic_Bps / sharing(2 * flow.to_machine + 1));
+        }
+        bw *= flow.efficiency;
+        worst = std::max(worst, p2p_time(message, bw, flow.latency_s));
       }
-      for (auto [m, n] : c.own.in) {
-        const double others = at(busy_all.in, m) - at(busy_cls[c.cls].in, m);
-        load.in[m] = at(in_step[c.cls].in, m) + others;
-        overlap = std::max(overlap, others);
-      }
-      const Pipeline& p = plan.pipelines[c.pipeline];
-      const auto& from = p.stages[c.back ? c.stage + 1 : c.stage].devices;
-      const auto& to = p.stages[c.back ? c.stage : c.stage + 1].devices;
-      c.time_s = transfer_s(from, to, hidden_bytes(model_, training_, p.micro_batch), &load);
+      c.time_s = worst + c.gather_s;
       StageEstimate& se = pes[c.pipeline].stages[c.stage];
       (c.back ? se.grad_s : se.send_s) = c.time_s;
     }
