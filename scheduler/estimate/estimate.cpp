@@ -249,14 +249,25 @@ class DpSync {
       piece_begin_.push_back(pieces_.size());
     }
     // The ranks of a stage follow each other: links that depend only on the machine are
-    // found once per stage.
+    // found once per stage, and (with ZeRO, whose rings do not depend on the device's rank)
+    // the next rank with the same pieces takes the same time.
     std::vector<PieceLinks> links;
-    int links_of = -1;  // the stage whose ranks share `links`
+    int links_of = -1;   // the stage whose ranks share `links`
+    bool reuse = false;  // the previous device shares this one's links
     for (std::size_t i = 0; i < est.devices.size(); ++i) {
       DeviceEstimate& de = est.devices[i];
       const int own = first_stage_[de.pipeline] + de.stage;
-      if (own != links_of) links_of = piece_links(de, pieces_of(i), links) ? own : -1;
-      de.dp_sync_s = device_sync_s(de, pieces_of(i), links);
+      if (own != links_of) {
+        links_of = piece_links(de, pieces_of(i), links) ? own : -1;
+        reuse = false;
+      }
+      if (reuse && cm_.training().zero_stage != 0 &&
+          std::ranges::equal(pieces_of(i), pieces_of(i - 1))) {
+        de.dp_sync_s = est.devices[i - 1].dp_sync_s;
+      } else {
+        de.dp_sync_s = device_sync_s(de, pieces_of(i), links);
+      }
+      reuse = links_of == own;
     }
     est.dp_sync_s = std::max(0.0, std::max(devices_end_s(est), nics_end_s(est)) - est.pipeline_s);
   }
@@ -475,25 +486,53 @@ class DpSync {
     Transport transport = Transport::kNominal;
   };
 
-  HolderLink holder_link(int device, int h) const {
-    const Cluster& c = cm_.cluster();
+  HolderLink holder_link(int device, int h) {
     HolderLink link;
     for (int peer : stages_[h]->devices) {
-      const PairLink l = c.link(device, peer);
-      const Transport transport = c.transport(device, peer);
-      double b = l.bandwidth_Bps;
-      if (machine(peer) != machine(device)) {
-        b = std::min({b, c.machine_of(device).nic_each_Bps(), c.machine_of(peer).nic_each_Bps()});
+      const PeerLink& l = peer_link(device, peer);
+      if (l.bandwidth_Bps < link.bandwidth_Bps) {
+        link.bandwidth_Bps = l.bandwidth_Bps;
+        link.transport = l.transport;
       }
-      if (b < link.bandwidth_Bps) {
-        link.bandwidth_Bps = b;
-        link.transport = transport;
-      }
-      // Cluster::step_latency, from the link and transport at hand.
-      link.latency_s =
-          std::max(link.latency_s, l.latency_s + transport_curve(transport).step_latency_s);
+      link.latency_s = std::max(link.latency_s, l.step_latency_s);
     }
     return link;
+  }
+
+  // A device's link to a peer as a ring sees it: its rate (at most a NIC's each across
+  // machines), transport and step latency (Cluster::step_latency). Across machines and
+  // without device-level overrides it depends only on the two machines: kept per peer
+  // machine for the device machine asked about last (a stage's devices follow each other).
+  struct PeerLink {
+    double bandwidth_Bps = 0;
+    Transport transport = Transport::kNominal;
+    double step_latency_s = 0;
+  };
+
+  const PeerLink& peer_link(int device, int peer) {
+    const Cluster& c = cm_.cluster();
+    const int m = machine(device), mp = machine(peer);
+    const bool by_machine = m != mp && c.device_overrides().empty();
+    if (by_machine) {
+      if (row_machine_ != m) {
+        row_machine_ = m;
+        ++row_tag_;
+        row_.resize(c.machines().size());
+        row_tags_.resize(c.machines().size(), 0);
+      }
+      if (row_tags_[mp] == row_tag_) return row_[mp];
+    }
+    const PairLink l = c.link(device, peer);
+    PeerLink& out = by_machine ? row_[mp] : one_;
+    out.transport = c.transport(device, peer);
+    out.bandwidth_Bps = l.bandwidth_Bps;
+    if (m != mp) {
+      out.bandwidth_Bps = std::min(
+          {out.bandwidth_Bps, c.machines()[m].nic_each_Bps(), c.machines()[mp].nic_each_Bps()});
+    }
+    out.step_latency_s = l.latency_s + transport_curve(out.transport).step_latency_s;
+    if (by_machine) row_tags_[mp] = row_tag_;
+    return out;
   }
 
   // Per piece of a device: the slowest nominal rate per transport to its holders (infinite
@@ -586,6 +625,13 @@ class DpSync {
   std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
   std::vector<int> last_holder_;                       // piece_links(): per pipeline
   std::vector<HolderLink> last_link_;
+  // peer_link(): the links from machine row_machine_ to each machine, valid where the
+  // machine's tag is row_tag_; one_ holds a link that is not kept.
+  int row_machine_ = -1;
+  int row_tag_ = 0;
+  std::vector<PeerLink> row_;
+  std::vector<int> row_tags_;
+  PeerLink one_;
 };
 
 }  // namespace
