@@ -25,6 +25,20 @@ std::vector<std::pair<bool, int>> pipeline_order(PipelineSchedule schedule, int 
   return order;
 }
 
+std::pair<bool, int> pipeline_step(PipelineSchedule schedule, int stage, int stages,
+                                   int micro_batches, int n) {
+  const int m = micro_batches;
+  if (schedule == PipelineSchedule::kGPipe)
+    return n < m ? std::pair{true, n} : std::pair{false, n - m};
+  const int warmup = std::min(stages - 1 - stage, m);
+  if (n < warmup) return {true, n};
+  const int steady = n - warmup;  // into the alternation of m - warmup pairs, then the tail
+  if (steady < 2 * (m - warmup)) {
+    return steady % 2 == 0 ? std::pair{true, warmup + steady / 2} : std::pair{false, steady / 2};
+  }
+  return {false, n - m};
+}
+
 namespace {
 
 // The event-by-event timeline. A stage advances through its order while the message
@@ -33,14 +47,11 @@ namespace {
 class Timeline {
  public:
   Timeline(const std::vector<StageTimes>& st, int m, PipelineSchedule schedule)
-      : st_(st), p_(static_cast<int>(st.size())) {
-    order_.reserve(p_);
-    for (int s = 0; s < p_; ++s) order_.push_back(pipeline_order(schedule, s, p_, m));
+      : st_(st), p_(static_cast<int>(st.size())), m_(m), schedule_(schedule) {
     next_.assign(p_, 0);
     free_.assign(p_, 0.0);
-    const std::vector<double> unset(m, -1.0);
-    act_.assign(p_, unset);   // arrival at stage s + 1 of the activation of j
-    grad_.assign(p_, unset);  // arrival at stage s of the gradient of j from s + 1
+    act_.assign(static_cast<std::size_t>(p_) * m, -1.0);
+    grad_.assign(static_cast<std::size_t>(p_) * m, -1.0);
   }
 
   PipelineTimeline run() {
@@ -74,28 +85,28 @@ class Timeline {
   std::pair<bool, bool> advance(int s) {
     bool fwd_done = false, bwd_done = false;
     const StageTimes& t = st_[s];
-    while (next_[s] < static_cast<int>(order_[s].size())) {
-      const auto [forward, j] = order_[s][next_[s]];
+    while (next_[s] < 2 * m_) {
+      const auto [forward, j] = pipeline_step(schedule_, s, p_, m_, next_[s]);
       double ready = free_[s];
       if (forward && s > 0) {
-        if (act_[s - 1][j] < 0) break;
-        ready = std::max(ready, act_[s - 1][j]);
+        if (act(s - 1, j) < 0) break;
+        ready = std::max(ready, act(s - 1, j));
       }
       if (!forward && s + 1 < p_) {
-        if (grad_[s][j] < 0) break;
-        ready = std::max(ready, grad_[s][j]);
+        if (grad(s, j) < 0) break;
+        ready = std::max(ready, grad(s, j));
       }
       const double end = ready + (forward ? t.forward_s : t.backward_s);
       free_[s] = end;
       if (forward && s + 1 < p_) {
         // FIFO channel s -> s + 1: starts when the previous message has arrived.
-        const double prev = j > 0 ? act_[s][j - 1] : 0.0;
-        act_[s][j] = std::max(end, prev) + t.send_s;
+        const double prev = j > 0 ? act(s, j - 1) : 0.0;
+        act(s, j) = std::max(end, prev) + t.send_s;
         fwd_done = true;
       }
       if (!forward && s > 0) {
-        const double prev = j > 0 ? grad_[s - 1][j - 1] : 0.0;
-        grad_[s - 1][j] = std::max(end, prev) + st_[s - 1].grad_s;
+        const double prev = j > 0 ? grad(s - 1, j - 1) : 0.0;
+        grad(s - 1, j) = std::max(end, prev) + st_[s - 1].grad_s;
         bwd_done = true;
       }
       ++next_[s];
@@ -103,12 +114,18 @@ class Timeline {
     return {fwd_done, bwd_done};
   }
 
+  // Arrival at stage s + 1 of the activation of micro-batch j; at stage s of its gradient
+  // from s + 1 (-1: not yet).
+  double& act(int s, int j) { return act_[static_cast<std::size_t>(s) * m_ + j]; }
+  double& grad(int s, int j) { return grad_[static_cast<std::size_t>(s) * m_ + j]; }
+
   const std::vector<StageTimes>& st_;
   const int p_;
-  std::vector<std::vector<std::pair<bool, int>>> order_;
-  std::vector<int> next_;
+  const int m_;
+  const PipelineSchedule schedule_;
+  std::vector<int> next_;  // per stage: its next step of pipeline_order
   std::vector<double> free_;
-  std::vector<std::vector<double>> act_, grad_;
+  std::vector<double> act_, grad_;  // (stages, micro-batches)
 };
 
 }  // namespace

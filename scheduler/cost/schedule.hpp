@@ -35,6 +35,9 @@ inline namespace cost {
 // forwards, then all backwards.
 std::vector<std::pair<bool, int>> pipeline_order(PipelineSchedule schedule, int stage, int stages,
                                                  int micro_batches);
+// Its n-th entry (0 <= n < 2 * micro_batches), without building it.
+std::pair<bool, int> pipeline_step(PipelineSchedule schedule, int stage, int stages,
+                                   int micro_batches, int n);
 
 // Per stage and micro-batch: forward, backward, and the transfers over the boundary to
 // the next stage (0 for the last stage).

@@ -71,5 +71,21 @@ TEST(Schedule, OrdersOfOneFOneBAndGPipe) {
   EXPECT_EQ(text(pipeline_order(PipelineSchedule::kGPipe, 0, 3, 2)), "F0 F1 B0 B1 ");
 }
 
+TEST(Schedule, StepsAreTheOrdersEntries) {
+  for (PipelineSchedule schedule : {PipelineSchedule::k1F1B, PipelineSchedule::kGPipe}) {
+    for (int stages = 1; stages <= 6; ++stages) {
+      for (int stage = 0; stage < stages; ++stage) {
+        for (int m = 1; m <= 9; ++m) {
+          const auto order = pipeline_order(schedule, stage, stages, m);
+          ASSERT_EQ(order.size(), static_cast<std::size_t>(2 * m));
+          for (int n = 0; n < 2 * m; ++n)
+            EXPECT_EQ(pipeline_step(schedule, stage, stages, m, n), order[n])
+                << "stage " << stage << " of " << stages << ", m " << m << ", step " << n;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hexi

@@ -1,10 +1,12 @@
 #include "scheduler/estimate/estimate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -216,14 +218,24 @@ class DpSync {
         plan_(plan),
         dp_(static_cast<int>(plan.pipelines.size())),
         layers_(cm.model().layers),
-        holder_(dp_, std::vector<const Stage*>(layers_, nullptr)),
+        holder_(dp_, std::vector<int>(layers_, -1)),
         boundary_(layers_, 0) {
     for (int p = 0; p < dp_; ++p) {
+      first_stage_.push_back(static_cast<int>(stages_.size()));
       for (const auto& s : plan.pipelines[p].stages) {
-        for (int l = s.layer_begin; l < s.layer_end; ++l) holder_[p][l] = &s;
+        const int id = static_cast<int>(stages_.size());
+        stages_.push_back(&s);
+        pipeline_of_.push_back(p);
+        // Rank r holds [bounds[r], bounds[r + 1]) of the heads / columns.
+        std::vector<double> bounds{0.0};
+        for (int r = 0; r < s.tp(); ++r)
+          bounds.push_back(bounds.back() + s.phi(r, cm.model().heads));
+        bounds_.push_back(std::move(bounds));
+        for (int l = s.layer_begin; l < s.layer_end; ++l) holder_[p][l] = id;
         if (s.layer_begin < layers_) boundary_[s.layer_begin] = 1;
       }
     }
+    first_stage_.push_back(static_cast<int>(stages_.size()));
   }
 
   void run(Estimate& est) {
@@ -231,47 +243,49 @@ class DpSync {
     for (const auto& de : est.devices) {
       finish_[de.device] = est.pipelines[de.pipeline].finish_s[de.stage];
     }
-    count_peers(est);
-    for (auto& de : est.devices) de.dp_sync_s = device_sync_s(de);
+    piece_begin_.assign(1, 0);
+    for (const auto& de : est.devices) {
+      pieces(de, pieces_);
+      piece_begin_.push_back(pieces_.size());
+    }
+    // The ranks of a stage follow each other: links that depend only on the machine are
+    // found once per stage, and (with ZeRO, whose rings do not depend on the device's rank)
+    // the next rank with the same pieces takes the same time.
+    std::vector<PieceLinks> links;
+    int links_of = -1;   // the stage whose ranks share `links`
+    bool reuse = false;  // the previous device shares this one's links
+    for (std::size_t i = 0; i < est.devices.size(); ++i) {
+      DeviceEstimate& de = est.devices[i];
+      const int own = first_stage_[de.pipeline] + de.stage;
+      if (own != links_of) {
+        links_of = piece_links(de, pieces_of(i), links) ? own : -1;
+        reuse = false;
+      }
+      if (reuse && cm_.training().zero_stage != 0 &&
+          std::ranges::equal(pieces_of(i), pieces_of(i - 1))) {
+        de.dp_sync_s = est.devices[i - 1].dp_sync_s;
+      } else {
+        de.dp_sync_s = device_sync_s(de, pieces_of(i), links);
+      }
+      reuse = links_of == own;
+    }
     est.dp_sync_s = std::max(0.0, std::max(devices_end_s(est), nics_end_s(est)) - est.pipeline_s);
   }
 
  private:
-  // The stage of pipeline q holding a piece: the embedding (layer -1), a layer run
-  // starting at `layer`, or the head (layer == layers).
-  const Stage* holder_of(int q, int layer) const {
-    const auto& stages = plan_.pipelines[q].stages;
-    if (layer < 0) return &stages.front();
-    if (layer >= layers_) return &stages.back();
+  // The stage (id into stages_) of pipeline q holding a piece: the embedding (layer -1),
+  // a layer run starting at `layer`, or the head (layer == layers).
+  int holder_of(int q, int layer) const {
+    if (layer < 0) return first_stage_[q];
+    if (layer >= layers_) return first_stage_[q + 1] - 1;
     return holder_[q][layer];
   }
 
   int machine(int device) const { return cm_.cluster().devices()[device].machine; }
 
-  // Each device's peers (the devices of the other pipelines holding its layers).
-  void count_peers(const Estimate& est) {
-    peers_.assign(est.devices.size(), {});
-    for (std::size_t i = 0; i < est.devices.size(); ++i) {
-      const DeviceEstimate& de = est.devices[i];
-      const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
-      for (int q = 0; q < dp_; ++q) {
-        if (q == de.pipeline) continue;
-        const Stage* last = nullptr;
-        for (int l = s.layer_begin; l < s.layer_end; ++l) {
-          const Stage* h = holder_[q][l];
-          if (h == last) continue;
-          last = h;
-          peers_[i].insert(peers_[i].end(), h->devices.begin(), h->devices.end());
-        }
-      }
-    }
-  }
-
-  // The share [begin, end) of the heads / columns that TP rank r of a stage holds.
-  std::pair<double, double> share(const Stage& s, int r) const {
-    double begin = 0;
-    for (int k = 0; k < r; ++k) begin += s.phi(k, cm_.model().heads);
-    return {begin, begin + s.phi(r, cm_.model().heads)};
+  // The share [begin, end) of the heads / columns that TP rank r of stage `id` holds.
+  std::pair<double, double> share(int id, int r) const {
+    return {bounds_[id][r], bounds_[id][r + 1]};
   }
 
   // When every member of a ring has finished its schedule.
@@ -281,30 +295,44 @@ class DpSync {
     return start;
   }
 
+  // Every share boundary of the holders of a piece, sorted, without repeats.
+  const std::vector<double>& cuts_of(int layer) {
+    auto [it, fresh] = cuts_.try_emplace(layer);
+    if (fresh) {
+      for (int q = 0; q < dp_; ++q) {
+        const int h = holder_of(q, layer);
+        it->second.insert(it->second.end(), bounds_[h].begin(), bounds_[h].end());
+      }
+      std::sort(it->second.begin(), it->second.end());
+      it->second.erase(std::unique(it->second.begin(), it->second.end()), it->second.end());
+    }
+    return it->second;
+  }
+
   // The NIC bound. A piece is reduced in slices, one per interval of the common refinement
   // of its holders' TP shares: a slice's ring is the rank of each pipeline holding that
   // interval. Per machine, its off-machine slice rings as (start, seconds at the machine's
   // summed NIC rate); the machine is done no earlier than max over rings r of start_r +
   // the seconds of the rings starting at or after start_r.
-  double nics_end_s(const Estimate& est) const {
+  double nics_end_s(const Estimate& est) {
     const double e = cm_.training().bytes_per_element();
     // (piece, slice start in 1e-9 of the columns) -> members, wire bytes per NIC crossing
     std::map<std::pair<int, long long>, std::pair<std::vector<int>, double>> rings;
-    for (const DeviceEstimate& de : est.devices) {
-      const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
-      const auto [lo, hi] = share(s, de.tp_rank);
-      for (auto [layer, params] : pieces(de)) {
-        std::vector<double> cuts{lo, hi};
-        for (int q = 0; q < dp_; ++q) {
-          const Stage* h = holder_of(q, layer);
-          for (int r = 0; r < h->tp(); ++r) {
-            const auto [a, b] = share(*h, r);
-            for (double x : {a, b}) {
-              if (x > lo + 1e-12 && x < hi - 1e-12) cuts.push_back(x);
-            }
-          }
+    std::vector<double> cuts;
+    for (std::size_t i = 0; i < est.devices.size(); ++i) {
+      const DeviceEstimate& de = est.devices[i];
+      const int own = first_stage_[de.pipeline] + de.stage;
+      const auto [lo, hi] = share(own, de.tp_rank);
+      for (auto [layer, params] : pieces_of(i)) {
+        // The holders' boundaries strictly inside this rank's share (repeats would only
+        // give empty slices).
+        const std::vector<double>& all = cuts_of(layer);
+        cuts.assign(1, lo);
+        for (auto x = std::upper_bound(all.begin(), all.end(), lo + 1e-12);
+             x != all.end() && *x < hi - 1e-12; ++x) {
+          cuts.push_back(*x);
         }
-        std::sort(cuts.begin(), cuts.end());
+        cuts.push_back(hi);
         for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
           const double a = cuts[k], b = cuts[k + 1];
           if (b - a < 1e-12) continue;
@@ -313,10 +341,10 @@ class DpSync {
           std::vector<int> members{de.device};
           for (int q = 0; q < dp_; ++q) {
             if (q == de.pipeline) continue;
-            const Stage* h = holder_of(q, layer);
-            for (int r = 0; r < h->tp(); ++r) {
-              const auto [ra, rb] = share(*h, r);
-              if (ra < b - 1e-12 && a < rb - 1e-12) members.push_back(h->devices[r]);
+            const int h = holder_of(q, layer);
+            for (int r = 0; r < stages_[h]->tp(); ++r) {
+              const auto [ra, rb] = share(h, r);
+              if (ra < b - 1e-12 && a < rb - 1e-12) members.push_back(stages_[h]->devices[r]);
             }
           }
           const auto far = std::find_if(members.begin(), members.end(),
@@ -361,28 +389,43 @@ class DpSync {
   }
 
   // The device bound: each device's pieces one after another from when its ring members
-  // have all finished.
+  // (every device of the other pipelines' stages holding its stage's layers) have all
+  // finished.
   double devices_end_s(const Estimate& est) const {
+    // Per stage: the latest finish among the stages of other pipelines holding its layers.
+    std::vector<double> peers_finish(stages_.size(), std::numeric_limits<double>::lowest());
+    for (std::size_t id = 0; id < stages_.size(); ++id) {
+      const Stage& s = *stages_[id];
+      for (int q = 0; q < dp_; ++q) {
+        if (q == pipeline_of_[id]) continue;
+        int last = -1;
+        for (int l = s.layer_begin; l < s.layer_end; ++l) {
+          const int h = holder_[q][l];
+          if (h == last) continue;
+          last = h;
+          for (int d : stages_[h]->devices)
+            peers_finish[id] = std::max(peers_finish[id], finish_[d]);
+        }
+      }
+    }
     double end = 0;
-    for (std::size_t i = 0; i < est.devices.size(); ++i) {
-      const DeviceEstimate& de = est.devices[i];
-      double start = finish_[de.device];
-      for (int peer : peers_[i]) start = std::max(start, finish_[peer]);
+    for (const DeviceEstimate& de : est.devices) {
+      const double start =
+          std::max(finish_[de.device], peers_finish[first_stage_[de.pipeline] + de.stage]);
       end = std::max(end, start + de.dp_sync_s);
     }
     return end;
   }
 
-  // A device's gradient pieces: (first layer, parameters), -1 for the embedding and
-  // `layers` for the head.
-  std::vector<std::pair<int, double>> pieces(const DeviceEstimate& de) const {
+  // A device's gradient pieces, appended to `out`: (first layer, parameters), -1 for the
+  // embedding and `layers` for the head.
+  void pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) const {
     const Model& model = cm_.model();
     const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
     const StageShape shape =
         rank_shape(plan_.pipelines[de.pipeline], de.stage, de.tp_rank, model.heads);
     StageShape piece = shape;
     piece.first = piece.last = false;
-    std::vector<std::pair<int, double>> out;
     double rest = stage_params(model, shape);
     if (shape.first) {
       StageShape emb = shape;
@@ -401,7 +444,6 @@ class DpSync {
       l = end;
     }
     if (shape.last) out.emplace_back(layers_, rest);
-    return out;
   }
 
   // The machine blocks of an all-reduce that runs hierarchically (zero_stage 0), or none.
@@ -414,86 +456,182 @@ class DpSync {
   // the device's stage does (same TP degree and shares: one rank per pipeline, the device's
   // TP rank); empty otherwise (the pieces are sliced: nics_end_s).
   std::vector<int> aligned_members(const DeviceEstimate& de, int layer) const {
-    const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
-    const auto mine = share(s, de.tp_rank);
+    const int own = first_stage_[de.pipeline] + de.stage;
+    const auto mine = share(own, de.tp_rank);
     std::vector<int> members;
     for (int q = 0; q < dp_; ++q) {
       if (q == de.pipeline) {
         members.push_back(de.device);
         continue;
       }
-      const Stage* h = holder_of(q, layer);
-      if (h->tp() != s.tp()) return {};
-      const auto theirs = share(*h, de.tp_rank);
+      const int h = holder_of(q, layer);
+      if (stages_[h]->tp() != stages_[own]->tp()) return {};
+      const auto theirs = share(h, de.tp_rank);
       if (std::abs(theirs.first - mine.first) > 1e-12 ||
           std::abs(theirs.second - mine.second) > 1e-12) {
         return {};
       }
-      members.push_back(h->devices[de.tp_rank]);
+      members.push_back(stages_[h]->devices[de.tp_rank]);
     }
     return members;
   }
 
-  // The time of a device's pieces, one after another (s).
-  double device_sync_s(const DeviceEstimate& de) {
-    // The slowest link (its nominal rate and transport) and the largest latency from this
-    // device to each holder stage.
-    struct HolderLink {
-      double bandwidth_Bps = std::numeric_limits<double>::infinity();
-      double latency_s = 0;
-      Transport transport = Transport::kNominal;
-    };
-    std::unordered_map<const Stage*, HolderLink> link_to;
-    auto link_of = [&](const Stage* h) {
-      auto [it, fresh] = link_to.try_emplace(h);
-      if (fresh) {
-        for (int peer : h->devices) {
-          PairLink l = cm_.cluster().link(de.device, peer);
-          double b = l.bandwidth_Bps;
-          if (machine(peer) != machine(de.device)) {
-            b = std::min({b, cm_.cluster().machine_of(de.device).nic_each_Bps(),
-                          cm_.cluster().machine_of(peer).nic_each_Bps()});
-          }
-          if (b < it->second.bandwidth_Bps) {
-            it->second.bandwidth_Bps = b;
-            it->second.transport = cm_.cluster().transport(de.device, peer);
-          }
-          it->second.latency_s =
-              std::max(it->second.latency_s, cm_.cluster().step_latency(de.device, peer));
-        }
+  static constexpr std::size_t kTransports = static_cast<std::size_t>(Transport::kTcp) + 1;
+
+  // The slowest link (its nominal rate and transport) and the largest latency from a
+  // device to the devices of a holder stage.
+  struct HolderLink {
+    double bandwidth_Bps = std::numeric_limits<double>::infinity();
+    double latency_s = 0;
+    Transport transport = Transport::kNominal;
+  };
+
+  HolderLink holder_link(int device, int h) {
+    HolderLink link;
+    for (int peer : stages_[h]->devices) {
+      const PeerLink& l = peer_link(device, peer);
+      if (l.bandwidth_Bps < link.bandwidth_Bps) {
+        link.bandwidth_Bps = l.bandwidth_Bps;
+        link.transport = l.transport;
       }
-      return it->second;
-    };
-    const double e = cm_.training().bytes_per_element();
-    double total = 0;
-    for (auto [layer, params] : pieces(de)) {
-      // Without ZeRO, holders that form machine blocks all-reduce hierarchically, as the
-      // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
-      if (const auto blocks = hierarchical_blocks(aligned_members(de, layer)); !blocks.empty()) {
-        total += hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
-        continue;
+      link.latency_s = std::max(link.latency_s, l.step_latency_s);
+    }
+    return link;
+  }
+
+  // A device's link to a peer as a ring sees it: its rate (at most a NIC's each across
+  // machines), transport and step latency (Cluster::step_latency). Across machines and
+  // without device-level overrides it depends only on the two machines: kept per peer
+  // machine for the device machine asked about last (a stage's devices follow each other).
+  struct PeerLink {
+    double bandwidth_Bps = 0;
+    Transport transport = Transport::kNominal;
+    double step_latency_s = 0;
+  };
+
+  const PeerLink& peer_link(int device, int peer) {
+    const Cluster& c = cm_.cluster();
+    const int m = machine(device), mp = machine(peer);
+    const bool by_machine = m != mp && c.device_overrides().empty();
+    if (by_machine) {
+      if (row_machine_ != m) {
+        row_machine_ = m;
+        ++row_tag_;
+        row_.resize(c.machines().size());
+        row_tags_.resize(c.machines().size(), 0);
       }
-      const double message = e * params / dp_;  // the ring's per-step message
-      double bw = std::numeric_limits<double>::infinity(), lat = 0;
+      if (row_tags_[mp] == row_tag_) return row_[mp];
+    }
+    const PairLink l = c.link(device, peer);
+    PeerLink& out = by_machine ? row_[mp] : one_;
+    out.transport = c.transport(device, peer);
+    out.bandwidth_Bps = l.bandwidth_Bps;
+    if (m != mp) {
+      out.bandwidth_Bps = std::min(
+          {out.bandwidth_Bps, c.machines()[m].nic_each_Bps(), c.machines()[mp].nic_each_Bps()});
+    }
+    out.step_latency_s = l.latency_s + transport_curve(out.transport).step_latency_s;
+    if (by_machine) row_tags_[mp] = row_tag_;
+    return out;
+  }
+
+  // Per piece of a device: the slowest nominal rate per transport to its holders (infinite
+  // where none uses it), and the largest latency.
+  struct PieceLinks {
+    std::array<double, kTransports> slowest;
+    double latency_s = 0;
+  };
+
+  // The PieceLinks of each of a device's pieces into `out`; true when they depend on the
+  // device only through its machine (no device-level overrides, and no holder on its
+  // machine: the links are then the same for every rank of its stage).
+  bool piece_links(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
+                   std::vector<PieceLinks>& out) {
+    const int m = machine(de.device);
+    bool machine_only = cm_.cluster().device_overrides().empty();
+    // A pipeline's holder usually stays the same over a stage's pieces: its link is kept.
+    last_holder_.assign(dp_, -1);
+    last_link_.resize(dp_);
+    out.clear();
+    for (auto [layer, params] : pieces) {
+      PieceLinks pl;
+      pl.slowest.fill(std::numeric_limits<double>::infinity());
       for (int q = 0; q < dp_; ++q) {
         if (q == de.pipeline) continue;
-        const HolderLink& h = link_of(holder_of(q, layer));
-        bw = std::min(bw, h.bandwidth_Bps * transport_curve(h.transport).efficiency(message));
-        lat = std::max(lat, h.latency_s);
+        const int h = holder_of(q, layer);
+        if (h != last_holder_[q]) {
+          last_holder_[q] = h;
+          last_link_[q] = holder_link(de.device, h);
+          for (int d : stages_[h]->devices) machine_only = machine_only && machine(d) != m;
+        }
+        const HolderLink& link = last_link_[q];
+        double& s = pl.slowest[static_cast<std::size_t>(link.transport)];
+        s = std::min(s, link.bandwidth_Bps);
+        pl.latency_s = std::max(pl.latency_s, link.latency_s);
       }
-      total += collective_time(Collective::kAllReduce, e * params, dp_, bw, lat);
+      out.push_back(pl);
+    }
+    return machine_only;
+  }
+
+  // The time of a device's pieces, one after another (s).
+  double device_sync_s(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
+                       const std::vector<PieceLinks>& links) const {
+    const double e = cm_.training().bytes_per_element();
+    double total = 0;
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+      const auto [layer, params] = pieces[k];
+      // Without ZeRO, holders that form machine blocks all-reduce hierarchically, as the
+      // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
+      if (cm_.training().zero_stage == 0) {
+        if (const auto blocks = hierarchical_blocks(aligned_members(de, layer)); !blocks.empty()) {
+          total += hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
+          continue;
+        }
+      }
+      // The ring runs at the slowest holder link after its transport's efficiency at the
+      // ring's per-step message: each transport's slowest nominal rate scaled once (the
+      // same minimum: rounding is monotonic).
+      const double message = e * params / dp_;
+      double bw = std::numeric_limits<double>::infinity();
+      for (std::size_t t = 0; t < kTransports; ++t) {
+        const double slowest = links[k].slowest[t];
+        if (std::isinf(slowest)) continue;
+        bw = std::min(bw, slowest * transport_curve(static_cast<Transport>(t)).efficiency(message));
+      }
+      total += collective_time(Collective::kAllReduce, e * params, dp_, bw, links[k].latency_s);
     }
     return total;
+  }
+
+  // A device's pieces (pieces()).
+  std::span<const std::pair<int, double>> pieces_of(std::size_t i) const {
+    return {pieces_.data() + piece_begin_[i], pieces_.data() + piece_begin_[i + 1]};
   }
 
   const CostModel& cm_;
   const Plan& plan_;
   const int dp_;
   const int layers_;
-  std::vector<std::vector<const Stage*>> holder_;  // [pipeline][layer]
-  std::vector<char> boundary_;                     // some stage starts at this layer
-  std::vector<std::vector<int>> peers_;            // per device estimate
-  std::vector<double> finish_;                     // per device: its schedule's end
+  std::vector<const Stage*> stages_;         // every stage of the plan, by id
+  std::vector<int> pipeline_of_;             // per stage id
+  std::vector<int> first_stage_;             // per pipeline, its first stage's id; then the count
+  std::vector<std::vector<double>> bounds_;  // per stage id: its ranks' share boundaries
+  std::vector<std::vector<int>> holder_;     // [pipeline][layer] -> stage id
+  std::vector<char> boundary_;               // some stage starts at this layer
+  std::vector<double> finish_;               // per device: its schedule's end
+  std::vector<std::pair<int, double>> pieces_;  // every device estimate's pieces, in order
+  std::vector<std::size_t> piece_begin_;  // per device estimate: its first piece; then the count
+  std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
+  std::vector<int> last_holder_;                       // piece_links(): per pipeline
+  std::vector<HolderLink> last_link_;
+  // peer_link(): the links from machine row_machine_ to each machine, valid where the
+  // machine's tag is row_tag_; one_ holds a link that is not kept.
+  int row_machine_ = -1;
+  int row_tag_ = 0;
+  std::vector<PeerLink> row_;
+  std::vector<int> row_tags_;
+  PeerLink one_;
 };
 
 }  // namespace
@@ -505,16 +643,36 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
 
 namespace {
 
-// One direction of one stage boundary of one pipeline: its off-machine flows and its
-// transfer time under the NIC load it sees.
+// One direction of one stage boundary of one pipeline: its flows, its off-machine flows
+// per NIC direction, and its transfer time under the NIC load it sees.
 struct Channel {
   int pipeline = 0;
   int stage = 0;      // the boundary stage -> stage + 1
   bool back = false;  // gradients (stage + 1 -> stage)
   int cls = 0;        // channels of pipelines in step: same boundary, direction, shape
-  NicFlows own;       // this channel's off-machine flows per NIC
+  std::size_t flows_begin = 0, flows_end = 0;  // its flows (BoundaryFlow)
+  std::size_t nics_begin = 0, nics_end = 0;    // its NIC directions (NicUse)
+  double bytes = 0;                            // the activation (or its gradient)
+  double gather_s = 0;  // the receiving TP group's all-gather (0 for one device)
   double time_s = 0;
   double busy = 0;  // fraction of the pipeline's time its transfers run
+};
+
+// A point-to-point flow of a boundary: what its time takes that does not depend on the
+// NIC load (CostModel::transfer_s).
+struct BoundaryFlow {
+  int from_machine = 0, to_machine = 0;
+  double link_Bps = 0;
+  double efficiency = 1;  // of the flow's message on its transport
+  double latency_s = 0;   // per step
+};
+
+// A channel's off-machine flows through one NIC direction (2 * machine, + 1 for the
+// receiving side), and the slot of (its class, that direction).
+struct NicUse {
+  int nic = 0;
+  double flows = 0;
+  int slot = 0;
 };
 
 }  // namespace
@@ -691,7 +849,11 @@ class SharedTimeline {
 // few fixed-point rounds, starting from in-step sharing only.
 void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
   std::vector<Channel> ch;
+  std::vector<BoundaryFlow> flows;
+  std::vector<NicUse> nics;
   std::map<std::tuple<int, bool, int, int, int>, int> classes;
+  std::unordered_map<long long, int> slots;  // (class, NIC direction) -> slot
+  const long long directions = 2 * static_cast<long long>(cluster_.machines().size());
   for (int pi = 0; pi < static_cast<int>(plan.pipelines.size()); ++pi) {
     const Pipeline& p = plan.pipelines[pi];
     const int stages = static_cast<int>(p.stages.size());
@@ -705,59 +867,100 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         c.cls = classes.emplace(key, static_cast<int>(classes.size())).first->second;
         const auto& from = p.stages[back ? s + 1 : s].devices;
         const auto& to = p.stages[back ? s : s + 1].devices;
-        count_off_machine(boundary_flows(from, to), c.own);
-        ch.push_back(std::move(c));
+        c.bytes = hidden_bytes(model_, training_, p.micro_batch);
+        const std::vector<std::pair<int, int>> pairs = boundary_flows(from, to);
+        const double message = c.bytes / static_cast<double>(pairs.size());
+        c.flows_begin = flows.size();
+        c.nics_begin = nics.size();
+        for (auto [a, b] : pairs) {
+          const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
+          flows.push_back({ma, mb, cluster_.link(a, b).bandwidth_Bps,
+                           cluster_.efficiency(a, b, message), cluster_.step_latency(a, b)});
+          if (ma == mb) continue;
+          for (const int nic : {2 * ma, 2 * mb + 1}) {
+            auto use = std::find_if(nics.begin() + static_cast<long>(c.nics_begin), nics.end(),
+                                    [&](const NicUse& u) { return u.nic == nic; });
+            if (use == nics.end()) {
+              const long long id = static_cast<long long>(c.cls) * directions + nic;
+              const int slot = slots.emplace(id, static_cast<int>(slots.size())).first->second;
+              nics.push_back({nic, 0.0, slot});
+              use = nics.end() - 1;
+            }
+            use->flows += 1;
+          }
+        }
+        c.flows_end = flows.size();
+        c.nics_end = nics.size();
+        if (to.size() > 1) {
+          auto [bw, lat] = ring_link(cluster_, to, c.bytes);
+          c.gather_s = collective_time(Collective::kAllGather, c.bytes, static_cast<int>(to.size()),
+                                       bw, lat);
+        }
+        ch.push_back(c);
       }
     }
   }
-  // Per class and in total: flows per NIC, and flows weighted by their busy fraction.
-  auto add = [](NicFlows& to, const NicFlows& f, double w) {
-    for (auto [m, n] : f.out) to.out[m] += w * n;
-    for (auto [m, n] : f.in) to.in[m] += w * n;
+  auto uses = [&](const Channel& c) {
+    return std::span<const NicUse>(nics.data() + c.nics_begin, nics.data() + c.nics_end);
   };
-  std::vector<NicFlows> in_step(classes.size());
-  for (const Channel& c : ch) add(in_step[c.cls], c.own, 1.0);
+  // Per (class, NIC direction) and per NIC direction: flows, and flows weighted by their
+  // busy fraction (summed over the channels in order).
+  std::vector<double> in_step(slots.size(), 0.0);
+  for (const Channel& c : ch) {
+    for (const NicUse& u : uses(c)) in_step[u.slot] += 1.0 * u.flows;
+  }
   bool mixed = false;  // does any NIC carry channels of two classes?
   {
-    std::unordered_map<int, int> out_cls, in_cls;
+    std::vector<int> first(static_cast<std::size_t>(directions), -1);
     for (const Channel& c : ch) {
-      for (auto [m, n] : c.own.out)
-        mixed |= !out_cls.emplace(m, c.cls).second && out_cls[m] != c.cls;
-      for (auto [m, n] : c.own.in) mixed |= !in_cls.emplace(m, c.cls).second && in_cls[m] != c.cls;
+      for (const NicUse& u : uses(c)) {
+        if (first[u.nic] < 0) first[u.nic] = c.cls;
+        mixed |= first[u.nic] != c.cls;
+      }
     }
   }
   const int rounds = mixed ? 4 : 1;
   double overlap = 0;  // the most busy flows of other classes at a channel's NIC
+  std::vector<double> busy_cls(slots.size()), busy_all(static_cast<std::size_t>(directions));
   for (int round = 0; round < rounds; ++round) {
     overlap = 0;
-    std::vector<NicFlows> busy_cls(classes.size());
-    NicFlows busy_all;
+    std::fill(busy_cls.begin(), busy_cls.end(), 0.0);
+    std::fill(busy_all.begin(), busy_all.end(), 0.0);
     for (const Channel& c : ch) {
-      add(busy_cls[c.cls], c.own, c.busy);
-      add(busy_all, c.own, c.busy);
+      for (const NicUse& u : uses(c)) {
+        busy_cls[u.slot] += c.busy * u.flows;
+        busy_all[u.nic] += c.busy * u.flows;
+      }
     }
     for (Channel& c : ch) {
-      // In step: the class's flows; the others: their busy share (only at this
-      // channel's own NICs: transfer_s looks at no other).
-      NicFlows load;
-      auto at = [](const std::unordered_map<int, double>& m, int key) {
-        auto it = m.find(key);
-        return it == m.end() ? 0.0 : it->second;
+      // Flows sharing a NIC with this channel's: in step, its class's; the others, their
+      // busy share (only at this channel's own NICs: transfer_s looks at no other).
+      auto sharing = [&](int nic) {
+        for (const NicUse& u : uses(c)) {
+          if (u.nic != nic) continue;
+          const double others = busy_all[u.nic] - busy_cls[u.slot];
+          return std::max(u.flows, in_step[u.slot] + others);
+        }
+        return 1.0;  // not reached: every off-machine flow's NICs are listed
       };
-      for (auto [m, n] : c.own.out) {
-        const double others = at(busy_all.out, m) - at(busy_cls[c.cls].out, m);
-        load.out[m] = at(in_step[c.cls].out, m) + others;
-        overlap = std::max(overlap, others);
+      for (const NicUse& u : uses(c))
+        overlap = std::max(overlap, busy_all[u.nic] - busy_cls[u.slot]);
+      // transfer_s with that load, from the flows' fixed parts.
+      const double message = c.bytes / static_cast<double>(c.flows_end - c.flows_begin);
+      double worst = 0;
+      for (std::size_t f = c.flows_begin; f < c.flows_end; ++f) {
+        const BoundaryFlow& flow = flows[f];
+        double bw = flow.link_Bps;
+        if (flow.from_machine != flow.to_machine) {
+          bw = std::min(
+              bw, cluster_.machines()[flow.from_machine].nic_Bps / sharing(2 * flow.from_machine));
+          bw = std::min(
+              bw, cluster_.machines()[flow.to_machine].nic_Bps / sharing(2 * flow.to_machine + 1));
+        }
+        bw *= flow.efficiency;
+        worst = std::max(worst, p2p_time(message, bw, flow.latency_s));
       }
-      for (auto [m, n] : c.own.in) {
-        const double others = at(busy_all.in, m) - at(busy_cls[c.cls].in, m);
-        load.in[m] = at(in_step[c.cls].in, m) + others;
-        overlap = std::max(overlap, others);
-      }
-      const Pipeline& p = plan.pipelines[c.pipeline];
-      const auto& from = p.stages[c.back ? c.stage + 1 : c.stage].devices;
-      const auto& to = p.stages[c.back ? c.stage : c.stage + 1].devices;
-      c.time_s = transfer_s(from, to, hidden_bytes(model_, training_, p.micro_batch), &load);
+      c.time_s = worst + c.gather_s;
       StageEstimate& se = pes[c.pipeline].stages[c.stage];
       (c.back ? se.grad_s : se.send_s) = c.time_s;
     }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <queue>
 
 namespace hexi {
 inline namespace search {
@@ -54,21 +53,36 @@ int fit_under(const StageTerms& t, int cap, double bound) {
 
 // An option no faster, with no smaller fixed time, that holds as many layers makes
 // another useless (on a tie, the earlier one stays).
-void PipelineCurve::drop_useless(std::vector<Choice>& all) {
+void PipelineCurve::drop_useless(std::vector<Choice>& all, std::size_t from) {
   auto dominates = [](const Choice& a, const Choice& b) {
     const StageTerms &x = *a.terms, &y = *b.terms;
     if (x.per_layer_s > y.per_layer_s || x.fixed_s > y.fixed_s || a.cap < b.cap) return false;
     const bool tie = x.per_layer_s == y.per_layer_s && x.fixed_s == y.fixed_s && a.cap == b.cap;
     return !tie || a.option < b.option;
   };
-  std::vector<Choice> kept;
-  for (const Choice& c : all) {
-    const bool useless = std::any_of(all.begin(), all.end(), [&](const Choice& o) {
-      return o.option != c.option && dominates(o, c);
-    });
-    if (!useless) kept.push_back(c);
+  // Judged against all of them first, then removed.
+  thread_local std::vector<char> useless;
+  useless.assign(all.size() - from, 0);
+  for (std::size_t c = from; c < all.size(); ++c) {
+    for (std::size_t o = from; o < all.size(); ++o) {
+      if (all[o].option != all[c].option && dominates(all[o], all[c])) {
+        useless[c - from] = 1;
+        break;
+      }
+    }
   }
-  all = std::move(kept);
+  std::size_t kept = from;
+  for (std::size_t c = from; c < all.size(); ++c) {
+    if (!useless[c - from]) all[kept++] = all[c];
+  }
+  all.resize(kept);
+}
+
+bool PipelineCurve::Choices::end_stage() {
+  drop_useless(all, static_cast<std::size_t>(begin.back()));
+  const bool any = static_cast<int>(all.size()) > begin.back();
+  begin.push_back(static_cast<int>(all.size()));
+  return any;
 }
 
 StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, bool first, bool last,
@@ -193,7 +207,8 @@ int PipelineCurve::layer_cap(const StageTerms& t, int in_flight) const {
 void PipelineCurve::solve(int m, Solution& out) const {
   const int k = num_stages(), L = num_layers_;
   if (k == 0 || k > L || m < 1) return;
-  Choices choices(k);
+  thread_local Choices choices;  // scratch kept per thread (curves are shared by threads)
+  choices.clear();
   long total_cap = 0;
   bool single = true;
   for (int i = 0; i < k; ++i) {
@@ -201,10 +216,9 @@ void PipelineCurve::solve(int m, Solution& out) const {
     for (std::size_t q = 0; q < options_[i].size(); ++q) {
       // No stage holds more than L - k + 1 layers (the others need one each).
       const int cap = std::min(layer_cap(options_[i][q], in_flight), L - k + 1);
-      if (cap >= 1) choices[i].push_back({&options_[i][q], static_cast<int>(q), cap});
+      if (cap >= 1) choices.all.push_back({&options_[i][q], static_cast<int>(q), cap});
     }
-    drop_useless(choices[i]);
-    if (choices[i].empty()) return;
+    if (!choices.end_stage()) return;
     int most = 0;
     for (const Choice& c : choices[i]) most = std::max(most, c.cap);
     total_cap += most;
@@ -332,7 +346,8 @@ void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) c
 bool PipelineCurve::fill_cheapest(const Choices& useful, const std::vector<int>& pick,
                                   std::vector<int>& layers, double& sum) const {
   const int k = num_stages(), L = num_layers_;
-  std::vector<int> order(k);
+  thread_local std::vector<int> order;
+  order.resize(k);
   std::iota(order.begin(), order.end(), 0);
   auto c = [&](int i) { return useful[i][pick[i]].terms->per_layer_s; };
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return c(a) < c(b); });
@@ -355,37 +370,36 @@ bool PipelineCurve::fill_cheapest(const Choices& useful, const std::vector<int>&
 bool PipelineCurve::min_sum(const Choices& choices, double bound, std::vector<int>& layers,
                             std::vector<std::uint8_t>& option, double& sum) const {
   long combinations = 1;
-  const std::optional<Choices> useful = useful_under(choices, bound, combinations);
-  if (!useful) return false;
+  thread_local Choices useful;
+  if (!useful_under(choices, bound, useful, combinations)) return false;
   // With options fixed, the cheapest-first fill is the least sum; when few stages
   // keep several options, try every assignment.
   constexpr long kEnumerateUpTo = 16;
-  if (combinations <= kEnumerateUpTo) return enumerate_min_sum(*useful, layers, option, sum);
-  return dp_min_sum(*useful, layers, option, sum);
+  if (combinations <= kEnumerateUpTo) return enumerate_min_sum(useful, layers, option, sum);
+  return dp_min_sum(useful, layers, option, sum);
 }
 
-std::optional<PipelineCurve::Choices> PipelineCurve::useful_under(const Choices& choices,
-                                                                  double bound,
-                                                                  long& combinations) const {
+bool PipelineCurve::useful_under(const Choices& choices, double bound, Choices& useful,
+                                 long& combinations) const {
   const int k = num_stages();
-  Choices useful(k);
+  useful.clear();
   for (int i = 0; i < k; ++i) {
     for (const Choice& ch : choices[i]) {
       const int most = fit_under(*ch.terms, ch.cap, bound);
-      if (most >= 1) useful[i].push_back({ch.terms, ch.option, most});
+      if (most >= 1) useful.all.push_back({ch.terms, ch.option, most});
     }
-    drop_useless(useful[i]);
-    if (useful[i].empty()) return std::nullopt;
+    if (!useful.end_stage()) return false;
     combinations = std::min<long>(combinations * static_cast<long>(useful[i].size()), 1 << 20);
   }
-  return useful;
+  return true;
 }
 
 // Every assignment of the options, the earlier options first (so ties keep them).
 bool PipelineCurve::enumerate_min_sum(const Choices& useful, std::vector<int>& layers,
                                       std::vector<std::uint8_t>& option, double& sum) const {
   const int k = num_stages();
-  std::vector<int> pick(k, 0), trial;
+  thread_local std::vector<int> pick, trial;
+  pick.assign(k, 0);
   bool found = false;
   for (;;) {
     double s = 0;
@@ -405,31 +419,52 @@ bool PipelineCurve::enumerate_min_sum(const Choices& useful, std::vector<int>& l
 
 // A dynamic program over stages and layers: best[j] = least sum of the stages so far
 // holding j layers; each option's range of l a sliding minimum of prev[x] - x * c over
-// x in [j - most, j - 1].
+// x in [j - most, j - 1]. Only cells from which L layers stay reachable are filled: those
+// with too few layers for the later stages' caps (j + caps after stage i < L) feed no
+// others that can reach L, and the window of a cell that can reach L holds only such
+// cells, so the values and choices along the answer's path are those of the full table.
 bool PipelineCurve::dp_min_sum(const Choices& useful, std::vector<int>& layers,
                                std::vector<std::uint8_t>& option, double& sum) const {
   const int k = num_stages(), L = num_layers_;
   const std::size_t width = static_cast<std::size_t>(L) + 1;
-  std::vector<double> prev(width, kInfeasible), cur(width);
-  std::vector<std::pair<int, int>> from(static_cast<std::size_t>(k) * width, {-1, -1});
-  std::vector<int> window(width);  // a monotone deque of x
+  // Scratch kept per thread (curves are shared by the threads of a search).
+  thread_local std::vector<double> prev, cur;
+  thread_local std::vector<std::pair<int, int>> from;
+  thread_local std::vector<int> window, after;  // a monotone deque of x; caps after stage i
+  prev.assign(width, kInfeasible);
+  cur.resize(width);
+  from.resize(static_cast<std::size_t>(k) * width);
+  window.resize(width);
+  after.assign(k + 1, 0);
+  for (int i = k - 1; i >= 0; --i) {
+    int most = 0;
+    for (const Choice& ch : useful[i]) most = std::max(most, ch.cap);
+    after[i] = std::min(L, after[i + 1] + most);
+  }
   prev[0] = 0;
+  int reach = 0;  // the most layers stages 0..i - 1 can hold
   for (int i = 0; i < k; ++i) {
     std::fill(cur.begin(), cur.end(), kInfeasible);
-    const int lo = i + 1, hi = L - (k - 1 - i);  // layers of stages 0..i
+    // Layers of stages 0..i: at least one each, room for one per later stage, within the
+    // caps so far, and enough for the later stages' caps to reach L.
+    const int lo = i + 1;
+    const int first = std::max(lo, L - after[i + 1]);
+    int most_here = 0;
+    for (const Choice& ch : useful[i]) most_here = std::max(most_here, ch.cap);
+    const int hi = std::min(L - (k - 1 - i), reach + most_here);
     for (const Choice& ch : useful[i]) {
       const StageTerms& t = *ch.terms;
       const int most = ch.cap;
       auto key = [&](int x) { return prev[x] - x * t.per_layer_s; };
       int head = 0, tail = 0;
-      for (int j = lo; j <= hi; ++j) {
+      for (int j = std::max(lo, first - most + 1); j <= hi; ++j) {
         const int x = j - 1;
         if (!std::isinf(prev[x])) {
           while (tail > head && key(window[tail - 1]) >= key(x)) --tail;
           window[tail++] = x;
         }
         while (tail > head && window[head] < j - most) ++head;
-        if (tail == head) continue;
+        if (tail == head || j < first) continue;
         const int y = window[head];
         const double v = prev[y] + (t.fixed_s + (j - y) * t.per_layer_s);
         if (v < cur[j]) {
@@ -438,6 +473,7 @@ bool PipelineCurve::dp_min_sum(const Choices& useful, std::vector<int>& layers,
         }
       }
     }
+    reach = hi;
     std::swap(prev, cur);
   }
   if (std::isinf(prev[L])) return false;
@@ -458,7 +494,7 @@ bool PipelineCurve::dp_min_sum(const Choices& useful, std::vector<int>& layers,
 }
 
 double PipelineCurve::min_max_bound(const Choices& choices, int layers) {
-  const int k = static_cast<int>(choices.size());
+  const int k = choices.stages();
   // g_i(l): the cheapest option of stage i that holds l layers (nondecreasing in l).
   auto g = [&](int i, int l) {
     double v = kInfeasible;
@@ -468,20 +504,28 @@ double PipelineCurve::min_max_bound(const Choices& choices, int layers) {
     }
     return v;
   };
-  std::vector<int> l(k, 1);
+  thread_local std::vector<int> l;
+  l.assign(k, 1);
+  // A min-heap of (next value, stage), kept per thread.
   using Item = std::pair<double, int>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
+  thread_local std::vector<Item> heap;
+  heap.clear();
+  auto push = [&](double v, int i) {
+    heap.emplace_back(v, i);
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
   double bound = 0;
   for (int i = 0; i < k; ++i) {
     bound = std::max(bound, g(i, 1));
-    if (const double v = g(i, 2); !std::isinf(v)) heap.emplace(v, i);
+    if (const double v = g(i, 2); !std::isinf(v)) push(v, i);
   }
   for (int left = layers - k; left > 0; --left) {
-    auto [v, i] = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    auto [v, i] = heap.back();
+    heap.pop_back();
     ++l[i];
     bound = std::max(bound, v);
-    if (const double w = g(i, l[i] + 1); !std::isinf(w)) heap.emplace(w, i);
+    if (const double w = g(i, l[i] + 1); !std::isinf(w)) push(w, i);
   }
   return bound;
 }
@@ -490,8 +534,11 @@ double PipelineCurve::min_max_bound(const Choices& choices, int layers) {
 // relaxation, filled greedily).
 bool PipelineCurve::relaxed_floor_sum(const Choices& choices, double& floor_sum) const {
   const int k = num_stages();
-  Choices relaxed(k);
-  std::vector<StageTerms> cheapest(k);
+  thread_local Choices relaxed;
+  thread_local std::vector<StageTerms> cheapest;
+  thread_local std::vector<int> pick, layers;
+  relaxed.clear();
+  cheapest.resize(k);  // not resized below: relaxed points into it
   for (int i = 0; i < k; ++i) {
     cheapest[i] = *choices[i].front().terms;
     int most = 0;
@@ -500,16 +547,17 @@ bool PipelineCurve::relaxed_floor_sum(const Choices& choices, double& floor_sum)
       cheapest[i].fixed_s = std::min(cheapest[i].fixed_s, c.terms->fixed_s);
       most = std::max(most, c.cap);
     }
-    relaxed[i].push_back({&cheapest[i], 0, most});
+    relaxed.all.push_back({&cheapest[i], 0, most});
+    relaxed.begin.push_back(i + 1);
   }
-  std::vector<int> layers;
-  return fill_cheapest(relaxed, std::vector<int>(k, 0), layers, floor_sum);
+  pick.assign(k, 0);
+  return fill_cheapest(relaxed, pick, layers, floor_sum);
 }
 
 double PipelineCurve::next_breakpoint(const Choices& choices, double bound) {
   double next = kInfeasible;
-  for (const auto& stage : choices) {
-    for (const Choice& c : stage) {
+  for (int i = 0; i < choices.stages(); ++i) {
+    for (const Choice& c : choices[i]) {
       const int at = fit_under(*c.terms, c.cap, bound);
       if (at < c.cap) {
         next = std::min(next,

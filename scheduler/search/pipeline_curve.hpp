@@ -37,6 +37,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -129,8 +130,24 @@ class PipelineCurve {
     int option = 0;
     int cap = 0;
   };
-  using Choices = std::vector<std::vector<Choice>>;  // per stage
-  const Solution& solution(int m) const;             // memoised solve()
+  // Per stage, its choices (stage i's: all[begin[i] .. begin[i + 1])), in one array: the
+  // solver builds these by the million.
+  struct Choices {
+    std::vector<Choice> all;
+    std::vector<int> begin{0};
+    std::span<const Choice> operator[](int i) const {
+      return {all.data() + begin[i], all.data() + begin[i + 1]};
+    }
+    int stages() const { return static_cast<int>(begin.size()) - 1; }
+    void clear() {
+      all.clear();
+      begin.assign(1, 0);
+    }
+    // Ends the stage whose choices were added last, without its useless ones; false when
+    // none is left.
+    bool end_stage();
+  };
+  const Solution& solution(int m) const;  // memoised solve()
   void solve(int m, Solution& out) const;
   void solve_single(int m, const Choices& choices, Solution& out) const;
   void solve_options(int m, const Choices& choices, Solution& out) const;
@@ -147,8 +164,8 @@ class PipelineCurve {
                std::vector<std::uint8_t>& option, double& sum) const;
   // Its steps: each option capped by the bound, the useless dropped (empty: a stage has
   // none left); every assignment of few options; the DP for many.
-  std::optional<Choices> useful_under(const Choices& choices, double bound,
-                                      long& combinations) const;
+  bool useful_under(const Choices& choices, double bound, Choices& useful,
+                    long& combinations) const;
   bool enumerate_min_sum(const Choices& useful, std::vector<int>& layers,
                          std::vector<std::uint8_t>& option, double& sum) const;
   bool dp_min_sum(const Choices& useful, std::vector<int>& layers,
@@ -157,7 +174,8 @@ class PipelineCurve {
   // layers to the cheapest stages first; false when they cannot hold L.
   bool fill_cheapest(const Choices& useful, const std::vector<int>& pick, std::vector<int>& layers,
                      double& sum) const;
-  static void drop_useless(std::vector<Choice>& choices);
+  // Drops the useless among all[from ..] (their order kept).
+  static void drop_useless(std::vector<Choice>& all, std::size_t from);
   int layer_cap(const StageTerms& t, int in_flight) const;  // most layers that fit (0: none)
 
   std::vector<std::vector<StageTerms>> options_;

@@ -121,23 +121,29 @@ std::vector<int> SpecEvaluator::curve_key(const PlanSpec& spec, int p, int dp) c
 }
 
 std::shared_ptr<const PipelineCurve> SpecEvaluator::curve(const PlanSpec& spec, int p, int dp) {
-  const std::vector<int> key = curve_key(spec, p, dp);
-  std::string text(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int));
+  std::vector<int> key = curve_key(spec, p, dp);
   {
     std::lock_guard lock(caches_->mutex);
-    auto it = caches_->curves.find(text);
+    auto it = caches_->curves.find(key);
     if (it != caches_->curves.end()) return it->second;
   }
   std::vector<std::vector<std::vector<int>>> all = stages(spec);
   auto curve = std::make_shared<const PipelineCurve>(options(all[p], dp), cm_.model().layers,
                                                      cm_.training().schedule);
   std::lock_guard lock(caches_->mutex);
-  if (++caches_->new_curves % kCacheCheckEvery == 0) {
+  // The full count visits every curve: only once the bytes counted as curves came in (their
+  // memos grow later) reach half the limit.
+  if (++caches_->new_curves % kCacheCheckEvery == 0 && caches_->bytes > kMaxCacheBytes / 2) {
     std::size_t bytes = 0;
-    for (const auto& [k, c] : caches_->curves) bytes += k.size() + c->memory_bytes();
-    if (bytes > kMaxCacheBytes) caches_->curves.clear();
+    for (const auto& [k, c] : caches_->curves) bytes += k.size() * sizeof(int) + c->memory_bytes();
+    caches_->bytes = bytes;
+    if (bytes > kMaxCacheBytes) {
+      caches_->curves.clear();
+      caches_->bytes = 0;
+    }
   }
-  caches_->curves.emplace(std::move(text), curve);
+  caches_->bytes += key.size() * sizeof(int) + curve->memory_bytes();
+  caches_->curves.emplace(std::move(key), curve);
   return curve;
 }
 

@@ -107,7 +107,8 @@ class SpecEvaluator {
   // stage_options() of every TP group of a pipeline, cached by machine class.
   std::vector<std::vector<StageTerms>> options(const std::vector<std::vector<int>>& groups, int dp);
   struct KeyHash {
-    std::size_t operator()(const std::array<int, 7>& k) const {
+    template <typename Ints>
+    std::size_t operator()(const Ints& k) const {
       std::size_t h = 0;
       for (int x : k) h = h * 1000003u + static_cast<std::size_t>(x + 3);
       return h;
@@ -123,9 +124,10 @@ class SpecEvaluator {
   // values depend only on their keys, so which thread computed one never matters.
   struct Caches {
     std::mutex mutex;
-    std::unordered_map<std::string, std::shared_ptr<const PipelineCurve>> curves;
+    std::unordered_map<std::vector<int>, std::shared_ptr<const PipelineCurve>, KeyHash> curves;
     std::unordered_map<std::array<int, 7>, std::vector<StageTerms>, KeyHash> stages;
     long new_curves = 0;
+    std::size_t bytes = 0;  // of the curves, as they came in (see curve())
   };
   std::shared_ptr<Caches> caches_ = std::make_shared<Caches>();
   long evaluations_ = 0;
