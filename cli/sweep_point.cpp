@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/advise/costs.hpp"
+#include "cli/verify.hpp"
 #include "scheduler/hexiseq/baselines.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/lower_sequence.hpp"
@@ -260,16 +261,6 @@ struct Timing {
   double sim_s = 0;
 };
 
-Result<SimReport> simulate_program(const Scenario& sc, const Result<Program>& program) {
-  if (!program) return program.error();
-  SimOptions so;
-  so.scenario = sc.name;
-  so.trace = false;
-  auto out = simulate(*program, sc.cluster, sc.model, sc.training, sc.profile, so);
-  if (!out) return out.error();
-  return std::move(out->report);
-}
-
 // The cluster's cost under the point's price book, if it has one.
 Status price(const SweepContext& ctx, const SweepPoint& p, Outcome& o) {
   if (p.prices < 0) return {};
@@ -311,8 +302,9 @@ Result<Json> compute_sequence(const SweepContext& ctx, const SweepPoint& p, cons
   Outcome o{sc, nullptr, &*found, std::nullopt, std::nullopt};
   if (auto st = price(ctx, p, o); !st) return st.error();
   if (p.fidelity != Fidelity::kClosedForm) {
-    auto sim = simulate_program(sc, lower_sequence(found->layout, sc.cluster, sc.model, sc.training,
-                                                   sc.name, scheduler.name + " layout"));
+    auto sim =
+        simulate_untraced(sc, lower_sequence(found->layout, sc.cluster, sc.model, sc.training,
+                                             sc.name, scheduler.name + " layout"));
     if (!sim) return sim.error();
     timing.sim_s = sim->wall_time_s;
     o.sim = std::move(*sim);
@@ -344,8 +336,8 @@ Result<Json> compute(const SweepContext& ctx, const SweepPoint& p, Timing& timin
     LowerOptions lo;
     lo.scenario = sc->name;
     lo.granularity = p.fidelity == Fidelity::kStage ? Granularity::kStage : Granularity::kLayer;
-    auto sim = simulate_program(*sc, lower_plan(found->plan, sc->cluster, sc->model, sc->training,
-                                                lo, found->scheduler + " plan"));
+    auto sim = simulate_untraced(*sc, lower_plan(found->plan, sc->cluster, sc->model, sc->training,
+                                                 lo, found->scheduler + " plan"));
     if (!sim) return sim.error();
     timing.sim_s = sim->wall_time_s;
     o.sim = std::move(*sim);

@@ -6,12 +6,21 @@
 
 #include "cli/common.hpp"
 #include "scheduler/program/lower.hpp"
-#include "sim/simulator.hpp"
 
 namespace hexi::cli {
 
 int default_verify(const Scenario& scenario) {
   return scenario.cluster.num_devices() <= kVerifyMaxGpus ? kDefaultVerify : 0;
+}
+
+Result<SimReport> simulate_untraced(const Scenario& sc, const Result<Program>& program) {
+  if (!program) return program.error();
+  SimOptions so;
+  so.scenario = sc.name;
+  so.trace = false;
+  auto out = simulate(*program, sc.cluster, sc.model, sc.training, sc.profile, so);
+  if (!out) return out.error();
+  return std::move(out->report);
 }
 
 namespace {
@@ -20,15 +29,11 @@ Result<double> simulated_tokens_per_s(const Scenario& sc, const Plan& plan, int 
   LowerOptions lo;
   lo.scenario = sc.name;
   lo.granularity = Granularity::kStage;
-  auto program = lower_plan(plan, sc.cluster, sc.model, sc.training, lo,
-                            "plan of closed-form rank " + std::to_string(rank));
-  if (!program) return program.error();
-  SimOptions so;
-  so.scenario = sc.name;
-  so.trace = false;
-  auto out = simulate(*program, sc.cluster, sc.model, sc.training, sc.profile, so);
-  if (!out) return out.error();
-  return out->report.tokens_per_s;
+  auto report =
+      simulate_untraced(sc, lower_plan(plan, sc.cluster, sc.model, sc.training, lo,
+                                       "plan of closed-form rank " + std::to_string(rank)));
+  if (!report) return report.error();
+  return report->tokens_per_s;
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 // 3 %) the best plan stays; where they disagree (slow or shared links) the simulator decides.
 
 #include "scenarios/scenario.hpp"
+#include "scheduler/program/program.hpp"
 #include "scheduler/search/search.hpp"
+#include "sim/simulator.hpp"
 #include "topologies/status.hpp"
 
 namespace hexi::cli {
@@ -17,6 +19,10 @@ namespace hexi::cli {
 inline constexpr int kDefaultVerify = 8;
 inline constexpr int kVerifyMaxGpus = 256;
 int default_verify(const Scenario& scenario);
+
+// One iteration of a lowered program simulated without a trace (a lowering's error passed on):
+// what verification and the sweep's points need of the simulator.
+Result<SimReport> simulate_untraced(const Scenario& scenario, const Result<Program>& program);
 
 // Simulates r.plan and r.runners_up (in order); when a runner-up simulates faster, it
 // becomes r.plan (ties keep the better closed form). Fills r.verified, r.verified_chosen,
