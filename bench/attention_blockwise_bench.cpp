@@ -24,10 +24,6 @@
 //   build/bench/attention_blockwise_bench [--benchmark_filter=tiny]
 #include <benchmark/benchmark.h>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <ctime>
 #include <map>
@@ -37,6 +33,7 @@
 #include <vector>
 
 #include "bench/core_peak.hpp"
+#include "bench/in_child.hpp"
 #include "kernels/attention_blockwise.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/gemm_cpu.hpp"
@@ -176,34 +173,19 @@ void BM_linear(benchmark::State& state, Shape sh, int s) {
 // One forward + backward in a forked child: its peak RSS belongs to that run alone.
 void BM_memory(benchmark::State& state, Shape sh, int s) {
   for (auto _ : state) {
-    int fds[2];
-    if (pipe(fds) != 0) {
-      state.SkipWithError("pipe failed");
-      return;
-    }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
+    const auto run = bench::run_in_child([&] {
       Tensors t(sh, s);
       const double start = thread_seconds();
       t.forward_backward();
-      const double seconds = thread_seconds() - start;
-      if (write(fds[1], &seconds, sizeof seconds) != static_cast<ssize_t>(sizeof seconds)) _exit(2);
-      _exit(0);
-    }
-    close(fds[1]);
-    double seconds = 0;
-    const bool got = read(fds[0], &seconds, sizeof seconds) == static_cast<ssize_t>(sizeof seconds);
-    close(fds[0]);
-    int status = 0;
-    struct rusage usage {};
-    wait4(pid, &status, 0, &usage);
-    if (!got) {
+      return thread_seconds() - start;
+    });
+    if (!run) {
       state.SkipWithError("child failed");
       return;
     }
+    const double seconds = run->value;
     state.SetIterationTime(seconds);
-    state.counters["peak_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB
+    state.counters["peak_MiB"] = run->peak_MiB;
     state.counters["tensors_MiB"] = Tensors(sh, s).bytes() / (1 << 20);
     state.counters["dense_probs_MiB"] = double(sh.hq) * s * s * sizeof(float) / (1 << 20);
     state.counters["GFLOP/s"] = attention_flops(sh, s) / seconds * 1e-9;

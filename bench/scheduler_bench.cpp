@@ -13,13 +13,10 @@
 //   build/bench/scheduler_bench --benchmark_filter=hexiscale/1024
 #include <benchmark/benchmark.h>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <string>
 
+#include "bench/in_child.hpp"
 #include "scenarios/scenario.hpp"
 #include "scheduler/scheduler.hpp"
 #include "topologies/cluster_gen.hpp"
@@ -57,14 +54,7 @@ struct ChildReport {
 void BM_Search(benchmark::State& state, const std::string& scheduler, const Json& options) {
   const int gpus = static_cast<int>(state.range(0));
   for (auto _ : state) {
-    int fds[2];
-    if (pipe(fds) != 0) {
-      state.SkipWithError("pipe failed");
-      return;
-    }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(fds[0]);
+    const auto run = bench::run_in_child([&] {
       ChildReport rep;
       auto sc = mix_scenario(gpus);
       if (sc && !options.empty()) {
@@ -75,22 +65,15 @@ void BM_Search(benchmark::State& state, const std::string& scheduler, const Json
         auto r = run_scheduler(scheduler, *sc, {});
         if (r) rep = {r->search_time_s, r->estimate.tokens_per_s, r->candidates, 1};
       }
-      if (write(fds[1], &rep, sizeof rep) != static_cast<ssize_t>(sizeof rep)) _exit(2);
-      _exit(0);
-    }
-    close(fds[1]);
-    ChildReport rep;
-    const bool got = read(fds[0], &rep, sizeof rep) == static_cast<ssize_t>(sizeof rep);
-    close(fds[0]);
-    int status = 0;
-    struct rusage usage {};
-    wait4(pid, &status, 0, &usage);
-    if (!got || !rep.ok) {
+      return rep;
+    });
+    if (!run || !run->value.ok) {
       state.SkipWithError("search failed");
       return;
     }
+    const ChildReport& rep = run->value;
     state.SetIterationTime(rep.search_s);
-    state.counters["peak_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB
+    state.counters["peak_MiB"] = run->peak_MiB;
     state.counters["tokens_per_s"] = rep.tokens_per_s;
     state.counters["candidates"] = static_cast<double>(rep.candidates);
     state.counters["gpus"] = gpus;
