@@ -368,9 +368,7 @@ Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int>
   if (auto r = exact_over(cost, devices, options, start, out, best); !r) return r.error();
   // The same two meshes as the search: the whole one and, unless told otherwise, the fastest
   // GPU type's alone (its groupings named as the search names them).
-  const std::vector<int> subset = options.identical_devices || !options.idle_slow_types
-                                      ? std::vector<int>{}
-                                      : fastest_type(cluster, devices);
+  const std::vector<int> subset = fastest_type_mesh(cluster, devices, options);
   if (!subset.empty()) {
     std::optional<HexiSeqResult> alone;
     ExactResult counts;
@@ -380,8 +378,7 @@ Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int>
     out.proven = out.proven && counts.proven;
     out.best.budget_exhausted = out.best.budget_exhausted || counts.best.budget_exhausted;
     if (alone && (!best || alone->time.iteration_s < best->time.iteration_s)) {
-      alone->grouping = "fastest type only, " + std::to_string(subset.size()) + " of " +
-                        std::to_string(devices.size()) + " GPUs; " + alone->grouping;
+      alone->grouping = fastest_type_grouping(subset.size(), devices.size(), alone->grouping);
       best = std::move(alone);
     }
   }

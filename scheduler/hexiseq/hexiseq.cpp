@@ -917,9 +917,9 @@ Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<in
 
 }  // namespace
 
-// The devices of the fastest GPU type (by dense bf16 TFLOP/s, ties by name), or none when
-// every device is of that type.
-std::vector<int> fastest_type(const Cluster& cluster, const std::vector<int>& devices) {
+std::vector<int> fastest_type_mesh(const Cluster& cluster, const std::vector<int>& devices,
+                                   const HexiSeqOptions& options) {
+  if (options.identical_devices || !options.idle_slow_types) return {};
   const auto faster = [&](int a, int b) {
     const GpuSpec &ga = cluster.gpu(a), &gb = cluster.gpu(b);
     return ga.tflops != gb.tflops ? ga.tflops > gb.tflops : ga.name < gb.name;
@@ -933,6 +933,11 @@ std::vector<int> fastest_type(const Cluster& cluster, const std::vector<int>& de
   return out;
 }
 
+std::string fastest_type_grouping(std::size_t used, std::size_t all, const std::string& grouping) {
+  return "fastest type only, " + std::to_string(used) + " of " + std::to_string(all) + " GPUs; " +
+         grouping;
+}
+
 Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
                                   const HexiSeqOptions& options) {
   const Cluster& cluster = cost.cluster();
@@ -941,13 +946,13 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
   }
   std::sort(devices.begin(), devices.end());
   auto best = search_mesh(cost, devices, options);
-  if (!best || options.identical_devices || !options.idle_slow_types) return best;
+  if (!best) return best;
   // The mesh of the fastest type alone: where the slower types' compute does not pay for what
   // they add to every ring step, all-to-all and ZeRO-3 gather (a slow link between machines
   // above all), leaving them idle is faster. Searched as the whole mesh is (homogeneous, so
   // quickly), within what is left of the time budget. (Meshes of several of the fastest types
   // are not searched: their integer programs cost as much as the whole mesh's.)
-  const std::vector<int> subset = fastest_type(cluster, devices);
+  const std::vector<int> subset = fastest_type_mesh(cluster, devices, options);
   if (subset.empty()) return best;
   HexiSeqOptions o = options;
   if (options.time_budget_s > 0) {
@@ -968,8 +973,7 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
     r->solves = best->solves;
     r->search_time_s = best->search_time_s;
     r->budget_exhausted = best->budget_exhausted;
-    r->grouping = "fastest type only, " + std::to_string(subset.size()) + " of " +
-                  std::to_string(devices.size()) + " GPUs; " + r->grouping;
+    r->grouping = fastest_type_grouping(subset.size(), devices.size(), r->grouping);
     best = std::move(r);
   }
   return best;

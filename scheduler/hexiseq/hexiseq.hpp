@@ -82,9 +82,13 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
 
 // ---- the stages, for the exact search and the tests -------------------------------------
 
-// The devices of the fastest GPU type among `devices` (by dense bf16 TFLOP/s, ties by name),
-// or none when every device is of that type: the second mesh searched (idle_slow_types).
-std::vector<int> fastest_type(const Cluster& cluster, const std::vector<int>& devices);
+// The second mesh hexiseq and hexiseq-exact search: the devices of the fastest GPU type among
+// `devices` (by dense bf16 TFLOP/s, ties by name); none when every device is of that type, the
+// devices are told identical or idle_slow_types is off.
+std::vector<int> fastest_type_mesh(const Cluster& cluster, const std::vector<int>& devices,
+                                   const HexiSeqOptions& options);
+// The grouping name of a layout found on that mesh of `used` of `all` devices.
+std::string fastest_type_grouping(std::size_t used, std::size_t all, const std::string& grouping);
 
 // Shards are whole blocks: `requested`, or (0) the largest power of two <= S / (32 n),
 // at least 2, that divides S. nullopt when S is odd or not a multiple of `requested`.
