@@ -400,19 +400,36 @@ class DpSync {
   // (every device of the other pipelines' stages holding its stage's layers) have all
   // finished.
   double devices_end_s(const Estimate& est) const {
-    // Per stage: the latest finish among the stages of other pipelines holding its layers.
+    // Per layer: the latest finish of its holders, its pipeline, and the latest of the other
+    // pipelines' holders; then per stage the latest among the other pipelines' holders of its
+    // layers.
+    struct Latest {
+      double first = std::numeric_limits<double>::lowest();
+      double second = std::numeric_limits<double>::lowest();
+      int pipeline = -1;
+    };
+    std::vector<Latest> latest(layers_);
+    for (int q = 0; q < dp_; ++q) {
+      for (int l = 0; l < layers_; ++l) {
+        if (holder_[q][l] < 0) continue;
+        const double f = stage_finish_[holder_[q][l]];
+        Latest& x = latest[l];
+        if (f > x.first) {
+          x.second = x.first;
+          x.first = f;
+          x.pipeline = q;
+        } else if (f > x.second) {
+          x.second = f;
+        }
+      }
+    }
     std::vector<double> peers_finish(stages_.size(), std::numeric_limits<double>::lowest());
     for (std::size_t id = 0; id < stages_.size(); ++id) {
       const Stage& s = *stages_[id];
-      for (int q = 0; q < dp_; ++q) {
-        if (q == pipeline_of_[id]) continue;
-        int last = -1;
-        for (int l = s.layer_begin; l < s.layer_end; ++l) {
-          const int h = holder_[q][l];
-          if (h == last) continue;
-          last = h;
-          peers_finish[id] = std::max(peers_finish[id], stage_finish_[h]);
-        }
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        const Latest& x = latest[l];
+        peers_finish[id] =
+            std::max(peers_finish[id], x.pipeline != pipeline_of_[id] ? x.first : x.second);
       }
     }
     double end = 0;
