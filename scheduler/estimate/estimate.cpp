@@ -231,6 +231,9 @@ class DpSync {
         for (int r = 0; r < s.tp(); ++r)
           bounds.push_back(bounds.back() + s.phi(r, cm.model().heads));
         bounds_.push_back(std::move(bounds));
+        int m = machine(s.devices.front());
+        for (int d : s.devices) m = machine(d) == m ? m : -1;
+        stage_machine_.push_back(m);
         for (int l = s.layer_begin; l < s.layer_end; ++l) holder_[p][l] = id;
         if (s.layer_begin < layers_) boundary_[s.layer_begin] = 1;
       }
@@ -242,6 +245,11 @@ class DpSync {
     finish_.assign(cm_.cluster().num_devices(), 0);
     for (const auto& de : est.devices) {
       finish_[de.device] = est.pipelines[de.pipeline].finish_s[de.stage];
+    }
+    stage_finish_.assign(stages_.size(), std::numeric_limits<double>::lowest());
+    for (std::size_t id = 0; id < stages_.size(); ++id) {
+      for (int d : stages_[id]->devices)
+        stage_finish_[id] = std::max(stage_finish_[id], finish_[d]);
     }
     piece_begin_.assign(1, 0);
     for (const auto& de : est.devices) {
@@ -392,20 +400,36 @@ class DpSync {
   // (every device of the other pipelines' stages holding its stage's layers) have all
   // finished.
   double devices_end_s(const Estimate& est) const {
-    // Per stage: the latest finish among the stages of other pipelines holding its layers.
+    // Per layer: the latest finish of its holders, its pipeline, and the latest of the other
+    // pipelines' holders; then per stage the latest among the other pipelines' holders of its
+    // layers.
+    struct Latest {
+      double first = std::numeric_limits<double>::lowest();
+      double second = std::numeric_limits<double>::lowest();
+      int pipeline = -1;
+    };
+    std::vector<Latest> latest(layers_);
+    for (int q = 0; q < dp_; ++q) {
+      for (int l = 0; l < layers_; ++l) {
+        if (holder_[q][l] < 0) continue;
+        const double f = stage_finish_[holder_[q][l]];
+        Latest& x = latest[l];
+        if (f > x.first) {
+          x.second = x.first;
+          x.first = f;
+          x.pipeline = q;
+        } else if (f > x.second) {
+          x.second = f;
+        }
+      }
+    }
     std::vector<double> peers_finish(stages_.size(), std::numeric_limits<double>::lowest());
     for (std::size_t id = 0; id < stages_.size(); ++id) {
       const Stage& s = *stages_[id];
-      for (int q = 0; q < dp_; ++q) {
-        if (q == pipeline_of_[id]) continue;
-        int last = -1;
-        for (int l = s.layer_begin; l < s.layer_end; ++l) {
-          const int h = holder_[q][l];
-          if (h == last) continue;
-          last = h;
-          for (int d : stages_[h]->devices)
-            peers_finish[id] = std::max(peers_finish[id], finish_[d]);
-        }
+      for (int l = s.layer_begin; l < s.layer_end; ++l) {
+        const Latest& x = latest[l];
+        peers_finish[id] =
+            std::max(peers_finish[id], x.pipeline != pipeline_of_[id] ? x.first : x.second);
       }
     }
     double end = 0;
@@ -548,7 +572,8 @@ class DpSync {
   bool piece_links(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
                    std::vector<PieceLinks>& out) {
     const int m = machine(de.device);
-    bool machine_only = cm_.cluster().device_overrides().empty();
+    const bool overrides_free = cm_.cluster().device_overrides().empty();
+    bool machine_only = overrides_free;
     // A pipeline's holder usually stays the same over a stage's pieces: its link is kept.
     last_holder_.assign(dp_, -1);
     last_link_.resize(dp_);
@@ -561,8 +586,20 @@ class DpSync {
         const int h = holder_of(q, layer);
         if (h != last_holder_[q]) {
           last_holder_[q] = h;
-          last_link_[q] = holder_link(de.device, h);
-          for (int d : stages_[h]->devices) machine_only = machine_only && machine(d) != m;
+          if (stage_machine_[h] >= 0 && stage_machine_[h] != m && overrides_free) {
+            // Every peer on one other machine: the link of any of them.
+            const PeerLink& l = peer_link(de.device, stages_[h]->devices.front());
+            HolderLink& link = last_link_[q];
+            link = HolderLink{};
+            if (l.bandwidth_Bps < link.bandwidth_Bps) {
+              link.bandwidth_Bps = l.bandwidth_Bps;
+              link.transport = l.transport;
+            }
+            link.latency_s = std::max(link.latency_s, l.step_latency_s);
+          } else {
+            last_link_[q] = holder_link(de.device, h);
+            for (int d : stages_[h]->devices) machine_only = machine_only && machine(d) != m;
+          }
         }
         const HolderLink& link = last_link_[q];
         double& s = pl.slowest[static_cast<std::size_t>(link.transport)];
@@ -617,6 +654,8 @@ class DpSync {
   std::vector<int> pipeline_of_;             // per stage id
   std::vector<int> first_stage_;             // per pipeline, its first stage's id; then the count
   std::vector<std::vector<double>> bounds_;  // per stage id: its ranks' share boundaries
+  std::vector<int> stage_machine_;           // per stage id: its machine (-1: several)
+  std::vector<double> stage_finish_;         // per stage id: when its devices finish
   std::vector<std::vector<int>> holder_;     // [pipeline][layer] -> stage id
   std::vector<char> boundary_;               // some stage starts at this layer
   std::vector<double> finish_;               // per device: its schedule's end

@@ -1,6 +1,7 @@
 #include "scheduler/hexiscale/pipeline.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <tuple>
@@ -40,21 +41,30 @@ PipelineBuilder::PipelineBuilder(SpecEvaluator& evaluator, int tau) : ev_(evalua
 
 double PipelineBuilder::score(const PipelineSpec& p, int dp, int m) {
   ++evaluations_;
-  PlanSpec one{{p}};
-  return penalised(*ev_.curve(one, 0, dp), m);
+  one_.pipelines.resize(1);
+  one_.pipelines[0].segments.assign(p.segments.begin(), p.segments.end());
+  return penalised(*ev_.curve(one_, 0, dp), m);
 }
 
-std::vector<std::vector<int>> PipelineBuilder::candidate_orders(
-    const std::vector<MachineSegment>& segs) const {
+const std::vector<std::vector<int>>& PipelineBuilder::candidate_orders(
+    const std::vector<MachineSegment>& segs) {
   const int g = static_cast<int>(segs.size());
-  std::vector<int> order(g);
-  std::iota(order.begin(), order.end(), 0);
-  std::vector<std::vector<int>> out;
   if (g <= kAllOrdersUpTo) {
-    do out.push_back(order);
-    while (std::next_permutation(order.begin(), order.end()));
-    return out;
+    // Every order of g groups, in lexicographic order (the same for every pipeline).
+    static const std::array<std::vector<std::vector<int>>, kAllOrdersUpTo + 1> all = [] {
+      std::array<std::vector<std::vector<int>>, kAllOrdersUpTo + 1> table;
+      for (int n = 0; n <= kAllOrdersUpTo; ++n) {
+        std::vector<int> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        do table[n].push_back(order);
+        while (std::next_permutation(order.begin(), order.end()));
+      }
+      return table;
+    }();
+    return all[g];
   }
+  std::vector<std::vector<int>>& out = beam_orders_;
+  out.clear();
   // Top-tau greedy beam: extend each partial order by its tau best next groups
   // (highest bandwidth; ties: more memory per GPU first, then machine order) and
   // keep the tau * g partial orders with the best bottleneck (then summed) bandwidth.

@@ -44,7 +44,8 @@ class PipelineBuilder {
 
  private:
   double score(const PipelineSpec& p, int dp, int m);
-  std::vector<std::vector<int>> candidate_orders(const std::vector<MachineSegment>& segs) const;
+  // Valid until the next call.
+  const std::vector<std::vector<int>>& candidate_orders(const std::vector<MachineSegment>& segs);
   PipelineSpec optimise(std::vector<MachineSegment> segs, int dp, int m);
   // Coordinate descent over degrees (small pipelines: each at every place) and
   // orders from `segs`; `score` gets the best score.
@@ -61,6 +62,8 @@ class PipelineBuilder {
   };
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
   long evaluations_ = 0;
+  std::vector<std::vector<int>> beam_orders_;  // candidate_orders() of more than 5 groups
+  PlanSpec one_;                               // score(): the pipeline as a plan of its own
 };
 
 // Valid TP degrees for a segment of `count` devices (degree divides count).

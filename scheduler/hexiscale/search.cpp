@@ -4,6 +4,7 @@
 #include "scheduler/search/random.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <functional>
 
@@ -83,30 +84,58 @@ std::string HexiScaleSearch::signature(const Assignment& a) const {
   // Invariant under renumbering pipelines and interchangeable machines, yet telling
   // apart "two pipelines on one machine" from "on two machines of the same class":
   // two rounds of label refinement over the pipeline-machine incidence.
-  auto join = [](std::vector<std::string> parts, char sep) {
+  auto join = [](std::vector<std::string>& parts, char sep) {
     std::sort(parts.begin(), parts.end());
+    std::size_t size = 0;
+    for (const auto& x : parts) size += x.size() + 1;
     std::string out;
-    for (auto& x : parts) out += x + sep;
+    out.reserve(size);
+    for (const auto& x : parts) {
+      out += x;
+      out += sep;
+    }
     return out;
+  };
+  auto number = [](std::string& to, int n) {
+    char digits[16];
+    to.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
   };
   std::vector<std::string> pipe0;                      // pipeline: its (machine class, count)s
   std::map<int, std::vector<std::string>> by_machine;  // machine: (pipeline label, count)s
+  std::vector<std::string> segs;
   for (const auto& p : a) {
-    std::vector<std::string> segs;
-    for (auto [m, n] : p)
-      segs.push_back(std::to_string(ev_.machine_class(m)) + ":" + std::to_string(n));
+    segs.clear();
+    for (auto [m, n] : p) {
+      std::string& seg = segs.emplace_back();
+      number(seg, ev_.machine_class(m));
+      seg += ':';
+      number(seg, n);
+    }
     pipe0.push_back(join(segs, ','));
   }
   for (std::size_t i = 0; i < a.size(); ++i) {
-    for (auto [m, n] : a[i]) by_machine[m].push_back(pipe0[i] + "*" + std::to_string(n));
+    for (auto [m, n] : a[i]) {
+      std::string& entry = by_machine[m].emplace_back(pipe0[i]);
+      entry += '*';
+      number(entry, n);
+    }
   }
   std::map<int, std::string> machine_label;
-  for (auto& [m, list] : by_machine)
-    machine_label[m] = std::to_string(ev_.machine_class(m)) + "{" + join(list, ';') + "}";
+  for (auto& [m, list] : by_machine) {
+    std::string& label = machine_label[m];
+    number(label, ev_.machine_class(m));
+    label += '{';
+    label += join(list, ';');
+    label += '}';
+  }
   std::vector<std::string> pipes;
   for (const auto& p : a) {
-    std::vector<std::string> segs;
-    for (auto [m, n] : p) segs.push_back(machine_label[m] + ":" + std::to_string(n));
+    segs.clear();
+    for (auto [m, n] : p) {
+      std::string& seg = segs.emplace_back(machine_label[m]);
+      seg += ':';
+      number(seg, n);
+    }
     pipes.push_back(join(segs, ','));
   }
   return join(pipes, '|');
@@ -233,8 +262,7 @@ std::vector<SpecResult> HexiScaleSearch::runners_up() const {
   return out;
 }
 
-double HexiScaleSearch::record(const Assignment& a, Outcome& o) {
-  const std::string sig = signature(a);
+double HexiScaleSearch::record(const Assignment& a, const std::string& sig, Outcome& o) {
   Seen& seen = seen_[sig];
   seen.slowest = o.slowest;
   seen.objective = o.objective;
@@ -290,7 +318,8 @@ std::vector<double> HexiScaleSearch::consider_all(const std::vector<Assignment>&
     outcomes[j] =
         evaluate(worker_ev(w), worker_builder(w), worker_wide_builder(w), as[jobs[j]], limit, best);
   });
-  for (std::size_t j = 0; j < jobs.size(); ++j) out[jobs[j]] = record(as[jobs[j]], outcomes[j]);
+  for (std::size_t j = 0; j < jobs.size(); ++j)
+    out[jobs[j]] = record(as[jobs[j]], sigs[jobs[j]], outcomes[j]);
   for (int i = 0; i < n; ++i) {
     if (todo[i] == Todo::kSameAs) out[i] = out[first[sigs[i]]];
   }

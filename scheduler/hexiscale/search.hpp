@@ -75,7 +75,7 @@ class HexiScaleSearch {
   };
   Outcome evaluate(SpecEvaluator& ev, PipelineBuilder& builder, PipelineBuilder& wide_builder,
                    const Assignment& a, double limit, double best) const;
-  double record(const Assignment& a, Outcome& o);
+  double record(const Assignment& a, const std::string& signature, Outcome& o);
   SpecEvaluator& worker_ev(int w) { return w == 0 ? ev_ : workers_[w - 1]->ev; }
   PipelineBuilder& worker_builder(int w) { return w == 0 ? builder_ : workers_[w - 1]->builder; }
   PipelineBuilder& worker_wide_builder(int w) {

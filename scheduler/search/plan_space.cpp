@@ -77,6 +77,7 @@ SpecEvaluator::SpecEvaluator(const CostModel& cm, bool per_stage_recompute)
   for (std::size_t m = 0; m < cm.cluster().machines().size(); ++m) {
     symmetric_.push_back(machine_symmetric(cm.cluster(), static_cast<int>(m)));
   }
+  all_symmetric_ = std::all_of(symmetric_.begin(), symmetric_.end(), [](bool b) { return b; });
 }
 
 Recompute SpecEvaluator::least_memory_recompute() const {
@@ -104,9 +105,34 @@ std::vector<std::vector<std::vector<int>>> SpecEvaluator::stages(const PlanSpec&
   return out;
 }
 
+std::vector<std::vector<int>> SpecEvaluator::stages_of(const PlanSpec& spec, int p) const {
+  const Cluster& c = cm_.cluster();
+  std::vector<int> next(c.machines().size(), 0);  // next free local index per machine
+  for (int q = 0; q < p; ++q) {
+    for (const auto& seg : spec.pipelines[q].segments) next[seg.machine] += seg.count;
+  }
+  std::vector<std::vector<int>> groups;
+  for (const auto& seg : spec.pipelines[p].segments) {
+    const int base = c.machines()[seg.machine].first_device + next[seg.machine];
+    for (int g = 0; g < seg.count / seg.tp; ++g) {
+      std::vector<int> devices(seg.tp);
+      for (int r = 0; r < seg.tp; ++r) devices[r] = base + g * seg.tp + r;
+      groups.push_back(std::move(devices));
+    }
+    next[seg.machine] += seg.count;
+  }
+  return groups;
+}
+
 std::vector<int> SpecEvaluator::curve_key(const PlanSpec& spec, int p, int dp) const {
   // Segments, plus the local offset of asymmetric machines (devices there differ).
   std::vector<int> key{dp};
+  if (all_symmetric_) {  // every offset 0: the other pipelines do not matter
+    key.reserve(1 + 4 * spec.pipelines[p].segments.size());
+    for (const auto& seg : spec.pipelines[p].segments)
+      key.insert(key.end(), {class_of_[seg.machine], seg.count, seg.tp, 0});
+    return key;
+  }
   std::vector<int> next(cm_.cluster().machines().size(), 0);
   for (int q = 0; q <= p; ++q) {
     for (const auto& seg : spec.pipelines[q].segments) {
@@ -127,9 +153,8 @@ std::shared_ptr<const PipelineCurve> SpecEvaluator::curve(const PlanSpec& spec, 
     auto it = caches_->curves.find(key);
     if (it != caches_->curves.end()) return it->second;
   }
-  std::vector<std::vector<std::vector<int>>> all = stages(spec);
-  auto curve = std::make_shared<const PipelineCurve>(options(all[p], dp), cm_.model().layers,
-                                                     cm_.training().schedule);
+  auto curve = std::make_shared<const PipelineCurve>(options(stages_of(spec, p), dp),
+                                                     cm_.model().layers, cm_.training().schedule);
   std::lock_guard lock(caches_->mutex);
   // The full count visits every curve: only once the bytes counted as curves came in (their
   // memos grow later) reach half the limit.

@@ -104,6 +104,8 @@ class SpecEvaluator {
 
  private:
   std::vector<int> curve_key(const PlanSpec& spec, int p, int dp) const;
+  // stages(spec)[p] alone.
+  std::vector<std::vector<int>> stages_of(const PlanSpec& spec, int p) const;
   // stage_options() of every TP group of a pipeline, cached by machine class.
   std::vector<std::vector<StageTerms>> options(const std::vector<std::vector<int>>& groups, int dp);
   struct KeyHash {
@@ -119,6 +121,7 @@ class SpecEvaluator {
   const CostModel& cm_;
   std::vector<Recompute> modes_;  // the training config's first
   std::vector<bool> symmetric_;   // per machine
+  bool all_symmetric_ = true;     // every machine
   std::vector<int> class_of_;     // per machine
   // Curves and stage terms, shared by the evaluators of a parallel search (share_caches):
   // values depend only on their keys, so which thread computed one never matters.
