@@ -5,6 +5,9 @@
 // 4 x GPUs (2 x GPUs above 128), sequence 4096.
 // Targets: the HexiScale search within 3 s at 128 GPUs and 20 s at 1 024 GPUs, on one core
 // (hexiscale_1thread: {"threads": 1}); `hexiscale` runs the default thread count.
+// `flashflex` is the FlashFlex reference implementation's algorithm (scheduler/baselines/
+// flashflex.cpp), timed as we run it; `feasible` = 0 where its chosen plan does not fit
+// hexisim's memory model.
 //
 // Each measurement runs in a forked child so that its peak resident memory
 // (getrusage ru_maxrss of that child alone) belongs to that search only; the
@@ -49,6 +52,7 @@ struct ChildReport {
   double tokens_per_s = 0;
   long candidates = 0;
   int ok = 0;
+  int feasible = 0;  // every device of the chosen plan fits in memory
 };
 
 void BM_Search(benchmark::State& state, const std::string& scheduler, const Json& options) {
@@ -63,7 +67,9 @@ void BM_Search(benchmark::State& state, const std::string& scheduler, const Json
       }
       if (sc) {
         auto r = run_scheduler(scheduler, *sc, {});
-        if (r) rep = {r->search_time_s, r->estimate.tokens_per_s, r->candidates, 1};
+        if (r)
+          rep = {r->search_time_s, r->estimate.tokens_per_s, r->candidates, 1,
+                 r->estimate.feasible ? 1 : 0};
       }
       return rep;
     });
@@ -77,6 +83,7 @@ void BM_Search(benchmark::State& state, const std::string& scheduler, const Json
     state.counters["tokens_per_s"] = rep.tokens_per_s;
     state.counters["candidates"] = static_cast<double>(rep.candidates);
     state.counters["gpus"] = gpus;
+    state.counters["feasible"] = rep.feasible;
   }
 }
 
@@ -91,6 +98,7 @@ BENCHMARK_CAPTURE(BM_Search, hexiscale_1thread, std::string("hexiscale"), Json{{
 BENCHMARK_CAPTURE(BM_Search, uniform, std::string("uniform"), Json())->Apply(sizes);
 BENCHMARK_CAPTURE(BM_Search, metis_like, std::string("metis-like"), Json())->Apply(sizes);
 BENCHMARK_CAPTURE(BM_Search, amp_like, std::string("amp-like"), Json())->Apply(sizes);
+BENCHMARK_CAPTURE(BM_Search, flashflex, std::string("flashflex"), Json())->Apply(sizes);
 
 }  // namespace
 }  // namespace hexi
