@@ -205,12 +205,14 @@ namespace {
 // The DP gradient sync of a plan, in named steps. A device's gradients fall into
 // pieces, each reduced with the same stages of the other pipelines (as the lowering's
 // DP buckets do): the embedding, runs of layers in which no pipeline changes stage, the
-// head. Each piece is a ring all-reduce (its holders: the ranks whose shares overlap) at
-// the slowest link to its holders; a device reduces its pieces one after another, starting
-// when every holder has finished its schedule. A machine's NICs carry every off-machine
-// ring through it (a ring's members on one machine are adjacent: it crosses the NICs once
-// each way), so its rings end no earlier than their bytes at the NICs' summed rate allow,
-// counted from when each starts; what runs past the slowest pipeline is exposed.
+// head, with neighbours that have the same holder stages merged. Each piece is reduced in
+// rings (its holders: the ranks whose shares overlap) at the slowest link to its holders.
+// The rings run in the lowering's issue order, a device in one at a time, each when its
+// last member is free: a device's pieces wait for holders still busy with other rings. A
+// machine's NICs carry every off-machine ring through it (a ring's members on one machine
+// are adjacent: it crosses the NICs once each way), so its rings end no earlier than their
+// bytes at the NICs' summed rate allow, counted from when each starts; what runs past the
+// slowest pipeline is exposed.
 class DpSync {
  public:
   DpSync(const CostModel& cm, const Plan& plan)
@@ -225,7 +227,6 @@ class DpSync {
       for (const auto& s : plan.pipelines[p].stages) {
         const int id = static_cast<int>(stages_.size());
         stages_.push_back(&s);
-        pipeline_of_.push_back(p);
         // Rank r holds [bounds[r], bounds[r + 1]) of the heads / columns.
         std::vector<double> bounds{0.0};
         for (int r = 0; r < s.tp(); ++r)
@@ -246,16 +247,12 @@ class DpSync {
     for (const auto& de : est.devices) {
       finish_[de.device] = est.pipelines[de.pipeline].finish_s[de.stage];
     }
-    stage_finish_.assign(stages_.size(), std::numeric_limits<double>::lowest());
-    for (std::size_t id = 0; id < stages_.size(); ++id) {
-      for (int d : stages_[id]->devices)
-        stage_finish_[id] = std::max(stage_finish_[id], finish_[d]);
-    }
     piece_begin_.assign(1, 0);
     for (const auto& de : est.devices) {
       pieces(de, pieces_);
       piece_begin_.push_back(pieces_.size());
     }
+    piece_s_.assign(pieces_.size(), 0.0);
     // The ranks of a stage follow each other: links that depend only on the machine are
     // found once per stage, and (with ZeRO, whose rings do not depend on the device's rank)
     // the next rank with the same pieces takes the same time.
@@ -272,12 +269,16 @@ class DpSync {
       if (reuse && cm_.training().zero_stage != 0 &&
           std::ranges::equal(pieces_of(i), pieces_of(i - 1))) {
         de.dp_sync_s = est.devices[i - 1].dp_sync_s;
+        std::copy(piece_s_.begin() + piece_begin_[i - 1], piece_s_.begin() + piece_begin_[i],
+                  piece_s_.begin() + piece_begin_[i]);
       } else {
-        de.dp_sync_s = device_sync_s(de, pieces_of(i), links);
+        de.dp_sync_s = device_sync_s(de, pieces_of(i), links, piece_s_.data() + piece_begin_[i]);
       }
       reuse = links_of == own;
     }
-    est.dp_sync_s = std::max(0.0, std::max(devices_end_s(est), nics_end_s(est)) - est.pipeline_s);
+    build_rings(est);
+    const double devices_end = rings_end_s();  // sets the rings' starts nics_end_s() reads
+    est.dp_sync_s = std::max(0.0, std::max(devices_end, nics_end_s()) - est.pipeline_s);
   }
 
  private:
@@ -296,13 +297,6 @@ class DpSync {
     return {bounds_[id][r], bounds_[id][r + 1]};
   }
 
-  // When every member of a ring has finished its schedule.
-  double ring_start(const std::vector<int>& members) const {
-    double start = 0;
-    for (int d : members) start = std::max(start, finish_[d]);
-    return start;
-  }
-
   // Every share boundary of the holders of a piece, sorted, without repeats.
   const std::vector<double>& cuts_of(int layer) {
     auto [it, fresh] = cuts_.try_emplace(layer);
@@ -317,21 +311,28 @@ class DpSync {
     return it->second;
   }
 
-  // The NIC bound. A piece is reduced in slices, one per interval of the common refinement
-  // of its holders' TP shares: a slice's ring is the rank of each pipeline holding that
-  // interval. Per machine, its off-machine slice rings as (start, seconds at the machine's
-  // summed NIC rate); the machine is done no earlier than max over rings r of start_r +
-  // the seconds of the rings starting at or after start_r.
-  double nics_end_s(const Estimate& est) {
+  // The rings of the plan's DP sync. A piece is reduced in slices, one per interval of the
+  // common refinement of its holders' TP shares: a slice's ring is the rank of each pipeline
+  // holding that interval. Keyed (-piece key, slice start in 1e-9 of the columns), so that
+  // the map's order is the lowering's issue order (the head first, the embedding last).
+  struct Ring {
+    std::vector<int> members;
+    double wire = 0;                // bytes per NIC crossing (0: inside one machine)
+    double seconds = 0;             // its share of the slowest member's piece time
+    std::array<double, 2> start{};  // rings_end_s(): when every member is free, per pass
+  };
+
+  void build_rings(const Estimate& est) {
     const double e = cm_.training().bytes_per_element();
-    // (piece, slice start in 1e-9 of the columns) -> members, wire bytes per NIC crossing
-    std::map<std::pair<int, long long>, std::pair<std::vector<int>, double>> rings;
+    rings_.clear();
     std::vector<double> cuts;
     for (std::size_t i = 0; i < est.devices.size(); ++i) {
       const DeviceEstimate& de = est.devices[i];
       const int own = first_stage_[de.pipeline] + de.stage;
       const auto [lo, hi] = share(own, de.tp_rank);
-      for (auto [layer, params] : pieces_of(i)) {
+      const auto device_pieces = pieces_of(i);
+      for (std::size_t k = 0; k < device_pieces.size(); ++k) {
+        const auto [layer, params] = device_pieces[k];
         // The holders' boundaries strictly inside this rank's share (repeats would only
         // give empty slices).
         const std::vector<double>& all = cuts_of(layer);
@@ -341,47 +342,82 @@ class DpSync {
           cuts.push_back(*x);
         }
         cuts.push_back(hi);
-        for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
-          const double a = cuts[k], b = cuts[k + 1];
+        for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+          const double a = cuts[c], b = cuts[c + 1];
           if (b - a < 1e-12) continue;
-          const auto key = std::make_pair(layer, std::llround(a * 1e9));
-          if (rings.count(key)) continue;
-          std::vector<int> members{de.device};
+          const double fraction = (b - a) / (hi - lo);
+          auto [it, fresh] = rings_.try_emplace(std::make_pair(-layer, std::llround(a * 1e9)));
+          Ring& ring = it->second;
+          ring.seconds = std::max(ring.seconds, piece_s_[piece_begin_[i] + k] * fraction);
+          if (!fresh) continue;
+          ring.members.push_back(de.device);
           for (int q = 0; q < dp_; ++q) {
             if (q == de.pipeline) continue;
             const int h = holder_of(q, layer);
             for (int r = 0; r < stages_[h]->tp(); ++r) {
               const auto [ra, rb] = share(h, r);
-              if (ra < b - 1e-12 && a < rb - 1e-12) members.push_back(stages_[h]->devices[r]);
+              if (ra < b - 1e-12 && a < rb - 1e-12) ring.members.push_back(stages_[h]->devices[r]);
             }
           }
+          const auto& members = ring.members;
           const auto far = std::find_if(members.begin(), members.end(),
                                         [&](int d) { return machine(d) != machine(de.device); });
           if (far == members.end()) continue;  // inside one machine
           const double n = static_cast<double>(members.size());
-          const double bytes = e * params * (b - a) / (hi - lo);
+          const double bytes = e * params * fraction;
           // A hierarchical all-reduce (machine blocks of g) crosses the NICs with its g
           // columns' all-reduces of bytes / g over the machines; a flat ring once.
           const auto blocks = hierarchical_blocks(members);
-          const double wire =
+          ring.wire =
               blocks.empty()
                   ? 2 * (n - 1) / n * bytes / cm_.cluster().efficiency(de.device, *far, bytes / n)
                   : bus_factor(Collective::kAllReduce, static_cast<int>(blocks.size())) * bytes /
                         cm_.cluster().efficiency(de.device, *far, bytes / n);
-          rings.emplace(key, std::make_pair(std::move(members), wire));
         }
       }
     }
+  }
+
+  // The device bound: the rings in issue order, each device taking part in one at a time
+  // (its DP stream), each starting when its last member is free (the end of that member's
+  // schedule or of its previous ring): a ring waits for a member still busy with others.
+  // With ZeRO the lowering reduce-scatters every bucket, steps the optimizer, then
+  // all-gathers every bucket: two passes, each half of the all-reduce.
+  double rings_end_s() {
+    avail_ = finish_;
+    const int passes = cm_.training().zero_stage == 0 ? 1 : 2;
+    double end = 0;
+    for (int pass = 0; pass < passes; ++pass) {
+      for (auto& [key, ring] : rings_) {
+        double start = 0;
+        for (int d : ring.members) start = std::max(start, avail_[d]);
+        ring.start[pass] = start;
+        const double seconds = ring.seconds / passes;
+        for (int d : ring.members) avail_[d] = start + seconds;
+        end = std::max(end, start + seconds);
+      }
+    }
+    return end;
+  }
+
+  // The NIC bound. Per machine, its off-machine rings as (start, seconds at the machine's
+  // summed NIC rate); the machine is done no earlier than max over rings r of start_r + the
+  // seconds of the rings starting at or after start_r (starts from rings_end_s()).
+  double nics_end_s() const {
     std::map<int, std::vector<std::pair<double, double>>> by_machine;  // (start, s at the NICs)
-    for (const auto& [key, ring] : rings) {
-      const auto& [members, wire] = ring;
-      std::vector<int> machines;
-      for (int d : members) machines.push_back(machine(d));
+    std::vector<int> machines;
+    for (const auto& [key, ring] : rings_) {
+      if (ring.wire == 0) continue;
+      machines.clear();
+      for (int d : ring.members) machines.push_back(machine(d));
       std::sort(machines.begin(), machines.end());
       machines.erase(std::unique(machines.begin(), machines.end()), machines.end());
-      const double start = ring_start(members);
+      const int passes = cm_.training().zero_stage == 0 ? 1 : 2;
       for (int m : machines) {
-        by_machine[m].emplace_back(start, wire / cm_.cluster().machines()[m].nic_Bps);
+        for (int pass = 0; pass < passes; ++pass) {
+          by_machine[m].emplace_back(ring.start[pass],
+                                     ring.wire / passes / cm_.cluster().machines()[m].nic_Bps);
+        }
       }
     }
     double end = 0;
@@ -396,54 +432,36 @@ class DpSync {
     return end;
   }
 
-  // The device bound: each device's pieces one after another from when its ring members
-  // (every device of the other pipelines' stages holding its stage's layers) have all
-  // finished.
-  double devices_end_s(const Estimate& est) const {
-    // Per layer: the latest finish of its holders, its pipeline, and the latest of the other
-    // pipelines' holders; then per stage the latest among the other pipelines' holders of its
-    // layers.
-    struct Latest {
-      double first = std::numeric_limits<double>::lowest();
-      double second = std::numeric_limits<double>::lowest();
-      int pipeline = -1;
-    };
-    std::vector<Latest> latest(layers_);
-    for (int q = 0; q < dp_; ++q) {
-      for (int l = 0; l < layers_; ++l) {
-        if (holder_[q][l] < 0) continue;
-        const double f = stage_finish_[holder_[q][l]];
-        Latest& x = latest[l];
-        if (f > x.first) {
-          x.second = x.first;
-          x.first = f;
-          x.pipeline = q;
-        } else if (f > x.second) {
-          x.second = f;
-        }
+  // A device's gradient pieces, appended to `out`: (key layer, parameters). Consecutive
+  // parts (the embedding, runs of layers in which no stage starts, the head) that every other
+  // pipeline holds in one stage are one piece, as the lowering keeps a bucket open while its
+  // holder set stays. A piece's key is its last part's first layer (-1: the embedding alone,
+  // `layers`: ends with the head), where the lowering, going from the head down, meets it.
+  void pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) const {
+    const std::size_t begin = out.size();
+    split_pieces(de, out);
+    std::size_t kept = begin;
+    for (std::size_t k = begin; k < out.size(); ++k) {
+      if (k > begin && same_holders(de.pipeline, out[kept - 1].first, out[k].first)) {
+        out[kept - 1].first = out[k].first;     // keyed by its last part: the lowering issues it
+        out[kept - 1].second += out[k].second;  // when it meets that part
+      } else {
+        out[kept++] = out[k];
       }
     }
-    std::vector<double> peers_finish(stages_.size(), std::numeric_limits<double>::lowest());
-    for (std::size_t id = 0; id < stages_.size(); ++id) {
-      const Stage& s = *stages_[id];
-      for (int l = s.layer_begin; l < s.layer_end; ++l) {
-        const Latest& x = latest[l];
-        peers_finish[id] =
-            std::max(peers_finish[id], x.pipeline != pipeline_of_[id] ? x.first : x.second);
-      }
-    }
-    double end = 0;
-    for (const DeviceEstimate& de : est.devices) {
-      const double start =
-          std::max(finish_[de.device], peers_finish[first_stage_[de.pipeline] + de.stage]);
-      end = std::max(end, start + de.dp_sync_s);
-    }
-    return end;
+    out.resize(kept);
   }
 
-  // A device's gradient pieces, appended to `out`: (first layer, parameters), -1 for the
-  // embedding and `layers` for the head.
-  void pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) const {
+  // Whether every pipeline but `own` holds the pieces starting at layers a and b in one stage.
+  bool same_holders(int own, int a, int b) const {
+    for (int q = 0; q < dp_; ++q) {
+      if (q != own && holder_of(q, a) != holder_of(q, b)) return false;
+    }
+    return true;
+  }
+
+  // pieces() before merging: the embedding, runs of layers in which no stage starts, the head.
+  void split_pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) const {
     const Model& model = cm_.model();
     const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
     const StageShape shape =
@@ -611,9 +629,9 @@ class DpSync {
     return machine_only;
   }
 
-  // The time of a device's pieces, one after another (s).
+  // The time of a device's pieces, one after another (s); each piece's into piece_s.
   double device_sync_s(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
-                       const std::vector<PieceLinks>& links) const {
+                       const std::vector<PieceLinks>& links, double* piece_s) const {
     const double e = cm_.training().bytes_per_element();
     double total = 0;
     for (std::size_t k = 0; k < pieces.size(); ++k) {
@@ -622,7 +640,8 @@ class DpSync {
       // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
       if (cm_.training().zero_stage == 0) {
         if (const auto blocks = hierarchical_blocks(aligned_members(de, layer)); !blocks.empty()) {
-          total += hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
+          piece_s[k] = hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
+          total += piece_s[k];
           continue;
         }
       }
@@ -636,7 +655,8 @@ class DpSync {
         if (std::isinf(slowest)) continue;
         bw = std::min(bw, slowest * transport_curve(static_cast<Transport>(t)).efficiency(message));
       }
-      total += collective_time(Collective::kAllReduce, e * params, dp_, bw, links[k].latency_s);
+      piece_s[k] = collective_time(Collective::kAllReduce, e * params, dp_, bw, links[k].latency_s);
+      total += piece_s[k];
     }
     return total;
   }
@@ -651,16 +671,17 @@ class DpSync {
   const int dp_;
   const int layers_;
   std::vector<const Stage*> stages_;         // every stage of the plan, by id
-  std::vector<int> pipeline_of_;             // per stage id
   std::vector<int> first_stage_;             // per pipeline, its first stage's id; then the count
   std::vector<std::vector<double>> bounds_;  // per stage id: its ranks' share boundaries
   std::vector<int> stage_machine_;           // per stage id: its machine (-1: several)
-  std::vector<double> stage_finish_;         // per stage id: when its devices finish
   std::vector<std::vector<int>> holder_;     // [pipeline][layer] -> stage id
   std::vector<char> boundary_;               // some stage starts at this layer
   std::vector<double> finish_;               // per device: its schedule's end
   std::vector<std::pair<int, double>> pieces_;  // every device estimate's pieces, in order
   std::vector<std::size_t> piece_begin_;  // per device estimate: its first piece; then the count
+  std::vector<double> piece_s_;           // per piece in pieces_: its all-reduce time
+  std::map<std::pair<int, long long>, Ring> rings_;    // build_rings()
+  std::vector<double> avail_;                          // rings_end_s(): per device
   std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
   std::vector<int> last_holder_;                       // piece_links(): per pipeline
   std::vector<HolderLink> last_link_;

@@ -109,14 +109,12 @@ TEST_F(Fixture, DataParallelAcrossMachines) {
     {"batch": 3, "stages": [{"devices": [0], "layers": [0, 8]}]},
     {"batch": 5, "stages": [{"devices": [4], "layers": [0, 8]}]}]})");
   Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
-  // Ring all-reduces of the bf16 gradients between two machines, one per piece (the
-  // embedding, the 8 layers, the head): min(PCIe 32, NIC 25) GB/s, latency NIC + switch
-  // + NIC = 11 us. Both pipelines end when the slower does, so all of it is exposed.
-  const std::array<double, 3> piece = whole_model_pieces();
-  double expect = 0;
-  for (double params : piece) {
-    expect += collective_time(Collective::kAllReduce, 2 * params, 2, 25e9, 11e-6);
-  }
+  // One ring all-reduce of the bf16 gradients between two machines (every piece, from the
+  // embedding to the head, has the same holders: one bucket, as the lowering makes it):
+  // min(PCIe 32, NIC 25) GB/s, latency NIC + switch + NIC = 11 us. Both pipelines end when
+  // the slower does, so all of it is exposed.
+  const double expect =
+      collective_time(Collective::kAllReduce, 2 * sc.model.params(), 2, 25e9, 11e-6);
   EXPECT_NEAR(e.devices[0].dp_sync_s, expect, 1e-15);
   EXPECT_NEAR(e.dp_sync_s, expect, 1e-15);
   EXPECT_NEAR(e.iteration_time_s, e.pipeline_s + e.dp_sync_s + e.optimizer_s, 1e-15);
@@ -191,6 +189,23 @@ TEST_F(Fixture, TheNicsCarryEveryRingThroughTheirMachine) {
   EXPECT_NEAR(e.dp_sync_s, nic_end - e.pipeline_s, 1e-12);
 }
 
+// Where another pipeline changes stage the gradients split there, each part reduced with its
+// own holder (the lowering's buckets close when the holder set changes): device 0 holds the
+// whole model, pipeline 1 splits it at layer 4 over devices 4 and 5 (machine 1), so device 0
+// reduces the embedding with layers 0-3 (with 4), then layers 4-7 with the head (with 5).
+TEST_F(Fixture, DataParallelPiecesSplitWhereAnotherPipelineChangesStage) {
+  Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0], "layers": [0, 8]}]},
+    {"batch": 4, "stages": [{"devices": [4], "layers": [0, 4]}, {"devices": [5], "layers": [4, 8]}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const std::array<double, 3> piece = whole_model_pieces();
+  const double front = piece[0] + piece[1] / 2, back = piece[1] / 2 + piece[2];
+  const double expect = collective_time(Collective::kAllReduce, 2 * front, 2, 25e9, 11e-6) +
+                        collective_time(Collective::kAllReduce, 2 * back, 2, 25e9, 11e-6);
+  ASSERT_EQ(e.devices[0].device, 0);
+  EXPECT_NEAR(e.devices[0].dp_sync_s, expect, 1e-15);
+}
+
 // Four pipelines on two GPUs of each of two machines: every piece's holders {0, 1, 4, 5}
 // form machine blocks, and without ZeRO they all-reduce as the simulator does,
 // hierarchically: a reduce-scatter and an all-gather inside each machine pipelined with two
@@ -202,18 +217,17 @@ TEST_F(Fixture, DataParallelInMachineBlocksIsHierarchicalWithoutZero) {
     {"batch": 2, "stages": [{"devices": [1], "layers": [0, 8]}]},
     {"batch": 2, "stages": [{"devices": [4], "layers": [0, 8]}]},
     {"batch": 2, "stages": [{"devices": [5], "layers": [0, 8]}]}]})";
-  const std::array<double, 3> piece = whole_model_pieces();
   const PairLink intra = sc.cluster.link(0, 1);
   const double intra_lat = sc.cluster.step_latency(0, 1);
-  double hierarchical = 0, flat = 0;
-  for (double params : piece) {
-    const double bytes = 2 * params;  // bf16 gradients
-    // Intra: 2 x (g-1)/g x S at the intra-machine link; inter: 2 (M-1)/M x S/g at the NIC.
-    hierarchical += std::max(2 * 0.5 * bytes / intra.bandwidth_Bps, 1.0 * (bytes / 2) / 25e9) +
-                    2 * intra_lat + 2 * 11e-6;
-    flat += collective_time(Collective::kAllReduce, bytes, 4, std::min(intra.bandwidth_Bps, 25e9),
-                            std::max(intra_lat, 11e-6));
-  }
+  // The whole model is one bucket (every piece has the same holders).
+  const double bytes = 2 * sc.model.params();  // bf16 gradients
+  // Intra: 2 x (g-1)/g x S at the intra-machine link; inter: 2 (M-1)/M x S/g at the NIC.
+  const double hierarchical =
+      std::max(2 * 0.5 * bytes / intra.bandwidth_Bps, 1.0 * (bytes / 2) / 25e9) + 2 * intra_lat +
+      2 * 11e-6;
+  const double flat =
+      collective_time(Collective::kAllReduce, bytes, 4, std::min(intra.bandwidth_Bps, 25e9),
+                      std::max(intra_lat, 11e-6));
   sc.training.zero_stage = 0;
   Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(plan(text));
   for (const auto& d : e.devices) EXPECT_NEAR(d.dp_sync_s, hierarchical, 1e-15) << d.device;
