@@ -96,10 +96,17 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
 std::vector<std::pair<int, int>> CostModel::boundary_flows(const std::vector<int>& src,
                                                            const std::vector<int>& dst) {
   const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
-  const int n = std::min(ts, td);
   std::vector<std::pair<int, int>> flows;
-  for (int c = 0; c < n; ++c) flows.emplace_back(src[c * ts / n], dst[c * td / n]);
+  for (int j = 0; j < td; ++j) flows.emplace_back(src[j * ts / td], dst[j]);
   return flows;
+}
+
+double CostModel::flow_link_Bps(const std::vector<std::pair<int, int>>& flows,
+                                std::size_t k) const {
+  const auto [a, b] = flows[k];
+  const auto same_source =
+      std::ranges::count_if(flows, [a](const auto& f) { return f.first == a; });
+  return cluster_.link(a, b).bandwidth_Bps / static_cast<double>(same_source);
 }
 
 void CostModel::count_off_machine(const std::vector<std::pair<int, int>>& flows,
@@ -131,9 +138,9 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
     return k;
   };
   double worst = 0;
-  for (auto [a, b] : flows) {
-    PairLink l = cluster_.link(a, b);
-    double bw = l.bandwidth_Bps;
+  for (std::size_t k = 0; k < flows.size(); ++k) {
+    const auto [a, b] = flows[k];
+    double bw = flow_link_Bps(flows, k);
     int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
     if (ma != mb) {
       bw = std::min(bw, cluster_.machines()[ma].nic_Bps /
@@ -738,16 +745,16 @@ struct NicUse {
 }  // namespace
 
 // The pipelines of a plan run together, event by event, with boundary transfers
-// sharing NICs as they overlap in time (a fluid model: while k flows cross a NIC, each
-// gets 1/k of it, capped by its own link). The same semantics as schedule.hpp's
+// sharing NICs as they overlap in time (a fluid model with max-min fair rates, rates()).
+// The same semantics as schedule.hpp's
 // timeline otherwise (one compute at a time per stage, FIFO channels, sends not
 // waited for). Used where boundary flows of different classes share a NIC.
 class SharedTimeline {
  public:
   struct Link {
-    double fixed_s = 0;                        // latency and the receiving group's all-gather
-    double flow_bytes = 0;                     // bytes per flow
-    double link_Bps = 0;                       // a flow's own link, unshared
+    double fixed_s = 0;     // latency and the receiving group's all-gather
+    double flow_bytes = 0;  // bytes per flow
+    double link_Bps = 0;    // a flow's own link (shared with its source's other flows)
     std::vector<std::pair<int, double>> nics;  // (NIC direction, own flows through it)
   };
 
@@ -850,13 +857,41 @@ class SharedTimeline {
     rates();
   }
 
+  // Max-min fair rates, as the simulator's network model shares links: every sending
+  // channel's flows rise together until a NIC direction is full or a flow reaches its own
+  // link; those channels keep that rate and the others go on rising with what is left
+  // (a flow held back at one NIC leaves its share of the others to the rest).
   void rates() {
+    sending_.clear();
     for (Pipe& q : pipes_) {
       for (Channel& c : q.channels) {
-        if (!c.sending) continue;
-        c.rate = c.link.link_Bps;
-        for (auto [nic, flows] : c.link.nics)
-          c.rate = std::min(c.rate, nic_Bps_[nic] / active_[nic]);
+        if (c.sending) sending_.push_back(&c);
+      }
+    }
+    left_ = nic_Bps_;
+    rising_ = active_;  // flows per NIC direction not yet at their rate
+    double level = 0;   // the rate every rising flow has reached
+    std::size_t open = sending_.size();
+    for (Channel* c : sending_) c->rate = -1;  // rising
+    while (open > 0) {
+      // The next constraint to bind: a NIC direction full, or a flow at its own link.
+      double next = std::numeric_limits<double>::infinity();
+      for (std::size_t n = 0; n < left_.size(); ++n) {
+        if (rising_[n] > 1e-12) next = std::min(next, level + left_[n] / rising_[n]);
+      }
+      for (const Channel* c : sending_) {
+        if (c->rate < 0) next = std::min(next, c->link.link_Bps);
+      }
+      for (std::size_t n = 0; n < left_.size(); ++n) left_[n] -= (next - level) * rising_[n];
+      level = next;
+      for (Channel* c : sending_) {
+        if (c->rate >= 0) continue;
+        bool bound = c->link.link_Bps <= level;
+        for (auto [nic, flows] : c->link.nics) bound = bound || left_[nic] <= 1e-9 * nic_Bps_[nic];
+        if (!bound) continue;
+        c->rate = level;
+        for (auto [nic, flows] : c->link.nics) rising_[nic] -= flows;
+        --open;
       }
     }
   }
@@ -897,6 +932,10 @@ class SharedTimeline {
   const std::vector<PipelineEstimate>& pes_;
   const std::vector<double>& nic_Bps_;
   std::vector<double> active_;  // flows per NIC direction now
+  // rates(): the sending channels, each NIC direction's capacity left and its flows not
+  // yet at their rate.
+  std::vector<Channel*> sending_;
+  std::vector<double> left_, rising_;
   std::vector<Pipe> pipes_;
 };
 
@@ -932,10 +971,11 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         const double message = c.bytes / static_cast<double>(pairs.size());
         c.flows_begin = flows.size();
         c.nics_begin = nics.size();
-        for (auto [a, b] : pairs) {
+        for (std::size_t k = 0; k < pairs.size(); ++k) {
+          const auto [a, b] = pairs[k];
           const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
-          flows.push_back({ma, mb, cluster_.link(a, b).bandwidth_Bps,
-                           cluster_.efficiency(a, b, message), cluster_.step_latency(a, b)});
+          flows.push_back({ma, mb, flow_link_Bps(pairs, k), cluster_.efficiency(a, b, message),
+                           cluster_.step_latency(a, b)});
           if (ma == mb) continue;
           for (const int nic : {2 * ma, 2 * mb + 1}) {
             auto use = std::find_if(nics.begin() + static_cast<long>(c.nics_begin), nics.end(),
@@ -1085,9 +1125,9 @@ void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>&
         // simulator inflates each flow by its own; a boundary's flows share one class).
         double efficiency = 1.0;
         link.link_Bps = std::numeric_limits<double>::infinity();
-        for (auto [a, b] : flows) {
-          const PairLink l = cluster_.link(a, b);
-          link.link_Bps = std::min(link.link_Bps, l.bandwidth_Bps);
+        for (std::size_t k = 0; k < flows.size(); ++k) {
+          const auto [a, b] = flows[k];
+          link.link_Bps = std::min(link.link_Bps, flow_link_Bps(flows, k));
           link.fixed_s = std::max(link.fixed_s, cluster_.step_latency(a, b));
           efficiency = std::min(efficiency, cluster_.efficiency(a, b, message));
         }

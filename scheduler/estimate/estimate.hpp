@@ -127,10 +127,13 @@ class CostModel {
   // machine's NICs (nic_flows): pipelines that run in step send at the same time.
   double transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
                     const NicFlows* busy = nullptr) const;
-  // Point-to-point flows of one stage boundary: chunk c of min(ts, td) goes from src
-  // rank c*ts/n to dst rank c*td/n.
+  // Point-to-point flows of one stage boundary, as the lowering sends them: piece j of td
+  // goes from src rank j*ts/td to dst rank j (a source rank sends td/ts pieces when ts < td).
   static std::vector<std::pair<int, int>> boundary_flows(const std::vector<int>& src,
                                                          const std::vector<int>& dst);
+  // Flow k's own rate: its pair's link, shared with the boundary's other flows from the
+  // same source device (they leave through the same GPU link).
+  double flow_link_Bps(const std::vector<std::pair<int, int>>& flows, std::size_t k) const;
   // The timeline of a pipeline from its stages (send_s filled in), under the training
   // config's schedule (schedule.hpp), and its end.
   PipelineTimeline pipeline_timeline(const std::vector<StageEstimate>& stages,
