@@ -41,6 +41,7 @@ const std::vector<PlanCase>& shipped_sequence_plans() {
       {"tiny-seq-cpu", "tiny-seq-ulysses-5-2-1.json"},
       {"tiny-seq-cpu", "tiny-seq-2groups.json"},
       {"tiny-seq-cpu-zero1", "tiny-seq-2groups.json"},
+      {"tiny-seq-cpu-recompute", "tiny-seq-2groups.json"},
       {"tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json"}};
   return cases;
 }

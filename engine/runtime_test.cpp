@@ -139,5 +139,32 @@ TEST(Determinism, TwoRunsAreBitIdentical) {
   EXPECT_EQ(a->params_last.data, b->params_last.data);
 }
 
+// Sequence meshes run in float32: a bf16 one is refused at set-up, by name, on every rank.
+TEST(SequenceMesh, Bf16IsRefusedWithAMessage) {
+  Scenario sc;
+  auto program = lower_shipped("tiny-seq-cpu", "tiny-seq-ring-5-3-2.json", &sc, "bf16");
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
+  ASSERT_TRUE(corpus.ok());
+  auto got = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 1);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(got.error().message.find("float32 only"), std::string::npos) << got.error().message;
+}
+
+// The same for a sequence mesh (ring steps, all-to-alls, sub-rings, ZeRO-3).
+TEST(Determinism, SequenceMeshRunsAreBitIdentical) {
+  Scenario sc;
+  auto program = lower_shipped("tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json", &sc);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
+  ASSERT_TRUE(corpus.ok());
+  auto a = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 3);
+  auto b = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 3);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->losses, b->losses);
+  EXPECT_EQ(a->params_last.data, b->params_last.data);
+}
+
 }  // namespace
 }  // namespace hexi::engine
