@@ -205,6 +205,8 @@ struct RankRuntime::Impl {
 
   // ---- sequence meshes (runtime_seq.cpp) ------------------------------------------------
   Status setup_sequence();
+  void seq_setup_rings(const AttentionShape& heads_shape);
+  Status seq_setup_buffers();
   Status seq_load_tokens(Slot& slot, int sequence);
   Status seq_compute(const Op& op);
   Status seq_pre(const Op& op);

@@ -123,11 +123,16 @@ Status RankRuntime::Impl::setup_sequence() {
   HEXI_TRY(be.upload(q.pos.get(), q.host_pos.data(), q.host_pos.size() * sizeof(int)));
   q.sequence_tokens.resize(prog.seq_len);
   q.sequence_targets.resize(prog.seq_len);
+  seq_setup_rings(heads_shape);
+  return seq_setup_buffers();
+}
 
-  // Sub-rings: which intervals each message between consecutive groups carries.
+// Sub-rings: which intervals each message between consecutive groups carries.
+void RankRuntime::Impl::seq_setup_rings(const AttentionShape& heads_shape) {
+  SeqState& q = *seq;
   const int p = static_cast<int>(q.tokens.size());
   if (p > 1) {
-    const SubRings rings = sub_rings(heads_shape, mesh);
+    const SubRings rings = sub_rings(heads_shape, *prog.sequence);
     q.bounds = rings.bounds;
     q.interval_kv = rings.kv;
     for (int g = 0; g < p; ++g) {
@@ -141,8 +146,12 @@ Status RankRuntime::Impl::setup_sequence() {
     int slot = 0;
     for (auto& [m, s] : q.slot_of_interval) s = slot++;
   }
+}
 
-  // Buffers.
+Status RankRuntime::Impl::seq_setup_buffers() {
+  SeqState& q = *seq;
+  const SeqMember& me = q.members[q.me];
+  const int d = dims.head_dim();
   const std::size_t s = sz(me.shard), h = sz(hidden), L = sz(layers), T = sz(q.tokens[me.group]);
   const std::size_t tm = sz(q.max_tokens), hq = sz(me.heads), hk = sz(me.kv), dd = sz(d);
   const std::size_t nq = sz(dims.heads) * dd, nkv = sz(dims.kv_heads) * dd;
