@@ -37,6 +37,7 @@ const std::vector<PlanCase>& shipped_tiny_plans() {
 
 const std::vector<PlanCase>& shipped_sequence_plans() {
   static const std::vector<PlanCase> cases = {
+      {"tiny-seq-cpu", "tiny-seq-single.json"},
       {"tiny-seq-cpu", "tiny-seq-ring-5-3-2.json"},
       {"tiny-seq-cpu", "tiny-seq-ulysses-5-2-1.json"},
       {"tiny-seq-cpu", "tiny-seq-2groups.json"},

@@ -39,11 +39,6 @@ Status RankRuntime::Impl::setup() {
     return bad_input(
         "the engine executes layer-granularity programs (got a stage-granularity one)");
   }
-  if (prog.sequence && be.name() != "cpu") {
-    return bad_input("this program runs a sequence mesh (context + head parallelism); the " +
-                     std::string(be.name()) +
-                     " backend does not run sequence meshes yet: use --backend cpu");
-  }
   if (prog.sequence && prog.bytes_per_element != 4) {
     return bad_input(
         "this program runs a sequence mesh (context + head parallelism) in bf16; the engine "
