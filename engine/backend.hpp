@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/attention_blockwise.hpp"
 #include "kernels/blocks.hpp"
 #include "kernels/shapes.hpp"
 #include "topologies/status.hpp"
@@ -110,6 +111,38 @@ class Backend {
                                const HeadSaved<float>& saved, const float* x, const int* targets,
                                double loss_scale, float* dx_partial,
                                const HeadGrads<float>& grads) = 0;
+
+  // ---- sequence meshes (context + head parallelism; engine/runtime_seq.cpp) -------------
+  // The attention block split around its core (kernels/blocks.hpp, "sequence meshes"; `pos`
+  // in backend memory), the blockwise causal core (kernels/attention_blockwise.hpp; the
+  // pair's positions in backend memory), strided copies and fills. A backend without them
+  // refuses sequence programs: the defaults return an error naming the backend.
+  virtual Status attention_qkv_forward(const BlockShape& s, const AttentionWeights<float>& w,
+                                       const float* x, const int* pos, float* rstd, float* xn,
+                                       float* q, float* k, float* v);
+  virtual Status attention_qkv_backward(const BlockShape& s, const AttentionWeights<float>& w,
+                                        const float* x, const int* pos, const float* rstd,
+                                        const float* xn, float* dq, float* dk, const float* dv,
+                                        float* dx_partial, const AttentionGrads<float>& grads);
+  virtual Status attention_out_forward(const BlockShape& s, const float* wo, const float* att,
+                                       float* y);
+  virtual Status attention_out_backward(const BlockShape& s, const float* wo, const float* att,
+                                        const float* dy, float* datt, float* dwo);
+  virtual Status blockwise_forward(const kernels::AttentionBlockPair& pair, const float* q,
+                                   const float* k, const float* v, float* out, float* lse);
+  virtual Status attention_merge(float* out, float* lse, const float* out_b, const float* lse_b,
+                                 int tokens, int heads, int d);
+  // dq, dk, dv accumulated (+=).
+  virtual Status blockwise_backward(const kernels::AttentionBlockPair& pair, float* dq, float* dk,
+                                    float* dv, const float* dout, const float* q, const float* k,
+                                    const float* v, const float* out, const float* lse);
+  // For r < rows, c < cols: dst[r * dst_stride + c] = (or += when accumulate)
+  // src[r * src_stride + c]; the two regions do not overlap.
+  virtual Status copy_2d(float* dst, std::size_t dst_stride, const float* src,
+                         std::size_t src_stride, std::size_t rows, std::size_t cols,
+                         bool accumulate);
+  // dst (n) = value.
+  virtual Status fill(float* dst, float value, std::size_t n);
 
   // ---- ordering and timing ---------------------------------------------------------------
   virtual Status synchronize() = 0;

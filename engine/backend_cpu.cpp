@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "engine/backend.hpp"
+#include "kernels/attention_blockwise.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/blocks_cpu.hpp"
 #include "kernels/cpu_kernels.hpp"
@@ -165,6 +166,59 @@ class CpuBackend final : public Backend {
                        double loss_scale, float* dx_partial,
                        const HeadGrads<float>& grads) override {
     kc::head_backward(s, w, saved, x, targets, loss_scale, dx_partial, grads);
+    return {};
+  }
+
+  Status attention_qkv_forward(const BlockShape& s, const AttentionWeights<float>& w,
+                               const float* x, const int* pos, float* rstd, float* xn, float* q,
+                               float* k, float* v) override {
+    kc::attention_qkv_forward(s, w, x, pos, rstd, xn, q, k, v);
+    return {};
+  }
+  Status attention_qkv_backward(const BlockShape& s, const AttentionWeights<float>& w,
+                                const float* x, const int* pos, const float* rstd, const float* xn,
+                                float* dq, float* dk, const float* dv, float* dx_partial,
+                                const AttentionGrads<float>& grads) override {
+    kc::attention_qkv_backward(s, w, x, pos, rstd, xn, dq, dk, dv, dx_partial, grads);
+    return {};
+  }
+  Status attention_out_forward(const BlockShape& s, const float* wo, const float* att,
+                               float* y) override {
+    kc::attention_out_forward(s, wo, att, y);
+    return {};
+  }
+  Status attention_out_backward(const BlockShape& s, const float* wo, const float* att,
+                                const float* dy, float* datt, float* dwo) override {
+    kc::attention_out_backward(s, wo, att, dy, datt, dwo);
+    return {};
+  }
+  Status blockwise_forward(const kernels::AttentionBlockPair& pair, const float* q, const float* k,
+                           const float* v, float* out, float* lse) override {
+    kc::blockwise_attention_forward(out, lse, q, k, v, pair);
+    return {};
+  }
+  Status attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int tokens,
+                         int heads, int d) override {
+    kc::attention_merge(out, lse, out_b, lse_b, tokens, heads, d);
+    return {};
+  }
+  Status blockwise_backward(const kernels::AttentionBlockPair& pair, float* dq, float* dk,
+                            float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* out, const float* lse) override {
+    kc::blockwise_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, pair);
+    return {};
+  }
+  Status copy_2d(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride,
+                 std::size_t rows, std::size_t cols, bool accumulate) override {
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* to = dst + r * dst_stride;
+      const float* from = src + r * src_stride;
+      for (std::size_t c = 0; c < cols; ++c) to[c] = accumulate ? to[c] + from[c] : from[c];
+    }
+    return {};
+  }
+  Status fill(float* dst, float value, std::size_t n) override {
+    std::fill_n(dst, n, value);
     return {};
   }
 

@@ -237,6 +237,57 @@ class CudaBackend final : public Backend {
     });
   }
 
+  Status attention_qkv_forward(const BlockShape& s, const AttentionWeights<float>& w,
+                               const float* x, const int* pos, float* rstd, float* xn, float* q,
+                               float* k, float* v) override {
+    return guarded("attention qkv forward",
+                   [&] { kc::attention_qkv_forward(ctx_, s, w, x, pos, rstd, xn, q, k, v); });
+  }
+  Status attention_qkv_backward(const BlockShape& s, const AttentionWeights<float>& w,
+                                const float* x, const int* pos, const float* rstd, const float* xn,
+                                float* dq, float* dk, const float* dv, float* dx_partial,
+                                const AttentionGrads<float>& grads) override {
+    return guarded("attention qkv backward", [&] {
+      kc::attention_qkv_backward(ctx_, s, w, x, pos, rstd, xn, dq, dk, dv, dx_partial, grads);
+    });
+  }
+  Status attention_out_forward(const BlockShape& s, const float* wo, const float* att,
+                               float* y) override {
+    return guarded("attention output forward",
+                   [&] { kc::attention_out_forward(ctx_, s, wo, att, y); });
+  }
+  Status attention_out_backward(const BlockShape& s, const float* wo, const float* att,
+                                const float* dy, float* datt, float* dwo) override {
+    return guarded("attention output backward",
+                   [&] { kc::attention_out_backward(ctx_, s, wo, att, dy, datt, dwo); });
+  }
+  Status blockwise_forward(const kernels::AttentionBlockPair& pair, const float* q, const float* k,
+                           const float* v, float* out, float* lse) override {
+    return guarded("blockwise attention forward",
+                   [&] { kc::blockwise_attention_forward(ctx_, out, lse, q, k, v, pair); });
+  }
+  Status attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int tokens,
+                         int heads, int d) override {
+    return guarded("attention merge",
+                   [&] { kc::attention_merge(ctx_, out, lse, out_b, lse_b, tokens, heads, d); });
+  }
+  Status blockwise_backward(const kernels::AttentionBlockPair& pair, float* dq, float* dk,
+                            float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* out, const float* lse) override {
+    return guarded("blockwise attention backward", [&] {
+      kc::blockwise_attention_backward(ctx_, dq, dk, dv, dout, q, k, v, out, lse, pair);
+    });
+  }
+  Status copy_2d(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride,
+                 std::size_t rows, std::size_t cols, bool accumulate) override {
+    return guarded("copy_2d", [&] {
+      kc::copy_2d(ctx_, dst, dst_stride, src, src_stride, rows, cols, accumulate);
+    });
+  }
+  Status fill(float* dst, float value, std::size_t n) override {
+    return guarded("fill", [&] { kc::fill(ctx_, dst, value, n); });
+  }
+
   Status synchronize() override {
     HEXI_TRY_DEFERRED();
     return guarded("synchronize", [&] { ctx_.synchronize(); });

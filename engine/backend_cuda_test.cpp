@@ -166,6 +166,47 @@ TEST(CudaBackend, TrainingMatchesOracleAndCpu) {
     EXPECT_NEAR(cuda_losses[k], cpu_run->losses[k], 1e-5 * cpu_run->losses[k]);
 }
 
+// A sequence mesh on the cuda backend (1 rank: tiny-seq-single, the mesh's pre, ring and
+// post ops with the blockwise kernels, no messages) against the tiny-llama-seq oracle with
+// the cpu bounds and against the cpu engine for ten steps (losses within 1e-5 relative).
+TEST(CudaBackend, SequenceMeshMatchesOracleAndCpu) {
+  auto world = mpi_world();
+  if (world->size() != 1) GTEST_SKIP() << "single-rank test";
+  if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  Scenario sc;
+  auto program = lower_shipped("tiny-seq-cpu", "tiny-seq-single.json", &sc);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  auto backend = make_backend("cuda", 0);
+  ASSERT_TRUE(backend.ok()) << backend.error().message;
+  auto nccl = make_nccl_world(*world, **backend);
+  ASSERT_TRUE(nccl.ok()) << nccl.error().message;
+  auto oracle = load_oracle_inputs("fp32", "tiny-llama-seq");
+  ASSERT_TRUE(oracle.ok()) << oracle.error().message;
+  RankResult r;
+  std::vector<double> losses;
+  Status s =
+      run_rank(*program, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r, losses);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto t = assemble_trajectory(*program, sc.model, {r}, losses);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  auto cmp = compare_with_oracle(*oracle, t->losses, t->grads_first, "fp32");
+  ASSERT_TRUE(cmp.ok()) << cmp.error().message;
+  std::printf("cuda backend, sequence mesh vs torch oracle:\n%s",
+              format_errors(cmp->grads).c_str());
+  for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
+  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 7);
+  ASSERT_TRUE(corpus.ok());
+  RankResult rc;
+  std::vector<double> cuda_losses;
+  ASSERT_TRUE(run_rank(*program, sc.model, *corpus, RuntimeOptions{}, 10, **nccl, **backend, rc,
+                       cuda_losses)
+                  .ok());
+  auto cpu_run = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 10);
+  ASSERT_TRUE(cpu_run.ok());
+  for (int k = 0; k < 10; ++k)
+    EXPECT_NEAR(cuda_losses[k], cpu_run->losses[k], 1e-5 * cpu_run->losses[k]);
+}
+
 // bf16 mixed precision on the cuda backend (cuBLAS bf16 GEMMs with fp32 compute, bf16
 // rounding kernels), 1 rank: against the PyTorch bf16 oracle with the cpu's bf16 bounds
 // and evidence (compare_with_oracle), and against the cpu engine's bf16 emulation for three steps

@@ -9,12 +9,14 @@
 
 #include "engine/check.hpp"
 #include "engine/comm_fake.hpp"
+#include "engine/shards.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/llama_model.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/oracle.hpp"
 #include "scenarios/testing.hpp"
 #include "scheduler/program/lower.hpp"
+#include "scheduler/program/lower_sequence.hpp"
 #include "topologies/paths.hpp"
 
 namespace hexi::engine {
@@ -33,6 +35,18 @@ const std::vector<PlanCase>& shipped_tiny_plans() {
   return cases;
 }
 
+const std::vector<PlanCase>& shipped_sequence_plans() {
+  static const std::vector<PlanCase> cases = {
+      {"tiny-seq-cpu", "tiny-seq-single.json"},
+      {"tiny-seq-cpu", "tiny-seq-ring-5-3-2.json"},
+      {"tiny-seq-cpu", "tiny-seq-ulysses-5-2-1.json"},
+      {"tiny-seq-cpu", "tiny-seq-2groups.json"},
+      {"tiny-seq-cpu-zero1", "tiny-seq-2groups.json"},
+      {"tiny-seq-cpu-recompute", "tiny-seq-2groups.json"},
+      {"tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json"}};
+  return cases;
+}
+
 std::string plan_case_name(const PlanCase& c) {
   std::string n = std::string(c.scenario) + "_" + c.plan;
   for (char& ch : n) {
@@ -47,6 +61,16 @@ Result<Program> lower_shipped(const std::string& scenario, const std::string& pl
   HEXI_TRY(sc);
   if (!precision.empty()) sc->training.precision = precision;
   const auto path = data_root() / "scenarios/plans" / plan_file;
+  auto doc = read_json_file(path.string());
+  HEXI_TRY(doc);
+  if (doc->is_object() && doc->contains("sequence")) {  // a sequence mesh (hexisim seq --out)
+    auto layout = layout_from_json((*doc)["sequence"], path.string());
+    HEXI_TRY(layout);
+    auto program =
+        lower_sequence(*layout, sc->cluster, sc->model, sc->training, sc->name, path.string());
+    if (out != nullptr) *out = std::move(*sc);
+    return program;
+  }
   auto plan = load_plan(path);
   HEXI_TRY(plan);
   LowerOptions lo;
@@ -136,10 +160,10 @@ Status check_bf16_replicas(const std::vector<RankResult>& ranks,
 }
 
 // The layout a device holds (the same function the runtime uses).
-kernels::ParamLayout device_layout(const DeviceLayout& l, const kernels::LlamaDims& dims) {
-  kernels::TpShard shard{l.head_begin, l.head_end,    l.ffn_begin,
-                         l.ffn_end,    l.vocab_begin, l.vocab_end};
-  return kernels::stage_layout(dims, {l.layer_begin, l.layer_end, l.first, l.last, shard});
+kernels::ParamLayout device_layout(const Program& p, const DeviceLayout& l,
+                                   const kernels::LlamaDims& dims) {
+  return kernels::stage_layout(
+      dims, {l.layer_begin, l.layer_end, l.first, l.last, held_shard(p, l, dims)});
 }
 
 }  // namespace
@@ -175,13 +199,16 @@ Result<Trajectory> assemble_trajectory(const Program& program, const Model& mode
   auto dims = llama_dims(model);
   HEXI_TRY(dims);
   std::vector<kernels::ParamLayout> layouts;
-  for (const auto& l : program.devices) layouts.push_back(device_layout(l, *dims));
+  for (const auto& l : program.devices) layouts.push_back(device_layout(program, l, *dims));
   Trajectory t;
   t.losses = std::move(losses);
   // float32: every copy of a parameter is the same; bf16: copies that a rank does not
   // update are its owner's master rounded to bf16.
   const bool bf16 = program.bytes_per_element == 2;
-  HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::params, bf16, t.params_last, "parameter"));
+  // ZeRO-3: a device holds only the parameters it owns between steps.
+  const bool owned_only = bf16 || (program.sequence && program.zero_stage >= 3);
+  HEXI_TRY(
+      assemble(ranks, layouts, *dims, &RankResult::params, owned_only, t.params_last, "parameter"));
   if (bf16) HEXI_TRY(check_bf16_replicas(ranks, layouts, t.params_last));
   HEXI_TRY(assemble(ranks, layouts, *dims, &RankResult::grads_first, true, t.grads_first,
                     "first-step gradient"));
@@ -237,7 +264,7 @@ Result<Trajectory> run_mpi(const Program& program, const Model& model, const Dat
   std::vector<RankResult> results(n);
   results[0] = std::move(mine);
   for (int r = 1; r < n; ++r) {
-    const std::size_t size = device_layout(program.devices[r], *dims).total;
+    const std::size_t size = device_layout(program, program.devices[r], *dims).total;
     RankResult& rr = results[r];
     int tag = 100;
     for (auto* v : {&rr.params, &rr.grads_first, &rr.grads_last}) {
@@ -315,10 +342,10 @@ TensorError worst(const std::vector<TensorError>& errors) {
   return w;
 }
 
-Result<OracleInputs> load_oracle_inputs(const std::string& precision) {
+Result<OracleInputs> load_oracle_inputs(const std::string& precision, const std::string& model) {
   kernels::Oracle o;
   std::string error;
-  if (!kernels::load_oracle(kernels::default_oracle_path(precision), o, error))
+  if (!kernels::load_oracle(kernels::oracle_path(model, precision), o, error))
     return bad_input(error);
   OracleInputs in;
   in.data = std::make_unique<FixedSource>(o.tokens, o.targets, o.seq);

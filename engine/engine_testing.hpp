@@ -32,9 +32,13 @@ struct PlanCase {
   const char* plan;
 };
 const std::vector<PlanCase>& shipped_tiny_plans();
+// The shipped sequence-mesh plans (scenarios/plans/tiny-seq-*.json, lowered by
+// lower_sequence) and their scenarios (model tiny-llama-seq, the tiny_llama_seq oracle's).
+const std::vector<PlanCase>& shipped_sequence_plans();
 std::string plan_case_name(const PlanCase& c);
 
-// Loads a shipped scenario and a plan file (relative to scenarios/plans/) and lowers it;
+// Loads a shipped scenario and a plan file (relative to scenarios/plans/) and lowers it (a
+// file with a "sequence" layout, as `hexisim seq --out` writes, by lower_sequence);
 // a non-empty `precision` replaces the scenario's training.precision ("bf16", "fp32").
 Result<Program> lower_shipped(const std::string& scenario, const std::string& plan_file,
                               Scenario* scenario_out = nullptr, const std::string& precision = "");
@@ -104,7 +108,9 @@ struct OracleInputs {
   int batch = 0;
   kernels::LlamaDims dims;
 };
-Result<OracleInputs> load_oracle_inputs(const std::string& precision = "fp32");
+// `model`: the oracle of scripts/make_oracle.py --model (tiny-llama-seq: sequence meshes).
+Result<OracleInputs> load_oracle_inputs(const std::string& precision = "fp32",
+                                        const std::string& model = "tiny-llama");
 
 // How close a run must come to the oracle of its precision: |loss - torch| <= loss for the
 // losses (initial, after one and two AdamW steps), compare(torch, got, atol_fraction, rtol)

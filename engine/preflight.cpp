@@ -39,6 +39,21 @@ double host_memory_bytes() {
 
 MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& device,
                                    const Scenario& scenario) {
+  if (program.sequence) {  // the mesh's own accounting (hexiseq/layout.hpp), as `hexisim seq`
+    for (const DeviceMemory& d :
+         layout_memory(*program.sequence, scenario.model, scenario.training, scenario.cluster)) {
+      if (d.device != device.device) continue;
+      MemoryBreakdown m;
+      m.weights = d.mesh.states.weights;
+      m.gradients = d.mesh.states.gradients;
+      m.optimizer = d.mesh.states.optimizer;
+      // Ring and all-to-all buffers are activations of the attention core.
+      m.activations = d.mesh.activations + d.mesh.ring_buffers + d.mesh.ulysses_buffers;
+      m.logits = d.logits;
+      m.reserve = d.mesh.reserve;
+      return m;
+    }
+  }
   const int in_flight =
       in_flight_micro_batches(program.schedule, device.stage, device.stages, device.micro_batches);
   return device_memory(scenario.model, scenario.training,

@@ -14,7 +14,9 @@ namespace hexi::engine {
 
 // Peak memory of one device of the program as `hexisim estimate` counts it (cost_model.hpp
 // device_memory: weights, gradients, AdamW state, the activations of the micro-batches
-// the schedule keeps in flight, logits, the training config's reserve).
+// the schedule keeps in flight, logits, the training config's reserve); a sequence mesh's
+// device as the layout counts it (layout_memory: model states under its ZeRO stage over the
+// mesh, its shard's activations, ring and all-to-all buffers, logits, reserve).
 MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& device,
                                    const Scenario& scenario);
 

@@ -19,6 +19,7 @@ Status RankRuntime::Impl::grad_bucket(const Op& op) {
   }
   if (op.collective != Collective::kReduceScatter)
     return failure("gradient buckets are all-reduced or reduce-scattered");
+  if (seq && prog.zero_stage >= 3) return zero3_scatter(op, b);
   // n padded chunks in, this member's chunk out (after them in the staging buffer).
   const std::size_t n = comm.size();
   HEXI_TRY(be.zero(f, n * b.chunk * sizeof(float)));
@@ -64,6 +65,9 @@ Status RankRuntime::Impl::replicas(const Op& op, Communicator& comm) {
 }
 
 Status RankRuntime::Impl::optimizer() {
+  // ZeRO-3: the owned gradients, reduce-scattered sequence by sequence (the rest is 0).
+  if (seq && prog.zero_stage >= 3)
+    HEXI_TRY(be.copy(grads.get(), seq->zero3_grads.get(), grads.bytes()));
   for (std::size_t r = 0; r < runs.size(); ++r) {
     const Run& run = runs[r];
     const double decay = run.decay ? opt.adamw.weight_decay : 0.0;

@@ -49,6 +49,73 @@ struct BucketState {
   std::size_t chunk = 0;           // max piece size (padded reduce-scatter chunk)
 };
 
+// A device of a sequence mesh (Program::sequence), by its flat index (group by group, rank
+// order, as the lowering numbers them).
+struct SeqMember {
+  int device = 0;
+  int group = 0;
+  int rank = 0;
+  int head_begin = 0, heads = 0;  // query heads [head_begin, head_begin + heads)
+  int kv_begin = 0, kv = 0;       // the kv heads they read (kv_heads_needed)
+  int shard = 0;                  // s_i tokens
+  int row = 0;                    // first row of its tokens in its group's token order
+};
+
+// One copy between a message and a buffer: `rows` rows of `cols` floats at `at`, rows
+// `stride` floats apart; the message holds them contiguously, piece after piece.
+struct Piece {
+  float* at = nullptr;
+  std::size_t stride = 0, rows = 0, cols = 0;
+  bool accumulate = false;  // receiving: add into the buffer instead of overwriting it
+};
+
+// What this device keeps to run a sequence mesh (engine/runtime_seq.cpp). Its group g has T
+// tokens in group order (its devices' shards in rank order, each front half then back half)
+// at positions group_pos[g]; after the Ulysses all-to-all it holds its hq query heads and hk
+// kv heads of those T tokens ("grp" buffers). d = head dim, s = its shard, n_q / n_kv the
+// model's heads, Tm the longest group.
+struct SeqState {
+  std::vector<SeqMember> members;
+  std::vector<int> first;                   // flat index of each group's rank 0
+  std::vector<int> tokens;                  // T_g
+  int me = 0;                               // this device's flat index
+  int max_tokens = 0;                       // Tm
+  int ratio = 1;                            // query heads per kv head
+  std::vector<DeviceArray<int>> group_pos;  // per group (T_g)
+  DeviceArray<int> pos;                     // (s) this device's token positions
+  std::vector<int> host_pos;
+  std::vector<int> sequence_tokens, sequence_targets;  // host, one whole sequence
+  // Sub-rings (scheduler/hexiseq/time.hpp): intervals of heads, and which intervals each
+  // ring message (flat from, flat to) carries, in increasing order.
+  std::vector<int> bounds, interval_kv;
+  std::map<std::pair<int, int>, std::vector<int>> hop_intervals;
+  std::map<int, int> slot_of_interval;  // interval -> index into grad_blocks
+  // Saved per layer: rstd (L, s), xn (L, s, h), att (L, s, n_q d); q_grp, out_grp (L, T, hq
+  // d), lse_grp (L, T, hq), k_grp, v_grp (L, T, hk d).
+  DeviceArray<float> rstd, xn, att, q_grp, k_grp, v_grp, out_grp, lse_grp;
+  // Per layer, reused: q, k, v of the shard (s, n_q d | n_kv d) and their gradients; datt
+  // (s, n_q d); dout_grp, dq_grp (T, hq d); dk_own, dv_own (T, hk d): its own block's.
+  DeviceArray<float> q_loc, k_loc, v_loc, dq_loc, dk_loc, dv_loc, datt;
+  DeviceArray<float> dout_grp, dq_grp, dk_own, dv_own;
+  // Ring: the visiting block's K, V expanded to one kv head per query head (Tm, hq, d), their
+  // gradients, a partial output (T, hq d) and lse (T, hq); blocks received (K then V, (Tm,
+  // hk d) each) and per-interval dK, dV in flight (dK then dV, (Tm, kv_m d) each), by step
+  // parity.
+  DeviceArray<float> k_exp, v_exp, dk_exp, dv_exp, part_out, part_lse;
+  DeviceArray<float> kv_blocks[2];
+  std::vector<DeviceArray<float>> grad_blocks[2];
+  DeviceArray<float> message;  // a received message
+  struct Outgoing {
+    DeviceArray<float> data;
+    std::unique_ptr<Request> request;
+  };
+  std::vector<Outgoing> sends;  // completed at the end of the step
+  // ZeRO-3: the owned gradients reduce-scattered so far this step (layout.total), the bucket
+  // of each position (layer, -1 embedding, -2 head) and a scratch bucket buffer.
+  DeviceArray<float> zero3_grads, scratch;
+  std::map<int, int> bucket_of_position;
+};
+
 struct RankRuntime::Impl {
   Impl(const Program& p, const Model& m, Communicator& w, Backend& b, const DataSource& d,
        const RuntimeOptions& o, Progress& pr)
@@ -100,7 +167,8 @@ struct RankRuntime::Impl {
   DeviceArray<float> stats, stats_all;       // (R, 3) and (tp, R, 3) loss statistics
   DeviceArray<float> token_loss;             // (R)
   Pending pending;
-  int pending_loss = -1;  // micro-batch whose loss statistics await their all-gather
+  std::unique_ptr<SeqState> seq;  // sequence meshes only
+  int pending_loss = -1;          // micro-batch whose loss statistics await their all-gather
   std::vector<int> host_tokens, host_targets;
   double loss_sum = 0, loss_tokens = 0;
 
@@ -134,6 +202,29 @@ struct RankRuntime::Impl {
   Result<Slot*> slot(int micro_batch);
   Status release(int micro_batch);
   Status inject_fault(int op_index);
+
+  // ---- sequence meshes (runtime_seq.cpp) ------------------------------------------------
+  Status setup_sequence();
+  void seq_setup_rings(const AttentionShape& heads_shape);
+  Status seq_setup_buffers();
+  Status seq_load_tokens(Slot& slot, int sequence);
+  Status seq_compute(const Op& op);
+  Status seq_pre(const Op& op);
+  Status seq_ring_forward(const Op& op);
+  Status seq_post(const Op& op, bool replay);
+  Status seq_post_backward(const Op& op);
+  Status seq_ring_backward(const Op& op);
+  Status seq_pre_backward(const Op& op);
+  Status seq_send(const Op& op);
+  Status seq_recv(const Op& op);
+  Result<std::vector<Piece>> seq_pieces(const Op& op, bool sending);
+  Status seq_expand(const float* kv, int block_tokens, float* expanded);
+  const float* seq_block(int layer, int step, bool values);
+  int seq_visiting(int group, int step) const;
+  // ZeRO-3 over the mesh: poison the weights this device does not own of a position's
+  // bucket once they are used (the next use must gather them), and the owners' gradients.
+  Status zero3_release(int position);
+  Status zero3_scatter(const Op& op, BucketState& b);
 
   // ---- communication at the run's precision (runtime_wire.cpp) ----------------------------
   // Buffers are float32 on the compute side; a bf16 run packs what it sends to 2-byte

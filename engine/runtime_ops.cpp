@@ -47,6 +47,8 @@ HeadSaved<float> RankRuntime::Impl::head_saved(Slot& s) const {
 
 Result<StepStats> RankRuntime::Impl::step() {
   HEXI_TRY(be.zero(grads.get(), grads.bytes()));
+  if (seq && prog.zero_stage >= 3)
+    HEXI_TRY(be.zero(seq->zero3_grads.get(), seq->zero3_grads.bytes()));
   if (bf16) HEXI_TRY(be.round_bf16(compute_params.get(), params.get(), params.size()));
   be.clear_marks();
   loss_sum = loss_tokens = 0;
@@ -82,6 +84,10 @@ Result<StepStats> RankRuntime::Impl::step() {
   for (Slot& s : slots) {
     for (auto& r : s.sends) HEXI_TRY(r->wait());
     s.sends.clear();
+  }
+  if (seq) {
+    for (auto& out : seq->sends) HEXI_TRY(out.request->wait());
+    seq->sends.clear();
   }
   HEXI_TRY(be.synchronize());
   auto times = be.mark_times();
@@ -137,7 +143,9 @@ Result<Slot*> RankRuntime::Impl::acquire(int mb) {
     s.sends.clear();
     s.micro_batch = mb;
     slot_of[mb] = static_cast<int>(k);
-    if (lay->first || lay->last) {
+    if (seq) {
+      HEXI_TRY(seq_load_tokens(s, mb));
+    } else if (lay->first || lay->last) {
       batch_tokens(data, prog.global_batch, steps, first_sequence + mb * lay->micro_batch,
                    lay->micro_batch, host_tokens.data(), host_targets.data());
       HEXI_TRY(be.upload(s.tokens.get(), host_tokens.data(), rows * sizeof(int)));
@@ -226,8 +234,10 @@ Status RankRuntime::Impl::run_compute(const Op& op) {
     case ComputeKind::kStageFwd:
     case ComputeKind::kStageBwd:
       break;
-    default:  // sequence-mesh ops: refused at setup
-      return failure("the engine does not run sequence-mesh ops");
+    default:  // sequence meshes
+      if (seq) return seq_compute(op);
+      return failure("a sequence-mesh op (" + std::string(to_string(op.compute)) +
+                     ") in a pipeline program");
   }
   return failure("the engine runs layer-granularity ops only");
 }
@@ -280,8 +290,9 @@ Status RankRuntime::Impl::head_bwd(const Op& op) {
   const bool tp = lay->tp > 1;
   const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
   float* norm_share = partial.get() + rh;
-  // d(mean loss over the global batch)/d(token loss) = loss_scale / (b*s).
-  const double scale = lay->loss_scale / rows;
+  // d(mean loss over the global batch)/d(token loss) = loss_scale / (b*s) (a sequence mesh's
+  // device holds a shard of the micro-batch's b*s tokens).
+  const double scale = lay->loss_scale / (static_cast<double>(lay->micro_batch) * prog.seq_len);
   float* dx = tp ? partial.get() : (*s)->grad.get();
   if (tp) HEXI_TRY(be.zero(norm_share, hidden * sizeof(float)));
   HEXI_TRY(be.head_backward(shape, {param("final_norm"), param("head")}, head_saved(**s),
@@ -333,6 +344,10 @@ Status RankRuntime::Impl::loss_stats(const Op& op, Communicator& comm) {
 }
 
 Status RankRuntime::Impl::run_send(const Op& op) {
+  if (is_ulysses(op.tensor) || is_ring(op.tensor)) {
+    if (!seq) return failure("a sequence-mesh message in a pipeline program");
+    return seq_send(op);
+  }
   auto s = slot(op.micro_batch);
   HEXI_TRY(s);
   const bool act = op.tensor == TensorKind::kActivation;
@@ -350,6 +365,10 @@ Status RankRuntime::Impl::run_send(const Op& op) {
 }
 
 Status RankRuntime::Impl::run_recv(const Op& op) {
+  if (is_ulysses(op.tensor) || is_ring(op.tensor)) {
+    if (!seq) return failure("a sequence-mesh message in a pipeline program");
+    return seq_recv(op);
+  }
   const bool act = op.tensor == TensorKind::kActivation;
   auto s = act ? acquire(op.micro_batch) : slot(op.micro_batch);
   HEXI_TRY(s);

@@ -39,10 +39,10 @@ Status RankRuntime::Impl::setup() {
     return bad_input(
         "the engine executes layer-granularity programs (got a stage-granularity one)");
   }
-  if (prog.sequence) {
+  if (prog.sequence && prog.bytes_per_element != 4) {
     return bad_input(
-        "this program runs a sequence mesh (context + head parallelism); the engine executes "
-        "pipeline programs (TP/PP/DP) only so far: simulate it with `hexisim seq --simulate`");
+        "this program runs a sequence mesh (context + head parallelism) in bf16; the engine "
+        "runs sequence meshes in float32 only so far (training.precision \"fp32\")");
   }
   if (prog.bytes_per_element != 4 && prog.bytes_per_element != 2) {
     return bad_input(
@@ -58,18 +58,20 @@ Status RankRuntime::Impl::setup() {
     return bad_input("the data source gives sequences of " + std::to_string(data.seq_len()) +
                      " tokens, the program trains on " + std::to_string(prog.seq_len));
   }
-  kernels::TpShard shard{lay->head_begin, lay->head_end,    lay->ffn_begin,
-                         lay->ffn_end,    lay->vocab_begin, lay->vocab_end};
+  const kernels::TpShard shard = held_shard(prog, *lay, dims);
   if (std::string why = kernels::validate_shard(dims, shard); !why.empty()) {
     return bad_input("device " + std::to_string(lay->device) +
                      ": its TP shard cannot be run: " + why);
   }
-  if (kernels::kv_begin(dims, shard) != lay->kv_begin ||
-      kernels::kv_end(dims, shard) != lay->kv_end) {
+  if (!prog.sequence && (kernels::kv_begin(dims, shard) != lay->kv_begin ||
+                         kernels::kv_end(dims, shard) != lay->kv_end)) {
     return failure("device " + std::to_string(lay->device) +
                    ": the program's KV-head range differs from the kernels' for the same heads");
   }
-  shape = BlockShape{dims, shard, lay->micro_batch, prog.seq_len, bf16};
+  // A sequence mesh's device holds the whole model and runs its token-wise ops on its shard
+  // of each sequence (one sequence at a time).
+  const int tokens = prog.sequence ? sequence_shard(*prog.sequence, lay->device) : prog.seq_len;
+  shape = BlockShape{dims, shard, lay->micro_batch, tokens, bf16};
   rows = shape.tokens();
   hidden = dims.hidden;
   layers = lay->layer_end - lay->layer_begin;
@@ -85,7 +87,8 @@ Status RankRuntime::Impl::setup() {
   HEXI_TRY(setup_groups());
   HEXI_TRY(setup_params());
   HEXI_TRY(setup_buckets());
-  return setup_slots();
+  HEXI_TRY(setup_slots());
+  return prog.sequence ? setup_sequence() : Status{};
 }
 
 Status RankRuntime::Impl::setup_groups() {
@@ -242,7 +245,9 @@ Status RankRuntime::Impl::setup_slots() {
   slots.resize(peak);
   for (Slot& s : slots) {
     HEXI_TRY(alloc(s.resid, (2 * layers + 1) * rh));
-    HEXI_TRY(alloc(s.attn_saved, layers * kernels::attention_saved_size(shape)));
+    // Sequence meshes keep their attention state in SeqState.
+    HEXI_TRY(
+        alloc(s.attn_saved, prog.sequence ? 0 : layers * kernels::attention_saved_size(shape)));
     HEXI_TRY(alloc(s.mlp_saved, layers * kernels::mlp_saved_size(shape)));
     HEXI_TRY(alloc(s.head_saved, lay->last ? kernels::head_saved_size(shape) : 0));
     HEXI_TRY(alloc(s.grad, rh));

@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "engine/engine_testing.hpp"
@@ -40,15 +42,17 @@ class PlanTest : public ::testing::TestWithParam<Case> {
   Program program_;
 };
 
-TEST_P(PlanTest, MatchesSingleProcessAfterOneAndTenSteps) {
-  auto corpus = CorpusSource::load(default_corpus(), scenario_.training.seq_len, 7);
+// Losses, gradients and parameters of ten steps on the corpus against the single-process
+// reference (pipeline plans and sequence meshes alike).
+void check_single_process(const Program& program, const Scenario& scenario, const Case& c) {
+  auto corpus = CorpusSource::load(default_corpus(), scenario.training.seq_len, 7);
   ASSERT_TRUE(corpus.ok()) << corpus.error().message;
   RuntimeOptions opt;
   const int steps = 10;
-  auto got = run_fake(program_, scenario_.model, *corpus, opt, steps);
+  auto got = run_fake(program, scenario.model, *corpus, opt, steps);
   ASSERT_TRUE(got.ok()) << got.error().message;
   Trajectory ref =
-      run_reference(scenario_.model, scenario_.training.global_batch, *corpus, opt, steps);
+      run_reference(scenario.model, scenario.training.global_batch, *corpus, opt, steps);
   for (int k = 0; k < steps; ++k)
     EXPECT_NEAR(got->losses[k], ref.losses[k], 1e-5 * ref.losses[k]) << "step " << k;
   EXPECT_LT(got->losses.back(), got->losses.front());
@@ -58,12 +62,15 @@ TEST_P(PlanTest, MatchesSingleProcessAfterOneAndTenSteps) {
   for (const auto* es : {&first, &last, &params}) {
     for (const auto& e : *es) EXPECT_TRUE(e.ok) << e.name << ": " << format_errors({e});
   }
-  const TensorError a = worst(first), b = worst(last), c = worst(params);
+  const TensorError a = worst(first), b = worst(last), p = worst(params);
   std::printf(
       "%s on %s: loss step 0 %.6f / step 9 %.6f; max rel err: grads step 1 %.1e, step 10 %.1e, "
       "params %.1e\n",
-      GetParam().plan, GetParam().scenario, got->losses[0], got->losses[9], a.max_rel, b.max_rel,
-      c.max_rel);
+      c.plan, c.scenario, got->losses[0], got->losses[9], a.max_rel, b.max_rel, p.max_rel);
+}
+
+TEST_P(PlanTest, MatchesSingleProcessAfterOneAndTenSteps) {
+  check_single_process(program_, scenario_, GetParam());
 }
 
 // The PyTorch oracle's loss and every gradient (its 2 sequences repeated to fill the
@@ -85,10 +92,70 @@ TEST_P(PlanTest, MatchesPyTorchOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, PlanTest, ::testing::ValuesIn(shipped_tiny_plans()), name_of);
 
+// Sequence meshes (scenarios/plans/tiny-seq-*.json): ring, ragged Ulysses with GQA kv heads
+// split and replicated, two groups on sub-rings, ZeRO-1 and ZeRO-3 over the mesh, against the
+// PyTorch oracle of tiny-llama-seq (40 tokens) and the single-process reference. Same
+// tolerances as the pipeline plans, and the initial loss within 1e-6 relative of torch's.
+class SequencePlanTest : public PlanTest {};
+
+TEST_P(SequencePlanTest, MatchesPyTorchOracle) {
+  auto oracle = load_oracle_inputs("fp32", "tiny-llama-seq");
+  ASSERT_TRUE(oracle.ok()) << oracle.error().message;
+  ASSERT_EQ(scenario_.training.seq_len, oracle->data->seq_len());
+  ASSERT_EQ(scenario_.training.global_batch % oracle->batch, 0);
+  auto got = run_fake(program_, scenario_.model, *oracle->data, oracle->options, 3);
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  auto cmp = compare_with_oracle(*oracle, got->losses, got->grads_first, "fp32");
+  ASSERT_TRUE(cmp.ok()) << cmp.error().message;
+  for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
+  const double loss_rel = std::abs(got->losses[0] - oracle->loss) / oracle->loss;
+  EXPECT_LE(loss_rel, 1e-6);
+  std::printf(
+      "%s on %s vs torch: loss %.7f (torch %.7f, rel %.1e), after 2 AdamW steps rel %.1e; "
+      "first-step gradients max rel err %.1e\n",
+      GetParam().plan, GetParam().scenario, got->losses[0], oracle->loss, loss_rel,
+      std::abs(got->losses[2] - oracle->loss_after_2) / oracle->loss_after_2,
+      worst(cmp->grads).max_rel);
+}
+
+TEST_P(SequencePlanTest, MatchesSingleProcessAfterOneAndTenSteps) {
+  check_single_process(program_, scenario_, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Sequence, SequencePlanTest, ::testing::ValuesIn(shipped_sequence_plans()),
+                         name_of);
+
 // Same inputs, same bits: two runs give identical losses and parameters.
 TEST(Determinism, TwoRunsAreBitIdentical) {
   Scenario sc;
   auto program = lower_shipped("tiny-llama-cpu-zero1", "tiny-dp3-mixed.json", &sc);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
+  ASSERT_TRUE(corpus.ok());
+  auto a = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 3);
+  auto b = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 3);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->losses, b->losses);
+  EXPECT_EQ(a->params_last.data, b->params_last.data);
+}
+
+// Sequence meshes run in float32: a bf16 one is refused at set-up, by name, on every rank.
+TEST(SequenceMesh, Bf16IsRefusedWithAMessage) {
+  Scenario sc;
+  auto program = lower_shipped("tiny-seq-cpu", "tiny-seq-ring-5-3-2.json", &sc, "bf16");
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
+  ASSERT_TRUE(corpus.ok());
+  auto got = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 1);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(got.error().message.find("float32 only"), std::string::npos) << got.error().message;
+}
+
+// The same for a sequence mesh (ring steps, all-to-alls, sub-rings, ZeRO-3).
+TEST(Determinism, SequenceMeshRunsAreBitIdentical) {
+  Scenario sc;
+  auto program = lower_shipped("tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json", &sc);
   ASSERT_TRUE(program.ok()) << program.error().message;
   auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
   ASSERT_TRUE(corpus.ok());

@@ -69,6 +69,21 @@ Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& la
   return idx;
 }
 
+kernels::TpShard held_shard(const Program& program, const DeviceLayout& l,
+                            const kernels::LlamaDims& dims) {
+  if (program.sequence) return kernels::full_shard(dims);
+  return {l.head_begin, l.head_end, l.ffn_begin, l.ffn_end, l.vocab_begin, l.vocab_end};
+}
+
+int sequence_shard(const SequenceLayout& layout, int device) {
+  for (const SequenceGroup& g : layout.groups) {
+    for (int r = 0; r < g.size(); ++r) {
+      if (g.devices[r] == device) return static_cast<int>(g.shards[r]);
+    }
+  }
+  return 0;
+}
+
 std::vector<Run> masked_runs(const kernels::ParamLayout& layout, const std::vector<char>& mask) {
   std::vector<Run> runs;
   for (const auto& t : layout.tensors) {

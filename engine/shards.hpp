@@ -31,6 +31,15 @@ Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& la
                                                   const kernels::LlamaDims& dims,
                                                   const ParamSegment& seg);
 
+// The shard of the model's tensors a device holds: its TP shard (heads, ffn units, vocab
+// rows of its layout), or the whole model on a sequence mesh's device (its head range is its
+// attention heads, not what it stores).
+kernels::TpShard held_shard(const Program& program, const DeviceLayout& layout,
+                            const kernels::LlamaDims& dims);
+// The tokens of each sequence a sequence mesh's device holds (s_i of its group); 0 when it
+// is not in the mesh.
+int sequence_shard(const SequenceLayout& layout, int device);
+
 // Contiguous runs of a flat buffer, per tensor (runs never cross tensors).
 struct Run {
   std::size_t offset = 0;  // into the flat parameter buffer

@@ -20,6 +20,8 @@
 #include "engine/watchdog.hpp"
 #include "scenarios/scenario.hpp"
 #include "scheduler/program/lower.hpp"
+#include "scheduler/program/lower_sequence.hpp"
+#include "topologies/json_input.hpp"
 #include "topologies/paths.hpp"
 
 namespace hexi::engine {
@@ -77,6 +79,36 @@ Status check_memory(const TrainOptions& o, const Job& job, int world_size, int w
                            job.plan_path);
 }
 
+Status check_ranks(const std::string& plan_path, int devices, int world_size) {
+  if (devices == world_size) return {};
+  return bad_input(plan_path + ": the plan uses " + std::to_string(devices) +
+                   " devices but the job has " + std::to_string(world_size) +
+                   " MPI ranks; the engine runs one rank per device: mpirun -np " +
+                   std::to_string(devices) + " hexisim train ...");
+}
+
+// The program of the plan file: a pipeline plan (lower_plan), or a sequence mesh (an object
+// with a "sequence" layout, as `hexisim seq --out` writes it: lower_sequence, which checks
+// the layout against the model and the training config, e.g. that the groups' tokens sum to
+// its seq_len, the length of the corpus' sequences).
+Result<Program> load_program(const Job& job, int world_size) {
+  const Scenario& sc = job.scenario;
+  auto doc = read_json_file(job.plan_path);
+  HEXI_TRY(doc);
+  if (doc->is_object() && doc->contains("sequence")) {
+    auto layout = layout_from_json((*doc)["sequence"], job.plan_path);
+    HEXI_TRY(layout);
+    HEXI_TRY(check_ranks(job.plan_path, layout->num_devices(), world_size));
+    return lower_sequence(*layout, sc.cluster, sc.model, sc.training, sc.name, job.plan_path);
+  }
+  auto plan = load_plan(job.plan_path);
+  HEXI_TRY(plan);
+  HEXI_TRY(check_ranks(job.plan_path, plan->num_devices(), world_size));
+  LowerOptions lo;
+  lo.scenario = sc.name;
+  return lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, job.plan_path);
+}
+
 Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
   Job job;
   if (o.steps < 1) return bad_input("--steps: expected at least 1, got " + std::to_string(o.steps));
@@ -101,18 +133,7 @@ Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
     return bad_input("scenario " + job.scenario.name + " names no plan: give --plan FILE");
   }
   HEXI_TRY(check_outputs(o, job, world_rank));
-  auto plan = load_plan(job.plan_path);
-  HEXI_TRY(plan);
-  if (plan->num_devices() != world_size) {
-    return bad_input(job.plan_path + ": the plan uses " + std::to_string(plan->num_devices()) +
-                     " devices but the job has " + std::to_string(world_size) +
-                     " MPI ranks; the engine runs one rank per device: mpirun -np " +
-                     std::to_string(plan->num_devices()) + " hexisim train ...");
-  }
-  LowerOptions lo;
-  lo.scenario = job.scenario.name;
-  auto program = lower_plan(*plan, job.scenario.cluster, job.scenario.model, job.scenario.training,
-                            lo, job.plan_path);
+  auto program = load_program(job, world_size);
   HEXI_TRY(program);
   job.program = std::move(*program);
   HEXI_TRY(llama_dims(job.scenario.model));

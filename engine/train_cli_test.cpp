@@ -379,4 +379,88 @@ TEST(Train, LossFallsOver200Steps) {
   EXPECT_LT(last, first - 1.5);
 }
 
+// ---- sequence meshes (HexiSeq plans, scenarios/plans/tiny-seq-*.json) --------------------
+
+// Every op of every rank and step in the trace, with the program's op ids (the ring steps,
+// the all-to-all and ring messages included).
+TEST(TrainSequence, WritesATraceWithEveryOp) {
+  const std::string trace = temp("seq-trace.json"), out = temp("seq-out.json");
+  Outcome o = train(
+      5, "tiny-seq-cpu --plan " + plan("tiny-seq-2groups") + " --steps 3 --json --trace " + trace,
+      "", out);
+  ASSERT_EQ(o.code, 0) << o.output;
+  auto j = read_json(out);
+  ASSERT_EQ(j["losses"].size(), 3u);
+  for (const char* cls : {"pre.fwd", "ring.fwd", "post.fwd", "post.bwd", "ring.bwd", "pre.bwd"})
+    EXPECT_TRUE(j["op_classes"].contains(cls)) << cls;
+  const int ops = j["ops_per_step"];
+  auto t = read_json(trace);
+  std::set<std::pair<int, int>> seen;  // (op id, step)
+  std::set<int> pids;
+  int events = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "M" || e["ph"] == "e") continue;
+    ++events;
+    pids.insert(e["pid"].get<int>());
+    seen.insert({e["args"]["op"].get<int>(), e["args"]["step"].get<int>()});
+  }
+  EXPECT_EQ(events, 3 * ops);
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(3 * ops));
+  EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3, 4}));
+}
+
+// ZeRO-3 over the mesh: 3 steps, save, resume for 3 more = the 6-step run, bit for bit.
+TEST(TrainSequence, CheckpointResumeGivesIdenticalLosses) {
+  const std::string p = plan("tiny-seq-2groups-zero3"), ckpt = temp("seq-ckpt");
+  const std::string a = temp("seq-a.json"), b = temp("seq-b.json"), c = temp("seq-c.json");
+  ASSERT_EQ(train(3, "tiny-seq-cpu-zero3 --plan " + p + " --steps 6 --json", "", a).code, 0);
+  ASSERT_EQ(
+      train(3, "tiny-seq-cpu-zero3 --plan " + p + " --steps 3 --json --save " + ckpt, "", b).code,
+      0);
+  Outcome o =
+      train(3, "tiny-seq-cpu-zero3 --plan " + p + " --steps 3 --json --resume " + ckpt, "", c);
+  ASSERT_EQ(o.code, 0) << o.output;
+  auto full = read_json(a)["losses"], resumed = read_json(c)["losses"];
+  EXPECT_EQ(read_json(c)["first_step"], 3);
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(resumed[k].get<double>(), full[k + 3].get<double>()) << "step " << k + 3;
+}
+
+TEST(TrainSequence, LossFallsOver200Steps) {
+  const std::string out = temp("seq-long.json");
+  Outcome o = train(3, "tiny-seq-cpu --plan " + plan("tiny-seq-ring-5-3-2") + " --steps 200 --json",
+                    "", out);
+  ASSERT_EQ(o.code, 0) << o.output;
+  auto losses = read_json(out)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 200u);
+  double first = 0, last = 0;
+  for (int k = 0; k < 10; ++k) {
+    first += losses[k] / 10;
+    last += losses[190 + k] / 10;
+  }
+  std::printf("sequence mesh: mean loss of steps 0-9: %.4f, of steps 190-199: %.4f\n", first, last);
+  EXPECT_LT(last, 3.0);
+  EXPECT_LT(last, first - 1.0);
+}
+
+TEST(TrainSequence, PlanDeviceCountDiffersFromRanks) {
+  Outcome o = train(2, "tiny-seq-cpu --plan " + plan("tiny-seq-ring-5-3-2") + " --steps 1");
+  expect_clean_failure(o, "the plan uses 3 devices but the job has 2 MPI ranks");
+  EXPECT_EQ(o.code, 2);
+}
+
+// The layout's tokens must be the scenario's sequence length (the corpus' sequences).
+TEST(TrainSequence, ShardsNotMatchingTheSequenceLengthAreRefused) {
+  std::ifstream in(root() + "/scenarios/shipped/tiny-seq-cpu.json");
+  auto sc = nlohmann::json::parse(in);
+  sc["training"]["seq_len"] = 48;
+  const std::string file = temp("seq48.json");
+  write_file(file, sc.dump());
+  Outcome o = train(3, file + " --plan " + plan("tiny-seq-ring-5-3-2") + " --steps 1");
+  expect_clean_failure(o,
+                       "tiny-seq-ring-5-3-2.json: /sequence/groups: the groups' tokens sum to "
+                       "40; expected the sequence length S = 48");
+  EXPECT_EQ(o.code, 2);
+}
+
 }  // namespace

@@ -81,6 +81,18 @@ struct AttentionSaved {
   T* att = nullptr;    // (b, s, hq, d)  attention output, input of Wo
 };
 
+// ---- the attention block split around its core (sequence meshes) ---------------------
+// A sequence mesh (context + head parallelism) runs the attention block in three parts with
+// communication between them: attention_qkv_forward on a device's token shard (RMSNorm, Q,
+// K, V of every head, RoPE at the tokens' global positions), the causal attention core
+// blockwise on exchanged heads and key/value blocks (attention_blockwise.hpp), and
+// attention_out_forward (Wo) on the shard again. Shapes for n = sh.tokens() tokens:
+//   pos (n) global token positions; rstd (n), xn (n, h) saved; q (n, hq*d), k, v (n, hk*d);
+//   att (n, hq*d) the attention output; y (n, h).
+// The backward of the split runs attention_out_backward (datt and dWo), the core's backward,
+// then attention_qkv_backward with dq, dk (RoPE-rotated, turned back in place) and dv.
+// Float32 only (no bf16 rounding points yet).
+
 // ---- MLP block: RMSNorm -> W_gate, W_up -> SwiGLU -> W_down --------------------------
 template <class T>
 struct MlpWeights {

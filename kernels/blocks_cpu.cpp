@@ -73,6 +73,49 @@ void attention_block_backward(const BlockShape& sh, const AttentionWeights<T>& w
 }
 
 template <class T>
+void attention_qkv_forward(const BlockShape& sh, const AttentionWeights<T>& w, const T* x,
+                           const int* pos, T* rstd, T* xn, T* q, T* k, T* v) {
+  const int n = sh.tokens(), h = sh.dims.hidden, d = sh.head_dim();
+  rmsnorm_forward(xn, rstd, x, w.norm, n, h, sh.dims.norm_eps);
+  matmul_forward(q, xn, w.wq, n, h, sh.q_width());
+  matmul_forward(k, xn, w.wk, n, h, sh.kv_width());
+  matmul_forward(v, xn, w.wv, n, h, sh.kv_width());
+  rope_forward_at(q, pos, n, sh.q_heads(), d, sh.dims.rope_theta);
+  rope_forward_at(k, pos, n, sh.kv_heads(), d, sh.dims.rope_theta);
+}
+
+template <class T>
+void attention_qkv_backward(const BlockShape& sh, const AttentionWeights<T>& w, const T* x,
+                            const int* pos, const T* rstd, const T* xn, T* dq, T* dk, const T* dv,
+                            T* dx_partial, const AttentionGrads<T>& g) {
+  const int n = sh.tokens(), h = sh.dims.hidden, d = sh.head_dim();
+  const int qw = sh.q_width(), kw = sh.kv_width();
+  AlignedVector<T> dxn(elems(n, h));
+  rope_backward_at(dq, pos, n, sh.q_heads(), d, sh.dims.rope_theta);
+  rope_backward_at(dk, pos, n, sh.kv_heads(), d, sh.dims.rope_theta);
+  matmul_backward_input(dxn.data(), dq, w.wq, n, h, qw, false);
+  matmul_backward_input(dxn.data(), dk, w.wk, n, h, kw, true);
+  matmul_backward_input(dxn.data(), dv, w.wv, n, h, kw, true);
+  matmul_backward_weight(g.wq, dq, xn, n, h, qw);
+  matmul_backward_weight(g.wk, dk, xn, n, h, kw);
+  matmul_backward_weight(g.wv, dv, xn, n, h, kw);
+  rmsnorm_backward(dx_partial, g.norm, dxn.data(), x, w.norm, rstd, n, h);
+}
+
+template <class T>
+void attention_out_forward(const BlockShape& sh, const T* wo, const T* att, T* y) {
+  matmul_forward(y, att, wo, sh.tokens(), sh.q_width(), sh.dims.hidden);
+}
+
+template <class T>
+void attention_out_backward(const BlockShape& sh, const T* wo, const T* att, const T* dy, T* datt,
+                            T* dwo) {
+  const int n = sh.tokens(), h = sh.dims.hidden, qw = sh.q_width();
+  matmul_backward_input(datt, dy, wo, n, qw, h, false);
+  matmul_backward_weight(dwo, dy, att, n, qw, h);
+}
+
+template <class T>
 void mlp_block_forward(const BlockShape& sh, const MlpWeights<T>& w, const T* x,
                        const MlpSaved<T>& sv, T* y_partial) {
   const int n = sh.tokens(), h = sh.dims.hidden, f = sh.ffn();
@@ -165,6 +208,14 @@ void head_backward(const BlockShape& sh, const HeadWeights<T>& w, const HeadSave
   template void attention_block_backward<T>(const BlockShape&, const AttentionWeights<T>&,         \
                                             const AttentionSaved<T>&, const T*, const T*, T*,      \
                                             const AttentionGrads<T>&);                             \
+  template void attention_qkv_forward<T>(const BlockShape&, const AttentionWeights<T>&, const T*,  \
+                                         const int*, T*, T*, T*, T*, T*);                          \
+  template void attention_qkv_backward<T>(const BlockShape&, const AttentionWeights<T>&, const T*, \
+                                          const int*, const T*, const T*, T*, T*, const T*, T*,    \
+                                          const AttentionGrads<T>&);                               \
+  template void attention_out_forward<T>(const BlockShape&, const T*, const T*, T*);               \
+  template void attention_out_backward<T>(const BlockShape&, const T*, const T*, const T*, T*,     \
+                                          T*);                                                     \
   template void mlp_block_forward<T>(const BlockShape&, const MlpWeights<T>&, const T*,            \
                                      const MlpSaved<T>&, T*);                                      \
   template void mlp_block_backward<T>(const BlockShape&, const MlpWeights<T>&, const MlpSaved<T>&, \

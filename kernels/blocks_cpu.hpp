@@ -18,6 +18,20 @@ void attention_block_backward(const BlockShape& shape, const AttentionWeights<T>
                               const AttentionSaved<T>& saved, const T* x, const T* dy,
                               T* dx_partial, const AttentionGrads<T>& grads);
 
+// The attention block split around its core (blocks.hpp, "sequence meshes").
+template <class T>
+void attention_qkv_forward(const BlockShape& shape, const AttentionWeights<T>& w, const T* x,
+                           const int* pos, T* rstd, T* xn, T* q, T* k, T* v);
+template <class T>
+void attention_qkv_backward(const BlockShape& shape, const AttentionWeights<T>& w, const T* x,
+                            const int* pos, const T* rstd, const T* xn, T* dq, T* dk, const T* dv,
+                            T* dx_partial, const AttentionGrads<T>& grads);
+template <class T>
+void attention_out_forward(const BlockShape& shape, const T* wo, const T* att, T* y);
+template <class T>
+void attention_out_backward(const BlockShape& shape, const T* wo, const T* att, const T* dy,
+                            T* datt, T* dwo);
+
 template <class T>
 void mlp_block_forward(const BlockShape& shape, const MlpWeights<T>& w, const T* x,
                        const MlpSaved<T>& saved, T* y_partial);

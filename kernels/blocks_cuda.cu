@@ -79,6 +79,52 @@ void attention_block_backward(Context& c, const BlockShape& sh, const AttentionW
   p.stored(dx_partial, elems(n, h));
 }
 
+void attention_qkv_forward(Context& c, const BlockShape& sh, const AttentionWeights<float>& w,
+                           const float* x, const int* pos, float* rstd, float* xn, float* q,
+                           float* k, float* v) {
+  const int n = sh.tokens(), h = sh.dims.hidden, d = sh.head_dim();
+  const Precision p(c, sh);
+  rmsnorm_forward(c, xn, rstd, x, w.norm, n, h, sh.dims.norm_eps);
+  matmul_forward(c, q, xn, w.wq, n, h, sh.q_width());
+  matmul_forward(c, k, xn, w.wk, n, h, sh.kv_width());
+  matmul_forward(c, v, xn, w.wv, n, h, sh.kv_width());
+  rope_forward_at(c, q, pos, n, sh.q_heads(), d, sh.dims.rope_theta);
+  rope_forward_at(c, k, pos, n, sh.kv_heads(), d, sh.dims.rope_theta);
+}
+
+void attention_qkv_backward(Context& c, const BlockShape& sh, const AttentionWeights<float>& w,
+                            const float* x, const int* pos, const float* rstd, const float* xn,
+                            float* dq, float* dk, const float* dv, float* dx_partial,
+                            const AttentionGrads<float>& g) {
+  const int n = sh.tokens(), h = sh.dims.hidden, d = sh.head_dim();
+  const int qw = sh.q_width(), kw = sh.kv_width();
+  detail::Temp dxn(c, elems(n, h));
+  const Precision p(c, sh);
+  rope_backward_at(c, dq, pos, n, sh.q_heads(), d, sh.dims.rope_theta);
+  rope_backward_at(c, dk, pos, n, sh.kv_heads(), d, sh.dims.rope_theta);
+  matmul_backward_input(c, dxn.get(), dq, w.wq, n, h, qw, false);
+  matmul_backward_input(c, dxn.get(), dk, w.wk, n, h, kw, true);
+  matmul_backward_input(c, dxn.get(), dv, w.wv, n, h, kw, true);
+  matmul_backward_weight(c, g.wq, dq, xn, n, h, qw);
+  matmul_backward_weight(c, g.wk, dk, xn, n, h, kw);
+  matmul_backward_weight(c, g.wv, dv, xn, n, h, kw);
+  rmsnorm_backward(c, dx_partial, g.norm, dxn.get(), x, w.norm, rstd, n, h);
+}
+
+void attention_out_forward(Context& c, const BlockShape& sh, const float* wo, const float* att,
+                           float* y) {
+  const Precision p(c, sh);
+  matmul_forward(c, y, att, wo, sh.tokens(), sh.q_width(), sh.dims.hidden);
+}
+
+void attention_out_backward(Context& c, const BlockShape& sh, const float* wo, const float* att,
+                            const float* dy, float* datt, float* dwo) {
+  const int n = sh.tokens(), h = sh.dims.hidden, qw = sh.q_width();
+  const Precision p(c, sh);
+  matmul_backward_input(c, datt, dy, wo, n, qw, h, false);
+  matmul_backward_weight(c, dwo, dy, att, n, qw, h);
+}
+
 void mlp_block_forward(Context& c, const BlockShape& sh, const MlpWeights<float>& w, const float* x,
                        const MlpSaved<float>& sv, float* y_partial) {
   const int n = sh.tokens(), h = sh.dims.hidden, f = sh.ffn();

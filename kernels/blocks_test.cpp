@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/attention_blockwise.hpp"
 #include "kernels/bf16.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/llama_model.hpp"
@@ -276,6 +277,61 @@ TEST(Bf16Blocks, WriteBf16ValuesAndAccumulateWeightGradientsInFloat32) {
   }
   EXPECT_GT(err, 0) << "the bf16 block computed in float32";
   EXPECT_LT(err, 2e-2 * scale) << "beyond bf16 rounding (u = 2^-9) of a few tensors";
+}
+
+// The attention block split around its core (sequence meshes): qkv on tokens stored in a
+// shuffled order with their positions, the blockwise core in two key blocks merged by
+// log-sum-exp, Wo -- equals attention_block_forward on the sequence in order, row for row,
+// forward and backward (in double: exact up to summation order).
+TEST(AttentionSplit, QkvBlockwiseCoreAndOutputEqualTheBlock) {
+  const LlamaDims d = small_dims();
+  const int n = 6, h = d.hidden, hd = d.head_dim(), hq = d.heads, hk = d.kv_heads;
+  const BlockShape sh{d, full_shard(d), 1, n};
+  Params<double> p = shard_params(d, sh.shard), g_ref(p.layout), g(p.layout);
+  const Vec x = random_vector(n * h, 40), dy = random_vector(n * h, 41);
+  // The block on positions 0..n-1.
+  Vec saved_buf(attention_saved_size(sh)), y_ref(x.size()), dx_ref(x.size());
+  const auto saved = carve_attention_saved(sh, saved_buf.data());
+  cpu::attention_block_forward(sh, attention_weights(p, 0), x.data(), saved, y_ref.data());
+  cpu::attention_block_backward(sh, attention_weights(p, 0), saved, x.data(), dy.data(),
+                                dx_ref.data(), attention_grads(g_ref, 0));
+  // Row r of the split holds the token at position pos[r].
+  const std::vector<int> pos = {4, 1, 5, 0, 3, 2};
+  auto permuted = [&](const Vec& v) {
+    Vec out(v.size());
+    for (int r = 0; r < n; ++r) std::copy_n(&v[pos[r] * h], h, &out[r * h]);
+    return out;
+  };
+  const Vec xs = permuted(x), dys = permuted(dy);
+  Vec rstd(n), xn(n * h), q(n * hq * hd), k(n * hk * hd), v(n * hk * hd);
+  cpu::attention_qkv_forward(sh, attention_weights(p, 0), xs.data(), pos.data(), rstd.data(),
+                             xn.data(), q.data(), k.data(), v.data());
+  // Keys in two blocks (rows [0, 2) and [2, n)), merged.
+  Vec att(n * hq * hd), lse(n * hq), part(att.size()), part_lse(lse.size());
+  const AttentionBlockPair first{n, 2, hq, hk, hd, pos.data(), pos.data()};
+  const AttentionBlockPair second{n, n - 2, hq, hk, hd, pos.data(), pos.data() + 2};
+  const std::size_t kv_row = static_cast<std::size_t>(hk) * hd;
+  cpu::blockwise_attention_forward(att.data(), lse.data(), q.data(), k.data(), v.data(), first);
+  cpu::blockwise_attention_forward(part.data(), part_lse.data(), q.data(), k.data() + 2 * kv_row,
+                                   v.data() + 2 * kv_row, second);
+  cpu::attention_merge(att.data(), lse.data(), part.data(), part_lse.data(), n, hq, hd);
+  Vec y(n * h), datt(att.size()), dq(q.size()), dk(k.size()), dv(v.size()), dx(n * h);
+  cpu::attention_out_forward(sh, p.get("layers.0.wo"), att.data(), y.data());
+  const Vec y_want = permuted(y_ref), dx_want = permuted(dx_ref);
+  for (int i = 0; i < n * h; ++i) EXPECT_NEAR(y[i], y_want[i], 1e-12) << "y " << i;
+  const auto grads = attention_grads(g, 0);
+  cpu::attention_out_backward(sh, p.get("layers.0.wo"), att.data(), dys.data(), datt.data(),
+                              grads.wo);
+  cpu::blockwise_attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), q.data(),
+                                    k.data(), v.data(), att.data(), lse.data(), first);
+  cpu::blockwise_attention_backward(dq.data(), dk.data() + 2 * kv_row, dv.data() + 2 * kv_row,
+                                    datt.data(), q.data(), k.data() + 2 * kv_row,
+                                    v.data() + 2 * kv_row, att.data(), lse.data(), second);
+  cpu::attention_qkv_backward(sh, attention_weights(p, 0), xs.data(), pos.data(), rstd.data(),
+                              xn.data(), dq.data(), dk.data(), dv.data(), dx.data(), grads);
+  for (int i = 0; i < n * h; ++i) EXPECT_NEAR(dx[i], dx_want[i], 1e-12) << "dx " << i;
+  for (std::size_t i = 0; i < g.data.size(); ++i)
+    EXPECT_NEAR(g.data[i], g_ref.data[i], 1e-12) << "weight gradient " << i;
 }
 
 }  // namespace

@@ -44,6 +44,12 @@ template <class T>
 void rope_forward(T* x, int b, int s, int heads, int d, double theta);
 template <class T>
 void rope_backward(T* dx, int b, int s, int heads, int d, double theta);
+// The same at explicit positions: x (n, heads, d), token r at position pos[r] (a shard of a
+// context-parallel layout, whose tokens are not 0..n-1).
+template <class T>
+void rope_forward_at(T* x, const int* pos, int n, int heads, int d, double theta);
+template <class T>
+void rope_backward_at(T* dx, const int* pos, int n, int heads, int d, double theta);
 
 // ---- causal attention with grouped-query attention ----------------------------------
 // q (b, s, hq, d), k and v (b, s, hk, d) with hq % hk == 0: query head j reads KV head

@@ -94,6 +94,9 @@ void rmsnorm_backward(Context& c, float* dx, float* dw, const float* dout, const
 
 void rope_forward(Context& c, float* x, int b, int s, int heads, int d, double theta);
 void rope_backward(Context& c, float* dx, int b, int s, int heads, int d, double theta);
+// At explicit positions (device memory): x (n, heads, d), token r at position pos[r].
+void rope_forward_at(Context& c, float* x, const int* pos, int n, int heads, int d, double theta);
+void rope_backward_at(Context& c, float* dx, const int* pos, int n, int heads, int d, double theta);
 
 void attention_forward(Context& c, float* out, float* probs, const float* q, const float* k,
                        const float* v, int b, int s, int hq, int hk, int d, bool bf16 = false);
@@ -131,6 +134,11 @@ void cross_entropy_backward(Context& c, float* dlogits, const float* logits, con
                             int vocab_begin, double loss_scale);
 
 void add_inplace(Context& c, float* y, const float* x, std::size_t n);
+// For r < rows, c < cols: dst[r * dst_stride + c] = (or += when accumulate)
+// src[r * src_stride + c]; dst (n) = value.
+void copy_2d(Context& c, float* dst, std::size_t dst_stride, const float* src,
+             std::size_t src_stride, std::size_t rows, std::size_t cols, bool accumulate);
+void fill(Context& c, float* dst, float value, std::size_t n);
 
 // bf16 (kernels/bf16.hpp semantics, __float2bfloat16_rn): dst = src rounded to bf16 values
 // (dst == src allowed); packing to and unpacking from 2-byte bf16 bits.
@@ -147,6 +155,18 @@ void attention_block_forward(Context& c, const BlockShape& shape, const Attentio
 void attention_block_backward(Context& c, const BlockShape& shape, const AttentionWeights<float>& w,
                               const AttentionSaved<float>& saved, const float* x, const float* dy,
                               float* dx_partial, const AttentionGrads<float>& grads);
+// The attention block split around its core (blocks.hpp, "sequence meshes"; float32).
+void attention_qkv_forward(Context& c, const BlockShape& shape, const AttentionWeights<float>& w,
+                           const float* x, const int* pos, float* rstd, float* xn, float* q,
+                           float* k, float* v);
+void attention_qkv_backward(Context& c, const BlockShape& shape, const AttentionWeights<float>& w,
+                            const float* x, const int* pos, const float* rstd, const float* xn,
+                            float* dq, float* dk, const float* dv, float* dx_partial,
+                            const AttentionGrads<float>& grads);
+void attention_out_forward(Context& c, const BlockShape& shape, const float* wo, const float* att,
+                           float* y);
+void attention_out_backward(Context& c, const BlockShape& shape, const float* wo, const float* att,
+                            const float* dy, float* datt, float* dwo);
 void mlp_block_forward(Context& c, const BlockShape& shape, const MlpWeights<float>& w,
                        const float* x, const MlpSaved<float>& saved, float* y_partial);
 void mlp_block_backward(Context& c, const BlockShape& shape, const MlpWeights<float>& w,

@@ -128,6 +128,88 @@ TEST_F(CudaKernels, Rope) {
   expect_close(down(gb), bwd, kElementwise, "backward");
 }
 
+// RoPE at explicit positions (a context-parallel shard's tokens), forward and backward.
+TEST_F(CudaKernels, RopeAtPositions) {
+  const int n = 7, heads = 3, d = 16;
+  const std::vector<int> pos = {33, 2, 0, 17, 5, 40, 9};
+  const Floats x = random(n * heads * d, 14);
+  Floats fwd = x, bwd = x;
+  cpu::rope_forward_at(fwd.data(), pos.data(), n, heads, d, 10000.0);
+  cpu::rope_backward_at(bwd.data(), pos.data(), n, heads, d, 10000.0);
+  DeviceBuffer<float> gf(x), gb(x);
+  DeviceBuffer<int> gpos(pos);
+  cuda::rope_forward_at(*ctx_, gf.get(), gpos.get(), n, heads, d, 10000.0);
+  cuda::rope_backward_at(*ctx_, gb.get(), gpos.get(), n, heads, d, 10000.0);
+  expect_close(down(gf), fwd, kElementwise, "forward");
+  expect_close(down(gb), bwd, kElementwise, "backward");
+}
+
+// Strided copies (overwrite and accumulate) and fills: exact.
+TEST_F(CudaKernels, Copy2dAndFill) {
+  const std::size_t rows = 5, cols = 3, src_stride = 7, dst_stride = 4;
+  const Floats src = random(rows * src_stride, 15), dst = random(rows * dst_stride, 16);
+  Floats copied = dst, added = dst;
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < cols; ++c) {
+      copied[r * dst_stride + c] = src[r * src_stride + 2 + c];
+      added[r * dst_stride + c] += src[r * src_stride + 2 + c];
+    }
+  }
+  DeviceBuffer<float> gsrc(src), gc(dst), ga(dst), gfill(9);
+  cuda::copy_2d(*ctx_, gc.get(), dst_stride, gsrc.get() + 2, src_stride, rows, cols, false);
+  cuda::copy_2d(*ctx_, ga.get(), dst_stride, gsrc.get() + 2, src_stride, rows, cols, true);
+  cuda::fill(*ctx_, gfill.get(), 2.5f, 9);
+  expect_close(down(gc), copied, kExact, "copy");
+  expect_close(down(ga), added, kExact, "accumulate");
+  expect_close(down(gfill), Floats(9, 2.5f), kExact, "fill");
+}
+
+// The attention block split around its core (sequence meshes) on shuffled positions, against
+// the CPU functions: reductions and GEMMs, kReduction.
+TEST_F(CudaKernels, AttentionSplitMatchesCpu) {
+  const LlamaDims dims{1, 32, 40, 8, 4, 24};
+  const int n = 6, h = dims.hidden;
+  const BlockShape sh{dims, full_shard(dims), 1, n};
+  Params<float> p(stage_layout(dims, {0, 1, true, true, sh.shard})), g(p.layout);
+  init_params(p, dims, {5, 0.25});
+  const std::vector<int> pos = {4, 1, 5, 0, 3, 2};
+  const Floats x = random(n * h, 17), datt = random(n * sh.q_width(), 18);
+  Floats rstd(n), xn(n * h), q(n * sh.q_width()), k(n * sh.kv_width()), v(k.size());
+  cpu::attention_qkv_forward(sh, attention_weights(p, 0), x.data(), pos.data(), rstd.data(),
+                             xn.data(), q.data(), k.data(), v.data());
+  Floats y(n * h), dq = q, dk = k, dx(n * h), datt_back(datt.size());
+  cpu::attention_out_forward(sh, p.get("layers.0.wo"), q.data(), y.data());
+  cpu::attention_out_backward(sh, p.get("layers.0.wo"), q.data(), x.data(), datt_back.data(),
+                              attention_grads(g, 0).wo);
+  cpu::attention_qkv_backward(sh, attention_weights(p, 0), x.data(), pos.data(), rstd.data(),
+                              xn.data(), dq.data(), dk.data(), v.data(), dx.data(),
+                              attention_grads(g, 0));
+  DeviceBuffer<float> gp(p.data), gg(Floats(p.data.size(), 0.f)), gx(x), grstd(n), gxn(xn.size()),
+      gq(q.size()), gk(k.size()), gv(v.size()), gy(y.size()), gdatt(datt.size()), gdx(dx.size());
+  DeviceBuffer<int> gpos(pos);
+  auto on = [&](DeviceBuffer<float>& b, const char* name) {
+    return b.get() + p.layout.find(name)->offset;
+  };
+  const AttentionWeights<float> w{on(gp, "layers.0.attn_norm"), on(gp, "layers.0.wq"),
+                                  on(gp, "layers.0.wk"), on(gp, "layers.0.wv"),
+                                  on(gp, "layers.0.wo")};
+  const AttentionGrads<float> wg{on(gg, "layers.0.attn_norm"), on(gg, "layers.0.wq"),
+                                 on(gg, "layers.0.wk"), on(gg, "layers.0.wv"),
+                                 on(gg, "layers.0.wo")};
+  cuda::attention_qkv_forward(*ctx_, sh, w, gx.get(), gpos.get(), grstd.get(), gxn.get(), gq.get(),
+                              gk.get(), gv.get());
+  expect_close(down(gq), q, kReduction, "q");
+  expect_close(down(gk), k, kReduction, "k");
+  cuda::attention_out_forward(*ctx_, sh, w.wo, gq.get(), gy.get());
+  expect_close(down(gy), y, kReduction, "y");
+  cuda::attention_out_backward(*ctx_, sh, w.wo, gq.get(), gx.get(), gdatt.get(), wg.wo);
+  expect_close(down(gdatt), datt_back, kReduction, "datt");
+  cuda::attention_qkv_backward(*ctx_, sh, w, gx.get(), gpos.get(), grstd.get(), gxn.get(), gq.get(),
+                               gk.get(), gv.get(), gdx.get(), wg);
+  expect_close(down(gdx), dx, kReduction, "dx");
+  expect_close(down(gg), g.data, kReduction, "weight gradients");
+}
+
 void check_attention(cuda::Context& ctx, int b, int s, int hq, int hk, int d) {
   const Floats q = random(b * s * hq * d, 10), k = random(b * s * hk * d, 11),
                v = random(b * s * hk * d, 12), dout = random(q.size(), 13);

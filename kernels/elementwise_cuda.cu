@@ -63,6 +63,23 @@ __global__ void from_bf16_kernel(float* dst, const std::uint16_t* src, std::size
   }
 }
 
+__global__ void copy_2d_kernel(float* dst, std::size_t dst_stride, const float* src,
+                               std::size_t src_stride, std::size_t rows, std::size_t cols,
+                               bool accumulate) {
+  HEXI_GRID_STRIDE(i, rows * cols) {
+    const std::size_t r = i / cols, c = i % cols;
+    float* to = dst + r * dst_stride + c;
+    const float from = src[r * src_stride + c];
+    *to = accumulate ? *to + from : from;
+  }
+}
+
+__global__ void fill_kernel(float* dst, float value, std::size_t n) {
+  HEXI_GRID_STRIDE(i, n) {
+    dst[i] = value;
+  }
+}
+
 // step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t), computed on the host.
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, std::size_t n,
                              float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -97,6 +114,20 @@ void swiglu_backward(Context& c, float* dgate, float* dup, const float* dout, co
 void add_inplace(Context& c, float* y, const float* x, std::size_t n) {
   if (n == 0) return;
   add_kernel<<<grid_for(n), detail::kThreads, 0, c.stream()>>>(y, x, n);
+  HEXI_CUDA_LAUNCH_CHECK();
+}
+
+void copy_2d(Context& c, float* dst, std::size_t dst_stride, const float* src,
+             std::size_t src_stride, std::size_t rows, std::size_t cols, bool accumulate) {
+  if (rows * cols == 0) return;
+  copy_2d_kernel<<<grid_for(rows * cols), detail::kThreads, 0, c.stream()>>>(
+      dst, dst_stride, src, src_stride, rows, cols, accumulate);
+  HEXI_CUDA_LAUNCH_CHECK();
+}
+
+void fill(Context& c, float* dst, float value, std::size_t n) {
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n), detail::kThreads, 0, c.stream()>>>(dst, value, n);
   HEXI_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/oracle.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -107,11 +108,17 @@ bool load_oracle(const std::string& path, Oracle& out, std::string& error) {
   }
 }
 
-std::string default_oracle_path(const std::string& precision) {
+std::string oracle_path(const std::string& model, const std::string& precision) {
   const char* root = std::getenv("HEXISIM_ROOT");
   const std::string base = (root && *root) ? root : HEXISIM_KERNELS_SOURCE_ROOT;
-  return base + "/kernels/testdata/tiny_llama_oracle" +
+  std::string stem = model;
+  std::replace(stem.begin(), stem.end(), '-', '_');
+  return base + "/kernels/testdata/" + stem + "_oracle" +
          (precision == "fp32" ? std::string() : "_" + precision) + ".bin";
+}
+
+std::string default_oracle_path(const std::string& precision) {
+  return oracle_path("tiny-llama", precision);
 }
 
 }  // namespace hexi::kernels

@@ -53,5 +53,8 @@ bool load_oracle(const std::string& path, Oracle& out, std::string& error);
 // "fp32": tiny_llama_oracle.bin; "bf16": tiny_llama_oracle_bf16.bin, the same model in
 // bf16 mixed precision (scripts/make_oracle.py --precision bf16).
 std::string default_oracle_path(const std::string& precision = "fp32");
+// The oracle of another model of scripts/make_oracle.py --model: <model with '_' for
+// '-'>_oracle[_bf16].bin (tiny-llama: default_oracle_path).
+std::string oracle_path(const std::string& model, const std::string& precision = "fp32");
 
 }  // namespace hexi::kernels

@@ -135,15 +135,17 @@ TEST_F(OracleTest, LossesAfterTwoAdamWStepsMatchTorch) {
 // and compare (within the tolerance above: torch's CPU kernels may round differently on
 // another CPU; bf16: within the engine's bf16 bounds, as a summation order elsewhere may
 // move a bf16 rounding by one ulp). Skipped where Debian's python3-torch is not installed.
-void expect_script_regenerates(const std::string& precision) {
+void expect_script_regenerates(const std::string& precision,
+                               const std::string& model = "tiny-llama") {
   if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch (Debian python3-torch)";
   const bool bf16 = precision == "bf16";
-  const std::string oracle = default_oracle_path(precision);  // <root>/kernels/testdata/<file>
+  const std::string oracle = oracle_path(model, precision);  // <root>/kernels/testdata/<file>
   const std::string root = oracle.substr(0, oracle.rfind("/kernels/testdata/"));
-  const std::string out = ::testing::TempDir() + "hexisim_oracle_regenerated_" + precision + ".bin";
+  const std::string out =
+      ::testing::TempDir() + "hexisim_oracle_regenerated_" + model + "_" + precision + ".bin";
   const std::string cmd = "/usr/bin/python3 " + root + "/scripts/make_oracle.py --precision " +
-                          precision + " --out " + out + " > /dev/null 2>&1";
+                          precision + " --model " + model + " --out " + out + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   Oracle committed, fresh;
   std::string error;
@@ -175,6 +177,12 @@ TEST(Oracle, ScriptRegeneratesTheCommittedFile) {
 
 TEST(Oracle, ScriptRegeneratesTheCommittedBf16File) {
   expect_script_regenerates("bf16");
+}
+
+// The oracle of the engine's sequence meshes (tiny-llama-seq: 8 heads on 4 kv heads, 40
+// tokens), from the same script, model code, init and data seed.
+TEST(Oracle, ScriptRegeneratesTheCommittedSequenceFile) {
+  expect_script_regenerates("fp32", "tiny-llama-seq");
 }
 
 TEST(Oracle, MissingFileIsAClearError) {

@@ -10,15 +10,16 @@
 namespace hexi::kernels::cpu {
 namespace {
 
-// Rotates every pair by `sign` * its angle: +1 forward, -1 backward (the transpose).
+// Rotates every pair of the s tokens of b sequences by `sign` * its angle (+1 forward, -1
+// backward: the transpose); token t of a sequence is at position pos[t].
 template <class T>
-void rotate(T* x, int b, int s, int heads, int d, double theta, double sign) {
+void rotate(T* x, const int* pos, int b, int s, int heads, int d, double theta, double sign) {
   const int half = d / 2;
   std::vector<double> inv_freq(half);  // theta^(-2i/d)
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / d);
   for (int t = 0; t < s; ++t) {
     for (int i = 0; i < half; ++i) {
-      const double angle = t * inv_freq[i];
+      const double angle = pos[t] * inv_freq[i];
       const double c = std::cos(angle);
       const double sn = sign * std::sin(angle);
       for (int bi = 0; bi < b; ++bi) {
@@ -34,6 +35,13 @@ void rotate(T* x, int b, int s, int heads, int d, double theta, double sign) {
   }
 }
 
+template <class T>
+void rotate(T* x, int b, int s, int heads, int d, double theta, double sign) {
+  std::vector<int> pos(s);
+  for (int t = 0; t < s; ++t) pos[t] = t;
+  rotate(x, pos.data(), b, s, heads, d, theta, sign);
+}
+
 }  // namespace
 
 template <class T>
@@ -46,6 +54,20 @@ void rope_backward(T* dx, int b, int s, int heads, int d, double theta) {
   rotate(dx, b, s, heads, d, theta, -1.0);
 }
 
+template <class T>
+void rope_forward_at(T* x, const int* pos, int n, int heads, int d, double theta) {
+  rotate(x, pos, 1, n, heads, d, theta, 1.0);
+}
+
+template <class T>
+void rope_backward_at(T* dx, const int* pos, int n, int heads, int d, double theta) {
+  rotate(dx, pos, 1, n, heads, d, theta, -1.0);
+}
+
+template void rope_forward_at<float>(float*, const int*, int, int, int, double);
+template void rope_forward_at<double>(double*, const int*, int, int, int, double);
+template void rope_backward_at<float>(float*, const int*, int, int, int, double);
+template void rope_backward_at<double>(double*, const int*, int, int, int, double);
 template void rope_forward<float>(float*, int, int, int, int, double);
 template void rope_forward<double>(double*, int, int, int, int, double);
 template void rope_backward<float>(float*, int, int, int, int, double);

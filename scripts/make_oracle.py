@@ -4,7 +4,7 @@ gradient of a tiny Llama with fixed weights and data, and one AdamW step, to
 kernels/testdata/tiny_llama_oracle.bin. The C++ tests (kernels/oracle_test.cpp and the
 engine's) read that committed file; torch is needed only to regenerate it:
 
-    /usr/bin/python3 scripts/make_oracle.py [--precision fp32|bf16] [--out PATH]
+    /usr/bin/python3 scripts/make_oracle.py [--precision fp32|bf16] [--model NAME] [--out PATH]
 
 --precision bf16 writes kernels/testdata/tiny_llama_oracle_bf16.bin: the same model trained
 in bf16 mixed precision (kernels/blocks.hpp "Precision"): float32 master weights and AdamW,
@@ -47,6 +47,14 @@ DIMS = dict(layers=4, hidden=64, ffn=172, heads=4, kv_heads=2, vocab=256,
             norm_eps=1e-5, rope_theta=10000.0)
 INIT = dict(scheme="hash-uniform-v1", seed=1234, norm_jitter=0.125)
 BATCH, SEQ, DATA_SEED = 2, 32, 7
+# --model: the model of scenarios/models.json and the sequence length. tiny-llama-seq has 8
+# query heads on 4 kv heads, for the engine's sequence meshes (uneven head splits 5:2:1,
+# shards 5:3:2 of 40 tokens in whole mirrored blocks of 2); the same code, init and data
+# seed, written to kernels/testdata/tiny_llama_seq_oracle.bin.
+MODELS = {
+    "tiny-llama": (DIMS, SEQ),
+    "tiny-llama-seq": (dict(DIMS, layers=2, heads=8, kv_heads=4), 40),
+}
 ADAMW = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
 # Parameters whose values after one AdamW step are stored (a norm gain without decay,
 # matrices with decay); all of them would double the file size.
@@ -187,18 +195,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--model", choices=sorted(MODELS), default="tiny-llama")
     ap.add_argument("--out")
     args = ap.parse_args()
     suffix = "" if args.precision == "fp32" else "_" + args.precision
-    out = args.out or os.path.join(root, f"kernels/testdata/tiny_llama_oracle{suffix}.bin")
+    stem = args.model.replace("-", "_")
+    out = args.out or os.path.join(root, f"kernels/testdata/{stem}_oracle{suffix}.bin")
     dtype = torch.float32 if args.precision == "fp32" else torch.bfloat16
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one summation order: the same file on every machine
 
-    d = DIMS
+    d, seq = MODELS[args.model]
     params, samples = make_params(d)
     gen = torch.Generator().manual_seed(DATA_SEED)
-    data = torch.randint(0, d["vocab"], (BATCH, SEQ + 1), generator=gen)
+    data = torch.randint(0, d["vocab"], (BATCH, seq + 1), generator=gen)
     tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
     blob = Blob()
@@ -209,7 +219,7 @@ def main():
 
     opt = adamw(params)
     opt.step()
-    for name in ADAMW_STORED:
+    for name in (n for n in ADAMW_STORED if n in params):
         blob.add("adamw1/" + name, params[name].detach().numpy())
     opt.zero_grad()
     loss1 = loss_fn(params, tokens, targets, d, dtype)
@@ -219,7 +229,7 @@ def main():
         loss2 = loss_fn(params, tokens, targets, d, dtype)
 
     header = dict(format=FORMAT, version=VERSION, generator="scripts/make_oracle.py",
-                  torch=torch.__version__, precision=args.precision, dims=d, init=INIT, batch=BATCH, seq=SEQ,
+                  torch=torch.__version__, precision=args.precision, dims=d, init=INIT, batch=BATCH, seq=seq,
                   tokens=tokens.reshape(-1).tolist(), targets=targets.reshape(-1).tolist(),
                   loss=loss.item(),
                   adamw=dict(ADAMW, loss_after_1=loss1.item(), loss_after_2=loss2.item()),
