@@ -1,6 +1,7 @@
-// hexisim simulate SCENARIO [--plan FILE] [--fidelity layer|stage] [--out DIR]:
+// hexisim simulate SCENARIO [--plan FILE] [--fidelity layer|stage] [--out DIR] [--measured TRACE]:
 // lower the plan and simulate one training iteration with SimGrid (sim/). The headline
-// says where the plan came from (the scenario's file, --plan, or which scheduler searched).
+// says where the plan came from (the scenario's file, --plan, or which scheduler searched);
+// --measured compares per op class with a trace the engine measured.
 
 #include <algorithm>
 #include <iostream>
@@ -14,9 +15,12 @@
 #include "cli/verify.hpp"
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/program/lower.hpp"
+#include "scheduler/program/lower_sequence.hpp"
+#include "scheduler/program/trace_schema.hpp"
 #include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
 #include "topologies/enum_names.hpp"
+#include "validation/trace_compare.hpp"
 
 namespace hexi::cli {
 namespace {
@@ -31,6 +35,7 @@ struct SimulateOptions {
   std::string fidelity = "layer";
   std::string all_reduce = "auto";
   std::string out;
+  std::string measured;  // a trace of `hexisim train --trace` to compare with
   bool no_trace = false;
   bool json = false;
 };
@@ -208,6 +213,26 @@ Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, PlanSource
 }
 
 Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
+  if (!opt.measured.empty() && opt.fidelity != "layer") {
+    return bad_input(
+        "--measured compares op for op with the program hexisim train runs, "
+        "lowered at layer fidelity: drop --fidelity " +
+        opt.fidelity);
+  }
+  if (!opt.plan.empty() && opt.program.empty()) {
+    // A sequence mesh (as `hexisim seq --out` writes it): lowered as hexisim train does.
+    auto file = read_plan_file(opt.plan);
+    if (!file) return file.error();
+    if (file->layout) {
+      LowerOptions lo;
+      lo.scenario = sc.name;
+      std::cerr << "lowering the sequence mesh " << opt.plan << "...\n";
+      auto program = lower_plan_file(*file, sc.cluster, sc.model, sc.training, lo, opt.plan);
+      if (!program) return program.error();
+      return Work{std::move(*program), std::nullopt,
+                  PlanSource::of_file(PlanOrigin::kPlanFile, opt.plan)};
+    }
+  }
   if (!opt.program.empty()) {
     if (!opt.plan.empty()) return bad_input("give either --plan or --program, not both");
     if (!opt.scheduler.empty()) {
@@ -242,11 +267,40 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
 SimOptions sim_options(const Scenario& sc, const SimulateOptions& opt) {
   SimOptions so;
   so.scenario = sc.name;
-  so.trace = !opt.no_trace && !opt.out.empty();
+  so.trace = (!opt.no_trace && !opt.out.empty()) || !opt.measured.empty();
   so.all_reduce = opt.all_reduce == "ring"           ? sim::Algorithm::kRing
                   : opt.all_reduce == "hierarchical" ? sim::Algorithm::kHierarchical
                                                      : sim::Algorithm::kAuto;
   return so;
+}
+
+// The simulation's trace against a measured one of the same program, per op class.
+Result<validation::TraceComparison> compare_with_measured(const Program& program,
+                                                          const std::string& sim_trace,
+                                                          const std::string& measured_path) {
+  auto measured = load_trace(measured_path);
+  if (!measured) return measured.error();
+  auto json = parse_json_text(sim_trace, "the simulated trace");
+  if (!json) return json.error();
+  auto simulated = trace_from_json(*json, "the simulated trace");
+  if (!simulated) return simulated.error();
+  return validation::compare_traces(program, *simulated, *measured, measured_path);
+}
+
+void print_measured(const validation::TraceComparison& c, const std::string& file,
+                    std::ostream& out) {
+  out << "\nsimulated vs measured (" << file << ": " << c.steps_used << " of " << c.measured_steps
+      << " steps, median per op; sends only for point-to-point)\n";
+  Table t({"op class", "ops", "simulated ms", "measured ms", "measured/simulated"});
+  auto ratio = [](double m, double s) { return s > 0 ? fmt(m / s, 2) : std::string("-"); };
+  for (const auto& k : c.classes) {
+    t.add({k.op_class, std::to_string(k.ops), fmt(k.simulated_s * 1e3, 3),
+           fmt(k.measured_s * 1e3, 3), ratio(k.measured_s, k.simulated_s)});
+  }
+  t.add({"iteration", "", fmt(c.simulated_iteration_s * 1e3, 3),
+         fmt(c.measured_iteration_s * 1e3, 3),
+         ratio(c.measured_iteration_s, c.simulated_iteration_s)});
+  t.print(out);
 }
 
 Status write_outputs(const SimOutput& out, const std::string& dir) {
@@ -272,8 +326,18 @@ int run_simulate(const SimulateOptions& opt) {
   const SimOptions so = sim_options(*sc, opt);
   auto out = simulate(work->program, sc->cluster, sc->model, sc->training, sc->profile, so);
   if (!out) return report(out.error());
-  if (!opt.out.empty()) {
+  if (!opt.out.empty() && !opt.no_trace) {
     if (auto st = write_outputs(*out, opt.out); !st) return report(st.error());
+  } else if (!opt.out.empty()) {
+    if (auto st = write_file(opt.out + "/report.json", out->report_json); !st) {
+      return report(st.error());
+    }
+  }
+  std::optional<validation::TraceComparison> measured;
+  if (!opt.measured.empty()) {
+    auto c = compare_with_measured(work->program, out->trace_json, opt.measured);
+    if (!c) return report(c.error());
+    measured = std::move(*c);
   }
   if (opt.json) {
     Json j = Json::parse(out->report_json);
@@ -290,13 +354,15 @@ int run_simulate(const SimulateOptions& opt) {
                        {"optimizer_s", e.optimizer_s}};
       e.figures.add_to(j["estimate"]);
     }
+    if (measured) j["measured"] = validation::to_json(*measured);
     print_json(j);
     return 0;
   }
   print_summary(*sc, out->report, *work, std::cout);
+  if (measured) print_measured(*measured, opt.measured, std::cout);
   if (!opt.out.empty()) {
     std::cout << "\nwrote " << opt.out << "/report.json"
-              << (so.trace ? " and " + opt.out + "/trace.json" : "") << "\n";
+              << (!opt.no_trace ? " and " + opt.out + "/trace.json" : "") << "\n";
   }
   return 0;
 }
@@ -336,6 +402,10 @@ void add_simulate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--out", opt->out,
                   "Folder for report.json and trace.json (nothing written without it)");
   cmd->add_flag("--no-trace", opt->no_trace, "Do not build trace.json (large for big clusters)");
+  cmd->add_option("--measured", opt->measured,
+                  "A trace of `hexisim train --trace` of the same plan: print per op class "
+                  "(compute kind, point-to-point tensor, collective) the simulated time beside "
+                  "the measured one (layer fidelity)");
   cmd->add_flag("--json", opt->json,
                 "Print one JSON object (the report plus wall time and the estimate)");
   cmd->callback([&run, opt] { run = [opt] { return run_simulate(*opt); }; });

@@ -93,20 +93,12 @@ Status check_ranks(const std::string& plan_path, int devices, int world_size) {
 // its seq_len, the length of the corpus' sequences).
 Result<Program> load_program(const Job& job, int world_size) {
   const Scenario& sc = job.scenario;
-  auto doc = read_json_file(job.plan_path);
-  HEXI_TRY(doc);
-  if (doc->is_object() && doc->contains("sequence")) {
-    auto layout = layout_from_json((*doc)["sequence"], job.plan_path);
-    HEXI_TRY(layout);
-    HEXI_TRY(check_ranks(job.plan_path, layout->num_devices(), world_size));
-    return lower_sequence(*layout, sc.cluster, sc.model, sc.training, sc.name, job.plan_path);
-  }
-  auto plan = load_plan(job.plan_path);
-  HEXI_TRY(plan);
-  HEXI_TRY(check_ranks(job.plan_path, plan->num_devices(), world_size));
+  auto file = read_plan_file(job.plan_path);
+  HEXI_TRY(file);
+  HEXI_TRY(check_ranks(job.plan_path, file->num_devices(), world_size));
   LowerOptions lo;
   lo.scenario = sc.name;
-  return lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, job.plan_path);
+  return lower_plan_file(*file, sc.cluster, sc.model, sc.training, lo, job.plan_path);
 }
 
 Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {

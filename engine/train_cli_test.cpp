@@ -17,6 +17,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -407,6 +408,42 @@ TEST(TrainSequence, WritesATraceWithEveryOp) {
   EXPECT_EQ(events, 3 * ops);
   EXPECT_EQ(seen.size(), static_cast<std::size_t>(3 * ops));
   EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3, 4}));
+}
+
+// The trace against the simulation of the same plan, per op class (hexisim simulate
+// --measured); a trace of another plan is refused naming the op.
+TEST(TrainSequence, SimulateComparesWithTheMeasuredTrace) {
+  const std::string trace = temp("seq-measured.json");
+  Outcome o =
+      train(5, "tiny-seq-cpu --plan " + plan("tiny-seq-2groups") + " --steps 3 --trace " + trace);
+  ASSERT_EQ(o.code, 0) << o.output;
+  auto simulate = [&](const std::string& plan_name, const std::string& out) {
+    const std::string cmd = bin() + " simulate tiny-seq-cpu --plan " + plan(plan_name) +
+                            " --measured " + trace + " --json >" + out + " 2>" + out + ".err";
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string out = temp("seq-measured-sim.json");
+  ASSERT_EQ(simulate("tiny-seq-2groups", out), 0) << std::ifstream(out + ".err").rdbuf();
+  const auto m = read_json(out)["measured"];
+  EXPECT_EQ(m["measured_steps"], 3);
+  EXPECT_EQ(m["steps_used"], 2);
+  EXPECT_GT(m["measured_iteration_s"].get<double>(), 0);
+  EXPECT_GT(m["simulated_iteration_s"].get<double>(), 0);
+  std::set<std::string> classes;
+  for (const auto& c : m["classes"]) {
+    classes.insert(c["class"].get<std::string>());
+    EXPECT_GT(c["ops"].get<int>(), 0);
+    EXPECT_GE(c["measured_s"].get<double>(), 0);
+  }
+  for (const char* cls : {"pre.fwd", "ring.fwd", "ring.bwd", "post.bwd", "send kv", "optimizer"})
+    EXPECT_TRUE(classes.count(cls)) << cls;
+  // The ring plan's program is another: its ops are not the trace's.
+  const std::string other = temp("seq-measured-other.json");
+  EXPECT_EQ(simulate("tiny-seq-ring-5-3-2", other), 2);
+  std::stringstream err;
+  err << std::ifstream(other + ".err").rdbuf();
+  EXPECT_NE(err.str().find(trace + ": op "), std::string::npos) << err.str();
 }
 
 // ZeRO-3 over the mesh: 3 steps, save, resume for 3 more = the 6-step run, bit for bit.

@@ -9,6 +9,7 @@
 #include "scheduler/program/builder.hpp"
 #include "scheduler/program/dp_buckets.hpp"
 #include "scheduler/program/lower.hpp"
+#include "topologies/json_input.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
@@ -634,6 +635,31 @@ Result<Program> lower_sequence(const SequenceLayout& layout, const Cluster& clus
                      format("%.3g", kMaxProgramComputeOps) + ": lower a smaller global_batch");
   }
   return SequenceLowerer(layout, cluster, model, training, scenario).run();
+}
+
+Result<PlanFile> read_plan_file(const std::string& path) {
+  auto doc = read_json_file(path);
+  if (!doc) return doc.error();
+  PlanFile file;
+  if (doc->is_object() && doc->contains("sequence")) {
+    auto layout = layout_from_json((*doc)["sequence"], path);
+    if (!layout) return layout.error();
+    file.layout = std::move(*layout);
+    return file;
+  }
+  auto plan = plan_from_json(*doc, path);
+  if (!plan) return plan.error();
+  file.plan = std::move(*plan);
+  return file;
+}
+
+Result<Program> lower_plan_file(const PlanFile& file, const Cluster& cluster, const Model& model,
+                                const TrainingConfig& training, const LowerOptions& options,
+                                const std::string& origin) {
+  if (file.layout) {
+    return lower_sequence(*file.layout, cluster, model, training, options.scenario, origin);
+  }
+  return lower_plan(*file.plan, cluster, model, training, options, origin);
 }
 
 }  // namespace program

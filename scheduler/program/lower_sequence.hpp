@@ -6,11 +6,14 @@
 // weight gathers and gradient scatters; then the mesh's gradient synchronisation and the
 // optimizer. Always at layer granularity. Deterministic: same inputs, same program.
 
+#include <optional>
 #include <string>
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
 #include "scheduler/hexiseq/layout.hpp"
+#include "scheduler/plan/plan.hpp"
+#include "scheduler/program/lower.hpp"
 #include "scheduler/program/program.hpp"
 #include "topologies/cluster.hpp"
 
@@ -26,6 +29,21 @@ double sequence_compute_ops(const SequenceLayout& layout, const Model& model,
 Result<Program> lower_sequence(const SequenceLayout& layout, const Cluster& cluster,
                                const Model& model, const TrainingConfig& training,
                                const std::string& scenario, const std::string& origin);
+
+// A plan file as the commands read it: a pipeline plan, or a sequence mesh (an object with a
+// "sequence" layout, as `hexisim seq --out` writes it).
+struct PlanFile {
+  std::optional<Plan> plan;
+  std::optional<SequenceLayout> layout;
+  int num_devices() const { return plan ? plan->num_devices() : layout->num_devices(); }
+};
+Result<PlanFile> read_plan_file(const std::string& path);
+
+// Its program: lower_plan (with `options`) or lower_sequence (always layer granularity),
+// errors naming `origin`.
+Result<Program> lower_plan_file(const PlanFile& file, const Cluster& cluster, const Model& model,
+                                const TrainingConfig& training, const LowerOptions& options,
+                                const std::string& origin);
 
 }  // namespace program
 }  // namespace hexi

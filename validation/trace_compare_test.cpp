@@ -1,0 +1,114 @@
+// Simulated against measured per op class (trace_compare.hpp): a simulated trace of a tiny
+// 2-stage TP-2 plan against a "measured" trace made from it by hand, whose numbers are known.
+#include "validation/trace_compare.hpp"
+
+#include <gtest/gtest.h>
+
+#include "scenarios/testing.hpp"
+#include "scheduler/plan/testing.hpp"
+#include "scheduler/program/lower.hpp"
+#include "sim/simulator.hpp"
+
+namespace hexi::validation {
+namespace {
+
+struct SimulatedRun {
+  Program program;
+  Trace simulated;
+};
+
+SimulatedRun simulated_run() {
+  const Scenario sc = testing::tiny_scenario();
+  const Plan plan = testing::plan_from(
+      {{"version", 1},
+       {"pipelines",
+        Json::array({{{"batch", 8},
+                      {"stages", Json::array({{{"devices", {0, 1}}, {"layers", {0, 4}}},
+                                              {{"devices", {4, 5}}, {"layers", {4, 8}}}})}}})}});
+  LowerOptions lo;
+  auto program = lower_plan(plan, sc.cluster, sc.model, sc.training, lo, "<plan>");
+  if (!program) throw std::runtime_error(program.error().message);
+  SimOptions so;
+  so.trace = true;
+  auto out = simulate(*program, sc.cluster, sc.model, sc.training, sc.profile, so);
+  if (!out) throw std::runtime_error(out.error().message);
+  auto json = parse_json_text(out->trace_json, "sim trace");
+  auto trace = trace_from_json(*json, "sim trace");
+  if (!trace) throw std::runtime_error(trace.error().message);
+  return {std::move(*program), std::move(*trace)};
+}
+
+// Steps of the simulated iteration, each op `scale` times as long (step 0 ten times: the
+// warm-up the comparison leaves out), one after another.
+Trace measured_from(const Trace& sim, int steps, double scale) {
+  Trace m;
+  double offset = 0;
+  for (int s = 0; s < steps; ++s) {
+    const double k = s == 0 ? 10 * scale : scale;
+    double end = 0;
+    for (TraceOp e : sim.ops) {
+      e.step = s;
+      e.start_us = offset + k * e.start_us;
+      e.end_us = offset + k * e.end_us;
+      end = std::max(end, e.end_us);
+      m.ops.push_back(e);
+    }
+    offset = end + 100;
+  }
+  return m;
+}
+
+TEST(TraceCompare, MeasuredTwiceAsLongIsTwiceAsLongPerClass) {
+  const SimulatedRun run = simulated_run();
+  const Trace measured = measured_from(run.simulated, 4, 2.0);
+  auto c = compare_traces(run.program, run.simulated, measured, "measured.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->measured_steps, 4);
+  EXPECT_EQ(c->steps_used, 3);
+  EXPECT_NEAR(c->measured_iteration_s, 2 * c->simulated_iteration_s,
+              1e-9 * c->simulated_iteration_s);
+  std::map<std::string, const OpClassTimes*> by;
+  int ops = 0;
+  for (const OpClassTimes& t : c->classes) {
+    by[t.op_class] = &t;
+    ops += t.ops;
+    EXPECT_NEAR(t.measured_s, 2 * t.simulated_s, 1e-9 + 1e-9 * t.simulated_s) << t.op_class;
+  }
+  EXPECT_EQ(ops, c->ops);
+  // Every op but the receives, in classes named as the program's ops are.
+  int recvs = 0;
+  for (const Op& op : run.program.ops) recvs += op.kind == OpKind::kRecv ? 1 : 0;
+  EXPECT_EQ(c->ops, run.program.num_ops() - recvs);
+  for (const char* name : {"attn.fwd", "mlp.bwd", "send activation", "send activation_grad",
+                           "all-reduce activation", "optimizer"}) {
+    ASSERT_TRUE(by.count(name)) << name;
+    EXPECT_GT(by[name]->simulated_s, 0) << name;
+  }
+  EXPECT_EQ(by.count("recv activation"), 0u);
+  // 8 micro-batches x 4 layers x 2 ranks x 2 stages.
+  EXPECT_EQ(by["attn.fwd"]->ops, 8 * 4 * 2 * 2);
+  const Json j = to_json(*c);
+  EXPECT_EQ(j["classes"].size(), c->classes.size());
+}
+
+TEST(TraceCompare, ATraceOfAnotherProgramIsRefused) {
+  const SimulatedRun run = simulated_run();
+  Trace measured = measured_from(run.simulated, 2, 1.0);
+  Trace missing = measured;
+  std::erase_if(missing.ops, [](const TraceOp& e) { return e.op == 3; });
+  auto c = compare_traces(run.program, run.simulated, missing, "measured.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("measured.json: op 3 ("), std::string::npos)
+      << c.error().message;
+  measured.ops.front().op = run.program.num_ops();
+  c = compare_traces(run.program, run.simulated, measured, "measured.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("is not an op of the simulated program"), std::string::npos)
+      << c.error().message;
+  c = compare_traces(run.program, run.simulated, Trace{}, "measured.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("no op of a training step"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hexi::validation
