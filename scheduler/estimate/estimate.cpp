@@ -103,7 +103,7 @@ std::vector<std::pair<int, int>> CostModel::boundary_flows(const std::vector<int
 
 double CostModel::flow_link_Bps(const std::vector<std::pair<int, int>>& flows,
                                 std::size_t k) const {
-  const auto [a, b] = flows[k];
+  const int a = flows[k].first, b = flows[k].second;
   const auto same_source =
       std::ranges::count_if(flows, [a](const auto& f) { return f.first == a; });
   return cluster_.link(a, b).bandwidth_Bps / static_cast<double>(same_source);
