@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <set>
@@ -450,28 +451,45 @@ void align_heads(SequenceGroup& g, int r) {
 
 namespace {
 
-// Everything solve_group's program reads, as text: equal keys, equal programs.
+// Appends the bytes of `v` to `key`: equal bits, equal bytes (what "%.17g" told apart, at a
+// fraction of the cost; keys are only compared, never read).
+template <class T>
+void append_bits(std::string& key, T v) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &v, sizeof(T));
+  key.append(bytes, sizeof(T));
+}
+
+// Everything solve_group's program reads, as bytes: equal keys, equal programs.
 std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t ring_block,
                         const GroupGuess& guess) {
+  std::string key;
+  key.reserve(8 * (4 + t.devices.size() * (t.devices.size() + 12) + 2 * t.machines.size()));
+  for (std::int64_t v : {tokens, ring_block, static_cast<std::int64_t>(t.devices.size()),
+                         static_cast<std::int64_t>(t.machines.size())}) {
+    append_bits(key, v);
+  }
+  append_bits(key, t.a2a_latency_s);
   // Machines by their place in the group's list: groups alike on other machines match.
-  std::string key = format("%lld/%lld/%.17g", static_cast<long long>(tokens),
-                           static_cast<long long>(ring_block), t.a2a_latency_s);
   for (const auto& d : t.devices) {
     const auto entry = std::find(t.machines.begin(), t.machines.end(), d.machine);
-    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g",
-                  static_cast<int>(entry - t.machines.begin()), d.token_fixed_s, d.token_s,
-                  d.attention_s, d.attention_backward_s, d.memory_fixed, d.memory_token,
-                  d.memory_limit);
+    append_bits(key, static_cast<int>(entry - t.machines.begin()));
+    for (double v : {d.token_fixed_s, d.token_s, d.attention_s, d.attention_backward_s,
+                     d.memory_fixed, d.memory_token, d.memory_limit}) {
+      append_bits(key, v);
+    }
   }
   for (const auto& row : t.pair_s) {
-    for (double v : row) key += format(",%.17g", v);
+    for (double v : row) append_bits(key, v);
   }
-  for (double v : t.ring_s) key += format(";%.17g", v);
+  for (double v : t.ring_s) append_bits(key, v);
   for (std::size_t m = 0; m < t.machines.size(); ++m) {
-    key += format("|%.17g,%d", t.nic_s[m], t.ring_nic[m]);
+    append_bits(key, t.nic_s[m]);
+    append_bits(key, t.ring_nic[m]);
   }
   for (const auto* v : {&guess.shards, &guess.heads, &guess.kv}) {
-    for (double x : *v) key += format(":%.17g", x);
+    append_bits(key, static_cast<std::int64_t>(v->size()));
+    for (double x : *v) append_bits(key, x);
   }
   return key;
 }
@@ -513,43 +531,13 @@ class Search {
 
   // Scores a grouping (every round); its best closed-form iteration time, or infinity.
   // Groups alike (equal programs but for T and the guess) share one LP entry and guess.
+  // A grouping seen before (the descent's second pass tries its first pass's groupings
+  // again) is not searched again: the same groups give the same programs and layouts.
   double evaluate(const Grouping& grouping) {
-    Prepared pr = prepare(grouping);
-    const int p = static_cast<int>(grouping.groups.size());
-    const std::vector<GroupTerms>& terms = pr.terms;
-    const std::vector<int>& cls = pr.cls;
-    const std::vector<int>& reps = pr.reps;
-    std::vector<GroupGuess>& guesses = pr.guesses;
-    // The even split the homogeneous systems run, as a floor for this grouping.
-    double best = kInfinity;
-    SequenceLayout even = even_layout(grouping.groups, lm_.sequence(), lm_.cost().model().heads);
-    even.split_kv_heads = options_.split_kv_heads;
-    if (std::all_of(even.groups.begin(), even.groups.end(),
-                    [](const SequenceGroup& g) { return g.tokens > 0; }) &&
-        (options_.split_kv_heads ||
-         validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
-             .ok())) {
-      best = score(grouping, even, false);
-    }
-    std::vector<std::int64_t> last;
-    for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
-      ++solves_;
-      const auto t = split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_);
-      if (!t) break;
-      std::vector<double> per_group;
-      for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
-      const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
-      if (blocks == last) break;  // converged
-      last = blocks;
-      std::vector<GroupGuess> group_guesses;
-      for (int g = 0; g < p; ++g) group_guesses.push_back(guesses[cls[g]]);
-      std::optional<SequenceLayout> layout = solve_groups(grouping, terms, group_guesses, blocks);
-      if (!layout) break;
-      best = std::min(best, score(grouping, *layout));
-      for (std::size_t c = 0; c < reps.size(); ++c) {
-        guesses[c] = guess_in_order(layout->groups[reps[c]], grouping.groups[reps[c]]);
-      }
-    }
+    const auto seen = evaluated_.find(grouping.groups);
+    if (seen != evaluated_.end()) return seen->second;
+    const double best = search(grouping);
+    evaluated_.emplace(grouping.groups, best);
     return best;
   }
 
@@ -592,6 +580,47 @@ class Search {
   }
 
  private:
+  // evaluate() for a grouping not seen before.
+  double search(const Grouping& grouping) {
+    Prepared pr = prepare(grouping);
+    const int p = static_cast<int>(grouping.groups.size());
+    const std::vector<GroupTerms>& terms = pr.terms;
+    const std::vector<int>& cls = pr.cls;
+    const std::vector<int>& reps = pr.reps;
+    std::vector<GroupGuess>& guesses = pr.guesses;
+    // The even split the homogeneous systems run, as a floor for this grouping.
+    double best = kInfinity;
+    SequenceLayout even = even_layout(grouping.groups, lm_.sequence(), lm_.cost().model().heads);
+    even.split_kv_heads = options_.split_kv_heads;
+    if (std::all_of(even.groups.begin(), even.groups.end(),
+                    [](const SequenceGroup& g) { return g.tokens > 0; }) &&
+        (options_.split_kv_heads ||
+         validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
+             .ok())) {
+      best = score(grouping, even, false);
+    }
+    std::vector<std::int64_t> last;
+    for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
+      ++solves_;
+      const auto t = split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_);
+      if (!t) break;
+      std::vector<double> per_group;
+      for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
+      const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
+      if (blocks == last) break;  // converged
+      last = blocks;
+      std::vector<GroupGuess> group_guesses;
+      for (int g = 0; g < p; ++g) group_guesses.push_back(guesses[cls[g]]);
+      std::optional<SequenceLayout> layout = solve_groups(grouping, terms, group_guesses, blocks);
+      if (!layout) break;
+      best = std::min(best, score(grouping, *layout));
+      for (std::size_t c = 0; c < reps.size(); ++c) {
+        guesses[c] = guess_in_order(layout->groups[reps[c]], grouping.groups[reps[c]]);
+      }
+    }
+    return best;
+  }
+
   void polish_from(SequenceLayout current, double time, const std::string& grouping) {
     const int p = static_cast<int>(current.groups.size());
     for (int sweep = 0; sweep < 3 && !out_of_time(); ++sweep) {
@@ -787,6 +816,7 @@ class Search {
   std::optional<HexiSeqResult> best_solved_;  // the best layout of the programs (not polished)
   std::optional<IterationTime> closest_;      // the best layout that does not fit
   long candidates_ = 0, solves_ = 0;
+  std::map<std::vector<std::vector<int>>, double> evaluated_;  // evaluate() by groups
   std::map<std::string, std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>>>
       memo_;
 };
