@@ -512,15 +512,21 @@ class Search {
  public:
   // `planner` is how the search sees the cluster (the cluster itself, or every device
   // alike for hexiseq-homogeneous); `judge` the real cluster, which scores the answer.
+  // `bar`: an iteration time (s) found elsewhere that this search's layouts must beat to
+  // matter (the whole mesh's best, for the fastest type's mesh); the screen reads it.
   Search(const SequenceCost& judge, const SequenceCost& planner, std::vector<int> devices,
-         std::int64_t block, const HexiSeqOptions& options)
+         std::int64_t block, const HexiSeqOptions& options, double bar = kInfinity)
       : judge_(judge),
         planner_(planner),
         lm_(planner, static_cast<int>(devices.size())),
         devices_(std::move(devices)),
         block_(block),
         options_(options),
+        bar_(bar),
         start_(std::chrono::steady_clock::now()) {}
+
+  // Whether groupings are screened before their integer programs (large meshes).
+  void set_screen(bool on) { screen_ = on && options_.lp_screen; }
 
   double elapsed_s() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -590,6 +596,7 @@ class Search {
     std::vector<GroupGuess>& guesses = pr.guesses;
     // The even split the homogeneous systems run, as a floor for this grouping.
     double best = kInfinity;
+    std::optional<IterationTime> even_time;
     SequenceLayout even = even_layout(grouping.groups, lm_.sequence(), lm_.cost().model().heads);
     even.split_kv_heads = options_.split_kv_heads;
     if (std::all_of(even.groups.begin(), even.groups.end(),
@@ -597,13 +604,16 @@ class Search {
         (options_.split_kv_heads ||
          validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
              .ok())) {
-      best = score(grouping, even, false);
+      best = score(grouping, even, false, &even_time);
     }
     std::vector<std::int64_t> last;
     for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
       ++solves_;
-      const auto t = split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_);
+      double model_s = 0;
+      const auto t =
+          split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_, &model_s);
       if (!t) break;
+      if (round == 0 && screened_out(model_s, even_time)) break;
       std::vector<double> per_group;
       for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
       const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
@@ -772,11 +782,30 @@ class Search {
     return out;
   }
 
+  // The screen (large meshes): a grouping's integer programs are skipped when its first LP,
+  // at proportional guesses, already puts it at or above the best layout found (or the
+  // outside bar): the model's layer time x layers x sequences plus what the closed form
+  // adds per iteration whatever the split (the gradient sync over the grouping's ring and
+  // the optimizer step, read off its even layout). Not a proof: the programs could find
+  // shards and heads the guess does not see. On the hexiseq_bench meshes (32-1 024 GPUs)
+  // this estimate lies 2-35 % below the best layout the programs find for every grouping,
+  // and it skips the merged and dealt groupings of 8-16 devices whose programs cost most
+  // (HexiSeqSearch.ScreenKeepsTheLayoutOnALargeMesh: the same layout with and without).
+  bool screened_out(double model_s, const std::optional<IterationTime>& even) const {
+    if (!screen_ || !even) return false;
+    const double bar = std::min(bar_, best_ ? best_->time.iteration_s : kInfinity);
+    const double floor = planner_.training().global_batch * planner_.model().layers * model_s +
+                         even->sync_s + even->optimizer_s;
+    return floor >= bar;
+  }
+
   // The closed form of a layout (infinity when it does not fit); keeps the best, and the
   // best the programs `solved`.
-  double score(const Grouping& grouping, const SequenceLayout& layout, bool solved = true) {
+  double score(const Grouping& grouping, const SequenceLayout& layout, bool solved = true,
+               std::optional<IterationTime>* time = nullptr) {
     ++candidates_;
     IterationTime it = planner_.iteration(layout);
+    if (time) *time = it;
     if (!it.fits) {
       if (!closest_ || it.iteration_s < closest_->iteration_s) closest_ = it;
       return kInfinity;
@@ -811,6 +840,8 @@ class Search {
   std::vector<int> devices_;
   std::int64_t block_;
   const HexiSeqOptions& options_;
+  double bar_ = kInfinity;  // s
+  bool screen_ = false;
   std::chrono::steady_clock::time_point start_;
   std::optional<HexiSeqResult> best_;
   std::optional<HexiSeqResult> best_solved_;  // the best layout of the programs (not polished)
@@ -842,8 +873,12 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
     const double t = search.evaluate(grouping_by_type(cluster, ds, trial));
     if (t < best_time) best_time = t, best = trial;
   }
-  std::vector<Grouping> more = merged_groupings(cluster, devices, options.largest_merge);
-  for (Grouping& g : dealt_groupings(devices, options.largest_merge)) more.push_back(std::move(g));
+  // Dealt before merged: the dealt groupings' small programs often find the layout that
+  // screens out the merged groups' large ones.
+  std::vector<Grouping> more = dealt_groupings(devices, options.largest_merge);
+  for (Grouping& g : merged_groupings(cluster, devices, options.largest_merge)) {
+    more.push_back(std::move(g));
+  }
   for (const Grouping& g : more) {
     if (search.out_of_time()) return;
     search.evaluate(g);
@@ -869,16 +904,16 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   node.require_object();
   static constexpr std::string_view kKeys[] = {
-      "solver",         "time_budget_s",  "rounds",
-      "block_tokens",   "split_kv_heads", "exhaustive_limit",
-      "screen",         "largest_merge",  "solver_time_limit_s",
-      "idle_slow_types"};
+      "solver",          "time_budget_s",  "rounds",
+      "block_tokens",    "split_kv_heads", "exhaustive_limit",
+      "screen",          "largest_merge",  "solver_time_limit_s",
+      "idle_slow_types", "lp_screen"};
   for (const auto& [key, value] : node.json().items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
     node.at(key).fail_message("unknown HexiSeq option \"" + key +
                               "\" (known: solver, time_budget_s, rounds, block_tokens, "
                               "split_kv_heads, exhaustive_limit, screen, largest_merge, "
-                              "solver_time_limit_s, idle_slow_types)");
+                              "solver_time_limit_s, idle_slow_types, lp_screen)");
   }
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());
@@ -898,6 +933,7 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   o.largest_merge = std::max<std::size_t>(1, count("largest_merge", o.largest_merge));
   if (auto t = node.find("solver_time_limit_s")) o.solver_time_limit_s = t->number_in(0.01, 1e5);
   o.idle_slow_types = node.boolean_or("idle_slow_types", o.idle_slow_types);
+  o.lp_screen = node.boolean_or("lp_screen", o.lp_screen);
   return o;
 }
 
@@ -905,7 +941,7 @@ namespace {
 
 // The search over exactly `devices` (sorted).
 Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<int>& devices,
-                                  const HexiSeqOptions& options) {
+                                  const HexiSeqOptions& options, double bar = kInfinity) {
   const Cluster& cluster = cost.cluster();
   const std::int64_t s = cost.training().seq_len;
   const auto block = token_block(s, static_cast<int>(devices.size()), options.block_tokens);
@@ -916,7 +952,7 @@ Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<in
   }
   SequenceCost planner = cost;
   if (options.identical_devices) planner.set_identical(devices.front());
-  Search search(cost, planner, devices, *block, options);
+  Search search(cost, planner, devices, *block, options, bar);
   const std::vector<Grouping> family = grouping_family(cluster, devices, options.exhaustive_limit);
   if (!family.empty()) {
     // Every grouping of whole domains (merged or not) and every dealt one in full: the LP's
@@ -939,6 +975,7 @@ Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<in
       search.evaluate(family[ranked[k].second]);
     }
   } else {
+    search.set_screen(true);
     descend_by_type(search, cluster, devices, options);
   }
   search.polish();
@@ -992,7 +1029,7 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
       return best;
     }
   }
-  auto r = search_mesh(cost, subset, o);
+  auto r = search_mesh(cost, subset, o, best->time.iteration_s);
   if (!r) return best;  // no layout of these devices fits
   best->candidates += r->candidates;
   best->solves += r->solves;

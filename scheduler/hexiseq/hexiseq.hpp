@@ -6,7 +6,10 @@
 //       small meshes: the whole family, its whole-domain groupings (merged or not) in full
 //       and the rest ranked by the LP of (2) at proportional guesses, the best `screen` in
 //       full; large meshes: every domain cut into groups of one size, merges of <= 16
-//       devices and round-robin ("dealt") groups, then a descent over each GPU type's size
+//       devices and round-robin ("dealt") groups, then a descent over each GPU type's size;
+//       each grouping's integer programs skipped when its first LP (stage 2, at proportional
+//       guesses) plus its sync and optimizer steps already reach the best layout found
+//       (`lp_screen`; the fastest type's mesh is held to the whole mesh's best too)
 //   (2) per grouping, S split over the groups by an LP (linear.hpp's model is linear in T_g
 //       for each group's relative shards and heads; groups alike share one entry), rounded
 //       to whole token blocks (min-max)
@@ -55,13 +58,15 @@ struct HexiSeqOptions {
                                       // (hexiseq-homogeneous); scored on the real cluster
   double solver_time_limit_s = 10;    // s per LP / integer program
   bool idle_slow_types = true;        // also search the mesh of the fastest GPU type alone
+  bool lp_screen = true;  // large meshes: skip a grouping's integer programs when its first
+                          // LP already puts it at or above the best layout found
 };
 
 // The options of a JSON object (a sweep's scheduler entry, an advise request's
 // "hexiseq_options"): "solver" ("cbc" | "glpk"), "time_budget_s", "rounds", "block_tokens",
-// "split_kv_heads", "exhaustive_limit", "screen", "largest_merge", "solver_time_limit_s", each
-// optional over `defaults`. Throws InputError naming the path (load_with() turns it into bad
-// input).
+// "split_kv_heads", "exhaustive_limit", "screen", "largest_merge", "solver_time_limit_s",
+// "idle_slow_types", "lp_screen", each optional over `defaults`. Throws InputError naming the
+// path (load_with() turns it into bad input).
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
 
 struct HexiSeqResult {
