@@ -34,8 +34,8 @@ struct Link {
   int dst = 0, src = 0;
   int kv = 0;
   double bandwidth_Bps = 0, latency_s = 0;
-  int src_machine = 0, dst_machine = 0;
-  int src_nic = 0, dst_nic = 0;  // nic_of
+  bool off_machine = false;
+  int src_nic = 0, dst_nic = 0;  // off machine: the NICs' slots (RingModel::nic_Bps_)
 };
 
 class RingModel {
@@ -101,13 +101,25 @@ class RingModel {
         kv[{first_[g] + rings_.owner[g][m], first_[prev] + rings_.owner[prev][m]}] += rings_.kv[m];
       }
     }
+    std::map<int, int> slot;  // nic_of -> its slot
+    auto slot_of = [&](int device) {
+      const auto [it, fresh] = slot.emplace(nic_of(c, device), static_cast<int>(slot.size()));
+      if (fresh) nic_Bps_.push_back(nic_Bps(c, it->first));
+      return it->second;
+    };
+    const int n = static_cast<int>(ranks_.size());
+    send_lat_.assign(n, 0.0);
+    recv_lat_.assign(n, 0.0);
     for (const auto& [pair, heads] : kv) {
       const auto [dst, src] = pair;
-      const PairLink l = c.link(ranks_[src].device, ranks_[dst].device);
-      links_.push_back({dst, src, heads, l.bandwidth_Bps, l.latency_s,
-                        c.devices()[ranks_[src].device].machine,
-                        c.devices()[ranks_[dst].device].machine, nic_of(c, ranks_[src].device),
-                        nic_of(c, ranks_[dst].device)});
+      const int from = ranks_[src].device, to = ranks_[dst].device;
+      const PairLink l = c.link(from, to);
+      Link link{dst, src, heads, l.bandwidth_Bps, l.latency_s};
+      link.off_machine = c.devices()[from].machine != c.devices()[to].machine;
+      if (link.off_machine) link.src_nic = slot_of(from), link.dst_nic = slot_of(to);
+      send_lat_[src] = std::max(send_lat_[src], l.latency_s);
+      recv_lat_[dst] = std::max(recv_lat_[dst], l.latency_s);
+      links_.push_back(link);
     }
   }
 
@@ -136,30 +148,30 @@ class RingModel {
   // sender's send port and the receiver's receive port (bytes / bandwidth over its peers,
   // plus the largest latency) and, off-machine, of the NICs' time (each device's own NIC,
   // shared with the devices of its rail).
+  // (Called P times per layout: the latencies and NIC slots are the links', found once.)
   template <class Bytes>
   std::vector<double> arrivals(Bytes bytes_of, const std::vector<double>& posted) const {
-    const Cluster& c = cost_.cluster();
     const int n = static_cast<int>(ranks_.size());
-    std::vector<double> send(n, 0.0), send_lat(n, 0.0), recv(n, 0.0), recv_lat(n, 0.0);
-    std::map<int, double> nic_out, nic_in;  // NIC -> s of its time
+    const std::vector<double>& send_lat = send_lat_;
+    const std::vector<double>& recv_lat = recv_lat_;
+    std::vector<double> send(n, 0.0), recv(n, 0.0);
+    std::vector<double> nic_out(nic_Bps_.size(), 0.0), nic_in(nic_Bps_.size(), 0.0);  // s
     std::vector<double> bytes(links_.size());
     for (std::size_t k = 0; k < links_.size(); ++k) {
       const Link& l = links_[k];
       bytes[k] = bytes_of(l);
       send[l.src] += bytes[k] / l.bandwidth_Bps;
       recv[l.dst] += bytes[k] / l.bandwidth_Bps;
-      send_lat[l.src] = std::max(send_lat[l.src], l.latency_s);
-      recv_lat[l.dst] = std::max(recv_lat[l.dst], l.latency_s);
-      if (l.src_machine == l.dst_machine) continue;
-      nic_out[l.src_nic] += bytes[k] / nic_Bps(c, l.src_nic);
-      nic_in[l.dst_nic] += bytes[k] / nic_Bps(c, l.dst_nic);
+      if (!l.off_machine) continue;
+      nic_out[l.src_nic] += bytes[k] / nic_Bps_[l.src_nic];
+      nic_in[l.dst_nic] += bytes[k] / nic_Bps_[l.dst_nic];
     }
     std::vector<double> arrive(n, 0.0);
     for (std::size_t k = 0; k < links_.size(); ++k) {
       const Link& l = links_[k];
       if (bytes[k] <= 0) continue;
       double port = std::max(send[l.src] + send_lat[l.src], recv[l.dst] + recv_lat[l.dst]);
-      if (l.src_machine != l.dst_machine) {
+      if (l.off_machine) {
         port = std::max(
             {port, nic_out[l.src_nic] + send_lat[l.src], nic_in[l.dst_nic] + recv_lat[l.dst]});
       }
@@ -174,11 +186,13 @@ class RingModel {
   const SubRings rings_;
   const bool backward_;
   const int p_;
-  std::vector<std::int64_t> tokens_;  // T_g
-  std::vector<int> first_;            // flat index of each group's rank 0
-  std::vector<Rank> ranks_;           // flat index -> device
-  std::vector<double> flops_s_;       // achieved attention FLOP/s, flat index
-  std::vector<Link> links_;           // the sub-rings' hops
+  std::vector<std::int64_t> tokens_;         // T_g
+  std::vector<int> first_;                   // flat index of each group's rank 0
+  std::vector<Rank> ranks_;                  // flat index -> device
+  std::vector<double> flops_s_;              // achieved attention FLOP/s, flat index
+  std::vector<Link> links_;                  // the sub-rings' hops
+  std::vector<double> send_lat_, recv_lat_;  // flat index: the largest latency of its hops
+  std::vector<double> nic_Bps_;              // per NIC slot: nic_each_Bps
 };
 
 // Everything but the attention core of `ks`.
