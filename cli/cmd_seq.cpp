@@ -19,7 +19,7 @@ struct SeqOptions {
   std::string scenario;
   std::string scheduler = "hexiseq";
   std::string layout;
-  std::string solver = "cbc";
+  std::string solver = "glpk";
   std::string out;
   std::string sim_out;
   double time_budget_s = 0;
@@ -378,7 +378,7 @@ void add_seq_command(CLI::App& app, Runner& run) {
   cmd->add_option("--layout", opt->layout,
                   "Evaluate this layout file ({\"sequence\": {\"groups\": [...]}}) instead of "
                   "planning");
-  cmd->add_option("--solver", opt->solver, "MILP solver for hexiseq: cbc (default) or glpk");
+  cmd->add_option("--solver", opt->solver, "MILP solver for hexiseq: glpk (default) or cbc");
   cmd->add_option("--time-budget", opt->time_budget_s,
                   "Stop searching after this many seconds (default 0: every candidate)")
       ->check(finite_in(0, 1e7));
