@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "scheduler/cost/collectives.hpp"
 
@@ -65,7 +66,7 @@ class RingModel {
     for (int i = 0; i < n; ++i) end[i] = compute_s(i, 0);
     const int step_bytes = a_.bytes_per_element + (backward_ ? a_.grad_bytes_per_element : 0);
     for (int k = 0; k + 1 < p_; ++k) {
-      const std::vector<double> arrive = next_blocks(k, step_bytes, start);
+      const std::vector<double>& arrive = next_blocks(k, step_bytes, start);
       for (int i = 0; i < n; ++i) {
         start[i] = std::max(end[i], arrive[i]);
         end[i] = start[i] + compute_s(i, k + 1);
@@ -73,7 +74,7 @@ class RingModel {
     }
     if (!backward_ || p_ == 1) return end;
     // Each group's own block ends the loop at the previous group: its dK, dV come home.
-    const std::vector<double> home = own_blocks(end);
+    const std::vector<double>& home = own_blocks(end);
     for (int i = 0; i < n; ++i) end[i] = std::max(end[i], home[i]);
     return end;
   }
@@ -130,13 +131,14 @@ class RingModel {
 
   // When each device has the block of step k + 1 (group g receives the block of group
   // g-k-1: K, V; backward also dK, dV), both ends posting at `posted`.
-  std::vector<double> next_blocks(int k, int bytes, const std::vector<double>& posted) const {
+  const std::vector<double>& next_blocks(int k, int bytes,
+                                         const std::vector<double>& posted) const {
     return arrivals(
         [&](const Link& l) { return link_bytes(l, visiting(ranks_[l.dst].group, k + 1), bytes); },
         posted);
   }
   // After the last step: when each group's own dK, dV are home.
-  std::vector<double> own_blocks(const std::vector<double>& posted) const {
+  const std::vector<double>& own_blocks(const std::vector<double>& posted) const {
     return arrivals(
         [&](const Link& l) {
           return link_bytes(l, ranks_[l.dst].group, a_.grad_bytes_per_element);
@@ -148,15 +150,23 @@ class RingModel {
   // sender's send port and the receiver's receive port (bytes / bandwidth over its peers,
   // plus the largest latency) and, off-machine, of the NICs' time (each device's own NIC,
   // shared with the devices of its rail).
-  // (Called P times per layout: the latencies and NIC slots are the links', found once.)
+  // (Called P times per layout: the latencies and NIC slots are the links', found once, and
+  // the sums reuse the model's buffers; the answer lives in arrive_ until the next call.)
   template <class Bytes>
-  std::vector<double> arrivals(Bytes bytes_of, const std::vector<double>& posted) const {
+  const std::vector<double>& arrivals(Bytes bytes_of, const std::vector<double>& posted) const {
     const int n = static_cast<int>(ranks_.size());
     const std::vector<double>& send_lat = send_lat_;
     const std::vector<double>& recv_lat = recv_lat_;
-    std::vector<double> send(n, 0.0), recv(n, 0.0);
-    std::vector<double> nic_out(nic_Bps_.size(), 0.0), nic_in(nic_Bps_.size(), 0.0);  // s
-    std::vector<double> bytes(links_.size());
+    std::vector<double>& send = send_;
+    std::vector<double>& recv = recv_;
+    std::vector<double>& nic_out = nic_out_;  // s
+    std::vector<double>& nic_in = nic_in_;
+    std::vector<double>& bytes = bytes_;
+    send.assign(n, 0.0);
+    recv.assign(n, 0.0);
+    nic_out.assign(nic_Bps_.size(), 0.0);
+    nic_in.assign(nic_Bps_.size(), 0.0);
+    bytes.resize(links_.size());
     for (std::size_t k = 0; k < links_.size(); ++k) {
       const Link& l = links_[k];
       bytes[k] = bytes_of(l);
@@ -166,7 +176,8 @@ class RingModel {
       nic_out[l.src_nic] += bytes[k] / nic_Bps_[l.src_nic];
       nic_in[l.dst_nic] += bytes[k] / nic_Bps_[l.dst_nic];
     }
-    std::vector<double> arrive(n, 0.0);
+    std::vector<double>& arrive = arrive_;
+    arrive.assign(n, 0.0);
     for (std::size_t k = 0; k < links_.size(); ++k) {
       const Link& l = links_[k];
       if (bytes[k] <= 0) continue;
@@ -193,6 +204,7 @@ class RingModel {
   std::vector<Link> links_;                  // the sub-rings' hops
   std::vector<double> send_lat_, recv_lat_;  // flat index: the largest latency of its hops
   std::vector<double> nic_Bps_;              // per NIC slot: nic_each_Bps
+  mutable std::vector<double> send_, recv_, nic_out_, nic_in_, bytes_, arrive_;  // arrivals()
 };
 
 // Everything but the attention core of `ks`.
@@ -327,6 +339,15 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
   const std::vector<double> forward = ring_end_s(layout, false);
   const std::vector<double> backward = ring_end_s(layout, true);
   const double replay = training_.recompute == Recompute::kFull ? 1.0 : 0.0;
+  // token_wise_s by (GPU, tokens, forward only): devices of one type with equal shards
+  // repeat across a layout, and the kernel list behind each value is long.
+  std::map<std::tuple<const GpuSpec*, std::int64_t, bool>, double> token_wise;
+  auto token_wise_of = [&](int d, std::int64_t tokens, bool forward_only) {
+    const auto key = std::make_tuple(&gpu(d), tokens, forward_only);
+    const auto it = token_wise.find(key);
+    if (it != token_wise.end()) return it->second;
+    return token_wise[key] = token_wise_s(d, tokens, forward_only);
+  };
   LayerTime out;
   std::size_t flat = 0;
   for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
@@ -346,8 +367,9 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
                               attention_flops_s(d, false) +
                           attention_backward_flops(pairs, group.heads[r], attention_.head_dim) /
                               attention_flops_s(d, true);
-      DeviceTime dt{d, g, r, token_wise_s(d, group.shards[r]), a2a, (1 + replay) * fwd + bwd, busy};
-      dt.forward_s = token_wise_s(d, group.shards[r], true) + a2a_forward + fwd;
+      DeviceTime dt{
+          d, g, r, token_wise_of(d, group.shards[r], false), a2a, (1 + replay) * fwd + bwd, busy};
+      dt.forward_s = token_wise_of(d, group.shards[r], true) + a2a_forward + fwd;
       out.forward_s = std::max(out.forward_s, dt.forward_s);
       if (out.devices.empty() || dt.total_s() > out.time_s) {
         out.time_s = dt.total_s();
@@ -416,8 +438,16 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   const int n = static_cast<int>(devices.size());
   const double e = training_.bytes_per_element();
   double head = 0;
+  std::map<std::pair<const GpuSpec*, std::int64_t>, double> heads;  // head_s, as token_wise
   for (const auto& g : layout.groups) {
-    for (int r = 0; r < g.size(); ++r) head = std::max(head, head_s(g.devices[r], g.shards[r]));
+    for (int r = 0; r < g.size(); ++r) {
+      const auto key = std::make_pair(&gpu(g.devices[r]), g.shards[r]);
+      auto known = heads.find(key);
+      if (known == heads.end()) {
+        known = heads.emplace(key, head_s(g.devices[r], g.shards[r])).first;
+      }
+      head = std::max(head, known->second);
+    }
   }
   // ZeRO-3, per layer: its weights gathered forward and backward and its gradients
   // scattered, on their own stream one layer ahead (FSDP's prefetch): a layer's forward
