@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "topologies/text.hpp"
 
@@ -84,6 +85,19 @@ void add_at_least(Problem& p, const std::string& name, int var, std::vector<Term
   for (auto& term : terms) term.coefficient = -term.coefficient;
   terms.push_back({var, 1});
   p.add_constraint({name, std::move(terms), Sense::kGreaterEqual, rhs});
+}
+
+// Drops every constraint equal, term for term and bit for bit, to an earlier one (the rows of
+// interchangeable devices at one guess): the same feasible set in fewer rows.
+void drop_repeated_rows(Problem& p) {
+  std::set<std::tuple<Sense, double, std::vector<std::pair<int, double>>>> seen;
+  std::vector<Constraint> kept;
+  for (Constraint& c : p.constraints) {
+    std::vector<std::pair<int, double>> terms;
+    for (const Term& t : c.terms) terms.emplace_back(t.variable, t.coefficient);
+    if (seen.emplace(c.sense, c.rhs, std::move(terms)).second) kept.push_back(std::move(c));
+  }
+  p.constraints = std::move(kept);
 }
 
 // A linear expression standing for a sum of products, and its constant.
@@ -259,6 +273,7 @@ std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
     }
   }
   p.add_constraint(sum);
+  drop_repeated_rows(p);
   const Solution s = solve(p, options.backend, options.solver_time_limit_s);
   if (!s.has_values()) return std::nullopt;
   std::vector<double> tokens;
