@@ -933,7 +933,7 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());
     if (!backend) solver->fail(kBackendNames.list("\"", " or "));
-    o.backend = *backend;
+    o.backend = o.exact_backend = *backend;
   }
   if (auto t = node.find("time_budget_s")) o.time_budget_s = t->number_in(0, 1e7);
   o.rounds = static_cast<int>(node.integer_or("rounds", 1, 100, o.rounds));

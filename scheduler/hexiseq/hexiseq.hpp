@@ -28,7 +28,7 @@
 // The LP and integer programs go through the solver seam (scheduler/solver: GLPK by default,
 // CBC possible; on these small programs GLPK is 5-40x faster, CBC's preprocessing and cuts
 // cost more than they save, and both find the same layouts on hexiseq_bench's meshes and the
-// 20 random meshes of exact_random_test; see bench/hexiseq_bench).
+// 20 random meshes of exact_random_test; see bench/hexiseq_bench). hexiseq-exact keeps CBC.
 // Deterministic: the same input gives the same layout (no budget, or a budget that does not
 // run out; the per-program solver limit is far above what the programs take). Identical
 // programs (groups alike at one T and guess) are solved once.
@@ -62,13 +62,16 @@ struct HexiSeqOptions {
   bool idle_slow_types = true;        // also search the mesh of the fastest GPU type alone
   bool lp_screen = true;  // large meshes: skip a grouping's integer programs when its first
                           // LP already puts it at or above the best layout found
+  // hexiseq-exact's whole-mesh MILPs: large, where CBC's cuts pay (a "solver" named in the
+  // options or on the command line sets both backends).
+  Backend exact_backend = Backend::kCbc;
 };
 
 // The options of a JSON object (a sweep's scheduler entry, an advise request's
-// "hexiseq_options"): "solver" ("cbc" | "glpk"), "time_budget_s", "rounds", "block_tokens",
-// "split_kv_heads", "exhaustive_limit", "screen", "largest_merge", "solver_time_limit_s",
-// "idle_slow_types", "lp_screen", each optional over `defaults`. Throws InputError naming the
-// path (load_with() turns it into bad input).
+// "hexiseq_options"): "solver" ("cbc" | "glpk": both backends), "time_budget_s", "rounds",
+// "block_tokens", "split_kv_heads", "exhaustive_limit", "screen", "largest_merge",
+// "solver_time_limit_s", "idle_slow_types", "lp_screen", each optional over `defaults`. Throws
+// InputError naming the path (load_with() turns it into bad input).
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
 
 struct HexiSeqResult {

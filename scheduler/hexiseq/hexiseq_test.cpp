@@ -171,6 +171,19 @@ TEST(HexiSeqSearch, IdlesSlowTypesWhereTheyCostMoreThanTheyBring) {
   EXPECT_GT(idle->candidates, every->candidates);
 }
 
+// GLPK searches, CBC solves hexiseq-exact's MILPs, unless a solver is named: then both.
+TEST(HexiSeqSearch, OptionsNameTheSolversAndTheScreen) {
+  const HexiSeqOptions defaults;
+  EXPECT_EQ(defaults.backend, Backend::kGlpk);
+  EXPECT_EQ(defaults.exact_backend, Backend::kCbc);
+  EXPECT_TRUE(defaults.lp_screen);
+  const Json j = {{"solver", "cbc"}, {"lp_screen", false}};
+  const HexiSeqOptions o = read_hexiseq_options(JsonNode(j, "<test options>"));
+  EXPECT_EQ(o.backend, Backend::kCbc);
+  EXPECT_EQ(o.exact_backend, Backend::kCbc);
+  EXPECT_FALSE(o.lp_screen);
+}
+
 TEST(HexiSeqSearch, BadInput) {
   const Model m = catalog_model("llama2-70b");
   SequenceCost huge(h100_a100(), m, full_recompute(131072), kProfile);
