@@ -170,8 +170,9 @@ class RingModel {
     for (std::size_t k = 0; k < links_.size(); ++k) {
       const Link& l = links_[k];
       bytes[k] = bytes_of(l);
-      send[l.src] += bytes[k] / l.bandwidth_Bps;
-      recv[l.dst] += bytes[k] / l.bandwidth_Bps;
+      const double port_s = bytes[k] / l.bandwidth_Bps;
+      send[l.src] += port_s;
+      recv[l.dst] += port_s;
       if (!l.off_machine) continue;
       nic_out[l.src_nic] += bytes[k] / nic_Bps_[l.src_nic];
       nic_in[l.dst_nic] += bytes[k] / nic_Bps_[l.dst_nic];
