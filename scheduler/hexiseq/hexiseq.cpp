@@ -738,7 +738,9 @@ class Search {
   std::optional<SequenceGroup> solve_once(const GroupTerms& terms, const std::vector<int>& devices,
                                           std::int64_t tokens, std::int64_t ring_block,
                                           const GroupGuess& guess) {
-    const std::string key = program_key(terms, tokens, ring_block, guess);
+    // Keyed by the guess the program reads: averaged over interchangeable ranks.
+    const std::string key =
+        program_key(terms, tokens, ring_block, symmetric(guess, interchangeable(terms)));
     const auto it = memo_.find(key);
     std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>> answer;
     if (it != memo_.end()) {
