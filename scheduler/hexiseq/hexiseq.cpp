@@ -805,7 +805,7 @@ class Search {
   // adds per iteration whatever the split (the gradient sync over the grouping's ring and
   // the optimizer step, read off its even layout). Not a proof: the programs could find
   // shards and heads the guess does not see. On the hexiseq_bench meshes (32-1 024 GPUs)
-  // this estimate lies 2-35 % below the best layout the programs find for every grouping,
+  // this estimate lies 0.4-35 % below the best layout the programs find for every grouping,
   // and it skips the merged and dealt groupings of 8-16 devices whose programs cost most
   // (HexiSeqSearch.ScreenKeepsTheLayoutOnALargeMesh: the same layout with and without).
   bool screened_out(double model_s, const std::optional<IterationTime>& even) const {
