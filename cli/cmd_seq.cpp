@@ -19,7 +19,7 @@ struct SeqOptions {
   std::string scenario;
   std::string scheduler = "hexiseq";
   std::string layout;
-  std::string solver = "cbc";
+  std::string solver;  // empty: each scheduler's default
   std::string out;
   std::string sim_out;
   double time_budget_s = 0;
@@ -276,12 +276,14 @@ int run_seq(const SeqOptions& opt) {
   auto sc = load_scenario_arg(opt.scenario);
   if (!sc) return report(sc.error());
   HexiSeqOptions o;
-  auto backend = kBackendNames.parse(opt.solver);
-  if (!backend) {
-    return report(bad_input("--solver: unknown solver \"" + opt.solver + "\"; expected " +
-                            kBackendNames.list()));
+  if (!opt.solver.empty()) {
+    auto backend = kBackendNames.parse(opt.solver);
+    if (!backend) {
+      return report(bad_input("--solver: unknown solver \"" + opt.solver + "\"; expected " +
+                              kBackendNames.list()));
+    }
+    o.backend = o.exact_backend = *backend;
   }
-  o.backend = *backend;
   o.time_budget_s = opt.time_budget_s;
   SequenceCost cost(sc->cluster, sc->model, sc->training, sc->profile);
   std::vector<int> devices(sc->cluster.num_devices());
@@ -378,7 +380,9 @@ void add_seq_command(CLI::App& app, Runner& run) {
   cmd->add_option("--layout", opt->layout,
                   "Evaluate this layout file ({\"sequence\": {\"groups\": [...]}}) instead of "
                   "planning");
-  cmd->add_option("--solver", opt->solver, "MILP solver for hexiseq: cbc (default) or glpk");
+  cmd->add_option("--solver", opt->solver,
+                  "MILP solver for hexiseq and hexiseq-exact: glpk or cbc (default: glpk for "
+                  "hexiseq, cbc for hexiseq-exact)");
   cmd->add_option("--time-budget", opt->time_budget_s,
                   "Stop searching after this many seconds (default 0: every candidate)")
       ->check(finite_in(0, 1e7));

@@ -66,7 +66,7 @@ SearchSettings read_search(const JsonNode& node) {
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());
     if (!backend) solver->fail(kBackendNames.list("\"", " or "));
-    s.hexiseq.backend = *backend;
+    s.hexiseq.backend = s.hexiseq.exact_backend = *backend;
   }
   if (auto o = node.find("hexiseq_options")) s.hexiseq = read_hexiseq_options(*o, s.hexiseq);
   if (auto seed = node.find("seed"))

@@ -34,7 +34,7 @@ class ExactProgram {
 
   ExactGrouping solve() {
     build();
-    const Solution s = hexi::solve(p_, options_.backend, options_.solver_time_limit_s);
+    const Solution s = hexi::solve(p_, options_.exact_backend, options_.solver_time_limit_s);
     ExactGrouping out;
     out.optimal = s.status == SolveStatus::kOptimal || s.status == SolveStatus::kInfeasible;
     if (!s.has_values()) return out;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "topologies/text.hpp"
 
@@ -83,6 +85,19 @@ void add_at_least(Problem& p, const std::string& name, int var, std::vector<Term
   for (auto& term : terms) term.coefficient = -term.coefficient;
   terms.push_back({var, 1});
   p.add_constraint({name, std::move(terms), Sense::kGreaterEqual, rhs});
+}
+
+// Drops every constraint equal, term for term and bit for bit, to an earlier one (the rows of
+// interchangeable devices at one guess): the same feasible set in fewer rows.
+void drop_repeated_rows(Problem& p) {
+  std::set<std::tuple<Sense, double, std::vector<std::pair<int, double>>>> seen;
+  std::vector<Constraint> kept;
+  for (Constraint& c : p.constraints) {
+    std::vector<std::pair<int, double>> terms;
+    for (const Term& t : c.terms) terms.emplace_back(t.variable, t.coefficient);
+    if (seen.emplace(c.sense, c.rhs, std::move(terms)).second) kept.push_back(std::move(c));
+  }
+  p.constraints = std::move(kept);
 }
 
 // A linear expression standing for a sum of products, and its constant.
@@ -258,6 +273,7 @@ std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
     }
   }
   p.add_constraint(sum);
+  drop_repeated_rows(p);
   const Solution s = solve(p, options.backend, options.solver_time_limit_s);
   if (!s.has_values()) return std::nullopt;
   std::vector<double> tokens;
@@ -450,28 +466,45 @@ void align_heads(SequenceGroup& g, int r) {
 
 namespace {
 
-// Everything solve_group's program reads, as text: equal keys, equal programs.
+// Appends the bytes of `v` to `key`: equal bits, equal bytes (what "%.17g" told apart, at a
+// fraction of the cost; keys are only compared, never read).
+template <class T>
+void append_bits(std::string& key, T v) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &v, sizeof(T));
+  key.append(bytes, sizeof(T));
+}
+
+// Everything solve_group's program reads, as bytes: equal keys, equal programs.
 std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t ring_block,
                         const GroupGuess& guess) {
+  std::string key;
+  key.reserve(8 * (4 + t.devices.size() * (t.devices.size() + 12) + 2 * t.machines.size()));
+  for (std::int64_t v : {tokens, ring_block, static_cast<std::int64_t>(t.devices.size()),
+                         static_cast<std::int64_t>(t.machines.size())}) {
+    append_bits(key, v);
+  }
+  append_bits(key, t.a2a_latency_s);
   // Machines by their place in the group's list: groups alike on other machines match.
-  std::string key = format("%lld/%lld/%.17g", static_cast<long long>(tokens),
-                           static_cast<long long>(ring_block), t.a2a_latency_s);
   for (const auto& d : t.devices) {
     const auto entry = std::find(t.machines.begin(), t.machines.end(), d.machine);
-    key += format("/%d,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g",
-                  static_cast<int>(entry - t.machines.begin()), d.token_fixed_s, d.token_s,
-                  d.attention_s, d.attention_backward_s, d.memory_fixed, d.memory_token,
-                  d.memory_limit);
+    append_bits(key, static_cast<int>(entry - t.machines.begin()));
+    for (double v : {d.token_fixed_s, d.token_s, d.attention_s, d.attention_backward_s,
+                     d.memory_fixed, d.memory_token, d.memory_limit}) {
+      append_bits(key, v);
+    }
   }
   for (const auto& row : t.pair_s) {
-    for (double v : row) key += format(",%.17g", v);
+    for (double v : row) append_bits(key, v);
   }
-  for (double v : t.ring_s) key += format(";%.17g", v);
+  for (double v : t.ring_s) append_bits(key, v);
   for (std::size_t m = 0; m < t.machines.size(); ++m) {
-    key += format("|%.17g,%d", t.nic_s[m], t.ring_nic[m]);
+    append_bits(key, t.nic_s[m]);
+    append_bits(key, t.ring_nic[m]);
   }
   for (const auto* v : {&guess.shards, &guess.heads, &guess.kv}) {
-    for (double x : *v) key += format(":%.17g", x);
+    append_bits(key, static_cast<std::int64_t>(v->size()));
+    for (double x : *v) append_bits(key, x);
   }
   return key;
 }
@@ -494,15 +527,21 @@ class Search {
  public:
   // `planner` is how the search sees the cluster (the cluster itself, or every device
   // alike for hexiseq-homogeneous); `judge` the real cluster, which scores the answer.
+  // `bar`: an iteration time (s) found elsewhere that this search's layouts must beat to
+  // matter (the whole mesh's best, for the fastest type's mesh); the screen reads it.
   Search(const SequenceCost& judge, const SequenceCost& planner, std::vector<int> devices,
-         std::int64_t block, const HexiSeqOptions& options)
+         std::int64_t block, const HexiSeqOptions& options, double bar = kInfinity)
       : judge_(judge),
         planner_(planner),
         lm_(planner, static_cast<int>(devices.size())),
         devices_(std::move(devices)),
         block_(block),
         options_(options),
+        bar_(bar),
         start_(std::chrono::steady_clock::now()) {}
+
+  // Whether groupings are screened before their integer programs (large meshes).
+  void set_screen(bool on) { screen_ = on && options_.lp_screen; }
 
   double elapsed_s() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -513,43 +552,13 @@ class Search {
 
   // Scores a grouping (every round); its best closed-form iteration time, or infinity.
   // Groups alike (equal programs but for T and the guess) share one LP entry and guess.
+  // A grouping seen before (the descent's second pass tries its first pass's groupings
+  // again) is not searched again: the same groups give the same programs and layouts.
   double evaluate(const Grouping& grouping) {
-    Prepared pr = prepare(grouping);
-    const int p = static_cast<int>(grouping.groups.size());
-    const std::vector<GroupTerms>& terms = pr.terms;
-    const std::vector<int>& cls = pr.cls;
-    const std::vector<int>& reps = pr.reps;
-    std::vector<GroupGuess>& guesses = pr.guesses;
-    // The even split the homogeneous systems run, as a floor for this grouping.
-    double best = kInfinity;
-    SequenceLayout even = even_layout(grouping.groups, lm_.sequence(), lm_.cost().model().heads);
-    even.split_kv_heads = options_.split_kv_heads;
-    if (std::all_of(even.groups.begin(), even.groups.end(),
-                    [](const SequenceGroup& g) { return g.tokens > 0; }) &&
-        (options_.split_kv_heads ||
-         validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
-             .ok())) {
-      best = score(grouping, even, false);
-    }
-    std::vector<std::int64_t> last;
-    for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
-      ++solves_;
-      const auto t = split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_);
-      if (!t) break;
-      std::vector<double> per_group;
-      for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
-      const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
-      if (blocks == last) break;  // converged
-      last = blocks;
-      std::vector<GroupGuess> group_guesses;
-      for (int g = 0; g < p; ++g) group_guesses.push_back(guesses[cls[g]]);
-      std::optional<SequenceLayout> layout = solve_groups(grouping, terms, group_guesses, blocks);
-      if (!layout) break;
-      best = std::min(best, score(grouping, *layout));
-      for (std::size_t c = 0; c < reps.size(); ++c) {
-        guesses[c] = guess_in_order(layout->groups[reps[c]], grouping.groups[reps[c]]);
-      }
-    }
+    const auto seen = evaluated_.find(grouping.groups);
+    if (seen != evaluated_.end()) return seen->second;
+    const double best = search(grouping);
+    evaluated_.emplace(grouping.groups, best);
     return best;
   }
 
@@ -592,6 +601,51 @@ class Search {
   }
 
  private:
+  // evaluate() for a grouping not seen before.
+  double search(const Grouping& grouping) {
+    Prepared pr = prepare(grouping);
+    const int p = static_cast<int>(grouping.groups.size());
+    const std::vector<GroupTerms>& terms = pr.terms;
+    const std::vector<int>& cls = pr.cls;
+    const std::vector<int>& reps = pr.reps;
+    std::vector<GroupGuess>& guesses = pr.guesses;
+    // The even split the homogeneous systems run, as a floor for this grouping.
+    double best = kInfinity;
+    std::optional<IterationTime> even_time;
+    SequenceLayout even = even_layout(grouping.groups, lm_.sequence(), lm_.cost().model().heads);
+    even.split_kv_heads = options_.split_kv_heads;
+    if (std::all_of(even.groups.begin(), even.groups.end(),
+                    [](const SequenceGroup& g) { return g.tokens > 0; }) &&
+        (options_.split_kv_heads ||
+         validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
+             .ok())) {
+      best = score(grouping, even, false, &even_time);
+    }
+    std::vector<std::int64_t> last;
+    for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
+      ++solves_;
+      double model_s = 0;
+      const auto t =
+          split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_, &model_s);
+      if (!t) break;
+      if (round == 0 && screened_out(model_s, even_time)) break;
+      std::vector<double> per_group;
+      for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
+      const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
+      if (blocks == last) break;  // converged
+      last = blocks;
+      std::vector<GroupGuess> group_guesses;
+      for (int g = 0; g < p; ++g) group_guesses.push_back(guesses[cls[g]]);
+      std::optional<SequenceLayout> layout = solve_groups(grouping, terms, group_guesses, blocks);
+      if (!layout) break;
+      best = std::min(best, score(grouping, *layout));
+      for (std::size_t c = 0; c < reps.size(); ++c) {
+        guesses[c] = guess_in_order(layout->groups[reps[c]], grouping.groups[reps[c]]);
+      }
+    }
+    return best;
+  }
+
   void polish_from(SequenceLayout current, double time, const std::string& grouping) {
     const int p = static_cast<int>(current.groups.size());
     for (int sweep = 0; sweep < 3 && !out_of_time(); ++sweep) {
@@ -684,7 +738,9 @@ class Search {
   std::optional<SequenceGroup> solve_once(const GroupTerms& terms, const std::vector<int>& devices,
                                           std::int64_t tokens, std::int64_t ring_block,
                                           const GroupGuess& guess) {
-    const std::string key = program_key(terms, tokens, ring_block, guess);
+    // Keyed by the guess the program reads: averaged over interchangeable ranks.
+    const std::string key =
+        program_key(terms, tokens, ring_block, symmetric(guess, interchangeable(terms)));
     const auto it = memo_.find(key);
     std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>> answer;
     if (it != memo_.end()) {
@@ -743,11 +799,30 @@ class Search {
     return out;
   }
 
+  // The screen (large meshes): a grouping's integer programs are skipped when its first LP,
+  // at proportional guesses, already puts it at or above the best layout found (or the
+  // outside bar): the model's layer time x layers x sequences plus what the closed form
+  // adds per iteration whatever the split (the gradient sync over the grouping's ring and
+  // the optimizer step, read off its even layout). Not a proof: the programs could find
+  // shards and heads the guess does not see. On the hexiseq_bench meshes (32-1 024 GPUs)
+  // this estimate lies 0.4-35 % below the best layout the programs find for every grouping,
+  // and it skips the merged and dealt groupings of 8-16 devices whose programs cost most
+  // (HexiSeqSearch.ScreenKeepsTheLayoutOnALargeMesh: the same layout with and without).
+  bool screened_out(double model_s, const std::optional<IterationTime>& even) const {
+    if (!screen_ || !even) return false;
+    const double bar = std::min(bar_, best_ ? best_->time.iteration_s : kInfinity);
+    const double floor = planner_.training().global_batch * planner_.model().layers * model_s +
+                         even->sync_s + even->optimizer_s;
+    return floor >= bar;
+  }
+
   // The closed form of a layout (infinity when it does not fit); keeps the best, and the
   // best the programs `solved`.
-  double score(const Grouping& grouping, const SequenceLayout& layout, bool solved = true) {
+  double score(const Grouping& grouping, const SequenceLayout& layout, bool solved = true,
+               std::optional<IterationTime>* time = nullptr) {
     ++candidates_;
     IterationTime it = planner_.iteration(layout);
+    if (time) *time = it;
     if (!it.fits) {
       if (!closest_ || it.iteration_s < closest_->iteration_s) closest_ = it;
       return kInfinity;
@@ -782,11 +857,14 @@ class Search {
   std::vector<int> devices_;
   std::int64_t block_;
   const HexiSeqOptions& options_;
+  double bar_ = kInfinity;  // s
+  bool screen_ = false;
   std::chrono::steady_clock::time_point start_;
   std::optional<HexiSeqResult> best_;
   std::optional<HexiSeqResult> best_solved_;  // the best layout of the programs (not polished)
   std::optional<IterationTime> closest_;      // the best layout that does not fit
   long candidates_ = 0, solves_ = 0;
+  std::map<std::vector<std::vector<int>>, double> evaluated_;  // evaluate() by groups
   std::map<std::string, std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>>>
       memo_;
 };
@@ -812,8 +890,12 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
     const double t = search.evaluate(grouping_by_type(cluster, ds, trial));
     if (t < best_time) best_time = t, best = trial;
   }
-  std::vector<Grouping> more = merged_groupings(cluster, devices, options.largest_merge);
-  for (Grouping& g : dealt_groupings(devices, options.largest_merge)) more.push_back(std::move(g));
+  // Dealt before merged: the dealt groupings' small programs often find the layout that
+  // screens out the merged groups' large ones.
+  std::vector<Grouping> more = dealt_groupings(devices, options.largest_merge);
+  for (Grouping& g : merged_groupings(cluster, devices, options.largest_merge)) {
+    more.push_back(std::move(g));
+  }
   for (const Grouping& g : more) {
     if (search.out_of_time()) return;
     search.evaluate(g);
@@ -839,21 +921,21 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   node.require_object();
   static constexpr std::string_view kKeys[] = {
-      "solver",         "time_budget_s",  "rounds",
-      "block_tokens",   "split_kv_heads", "exhaustive_limit",
-      "screen",         "largest_merge",  "solver_time_limit_s",
-      "idle_slow_types"};
+      "solver",          "time_budget_s",  "rounds",
+      "block_tokens",    "split_kv_heads", "exhaustive_limit",
+      "screen",          "largest_merge",  "solver_time_limit_s",
+      "idle_slow_types", "lp_screen"};
   for (const auto& [key, value] : node.json().items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
     node.at(key).fail_message("unknown HexiSeq option \"" + key +
                               "\" (known: solver, time_budget_s, rounds, block_tokens, "
                               "split_kv_heads, exhaustive_limit, screen, largest_merge, "
-                              "solver_time_limit_s, idle_slow_types)");
+                              "solver_time_limit_s, idle_slow_types, lp_screen)");
   }
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());
     if (!backend) solver->fail(kBackendNames.list("\"", " or "));
-    o.backend = *backend;
+    o.backend = o.exact_backend = *backend;
   }
   if (auto t = node.find("time_budget_s")) o.time_budget_s = t->number_in(0, 1e7);
   o.rounds = static_cast<int>(node.integer_or("rounds", 1, 100, o.rounds));
@@ -868,6 +950,7 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   o.largest_merge = std::max<std::size_t>(1, count("largest_merge", o.largest_merge));
   if (auto t = node.find("solver_time_limit_s")) o.solver_time_limit_s = t->number_in(0.01, 1e5);
   o.idle_slow_types = node.boolean_or("idle_slow_types", o.idle_slow_types);
+  o.lp_screen = node.boolean_or("lp_screen", o.lp_screen);
   return o;
 }
 
@@ -875,7 +958,7 @@ namespace {
 
 // The search over exactly `devices` (sorted).
 Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<int>& devices,
-                                  const HexiSeqOptions& options) {
+                                  const HexiSeqOptions& options, double bar = kInfinity) {
   const Cluster& cluster = cost.cluster();
   const std::int64_t s = cost.training().seq_len;
   const auto block = token_block(s, static_cast<int>(devices.size()), options.block_tokens);
@@ -886,7 +969,7 @@ Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<in
   }
   SequenceCost planner = cost;
   if (options.identical_devices) planner.set_identical(devices.front());
-  Search search(cost, planner, devices, *block, options);
+  Search search(cost, planner, devices, *block, options, bar);
   const std::vector<Grouping> family = grouping_family(cluster, devices, options.exhaustive_limit);
   if (!family.empty()) {
     // Every grouping of whole domains (merged or not) and every dealt one in full: the LP's
@@ -909,6 +992,7 @@ Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<in
       search.evaluate(family[ranked[k].second]);
     }
   } else {
+    search.set_screen(true);
     descend_by_type(search, cluster, devices, options);
   }
   search.polish();
@@ -962,7 +1046,7 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
       return best;
     }
   }
-  auto r = search_mesh(cost, subset, o);
+  auto r = search_mesh(cost, subset, o, best->time.iteration_s);
   if (!r) return best;  // no layout of these devices fits
   best->candidates += r->candidates;
   best->solves += r->solves;

@@ -6,7 +6,10 @@
 //       small meshes: the whole family, its whole-domain groupings (merged or not) in full
 //       and the rest ranked by the LP of (2) at proportional guesses, the best `screen` in
 //       full; large meshes: every domain cut into groups of one size, merges of <= 16
-//       devices and round-robin ("dealt") groups, then a descent over each GPU type's size
+//       devices and round-robin ("dealt") groups, then a descent over each GPU type's size;
+//       each grouping's integer programs skipped when its first LP (stage 2, at proportional
+//       guesses) plus its sync and optimizer steps already reach the best layout found
+//       (`lp_screen`; the fastest type's mesh is held to the whole mesh's best too)
 //   (2) per grouping, S split over the groups by an LP (linear.hpp's model is linear in T_g
 //       for each group's relative shards and heads; groups alike share one entry), rounded
 //       to whole token blocks (min-max)
@@ -22,8 +25,10 @@
 //   (4) the same search over the devices of the fastest GPU type alone: slower types behind a
 //   slow link can cost more in ring steps, all-to-alls and ZeRO-3 gathers than their compute
 //   brings, and then the best layout leaves them idle.
-// The LP and integer programs go through the solver seam (scheduler/solver: CBC by default,
-// GLPK possible; GLPK is ~20x faster on these small programs, see bench/hexiseq_bench).
+// The LP and integer programs go through the solver seam (scheduler/solver: GLPK by default,
+// CBC possible; on these small programs GLPK is 5-40x faster, CBC's preprocessing and cuts
+// cost more than they save, and both find the same layouts on hexiseq_bench's meshes and the
+// 20 random meshes of exact_random_test; see bench/hexiseq_bench). hexiseq-exact keeps CBC.
 // Deterministic: the same input gives the same layout (no budget, or a budget that does not
 // run out; the per-program solver limit is far above what the programs take). Identical
 // programs (groups alike at one T and guess) are solved once.
@@ -43,7 +48,7 @@ namespace hexi {
 inline namespace hexiseq {
 
 struct HexiSeqOptions {
-  Backend backend = Backend::kCbc;    // the LP's and integer programs' solver
+  Backend backend = Backend::kGlpk;   // the LP's and integer programs' solver
   double time_budget_s = 0;           // s; 0: none (every candidate; deterministic)
   int rounds = 3;                     // token split <-> shards and heads alternations
   std::int64_t block_tokens = 0;      // shards in whole blocks of this many; 0: auto
@@ -55,13 +60,18 @@ struct HexiSeqOptions {
                                       // (hexiseq-homogeneous); scored on the real cluster
   double solver_time_limit_s = 10;    // s per LP / integer program
   bool idle_slow_types = true;        // also search the mesh of the fastest GPU type alone
+  bool lp_screen = true;  // large meshes: skip a grouping's integer programs when its first
+                          // LP already puts it at or above the best layout found
+  // hexiseq-exact's whole-mesh MILPs: large, where CBC's cuts pay (a "solver" named in the
+  // options or on the command line sets both backends).
+  Backend exact_backend = Backend::kCbc;
 };
 
 // The options of a JSON object (a sweep's scheduler entry, an advise request's
-// "hexiseq_options"): "solver" ("cbc" | "glpk"), "time_budget_s", "rounds", "block_tokens",
-// "split_kv_heads", "exhaustive_limit", "screen", "largest_merge", "solver_time_limit_s", each
-// optional over `defaults`. Throws InputError naming the path (load_with() turns it into bad
-// input).
+// "hexiseq_options"): "solver" ("cbc" | "glpk": both backends), "time_budget_s", "rounds",
+// "block_tokens", "split_kv_heads", "exhaustive_limit", "screen", "largest_merge",
+// "solver_time_limit_s", "idle_slow_types", "lp_screen", each optional over `defaults`. Throws
+// InputError naming the path (load_with() turns it into bad input).
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
 
 struct HexiSeqResult {

@@ -103,15 +103,42 @@ TEST(HexiSeqSearch, FitsFavoursFastDevicesAndIsDeterministic) {
   EXPECT_EQ(a->time.iteration_s, b->time.iteration_s);
 }
 
-TEST(HexiSeqSearch, GlpkFindsAsGoodALayout) {
+TEST(HexiSeqSearch, CbcFindsAsGoodALayout) {
   const Model m = catalog_model("llama3-8b");
   SequenceCost cost(h100_a100(), m, full_recompute(65536), kProfile);
-  HexiSeqOptions glpk;
-  glpk.backend = Backend::kGlpk;
-  auto a = run_hexiseq(cost, {}, {});
-  auto b = run_hexiseq(cost, {}, glpk);
+  HexiSeqOptions cbc;
+  cbc.backend = Backend::kCbc;
+  auto a = run_hexiseq(cost, {}, {});  // GLPK
+  auto b = run_hexiseq(cost, {}, cbc);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NEAR(b->time.iteration_s / a->time.iteration_s, 1.0, 0.01);
+}
+
+// A mesh too large for the grouping family (8 machines of 2 GPUs of three types, 100 GB/s
+// NICs): the descent by type, where the screen skips the integer programs of groupings whose
+// first LP cannot beat the best layout found. It skips some here (fewer programs) and keeps
+// the layout, byte for byte; the grouping seen twice by the descent is searched once, and
+// repeated runs give the same bytes.
+TEST(HexiSeqSearch, ScreenKeepsTheLayoutOnALargeMesh) {
+  const Cluster c =
+      mixed_cluster({{"H100-SXM", 4, 4}, {"A100-SXM-80GB", 4, 4}, {"L40S", 4, 4}}, 100);
+  SequenceCost cost(c, catalog_model("llama3-8b"), full_recompute(262144), kProfile);
+  HexiSeqOptions screened;
+  screened.backend = Backend::kGlpk;
+  screened.largest_merge = 4;  // the unscreened search's 8-16-GPU programs take seconds
+  HexiSeqOptions full = screened;
+  full.lp_screen = false;
+  auto a = run_hexiseq(cost, {}, screened);
+  auto b = run_hexiseq(cost, {}, full);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LT(a->solves, b->solves);
+  EXPECT_EQ(a->grouping, b->grouping);
+  EXPECT_EQ(dump_json(to_json(a->layout)), dump_json(to_json(b->layout)));
+  EXPECT_EQ(a->time.iteration_s, b->time.iteration_s);
+  auto again = run_hexiseq(cost, {}, screened);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(dump_json(to_json(a->layout)), dump_json(to_json(again->layout)));
+  EXPECT_EQ(a->solves, again->solves);
 }
 
 // 8 H100 and 8 A100 behind 25 GB/s (the HexiSeq testbed) with ZeRO-3: every layout over
@@ -142,6 +169,19 @@ TEST(HexiSeqSearch, IdlesSlowTypesWhereTheyCostMoreThanTheyBring) {
       << idle->grouping;
   // Both searches were run: the candidates add up.
   EXPECT_GT(idle->candidates, every->candidates);
+}
+
+// GLPK searches, CBC solves hexiseq-exact's MILPs, unless a solver is named: then both.
+TEST(HexiSeqSearch, OptionsNameTheSolversAndTheScreen) {
+  const HexiSeqOptions defaults;
+  EXPECT_EQ(defaults.backend, Backend::kGlpk);
+  EXPECT_EQ(defaults.exact_backend, Backend::kCbc);
+  EXPECT_TRUE(defaults.lp_screen);
+  const Json j = {{"solver", "cbc"}, {"lp_screen", false}};
+  const HexiSeqOptions o = read_hexiseq_options(JsonNode(j, "<test options>"));
+  EXPECT_EQ(o.backend, Backend::kCbc);
+  EXPECT_EQ(o.exact_backend, Backend::kCbc);
+  EXPECT_FALSE(o.lp_screen);
 }
 
 TEST(HexiSeqSearch, BadInput) {

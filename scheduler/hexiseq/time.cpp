@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "scheduler/cost/collectives.hpp"
 
@@ -34,8 +35,8 @@ struct Link {
   int dst = 0, src = 0;
   int kv = 0;
   double bandwidth_Bps = 0, latency_s = 0;
-  int src_machine = 0, dst_machine = 0;
-  int src_nic = 0, dst_nic = 0;  // nic_of
+  bool off_machine = false;
+  int src_nic = 0, dst_nic = 0;  // off machine: the NICs' slots (RingModel::nic_Bps_)
 };
 
 class RingModel {
@@ -65,7 +66,7 @@ class RingModel {
     for (int i = 0; i < n; ++i) end[i] = compute_s(i, 0);
     const int step_bytes = a_.bytes_per_element + (backward_ ? a_.grad_bytes_per_element : 0);
     for (int k = 0; k + 1 < p_; ++k) {
-      const std::vector<double> arrive = next_blocks(k, step_bytes, start);
+      const std::vector<double>& arrive = next_blocks(k, step_bytes, start);
       for (int i = 0; i < n; ++i) {
         start[i] = std::max(end[i], arrive[i]);
         end[i] = start[i] + compute_s(i, k + 1);
@@ -73,7 +74,7 @@ class RingModel {
     }
     if (!backward_ || p_ == 1) return end;
     // Each group's own block ends the loop at the previous group: its dK, dV come home.
-    const std::vector<double> home = own_blocks(end);
+    const std::vector<double>& home = own_blocks(end);
     for (int i = 0; i < n; ++i) end[i] = std::max(end[i], home[i]);
     return end;
   }
@@ -101,13 +102,25 @@ class RingModel {
         kv[{first_[g] + rings_.owner[g][m], first_[prev] + rings_.owner[prev][m]}] += rings_.kv[m];
       }
     }
+    std::map<int, int> slot;  // nic_of -> its slot
+    auto slot_of = [&](int device) {
+      const auto [it, fresh] = slot.emplace(nic_of(c, device), static_cast<int>(slot.size()));
+      if (fresh) nic_Bps_.push_back(nic_Bps(c, it->first));
+      return it->second;
+    };
+    const int n = static_cast<int>(ranks_.size());
+    send_lat_.assign(n, 0.0);
+    recv_lat_.assign(n, 0.0);
     for (const auto& [pair, heads] : kv) {
       const auto [dst, src] = pair;
-      const PairLink l = c.link(ranks_[src].device, ranks_[dst].device);
-      links_.push_back({dst, src, heads, l.bandwidth_Bps, l.latency_s,
-                        c.devices()[ranks_[src].device].machine,
-                        c.devices()[ranks_[dst].device].machine, nic_of(c, ranks_[src].device),
-                        nic_of(c, ranks_[dst].device)});
+      const int from = ranks_[src].device, to = ranks_[dst].device;
+      const PairLink l = c.link(from, to);
+      Link link{dst, src, heads, l.bandwidth_Bps, l.latency_s};
+      link.off_machine = c.devices()[from].machine != c.devices()[to].machine;
+      if (link.off_machine) link.src_nic = slot_of(from), link.dst_nic = slot_of(to);
+      send_lat_[src] = std::max(send_lat_[src], l.latency_s);
+      recv_lat_[dst] = std::max(recv_lat_[dst], l.latency_s);
+      links_.push_back(link);
     }
   }
 
@@ -118,13 +131,14 @@ class RingModel {
 
   // When each device has the block of step k + 1 (group g receives the block of group
   // g-k-1: K, V; backward also dK, dV), both ends posting at `posted`.
-  std::vector<double> next_blocks(int k, int bytes, const std::vector<double>& posted) const {
+  const std::vector<double>& next_blocks(int k, int bytes,
+                                         const std::vector<double>& posted) const {
     return arrivals(
         [&](const Link& l) { return link_bytes(l, visiting(ranks_[l.dst].group, k + 1), bytes); },
         posted);
   }
   // After the last step: when each group's own dK, dV are home.
-  std::vector<double> own_blocks(const std::vector<double>& posted) const {
+  const std::vector<double>& own_blocks(const std::vector<double>& posted) const {
     return arrivals(
         [&](const Link& l) {
           return link_bytes(l, ranks_[l.dst].group, a_.grad_bytes_per_element);
@@ -136,30 +150,40 @@ class RingModel {
   // sender's send port and the receiver's receive port (bytes / bandwidth over its peers,
   // plus the largest latency) and, off-machine, of the NICs' time (each device's own NIC,
   // shared with the devices of its rail).
+  // (Called P times per layout: the latencies and NIC slots are the links', found once, and
+  // the sums reuse the model's buffers; the answer lives in arrive_ until the next call.)
   template <class Bytes>
-  std::vector<double> arrivals(Bytes bytes_of, const std::vector<double>& posted) const {
-    const Cluster& c = cost_.cluster();
+  const std::vector<double>& arrivals(Bytes bytes_of, const std::vector<double>& posted) const {
     const int n = static_cast<int>(ranks_.size());
-    std::vector<double> send(n, 0.0), send_lat(n, 0.0), recv(n, 0.0), recv_lat(n, 0.0);
-    std::map<int, double> nic_out, nic_in;  // NIC -> s of its time
-    std::vector<double> bytes(links_.size());
+    const std::vector<double>& send_lat = send_lat_;
+    const std::vector<double>& recv_lat = recv_lat_;
+    std::vector<double>& send = send_;
+    std::vector<double>& recv = recv_;
+    std::vector<double>& nic_out = nic_out_;  // s
+    std::vector<double>& nic_in = nic_in_;
+    std::vector<double>& bytes = bytes_;
+    send.assign(n, 0.0);
+    recv.assign(n, 0.0);
+    nic_out.assign(nic_Bps_.size(), 0.0);
+    nic_in.assign(nic_Bps_.size(), 0.0);
+    bytes.resize(links_.size());
     for (std::size_t k = 0; k < links_.size(); ++k) {
       const Link& l = links_[k];
       bytes[k] = bytes_of(l);
-      send[l.src] += bytes[k] / l.bandwidth_Bps;
-      recv[l.dst] += bytes[k] / l.bandwidth_Bps;
-      send_lat[l.src] = std::max(send_lat[l.src], l.latency_s);
-      recv_lat[l.dst] = std::max(recv_lat[l.dst], l.latency_s);
-      if (l.src_machine == l.dst_machine) continue;
-      nic_out[l.src_nic] += bytes[k] / nic_Bps(c, l.src_nic);
-      nic_in[l.dst_nic] += bytes[k] / nic_Bps(c, l.dst_nic);
+      const double port_s = bytes[k] / l.bandwidth_Bps;
+      send[l.src] += port_s;
+      recv[l.dst] += port_s;
+      if (!l.off_machine) continue;
+      nic_out[l.src_nic] += bytes[k] / nic_Bps_[l.src_nic];
+      nic_in[l.dst_nic] += bytes[k] / nic_Bps_[l.dst_nic];
     }
-    std::vector<double> arrive(n, 0.0);
+    std::vector<double>& arrive = arrive_;
+    arrive.assign(n, 0.0);
     for (std::size_t k = 0; k < links_.size(); ++k) {
       const Link& l = links_[k];
       if (bytes[k] <= 0) continue;
       double port = std::max(send[l.src] + send_lat[l.src], recv[l.dst] + recv_lat[l.dst]);
-      if (l.src_machine != l.dst_machine) {
+      if (l.off_machine) {
         port = std::max(
             {port, nic_out[l.src_nic] + send_lat[l.src], nic_in[l.dst_nic] + recv_lat[l.dst]});
       }
@@ -174,11 +198,14 @@ class RingModel {
   const SubRings rings_;
   const bool backward_;
   const int p_;
-  std::vector<std::int64_t> tokens_;  // T_g
-  std::vector<int> first_;            // flat index of each group's rank 0
-  std::vector<Rank> ranks_;           // flat index -> device
-  std::vector<double> flops_s_;       // achieved attention FLOP/s, flat index
-  std::vector<Link> links_;           // the sub-rings' hops
+  std::vector<std::int64_t> tokens_;         // T_g
+  std::vector<int> first_;                   // flat index of each group's rank 0
+  std::vector<Rank> ranks_;                  // flat index -> device
+  std::vector<double> flops_s_;              // achieved attention FLOP/s, flat index
+  std::vector<Link> links_;                  // the sub-rings' hops
+  std::vector<double> send_lat_, recv_lat_;  // flat index: the largest latency of its hops
+  std::vector<double> nic_Bps_;              // per NIC slot: nic_each_Bps
+  mutable std::vector<double> send_, recv_, nic_out_, nic_in_, bytes_, arrive_;  // arrivals()
 };
 
 // Everything but the attention core of `ks`.
@@ -313,6 +340,15 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
   const std::vector<double> forward = ring_end_s(layout, false);
   const std::vector<double> backward = ring_end_s(layout, true);
   const double replay = training_.recompute == Recompute::kFull ? 1.0 : 0.0;
+  // token_wise_s by (GPU, tokens, forward only): devices of one type with equal shards
+  // repeat across a layout, and the kernel list behind each value is long.
+  std::map<std::tuple<const GpuSpec*, std::int64_t, bool>, double> token_wise;
+  auto token_wise_of = [&](int d, std::int64_t tokens, bool forward_only) {
+    const auto key = std::make_tuple(&gpu(d), tokens, forward_only);
+    const auto it = token_wise.find(key);
+    if (it != token_wise.end()) return it->second;
+    return token_wise[key] = token_wise_s(d, tokens, forward_only);
+  };
   LayerTime out;
   std::size_t flat = 0;
   for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
@@ -332,8 +368,9 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
                               attention_flops_s(d, false) +
                           attention_backward_flops(pairs, group.heads[r], attention_.head_dim) /
                               attention_flops_s(d, true);
-      DeviceTime dt{d, g, r, token_wise_s(d, group.shards[r]), a2a, (1 + replay) * fwd + bwd, busy};
-      dt.forward_s = token_wise_s(d, group.shards[r], true) + a2a_forward + fwd;
+      DeviceTime dt{
+          d, g, r, token_wise_of(d, group.shards[r], false), a2a, (1 + replay) * fwd + bwd, busy};
+      dt.forward_s = token_wise_of(d, group.shards[r], true) + a2a_forward + fwd;
       out.forward_s = std::max(out.forward_s, dt.forward_s);
       if (out.devices.empty() || dt.total_s() > out.time_s) {
         out.time_s = dt.total_s();
@@ -402,8 +439,16 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   const int n = static_cast<int>(devices.size());
   const double e = training_.bytes_per_element();
   double head = 0;
+  std::map<std::pair<const GpuSpec*, std::int64_t>, double> heads;  // head_s, as token_wise
   for (const auto& g : layout.groups) {
-    for (int r = 0; r < g.size(); ++r) head = std::max(head, head_s(g.devices[r], g.shards[r]));
+    for (int r = 0; r < g.size(); ++r) {
+      const auto key = std::make_pair(&gpu(g.devices[r]), g.shards[r]);
+      auto known = heads.find(key);
+      if (known == heads.end()) {
+        known = heads.emplace(key, head_s(g.devices[r], g.shards[r])).first;
+      }
+      head = std::max(head, known->second);
+    }
   }
   // ZeRO-3, per layer: its weights gathered forward and backward and its gradients
   // scattered, on their own stream one layer ahead (FSDP's prefetch): a layer's forward
