@@ -361,6 +361,19 @@ TEST(Train, DamagedCheckpointsAreRefused) {
   refused(": a checkpoint of step 2, but " + bad + "/manifest.json is of step 4");
 }
 
+// The mean loss of the first and of the last 10 steps of a 200-step run's --json output.
+std::pair<double, double> first_and_last_ten(const std::string& out) {
+  auto losses = read_json(out)["losses"].get<std::vector<double>>();
+  EXPECT_EQ(losses.size(), 200u);
+  if (losses.size() != 200u) return {0, 0};
+  double first = 0, last = 0;
+  for (int k = 0; k < 10; ++k) {
+    first += losses[k] / 10;
+    last += losses[190 + k] / 10;
+  }
+  return {first, last};
+}
+
 // The tiny Llama learns the corpus: mean loss of the last 10 of 200 steps well below
 // the first 10 (observed: 5.0 -> 2.4 with AdamW lr 1e-3; a byte-uniform model is 5.55).
 TEST(Train, LossFallsOver200Steps) {
@@ -368,13 +381,7 @@ TEST(Train, LossFallsOver200Steps) {
   Outcome o = train(3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 200 --json",
                     "", out);
   ASSERT_EQ(o.code, 0) << o.output;
-  auto losses = read_json(out)["losses"].get<std::vector<double>>();
-  ASSERT_EQ(losses.size(), 200u);
-  double first = 0, last = 0;
-  for (int k = 0; k < 10; ++k) {
-    first += losses[k] / 10;
-    last += losses[190 + k] / 10;
-  }
+  const auto [first, last] = first_and_last_ten(out);
   std::printf("mean loss of steps 0-9: %.4f, of steps 190-199: %.4f\n", first, last);
   EXPECT_LT(last, 3.0);
   EXPECT_LT(last, first - 1.5);
@@ -468,13 +475,7 @@ TEST(TrainSequence, LossFallsOver200Steps) {
   Outcome o = train(3, "tiny-seq-cpu --plan " + plan("tiny-seq-ring-5-3-2") + " --steps 200 --json",
                     "", out);
   ASSERT_EQ(o.code, 0) << o.output;
-  auto losses = read_json(out)["losses"].get<std::vector<double>>();
-  ASSERT_EQ(losses.size(), 200u);
-  double first = 0, last = 0;
-  for (int k = 0; k < 10; ++k) {
-    first += losses[k] / 10;
-    last += losses[190 + k] / 10;
-  }
+  const auto [first, last] = first_and_last_ten(out);
   std::printf("sequence mesh: mean loss of steps 0-9: %.4f, of steps 190-199: %.4f\n", first, last);
   EXPECT_LT(last, 3.0);
   EXPECT_LT(last, first - 1.0);

@@ -35,7 +35,8 @@ void set_partitions(const std::vector<int>& items, std::size_t at,
   }
 }
 
-// Every size vector (one divisor per domain), odometer order.
+// Every size vector (one divisor per domain), odometer order; none when there are more than
+// `limit`.
 std::vector<std::vector<int>> size_choices(const std::vector<std::vector<int>>& ds,
                                            std::size_t limit) {
   std::vector<std::vector<int>> out{{}};
@@ -45,7 +46,7 @@ std::vector<std::vector<int>> size_choices(const std::vector<std::vector<int>>& 
       for (int k : divisors(static_cast<int>(d.size()))) {
         next.push_back(prefix);
         next.back().push_back(k);
-        if (next.size() > limit) return next;
+        if (next.size() > limit) return {};  // too many: the caller gives up on the family
       }
     }
     out = std::move(next);
@@ -131,7 +132,9 @@ std::vector<Grouping> grouping_family(const Cluster& cluster, const std::vector<
                                       std::size_t limit) {
   const std::vector<std::vector<int>> ds = domains(cluster, devices);
   std::vector<Grouping> out;
-  for (const auto& size : size_choices(ds, limit)) {
+  const std::vector<std::vector<int>> choices = size_choices(ds, limit);
+  if (choices.empty()) return {};  // more than `limit` size choices alone
+  for (const auto& size : choices) {
     std::vector<int> whole;
     for (std::size_t d = 0; d < ds.size(); ++d) {
       if (size[d] == static_cast<int>(ds[d].size())) whole.push_back(static_cast<int>(d));
