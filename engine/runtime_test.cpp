@@ -125,10 +125,10 @@ TEST_P(SequencePlanTest, MatchesSingleProcessAfterOneAndTenSteps) {
 INSTANTIATE_TEST_SUITE_P(Sequence, SequencePlanTest, ::testing::ValuesIn(shipped_sequence_plans()),
                          name_of);
 
-// Same inputs, same bits: two runs give identical losses and parameters.
-TEST(Determinism, TwoRunsAreBitIdentical) {
+// Two 3-step runs of `plan` on `scenario` give identical losses and parameters.
+void expect_two_runs_bit_identical(const char* scenario, const char* plan) {
   Scenario sc;
-  auto program = lower_shipped("tiny-llama-cpu-zero1", "tiny-dp3-mixed.json", &sc);
+  auto program = lower_shipped(scenario, plan, &sc);
   ASSERT_TRUE(program.ok()) << program.error().message;
   auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
   ASSERT_TRUE(corpus.ok());
@@ -137,6 +137,11 @@ TEST(Determinism, TwoRunsAreBitIdentical) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->losses, b->losses);
   EXPECT_EQ(a->params_last.data, b->params_last.data);
+}
+
+// Same inputs, same bits: two runs give identical losses and parameters.
+TEST(Determinism, TwoRunsAreBitIdentical) {
+  expect_two_runs_bit_identical("tiny-llama-cpu-zero1", "tiny-dp3-mixed.json");
 }
 
 // Sequence meshes run in float32: a bf16 one is refused at set-up, by name, on every rank.
@@ -154,16 +159,7 @@ TEST(SequenceMesh, Bf16IsRefusedWithAMessage) {
 
 // The same for a sequence mesh (ring steps, all-to-alls, sub-rings, ZeRO-3).
 TEST(Determinism, SequenceMeshRunsAreBitIdentical) {
-  Scenario sc;
-  auto program = lower_shipped("tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json", &sc);
-  ASSERT_TRUE(program.ok()) << program.error().message;
-  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
-  ASSERT_TRUE(corpus.ok());
-  auto a = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 3);
-  auto b = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 3);
-  ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(a->losses, b->losses);
-  EXPECT_EQ(a->params_last.data, b->params_last.data);
+  expect_two_runs_bit_identical("tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json");
 }
 
 }  // namespace

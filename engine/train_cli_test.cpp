@@ -213,22 +213,30 @@ TEST(Train, Bf16TraceCountsTwoBytesPerElement) {
   }
 }
 
-// Checkpoint after 3 steps, resume for 3 more: the same losses, bit for bit, as 6 steps
-// in one go (ZeRO-1: sharded AdamW moments are part of the checkpoint).
-TEST(Train, CheckpointResumeGivesIdenticalLosses) {
-  const std::string p = plan("tiny-dp2-tp2-vs-pp2"), ckpt = temp("ckpt");
-  const std::string a = temp("a.json"), b = temp("b.json"), c = temp("c.json");
-  ASSERT_EQ(train(4, "tiny-llama-cpu-zero1 --plan " + p + " --steps 6 --json", "", a).code, 0);
-  ASSERT_EQ(
-      train(4, "tiny-llama-cpu-zero1 --plan " + p + " --steps 3 --json --save " + ckpt, "", b).code,
-      0);
-  Outcome o =
-      train(4, "tiny-llama-cpu-zero1 --plan " + p + " --steps 3 --json --resume " + ckpt, "", c);
-  ASSERT_EQ(o.code, 0) << o.output;
+// 6 steps of `scenario` on `p` in one go, then 3 saving a checkpoint and 3 resuming from it:
+// the resumed losses equal steps 3-5 bit for bit. Returns the checkpoint folder.
+std::string expect_resume_matches_one_run(int np, const std::string& scenario, const std::string& p,
+                                          const std::string& tag) {
+  const std::string ckpt = temp(tag + "-ckpt"), a = temp(tag + "-a.json"),
+                    b = temp(tag + "-b.json"), c = temp(tag + "-c.json");
+  const std::string run = scenario + " --plan " + p;
+  EXPECT_EQ(train(np, run + " --steps 6 --json", "", a).code, 0);
+  EXPECT_EQ(train(np, run + " --steps 3 --json --save " + ckpt, "", b).code, 0);
+  Outcome o = train(np, run + " --steps 3 --json --resume " + ckpt, "", c);
+  EXPECT_EQ(o.code, 0) << o.output;
+  if (o.code != 0) return ckpt;
   auto full = read_json(a)["losses"], resumed = read_json(c)["losses"];
   EXPECT_EQ(read_json(c)["first_step"], 3);
   for (int k = 0; k < 3; ++k)
     EXPECT_EQ(resumed[k].get<double>(), full[k + 3].get<double>()) << "step " << k + 3;
+  return ckpt;
+}
+
+// Checkpoint after 3 steps, resume for 3 more: the same losses, bit for bit, as 6 steps
+// in one go (ZeRO-1: sharded AdamW moments are part of the checkpoint).
+TEST(Train, CheckpointResumeGivesIdenticalLosses) {
+  const std::string p = plan("tiny-dp2-tp2-vs-pp2");
+  const std::string ckpt = expect_resume_matches_one_run(4, "tiny-llama-cpu-zero1", p, "dp");
   // A checkpoint of another plan is refused with a message, not loaded.
   Outcome other = train(
       3, "tiny-llama-cpu-zero1 --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 1 --resume " + ckpt);
@@ -455,19 +463,7 @@ TEST(TrainSequence, SimulateComparesWithTheMeasuredTrace) {
 
 // ZeRO-3 over the mesh: 3 steps, save, resume for 3 more = the 6-step run, bit for bit.
 TEST(TrainSequence, CheckpointResumeGivesIdenticalLosses) {
-  const std::string p = plan("tiny-seq-2groups-zero3"), ckpt = temp("seq-ckpt");
-  const std::string a = temp("seq-a.json"), b = temp("seq-b.json"), c = temp("seq-c.json");
-  ASSERT_EQ(train(3, "tiny-seq-cpu-zero3 --plan " + p + " --steps 6 --json", "", a).code, 0);
-  ASSERT_EQ(
-      train(3, "tiny-seq-cpu-zero3 --plan " + p + " --steps 3 --json --save " + ckpt, "", b).code,
-      0);
-  Outcome o =
-      train(3, "tiny-seq-cpu-zero3 --plan " + p + " --steps 3 --json --resume " + ckpt, "", c);
-  ASSERT_EQ(o.code, 0) << o.output;
-  auto full = read_json(a)["losses"], resumed = read_json(c)["losses"];
-  EXPECT_EQ(read_json(c)["first_step"], 3);
-  for (int k = 0; k < 3; ++k)
-    EXPECT_EQ(resumed[k].get<double>(), full[k + 3].get<double>()) << "step " << k + 3;
+  expect_resume_matches_one_run(3, "tiny-seq-cpu-zero3", plan("tiny-seq-2groups-zero3"), "seq");
 }
 
 TEST(TrainSequence, LossFallsOver200Steps) {
