@@ -303,9 +303,13 @@ void print_measured(const validation::TraceComparison& c, const std::string& fil
   t.print(out);
 }
 
-Status write_outputs(const SimOutput& out, const std::string& dir) {
+// report.json, and trace.json when the run built one and `with_trace` (--measured builds
+// it for the comparison even under --no-trace).
+Status write_outputs(const SimOutput& out, const std::string& dir, bool with_trace) {
   if (auto st = write_file(dir + "/report.json", out.report_json); !st) return st;
-  if (!out.trace_json.empty()) return write_file(dir + "/trace.json", out.trace_json);
+  if (with_trace && !out.trace_json.empty()) {
+    return write_file(dir + "/trace.json", out.trace_json);
+  }
   return {};
 }
 
@@ -326,12 +330,8 @@ int run_simulate(const SimulateOptions& opt) {
   const SimOptions so = sim_options(*sc, opt);
   auto out = simulate(work->program, sc->cluster, sc->model, sc->training, sc->profile, so);
   if (!out) return report(out.error());
-  if (!opt.out.empty() && !opt.no_trace) {
-    if (auto st = write_outputs(*out, opt.out); !st) return report(st.error());
-  } else if (!opt.out.empty()) {
-    if (auto st = write_file(opt.out + "/report.json", out->report_json); !st) {
-      return report(st.error());
-    }
+  if (!opt.out.empty()) {
+    if (auto st = write_outputs(*out, opt.out, !opt.no_trace); !st) return report(st.error());
   }
   std::optional<validation::TraceComparison> measured;
   if (!opt.measured.empty()) {

@@ -385,6 +385,10 @@ class DpSync {
     }
   }
 
+  // Passes over the rings: 1 all-reduce each, or under ZeRO a reduce-scatter pass and an
+  // all-gather pass (rings_end_s()).
+  int ring_passes() const { return cm_.training().zero_stage == 0 ? 1 : 2; }
+
   // The device bound: the rings in issue order, each device taking part in one at a time
   // (its DP stream), each starting when its last member is free (the end of that member's
   // schedule or of its previous ring): a ring waits for a member still busy with others.
@@ -392,7 +396,7 @@ class DpSync {
   // all-gathers every bucket: two passes, each half of the all-reduce.
   double rings_end_s() {
     avail_ = finish_;
-    const int passes = cm_.training().zero_stage == 0 ? 1 : 2;
+    const int passes = ring_passes();
     double end = 0;
     for (int pass = 0; pass < passes; ++pass) {
       for (auto& [key, ring] : rings_) {
@@ -413,13 +417,13 @@ class DpSync {
   double nics_end_s() const {
     std::map<int, std::vector<std::pair<double, double>>> by_machine;  // (start, s at the NICs)
     std::vector<int> machines;
+    const int passes = ring_passes();
     for (const auto& [key, ring] : rings_) {
       if (ring.wire == 0) continue;
       machines.clear();
       for (int d : ring.members) machines.push_back(machine(d));
       std::sort(machines.begin(), machines.end());
       machines.erase(std::unique(machines.begin(), machines.end()), machines.end());
-      const int passes = cm_.training().zero_stage == 0 ? 1 : 2;
       for (int m : machines) {
         for (int pass = 0; pass < passes; ++pass) {
           by_machine[m].emplace_back(ring.start[pass],
@@ -746,9 +750,9 @@ struct NicUse {
 
 // The pipelines of a plan run together, event by event, with boundary transfers
 // sharing NICs as they overlap in time (a fluid model with max-min fair rates, rates()).
-// The same semantics as schedule.hpp's
-// timeline otherwise (one compute at a time per stage, FIFO channels, sends not
-// waited for). Used where boundary flows of different classes share a NIC.
+// The same semantics as schedule.hpp's timeline otherwise (one compute at a time per stage,
+// FIFO channels, sends not waited for). Used where boundary flows of different classes
+// share a NIC.
 class SharedTimeline {
  public:
   struct Link {

@@ -85,34 +85,14 @@ Recompute SpecEvaluator::least_memory_recompute() const {
   return full ? Recompute::kFull : cm_.training().recompute;
 }
 
-std::vector<std::vector<std::vector<int>>> SpecEvaluator::stages(const PlanSpec& spec) const {
-  const Cluster& c = cm_.cluster();
-  std::vector<int> next(c.machines().size(), 0);  // next free local index per machine
-  std::vector<std::vector<std::vector<int>>> out;
-  for (const auto& p : spec.pipelines) {
-    std::vector<std::vector<int>> groups;
-    for (const auto& seg : p.segments) {
-      const int base = c.machines()[seg.machine].first_device + next[seg.machine];
-      for (int g = 0; g < seg.count / seg.tp; ++g) {
-        std::vector<int> devices(seg.tp);
-        for (int r = 0; r < seg.tp; ++r) devices[r] = base + g * seg.tp + r;
-        groups.push_back(std::move(devices));
-      }
-      next[seg.machine] += seg.count;
-    }
-    out.push_back(std::move(groups));
-  }
-  return out;
-}
+namespace {
 
-std::vector<std::vector<int>> SpecEvaluator::stages_of(const PlanSpec& spec, int p) const {
-  const Cluster& c = cm_.cluster();
-  std::vector<int> next(c.machines().size(), 0);  // next free local index per machine
-  for (int q = 0; q < p; ++q) {
-    for (const auto& seg : spec.pipelines[q].segments) next[seg.machine] += seg.count;
-  }
+// The TP groups of one pipeline's segments, taking devices from each machine from `next`
+// (its next free local index, advanced past them).
+std::vector<std::vector<int>> pipeline_groups(const Cluster& c, const PipelineSpec& p,
+                                              std::vector<int>& next) {
   std::vector<std::vector<int>> groups;
-  for (const auto& seg : spec.pipelines[p].segments) {
+  for (const auto& seg : p.segments) {
     const int base = c.machines()[seg.machine].first_device + next[seg.machine];
     for (int g = 0; g < seg.count / seg.tp; ++g) {
       std::vector<int> devices(seg.tp);
@@ -122,6 +102,25 @@ std::vector<std::vector<int>> SpecEvaluator::stages_of(const PlanSpec& spec, int
     next[seg.machine] += seg.count;
   }
   return groups;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::vector<int>>> SpecEvaluator::stages(const PlanSpec& spec) const {
+  const Cluster& c = cm_.cluster();
+  std::vector<int> next(c.machines().size(), 0);  // next free local index per machine
+  std::vector<std::vector<std::vector<int>>> out;
+  for (const auto& p : spec.pipelines) out.push_back(pipeline_groups(c, p, next));
+  return out;
+}
+
+std::vector<std::vector<int>> SpecEvaluator::stages_of(const PlanSpec& spec, int p) const {
+  const Cluster& c = cm_.cluster();
+  std::vector<int> next(c.machines().size(), 0);  // next free local index per machine
+  for (int q = 0; q < p; ++q) {
+    for (const auto& seg : spec.pipelines[q].segments) next[seg.machine] += seg.count;
+  }
+  return pipeline_groups(c, spec.pipelines[p], next);
 }
 
 std::vector<int> SpecEvaluator::curve_key(const PlanSpec& spec, int p, int dp) const {
