@@ -14,6 +14,7 @@ namespace {
 
 struct PlanOptions {
   std::string scenario;
+  std::string profile;    // --profile
   std::string scheduler;  // default: the scenario's
   std::string options;    // scheduler options as JSON text (replace the scenario's)
   std::optional<std::uint64_t> seed;
@@ -57,7 +58,7 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
 }
 
 int run_plan(const PlanOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario);
+  auto sc = load_scenario_arg(opt.scenario, opt.profile);
   if (!sc) return report(sc.error());
   if (!opt.out.empty()) {
     if (auto st = check_output_file("--out", opt.out, command_inputs(*sc)); !st)
@@ -108,6 +109,7 @@ void add_plan_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("plan", "Search a parallel plan for a scenario");
   cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
       ->required();
+  add_profile_option(cmd, opt->profile);
   cmd->add_option("--scheduler", opt->scheduler,
                   "Scheduler: " + scheduler_names() + " (default: the scenario's \"scheduler\")");
   cmd->add_option("--seed", opt->seed, "Random seed (default: the scenario's \"seed\")")

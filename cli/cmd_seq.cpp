@@ -17,6 +17,7 @@ namespace {
 
 struct SeqOptions {
   std::string scenario;
+  std::string profile;  // --profile
   std::string scheduler = "hexiseq";
   std::string layout;
   std::string solver;  // empty: each scheduler's default
@@ -273,7 +274,7 @@ int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptio
 }
 
 int run_seq(const SeqOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario);
+  auto sc = load_scenario_arg(opt.scenario, opt.profile);
   if (!sc) return report(sc.error());
   HexiSeqOptions o;
   if (!opt.solver.empty()) {
@@ -373,6 +374,7 @@ void add_seq_command(CLI::App& app, Runner& run) {
       "baseline's, evaluate a layout file, or compare them all");
   cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
       ->required();
+  add_profile_option(cmd, opt->profile);
   cmd->add_option("--scheduler", opt->scheduler,
                   "Sequence scheduler: " + scheduler_list() + " (default: hexiseq)");
   cmd->add_flag("--compare", opt->compare,

@@ -27,6 +27,7 @@ namespace {
 
 struct SimulateOptions {
   std::string scenario;
+  std::string profile;  // --profile
   std::string plan;
   std::string program;
   std::string scheduler;
@@ -314,7 +315,7 @@ Status write_outputs(const SimOutput& out, const std::string& dir, bool with_tra
 }
 
 int run_simulate(const SimulateOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario);
+  auto sc = load_scenario_arg(opt.scenario, opt.profile);
   if (!sc) return report(sc.error());
   if (!opt.out.empty()) {
     const auto inputs = command_inputs(*sc, {opt.plan, opt.program});
@@ -375,6 +376,7 @@ void add_simulate_command(CLI::App& app, Runner& run) {
       app.add_subcommand("simulate", "Simulate one training iteration of a plan with SimGrid");
   cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
       ->required();
+  add_profile_option(cmd, opt->profile);
   cmd->add_option("--plan", opt->plan,
                   "Plan file (default: the scenario's \"plan\"; the headline names the plan used)");
   cmd->add_option("--program", opt->program,

@@ -20,6 +20,7 @@ void add_sweep_command(CLI::App& app, Runner& run);
 void add_plot_command(CLI::App& app, Runner& run);
 void add_advise_command(CLI::App& app, Runner& run);
 void add_reproduce_command(CLI::App& app, Runner& run);
+void add_calibrate_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
   add_info_command(app, run);
@@ -34,6 +35,7 @@ inline void add_all_commands(CLI::App& app, Runner& run) {
   add_plot_command(app, run);
   add_advise_command(app, run);
   add_reproduce_command(app, run);
+  add_calibrate_command(app, run);
 }
 
 }  // namespace hexi::cli

@@ -30,10 +30,23 @@ Result<Catalogs> load_catalogs() {
   return Catalogs{std::move(*gpus), std::move(*models)};
 }
 
-Result<Scenario> load_scenario_arg(const std::string& ref) {
+Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& profile) {
   auto catalogs = load_catalogs();
   if (!catalogs) return catalogs.error();
-  return load_scenario(ref, catalogs->gpus, catalogs->models);
+  auto s = load_scenario(ref, catalogs->gpus, catalogs->models);
+  if (!s || profile.empty()) return s;
+  auto p = Profile::load(profile);
+  if (!p) return p.error();
+  use_profile(*s, std::move(*p));
+  s->inputs.push_back(profile);
+  return s;
+}
+
+void add_profile_option(CLI::App* cmd, std::string& profile) {
+  cmd->add_option("--profile", profile,
+                  "Device profile file (e.g. from hexisim calibrate): replaces the scenario's "
+                  "\"profile\" and the shipped defaults")
+      ->check(CLI::ExistingFile);
 }
 
 void print_json(const Json& json) {

@@ -32,8 +32,10 @@ struct Catalogs {
 };
 Result<Catalogs> load_catalogs();
 
-// Loads a scenario by name or path with the shipped catalogs.
-Result<Scenario> load_scenario_arg(const std::string& ref);
+// Loads a scenario by name or path with the shipped catalogs; with a `profile` file, that
+// profile replaces the scenario's (--profile).
+Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& profile = {});
+void add_profile_option(CLI::App* cmd, std::string& profile);
 
 // One JSON object on stdout.
 void print_json(const Json& json);

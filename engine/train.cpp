@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <numeric>
 #include <span>
@@ -202,9 +203,15 @@ Status write_trace(Communicator& world, const TrainOptions& o, const Job& job, i
   auto all = gather_strings(world, events);
   HEXI_TRY(all);
   if (world.rank() != 0) return {};
-  Json other = {{"source", "hexisim train"}, {"scenario", job.scenario.name},
-                {"plan", job.plan_path},     {"backend", job.backend->describe()},
-                {"steps", steps.size()},     {"measured", true}};
+  // The files the run read, as absolute paths: `hexisim calibrate` lowers the same program.
+  Json other = {{"source", "hexisim train"},
+                {"scenario", job.scenario.name},
+                {"scenario_file", std::filesystem::absolute(job.scenario.file).string()},
+                {"plan", job.plan_path},
+                {"plan_file", std::filesystem::absolute(job.plan_path).string()},
+                {"backend", job.backend->describe()},
+                {"steps", steps.size()},
+                {"measured", true}};
   FILE* f = std::fopen(o.trace.c_str(), "wb");
   if (f == nullptr) return failure(o.trace + ": cannot open the trace file for writing");
   const std::string doc = trace_document(*all, other);
@@ -260,7 +267,8 @@ std::unique_ptr<Communicator> device_world(Communicator& world, Backend& backend
 }
 
 // The steps of this run: per step the global mean loss, the slowest rank's time, and this
-// rank's op timings; t0 = the first op's start (time zero of the trace).
+// rank's op timings; t0 = the earliest first op's start over the ranks (time zero of the
+// trace: ranks on one host share the monotonic clock, so their events line up).
 struct Run {
   std::vector<double> losses, times;
   std::vector<StepStats> steps;
@@ -275,7 +283,14 @@ Run run_steps(const TrainOptions& o, const Job& job, RankRuntime& rt, Communicat
   for (int k = 0; k < o.steps; ++k) {
     auto st = rt.step();
     if (!st.ok()) abort_job(rank, st.error());
-    if (k == 0 && !st->ops.empty()) run.t0 = st->ops.front().start_s;
+    if (k == 0) {
+      // The minimum as the maximum of the negatives (ReduceOp has sum and max).
+      double minus_t0 = st->ops.empty() ? -1e300 : -st->ops.front().start_s;
+      if (!world.all_reduce(&minus_t0, 1, DType::kF64, ReduceOp::kMax).ok()) {
+        abort_job(rank, failure("trace time zero reduction failed"));
+      }
+      run.t0 = -minus_t0;
+    }
     double sums[2] = {st->loss_sum, st->loss_tokens};
     double seconds = st->seconds;
     progress.enter([] { return std::string("reducing the step's loss"); }, true);

@@ -139,12 +139,17 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
         nested_error = loaded_profile.error();
         throw InputError(loaded_profile.error().message);
       }
-      s.profile = std::move(*loaded_profile);
+      use_profile(s, std::move(*loaded_profile));
     }
     return s;
   });
   if (!scenario && nested_error) return *nested_error;
   return scenario;
+}
+
+void use_profile(Scenario& s, Profile profile) {
+  s.profile = std::move(profile);
+  s.cluster.set_curves(s.profile.transports());
 }
 
 Result<Scenario> load_scenario(const std::string& ref, const GpuCatalog& catalog,

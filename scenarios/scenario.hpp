@@ -49,6 +49,10 @@ Result<Scenario> load_scenario(const std::string& name_or_path, const GpuCatalog
 Result<Scenario> scenario_from_json(const Json& json, const std::filesystem::path& file,
                                     const GpuCatalog& catalog, const ModelCatalog& models);
 
+// Makes `profile` the scenario's: its device models, and the transport curves it replaces
+// in the scenario's cluster.
+void use_profile(Scenario& s, Profile profile);
+
 // The file of a cluster reference: a shipped name's file, or a path (a relative one is
 // taken relative to `relative_to`, the scenario's folder, when that is given).
 std::filesystem::path cluster_file(const std::string& name_or_path,

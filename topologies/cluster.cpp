@@ -347,6 +347,19 @@ LinkClass Cluster::link_class(int a, int b) const {
   return ma.leaf == mb.leaf ? LinkClass::kNetworkLeaf : LinkClass::kNetworkSpine;
 }
 
+const TransportCurve& Cluster::curve(Transport t) const {
+  if (curves_ != nullptr) {
+    auto it = curves_->find(t);
+    if (it != curves_->end()) return it->second;
+  }
+  return transport_curve(t);
+}
+
+void Cluster::set_curves(const std::map<Transport, TransportCurve>& curves) {
+  curves_ = curves.empty() ? nullptr
+                           : std::make_shared<const std::map<Transport, TransportCurve>>(curves);
+}
+
 Transport Cluster::transport(int a, int b) const {
   if (nominal_rates_) return Transport::kNominal;
   switch (link_class(a, b)) {

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -121,13 +123,17 @@ class Cluster {
   // Achieved / nominal rate of a transfer between a and b sending `message_bytes` per
   // step: a flow of B bytes moves B / efficiency wire bytes at the nominal rates.
   double efficiency(int a, int b, double message_bytes) const {
-    return transport_curve(transport(a, b)).efficiency(message_bytes);
+    return curve(transport(a, b)).efficiency(message_bytes);
   }
   // The latency of one step of a transfer between a and b: the path's, plus its
   // transport's extra latency per step.
   double step_latency(int a, int b) const {
-    return latency(a, b) + transport_curve(transport(a, b)).step_latency_s;
+    return latency(a, b) + curve(transport(a, b)).step_latency_s;
   }
+  // A transport's curve: the shipped table unless a profile replaced it (a calibrated
+  // profile's "transports", topologies/profile.hpp).
+  const TransportCurve& curve(Transport t) const;
+  void set_curves(const std::map<Transport, TransportCurve>& curves);
   Transport network_transport() const { return network_transport_; }
   bool nominal_rates() const { return nominal_rates_; }
 
@@ -162,6 +168,7 @@ class Cluster {
   double oversubscription_ = 1.0;
   Transport network_transport_ = Transport::kRdma;
   bool nominal_rates_ = false;
+  std::shared_ptr<const std::map<Transport, TransportCurve>> curves_;  // null: shipped only
   std::unordered_map<std::uint64_t, PairLink> device_overrides_;
   std::unordered_map<std::uint64_t, PairLink> machine_overrides_;
   friend class ClusterReader;

@@ -156,6 +156,28 @@ void apply(const FileEntry& e, DeviceProfile& values, std::array<std::string, kN
   }
 }
 
+// One transport's curve: {"step_latency_us": x, "efficiency": [[bytes, eta], ...] (bytes
+// increasing), "source": "..."}.
+TransportCurve read_transport(const JsonNode& node, Transport t) {
+  node.allow_only({"step_latency_us", "efficiency", "source"});
+  TransportCurve c;
+  c.transport = t;
+  c.source = node.find("source") ? node.str("source") : node.origin();
+  c.step_latency_s = node.at("step_latency_us").number_in(0, 1e7) / 1e6;
+  auto table = node.at("efficiency");
+  table.require_array();
+  for (std::size_t i = 0; i < table.json().size(); ++i) {
+    auto point = table.at(i);
+    point.require_array();
+    if (point.json().size() != 2) point.fail("a pair [message bytes, efficiency]");
+    const double bytes = point.at(0).number_in(1, 1e15);
+    if (!c.points.empty() && bytes <= c.points.back().bytes)
+      point.at(0).fail("message bytes larger than the previous point's");
+    c.points.push_back({bytes, point.at(1).number_in(1e-4, kMaxEfficiency)});
+  }
+  return c;
+}
+
 }  // namespace
 
 DeviceProfile DeviceProfile::constant(double gemm, double attention, double memory,
@@ -211,7 +233,7 @@ Result<Profile> Profile::from_json(const Json& json, const std::string& origin) 
     if (version == 1) {
       root.allow_only({"version", "comment", "default", "devices"});
     } else {
-      root.allow_only({"version", "comment", "default", "architectures", "devices"});
+      root.allow_only({"version", "comment", "default", "architectures", "devices", "transports"});
     }
     Profile p;
     if (version == 1) {  // the constant model: what the file leaves out takes its defaults
@@ -242,6 +264,16 @@ Result<Profile> Profile::from_json(const Json& json, const std::string& origin) 
         p.devices_[name] = {e.values, e.sources, e.set};
       }
     }
+    if (auto transports = root.find("transports")) {
+      transports->require_object();
+      for (const auto& [name, _] : transports->json().items()) {
+        auto t = kTransportNames.parse(name);
+        if (!t || *t == Transport::kNominal)
+          transports->fail_message("unknown transport \"" + name +
+                                   "\" (allowed: nvlink, pcie, host, rdma, efa, tcp)");
+        p.set_transport(read_transport(transports->at(name), *t));
+      }
+    }
     return p;
   });
 }
@@ -259,7 +291,18 @@ Json Profile::to_json() const {
         entry_json(families_[a].values, families_[a].sources, kAllParams);
   }
   for (const auto& [name, e] : devices_) devices[name] = entry_json(e.values, e.sources, e.set);
-  return {{"version", 2}, {"architectures", archs}, {"devices", devices}};
+  Json out = {{"version", 2}, {"architectures", archs}, {"devices", devices}};
+  if (!transports_.empty()) {
+    Json transports = Json::object();
+    for (const auto& [t, c] : transports_) {
+      Json table = Json::array();
+      for (const auto& point : c.points) table.push_back({point.bytes, point.efficiency});
+      transports[std::string(to_string(t))] = {
+          {"step_latency_us", c.step_latency_s * 1e6}, {"efficiency", table}, {"source", c.source}};
+    }
+    out["transports"] = transports;
+  }
+  return out;
 }
 
 DeviceProfile Profile::device(const GpuSpec& gpu) const {
@@ -301,6 +344,19 @@ void Profile::set_device(const std::string& gpu_name, const DeviceProfile& p,
   Entry e{p, {}, kAllParams};
   e.sources.fill(source);
   devices_[gpu_name] = std::move(e);
+}
+
+void Profile::set_device_param(const std::string& gpu_name, Param param, double value,
+                               const std::string& source) {
+  Entry& e = devices_[gpu_name];
+  e.values.set(param, value);
+  e.sources[index(param)] = source;
+  e.set |= 1u << index(param);
+}
+
+void Profile::set_transport(TransportCurve curve) {
+  const Transport t = curve.transport;
+  transports_[t] = std::move(curve);
 }
 
 }  // namespace hexi

@@ -20,6 +20,7 @@
 // "nominal"`) turns every eta into 1 and alpha into 0: the datasheet model, for
 // hand-checkable tests.
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -44,7 +45,7 @@ struct EfficiencyPoint {
 
 struct TransportCurve {
   Transport transport = Transport::kNominal;
-  std::string_view source;              // where the table comes from
+  std::string source;                   // where the table comes from
   double step_latency_s = 0;            // alpha: added to every step's hop latency
   std::vector<EfficiencyPoint> points;  // by increasing bytes; empty: eta 1
 

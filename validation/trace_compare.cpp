@@ -5,13 +5,14 @@
 #include <map>
 
 namespace hexi::validation {
-namespace {
-
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+namespace {
 
 // An op's time in a trace (s), and the span of the ops (first start to last end).
 struct Span {
@@ -51,50 +52,59 @@ Result<TraceComparison> compare_traces(const Program& program, const Trace& simu
     sim_s[e.op] = (e.end_us - e.start_us) * 1e-6;
     sim_span.add(e);
   }
-  // Measured: per step, per op.
-  int steps = 0;
-  for (const TraceOp& e : measured.ops) {
-    if (e.op < 0 || e.op >= num_ops) {
-      return bad_input(measured_origin + ": op " + std::to_string(e.op) +
-                       " is not an op of the simulated program (" + std::to_string(num_ops) +
-                       " ops): was the trace measured on another plan or scenario?");
-    }
-    steps = std::max(steps, e.step + 1);
-  }
-  if (steps == 0) return bad_input(measured_origin + ": no op of a training step in the trace");
-  const int first = steps >= 3 ? 1 : 0;  // the first step warms up
-  std::vector<std::vector<double>> per_op(num_ops);
-  std::vector<Span> step_span(steps);
-  for (const TraceOp& e : measured.ops) {
-    if (e.step < first) continue;
-    per_op[e.op].push_back((e.end_us - e.start_us) * 1e-6);
-    step_span[e.step].add(e);
-  }
+  auto m = measured_ops(program, measured, measured_origin);
+  if (!m) return m.error();
   TraceComparison c;
-  c.measured_steps = steps;
-  c.steps_used = steps - first;
+  c.measured_steps = m->steps;
+  c.steps_used = m->steps - m->first;
   std::map<std::string, OpClassTimes> classes;
   for (int id = 0; id < num_ops; ++id) {
-    if (per_op[id].empty()) {
-      return bad_input(measured_origin + ": op " + std::to_string(id) + " (" +
-                       op_label(program, id) +
-                       ") was not measured: the trace is not of the simulated program");
-    }
     if (sim_s[id] < 0 || program.ops[id].kind == OpKind::kRecv) continue;
     const std::string name = op_class(program, id);
     OpClassTimes& t = classes[name];
     t.op_class = name;
     ++t.ops;
     t.simulated_s += sim_s[id];
-    t.measured_s += median(per_op[id]);
+    std::vector<double> seconds;
+    for (const TraceOp& e : m->by_op[id]) seconds.push_back((e.end_us - e.start_us) * 1e-6);
+    t.measured_s += median(seconds);
     ++c.ops;
   }
   for (auto& [name, t] : classes) c.classes.push_back(t);
   c.simulated_iteration_s = sim_span.seconds();
-  std::vector<double> iterations;
-  for (int s = first; s < steps; ++s) iterations.push_back(step_span[s].seconds());
-  c.measured_iteration_s = median(iterations);
+  c.measured_iteration_s = median(m->step_seconds);
   return c;
+}
+
+Result<MeasuredOps> measured_ops(const Program& program, const Trace& measured,
+                                 const std::string& origin) {
+  const int num_ops = program.num_ops();
+  MeasuredOps m;
+  for (const TraceOp& e : measured.ops) {
+    if (e.op < 0 || e.op >= num_ops) {
+      return bad_input(origin + ": op " + std::to_string(e.op) +
+                       " is not an op of the simulated program (" + std::to_string(num_ops) +
+                       " ops): was the trace measured on another plan or scenario?");
+    }
+    m.steps = std::max(m.steps, e.step + 1);
+  }
+  if (m.steps == 0) return bad_input(origin + ": no op of a training step in the trace");
+  m.first = m.steps >= 3 ? 1 : 0;  // the first step warms up
+  m.by_op.resize(num_ops);
+  std::vector<Span> step_span(m.steps);
+  for (const TraceOp& e : measured.ops) {
+    if (e.step < m.first) continue;
+    m.by_op[e.op].push_back(e);
+    step_span[e.step].add(e);
+  }
+  for (int id = 0; id < num_ops; ++id) {
+    if (m.by_op[id].empty()) {
+      return bad_input(origin + ": op " + std::to_string(id) + " (" + op_label(program, id) +
+                       ") was not measured: the trace is not of the simulated program");
+    }
+  }
+  for (int s = m.first; s < m.steps; ++s) m.step_seconds.push_back(step_span[s].seconds());
+  return m;
 }
 
 Json to_json(const TraceComparison& c) {

@@ -36,6 +36,20 @@ struct TraceComparison {
   int ops = 0;                        // program ops matched
 };
 
+// A measured trace sorted by program op: every op's events over the steps used (the first
+// left out when there are at least three), and each used step's span.
+struct MeasuredOps {
+  int steps = 0;                            // steps in the trace
+  int first = 0;                            // the first step used
+  std::vector<std::vector<TraceOp>> by_op;  // per program op id, one event per used step
+  std::vector<double> step_seconds;         // per used step: first op start to last op end
+};
+// Bad input (naming `origin`) when the trace holds an op id the program does not have, has
+// no step, or misses an op of the program.
+Result<MeasuredOps> measured_ops(const Program& program, const Trace& measured,
+                                 const std::string& origin);
+double median(std::vector<double> v);
+
 // The class of program op `id` (see above).
 std::string op_class(const Program& program, int id);
 

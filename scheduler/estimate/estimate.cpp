@@ -583,7 +583,7 @@ class DpSync {
       out.bandwidth_Bps = std::min(
           {out.bandwidth_Bps, c.machines()[m].nic_each_Bps(), c.machines()[mp].nic_each_Bps()});
     }
-    out.step_latency_s = l.latency_s + transport_curve(out.transport).step_latency_s;
+    out.step_latency_s = l.latency_s + c.curve(out.transport).step_latency_s;
     if (by_machine) row_tags_[mp] = row_tag_;
     return out;
   }
@@ -664,7 +664,8 @@ class DpSync {
       for (std::size_t t = 0; t < kTransports; ++t) {
         const double slowest = links[k].slowest[t];
         if (std::isinf(slowest)) continue;
-        bw = std::min(bw, slowest * transport_curve(static_cast<Transport>(t)).efficiency(message));
+        bw = std::min(bw,
+                      slowest * cm_.cluster().curve(static_cast<Transport>(t)).efficiency(message));
       }
       piece_s[k] = collective_time(Collective::kAllReduce, e * params, dp_, bw, links[k].latency_s);
       total += piece_s[k];

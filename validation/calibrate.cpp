@@ -1,0 +1,489 @@
+#include "validation/calibrate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "scheduler/cost/cost_model.hpp"
+#include "scheduler/program/lower_sequence.hpp"
+#include "topologies/eigen.hpp"
+#include "topologies/text.hpp"
+#include "validation/trace_compare.hpp"
+
+namespace hexi::validation {
+namespace {
+
+constexpr double kRidge = 1e-7;  // pull towards the start, in log space
+constexpr double kExercised = 0.02;    // |d log t / d log p| of at least one point
+constexpr double kDerivStep = 1e-4;    // forward difference in log space
+constexpr int kIterations = 200;
+
+// The parameters a compute fit may move, and the value a zero base starts from (a
+// half-point of 0 means "no saturation": the fit starts where it has an effect).
+struct Candidate {
+  Param param;
+  double seed;  // file units
+};
+constexpr Candidate kCandidates[] = {
+    {Param::kGemmCeiling, 0.5},
+    {Param::kGemmKHalf, 32},
+    {Param::kAttentionFwd, 0.5},
+    {Param::kAttentionBwd, 0.5},
+    {Param::kAttentionSHalfFwd, 64},
+    {Param::kAttentionSHalfBwd, 64},
+    {Param::kAttentionDenseTokenTraffic, 1},
+    {Param::kAttentionDenseTrafficFwd, 1},
+    {Param::kAttentionDenseTrafficBwd, 1},
+    {Param::kMemoryEfficiency, 0.5},
+    {Param::kKernelOverheadUs, 1},
+};
+
+using Residuals = std::function<Eigen::VectorXd(const Eigen::VectorXd&)>;
+
+// Levenberg-Marquardt on the sum of squared residuals, x kept inside [lo, hi].
+Eigen::VectorXd least_squares(const Residuals& f, Eigen::VectorXd x, const Eigen::VectorXd& lo,
+                              const Eigen::VectorXd& hi) {
+  const Eigen::Index n = x.size();
+  Eigen::VectorXd r = f(x);
+  double cost = r.squaredNorm();
+  double lambda = 1e-3;
+  for (int it = 0; it < kIterations; ++it) {
+    Eigen::MatrixXd j(r.size(), n);
+    for (Eigen::Index c = 0; c < n; ++c) {
+      Eigen::VectorXd xs = x;
+      xs[c] += kDerivStep;
+      j.col(c) = (f(xs) - r) / kDerivStep;
+    }
+    const Eigen::MatrixXd jtj = j.transpose() * j;
+    const Eigen::VectorXd g = j.transpose() * r;
+    bool improved = false;
+    for (int tries = 0; tries < 20 && !improved; ++tries) {
+      Eigen::MatrixXd a = jtj;
+      for (Eigen::Index c = 0; c < n; ++c) a(c, c) += lambda * std::max(jtj(c, c), 1e-12);
+      Eigen::VectorXd step = a.ldlt().solve(-g);
+      Eigen::VectorXd next = (x + step).cwiseMax(lo).cwiseMin(hi);
+      Eigen::VectorXd rn = f(next);
+      const double c2 = rn.squaredNorm();
+      if (std::isfinite(c2) && c2 < cost) {
+        const bool converged = cost - c2 < 1e-12 * std::max(cost, 1e-30);
+        x = next;
+        r = rn;
+        cost = c2;
+        lambda = std::max(lambda / 3, 1e-9);
+        improved = true;
+        if (converged) return x;
+      } else {
+        lambda *= 4;
+      }
+    }
+    if (!improved) break;
+  }
+  return x;
+}
+
+// One compute data point: a shape on a device type, its measured mean time.
+struct ComputePoint {
+  const std::vector<Kernel>* kernels = nullptr;
+  std::string op_class;
+  double measured_s = 0;  // per op, mean over the ops and steps merged here
+  int samples = 0;        // op instances x steps
+  int ops = 0;            // program ops (one iteration)
+};
+
+double model_time(const ComputePoint& p, const GpuSpec& gpu, const DeviceProfile& d) {
+  return kernels_time(*p.kernels, gpu, d);
+}
+
+// R^2 of fitted against measured (weights per point).
+double r_squared(const std::vector<double>& measured, const std::vector<double>& fitted,
+                 const std::vector<double>& weight) {
+  double wsum = 0, mean = 0;
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    wsum += weight[i];
+    mean += weight[i] * measured[i];
+  }
+  mean /= wsum;
+  double res = 0, tot = 0;
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    res += weight[i] * (fitted[i] - measured[i]) * (fitted[i] - measured[i]);
+    tot += weight[i] * (measured[i] - mean) * (measured[i] - mean);
+  }
+  return tot > 0 ? 1 - res / tot : (res == 0 ? 1 : 0);
+}
+
+// Relative residuals: (rms, max), with weights normalised to 1.
+std::pair<double, double> relative_errors(const std::vector<double>& measured,
+                                          const std::vector<double>& fitted,
+                                          const std::vector<double>& weight) {
+  double wsum = 0, ss = 0, worst = 0;
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    const double e = fitted[i] / measured[i] - 1;
+    wsum += weight[i];
+    ss += weight[i] * e * e;
+    worst = std::max(worst, std::abs(e));
+  }
+  return {std::sqrt(ss / wsum), worst};
+}
+
+std::string traces_text(const std::vector<MeasuredRun>& runs) {
+  std::string out;
+  for (const auto& r : runs) out += (out.empty() ? "" : ", ") + r.origin;
+  return out;
+}
+
+Result<TermFit> fit_compute(const GpuSpec& gpu, const std::vector<ComputePoint>& points,
+                            const Profile& base, Profile& out, const std::string& traces) {
+  const DeviceProfile start = base.device(gpu);
+  std::vector<double> measured, weight;
+  double total = 0;
+  for (const auto& p : points) total += p.measured_s * p.ops;
+  for (const auto& p : points) {
+    measured.push_back(p.measured_s);
+    weight.push_back(p.measured_s * p.ops / total);
+  }
+  auto profile_at = [&](const std::vector<Param>& params, const Eigen::VectorXd& x) {
+    DeviceProfile d = start;
+    for (std::size_t j = 0; j < params.size(); ++j) d.set(params[j], std::exp(x[j]));
+    return d;
+  };
+  auto log_ratios = [&](const DeviceProfile& d) {
+    Eigen::VectorXd r(points.size());
+    for (std::size_t i = 0; i < points.size(); ++i)
+      r[i] = std::log(model_time(points[i], gpu, d) / points[i].measured_s);
+    return r;
+  };
+  // Which candidates the data can see: d log t / d log p at the start (seeded) values.
+  std::vector<Param> all;
+  Eigen::VectorXd x_all(std::size(kCandidates));
+  for (std::size_t j = 0; j < std::size(kCandidates); ++j) {
+    all.push_back(kCandidates[j].param);
+    const double v = start.get(kCandidates[j].param);
+    x_all[j] = std::log(v > 0 ? v : kCandidates[j].seed);
+  }
+  const Eigen::VectorXd r_all = log_ratios(profile_at(all, x_all));
+  std::vector<Param> params;
+  std::vector<double> x0v, lov, hiv;
+  for (std::size_t j = 0; j < all.size(); ++j) {
+    Eigen::VectorXd xs = x_all;
+    xs[j] += kDerivStep;
+    const double sensitivity =
+        ((log_ratios(profile_at(all, xs)) - r_all) / kDerivStep).cwiseAbs().maxCoeff();
+    if (sensitivity < kExercised) continue;
+    const ParamInfo& info = param_info(all[j]);
+    params.push_back(all[j]);
+    x0v.push_back(x_all[j]);
+    lov.push_back(std::log(std::max(info.min, 1e-6)));
+    hiv.push_back(std::log(info.max));
+  }
+  TermFit t;
+  t.term = "compute " + gpu.name;
+  t.points = static_cast<int>(points.size());
+  for (const auto& p : points) t.samples += p.samples;
+  if (params.empty()) {
+    return bad_input(t.term + ": no device-model parameter changes the time of its " +
+                     std::to_string(points.size()) + " measured shapes");
+  }
+  const Eigen::Index n = static_cast<Eigen::Index>(params.size());
+  Eigen::VectorXd x0 = Eigen::Map<Eigen::VectorXd>(x0v.data(), n);
+  Eigen::VectorXd lo = Eigen::Map<Eigen::VectorXd>(lov.data(), n);
+  Eigen::VectorXd hi = Eigen::Map<Eigen::VectorXd>(hiv.data(), n);
+  x0 = x0.cwiseMax(lo).cwiseMin(hi);
+  const Residuals residuals = [&](const Eigen::VectorXd& x) {
+    Eigen::VectorXd r(points.size() + params.size());
+    const Eigen::VectorXd lr = log_ratios(profile_at(params, x));
+    for (std::size_t i = 0; i < points.size(); ++i) r[i] = std::sqrt(weight[i]) * lr[i];
+    for (Eigen::Index j = 0; j < n; ++j)
+      r[static_cast<Eigen::Index>(points.size()) + j] = std::sqrt(kRidge) * (x[j] - x0[j]);
+    return r;
+  };
+  const Eigen::VectorXd x = least_squares(residuals, x0, lo, hi);
+  const DeviceProfile fitted = profile_at(params, x);
+
+  std::vector<double> before, after;
+  std::map<std::string, ClassFit> classes;
+  for (const auto& p : points) {
+    before.push_back(model_time(p, gpu, start));
+    after.push_back(model_time(p, gpu, fitted));
+    ClassFit& c = classes[p.op_class];
+    c.op_class = p.op_class;
+    c.points += 1;
+    c.measured_s += p.measured_s * p.ops;
+    c.fitted_s += after.back() * p.ops;
+    c.before_s += before.back() * p.ops;
+  }
+  for (auto& [name, c] : classes) t.classes.push_back(c);
+  t.r2 = r_squared(measured, after, weight);
+  t.r2_before = r_squared(measured, before, weight);
+  std::tie(t.rms_rel, t.max_rel) = relative_errors(measured, after, weight);
+  t.rms_rel_before = relative_errors(measured, before, weight).first;
+  const std::string source = format(
+      "hexisim calibrate: least squares on %d measured shapes (%d op instances) from %s; "
+      "R^2 %.4f, time-weighted rms error %.1f %%",
+      t.points, t.samples, traces.c_str(), t.r2, 100 * t.rms_rel);
+  for (const auto& c : kCandidates) {
+    const bool fitted_here = std::find(params.begin(), params.end(), c.param) != params.end();
+    t.params.push_back({std::string(param_info(c.param).name), start.get(c.param),
+                        fitted.get(c.param), fitted_here});
+    if (fitted_here) out.set_device_param(gpu.name, c.param, fitted.get(c.param), source);
+  }
+  return t;
+}
+
+// One message: its transfer time (s) and what the model needs.
+struct LinkPoint {
+  double bytes = 0;
+  double seconds = 0;    // measured transfer time
+  double hop_s = 0;      // the cluster's path latency
+  double nominal_s = 0;  // bytes / nominal single-flow rate
+  std::string op_class;
+  int samples = 0;
+};
+
+Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& points,
+                         const TransportCurve& start, Profile& out, const std::string& traces) {
+  TermFit t;
+  t.term = "link " + std::string(to_string(transport));
+  t.points = static_cast<int>(points.size());
+  std::set<double> sizes;
+  for (const auto& p : points) {
+    sizes.insert(p.bytes);
+    t.samples += p.samples;
+  }
+  if (sizes.size() < 2) {
+    return bad_input(t.term + ": its " + std::to_string(points.size()) +
+                     " point-to-point messages in the traces all have " +
+                     format("%.0f", *sizes.begin()) +
+                     " bytes; latency and bandwidth need messages of at least two sizes "
+                     "(add a trace of a plan with another micro-batch or sequence length)");
+  }
+  // alpha + nominal_s / eta: linear least squares on relative error, alpha >= 0.
+  auto solve = [&](bool with_alpha) {
+    Eigen::MatrixXd a(points.size(), with_alpha ? 2 : 1);
+    Eigen::VectorXd b(points.size());
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const double w = 1 / points[i].seconds;
+      const auto r = static_cast<Eigen::Index>(i);
+      a(r, 0) = w * points[i].nominal_s;
+      if (with_alpha) a(r, 1) = w;
+      b[r] = w * (points[i].seconds - points[i].hop_s);
+    }
+    Eigen::VectorXd s = a.colPivHouseholderQr().solve(b);
+    return std::pair<double, double>{s[0], with_alpha ? s[1] : 0.0};
+  };
+  auto [inv_eta, alpha] = solve(true);
+  if (alpha < 0) std::tie(inv_eta, alpha) = solve(false);
+  // eta per message size: the median over that size's messages of what alpha leaves.
+  TransportCurve curve;
+  curve.transport = transport;
+  curve.step_latency_s = alpha;
+  for (double size : sizes) {
+    std::vector<double> etas;
+    for (const auto& p : points) {
+      if (p.bytes != size) continue;
+      const double wire = p.seconds - p.hop_s - alpha;
+      etas.push_back(wire > 0 ? p.nominal_s / wire : 1.5);
+    }
+    const double eta = inv_eta > 0 ? median(etas) : 1.5;
+    curve.points.push_back({size, std::clamp(eta, 1e-4, 1.5)});
+  }
+  std::vector<double> measured, before, after, weight;
+  std::map<std::string, ClassFit> classes;
+  auto time_of = [](const TransportCurve& c, const LinkPoint& p) {
+    return p.hop_s + c.step_latency_s + p.nominal_s / c.efficiency(p.bytes);
+  };
+  for (const auto& p : points) {
+    measured.push_back(p.seconds);
+    before.push_back(time_of(start, p));
+    after.push_back(time_of(curve, p));
+    weight.push_back(1);
+    ClassFit& c = classes[p.op_class];
+    c.op_class = p.op_class;
+    c.points += 1;
+    c.measured_s += p.seconds;
+    c.fitted_s += after.back();
+    c.before_s += before.back();
+  }
+  for (auto& [name, c] : classes) t.classes.push_back(c);
+  t.r2 = r_squared(measured, after, weight);
+  t.r2_before = r_squared(measured, before, weight);
+  std::tie(t.rms_rel, t.max_rel) = relative_errors(measured, after, weight);
+  t.rms_rel_before = relative_errors(measured, before, weight).first;
+  t.params.push_back({"step_latency_us", start.step_latency_s * 1e6, alpha * 1e6, true});
+  for (const auto& pt : curve.points) {
+    t.params.push_back(
+        {format("eta@%.0f", pt.bytes), start.efficiency(pt.bytes), pt.efficiency, true});
+  }
+  curve.source = format(
+      "hexisim calibrate: %d point-to-point messages (%d sizes, fastest of each over the steps) "
+      "from %s; R^2 %.4f, rms error %.1f %%",
+      t.points, static_cast<int>(sizes.size()), traces.c_str(), t.r2, 100 * t.rms_rel);
+  out.set_transport(std::move(curve));
+  return t;
+}
+
+// The send op of each received message: (source device, destination, tag) -> send op id.
+std::map<std::tuple<int, int, int>, int> sends_by_message(const Program& program) {
+  std::map<std::tuple<int, int, int>, int> out;
+  for (int id = 0; id < program.num_ops(); ++id) {
+    const Op& op = program.ops[id];
+    if (op.kind == OpKind::kSend) out[{op.device, op.peer, op.tag}] = id;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<MeasuredRun> load_measured_run(const std::string& trace_file, const GpuCatalog& gpus,
+                                      const ModelCatalog& models) {
+  auto trace = load_trace(trace_file);
+  if (!trace) return trace.error();
+  const Json& other = trace->other_data;
+  auto named = [&](const char* key) -> Result<std::string> {
+    if (!other.is_object() || !other.contains(key) || !other[key].is_string()) {
+      return bad_input(trace_file + ": otherData." + key +
+                       " is missing: calibration needs a trace written by `hexisim train "
+                       "--trace` (it names the scenario and plan files it ran)");
+    }
+    return other[key].get<std::string>();
+  };
+  auto scenario_file = named("scenario_file");
+  if (!scenario_file) return scenario_file.error();
+  auto plan_file = named("plan_file");
+  if (!plan_file) return plan_file.error();
+  auto scenario = load_scenario(*scenario_file, gpus, models);
+  if (!scenario) {
+    return Error{scenario.error().kind,
+                 trace_file + ": its scenario: " + scenario.error().message};
+  }
+  auto file = read_plan_file(*plan_file);
+  if (!file) return Error{file.error().kind, trace_file + ": its plan: " + file.error().message};
+  LowerOptions lo;
+  lo.scenario = scenario->name;
+  auto program = lower_plan_file(*file, scenario->cluster, scenario->model, scenario->training, lo,
+                                 *plan_file);
+  if (!program) return program.error();
+  return MeasuredRun{trace_file, std::move(*scenario), *plan_file, std::move(*program),
+                     std::move(*trace)};
+}
+
+Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profile& base) {
+  if (runs.empty()) return bad_input("no trace to calibrate from");
+  const std::string traces = traces_text(runs);
+  // Compute points by device type, merged per (run, shape); link points by transport.
+  std::map<std::string, std::pair<const GpuSpec*, std::vector<ComputePoint>>> compute;
+  std::map<Transport, std::vector<LinkPoint>> links;
+  std::map<Transport, std::string> collective_only;  // transport -> a collective on it
+  std::map<Transport, TransportCurve> start_curves;
+  for (const MeasuredRun& run : runs) {
+    auto measured = measured_ops(run.program, run.trace, run.origin);
+    if (!measured) return measured.error();
+    const Program& prog = run.program;
+    const Cluster& cluster = run.scenario.cluster;
+    std::map<std::pair<int, std::string>, ComputePoint> shapes;  // (shape, gpu) -> point
+    const auto sends = sends_by_message(prog);
+    for (int id = 0; id < prog.num_ops(); ++id) {
+      const Op& op = prog.ops[id];
+      const auto& events = measured->by_op[id];
+      if (op.kind == OpKind::kCompute) {
+        const GpuSpec& gpu = cluster.gpu(op.device);
+        ComputePoint& p = shapes[{op.shape, gpu.name}];
+        double sum = 0;
+        for (const TraceOp& e : events) sum += (e.end_us - e.start_us) * 1e-6;
+        // Running mean over ops of the shape (each op's mean over the steps).
+        p.measured_s = (p.measured_s * p.ops + sum / static_cast<double>(events.size())) /
+                       (p.ops + 1);
+        p.ops += 1;
+        p.samples += static_cast<int>(events.size());
+        p.kernels = &prog.shapes[op.shape].kernels;
+        p.op_class = op_class(prog, id);
+        compute[gpu.name].first = &gpu;
+      } else if (op.kind == OpKind::kRecv) {
+        auto it = sends.find({op.peer, op.device, op.tag});
+        if (it == sends.end()) continue;
+        const auto& sent = measured->by_op[it->second];
+        double best = std::numeric_limits<double>::infinity();
+        for (const TraceOp& e : events) {
+          for (const TraceOp& s : sent) {
+            if (s.step != e.step) continue;
+            best = std::min(best, (e.end_us - std::max(e.start_us, s.start_us)) * 1e-6);
+          }
+        }
+        if (!std::isfinite(best) || best <= 0) continue;
+        const Transport t = cluster.transport(op.peer, op.device);
+        auto given = base.transports().find(t);
+        start_curves.emplace(t, given != base.transports().end() ? given->second
+                                                                 : transport_curve(t));
+        links[t].push_back({op.bytes, best, cluster.latency(op.peer, op.device),
+                            op.bytes / cluster.bandwidth(op.peer, op.device),
+                            "message " + std::string(to_string(op.tensor)),
+                            static_cast<int>(events.size())});
+      } else if (op.kind == OpKind::kCollective) {
+        const auto& devs = prog.groups[op.group].devices;
+        for (std::size_t k = 0; k < devs.size(); ++k) {
+          const int next = devs[(k + 1) % devs.size()];
+          if (next == devs[k]) continue;
+          collective_only.emplace(cluster.transport(devs[k], next),
+                                  op_class(prog, id) + " in " + run.origin);
+        }
+      }
+    }
+    for (auto& [key, point] : shapes) compute[key.second].second.push_back(point);
+  }
+  Calibration c;
+  c.profile = base;
+  for (const auto& r : runs) c.traces.push_back(r.origin);
+  for (const auto& [name, entry] : compute) {
+    auto t = fit_compute(*entry.first, entry.second, base, c.profile, traces);
+    if (!t) return t.error();
+    c.terms.push_back(std::move(*t));
+  }
+  for (const auto& [transport, where] : collective_only) {
+    if (transport == Transport::kNominal || links.count(transport) != 0) continue;
+    return bad_input("link " + std::string(to_string(transport)) + " carries " + where +
+                     " but no point-to-point message in the traces: its latency and bandwidth "
+                     "cannot be fitted (add a trace of a plan with a pipeline boundary or a "
+                     "sequence ring over it)");
+  }
+  for (const auto& [transport, points] : links) {
+    if (transport == Transport::kNominal) continue;  // overrides and nominal clusters: as given
+    auto t = fit_link(transport, points, start_curves.at(transport), c.profile, traces);
+    if (!t) return t.error();
+    c.terms.push_back(std::move(*t));
+  }
+  return c;
+}
+
+Json to_json(const Calibration& c) {
+  Json terms = Json::array();
+  for (const TermFit& t : c.terms) {
+    Json params = Json::array(), classes = Json::array();
+    for (const auto& p : t.params) {
+      params.push_back(
+          {{"name", p.name}, {"before", p.before}, {"after", p.after}, {"fitted", p.fitted}});
+    }
+    for (const auto& k : t.classes) {
+      classes.push_back({{"class", k.op_class},
+                         {"points", k.points},
+                         {"measured_s", k.measured_s},
+                         {"fitted_s", k.fitted_s},
+                         {"before_s", k.before_s}});
+    }
+    terms.push_back({{"term", t.term},
+                     {"points", t.points},
+                     {"samples", t.samples},
+                     {"r2", t.r2},
+                     {"r2_before", t.r2_before},
+                     {"rms_rel", t.rms_rel},
+                     {"max_rel", t.max_rel},
+                     {"rms_rel_before", t.rms_rel_before},
+                     {"params", params},
+                     {"classes", classes}});
+  }
+  return {{"traces", c.traces}, {"terms", terms}};
+}
+
+}  // namespace hexi::validation

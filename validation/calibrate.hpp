@@ -1,0 +1,101 @@
+#pragma once
+// Calibration: a device profile fitted to measured engine traces (`hexisim calibrate`).
+//
+// Input: traces of `hexisim train --trace`. Each names the scenario and plan files it ran
+// (its otherData), so the program is lowered again and its ops meet the trace's events by
+// program op id (validation/trace_compare.hpp).
+//
+// Compute, per device type: every compute op of the traces is a data point: the kernels of
+// its shape (scheduler/cost/cost_model.hpp) and its measured time, the mean over the steps
+// used (not the median: a rank under a CPU quota is throttled for whole periods, and the
+// mean is what its iteration pays). Points of one shape on one device type are merged. The
+// device model's own parameters (topologies/profile.hpp: gemm_ceiling, gemm_k_half,
+// attention_*, memory_efficiency, kernel_overhead_us) are fitted by Levenberg-Marquardt on
+// log(model / measured), each point weighted by its share of the measured time, with a weak
+// pull towards the base profile (ridge 1e-7 in log space, against weights summing to 1) for directions the data does not
+// determine. A parameter no measured op is sensitive to keeps its base value and is
+// reported as not exercised. This is the cost model's own roofline-with-efficiency-curves,
+// so the simulator and the closed form read the fitted values unchanged.
+//
+// Links, per transport (host, tcp, ...: Cluster::transport of the pair): every received
+// message is a data point: the transfer time = the receive's end - max(the receive's
+// start, the matching send's start) (ranks on one host share the clock), its minimum over
+// the steps (other flows and late progress only add time), against the model
+//   time = hop latency (cluster file) + alpha + bytes / (nominal single-flow rate x eta)
+// alpha and one eta by least squares on relative error (alpha >= 0), then eta per message
+// size (the median over that size's messages): the transport's size-dependent curve.
+// Needs messages of at least two sizes per transport.
+//
+// Refused (bad input, naming what is missing): a device type with devices in a trace's
+// program but no measured compute op (cannot happen for a complete trace), a transport that
+// carries collectives in the programs but no point-to-point message, or fewer than two
+// message sizes. Collectives are not fitted: they are modelled from the fitted links, and
+// the report shows measured against modelled per collective class.
+
+#include <string>
+#include <vector>
+
+#include "scenarios/scenario.hpp"
+#include "scheduler/program/program.hpp"
+#include "scheduler/program/trace_schema.hpp"
+#include "topologies/json_input.hpp"
+#include "topologies/profile.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi::validation {
+
+// One measured run: the program the engine ran and its trace.
+struct MeasuredRun {
+  std::string origin;  // the trace file
+  Scenario scenario;   // as the run loaded it
+  std::string plan_file;
+  Program program;
+  Trace trace;
+};
+
+// Loads a trace of `hexisim train --trace` and lowers the scenario and plan it names;
+// errors name the trace and the missing or unreadable file.
+Result<MeasuredRun> load_measured_run(const std::string& trace_file, const GpuCatalog& gpus,
+                                      const ModelCatalog& models);
+
+struct FitParam {
+  std::string name;  // profile parameter, e.g. "gemm_ceiling", or "alpha_us" / "eta@8192"
+  double before = 0;
+  double after = 0;
+  bool fitted = false;  // false: not exercised by any measured op (kept)
+};
+
+// Fit quality of one op class within a term: summed over its points (one iteration).
+struct ClassFit {
+  std::string op_class;
+  int points = 0;
+  double measured_s = 0;
+  double fitted_s = 0;
+  double before_s = 0;  // with the base profile
+};
+
+struct TermFit {
+  std::string term;  // "compute cpu-50", "link tcp"
+  int points = 0;    // data points (distinct shapes, or messages)
+  int samples = 0;   // measured op instances behind them
+  double r2 = 0;     // on times, fitted
+  double r2_before = 0;
+  double rms_rel = 0;  // relative residuals, fitted (time-weighted for compute)
+  double max_rel = 0;
+  double rms_rel_before = 0;
+  std::vector<FitParam> params;
+  std::vector<ClassFit> classes;
+};
+
+struct Calibration {
+  Profile profile;  // the base with the fitted parameters and transports
+  std::vector<TermFit> terms;
+  std::vector<std::string> traces;
+};
+
+// Fits `base` to the runs (see above).
+Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profile& base);
+
+Json to_json(const Calibration& c);
+
+}  // namespace hexi::validation
