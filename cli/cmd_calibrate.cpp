@@ -25,8 +25,8 @@ void print_calibration(const validation::Calibration& c, std::ostream& out) {
   for (const auto& t : c.terms) {
     out << t.term << ": " << t.points << " points (" << t.samples << " measured ops), R^2 "
         << fmt(t.r2, 4) << " (base profile " << fmt(t.r2_before, 4) << "), rms error "
-        << fmt(100 * t.rms_rel, 1) << " % (base " << fmt(100 * t.rms_rel_before, 1)
-        << " %), worst " << fmt(100 * t.max_rel, 1) << " %\n";
+        << fmt(100 * t.rms_rel, 1) << " % (base " << fmt(100 * t.rms_rel_before, 1) << " %), worst "
+        << fmt(100 * t.max_rel, 1) << " %\n";
     Table params({"parameter", "base", "fitted", ""});
     for (const auto& p : t.params) {
       params.add({p.name, format("%.4g", p.before), format("%.4g", p.after),
@@ -77,7 +77,8 @@ int run_calibrate(const CalibrateOptions& opt) {
     print_json(out);
   } else {
     print_calibration(*c, std::cout);
-    std::cout << "profile: " << opt.out << " (use it with --profile, or \"profile\" in a scenario)\n";
+    std::cout << "profile: " << opt.out
+              << " (use it with --profile, or \"profile\" in a scenario)\n";
   }
   return 0;
 }

@@ -21,6 +21,8 @@ void add_plot_command(CLI::App& app, Runner& run);
 void add_advise_command(CLI::App& app, Runner& run);
 void add_reproduce_command(CLI::App& app, Runner& run);
 void add_calibrate_command(CLI::App& app, Runner& run);
+void add_validate_command(CLI::App& app, Runner& run);
+void add_testbed_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
   add_info_command(app, run);
@@ -36,6 +38,8 @@ inline void add_all_commands(CLI::App& app, Runner& run) {
   add_advise_command(app, run);
   add_reproduce_command(app, run);
   add_calibrate_command(app, run);
+  add_validate_command(app, run);
+  add_testbed_command(app, run);
 }
 
 }  // namespace hexi::cli

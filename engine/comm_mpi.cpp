@@ -1,9 +1,13 @@
 #include "engine/comm_mpi.hpp"
 
 #include <mpi.h>
+#include <sys/prctl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
+#include <string_view>
 #include <utility>
 
 #include "engine/check.hpp"
@@ -70,15 +74,57 @@ Status check_count(std::size_t count, const char* what) {
   return {};
 }
 
+// HEXISIM_MPI_WAIT=sleep (set by `hexisim testbed run`): waits poll MPI_Test and sleep
+// between polls (1 us, doubling to 50 us) instead of spinning inside MPI. On the testbed a
+// rank has a CPU quota, and a spinning wait would spend it, so that the compute after the
+// wait ran throttled; the simulator charges nothing for waiting. Default: MPI's own waits.
+bool sleep_waits() {
+  static const bool on = [] {
+    const char* v = std::getenv("HEXISIM_MPI_WAIT");
+    const bool sleep = v != nullptr && std::string_view(v) == "sleep";
+    if (sleep) prctl(PR_SET_TIMERSLACK, 1UL);  // sleeps of microseconds, not 50 us
+    return sleep;
+  }();
+  return on;
+}
+
+int wait_sleeping(MPI_Request* r) {
+  long pause_ns = 1000;
+  for (;;) {
+    int done = 0;
+    const int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done != 0) return rc;
+    timespec t{0, pause_ns};
+    nanosleep(&t, nullptr);
+    pause_ns = std::min(pause_ns * 2, 50000L);
+  }
+}
+
+int complete(MPI_Request* r) {
+  return sleep_waits() ? wait_sleeping(r) : MPI_Wait(r, MPI_STATUS_IGNORE);
+}
+
+// A blocking MPI call, or under sleep waits its nonblocking twin and a sleeping wait.
+#define HEXI_MPI_BLOCKING(blocking, nonblocking_with_request)   \
+  do {                                                          \
+    if (sleep_waits()) {                                        \
+      MPI_Request hexi_request_ = MPI_REQUEST_NULL;             \
+      HEXI_MPI_CHECK(nonblocking_with_request(&hexi_request_)); \
+      HEXI_MPI_CHECK(wait_sleeping(&hexi_request_));            \
+    } else {                                                    \
+      HEXI_MPI_CHECK(blocking);                                 \
+    }                                                           \
+  } while (0)
+
 class MpiRequest final : public Request {
  public:
   MPI_Request request = MPI_REQUEST_NULL;
   ~MpiRequest() override {
     // An abandoned send must still complete before its buffer goes away.
-    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+    if (request != MPI_REQUEST_NULL) complete(&request);
   }
   Status wait() override {
-    HEXI_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    HEXI_MPI_CHECK(complete(&request));
     return {};
   }
 };
@@ -114,48 +160,67 @@ class MpiCommunicator final : public Communicator {
 
   Status recv(void* buf, std::size_t count, DType type, int peer, int tag) override {
     HEXI_TRY(check_count(count, "recv"));
-    HEXI_MPI_CHECK(MPI_Recv(buf, static_cast<int>(count), mpi_type(type), peer, tag, comm_,
-                            MPI_STATUS_IGNORE));
+    const int n = static_cast<int>(count);
+    HEXI_MPI_BLOCKING(
+        MPI_Recv(buf, n, mpi_type(type), peer, tag, comm_, MPI_STATUS_IGNORE),
+        [&](MPI_Request* r) { return MPI_Irecv(buf, n, mpi_type(type), peer, tag, comm_, r); });
     return {};
   }
 
   Status all_reduce(void* buf, std::size_t count, DType type, ReduceOp op) override {
     HEXI_TRY(check_count(count, "all_reduce"));
-    HEXI_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpi_type(type),
-                                 mpi_op(op, type), comm_));
+    const int n = static_cast<int>(count);
+    HEXI_MPI_BLOCKING(MPI_Allreduce(MPI_IN_PLACE, buf, n, mpi_type(type), mpi_op(op, type), comm_),
+                      [&](MPI_Request* r) {
+                        return MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(type),
+                                              mpi_op(op, type), comm_, r);
+                      });
     return {};
   }
 
   Status all_gather(const void* in, void* out, std::size_t count, DType type) override {
     HEXI_TRY(check_count(count, "all_gather"));
-    HEXI_MPI_CHECK(MPI_Allgather(in, static_cast<int>(count), mpi_type(type), out,
-                                 static_cast<int>(count), mpi_type(type), comm_));
+    const int n = static_cast<int>(count);
+    HEXI_MPI_BLOCKING(
+        MPI_Allgather(in, n, mpi_type(type), out, n, mpi_type(type), comm_), [&](MPI_Request* r) {
+          return MPI_Iallgather(in, n, mpi_type(type), out, n, mpi_type(type), comm_, r);
+        });
     return {};
   }
 
   Status reduce_scatter(const void* in, void* out, std::size_t count, DType type,
                         ReduceOp op) override {
     HEXI_TRY(check_count(count * size_, "reduce_scatter"));
-    HEXI_MPI_CHECK(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(type),
-                                            mpi_op(op, type), comm_));
+    const int n = static_cast<int>(count);
+    HEXI_MPI_BLOCKING(MPI_Reduce_scatter_block(in, out, n, mpi_type(type), mpi_op(op, type), comm_),
+                      [&](MPI_Request* r) {
+                        return MPI_Ireduce_scatter_block(in, out, n, mpi_type(type),
+                                                         mpi_op(op, type), comm_, r);
+                      });
     return {};
   }
 
   Status broadcast(void* buf, std::size_t count, DType type, int root) override {
     HEXI_TRY(check_count(count, "broadcast"));
-    HEXI_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(count), mpi_type(type), root, comm_));
+    const int n = static_cast<int>(count);
+    HEXI_MPI_BLOCKING(MPI_Bcast(buf, n, mpi_type(type), root, comm_), [&](MPI_Request* r) {
+      return MPI_Ibcast(buf, n, mpi_type(type), root, comm_, r);
+    });
     return {};
   }
 
   Status all_to_all(const void* in, void* out, std::size_t count, DType type) override {
     HEXI_TRY(check_count(count * size_, "all_to_all"));
-    HEXI_MPI_CHECK(MPI_Alltoall(in, static_cast<int>(count), mpi_type(type), out,
-                                static_cast<int>(count), mpi_type(type), comm_));
+    const int n = static_cast<int>(count);
+    HEXI_MPI_BLOCKING(
+        MPI_Alltoall(in, n, mpi_type(type), out, n, mpi_type(type), comm_), [&](MPI_Request* r) {
+          return MPI_Ialltoall(in, n, mpi_type(type), out, n, mpi_type(type), comm_, r);
+        });
     return {};
   }
 
   Status barrier() override {
-    HEXI_MPI_CHECK(MPI_Barrier(comm_));
+    HEXI_MPI_BLOCKING(MPI_Barrier(comm_), [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
     return {};
   }
 

@@ -66,6 +66,12 @@ OpenBlas load_openblas(const std::string& choice) {
     return lib;
   }
   lib.sgemm = reinterpret_cast<CblasSgemm>(dlsym(handle, "cblas_sgemm"));
+  // The library may have been loaded (and its thread pool started) before this setenv, by
+  // a dependency linked against BLAS: its idle workers spin on sched_yield, a second core's
+  // worth of CPU per rank, and under a CPU quota (the testbed) they starve the rank. One
+  // thread, as the engine computes on one core per rank.
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(handle, "openblas_set_num_threads"))) set(1);
   auto config = reinterpret_cast<CharQuery>(dlsym(handle, "openblas_get_config"));
   auto core_query = reinterpret_cast<CharQuery>(dlsym(handle, "openblas_get_corename"));
   if (lib.sgemm == nullptr) {

@@ -5,6 +5,7 @@
             [--where AXIS=VALUE]... --out FILE.png|FILE.svg [--title TEXT] [--log-x] [--log-y]
             [--quiet]
     plot.py REPORT.json --kind breakdown [--by gpu|stage|pipeline|device] --out FILE [--title]
+    plot.py REPORT.json --kind validation --out FILE [--title]
 
 RESULTS.jsonl is a sweep's results file (cli/sweep_point.hpp): one JSON row per point with
 its axis values under "point" and its metrics under "metrics". AXIS and METRIC name either
@@ -22,6 +23,10 @@ its axis values under "point" and its metrics under "metrics". AXIS and METRIC n
            --sim-out`): each device's iteration as stacked bars, the mean per --by group (GPU
            type by default): compute, TP collectives, PP bubble and ZeRO-3 gathers, DP sync,
            context-parallel ring, head-parallel all-to-all, idle
+  validation  from `hexisim validate`'s report.json: left, per plan the measured iteration
+           (median, min-max as an error bar) against the simulated one with the calibrated
+           profile and with the shipped defaults; right, per op class the summed op time of
+           the plans, measured against simulated (calibrated)
 --where keeps only the rows whose AXIS (or metric) has VALUE (compared as text; repeatable).
 Rows of failed points (no metrics) are left out and counted on stdout. Where several points
 share an (x, group) pair, the line or bar shows their mean and says so.
@@ -240,6 +245,55 @@ def breakdown(args):
     return fig, len(devices)
 
 
+def validation(args):
+    try:
+        with open(args.results, encoding="utf-8") as f:
+            report = json.load(f)
+        plans = report["plans"]
+        names = [p["name"] for p in plans]
+        measured = [float(p["measured_s"]) for p in plans]
+        low = [float(p["measured_s"]) - float(p["measured_min_s"]) for p in plans]
+        high = [float(p["measured_max_s"]) - float(p["measured_s"]) for p in plans]
+        calibrated = [float(p["simulated_s"]) for p in plans]
+        default = [float(p["simulated_default_s"]) for p in plans]
+        classes = {}
+        for p in plans:
+            for c in p["classes"]:
+                m, s = classes.get(c["class"], (0.0, 0.0))
+                classes[c["class"]] = (m + float(c["measured_s"]), s + float(c["simulated_s"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"{args.results}: expected the report.json of hexisim validate: {e}")
+    fig, (ax, bx) = pyplot().subplots(1, 2, figsize=(12, 4.8),
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    x = range(len(names))
+    w = 0.27
+    ax.bar([i - w for i in x], measured, w, yerr=[low, high], capsize=2, label="measured")
+    ax.bar(list(x), calibrated, w, label="simulated, calibrated")
+    ax.bar([i + w for i in x], default, w, label="simulated, shipped defaults")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("iteration time (s)")
+    ax.set_title(args.title or (f"{report.get('suite', '')}: MAPE {100 * report['mape']:.1f} % "
+                                f"calibrated, {100 * report['uncalibrated']['mape']:.1f} % "
+                                f"uncalibrated; Kendall tau {report['kendall_tau']:.2f}"),
+                 fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    cls = sorted(classes, key=lambda c: -classes[c][0])
+    y = range(len(cls))
+    bx.barh([i + 0.2 for i in y], [classes[c][0] for c in cls], 0.4, label="measured")
+    bx.barh([i - 0.2 for i in y], [classes[c][1] for c in cls], 0.4, label="simulated")
+    bx.set_yticks(list(y))
+    bx.set_yticklabels(cls, fontsize=7)
+    bx.invert_yaxis()
+    bx.set_xlabel("summed op time over the plans (s)")
+    bx.set_title("per op class (calibrated)", fontsize=10)
+    bx.grid(True, axis="x", alpha=0.3)
+    bx.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, len(plans)
+
+
 def pyplot():
     try:
         import matplotlib
@@ -264,7 +318,8 @@ def main():
     p.add_argument("--y")
     p.add_argument("--by")
     p.add_argument("--kind", default="auto",
-                   choices=["auto", "line", "scatter", "bar", "pareto", "breakdown"])
+                   choices=["auto", "line", "scatter", "bar", "pareto", "breakdown",
+                            "validation"])
     p.add_argument("--out", required=True)
     p.add_argument("--title")
     p.add_argument("--log-x", action="store_true")
@@ -274,11 +329,11 @@ def main():
     args = p.parse_args()
     if not (args.out.endswith(".png") or args.out.endswith(".svg")):
         fail(f"--out {args.out}: expected a .png or .svg file name")
-    if args.kind == "breakdown":
-        fig, n = breakdown(args)
+    if args.kind in ("breakdown", "validation"):
+        fig, n = breakdown(args) if args.kind == "breakdown" else validation(args)
         save(fig, args.out)
         if not args.quiet:
-            print(f"wrote {args.out}: {n} devices")
+            print(f"wrote {args.out}: {n} {'devices' if args.kind == 'breakdown' else 'plans'}")
         return
     if not args.x or not args.y:
         fail("--x and --y are required (but with --kind breakdown)")

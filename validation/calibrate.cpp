@@ -17,9 +17,9 @@
 namespace hexi::validation {
 namespace {
 
-constexpr double kRidge = 1e-7;  // pull towards the start, in log space
-constexpr double kExercised = 0.02;    // |d log t / d log p| of at least one point
-constexpr double kDerivStep = 1e-4;    // forward difference in log space
+constexpr double kRidge = 1e-7;      // pull towards the start, in log space
+constexpr double kExercised = 0.02;  // |d log t / d log p| of at least one point
+constexpr double kDerivStep = 1e-4;  // forward difference in log space
 constexpr int kIterations = 200;
 
 // The parameters a compute fit may move, and the value a zero base starts from (a
@@ -356,8 +356,7 @@ Result<MeasuredRun> load_measured_run(const std::string& trace_file, const GpuCa
   if (!plan_file) return plan_file.error();
   auto scenario = load_scenario(*scenario_file, gpus, models);
   if (!scenario) {
-    return Error{scenario.error().kind,
-                 trace_file + ": its scenario: " + scenario.error().message};
+    return Error{scenario.error().kind, trace_file + ": its scenario: " + scenario.error().message};
   }
   auto file = read_plan_file(*plan_file);
   if (!file) return Error{file.error().kind, trace_file + ": its plan: " + file.error().message};
@@ -394,8 +393,8 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         double sum = 0;
         for (const TraceOp& e : events) sum += (e.end_us - e.start_us) * 1e-6;
         // Running mean over ops of the shape (each op's mean over the steps).
-        p.measured_s = (p.measured_s * p.ops + sum / static_cast<double>(events.size())) /
-                       (p.ops + 1);
+        p.measured_s =
+            (p.measured_s * p.ops + sum / static_cast<double>(events.size())) / (p.ops + 1);
         p.ops += 1;
         p.samples += static_cast<int>(events.size());
         p.kernels = &prog.shapes[op.shape].kernels;
@@ -415,8 +414,8 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         if (!std::isfinite(best) || best <= 0) continue;
         const Transport t = cluster.transport(op.peer, op.device);
         auto given = base.transports().find(t);
-        start_curves.emplace(t, given != base.transports().end() ? given->second
-                                                                 : transport_curve(t));
+        start_curves.emplace(t,
+                             given != base.transports().end() ? given->second : transport_curve(t));
         links[t].push_back({op.bytes, best, cluster.latency(op.peer, op.device),
                             op.bytes / cluster.bandwidth(op.peer, op.device),
                             "message " + std::string(to_string(op.tensor)),

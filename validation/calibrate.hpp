@@ -12,10 +12,11 @@
 // device model's own parameters (topologies/profile.hpp: gemm_ceiling, gemm_k_half,
 // attention_*, memory_efficiency, kernel_overhead_us) are fitted by Levenberg-Marquardt on
 // log(model / measured), each point weighted by its share of the measured time, with a weak
-// pull towards the base profile (ridge 1e-7 in log space, against weights summing to 1) for directions the data does not
-// determine. A parameter no measured op is sensitive to keeps its base value and is
-// reported as not exercised. This is the cost model's own roofline-with-efficiency-curves,
-// so the simulator and the closed form read the fitted values unchanged.
+// pull towards the base profile (ridge 1e-7 in log space, against weights summing to 1) for
+// directions the data does not determine. A parameter no measured op is sensitive to keeps its base
+// value and is reported as not exercised. This is the cost model's own
+// roofline-with-efficiency-curves, so the simulator and the closed form read the fitted values
+// unchanged.
 //
 // Links, per transport (host, tcp, ...: Cluster::transport of the pair): every received
 // message is a data point: the transfer time = the receive's end - max(the receive's

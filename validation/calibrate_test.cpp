@@ -16,7 +16,8 @@ namespace {
 // Two machines of 4 CPU ranks (intra-machine links: host transport) on a tcp network.
 Scenario cpu_scenario(int micro_batch) {
   return testing::tiny_scenario(R"({
-  "version": 1, "name": "cpu-mb)" + std::to_string(micro_batch) + R"(",
+  "version": 1, "name": "cpu-mb)" +
+                                std::to_string(micro_batch) + R"(",
   "cluster": {"version": 1, "name": "cpu-2x4", "network": {"nic_GBps": 0.125, "transport": "tcp"},
               "machines": [{"name": "m", "gpu": "CPU-core", "gpus": 4, "repeat": 2}]},
   "model": "tiny-llama-8l",
@@ -43,11 +44,12 @@ Profile truth() {
 Plan three_stages(int micro_batch) {
   return testing::plan_from(
       {{"version", 1},
-       {"pipelines", Json::array({{{"batch", 8},
-                                   {"micro_batch", micro_batch},
-                                   {"stages", Json::array({{{"devices", {0}}, {"layers", {0, 3}}},
-                                                           {{"devices", {1}}, {"layers", {3, 5}}},
-                                                           {{"devices", {4}}, {"layers", {5, 8}}}})}}})}});
+       {"pipelines",
+        Json::array({{{"batch", 8},
+                      {"micro_batch", micro_batch},
+                      {"stages", Json::array({{{"devices", {0}}, {"layers", {0, 3}}},
+                                              {{"devices", {1}}, {"layers", {3, 5}}},
+                                              {{"devices", {4}}, {"layers", {5, 8}}}})}}})}});
 }
 
 // A run as if measured: the simulated iteration under `profile`, repeated for 3 steps.

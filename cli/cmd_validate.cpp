@@ -1,0 +1,162 @@
+// hexisim validate SUITE: run plans on the testbed, calibrate on some, validate on the others
+// (validation/validate.hpp).
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "topologies/paths.hpp"
+#include "topologies/text.hpp"
+#include "validation/validate.hpp"
+
+extern char** environ;
+
+namespace hexi::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ValidateOptions {
+  std::string suite;
+  std::string out = "validation-out";
+  bool quick = false;
+  bool json = false;
+  bool local = false;
+  bool keep_testbed = false;
+  bool no_plot = false;
+  int steps = 0;  // 0: the suite's
+};
+
+// This executable (the engine runs are `hexisim train`).
+std::string self_exe() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("hexisim") : p.string();
+}
+
+// Runs argv (argv[0] looked up on PATH) with stdout and stderr into `log`; its exit status.
+Result<int> spawn_logged(const std::vector<std::string>& args, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return failure("cannot run " + args[0] + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::vector<std::string> train_args(const std::string& exe, const validation::SuiteRun& r,
+                                    int steps, const std::string& trace) {
+  return {exe,     "train", r.scenario, "--plan", r.plan, "--steps", std::to_string(steps),
+          "--trace", trace, "--json"};
+}
+
+int run_validate(const ValidateOptions& opt) {
+  auto catalogs = load_catalogs();
+  if (!catalogs) return report(catalogs.error());
+  auto suite = validation::load_suite(opt.suite, opt.quick, catalogs->gpus, catalogs->models);
+  if (!suite) return report(suite.error());
+  if (opt.steps > 0) suite->steps = opt.steps;
+  if (Status s = check_output_folder("--out", opt.out); !s) return report(s.error());
+  const std::string exe = self_exe();
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  validation::Launcher launch;
+  if (opt.local) {
+    std::cerr << "hexisim: note: --local runs the ranks with plain mpirun on this machine: no "
+                 "shaped links, no CPU quotas (the measurements are not of the suite's cluster)\n";
+    launch = [exe](const validation::SuiteRun& r, int steps, const std::string& trace,
+                   const std::string& log) {
+      std::vector<std::string> args = {"mpirun", "--oversubscribe", "-np",
+                                       std::to_string(r.devices)};
+      for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
+      return spawn_logged(args, log);
+    };
+  } else {
+    auto up = spawn_logged({exe, "testbed", "up", suite->cluster}, (fs::path(opt.out) / "testbed-up.log").string());
+    if (!up) return report(up.error());
+    if (*up != 0) {
+      return report(failure("hexisim testbed up " + suite->cluster + " failed (exit " +
+                            std::to_string(*up) + "; its output: " + opt.out +
+                            "/testbed-up.log); --local runs without the testbed"));
+    }
+    launch = [exe, cluster = suite->cluster](const validation::SuiteRun& r, int steps,
+                                             const std::string& trace, const std::string& log) {
+      std::vector<std::string> args = {exe, "testbed", "run", cluster, "--plan", r.plan, "--"};
+      for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
+      return spawn_logged(args, log);
+    };
+  }
+  auto rep = validation::validate(*suite, launch, opt.out,
+                                  [](const std::string& line) { std::cerr << line << "\n"; });
+  if (!opt.local && !opt.keep_testbed) {
+    (void)spawn_logged({exe, "testbed", "down", suite->cluster},
+                       (fs::path(opt.out) / "testbed-down.log").string());
+  }
+  if (!rep) return report(rep.error());
+  const fs::path out(opt.out);
+  Json j = validation::to_json(*rep);
+  if (Status s = write_file((out / "report.json").string(), dump_json(j, 2) + "\n"); !s)
+    return report(s.error());
+  if (Status s = write_file((out / "report.md").string(), validation::to_markdown(*rep)); !s)
+    return report(s.error());
+  if (!opt.no_plot) {
+    for (const char* ext : {"png", "svg"}) {
+      auto rc = run_python({(data_root() / "scripts" / "plot.py").string(),
+                            (out / "report.json").string(), "--kind", "validation", "--out",
+                            (out / (std::string("validation.") + ext)).string(), "--quiet"});
+      if (!rc || *rc != 0) {
+        std::cerr << "hexisim: warning: the plot was not drawn (scripts/plot.py failed)\n";
+        break;
+      }
+    }
+  }
+  if (opt.json) {
+    print_json(j);
+  } else {
+    std::cout << validation::to_markdown(*rep) << "\nreport: " << (out / "report.md").string()
+              << ", " << (out / "report.json").string() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_validate_command(CLI::App& app, Runner& run) {
+  auto opt = std::make_shared<ValidateOptions>();
+  auto* cmd = app.add_subcommand(
+      "validate",
+      "Run a suite's plans on the testbed, calibrate a profile on some and report simulated "
+      "against measured iteration time on the others (MAPE, Kendall tau, per op class)");
+  cmd->add_option("SUITE", opt->suite, "Suite file (validation/suites/*.json)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out", opt->out,
+                  "Folder for traces, logs, profile.json, report.md/json and the plots");
+  cmd->add_flag("--quick", opt->quick, "Only the suite's \"quick\" runs (the CI check)");
+  cmd->add_option("--steps", opt->steps, "Training steps per run (default: the suite's)")
+      ->check(CLI::Range(3, 1000));
+  cmd->add_flag("--local", opt->local,
+                "Plain mpirun on this machine instead of the testbed (no shaped links or CPU "
+                "quotas: for trying a suite where the testbed cannot be built)");
+  cmd->add_flag("--keep-testbed", opt->keep_testbed, "Leave the testbed up afterwards");
+  cmd->add_flag("--no-plot", opt->no_plot, "Do not draw validation.png/svg");
+  cmd->add_flag("--json", opt->json, "Print the report as one JSON object");
+  cmd->callback([&run, opt] { run = [opt] { return run_validate(*opt); }; });
+}
+
+}  // namespace hexi::cli

@@ -1,0 +1,503 @@
+#include "validation/testbed.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "topologies/paths.hpp"
+#include "topologies/text.hpp"
+
+extern char** environ;
+
+namespace hexi::validation {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSwitch = "hxtb-sw";
+constexpr const char* kPrefix = "hxtb-";
+constexpr const char* kRunDir = "/run/hexisim-testbed";
+constexpr const char* kSubnet = "10.77.0.0/24";
+constexpr const char* kCgroupName = "hexisim-testbed";
+
+std::string machine_ip(int i) {
+  return "10.77.0." + std::to_string(10 + i);
+}
+
+bool cgroup_v2() {
+  return fs::exists("/sys/fs/cgroup/cgroup.controllers");
+}
+
+fs::path cgroup_root() {
+  return cgroup_v2() ? fs::path("/sys/fs/cgroup") / kCgroupName
+                     : fs::path("/sys/fs/cgroup/cpu") / kCgroupName;
+}
+
+// Runs argv (argv[0] on PATH), its stdout and stderr into *output; the exit status.
+int run(const std::vector<std::string>& args, std::string* output = nullptr) {
+  const std::string tmp = std::string(kRunDir) + "/cmd-" + std::to_string(::getpid()) + ".out";
+  fs::create_directories(kRunDir);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    if (output != nullptr) *output = args[0] + ": " + std::strerror(rc);
+    return 127;
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (output != nullptr) {
+    std::ifstream in(tmp);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *output = ss.str();
+  }
+  fs::remove(tmp);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string joined(const std::vector<std::string>& args) {
+  std::string out;
+  for (const auto& a : args) out += (out.empty() ? "" : " ") + a;
+  return out;
+}
+
+Status write_text(const fs::path& path, const std::string& text, bool executable = false) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return failure(path.string() + ": cannot write");
+  if (executable) ::chmod(path.c_str(), 0755);
+  return {};
+}
+
+Status write_value(const fs::path& file, const std::string& value) {
+  std::ofstream out(file);
+  out << value;
+  out.close();
+  if (!out) return failure(file.string() + ": cannot write \"" + value + "\"");
+  return {};
+}
+
+std::vector<std::string> in_ns(const std::string& ns, std::vector<std::string> args) {
+  std::vector<std::string> out = {"nsenter", "--net=/run/netns/" + ns};
+  for (auto& a : args) out.push_back(std::move(a));
+  return out;
+}
+
+// The share of one core of a device type "cpu-NN"; < 0 when the name is not of that form.
+double share_of(const std::string& gpu) {
+  static const std::regex pattern("cpu-([0-9]{1,3})", std::regex::icase);
+  std::smatch m;
+  if (!std::regex_match(gpu, m, pattern)) return -1;
+  return std::stoi(m[1].str()) / 100.0;
+}
+
+std::vector<std::string> shape(const std::string& ns, const std::string& dev, double bps) {
+  return {"tc", "-n", ns, "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1",
+          "htb", "rate", format("%.0fbit", bps), "ceil", format("%.0fbit", bps), "burst", "64k",
+          "cburst", "64k", "quantum", "60000"};
+}
+
+const char* kRsh = R"(#!/bin/sh
+# The testbed's launch agent for OpenMPI (plm_rsh_agent): rsh [options] HOST COMMAND...
+# runs COMMAND in HOST's network namespace, in a UTS namespace whose host name is HOST.
+while [ $# -gt 0 ]; do case "$1" in -p|-l|-o|-i) shift 2;; -*) shift;; *) break;; esac; done
+host=$1; shift
+exec nsenter --net=/run/netns/hxtb-$host unshare --uts /bin/sh -c 'hostname "$0"; exec /bin/sh -c "$1"' "$host" "$*"
+)";
+
+std::string rank_script() {
+  return std::string(R"(#!/bin/sh
+# The testbed's rank wrapper: joins the cgroup of this rank's device, then runs the program.
+r=${OMPI_COMM_WORLD_RANK:-0}
+d=$(echo "$HEXISIM_TB_DEVICES" | cut -d, -f$((r + 1)))
+echo $$ > )") + cgroup_root().string() + R"(/d$d/cgroup.procs || { echo "hexisim testbed: rank $r cannot join the cgroup of device $d" >&2; exit 97; }
+exec "$@"
+)";
+}
+
+}  // namespace
+
+Result<TestbedLayout> testbed_layout(const Cluster& c) {
+  TestbedLayout t;
+  t.cluster = c.name();
+  static const std::regex name_ok("[A-Za-z0-9_-]{1,9}");
+  for (std::size_t i = 0; i < c.machines().size(); ++i) {
+    const Machine& m = c.machines()[i];
+    if (!std::regex_match(m.name, name_ok)) {
+      return bad_input("cluster " + c.name() + ": machine \"" + m.name +
+                       "\": a testbed machine name is 1-9 letters, digits, - or _ (it names a "
+                       "network namespace and an interface)");
+    }
+    TestbedMachine tm{m.name, kPrefix + m.name, "hxtb" + std::to_string(i), machine_ip(static_cast<int>(i)),
+                      m.nic_Bps * 8, {}};
+    for (int g = 0; g < m.num_gpus; ++g) tm.devices.push_back(m.first_device + g);
+    t.machines.push_back(tm);
+  }
+  if (t.machines.size() > 200) return bad_input("cluster " + c.name() + ": too many machines");
+  for (int d = 0; d < c.num_devices(); ++d) {
+    const std::string& gpu = c.gpu(d).name;
+    const double share = share_of(gpu);
+    if (!(share > 0 && share <= 1)) {
+      return bad_input("cluster " + c.name() + ": device " + std::to_string(d) + " is a " + gpu +
+                       "; the testbed runs device types cpu-NN (NN % of one core, 1-100)");
+    }
+    t.ranks.push_back({d, c.devices()[d].machine, share, gpu});
+    t.cores += share;
+  }
+  if (t.cores > kTestbedMaxCores + 1e-9) {
+    return bad_input(format("cluster %s: its devices' CPU quotas sum to %.2f cores; the testbed "
+                            "allows %.1f (this machine has %u, and the rest needs some)",
+                            c.name().c_str(), t.cores, kTestbedMaxCores,
+                            std::thread::hardware_concurrency()));
+  }
+  for (std::size_t a = 0; a < t.machines.size(); ++a) {
+    for (std::size_t b = 0; b < t.machines.size(); ++b) {
+      if (a == b) continue;
+      const double us = c.latency(t.machines[a].devices[0], t.machines[b].devices[0]) * 1e6;
+      t.flows.push_back({static_cast<int>(a), static_cast<int>(b), us});
+    }
+  }
+  return t;
+}
+
+std::vector<std::vector<std::string>> testbed_up_commands(const TestbedLayout& t,
+                                                          const std::string& nfdelay) {
+  std::vector<std::vector<std::string>> cmds = {
+      {"ip", "netns", "add", kSwitch},
+      {"ip", "-n", kSwitch, "link", "set", "lo", "up"},
+      {"ip", "-n", kSwitch, "link", "add", "br0", "type", "bridge"},
+      {"ip", "-n", kSwitch, "addr", "add", "10.77.0.254/24", "dev", "br0"},
+      {"ip", "-n", kSwitch, "link", "set", "br0", "up"},
+  };
+  for (const TestbedMachine& m : t.machines) {
+    cmds.push_back({"ip", "netns", "add", m.ns});
+    cmds.push_back({"ip", "-n", m.ns, "link", "set", "lo", "up"});
+    cmds.push_back(
+        {"ip", "-n", m.ns, "link", "add", "eth0", "type", "veth", "peer", "name", m.port, "netns", kSwitch});
+    cmds.push_back({"ip", "-n", m.ns, "addr", "add", m.ip + "/24", "dev", "eth0"});
+    cmds.push_back({"ip", "-n", m.ns, "link", "set", "eth0", "up"});
+    cmds.push_back({"ip", "-n", kSwitch, "link", "set", m.port, "master", "br0"});
+    cmds.push_back({"ip", "-n", kSwitch, "link", "set", m.port, "up"});
+    for (const auto& [ns, dev] : {std::pair{m.ns, std::string("eth0")}, std::pair{std::string(kSwitch), m.port}}) {
+      cmds.push_back({"tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
+                      "default", "1"});
+      cmds.push_back(shape(ns, dev, m.rate_bps));
+    }
+  }
+  cmds.push_back(in_ns(kSwitch, {"sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1"}));
+  cmds.push_back(in_ns(kSwitch, {"iptables-legacy", "-A", "FORWARD", "-s", kSubnet, "-d", kSubnet,
+                                 "-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass"}));
+  std::vector<std::string> delay = in_ns(kSwitch, {"chrt", "-f", "50", nfdelay, "0"});
+  for (const TestbedFlow& f : t.flows) {
+    delay.push_back(t.machines[f.from].ip + "," + t.machines[f.to].ip + "=" +
+                    format("%.1f", f.delay_us));
+  }
+  cmds.push_back(delay);  // started in the background by testbed_up
+  return cmds;
+}
+
+std::string testbed_unavailable() {
+  if (::geteuid() != 0) return "the testbed needs root (network namespaces, tc, cgroups)";
+  for (const char* tool : {"ip", "tc", "nsenter", "unshare", "iptables-legacy", "chrt", "mpirun"}) {
+    std::string out;
+    if (run({"sh", "-c", std::string("command -v ") + tool}, &out) != 0)
+      return std::string("the testbed needs ") + tool + " (scripts/setup.sh installs it)";
+  }
+  const fs::path parent = cgroup_root().parent_path();
+  if (!fs::exists(parent / (cgroup_v2() ? "cgroup.controllers" : "cpu.cfs_quota_us")))
+    return "no CPU cgroup controller at " + parent.string() + " (cgroup v1 cpu or v2 cpu.max)";
+  std::string out;
+  if (run({"ip", "netns", "add", "hxtb-probe"}, &out) != 0)
+    return "cannot create network namespaces here: " + out;
+  run({"ip", "netns", "del", "hxtb-probe"});
+  return "";
+}
+
+Status testbed_down(const std::function<void(const std::string&)>& log) {
+  const fs::path pid_file = fs::path(kRunDir) / "nfdelay.pid";
+  if (fs::exists(pid_file)) {
+    std::ifstream in(pid_file);
+    pid_t pid = 0;
+    if (in >> pid && pid > 1) {
+      ::kill(pid, SIGTERM);
+      for (int i = 0; i < 50 && ::kill(pid, 0) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    fs::remove(pid_file);
+  }
+  std::string list;
+  run({"ip", "netns", "list"}, &list);
+  std::istringstream lines(list);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const std::string ns = line.substr(0, line.find(' '));
+    if (ns.rfind(kPrefix, 0) != 0) continue;
+    std::string out;
+    if (run({"ip", "netns", "del", ns}, &out) != 0) return failure("ip netns del " + ns + ": " + out);
+    log("removed network namespace " + ns);
+  }
+  const fs::path cg = cgroup_root();
+  if (fs::exists(cg)) {
+    for (const auto& e : fs::directory_iterator(cg)) {
+      if (e.is_directory() && ::rmdir(e.path().c_str()) != 0)
+        return failure(e.path().string() + ": cannot remove the cgroup (a rank still in it?)");
+    }
+    if (::rmdir(cg.c_str()) != 0) return failure(cg.string() + ": cannot remove the cgroup");
+    log("removed cgroup " + cg.string());
+  }
+  std::error_code ec;
+  fs::remove(fs::path(kRunDir) / "cluster", ec);
+  return {};
+}
+
+std::string testbed_current() {
+  std::ifstream in(fs::path(kRunDir) / "cluster");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+Status testbed_up(const TestbedLayout& t, const std::string& nfdelay,
+                  const std::function<void(const std::string&)>& log) {
+  if (std::string why = testbed_unavailable(); !why.empty()) return bad_input(why);
+  if (!fs::exists(nfdelay)) {
+    return bad_input(nfdelay + " is missing: the build skipped hexisim-nfdelay (install "
+                     "libnetfilter-queue-dev: scripts/setup.sh, then rebuild)");
+  }
+  if (Status s = testbed_down(log); !s) return s;
+  fs::create_directories(kRunDir);
+  auto cmds = testbed_up_commands(t, nfdelay);
+  const std::vector<std::string> delayer = cmds.back();
+  cmds.pop_back();
+  for (const auto& c : cmds) {
+    std::string out;
+    if (run(c, &out) != 0) {
+      (void)testbed_down([](const std::string&) {});
+      return failure(joined(c) + ": " + out);
+    }
+  }
+  // The delayer, in the background, its own session; its pid for down.
+  {
+    const std::string logfile = std::string(kRunDir) + "/nfdelay.log";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, logfile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    std::vector<char*> argv;
+    for (const auto& a : delayer) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) return failure("cannot start " + nfdelay + ": " + std::strerror(rc));
+    if (Status s = write_text(fs::path(kRunDir) / "nfdelay.pid", std::to_string(pid)); !s) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      std::ifstream in(logfile);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      return failure("hexisim-nfdelay exited at once: " + ss.str());
+    }
+  }
+  // CPU quotas.
+  const fs::path cg = cgroup_root();
+  fs::create_directories(cg);
+  if (cgroup_v2()) {
+    (void)write_value(cg.parent_path() / "cgroup.subtree_control", "+cpu");
+    (void)write_value(cg / "cgroup.subtree_control", "+cpu");
+  }
+  for (const TestbedRank& r : t.ranks) {
+    const fs::path d = cg / ("d" + std::to_string(r.device));
+    fs::create_directories(d);
+    const long quota = std::lround(r.share * kTestbedPeriodUs);
+    Status s = cgroup_v2()
+                   ? write_value(d / "cpu.max", format("%ld %d", quota, kTestbedPeriodUs))
+                   : write_value(d / "cpu.cfs_period_us", std::to_string(kTestbedPeriodUs));
+    if (s && !cgroup_v2()) s = write_value(d / "cpu.cfs_quota_us", std::to_string(quota));
+    if (!s) return s;
+  }
+  if (Status s = write_text(fs::path(kRunDir) / "rsh", kRsh, true); !s) return s;
+  if (Status s = write_text(fs::path(kRunDir) / "rank", rank_script(), true); !s) return s;
+  if (Status s = write_text(fs::path(kRunDir) / "cluster", t.cluster + "\n"); !s) return s;
+  log(format("testbed %s up: %zu machines, %zu ranks, %.2f cores of quota", t.cluster.c_str(),
+             t.machines.size(), t.ranks.size(), t.cores));
+  return {};
+}
+
+Result<int> testbed_run(const TestbedLayout& t, const std::vector<int>& devices,
+                        const std::vector<std::string>& argv) {
+  if (testbed_current() != t.cluster) {
+    const std::string up = testbed_current();
+    return bad_input("the testbed of " + t.cluster + " is not up" +
+                     (up.empty() ? std::string() : " (" + up + "'s is)") +
+                     ": run hexisim testbed up " + t.cluster);
+  }
+  if (devices.empty()) return bad_input("no device to run on");
+  std::vector<int> per_machine(t.machines.size(), 0);
+  std::string list;
+  int last = -1;
+  for (int d : devices) {
+    if (d < 0 || d >= static_cast<int>(t.ranks.size()) || d <= last)
+      return bad_input(format("device %d: expected increasing device ids of %s (0..%zu)", d,
+                              t.cluster.c_str(), t.ranks.size() - 1));
+    last = d;
+    ++per_machine[t.ranks[d].machine];
+    list += (list.empty() ? "" : ",") + std::to_string(d);
+  }
+  std::string hosts;
+  for (std::size_t m = 0; m < t.machines.size(); ++m) {
+    if (per_machine[m] > 0)
+      hosts += t.machines[m].name + " slots=" + std::to_string(per_machine[m]) + "\n";
+  }
+  const fs::path hostfile = fs::path(kRunDir) / ("hosts-" + std::to_string(::getpid()));
+  if (Status s = write_text(hostfile, hosts); !s) return s.error();
+  std::vector<std::string> args = in_ns(
+      kSwitch, {"mpirun", "--allow-run-as-root", "--hostfile", hostfile.string(), "-np",
+                std::to_string(devices.size()), "--map-by", "slot", "--bind-to", "none",
+                "--mca", "plm_rsh_agent", std::string(kRunDir) + "/rsh", "--mca",
+                "plm_rsh_no_tree_spawn", "1", "--mca", "oob_tcp_if_include", kSubnet, "--mca",
+                "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", kSubnet, "--mca",
+                "mpi_yield_when_idle", "1", "-x", "HEXISIM_TB_DEVICES=" + list, "-x",
+                "HEXISIM_MPI_WAIT=sleep", "-x", "OPENBLAS_NUM_THREADS=1",
+                std::string(kRunDir) + "/rank"});
+  for (const auto& a : argv) args.push_back(a);
+  std::vector<char*> cargv;
+  for (const auto& a : args) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, cargv[0], nullptr, nullptr, cargv.data(), environ);
+  if (rc != 0) return failure(std::string("cannot run nsenter: ") + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  fs::remove(hostfile);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Result<Json> testbed_status(const TestbedLayout& t, const std::string& hexisim) {
+  if (testbed_current() != t.cluster)
+    return bad_input("the testbed of " + t.cluster + " is not up: run hexisim testbed up " +
+                     t.cluster);
+  Json links = Json::array();
+  static const std::regex rtt("= ([0-9.]+)/([0-9.]+)/([0-9.]+)");
+  static const std::regex bits("\"bits_per_second\":\\s*([0-9.e+]+)");
+  for (std::size_t a = 0; a < t.machines.size(); ++a) {
+    for (std::size_t b = a + 1; b < t.machines.size(); ++b) {
+      const TestbedMachine& ma = t.machines[a];
+      const TestbedMachine& mb = t.machines[b];
+      std::string out;
+      run(in_ns(ma.ns, {"ping", "-c", "20", "-i", "0.02", "-q", mb.ip}), &out);
+      std::smatch m;
+      const double one_way_us =
+          std::regex_search(out, m, rtt) ? std::stod(m[1].str()) * 1e3 / 2 : -1;  // min rtt / 2
+      double expected_us = 0;
+      for (const auto& f : t.flows) {
+        if (f.from == static_cast<int>(a) && f.to == static_cast<int>(b)) expected_us = f.delay_us;
+      }
+      // iperf3: a one-off server in b's namespace, the client in a's.
+      std::vector<std::string> server = in_ns(mb.ns, {"iperf3", "-s", "-1", "-p", "5299"});
+      std::vector<char*> sargv;
+      for (const auto& s : server) sargv.push_back(const_cast<char*>(s.c_str()));
+      sargv.push_back(nullptr);
+      posix_spawn_file_actions_t fa;
+      posix_spawn_file_actions_init(&fa);
+      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+      posix_spawn_file_actions_adddup2(&fa, 1, 2);
+      pid_t spid = 0;
+      const int src = posix_spawnp(&spid, sargv[0], &fa, nullptr, sargv.data(), environ);
+      posix_spawn_file_actions_destroy(&fa);
+      double measured_bps = -1;
+      if (src == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        run(in_ns(ma.ns, {"iperf3", "-c", mb.ip, "-p", "5299", "-t", "2", "-J"}), &out);
+        // The last bits_per_second in the JSON is the receiver's sum.
+        for (std::sregex_iterator it(out.begin(), out.end(), bits), end; it != end; ++it)
+          measured_bps = std::stod((*it)[1].str());
+        ::kill(spid, SIGTERM);
+        int st = 0;
+        ::waitpid(spid, &st, 0);
+      }
+      const double expected_bps = std::min(ma.rate_bps, mb.rate_bps);
+      links.push_back({{"from", ma.name},
+                       {"to", mb.name},
+                       {"latency_us", one_way_us},
+                       {"expected_latency_us", expected_us},
+                       {"throughput_Mbps", measured_bps / 1e6},
+                       {"expected_Mbps", expected_bps / 1e6}});
+    }
+  }
+  // GEMM rates: one unconstrained core, then every rank at once under its quota.
+  auto gemm = [&](const std::string& cgroup_dir, const std::string& out_file) {
+    const std::string cmd = (cgroup_dir.empty() ? "" : "echo $$ > " + cgroup_dir + "/cgroup.procs && ") +
+                            "exec " + hexisim + " testbed gemm > " + out_file + " 2>&1";
+    return std::vector<std::string>{"sh", "-c", cmd};
+  };
+  auto read_rate = [](const std::string& file) {
+    std::ifstream in(file);
+    double v = -1;
+    in >> v;
+    return v;
+  };
+  const std::string ref_file = std::string(kRunDir) + "/gemm-ref";
+  run(gemm("", ref_file));
+  const double reference = read_rate(ref_file);
+  std::vector<pid_t> pids;
+  for (const TestbedRank& r : t.ranks) {
+    auto args = gemm((cgroup_root() / ("d" + std::to_string(r.device))).string(),
+                     std::string(kRunDir) + "/gemm-" + std::to_string(r.device));
+    std::vector<char*> cargv;
+    for (const auto& a : args) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawnp(&pid, "sh", nullptr, nullptr, cargv.data(), environ) == 0) pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+  }
+  Json ranks = Json::array();
+  for (const TestbedRank& r : t.ranks) {
+    const double rate = read_rate(std::string(kRunDir) + "/gemm-" + std::to_string(r.device));
+    ranks.push_back({{"device", r.device},
+                     {"type", r.gpu},
+                     {"machine", t.machines[r.machine].name},
+                     {"gflops", rate},
+                     {"share", r.share},
+                     {"measured_share", reference > 0 ? rate / reference : -1}});
+  }
+  return Json{{"cluster", t.cluster},
+              {"one_core_gflops", reference},
+              {"links", links},
+              {"ranks", ranks}};
+}
+
+}  // namespace hexi::validation

@@ -1,0 +1,370 @@
+#include "validation/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "scheduler/program/lower_sequence.hpp"
+#include "sim/simulator.hpp"
+#include "topologies/paths.hpp"
+#include "topologies/text.hpp"
+
+namespace hexi::validation {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The simulated comparison of a measured run's program under `profile`.
+Result<TraceComparison> simulated(const MeasuredRun& run, const Profile& profile) {
+  Scenario sc = run.scenario;
+  use_profile(sc, profile);
+  SimOptions so;
+  so.trace = true;
+  auto out = simulate(run.program, sc.cluster, sc.model, sc.training, sc.profile, so);
+  if (!out) return out.error();
+  auto json = parse_json_text(out->trace_json, "simulated trace of " + run.origin);
+  if (!json) return json.error();
+  auto trace = trace_from_json(*json, "simulated trace of " + run.origin);
+  if (!trace) return trace.error();
+  return compare_traces(run.program, *trace, run.trace, run.origin);
+}
+
+std::vector<SuiteRun> read_runs(const JsonNode& list, const fs::path& dir, const GpuCatalog& gpus,
+                                const ModelCatalog& models, const std::string& cluster_file) {
+  list.require_array();
+  std::vector<SuiteRun> out;
+  for (std::size_t i = 0; i < list.json().size(); ++i) {
+    auto node = list.at(i);
+    node.allow_only({"name", "what", "scenario", "plan"});
+    SuiteRun r;
+    r.name = node.str("name");
+    r.what = node.find("what") ? node.str("what") : "";
+    const std::string sc = node.str("scenario");
+    r.scenario = looks_like_path(sc) ? (dir / sc).string() : sc;
+    r.plan = (dir / node.str("plan")).string();
+    auto scenario = load_scenario(r.scenario, gpus, models);
+    if (!scenario) node.at("scenario").fail_message(scenario.error().message);
+    if (cluster_file_of(*scenario) != cluster_file) {
+      node.at("scenario").fail_message("runs on cluster " + scenario->cluster_ref +
+                                       ", not the suite's cluster");
+    }
+    auto plan = read_plan_file(r.plan);
+    if (!plan) node.at("plan").fail_message(plan.error().message);
+    r.devices = plan->num_devices();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// The runs of `all` named in `names` (a "quick" list), in its order.
+std::vector<SuiteRun> pick(const std::vector<SuiteRun>& all, const JsonNode& names) {
+  names.require_array();
+  std::vector<SuiteRun> out;
+  for (std::size_t i = 0; i < names.json().size(); ++i) {
+    const std::string n = names.at(i).str();
+    auto it = std::find_if(all.begin(), all.end(), [&](const SuiteRun& r) { return r.name == n; });
+    if (it == all.end()) names.at(i).fail_message("no run named \"" + n + "\" in the suite");
+    out.push_back(*it);
+  }
+  return out;
+}
+
+struct Errors {
+  double mape = 0, max = 0;
+};
+Errors errors(const std::vector<RunResult>& runs, bool calibrated) {
+  Errors e;
+  for (const auto& r : runs) {
+    const double x = std::abs(calibrated ? r.error() : r.error_default());
+    e.mape += x;
+    e.max = std::max(e.max, x);
+  }
+  if (!runs.empty()) e.mape /= static_cast<double>(runs.size());
+  return e;
+}
+
+std::string pct(double x) {
+  return format("%+.1f %%", 100 * x);
+}
+
+}  // namespace
+
+std::string cluster_file_of(const Scenario& s) {
+  return fs::weakly_canonical(cluster_file(s.cluster_ref, s.file.parent_path())).string();
+}
+
+Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& gpus,
+                         const ModelCatalog& models) {
+  auto json = read_json_file(path);
+  if (!json) return json.error();
+  return load_with([&] {
+    JsonNode root(*json, path);
+    root.allow_only({"version", "name", "description", "cluster", "steps", "calibration",
+                     "validation", "quick", "compare"});
+    if (root.at("version").integer_in(1, 1) != 1) root.at("version").fail("version 1");
+    Suite s;
+    s.file = path;
+    s.name = root.str("name");
+    s.description = root.find("description") ? root.str("description") : "";
+    const fs::path dir = fs::path(path).parent_path();
+    const std::string cluster = root.str("cluster");
+    s.cluster = looks_like_path(cluster) ? (dir / cluster).string() : cluster;
+    const std::string cfile = fs::weakly_canonical(cluster_file(s.cluster)).string();
+    if (auto steps = root.find("steps")) s.steps = static_cast<int>(steps->integer_in(3, 1000));
+    s.calibration = read_runs(root.at("calibration"), dir, gpus, models, cfile);
+    s.validation = read_runs(root.at("validation"), dir, gpus, models, cfile);
+    std::set<std::string> names;
+    for (const auto* list : {&s.calibration, &s.validation}) {
+      for (const auto& r : *list) {
+        if (!names.insert(r.name).second)
+          root.fail_message("two runs are named \"" + r.name + "\"");
+      }
+    }
+    for (const auto& c : s.calibration) {
+      for (const auto& v : s.validation) {
+        if (fs::weakly_canonical(c.plan) == fs::weakly_canonical(v.plan) &&
+            c.scenario == v.scenario) {
+          root.fail_message("validation run \"" + v.name + "\" is calibration run \"" + c.name +
+                            "\" (the same scenario and plan): validate on what was not fitted");
+        }
+      }
+    }
+    if (auto cmp = root.find("compare")) {
+      cmp->require_array();
+      if (cmp->json().size() != 2) cmp->fail("two validation run names [plan, baseline]");
+      s.compare = std::pair{cmp->at(std::size_t{0}).str(), cmp->at(std::size_t{1}).str()};
+    }
+    if (quick) {
+      auto q = root.at("quick");
+      q.allow_only({"calibration", "validation"});
+      s.calibration = pick(s.calibration, q.at("calibration"));
+      s.validation = pick(s.validation, q.at("validation"));
+    }
+    if (s.compare) {
+      for (const std::string& n : {s.compare->first, s.compare->second}) {
+        if (std::none_of(s.validation.begin(), s.validation.end(),
+                         [&](const SuiteRun& r) { return r.name == n; })) {
+          if (quick) {
+            s.compare.reset();
+            break;
+          }
+          root.at("compare").fail_message("\"" + n + "\" is not a validation run");
+        }
+      }
+    }
+    if (s.calibration.empty() || s.validation.empty())
+      root.fail_message("needs at least one calibration and one validation run");
+    return s;
+  });
+}
+
+Ranking kendall_tau(const std::vector<std::string>& names, const std::vector<double>& measured,
+                    const std::vector<double>& simulated) {
+  Ranking r;
+  int concordant = 0, discordant = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    for (std::size_t j = i + 1; j < names.size(); ++j) {
+      const double m = measured[i] - measured[j];
+      const double s = simulated[i] - simulated[j];
+      if (m * s > 0) {
+        ++concordant;
+      } else if (m * s < 0 || (m == 0) != (s == 0)) {
+        ++discordant;
+        const double apart = std::abs(measured[i] / measured[j] - 1);
+        r.discordant.push_back(names[i] + " vs " + names[j] + ": measured " +
+                               format("%.1f", 100 * apart) + " % apart");
+      }
+    }
+  }
+  const int pairs = static_cast<int>(names.size() * (names.size() - 1) / 2);
+  r.tau = pairs > 0 ? static_cast<double>(concordant - discordant) / pairs : 1.0;
+  return r;
+}
+
+Result<ValidationReport> validate(const Suite& suite, const Launcher& launch,
+                                  const fs::path& out_dir,
+                                  const std::function<void(const std::string&)>& log) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return failure(out_dir.string() + ": cannot create the folder: " + ec.message());
+  auto gpus = GpuCatalog::load_shipped();
+  if (!gpus) return gpus.error();
+  auto models = ModelCatalog::load_shipped();
+  if (!models) return models.error();
+
+  // 1. Every run on the engine.
+  const int total = static_cast<int>(suite.calibration.size() + suite.validation.size());
+  int done = 0;
+  std::map<std::string, MeasuredRun> measured;
+  for (const auto* list : {&suite.calibration, &suite.validation}) {
+    for (const SuiteRun& r : *list) {
+      const std::string trace = (out_dir / (r.name + ".trace.json")).string();
+      const std::string logfile = (out_dir / (r.name + ".log")).string();
+      log(format("[%d/%d] ", ++done, total) + r.name + ": hexisim train on " +
+          std::to_string(r.devices) + " ranks, " + std::to_string(suite.steps) + " steps");
+      auto rc = launch(r, suite.steps, trace, logfile);
+      if (!rc) return rc.error();
+      if (*rc != 0) {
+        return failure(r.name + ": hexisim train exited with status " + std::to_string(*rc) +
+                       " (its output: " + logfile + ")");
+      }
+      auto m = load_measured_run(trace, *gpus, *models);
+      if (!m) return m.error();
+      measured.emplace(r.name, std::move(*m));
+    }
+  }
+  // 2. Calibrate on the calibration runs only.
+  std::vector<MeasuredRun> cal;
+  for (const SuiteRun& r : suite.calibration) cal.push_back(measured.at(r.name));
+  log("calibrating on " + std::to_string(cal.size()) + " traces");
+  auto c = calibrate(cal, Profile());
+  if (!c) return c.error();
+  ValidationReport rep;
+  rep.suite = suite.name;
+  rep.calibration = std::move(*c);
+  rep.profile_file = (out_dir / "profile.json").string();
+  {
+    Json p = rep.calibration.profile.to_json();
+    p["comment"] = "fitted by hexisim validate (suite " + suite.name + ")";
+    auto st = write_file_atomically(rep.profile_file, dump_json(p, 2) + "\n");
+    if (!st) return st.error();
+  }
+  // 3. Simulate every validation run with both profiles.
+  const Profile defaults;
+  for (const SuiteRun& r : suite.validation) {
+    log("simulating " + r.name);
+    const MeasuredRun& m = measured.at(r.name);
+    auto cal_cmp = simulated(m, rep.calibration.profile);
+    if (!cal_cmp) return cal_cmp.error();
+    auto def_cmp = simulated(m, defaults);
+    if (!def_cmp) return def_cmp.error();
+    RunResult rr;
+    rr.name = r.name;
+    rr.what = r.what;
+    rr.trace = m.origin;
+    auto ops = measured_ops(m.program, m.trace, m.origin);
+    if (!ops) return ops.error();
+    rr.measured_s = median(ops->step_seconds);
+    rr.measured_min_s = *std::min_element(ops->step_seconds.begin(), ops->step_seconds.end());
+    rr.measured_max_s = *std::max_element(ops->step_seconds.begin(), ops->step_seconds.end());
+    rr.steps_used = static_cast<int>(ops->step_seconds.size());
+    rr.simulated_s = cal_cmp->simulated_iteration_s;
+    rr.simulated_default_s = def_cmp->simulated_iteration_s;
+    rr.classes = std::move(*cal_cmp);
+    rep.runs.push_back(std::move(rr));
+  }
+  // 4. Summary.
+  const Errors e = errors(rep.runs, true), d = errors(rep.runs, false);
+  rep.mape = e.mape;
+  rep.max_error = e.max;
+  rep.mape_default = d.mape;
+  rep.max_error_default = d.max;
+  std::vector<std::string> names;
+  std::vector<double> meas, sim, sim_default;
+  for (const auto& r : rep.runs) {
+    names.push_back(r.name);
+    meas.push_back(r.measured_s);
+    sim.push_back(r.simulated_s);
+    sim_default.push_back(r.simulated_default_s);
+  }
+  rep.ranking = kendall_tau(names, meas, sim);
+  rep.ranking_default = kendall_tau(names, meas, sim_default);
+  if (suite.compare) {
+    auto find = [&](const std::string& n) {
+      return *std::find_if(rep.runs.begin(), rep.runs.end(),
+                           [&](const RunResult& r) { return r.name == n; });
+    };
+    const RunResult& plan = find(suite.compare->first);
+    const RunResult& base = find(suite.compare->second);
+    rep.compare = suite.compare;
+    rep.compare_measured = base.measured_s / plan.measured_s;
+    rep.compare_simulated = base.simulated_s / plan.simulated_s;
+  }
+  return rep;
+}
+
+Json to_json(const ValidationReport& r) {
+  Json runs = Json::array();
+  for (const auto& x : r.runs) {
+    runs.push_back({{"name", x.name},
+                    {"what", x.what},
+                    {"trace", x.trace},
+                    {"measured_s", x.measured_s},
+                    {"measured_min_s", x.measured_min_s},
+                    {"measured_max_s", x.measured_max_s},
+                    {"steps_used", x.steps_used},
+                    {"simulated_s", x.simulated_s},
+                    {"simulated_default_s", x.simulated_default_s},
+                    {"error", x.error()},
+                    {"error_default", x.error_default()},
+                    {"classes", to_json(x.classes)["classes"]}});
+  }
+  auto ranking = [](const Ranking& k) {
+    return Json{{"kendall_tau", k.tau}, {"discordant", k.discordant}};
+  };
+  Json out = {{"suite", r.suite},
+              {"profile", r.profile_file},
+              {"mape", r.mape},
+              {"max_error", r.max_error},
+              {"kendall_tau", r.ranking.tau},
+              {"discordant", r.ranking.discordant},
+              {"uncalibrated", {{"mape", r.mape_default},
+                                {"max_error", r.max_error_default},
+                                {"ranking", ranking(r.ranking_default)}}},
+              {"plans", runs},
+              {"calibration", to_json(r.calibration)}};
+  if (r.compare) {
+    out["compare"] = {{"plan", r.compare->first},
+                      {"baseline", r.compare->second},
+                      {"measured_speedup", r.compare_measured},
+                      {"simulated_speedup", r.compare_simulated}};
+  }
+  return out;
+}
+
+std::string to_markdown(const ValidationReport& r) {
+  std::string md = "# hexisim validate: " + r.suite + "\n\n";
+  md += format(
+      "Calibrated profile (`%s`): MAPE %.2f %%, worst %.2f %%, Kendall tau %.3f.  \n"
+      "Uncalibrated (shipped defaults): MAPE %.2f %%, worst %.2f %%, Kendall tau %.3f.\n\n",
+      r.profile_file.c_str(), 100 * r.mape, 100 * r.max_error, r.ranking.tau,
+      100 * r.mape_default, 100 * r.max_error_default, r.ranking_default.tau);
+  md += "| plan | what | measured s (min-max) | simulated s | error | uncalibrated s | error |\n";
+  md += "|---|---|---|---|---|---|---|\n";
+  for (const auto& x : r.runs) {
+    md += format("| %s | %s | %.4f (%.4f-%.4f) | %.4f | %s | %.4f | %s |\n", x.name.c_str(),
+                 x.what.c_str(), x.measured_s, x.measured_min_s, x.measured_max_s, x.simulated_s,
+                 pct(x.error()).c_str(), x.simulated_default_s, pct(x.error_default()).c_str());
+  }
+  if (!r.ranking.discordant.empty()) {
+    md += "\nPairs the calibrated simulation orders differently from the measurement:\n";
+    for (const auto& d : r.ranking.discordant) md += "- " + d + "\n";
+  }
+  if (r.compare) {
+    md += format("\n%s against %s: measured %.3fx, simulated %.3fx (%s).\n",
+                 r.compare->first.c_str(), r.compare->second.c_str(), r.compare_measured,
+                 r.compare_simulated, pct(r.compare_simulated / r.compare_measured - 1).c_str());
+  }
+  md += "\n## Per op class (calibrated; summed op time of one iteration, all devices)\n\n";
+  std::map<std::string, std::pair<double, double>> classes;
+  for (const auto& x : r.runs) {
+    for (const auto& c : x.classes.classes) {
+      classes[c.op_class].first += c.measured_s;
+      classes[c.op_class].second += c.simulated_s;
+    }
+  }
+  md += "| op class | measured s | simulated s | error |\n|---|---|---|---|\n";
+  for (const auto& [name, t] : classes) {
+    md += format("| %s | %.4f | %.4f | %s |\n", name.c_str(), t.first, t.second,
+                 t.first > 0 ? pct(t.second / t.first - 1).c_str() : "-");
+  }
+  md += "\n## Calibration\n\n";
+  for (const auto& t : r.calibration.terms) {
+    md += format("- %s: %d points, R^2 %.4f (uncalibrated %.4f), rms error %.1f %%\n",
+                 t.term.c_str(), t.points, t.r2, t.r2_before, 100 * t.rms_rel);
+  }
+  return md;
+}
+
+}  // namespace hexi::validation
