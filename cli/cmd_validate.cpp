@@ -61,8 +61,8 @@ Result<int> spawn_logged(const std::vector<std::string>& args, const std::string
 
 std::vector<std::string> train_args(const std::string& exe, const validation::SuiteRun& r,
                                     int steps, const std::string& trace) {
-  return {exe,     "train", r.scenario, "--plan", r.plan, "--steps", std::to_string(steps),
-          "--trace", trace, "--json"};
+  return {exe,       "train", r.scenario, "--plan", r.plan, "--steps", std::to_string(steps),
+          "--trace", trace,   "--json"};
 }
 
 int run_validate(const ValidateOptions& opt) {
@@ -87,7 +87,8 @@ int run_validate(const ValidateOptions& opt) {
       return spawn_logged(args, log);
     };
   } else {
-    auto up = spawn_logged({exe, "testbed", "up", suite->cluster}, (fs::path(opt.out) / "testbed-up.log").string());
+    auto up = spawn_logged({exe, "testbed", "up", suite->cluster},
+                           (fs::path(opt.out) / "testbed-up.log").string());
     if (!up) return report(up.error());
     if (*up != 0) {
       return report(failure("hexisim testbed up " + suite->cluster + " failed (exit " +
@@ -104,8 +105,7 @@ int run_validate(const ValidateOptions& opt) {
   auto rep = validation::validate(*suite, launch, opt.out,
                                   [](const std::string& line) { std::cerr << line << "\n"; });
   if (!opt.local && !opt.keep_testbed) {
-    (void)spawn_logged({exe, "testbed", "down", suite->cluster},
-                       (fs::path(opt.out) / "testbed-down.log").string());
+    (void)spawn_logged({exe, "testbed", "down"}, (fs::path(opt.out) / "testbed-down.log").string());
   }
   if (!rep) return report(rep.error());
   const fs::path out(opt.out);
@@ -154,6 +154,7 @@ void add_validate_command(CLI::App& app, Runner& run) {
                 "Plain mpirun on this machine instead of the testbed (no shaped links or CPU "
                 "quotas: for trying a suite where the testbed cannot be built)");
   cmd->add_flag("--keep-testbed", opt->keep_testbed, "Leave the testbed up afterwards");
+
   cmd->add_flag("--no-plot", opt->no_plot, "Do not draw validation.png/svg");
   cmd->add_flag("--json", opt->json, "Print the report as one JSON object");
   cmd->callback([&run, opt] { run = [opt] { return run_validate(*opt); }; });

@@ -318,7 +318,7 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
         {format("eta@%.0f", pt.bytes), start.efficiency(pt.bytes), pt.efficiency, true});
   }
   curve.source = format(
-      "hexisim calibrate: %d point-to-point messages (%d sizes, fastest of each over the steps) "
+      "hexisim calibrate: %d point-to-point messages (%d sizes, mean of each over the steps) "
       "from %s; R^2 %.4f, rms error %.1f %%",
       t.points, static_cast<int>(sizes.size()), traces.c_str(), t.r2, 100 * t.rms_rel);
   out.set_transport(std::move(curve));
@@ -404,14 +404,17 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         auto it = sends.find({op.peer, op.device, op.tag});
         if (it == sends.end()) continue;
         const auto& sent = measured->by_op[it->second];
-        double best = std::numeric_limits<double>::infinity();
+        double sum = 0;
+        int n = 0;
         for (const TraceOp& e : events) {
           for (const TraceOp& s : sent) {
             if (s.step != e.step) continue;
-            best = std::min(best, (e.end_us - std::max(e.start_us, s.start_us)) * 1e-6);
+            sum += (e.end_us - std::max(e.start_us, s.start_us)) * 1e-6;
+            ++n;
           }
         }
-        if (!std::isfinite(best) || best <= 0) continue;
+        const double best = n > 0 ? sum / n : 0;
+        if (best <= 0) continue;
         const Transport t = cluster.transport(op.peer, op.device);
         auto given = base.transports().find(t);
         start_curves.emplace(t,

@@ -20,8 +20,9 @@
 //
 // Links, per transport (host, tcp, ...: Cluster::transport of the pair): every received
 // message is a data point: the transfer time = the receive's end - max(the receive's
-// start, the matching send's start) (ranks on one host share the clock), its minimum over
-// the steps (other flows and late progress only add time), against the model
+// start, the matching send's start) (ranks on one host share the clock), its mean over the
+// steps (what an iteration pays: on the testbed that includes a receiver paused by its CPU
+// quota), against the model
 //   time = hop latency (cluster file) + alpha + bytes / (nominal single-flow rate x eta)
 // alpha and one eta by least squares on relative error (alpha >= 0), then eta per message
 // size (the median over that size's messages): the transport's size-dependent curve.

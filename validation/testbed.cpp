@@ -116,9 +116,17 @@ double share_of(const std::string& gpu) {
 }
 
 std::vector<std::string> shape(const std::string& ns, const std::string& dev, double bps) {
-  return {"tc", "-n", ns, "class", "replace", "dev", dev, "parent", "1:", "classid", "1:1",
-          "htb", "rate", format("%.0fbit", bps), "ceil", format("%.0fbit", bps), "burst", "64k",
-          "cburst", "64k", "quantum", "60000"};
+  return {"tc",      "-n",
+          ns,        "class",
+          "replace", "dev",
+          dev,       "parent",
+          "1:",      "classid",
+          "1:1",     "htb",
+          "rate",    format("%.0fbit", bps),
+          "ceil",    format("%.0fbit", bps),
+          "burst",   "64k",
+          "cburst",  "64k",
+          "quantum", "60000"};
 }
 
 const char* kRsh = R"(#!/bin/sh
@@ -134,7 +142,9 @@ std::string rank_script() {
 # The testbed's rank wrapper: joins the cgroup of this rank's device, then runs the program.
 r=${OMPI_COMM_WORLD_RANK:-0}
 d=$(echo "$HEXISIM_TB_DEVICES" | cut -d, -f$((r + 1)))
-echo $$ > )") + cgroup_root().string() + R"(/d$d/cgroup.procs || { echo "hexisim testbed: rank $r cannot join the cgroup of device $d" >&2; exit 97; }
+echo $$ > )") +
+         cgroup_root().string() +
+         R"(/d$d/cgroup.procs || { echo "hexisim testbed: rank $r cannot join the cgroup of device $d" >&2; exit 97; }
 exec "$@"
 )";
 }
@@ -152,8 +162,12 @@ Result<TestbedLayout> testbed_layout(const Cluster& c) {
                        "\": a testbed machine name is 1-9 letters, digits, - or _ (it names a "
                        "network namespace and an interface)");
     }
-    TestbedMachine tm{m.name, kPrefix + m.name, "hxtb" + std::to_string(i), machine_ip(static_cast<int>(i)),
-                      m.nic_Bps * 8, {}};
+    TestbedMachine tm{m.name,
+                      kPrefix + m.name,
+                      "hxtb" + std::to_string(i),
+                      machine_ip(static_cast<int>(i)),
+                      m.nic_Bps * 8,
+                      {}};
     for (int g = 0; g < m.num_gpus; ++g) tm.devices.push_back(m.first_device + g);
     t.machines.push_back(tm);
   }
@@ -161,18 +175,19 @@ Result<TestbedLayout> testbed_layout(const Cluster& c) {
   for (int d = 0; d < c.num_devices(); ++d) {
     const std::string& gpu = c.gpu(d).name;
     const double share = share_of(gpu);
-    if (!(share > 0 && share <= 1)) {
+    if (!(share >= 0.2 && share <= 1)) {
       return bad_input("cluster " + c.name() + ": device " + std::to_string(d) + " is a " + gpu +
-                       "; the testbed runs device types cpu-NN (NN % of one core, 1-100)");
+                       "; the testbed runs device types cpu-NN (NN % of one core, 20-100: a CFS "
+                       "quota is at least 1 ms of its 5 ms period)");
     }
     t.ranks.push_back({d, c.devices()[d].machine, share, gpu});
     t.cores += share;
   }
   if (t.cores > kTestbedMaxCores + 1e-9) {
-    return bad_input(format("cluster %s: its devices' CPU quotas sum to %.2f cores; the testbed "
-                            "allows %.1f (this machine has %u, and the rest needs some)",
-                            c.name().c_str(), t.cores, kTestbedMaxCores,
-                            std::thread::hardware_concurrency()));
+    return bad_input(
+        format("cluster %s: its devices' CPU quotas sum to %.2f cores; the testbed "
+               "allows %.1f (this machine has %u, and the rest needs some)",
+               c.name().c_str(), t.cores, kTestbedMaxCores, std::thread::hardware_concurrency()));
   }
   for (std::size_t a = 0; a < t.machines.size(); ++a) {
     for (std::size_t b = 0; b < t.machines.size(); ++b) {
@@ -196,13 +211,14 @@ std::vector<std::vector<std::string>> testbed_up_commands(const TestbedLayout& t
   for (const TestbedMachine& m : t.machines) {
     cmds.push_back({"ip", "netns", "add", m.ns});
     cmds.push_back({"ip", "-n", m.ns, "link", "set", "lo", "up"});
-    cmds.push_back(
-        {"ip", "-n", m.ns, "link", "add", "eth0", "type", "veth", "peer", "name", m.port, "netns", kSwitch});
+    cmds.push_back({"ip", "-n", m.ns, "link", "add", "eth0", "type", "veth", "peer", "name", m.port,
+                    "netns", kSwitch});
     cmds.push_back({"ip", "-n", m.ns, "addr", "add", m.ip + "/24", "dev", "eth0"});
     cmds.push_back({"ip", "-n", m.ns, "link", "set", "eth0", "up"});
     cmds.push_back({"ip", "-n", kSwitch, "link", "set", m.port, "master", "br0"});
     cmds.push_back({"ip", "-n", kSwitch, "link", "set", m.port, "up"});
-    for (const auto& [ns, dev] : {std::pair{m.ns, std::string("eth0")}, std::pair{std::string(kSwitch), m.port}}) {
+    for (const auto& [ns, dev] :
+         {std::pair{m.ns, std::string("eth0")}, std::pair{std::string(kSwitch), m.port}}) {
       cmds.push_back({"tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
                       "default", "1"});
       cmds.push_back(shape(ns, dev, m.rate_bps));
@@ -257,7 +273,8 @@ Status testbed_down(const std::function<void(const std::string&)>& log) {
     const std::string ns = line.substr(0, line.find(' '));
     if (ns.rfind(kPrefix, 0) != 0) continue;
     std::string out;
-    if (run({"ip", "netns", "del", ns}, &out) != 0) return failure("ip netns del " + ns + ": " + out);
+    if (run({"ip", "netns", "del", ns}, &out) != 0)
+      return failure("ip netns del " + ns + ": " + out);
     log("removed network namespace " + ns);
   }
   const fs::path cg = cgroup_root();
@@ -285,7 +302,8 @@ Status testbed_up(const TestbedLayout& t, const std::string& nfdelay,
                   const std::function<void(const std::string&)>& log) {
   if (std::string why = testbed_unavailable(); !why.empty()) return bad_input(why);
   if (!fs::exists(nfdelay)) {
-    return bad_input(nfdelay + " is missing: the build skipped hexisim-nfdelay (install "
+    return bad_input(nfdelay +
+                     " is missing: the build skipped hexisim-nfdelay (install "
                      "libnetfilter-queue-dev: scripts/setup.sh, then rebuild)");
   }
   if (Status s = testbed_down(log); !s) return s;
@@ -335,13 +353,13 @@ Status testbed_up(const TestbedLayout& t, const std::string& nfdelay,
     (void)write_value(cg.parent_path() / "cgroup.subtree_control", "+cpu");
     (void)write_value(cg / "cgroup.subtree_control", "+cpu");
   }
+  const int period = kTestbedPeriodUs;
   for (const TestbedRank& r : t.ranks) {
     const fs::path d = cg / ("d" + std::to_string(r.device));
     fs::create_directories(d);
-    const long quota = std::lround(r.share * kTestbedPeriodUs);
-    Status s = cgroup_v2()
-                   ? write_value(d / "cpu.max", format("%ld %d", quota, kTestbedPeriodUs))
-                   : write_value(d / "cpu.cfs_period_us", std::to_string(kTestbedPeriodUs));
+    const long quota = std::lround(r.share * period);
+    Status s = cgroup_v2() ? write_value(d / "cpu.max", format("%ld %d", quota, period))
+                           : write_value(d / "cpu.cfs_period_us", std::to_string(period));
     if (s && !cgroup_v2()) s = write_value(d / "cpu.cfs_quota_us", std::to_string(quota));
     if (!s) return s;
   }
@@ -380,15 +398,41 @@ Result<int> testbed_run(const TestbedLayout& t, const std::vector<int>& devices,
   }
   const fs::path hostfile = fs::path(kRunDir) / ("hosts-" + std::to_string(::getpid()));
   if (Status s = write_text(hostfile, hosts); !s) return s.error();
-  std::vector<std::string> args = in_ns(
-      kSwitch, {"mpirun", "--allow-run-as-root", "--hostfile", hostfile.string(), "-np",
-                std::to_string(devices.size()), "--map-by", "slot", "--bind-to", "none",
-                "--mca", "plm_rsh_agent", std::string(kRunDir) + "/rsh", "--mca",
-                "plm_rsh_no_tree_spawn", "1", "--mca", "oob_tcp_if_include", kSubnet, "--mca",
-                "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", kSubnet, "--mca",
-                "mpi_yield_when_idle", "1", "-x", "HEXISIM_TB_DEVICES=" + list, "-x",
-                "HEXISIM_MPI_WAIT=sleep", "-x", "OPENBLAS_NUM_THREADS=1",
-                std::string(kRunDir) + "/rank"});
+  std::vector<std::string> args = in_ns(kSwitch, {"mpirun",
+                                                  "--allow-run-as-root",
+                                                  "--hostfile",
+                                                  hostfile.string(),
+                                                  "-np",
+                                                  std::to_string(devices.size()),
+                                                  "--map-by",
+                                                  "slot",
+                                                  "--bind-to",
+                                                  "none",
+                                                  "--mca",
+                                                  "plm_rsh_agent",
+                                                  std::string(kRunDir) + "/rsh",
+                                                  "--mca",
+                                                  "plm_rsh_no_tree_spawn",
+                                                  "1",
+                                                  "--mca",
+                                                  "oob_tcp_if_include",
+                                                  kSubnet,
+                                                  "--mca",
+                                                  "btl",
+                                                  "self,vader,tcp",
+                                                  "--mca",
+                                                  "btl_tcp_if_include",
+                                                  kSubnet,
+                                                  "--mca",
+                                                  "mpi_yield_when_idle",
+                                                  "1",
+                                                  "-x",
+                                                  "HEXISIM_TB_DEVICES=" + list,
+                                                  "-x",
+                                                  "HEXISIM_MPI_WAIT=sleep",
+                                                  "-x",
+                                                  "OPENBLAS_NUM_THREADS=1",
+                                                  std::string(kRunDir) + "/rank"});
   for (const auto& a : argv) args.push_back(a);
   std::vector<char*> cargv;
   for (const auto& a : args) cargv.push_back(const_cast<char*>(a.c_str()));
@@ -457,8 +501,9 @@ Result<Json> testbed_status(const TestbedLayout& t, const std::string& hexisim) 
   }
   // GEMM rates: one unconstrained core, then every rank at once under its quota.
   auto gemm = [&](const std::string& cgroup_dir, const std::string& out_file) {
-    const std::string cmd = (cgroup_dir.empty() ? "" : "echo $$ > " + cgroup_dir + "/cgroup.procs && ") +
-                            "exec " + hexisim + " testbed gemm > " + out_file + " 2>&1";
+    const std::string cmd =
+        (cgroup_dir.empty() ? "" : "echo $$ > " + cgroup_dir + "/cgroup.procs && ") + "exec " +
+        hexisim + " testbed gemm > " + out_file + " 2>&1";
     return std::vector<std::string>{"sh", "-c", cmd};
   };
   auto read_rate = [](const std::string& file) {
@@ -494,10 +539,8 @@ Result<Json> testbed_status(const TestbedLayout& t, const std::string& hexisim) 
                      {"share", r.share},
                      {"measured_share", reference > 0 ? rate / reference : -1}});
   }
-  return Json{{"cluster", t.cluster},
-              {"one_core_gflops", reference},
-              {"links", links},
-              {"ranks", ranks}};
+  return Json{
+      {"cluster", t.cluster}, {"one_core_gflops", reference}, {"links", links}, {"ranks", ranks}};
 }
 
 }  // namespace hexi::validation

@@ -46,8 +46,8 @@ std::vector<SuiteRun> read_runs(const JsonNode& list, const fs::path& dir, const
     auto scenario = load_scenario(r.scenario, gpus, models);
     if (!scenario) node.at("scenario").fail_message(scenario.error().message);
     if (cluster_file_of(*scenario) != cluster_file) {
-      node.at("scenario").fail_message("runs on cluster " + scenario->cluster_ref +
-                                       ", not the suite's cluster");
+      node.at("scenario")
+          .fail_message("runs on cluster " + scenario->cluster_ref + ", not the suite's cluster");
     }
     auto plan = read_plan_file(r.plan);
     if (!plan) node.at("plan").fail_message(plan.error().message);
@@ -309,9 +309,10 @@ Json to_json(const ValidationReport& r) {
               {"max_error", r.max_error},
               {"kendall_tau", r.ranking.tau},
               {"discordant", r.ranking.discordant},
-              {"uncalibrated", {{"mape", r.mape_default},
-                                {"max_error", r.max_error_default},
-                                {"ranking", ranking(r.ranking_default)}}},
+              {"uncalibrated",
+               {{"mape", r.mape_default},
+                {"max_error", r.max_error_default},
+                {"ranking", ranking(r.ranking_default)}}},
               {"plans", runs},
               {"calibration", to_json(r.calibration)}};
   if (r.compare) {
@@ -328,8 +329,8 @@ std::string to_markdown(const ValidationReport& r) {
   md += format(
       "Calibrated profile (`%s`): MAPE %.2f %%, worst %.2f %%, Kendall tau %.3f.  \n"
       "Uncalibrated (shipped defaults): MAPE %.2f %%, worst %.2f %%, Kendall tau %.3f.\n\n",
-      r.profile_file.c_str(), 100 * r.mape, 100 * r.max_error, r.ranking.tau,
-      100 * r.mape_default, 100 * r.max_error_default, r.ranking_default.tau);
+      r.profile_file.c_str(), 100 * r.mape, 100 * r.max_error, r.ranking.tau, 100 * r.mape_default,
+      100 * r.max_error_default, r.ranking_default.tau);
   md += "| plan | what | measured s (min-max) | simulated s | error | uncalibrated s | error |\n";
   md += "|---|---|---|---|---|---|---|\n";
   for (const auto& x : r.runs) {

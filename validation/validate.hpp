@@ -63,8 +63,8 @@ Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& 
 
 // Runs `hexisim train SCENARIO --plan PLAN --steps N --trace TRACE` on `devices` ranks,
 // its output into `log`; returns the exit status.
-using Launcher = std::function<Result<int>(const SuiteRun& run, int steps,
-                                           const std::string& trace, const std::string& log)>;
+using Launcher = std::function<Result<int>(const SuiteRun& run, int steps, const std::string& trace,
+                                           const std::string& log)>;
 
 struct RunResult {
   std::string name, what;

@@ -1,0 +1,110 @@
+// `hexisim calibrate` and `hexisim validate` end to end: a profile fitted to traces of
+// `hexisim train` and used by `hexisim simulate --profile`; refusals of input they cannot
+// use; and `hexisim validate --quick` on the testbed where this machine can build one
+// (root, namespaces, cgroups), skipped with the reason where not.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_runner.hpp"
+#include "validation/testbed.hpp"
+
+namespace hexi::testing {
+namespace {
+
+using nlohmann::json;
+
+// Three stages of tiny-llama-8l over devices 0 -> 1 (one machine) -> 4 (the other).
+std::string three_stages(int micro_batch) {
+  return R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": )" +
+         std::to_string(micro_batch) +
+         R"(, "stages": [{"devices": [0], "layers": [0, 3]}, {"devices": [1], "layers": [3, 5]},
+                         {"devices": [4], "layers": [5, 8]}]}]})";
+}
+
+TEST(CliCalibrate, FitsTracesOfTrainAndSimulateReadsTheProfile) {
+  const auto dir = scratch_dir("calibrate");
+  std::string traces;
+  for (int mb : {1, 2}) {
+    const auto plan = dir / ("plan" + std::to_string(mb) + ".json");
+    write_text(plan, three_stages(mb));
+    const auto trace = dir / ("trace" + std::to_string(mb) + ".json");
+    const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 3 "
+                            "--oversubscribe " +
+                            std::string(std::getenv("HEXISIM_BIN")) +
+                            " train tiny-llama-8l-cpu --plan " + plan.string() +
+                            " --steps 4 --trace " + trace.string() + " > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    traces += " " + trace.string();
+  }
+  const auto profile = dir / "profile.json";
+  auto c = run_cli("calibrate" + traces + " --out " + profile.string() + " --json");
+  ASSERT_EQ(c.code, 0) << c.err;
+  const json fit = json::parse(c.out);
+  std::set<std::string> terms;
+  for (const auto& t : fit["terms"]) terms.insert(t["term"].get<std::string>());
+  EXPECT_EQ(terms, (std::set<std::string>{"compute CPU-core", "link host", "link rdma"}));
+  const json p = json::parse(read_text(profile));
+  EXPECT_EQ(p["version"], 2);
+  EXPECT_TRUE(p["devices"].contains("CPU-core"));
+  EXPECT_TRUE(p["transports"].contains("host"));
+  // The profile changes what the simulator says of the same plan.
+  const std::string sim = "simulate tiny-llama-8l-cpu --plan " + (dir / "plan1.json").string() +
+                          " --no-trace --json";
+  auto before = run_cli(sim);
+  auto after = run_cli(sim + " --profile " + profile.string());
+  ASSERT_EQ(before.code, 0) << before.err;
+  ASSERT_EQ(after.code, 0) << after.err;
+  EXPECT_NE(json::parse(before.out)["iteration_time_s"], json::parse(after.out)["iteration_time_s"]);
+  // A trace that does not name its files (the simulator's) is refused, saying why.
+  auto sim_trace = run_cli("simulate tiny-llama-8l-cpu --plan " + (dir / "plan1.json").string() +
+                           " --out " + (dir / "sim").string());
+  ASSERT_EQ(sim_trace.code, 0) << sim_trace.err;
+  auto bad = run_cli("calibrate " + (dir / "sim" / "trace.json").string() + " --out " +
+                     (dir / "p2.json").string());
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("otherData.scenario_file is missing"), std::string::npos) << bad.err;
+}
+
+TEST(CliValidate, RefusesASuiteThatValidatesOnWhatItFitted) {
+  const auto dir = scratch_dir("validate-bad");
+  write_text(dir / "plan.json", three_stages(1));
+  write_text(dir / "suite.json", R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4",
+    "calibration": [{"name": "a", "scenario": "tiny-llama-8l-cpu", "plan": "plan.json"}],
+    "validation": [{"name": "b", "scenario": "tiny-llama-8l-cpu", "plan": "plan.json"}]})");
+  auto r = run_cli("validate " + (dir / "suite.json").string() + " --out " + (dir / "o").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("validate on what was not fitted"), std::string::npos) << r.err;
+  write_text(dir / "suite.json", R"({"version": 1, "name": "s", "cluster": "testbed-cpu-3m",
+    "calibration": [{"name": "a", "scenario": "tiny-llama-8l-cpu", "plan": "plan.json"}],
+    "validation": []})");
+  r = run_cli("validate " + (dir / "suite.json").string() + " --out " + (dir / "o").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("not the suite's cluster"), std::string::npos) << r.err;
+}
+
+TEST(CliValidate, QuickOnTheTestbed) {
+  if (const std::string why = validation::testbed_unavailable(); !why.empty()) {
+    GTEST_SKIP() << "no testbed on this machine: " << why;
+  }
+  const auto dir = scratch_dir("validate-quick");
+  auto r = run_cli("validate " HEXISIM_TEST_ROOT "/validation/suites/testbed-cpu.json --quick "
+                   "--steps 4 --no-plot --json --out " +
+                   (dir / "out").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_GE(j["mape"].get<double>(), 0.0);
+  EXPECT_LE(std::abs(j["kendall_tau"].get<double>()), 1.0);
+  ASSERT_EQ(j["plans"].size(), 2u);
+  for (const auto& p : j["plans"]) {
+    EXPECT_GT(p["measured_s"].get<double>(), 0.0) << p["name"];
+    EXPECT_GT(p["simulated_s"].get<double>(), 0.0) << p["name"];
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "report.md"));
+  // Nothing of the testbed is left behind.
+  auto ns = std::system("ip netns list | grep -q hxtb-");
+  EXPECT_NE(WEXITSTATUS(ns), 0) << "a hxtb-* namespace is left";
+}
+
+}  // namespace
+}  // namespace hexi::testing
