@@ -149,7 +149,7 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
 
 void use_profile(Scenario& s, Profile profile) {
   s.profile = std::move(profile);
-  s.cluster.set_curves(s.profile.transports());
+  s.cluster.set_curves(s.profile.transports(), s.profile.collective_step_latencies());
 }
 
 Result<Scenario> load_scenario(const std::string& ref, const GpuCatalog& catalog,

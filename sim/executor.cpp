@@ -296,12 +296,13 @@ void Executor::start_phase(int index, double t) {
   double latency = 0;
   if (ph.part_steps.empty()) {
     double hop = 0;
-    for (const auto& f : ph.flows) hop = std::max(hop, cluster_.step_latency(f.src, f.dst));
+    for (const auto& f : ph.flows)
+      hop = std::max(hop, cluster_.collective_step_latency(f.src, f.dst));
     latency = ph.latency_steps * hop;
   } else {
     std::vector<double> hop(ph.part_steps.size(), 0.0);
     for (const auto& f : ph.flows)
-      hop[f.part] = std::max(hop[f.part], cluster_.step_latency(f.src, f.dst));
+      hop[f.part] = std::max(hop[f.part], cluster_.collective_step_latency(f.src, f.dst));
     for (std::size_t k = 0; k < hop.size(); ++k) latency += ph.part_steps[k] * hop[k];
   }
   const int b = new_batch(index, true, latency);

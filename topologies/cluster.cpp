@@ -355,9 +355,20 @@ const TransportCurve& Cluster::curve(Transport t) const {
   return transport_curve(t);
 }
 
-void Cluster::set_curves(const std::map<Transport, TransportCurve>& curves) {
+void Cluster::set_curves(const std::map<Transport, TransportCurve>& curves,
+                         const std::map<Transport, double>& collective_step_latency_s) {
   curves_ = curves.empty() ? nullptr
                            : std::make_shared<const std::map<Transport, TransportCurve>>(curves);
+  collective_extra_ =
+      collective_step_latency_s.empty()
+          ? nullptr
+          : std::make_shared<const std::map<Transport, double>>(collective_step_latency_s);
+}
+
+double Cluster::collective_extra_latency(Transport t) const {
+  if (collective_extra_ == nullptr) return 0;
+  auto it = collective_extra_->find(t);
+  return it != collective_extra_->end() ? it->second : 0;
 }
 
 Transport Cluster::transport(int a, int b) const {

@@ -133,7 +133,15 @@ class Cluster {
   // A transport's curve: the shipped table unless a profile replaced it (a calibrated
   // profile's "transports", topologies/profile.hpp).
   const TransportCurve& curve(Transport t) const;
-  void set_curves(const std::map<Transport, TransportCurve>& curves);
+  // One step of a collective between a and b: step_latency plus the extra a calibrated
+  // profile found collectives to pay per step on that transport (waiting for the slowest
+  // member's progress; 0 unless calibrated).
+  double collective_step_latency(int a, int b) const {
+    return step_latency(a, b) + collective_extra_latency(transport(a, b));
+  }
+  double collective_extra_latency(Transport t) const;
+  void set_curves(const std::map<Transport, TransportCurve>& curves,
+                  const std::map<Transport, double>& collective_step_latency_s = {});
   Transport network_transport() const { return network_transport_; }
   bool nominal_rates() const { return nominal_rates_; }
 
@@ -168,7 +176,8 @@ class Cluster {
   double oversubscription_ = 1.0;
   Transport network_transport_ = Transport::kRdma;
   bool nominal_rates_ = false;
-  std::shared_ptr<const std::map<Transport, TransportCurve>> curves_;  // null: shipped only
+  std::shared_ptr<const std::map<Transport, TransportCurve>> curves_;    // null: shipped only
+  std::shared_ptr<const std::map<Transport, double>> collective_extra_;  // null: none
   std::unordered_map<std::uint64_t, PairLink> device_overrides_;
   std::unordered_map<std::uint64_t, PairLink> machine_overrides_;
   friend class ClusterReader;

@@ -159,7 +159,7 @@ void apply(const FileEntry& e, DeviceProfile& values, std::array<std::string, kN
 // One transport's curve: {"step_latency_us": x, "efficiency": [[bytes, eta], ...] (bytes
 // increasing), "source": "..."}.
 TransportCurve read_transport(const JsonNode& node, Transport t) {
-  node.allow_only({"step_latency_us", "efficiency", "source"});
+  node.allow_only({"step_latency_us", "efficiency", "collective_step_latency_us", "source"});
   TransportCurve c;
   c.transport = t;
   c.source = node.find("source") ? node.str("source") : node.origin();
@@ -271,7 +271,10 @@ Result<Profile> Profile::from_json(const Json& json, const std::string& origin) 
         if (!t || *t == Transport::kNominal)
           transports->fail_message("unknown transport \"" + name +
                                    "\" (allowed: nvlink, pcie, host, rdma, efa, tcp)");
-        p.set_transport(read_transport(transports->at(name), *t));
+        auto node = transports->at(name);
+        p.set_transport(read_transport(node, *t));
+        if (auto extra = node.find("collective_step_latency_us"))
+          p.set_collective_step_latency(*t, extra->number_in(0, 1e7) / 1e6);
       }
     }
     return p;
@@ -297,8 +300,12 @@ Json Profile::to_json() const {
     for (const auto& [t, c] : transports_) {
       Json table = Json::array();
       for (const auto& point : c.points) table.push_back({point.bytes, point.efficiency});
-      transports[std::string(to_string(t))] = {
+      Json entry = {
           {"step_latency_us", c.step_latency_s * 1e6}, {"efficiency", table}, {"source", c.source}};
+      auto extra = collective_step_latency_s_.find(t);
+      if (extra != collective_step_latency_s_.end())
+        entry["collective_step_latency_us"] = extra->second * 1e6;
+      transports[std::string(to_string(t))] = entry;
     }
     out["transports"] = transports;
   }
@@ -352,6 +359,10 @@ void Profile::set_device_param(const std::string& gpu_name, Param param, double 
   e.values.set(param, value);
   e.sources[index(param)] = source;
   e.set |= 1u << index(param);
+}
+
+void Profile::set_collective_step_latency(Transport t, double seconds) {
+  collective_step_latency_s_[t] = seconds;
 }
 
 void Profile::set_transport(TransportCurve curve) {

@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "scheduler/cost/collectives.hpp"
 #include "scheduler/cost/cost_model.hpp"
 #include "scheduler/program/lower_sequence.hpp"
 #include "topologies/eigen.hpp"
@@ -325,6 +326,56 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
   return t;
 }
 
+// One collective instance: its measured time (the mean over the steps of the last member's
+// end minus the last member's start: waiting for late members left out) and the model's
+// time with the fitted links and no extra step latency.
+struct CollectivePoint {
+  double seconds = 0;
+  double model_s = 0;
+  int steps = 0;  // latency steps of its algorithm
+  std::string op_class;
+  int samples = 0;
+};
+
+// The extra latency per collective step on a transport, by least squares through the origin
+// on (measured - model) against steps, at least 0.
+TermFit fit_collectives(Transport transport, const std::vector<CollectivePoint>& points,
+                        Profile& out, const std::string& traces) {
+  TermFit t;
+  t.term = "collectives " + std::string(to_string(transport));
+  t.points = static_cast<int>(points.size());
+  double num = 0, den = 0;
+  for (const auto& p : points) {
+    t.samples += p.samples;
+    num += (p.seconds - p.model_s) * p.steps;
+    den += static_cast<double>(p.steps) * p.steps;
+  }
+  const double alpha = den > 0 ? std::max(0.0, num / den) : 0.0;
+  std::vector<double> measured, before, after, weight;
+  std::map<std::string, ClassFit> classes;
+  for (const auto& p : points) {
+    measured.push_back(p.seconds);
+    before.push_back(p.model_s);
+    after.push_back(p.model_s + alpha * p.steps);
+    weight.push_back(1);
+    ClassFit& c = classes[p.op_class];
+    c.op_class = p.op_class;
+    c.points += 1;
+    c.measured_s += p.seconds;
+    c.fitted_s += after.back();
+    c.before_s += before.back();
+  }
+  for (auto& [name, c] : classes) t.classes.push_back(c);
+  t.r2 = r_squared(measured, after, weight);
+  t.r2_before = r_squared(measured, before, weight);
+  std::tie(t.rms_rel, t.max_rel) = relative_errors(measured, after, weight);
+  t.rms_rel_before = relative_errors(measured, before, weight).first;
+  t.params.push_back({"collective_step_latency_us", 0, alpha * 1e6, true});
+  (void)traces;
+  out.set_collective_step_latency(transport, alpha);
+  return t;
+}
+
 // The send op of each received message: (source device, destination, tag) -> send op id.
 std::map<std::tuple<int, int, int>, int> sends_by_message(const Program& program) {
   std::map<std::tuple<int, int, int>, int> out;
@@ -455,6 +506,52 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
     auto t = fit_link(transport, points, start_curves.at(transport), c.profile, traces);
     if (!t) return t.error();
     c.terms.push_back(std::move(*t));
+  }
+  // Collectives, against the fitted links: per transport (rings on one transport only).
+  std::map<Transport, std::vector<CollectivePoint>> collectives;
+  for (const MeasuredRun& run : runs) {
+    auto measured = measured_ops(run.program, run.trace, run.origin);
+    if (!measured) return measured.error();
+    Cluster fitted = run.scenario.cluster;
+    fitted.set_curves(c.profile.transports());
+    std::map<std::pair<int, int>, std::vector<int>> instances;  // (group, instance) -> ops
+    for (int id = 0; id < run.program.num_ops(); ++id) {
+      const Op& op = run.program.ops[id];
+      if (op.kind == OpKind::kCollective && op.collective != Collective::kAllToAll)
+        instances[{op.group, op.instance}].push_back(id);
+    }
+    for (const auto& [key, ops] : instances) {
+      const Op& first = run.program.ops[ops.front()];
+      const auto& devs = run.program.groups[first.group].devices;
+      const int n = static_cast<int>(devs.size());
+      if (n < 2 || first.bytes <= 0) continue;
+      std::set<Transport> used;
+      for (int k = 0; k < n; ++k) used.insert(fitted.transport(devs[k], devs[(k + 1) % n]));
+      if (used.size() != 1 || *used.begin() == Transport::kNominal) continue;
+      std::map<int, std::pair<double, double>> per_step;  // step -> (last start, last end)
+      for (int id : ops) {
+        for (const TraceOp& e : measured->by_op[id]) {
+          auto [it, fresh] = per_step.try_emplace(e.step, e.start_us, e.end_us);
+          if (!fresh) {
+            it->second.first = std::max(it->second.first, e.start_us);
+            it->second.second = std::max(it->second.second, e.end_us);
+          }
+        }
+      }
+      if (per_step.empty()) continue;
+      double sum = 0;
+      for (const auto& [step, span] : per_step) sum += (span.second - span.first) * 1e-6;
+      const auto [bw, lat] = ring_link(fitted, devs, first.bytes);
+      collectives[*used.begin()].push_back(
+          {sum / static_cast<double>(per_step.size()),
+           collective_time(first.collective, first.bytes, n, bw, lat),
+           latency_steps(first.collective, n), op_class(run.program, ops.front()),
+           static_cast<int>(per_step.size() * ops.size())});
+    }
+  }
+  for (const auto& [transport, points] : collectives) {
+    if (c.profile.transports().count(transport) == 0) continue;
+    c.terms.push_back(fit_collectives(transport, points, c.profile, traces));
   }
   return c;
 }

@@ -32,7 +32,7 @@ TEST(Testbed, LayoutOfTheShippedThreeMachineCluster) {
   EXPECT_DOUBLE_EQ(t->ranks[0].share, 0.4);
   EXPECT_DOUBLE_EQ(t->ranks[5].share, 0.2);
   EXPECT_NEAR(t->cores, 1.6, 1e-12);
-  ASSERT_EQ(t->flows.size(), 6u);  // every ordered machine pair
+  ASSERT_EQ(t->flows.size(), 6u);                                     // every ordered machine pair
   for (const auto& f : t->flows) EXPECT_NEAR(f.delay_us, 250, 1e-9);  // nic + switch + nic
   const auto cmds = testbed_up_commands(*t, "/x/hexisim-nfdelay");
   auto has = [&](const std::string& word) {
@@ -66,8 +66,7 @@ TEST(Testbed, RefusesWhatItCannotBuild) {
       R"({"version": 1, "name": "n", "network": {"nic_GBps": 1},
           "machines": [{"name": "a machine", "gpu": "cpu-20", "gpus": 1}]})"));
   ASSERT_FALSE(name.ok());
-  EXPECT_NE(name.error().message.find("\"a machine\""), std::string::npos)
-      << name.error().message;
+  EXPECT_NE(name.error().message.find("\"a machine\""), std::string::npos) << name.error().message;
 }
 
 }  // namespace

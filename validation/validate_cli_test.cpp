@@ -1,13 +1,16 @@
 // `hexisim calibrate` and `hexisim validate` end to end: a profile fitted to traces of
 // `hexisim train` and used by `hexisim simulate --profile`; refusals of input they cannot
-// use; and `hexisim validate --quick` on the testbed where this machine can build one
-// (root, namespaces, cgroups), skipped with the reason where not.
+// use. `hexisim validate --quick` on the testbed where this machine can build one
+// (root, namespaces, cgroups) is validate_testbed_test.cpp.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_runner.hpp"
-#include "validation/testbed.hpp"
 
 namespace hexi::testing {
 namespace {
@@ -29,11 +32,11 @@ TEST(CliCalibrate, FitsTracesOfTrainAndSimulateReadsTheProfile) {
     const auto plan = dir / ("plan" + std::to_string(mb) + ".json");
     write_text(plan, three_stages(mb));
     const auto trace = dir / ("trace" + std::to_string(mb) + ".json");
-    const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 3 "
-                            "--oversubscribe " +
-                            std::string(std::getenv("HEXISIM_BIN")) +
-                            " train tiny-llama-8l-cpu --plan " + plan.string() +
-                            " --steps 4 --trace " + trace.string() + " > /dev/null 2>&1";
+    const std::string cmd =
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 3 "
+        "--oversubscribe " +
+        std::string(std::getenv("HEXISIM_BIN")) + " train tiny-llama-8l-cpu --plan " +
+        plan.string() + " --steps 4 --trace " + trace.string() + " > /dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     traces += " " + trace.string();
   }
@@ -49,13 +52,14 @@ TEST(CliCalibrate, FitsTracesOfTrainAndSimulateReadsTheProfile) {
   EXPECT_TRUE(p["devices"].contains("CPU-core"));
   EXPECT_TRUE(p["transports"].contains("host"));
   // The profile changes what the simulator says of the same plan.
-  const std::string sim = "simulate tiny-llama-8l-cpu --plan " + (dir / "plan1.json").string() +
-                          " --no-trace --json";
+  const std::string sim =
+      "simulate tiny-llama-8l-cpu --plan " + (dir / "plan1.json").string() + " --no-trace --json";
   auto before = run_cli(sim);
   auto after = run_cli(sim + " --profile " + profile.string());
   ASSERT_EQ(before.code, 0) << before.err;
   ASSERT_EQ(after.code, 0) << after.err;
-  EXPECT_NE(json::parse(before.out)["iteration_time_s"], json::parse(after.out)["iteration_time_s"]);
+  EXPECT_NE(json::parse(before.out)["iteration_time_s"],
+            json::parse(after.out)["iteration_time_s"]);
   // A trace that does not name its files (the simulator's) is refused, saying why.
   auto sim_trace = run_cli("simulate tiny-llama-8l-cpu --plan " + (dir / "plan1.json").string() +
                            " --out " + (dir / "sim").string());
@@ -81,29 +85,6 @@ TEST(CliValidate, RefusesASuiteThatValidatesOnWhatItFitted) {
   r = run_cli("validate " + (dir / "suite.json").string() + " --out " + (dir / "o").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("not the suite's cluster"), std::string::npos) << r.err;
-}
-
-TEST(CliValidate, QuickOnTheTestbed) {
-  if (const std::string why = validation::testbed_unavailable(); !why.empty()) {
-    GTEST_SKIP() << "no testbed on this machine: " << why;
-  }
-  const auto dir = scratch_dir("validate-quick");
-  auto r = run_cli("validate " HEXISIM_TEST_ROOT "/validation/suites/testbed-cpu.json --quick "
-                   "--steps 4 --no-plot --json --out " +
-                   (dir / "out").string());
-  ASSERT_EQ(r.code, 0) << r.err;
-  const json j = json::parse(r.out);
-  EXPECT_GE(j["mape"].get<double>(), 0.0);
-  EXPECT_LE(std::abs(j["kendall_tau"].get<double>()), 1.0);
-  ASSERT_EQ(j["plans"].size(), 2u);
-  for (const auto& p : j["plans"]) {
-    EXPECT_GT(p["measured_s"].get<double>(), 0.0) << p["name"];
-    EXPECT_GT(p["simulated_s"].get<double>(), 0.0) << p["name"];
-  }
-  EXPECT_TRUE(std::filesystem::exists(dir / "out" / "report.md"));
-  // Nothing of the testbed is left behind.
-  auto ns = std::system("ip netns list | grep -q hxtb-");
-  EXPECT_NE(WEXITSTATUS(ns), 0) << "a hxtb-* namespace is left";
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<in
     const int a = group[i], b = group[(i + 1) % n];
     PairLink l = cluster.link(a, b);
     bw = std::min(bw, l.bandwidth_Bps * cluster.efficiency(a, b, message));
-    lat = std::max(lat, cluster.step_latency(a, b));
+    lat = std::max(lat, cluster.collective_step_latency(a, b));
   }
   return {bw, lat};
 }
@@ -97,7 +97,7 @@ double hierarchical_all_reduce_time(const Cluster& cluster,
           std::min(cluster.machine_of(a).nic_each_Bps(), cluster.machine_of(b).nic_each_Bps());
       const double link = std::min(cluster.link(a, b).bandwidth_Bps, nic);
       inter_bw = std::min(inter_bw, link * cluster.efficiency(a, b, column_bytes / machines));
-      inter_lat = std::max(inter_lat, cluster.step_latency(a, b));
+      inter_lat = std::max(inter_lat, cluster.collective_step_latency(a, b));
     }
   }
   const double intra_s = 2 * bus_factor(Collective::kReduceScatter, g) * bytes / intra_bw;

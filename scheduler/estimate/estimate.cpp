@@ -583,7 +583,8 @@ class DpSync {
       out.bandwidth_Bps = std::min(
           {out.bandwidth_Bps, c.machines()[m].nic_each_Bps(), c.machines()[mp].nic_each_Bps()});
     }
-    out.step_latency_s = l.latency_s + c.curve(out.transport).step_latency_s;
+    out.step_latency_s = l.latency_s + c.curve(out.transport).step_latency_s +
+                         c.collective_extra_latency(out.transport);  // a DP ring's step
     if (by_machine) row_tags_[mp] = row_tag_;
     return out;
   }
