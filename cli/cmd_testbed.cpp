@@ -25,14 +25,8 @@ struct TestbedOptions {
   double seconds = 1.5;           // gemm
 };
 
-std::string exe_path() {
-  std::error_code ec;
-  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("hexisim") : p.string();
-}
-
 std::string nfdelay_path() {
-  return (fs::path(exe_path()).parent_path() / "hexisim-nfdelay").string();
+  return (fs::path(this_executable()).parent_path() / "hexisim-nfdelay").string();
 }
 
 Result<validation::TestbedLayout> layout(const std::string& cluster) {
@@ -70,7 +64,7 @@ int run_down() {
 int run_status(const TestbedOptions& o) {
   auto t = layout(o.cluster);
   if (!t) return report(t.error());
-  auto st = validation::testbed_status(*t, exe_path());
+  auto st = validation::testbed_status(*t, this_executable());
   if (!st) return report(st.error());
   if (o.json) {
     print_json(*st);

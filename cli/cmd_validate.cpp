@@ -1,21 +1,14 @@
 // hexisim validate SUITE: run plans on the testbed, calibrate on some, validate on the others
 // (validation/validate.hpp).
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "topologies/paths.hpp"
 #include "topologies/text.hpp"
+#include "validation/testbed.hpp"
 #include "validation/validate.hpp"
-
-extern char** environ;
 
 namespace hexi::cli {
 namespace {
@@ -33,32 +26,6 @@ struct ValidateOptions {
   int steps = 0;  // 0: the suite's
 };
 
-// This executable (the engine runs are `hexisim train`).
-std::string self_exe() {
-  std::error_code ec;
-  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("hexisim") : p.string();
-}
-
-// Runs argv (argv[0] looked up on PATH) with stdout and stderr into `log`; its exit status.
-Result<int> spawn_logged(const std::vector<std::string>& args, const std::string& log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return failure("cannot run " + args[0] + ": " + std::strerror(rc));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 std::vector<std::string> train_args(const std::string& exe, const validation::SuiteRun& r,
                                     int steps, const std::string& trace) {
   return {exe,       "train", r.scenario, "--plan", r.plan, "--steps", std::to_string(steps),
@@ -72,7 +39,7 @@ int run_validate(const ValidateOptions& opt) {
   if (!suite) return report(suite.error());
   if (opt.steps > 0) suite->steps = opt.steps;
   if (Status s = check_output_folder("--out", opt.out); !s) return report(s.error());
-  const std::string exe = self_exe();
+  const std::string exe = this_executable();
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   validation::Launcher launch;
@@ -84,11 +51,11 @@ int run_validate(const ValidateOptions& opt) {
       std::vector<std::string> args = {"mpirun", "--oversubscribe", "-np",
                                        std::to_string(r.devices)};
       for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
-      return spawn_logged(args, log);
+      return validation::run_logged(args, log);
     };
   } else {
-    auto up = spawn_logged({exe, "testbed", "up", suite->cluster},
-                           (fs::path(opt.out) / "testbed-up.log").string());
+    auto up = validation::run_logged({exe, "testbed", "up", suite->cluster},
+                                     (fs::path(opt.out) / "testbed-up.log").string());
     if (!up) return report(up.error());
     if (*up != 0) {
       return report(failure("hexisim testbed up " + suite->cluster + " failed (exit " +
@@ -99,13 +66,14 @@ int run_validate(const ValidateOptions& opt) {
                                              const std::string& trace, const std::string& log) {
       std::vector<std::string> args = {exe, "testbed", "run", cluster, "--plan", r.plan, "--"};
       for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
-      return spawn_logged(args, log);
+      return validation::run_logged(args, log);
     };
   }
   auto rep = validation::validate(*suite, launch, opt.out,
                                   [](const std::string& line) { std::cerr << line << "\n"; });
   if (!opt.local && !opt.keep_testbed) {
-    (void)spawn_logged({exe, "testbed", "down"}, (fs::path(opt.out) / "testbed-down.log").string());
+    (void)validation::run_logged({exe, "testbed", "down"},
+                                 (fs::path(opt.out) / "testbed-down.log").string());
   }
   if (!rep) return report(rep.error());
   const fs::path out(opt.out);

@@ -181,6 +181,12 @@ std::string grouped(double v, int decimals) {
   return (v < 0 ? "-" : "") + s;
 }
 
+std::string this_executable() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("hexisim") : p.string();
+}
+
 Result<int> run_python(const std::vector<std::string>& args) {
   static constexpr const char* kPython = "/usr/bin/python3";
   std::vector<char*> argv;

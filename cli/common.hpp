@@ -75,6 +75,9 @@ std::string fmt(double value, int decimals);
 // With thousands separators: grouped(1234567.8) == "1,234,568".
 std::string grouped(double value, int decimals = 0);
 
+// The path of this hexisim executable (/proc/self/exe; "hexisim" when unreadable).
+std::string this_executable();
+
 // Runs /usr/bin/python3 (Debian's, with python3-matplotlib) with `args`, no shell; returns
 // its exit status.
 Result<int> run_python(const std::vector<std::string>& args);

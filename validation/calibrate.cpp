@@ -130,6 +130,34 @@ std::pair<double, double> relative_errors(const std::vector<double>& measured,
   return {std::sqrt(ss / wsum), worst};
 }
 
+// A term's points as they are scored: per point the measured, base-profile and fitted time
+// and its weight; per op class their sums (a point standing for `ops` program ops).
+struct Scores {
+  std::vector<double> measured, before, after, weight;
+  std::map<std::string, ClassFit> classes;
+
+  void add(const std::string& op_class, double measured_s, double before_s, double after_s,
+           double w, int ops = 1) {
+    measured.push_back(measured_s);
+    before.push_back(before_s);
+    after.push_back(after_s);
+    weight.push_back(w);
+    ClassFit& c = classes[op_class];
+    c.op_class = op_class;
+    c.points += 1;
+    c.measured_s += measured_s * ops;
+    c.fitted_s += after_s * ops;
+    c.before_s += before_s * ops;
+  }
+  void into(TermFit& t) const {
+    for (const auto& [name, c] : classes) t.classes.push_back(c);
+    t.r2 = r_squared(measured, after, weight);
+    t.r2_before = r_squared(measured, before, weight);
+    std::tie(t.rms_rel, t.max_rel) = relative_errors(measured, after, weight);
+    t.rms_rel_before = relative_errors(measured, before, weight).first;
+  }
+};
+
 std::string traces_text(const std::vector<MeasuredRun>& runs) {
   std::string out;
   for (const auto& r : runs) out += (out.empty() ? "" : ", ") + r.origin;
@@ -139,13 +167,10 @@ std::string traces_text(const std::vector<MeasuredRun>& runs) {
 Result<TermFit> fit_compute(const GpuSpec& gpu, const std::vector<ComputePoint>& points,
                             const Profile& base, Profile& out, const std::string& traces) {
   const DeviceProfile start = base.device(gpu);
-  std::vector<double> measured, weight;
+  std::vector<double> weight;  // each point's share of the measured time
   double total = 0;
   for (const auto& p : points) total += p.measured_s * p.ops;
-  for (const auto& p : points) {
-    measured.push_back(p.measured_s);
-    weight.push_back(p.measured_s * p.ops / total);
-  }
+  for (const auto& p : points) weight.push_back(p.measured_s * p.ops / total);
   auto profile_at = [&](const std::vector<Param>& params, const Eigen::VectorXd& x) {
     DeviceProfile d = start;
     for (std::size_t j = 0; j < params.size(); ++j) d.set(params[j], std::exp(x[j]));
@@ -204,23 +229,13 @@ Result<TermFit> fit_compute(const GpuSpec& gpu, const std::vector<ComputePoint>&
   const Eigen::VectorXd x = least_squares(residuals, x0, lo, hi);
   const DeviceProfile fitted = profile_at(params, x);
 
-  std::vector<double> before, after;
-  std::map<std::string, ClassFit> classes;
-  for (const auto& p : points) {
-    before.push_back(model_time(p, gpu, start));
-    after.push_back(model_time(p, gpu, fitted));
-    ClassFit& c = classes[p.op_class];
-    c.op_class = p.op_class;
-    c.points += 1;
-    c.measured_s += p.measured_s * p.ops;
-    c.fitted_s += after.back() * p.ops;
-    c.before_s += before.back() * p.ops;
+  Scores scores;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const ComputePoint& p = points[i];
+    scores.add(p.op_class, p.measured_s, model_time(p, gpu, start), model_time(p, gpu, fitted),
+               weight[i], p.ops);
   }
-  for (auto& [name, c] : classes) t.classes.push_back(c);
-  t.r2 = r_squared(measured, after, weight);
-  t.r2_before = r_squared(measured, before, weight);
-  std::tie(t.rms_rel, t.max_rel) = relative_errors(measured, after, weight);
-  t.rms_rel_before = relative_errors(measured, before, weight).first;
+  scores.into(t);
   const std::string source = format(
       "hexisim calibrate: least squares on %d measured shapes (%d op instances) from %s; "
       "R^2 %.4f, time-weighted rms error %.1f %%",
@@ -291,28 +306,13 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
     const double eta = inv_eta > 0 ? median(etas) : 1.5;
     curve.points.push_back({size, std::clamp(eta, 1e-4, 1.5)});
   }
-  std::vector<double> measured, before, after, weight;
-  std::map<std::string, ClassFit> classes;
   auto time_of = [](const TransportCurve& c, const LinkPoint& p) {
     return p.hop_s + c.step_latency_s + p.nominal_s / c.efficiency(p.bytes);
   };
-  for (const auto& p : points) {
-    measured.push_back(p.seconds);
-    before.push_back(time_of(start, p));
-    after.push_back(time_of(curve, p));
-    weight.push_back(1);
-    ClassFit& c = classes[p.op_class];
-    c.op_class = p.op_class;
-    c.points += 1;
-    c.measured_s += p.seconds;
-    c.fitted_s += after.back();
-    c.before_s += before.back();
-  }
-  for (auto& [name, c] : classes) t.classes.push_back(c);
-  t.r2 = r_squared(measured, after, weight);
-  t.r2_before = r_squared(measured, before, weight);
-  std::tie(t.rms_rel, t.max_rel) = relative_errors(measured, after, weight);
-  t.rms_rel_before = relative_errors(measured, before, weight).first;
+  Scores scores;
+  for (const auto& p : points)
+    scores.add(p.op_class, p.seconds, time_of(start, p), time_of(curve, p), 1);
+  scores.into(t);
   t.params.push_back({"step_latency_us", start.step_latency_s * 1e6, alpha * 1e6, true});
   for (const auto& pt : curve.points) {
     t.params.push_back(
@@ -351,25 +351,10 @@ TermFit fit_collectives(Transport transport, const std::vector<CollectivePoint>&
     den += static_cast<double>(p.steps) * p.steps;
   }
   const double alpha = den > 0 ? std::max(0.0, num / den) : 0.0;
-  std::vector<double> measured, before, after, weight;
-  std::map<std::string, ClassFit> classes;
-  for (const auto& p : points) {
-    measured.push_back(p.seconds);
-    before.push_back(p.model_s);
-    after.push_back(p.model_s + alpha * p.steps);
-    weight.push_back(1);
-    ClassFit& c = classes[p.op_class];
-    c.op_class = p.op_class;
-    c.points += 1;
-    c.measured_s += p.seconds;
-    c.fitted_s += after.back();
-    c.before_s += before.back();
-  }
-  for (auto& [name, c] : classes) t.classes.push_back(c);
-  t.r2 = r_squared(measured, after, weight);
-  t.r2_before = r_squared(measured, before, weight);
-  std::tie(t.rms_rel, t.max_rel) = relative_errors(measured, after, weight);
-  t.rms_rel_before = relative_errors(measured, before, weight).first;
+  Scores scores;
+  for (const auto& p : points)
+    scores.add(p.op_class, p.seconds, p.model_s, p.model_s + alpha * p.steps, 1);
+  scores.into(t);
   t.params.push_back({"collective_step_latency_us", 0, alpha * 1e6, true});
   (void)traces;
   out.set_collective_step_latency(transport, alpha);

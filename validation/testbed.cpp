@@ -47,35 +47,19 @@ fs::path cgroup_root() {
                      : fs::path("/sys/fs/cgroup/cpu") / kCgroupName;
 }
 
-// Runs argv (argv[0] on PATH), its stdout and stderr into *output; the exit status.
+// Runs argv, its stdout and stderr into *output; the exit status (127: not started).
 int run(const std::vector<std::string>& args, std::string* output = nullptr) {
-  const std::string tmp = std::string(kRunDir) + "/cmd-" + std::to_string(::getpid()) + ".out";
   fs::create_directories(kRunDir);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    if (output != nullptr) *output = args[0] + ": " + std::strerror(rc);
-    return 127;
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const std::string tmp = std::string(kRunDir) + "/cmd-" + std::to_string(::getpid()) + ".out";
+  auto rc = run_logged(args, tmp);
   if (output != nullptr) {
     std::ifstream in(tmp);
     std::stringstream ss;
     ss << in.rdbuf();
-    *output = ss.str();
+    *output = rc ? ss.str() : rc.error().message;
   }
   fs::remove(tmp);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return rc ? *rc : 127;
 }
 
 std::string joined(const std::vector<std::string>& args) {
@@ -150,6 +134,24 @@ exec "$@"
 }
 
 }  // namespace
+
+Result<int> run_logged(const std::vector<std::string>& args, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return failure("cannot run " + args[0] + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 Result<TestbedLayout> testbed_layout(const Cluster& c) {
   TestbedLayout t;

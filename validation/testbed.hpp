@@ -70,6 +70,10 @@ struct TestbedLayout {
 inline constexpr double kTestbedMaxCores = 1.6;  // of this 2-core machine: 0.4 for the rest
 inline constexpr int kTestbedPeriodUs = 5000;    // CFS period: cpu-20's quota is 1 ms
 
+// Runs argv (argv[0] looked up on PATH) with stdout and stderr into the file `log`; its exit
+// status (128 + signal when killed). Failure when it cannot be started.
+Result<int> run_logged(const std::vector<std::string>& args, const std::string& log);
+
 // The testbed of a cluster; bad input when it cannot be built here: a device type that is
 // not "cpu-NN", quotas over kTestbedMaxCores, a machine name unfit for a namespace.
 Result<TestbedLayout> testbed_layout(const Cluster& cluster);
