@@ -340,7 +340,7 @@ struct CollectivePoint {
 // The extra latency per collective step on a transport, by least squares through the origin
 // on (measured - model) against steps, at least 0.
 TermFit fit_collectives(Transport transport, const std::vector<CollectivePoint>& points,
-                        Profile& out, const std::string& traces) {
+                        Profile& out) {
   TermFit t;
   t.term = "collectives " + std::string(to_string(transport));
   t.points = static_cast<int>(points.size());
@@ -356,7 +356,6 @@ TermFit fit_collectives(Transport transport, const std::vector<CollectivePoint>&
     scores.add(p.op_class, p.seconds, p.model_s, p.model_s + alpha * p.steps, 1);
   scores.into(t);
   t.params.push_back({"collective_step_latency_us", 0, alpha * 1e6, true});
-  (void)traces;
   out.set_collective_step_latency(transport, alpha);
   return t;
 }
@@ -536,7 +535,7 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
   }
   for (const auto& [transport, points] : collectives) {
     if (c.profile.transports().count(transport) == 0) continue;
-    c.terms.push_back(fit_collectives(transport, points, c.profile, traces));
+    c.terms.push_back(fit_collectives(transport, points, c.profile));
   }
   return c;
 }

@@ -28,11 +28,15 @@
 // size (the median over that size's messages): the transport's size-dependent curve.
 // Needs messages of at least two sizes per transport.
 //
-// Refused (bad input, naming what is missing): a device type with devices in a trace's
-// program but no measured compute op (cannot happen for a complete trace), a transport that
-// carries collectives in the programs but no point-to-point message, or fewer than two
-// message sizes. Collectives are not fitted: they are modelled from the fitted links, and
-// the report shows measured against modelled per collective class.
+// Collectives, per transport (rings whose every edge uses it; all-to-all left out): each
+// instance's time from its last member's start to its last end (waiting for late members
+// left out), mean over the steps, against the ring model with the fitted links: an extra
+// latency per collective step (least squares through the origin, at least 0), what
+// progress and pauses cost each step (Cluster::collective_step_latency).
+//
+// Refused (bad input, naming what is missing): a trace that does not name its scenario and
+// plan files, a transport that carries collectives in the programs but no point-to-point
+// message, or fewer than two message sizes on a transport.
 
 #include <string>
 #include <vector>
