@@ -57,25 +57,35 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
     const Pipeline& p = plan.pipelines[pi];
     const PipelineEstimate& pe = est.pipelines[pi];
     std::map<std::string, int> types;
-    for (const auto& s : p.stages) {
-      for (int d : s.devices) ++types[c.gpu(d).name];
+    for (int si = 0; si < p.groups(); ++si) {  // an interleaved pipeline's groups once
+      for (int d : p.stages[si].devices) ++types[c.gpu(d).name];
     }
     std::string mix;
     for (const auto& [name, n] : types)
       mix += (mix.empty() ? "" : ", ") + std::to_string(n) + "x " + name;
     out << "\npipeline " << pi << ": " << mix << "; batch " << p.batch << " (" << p.micro_batches()
-        << " micro-batches of " << p.micro_batch << "), " << fmt(pe.time_s, 3) << " s\n";
+        << " micro-batches of " << p.micro_batch << "), "
+        << (p.chunks() > 1
+                ? "interleaved 1F1B, " + std::to_string(p.chunks()) + " chunks per group, "
+                : "")
+        << fmt(pe.time_s, 3) << " s\n";
     Table t({"stage", "devices", "GPU", "TP", "layers", "recompute", "fwd ms", "bwd ms",
              "TP comm ms", "send ms", "mem GiB", "free GiB"});
+    std::vector<std::size_t> group_dev;  // the first device estimate of each device group
     for (std::size_t si = 0; si < p.stages.size(); ++si) {
       const Stage& s = p.stages[si];
       const StageEstimate& se = pe.stages[si];
       double worst_mem = 0, worst_free = 1e300;
-      for (int r = 0; r < s.tp(); ++r, ++dev) {
-        const DeviceEstimate& de = est.devices[dev];
+      // An interleaved pipeline's later chunks: the devices of group si mod p, once each.
+      const std::size_t group = si % static_cast<std::size_t>(p.groups());
+      if (group == si) group_dev.push_back(dev);
+      std::size_t at = group_dev[group];
+      for (int r = 0; r < s.tp(); ++r, ++at) {
+        const DeviceEstimate& de = est.devices[at];
         worst_mem = std::max(worst_mem, de.memory.total());
         worst_free = std::min(worst_free, de.capacity_bytes - de.memory.total());
       }
+      if (group == si) dev = at;
       std::string ids;
       for (int d : s.devices) ids += (ids.empty() ? "" : ",") + std::to_string(d);
       if (ids.size() > 24)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "scheduler/cost/schedule.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi::engine {
@@ -53,6 +54,13 @@ MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& d
       m.reserve = d.mesh.reserve;
       return m;
     }
+  }
+  if (!device.chunks.empty()) {  // interleaved: each chunk's micro-batches at the peak
+    const int chunks = num_chunks(device);
+    return chunked_memory(
+        scenario.model, scenario.training, device,
+        interleaved_in_flight(device.stage, device.stages / chunks, chunks, device.micro_batches),
+        pipelines(program));
   }
   const int in_flight =
       in_flight_micro_batches(program.schedule, device.stage, device.stages, device.micro_batches);

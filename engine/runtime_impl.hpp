@@ -26,7 +26,7 @@ struct Slot {
   DeviceArray<std::uint16_t> send_wire;         // bf16 runs: (2, R, h) packed activation
                                                 // and gradient rows of outstanding sends
   std::vector<std::unique_ptr<Request>> sends;  // outstanding isends from these buffers
-  int micro_batch = -1;                         // -1 when free
+  int micro_batch = -1;                         // its slot_key (-1 when free)
 };
 
 // What the next TP all-reduce op of the compute stream applies to.
@@ -135,7 +135,8 @@ struct RankRuntime::Impl {
   BlockShape shape;                 // one micro-batch on this shard
   int rows = 0;                     // R = micro_batch * seq
   int hidden = 0;                   // h
-  int layers = 0;                   // layers of the stage
+  int layers = 0;                   // layers of the stage (interleaved: of its largest chunk)
+  std::vector<ChunkLayout> chunks;  // its chunks (one: its stage)
   int first_sequence = 0;           // offset of this pipeline in the global batch
   std::vector<int> rank_of_device;  // device id -> world rank (-1 if unused)
 
@@ -160,9 +161,9 @@ struct RankRuntime::Impl {
 
   // ---- activations ---------------------------------------------------------------------
   std::vector<Slot> slots;
-  std::vector<int> slot_of;        // micro-batch -> slot (-1 when not in flight)
-  std::vector<int> release_after;  // local op index -> micro-batch to release after it (-1)
-  DeviceArray<float> partial;      // (R*h + h): a block's partial output / input gradient
+  std::vector<int> slot_of;                  // slot_key -> slot (-1 when not in flight)
+  std::vector<int> release_after;            // local op index -> slot_key to release after it (-1)
+  DeviceArray<float> partial;                // (R*h + h): a block's partial output / input gradient
   DeviceArray<float> gather_in, gather_out;  // boundary all-gather, padded pieces
   DeviceArray<float> stats, stats_all;       // (R, 3) and (tp, R, 3) loss statistics
   DeviceArray<float> token_loss;             // (R)
@@ -198,9 +199,16 @@ struct RankRuntime::Impl {
   Status finish_loss(Slot& slot);
   Status finish_block(float* out, const float* residual);
   Status finish_grad(Slot& slot, float* norm_grad_target);
-  Result<Slot*> acquire(int micro_batch);
-  Result<Slot*> slot(int micro_batch);
-  Status release(int micro_batch);
+  // Slots hold one chunk of one micro-batch: key chunk * micro_batches + micro_batch.
+  int slot_key(const Op& op) const { return op.chunk * lay->micro_batches + op.micro_batch; }
+  Result<Slot*> acquire(int key);
+  Result<Slot*> slot(int key);
+  Status release(int key);
+  // The first layer of an op's chunk, and its layer count.
+  int chunk_begin(const Op& op) const { return chunks[op.chunk].layer_begin; }
+  int chunk_layers(const Op& op) const {
+    return chunks[op.chunk].layer_end - chunks[op.chunk].layer_begin;
+  }
   Status inject_fault(int op_index);
 
   // ---- sequence meshes (runtime_seq.cpp) ------------------------------------------------

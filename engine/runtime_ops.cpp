@@ -134,41 +134,51 @@ Status RankRuntime::Impl::run_op(const Op& op) {
   return failure("unknown op kind");
 }
 
-Result<Slot*> RankRuntime::Impl::acquire(int mb) {
-  if (slot_of[mb] >= 0) return &slots[slot_of[mb]];
+Result<Slot*> RankRuntime::Impl::acquire(int key) {
+  if (slot_of[key] >= 0) return &slots[slot_of[key]];
+  const int mb = key % lay->micro_batches;
+  // A free slot without outstanding sends if there is one (waiting for a send's receiver
+  // could wait for this device), else the first free one.
+  std::size_t pick = slots.size();
   for (std::size_t k = 0; k < slots.size(); ++k) {
-    Slot& s = slots[k];
-    if (s.micro_batch >= 0) continue;
-    for (auto& r : s.sends) HEXI_TRY(r->wait());  // the buffers are about to be overwritten
-    s.sends.clear();
-    s.micro_batch = mb;
-    slot_of[mb] = static_cast<int>(k);
-    if (seq) {
-      HEXI_TRY(seq_load_tokens(s, mb));
-    } else if (lay->first || lay->last) {
-      batch_tokens(data, prog.global_batch, steps, first_sequence + mb * lay->micro_batch,
-                   lay->micro_batch, host_tokens.data(), host_targets.data());
-      HEXI_TRY(be.upload(s.tokens.get(), host_tokens.data(), rows * sizeof(int)));
-      HEXI_TRY(be.upload(s.targets.get(), host_targets.data(), rows * sizeof(int)));
-    }
-    return &s;
+    if (slots[k].micro_batch >= 0) continue;
+    if (pick == slots.size() || (!slots[pick].sends.empty() && slots[k].sends.empty())) pick = k;
   }
-  return failure("no free activation buffer for micro-batch " + std::to_string(mb) +
-                 " (more micro-batches in flight than the program's schedule implies)");
+  if (pick == slots.size()) {
+    return failure("no free activation buffer for micro-batch " + std::to_string(mb) +
+                   " (more micro-batches in flight than the program's schedule implies)");
+  }
+  Slot& s = slots[pick];
+  for (auto& r : s.sends) HEXI_TRY(r->wait());  // the buffers are about to be overwritten
+  s.sends.clear();
+  s.micro_batch = key;
+  slot_of[key] = static_cast<int>(pick);
+  if (seq) {
+    HEXI_TRY(seq_load_tokens(s, mb));
+  } else if (lay->first || lay->last) {
+    batch_tokens(data, prog.global_batch, steps, first_sequence + mb * lay->micro_batch,
+                 lay->micro_batch, host_tokens.data(), host_targets.data());
+    HEXI_TRY(be.upload(s.tokens.get(), host_tokens.data(), rows * sizeof(int)));
+    HEXI_TRY(be.upload(s.targets.get(), host_targets.data(), rows * sizeof(int)));
+  }
+  return &s;
 }
 
-Result<Slot*> RankRuntime::Impl::slot(int mb) {
-  if (mb < 0 || mb >= static_cast<int>(slot_of.size()) || slot_of[mb] < 0) {
-    return failure("micro-batch " + std::to_string(mb) + " is not in flight on this device");
+Result<Slot*> RankRuntime::Impl::slot(int key) {
+  if (key < 0 || key >= static_cast<int>(slot_of.size()) || slot_of[key] < 0) {
+    const int m = std::max(1, lay->micro_batches);
+    return failure("micro-batch " + std::to_string(key % m) +
+                   (chunks.size() > 1 ? " of chunk " + std::to_string(key / m) : "") +
+                   " is not in flight on this device");
   }
-  return &slots[slot_of[mb]];
+  return &slots[slot_of[key]];
 }
 
-Status RankRuntime::Impl::release(int mb) {
+Status RankRuntime::Impl::release(int key) {
   // Outstanding sends are completed when the buffers are reused (acquire) or at the end
   // of the step, never here: waiting here would make every send blocking.
-  slots[slot_of[mb]].micro_batch = -1;
-  slot_of[mb] = -1;
+  slots[slot_of[key]].micro_batch = -1;
+  slot_of[key] = -1;
   return {};
 }
 
@@ -202,7 +212,7 @@ Status RankRuntime::Impl::apply_pending(Communicator& comm) {
 Status RankRuntime::Impl::run_compute(const Op& op) {
   switch (op.compute) {
     case ComputeKind::kEmbeddingFwd: {
-      auto s = acquire(op.micro_batch);
+      auto s = acquire(slot_key(op));
       HEXI_TRY(s);
       float* out = resid(**s, 0);
       HEXI_TRY(be.embedding_forward(shape, param("embedding"), (*s)->tokens.get(), out));
@@ -225,7 +235,7 @@ Status RankRuntime::Impl::run_compute(const Op& op) {
     case ComputeKind::kAttnBwd:
       return block_backward(op, op.compute == ComputeKind::kAttnBwd);
     case ComputeKind::kEmbeddingBwd: {
-      auto s = slot(op.micro_batch);
+      auto s = slot(slot_key(op));
       HEXI_TRY(s);
       return be.embedding_backward(shape, (*s)->tokens.get(), (*s)->grad.get(), grad("embedding"));
     }
@@ -245,9 +255,9 @@ Status RankRuntime::Impl::run_compute(const Op& op) {
 // Residual slots of a micro-batch: 2l = input of layer l's attention block, 2l + 1 = its
 // MLP block's input, 2*layers = the stage's output.
 Status RankRuntime::Impl::block_forward(const Op& op, bool attn) {
-  auto s = slot(op.micro_batch);
+  auto s = slot(slot_key(op));
   HEXI_TRY(s);
-  const int l = op.layer - lay->layer_begin;
+  const int l = op.layer - chunk_begin(op);
   const int in = attn ? 2 * l : 2 * l + 1;
   float* x = resid(**s, in);
   float* y = resid(**s, in + 1);
@@ -259,9 +269,9 @@ Status RankRuntime::Impl::block_forward(const Op& op, bool attn) {
 // Full recompute replays the block's forward (same inputs, same saved values); its TP
 // all-reduce then reduces an output nobody reads, as in Megatron.
 Status RankRuntime::Impl::block_recompute(const Op& op, bool attn) {
-  auto s = slot(op.micro_batch);
+  auto s = slot(slot_key(op));
   HEXI_TRY(s);
-  const int l = op.layer - lay->layer_begin;
+  const int l = op.layer - chunk_begin(op);
   float* x = resid(**s, attn ? 2 * l : 2 * l + 1);
   HEXI_TRY(attn
                ? be.attention_forward(shape, attn_w(op.layer), x, attn_saved(**s, l), partial.get())
@@ -273,11 +283,11 @@ Status RankRuntime::Impl::block_recompute(const Op& op, bool attn) {
 }
 
 Status RankRuntime::Impl::head_fwd(const Op& op) {
-  auto s = slot(op.micro_batch);
+  auto s = slot(slot_key(op));
   HEXI_TRY(s);
   const auto hs = head_saved(**s);
-  HEXI_TRY(
-      be.head_forward(shape, {param("final_norm"), param("head")}, resid(**s, 2 * layers), hs));
+  HEXI_TRY(be.head_forward(shape, {param("final_norm"), param("head")},
+                           resid(**s, 2 * chunk_layers(op)), hs));
   HEXI_TRY(be.head_loss_partials(shape, hs, (*s)->targets.get()));  // with the local max
   if (lay->tp == 1) return finish_loss(**s);
   pending_loss = op.micro_batch;
@@ -285,7 +295,7 @@ Status RankRuntime::Impl::head_fwd(const Op& op) {
 }
 
 Status RankRuntime::Impl::head_bwd(const Op& op) {
-  auto s = slot(op.micro_batch);
+  auto s = slot(slot_key(op));
   HEXI_TRY(s);
   const bool tp = lay->tp > 1;
   const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
@@ -296,7 +306,7 @@ Status RankRuntime::Impl::head_bwd(const Op& op) {
   float* dx = tp ? partial.get() : (*s)->grad.get();
   if (tp) HEXI_TRY(be.zero(norm_share, hidden * sizeof(float)));
   HEXI_TRY(be.head_backward(shape, {param("final_norm"), param("head")}, head_saved(**s),
-                            resid(**s, 2 * layers), (*s)->targets.get(), scale, dx,
+                            resid(**s, 2 * chunk_layers(op)), (*s)->targets.get(), scale, dx,
                             {tp ? norm_share : grad("final_norm"), grad("head")}));
   if (!tp) return {};
   HEXI_TRY(be.zero((*s)->grad.get(), rh * sizeof(float)));
@@ -304,9 +314,9 @@ Status RankRuntime::Impl::head_bwd(const Op& op) {
 }
 
 Status RankRuntime::Impl::block_backward(const Op& op, bool attn) {
-  auto s = slot(op.micro_batch);
+  auto s = slot(slot_key(op));
   HEXI_TRY(s);
-  const int l = op.layer - lay->layer_begin;
+  const int l = op.layer - chunk_begin(op);
   const bool tp = lay->tp > 1;
   float* norm_share = partial.get() + static_cast<std::size_t>(rows) * hidden;
   const std::string norm = layer_name(op.layer, attn ? "attn_norm" : "mlp_norm");
@@ -335,7 +345,7 @@ Status RankRuntime::Impl::loss_stats(const Op& op, Communicator& comm) {
   if (pending_loss != op.micro_batch)
     return failure("loss-statistics all-gather without a head forward before it");
   pending_loss = -1;
-  auto s = slot(op.micro_batch);
+  auto s = slot(slot_key(op));
   HEXI_TRY(s);
   HEXI_TRY(comm.all_gather(stats.get(), stats_all.get(), 3 * static_cast<std::size_t>(rows),
                            DType::kF32));
@@ -348,10 +358,10 @@ Status RankRuntime::Impl::run_send(const Op& op) {
     if (!seq) return failure("a sequence-mesh message in a pipeline program");
     return seq_send(op);
   }
-  auto s = slot(op.micro_batch);
+  auto s = slot(slot_key(op));
   HEXI_TRY(s);
   const bool act = op.tensor == TensorKind::kActivation;
-  const float* src = (act ? resid(**s, 2 * layers) : (*s)->grad.get()) +
+  const float* src = (act ? resid(**s, 2 * chunk_layers(op)) : (*s)->grad.get()) +
                      static_cast<std::size_t>(op.rows_begin) * hidden;
   const std::size_t count = static_cast<std::size_t>(op.rows_end - op.rows_begin) * hidden;
   std::uint16_t* stage = bf16 ? (*s)->send_wire.get() +
@@ -370,7 +380,7 @@ Status RankRuntime::Impl::run_recv(const Op& op) {
     return seq_recv(op);
   }
   const bool act = op.tensor == TensorKind::kActivation;
-  auto s = act ? acquire(op.micro_batch) : slot(op.micro_batch);
+  auto s = act ? acquire(slot_key(op)) : slot(slot_key(op));
   HEXI_TRY(s);
   float* dst =
       (act ? resid(**s, 0) : (*s)->grad.get()) + static_cast<std::size_t>(op.rows_begin) * hidden;
@@ -380,7 +390,7 @@ Status RankRuntime::Impl::run_recv(const Op& op) {
 
 // The receiving TP group all-gathers its pieces: member i holds rows [i*R/t, (i+1)*R/t).
 Status RankRuntime::Impl::boundary_gather(const Op& op, Communicator& comm) {
-  auto s = slot(op.micro_batch);
+  auto s = slot(slot_key(op));
   HEXI_TRY(s);
   float* dst = op.tensor == TensorKind::kActivation ? resid(**s, 0) : (*s)->grad.get();
   const std::size_t t = comm.size(), h = hidden, r = rows;

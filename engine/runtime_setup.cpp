@@ -74,7 +74,11 @@ Status RankRuntime::Impl::setup() {
   shape = BlockShape{dims, shard, lay->micro_batch, tokens, bf16};
   rows = shape.tokens();
   hidden = dims.hidden;
-  layers = lay->layer_end - lay->layer_begin;
+  layers = 0;  // the largest chunk's (slots hold one chunk of one micro-batch)
+  for (int c = 0; c < num_chunks(*lay); ++c) {
+    chunks.push_back(chunk_layout(*lay, c));
+    layers = std::max(layers, chunks.back().layer_end - chunks.back().layer_begin);
+  }
   rank_of_device.assign(prog.num_devices, -1);
   for (std::size_t r = 0; r < prog.devices.size(); ++r)
     rank_of_device[prog.devices[r].device] = static_cast<int>(r);
@@ -117,8 +121,7 @@ Status RankRuntime::Impl::setup_groups() {
 }
 
 Status RankRuntime::Impl::setup_params() {
-  kernels::StageSpec spec{lay->layer_begin, lay->layer_end, lay->first, lay->last, shape.shard};
-  kernels::Params<float> host(kernels::stage_layout(dims, spec));
+  kernels::Params<float> host(held_layout(prog, *lay, dims));
   kernels::init_params(host, dims, opt.init);
   layout = host.layout;
   for (const auto& t : layout.tensors) offset_of[t.name] = t.offset;
@@ -213,28 +216,34 @@ Status RankRuntime::Impl::setup_ownership() {
 }
 
 Status RankRuntime::Impl::setup_slots() {
-  // Live range of each micro-batch in this device's op list -> pool size.
+  // Live range of each (chunk, micro-batch) in this device's op list -> pool size.
   const int count = lay->op_end - lay->op_begin;
-  std::vector<int> first(lay->micro_batches, -1), last(lay->micro_batches, -1);
+  const int keys = lay->micro_batches * static_cast<int>(chunks.size());
+  std::vector<int> first(keys, -1), last(keys, -1);
   for (int i = 0; i < count; ++i) {
-    const int j = prog.ops[lay->op_begin + i].micro_batch;
-    if (j < 0) continue;
-    if (j >= lay->micro_batches)
+    const Op& op = prog.ops[lay->op_begin + i];
+    if (op.micro_batch < 0) continue;
+    if (op.micro_batch >= lay->micro_batches || op.chunk >= static_cast<int>(chunks.size()))
       return failure("op " + std::to_string(lay->op_begin + i) + ": micro-batch out of range");
+    const int j = slot_key(op);
     if (first[j] < 0) first[j] = i;
     last[j] = i;
   }
   release_after.assign(count, -1);
   int live = 0, peak = 0;
   std::vector<int> delta(count + 1, 0);
-  for (int j = 0; j < lay->micro_batches; ++j) {
+  for (int j = 0; j < keys; ++j) {
     if (first[j] < 0) continue;
     delta[first[j]] += 1;
     delta[last[j] + 1] -= 1;
     release_after[last[j]] = j;
   }
   for (int i = 0; i < count; ++i) peak = std::max(peak, live += delta[i]);
-  slot_of.assign(lay->micro_batches, -1);
+  // An interleaved device keeps a buffer per (chunk, micro-batch): reusing one waits for its
+  // outstanding sends, and an interleaved peer may post their receives only much later (MPI
+  // rendezvous sends complete when received), which can deadlock.
+  if (chunks.size() > 1) peak = keys;
+  slot_of.assign(keys, -1);
   const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
   auto alloc = [&](auto& a, std::size_t n) -> Status {
     auto r = std::remove_reference_t<decltype(a)>::make(be, n);

@@ -88,6 +88,9 @@ TEST_P(PlanTest, MatchesPyTorchOracle) {
   auto cmp = compare_with_oracle(*oracle, got->losses, got->grads_first, "fp32");
   ASSERT_TRUE(cmp.ok()) << cmp.error().message;
   for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
+  std::printf("%s on %s vs torch: loss %.7f (torch %.7f), first-step gradients max rel err %.1e\n",
+              GetParam().plan, GetParam().scenario, got->losses[0], oracle->loss,
+              worst(cmp->grads).max_rel);
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, PlanTest, ::testing::ValuesIn(shipped_tiny_plans()), name_of);

@@ -102,4 +102,21 @@ std::vector<Run> masked_runs(const kernels::ParamLayout& layout, const std::vect
   return runs;
 }
 
+kernels::ParamLayout held_layout(const Program& program, const DeviceLayout& layout,
+                                 const kernels::LlamaDims& dims) {
+  const kernels::TpShard shard = held_shard(program, layout, dims);
+  kernels::ParamLayout out;
+  for (int c = 0; c < num_chunks(layout); ++c) {
+    const ChunkLayout ch = chunk_layout(layout, c);
+    kernels::ParamLayout part =
+        kernels::stage_layout(dims, {ch.layer_begin, ch.layer_end, ch.first, ch.last, shard});
+    for (kernels::TensorInfo& t : part.tensors) {
+      t.offset += out.total;
+      out.tensors.push_back(std::move(t));
+    }
+    out.total += part.total;
+  }
+  return out;
+}
+
 }  // namespace hexi::engine

@@ -36,6 +36,10 @@ Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& la
 // attention heads, not what it stores).
 kernels::TpShard held_shard(const Program& program, const DeviceLayout& layout,
                             const kernels::LlamaDims& dims);
+// The tensors a device holds: kernels::stage_layout of its stage on held_shard; an
+// interleaved pipeline's device holds its chunks' layouts one after another (chunk order).
+kernels::ParamLayout held_layout(const Program& program, const DeviceLayout& layout,
+                                 const kernels::LlamaDims& dims);
 // The tokens of each sequence a sequence mesh's device holds (s_i of its group); 0 when it
 // is not in the mesh.
 int sequence_shard(const SequenceLayout& layout, int device);

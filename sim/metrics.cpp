@@ -3,30 +3,43 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 namespace hexi::sim {
 namespace {
 
 // Micro-batches alive at once: from the start of a micro-batch's first forward op
-// to the end of its last backward op.
-int max_in_flight(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r) {
-  std::map<int, std::pair<double, double>>
-      span;  // micro-batch -> (first forward start, last backward end)
+// to the end of its last backward op; a micro-batch in two chunks of an interleaved
+// pipeline counts twice. `per_chunk`: at the (first) peak, the micro-batches of each chunk.
+int max_in_flight(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r,
+                  std::vector<int>* per_chunk) {
+  std::map<std::pair<int, int>, std::pair<double, double>>
+      span;  // (chunk, micro-batch) -> (first forward start, last backward end)
   for (int id = l.op_begin; id < l.op_end; ++id) {
     const Op& op = in.program.ops[id];
     if (op.kind != OpKind::kCompute || op.micro_batch < 0) continue;
-    auto [it, fresh] = span.emplace(op.micro_batch, std::make_pair(1e300, -1.0));
+    auto [it, fresh] =
+        span.emplace(std::make_pair(op.chunk, op.micro_batch), std::make_pair(1e300, -1.0));
     if (is_forward(op.compute)) it->second.first = std::min(it->second.first, r.start[id]);
     if (is_backward(op.compute)) it->second.second = std::max(it->second.second, r.end[id]);
   }
-  std::vector<std::pair<double, int>> events;  // ends sort before starts at equal times
-  for (const auto& [mb, s] : span) {
-    events.emplace_back(s.first, 1);
-    events.emplace_back(s.second, -1);
+  // (time, +1 start / -1 end, chunk): ends sort before starts at equal times
+  std::vector<std::tuple<double, int, int>> events;
+  for (const auto& [key, s] : span) {
+    events.emplace_back(s.first, 1, key.first);
+    events.emplace_back(s.second, -1, key.first);
   }
   std::sort(events.begin(), events.end());
+  std::vector<int> now(static_cast<std::size_t>(num_chunks(l)), 0);
+  if (per_chunk != nullptr) *per_chunk = now;
   int alive = 0, peak = 0;
-  for (auto [t, d] : events) peak = std::max(peak, alive += d);
+  for (auto [t, d, c] : events) {
+    now[static_cast<std::size_t>(c)] += d;
+    if ((alive += d) > peak) {
+      peak = alive;
+      if (per_chunk != nullptr) *per_chunk = now;
+    }
+  }
   return peak;
 }
 
@@ -98,7 +111,8 @@ DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const E
   m.stage = l.stage;
   m.tp_rank = l.tp_rank;
   stream_breakdown(in, l, r, iteration, m);
-  m.max_in_flight = max_in_flight(in, l, r);
+  std::vector<int> chunk_in_flight;
+  m.max_in_flight = max_in_flight(in, l, r, &chunk_in_flight);
   if (in.program.sequence) {
     m.sequence_group = l.seq_group;
     m.capacity_bytes = in.cluster.device_memory_bytes(l.device);
@@ -107,7 +121,9 @@ DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const E
     }
     return m;
   }
-  MemoryBreakdown mem = device_memory(in.model, in.training, stage_shape(l, m.max_in_flight, dp));
+  MemoryBreakdown mem =
+      l.chunks.empty() ? device_memory(in.model, in.training, stage_shape(l, m.max_in_flight, dp))
+                       : chunked_memory(in.model, in.training, l, chunk_in_flight, dp);
   // The optimizer state this device really updates (ZeRO-1 shards of its buckets).
   if (in.training.zero_stage >= 1)
     mem.optimizer = (16.0 - 2 * in.training.bytes_per_element()) * l.owned_params;
@@ -144,6 +160,11 @@ SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
   rep.model = in.model.name;
   rep.fidelity = std::string(to_string(p.granularity));
   rep.schedule = std::string(to_string(p.schedule));
+  // A plan with repeated device groups runs interleaved 1F1B (scheduler/plan/plan.hpp).
+  if (std::any_of(p.devices.begin(), p.devices.end(),
+                  [](const DeviceLayout& l) { return !l.chunks.empty(); })) {
+    rep.schedule = "interleaved 1f1b";
+  }
   rep.devices_used = static_cast<int>(p.devices.size());
   rep.ops = p.num_ops();
   for (int id = 0; id < p.num_ops(); ++id) {

@@ -84,11 +84,14 @@ class ProgramBuilder {
     op.micro_batch = micro_batch;
     return add(device, op, std::move(deps));
   }
-  int send(int device, int peer, double bytes, int tag, std::vector<int> deps = {}) {
-    return p2p(OpKind::kSend, device, peer, bytes, tag, std::move(deps));
+  // Stage-boundary gradients (TensorKind::kActivationGrad) have their own FIFO channel.
+  int send(int device, int peer, double bytes, int tag, std::vector<int> deps = {},
+           TensorKind tensor = TensorKind::kActivation) {
+    return p2p(OpKind::kSend, device, peer, bytes, tag, std::move(deps), tensor);
   }
-  int recv(int device, int peer, double bytes, int tag, std::vector<int> deps = {}) {
-    return p2p(OpKind::kRecv, device, peer, bytes, tag, std::move(deps));
+  int recv(int device, int peer, double bytes, int tag, std::vector<int> deps = {},
+           TensorKind tensor = TensorKind::kActivation) {
+    return p2p(OpKind::kRecv, device, peer, bytes, tag, std::move(deps), tensor);
   }
   int group(std::vector<int> devices, GroupKind kind = GroupKind::kDp) {
     p_.groups.push_back({kind, std::move(devices)});
@@ -142,10 +145,12 @@ class ProgramBuilder {
   }
 
  private:
-  int p2p(OpKind kind, int device, int peer, double bytes, int tag, std::vector<int> deps) {
+  int p2p(OpKind kind, int device, int peer, double bytes, int tag, std::vector<int> deps,
+          TensorKind tensor) {
     Op op;
     op.kind = kind;
     op.stream = Stream::kP2p;
+    op.tensor = tensor;
     op.peer = peer;
     op.tag = tag;
     op.bytes = bytes;

@@ -1,6 +1,7 @@
 #include "scheduler/cost/schedule.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace hexi {
 inline namespace cost {
@@ -37,6 +38,52 @@ std::pair<bool, int> pipeline_step(PipelineSchedule schedule, int stage, int sta
     return steady % 2 == 0 ? std::pair{true, warmup + steady / 2} : std::pair{false, steady / 2};
   }
   return {false, n - m};
+}
+
+std::vector<ChunkStep> interleaved_order(int rank, int groups, int chunks, int micro_batches) {
+  std::vector<ChunkStep> order;
+  const int m = micro_batches;
+  if (chunks == 1) {
+    for (auto [fwd, j] : pipeline_order(PipelineSchedule::k1F1B, rank, groups, m))
+      order.push_back({fwd, j, 0});
+    return order;
+  }
+  // The forwards every group runs, in order: micro-batches in groups of `groups`, each
+  // group through chunk 0, 1, ...; the backwards the same with the chunks reversed.
+  std::vector<ChunkStep> fwd, bwd;
+  for (int g = 0; g < m; g += groups) {
+    for (int c = 0; c < chunks; ++c) {
+      for (int j = g; j < std::min(g + groups, m); ++j) {
+        fwd.push_back({true, j, c});
+        bwd.push_back({false, j, chunks - 1 - c});
+      }
+    }
+  }
+  const int total = m * chunks;
+  const int warmup = std::min((groups - rank - 1) * 2 + (chunks - 1) * groups, total);
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) order.push_back(fwd[f]);
+  for (; f < total; ++f, ++b) {
+    order.push_back(fwd[f]);
+    order.push_back(bwd[b]);
+  }
+  for (; b < total; ++b) order.push_back(bwd[b]);
+  return order;
+}
+
+std::vector<int> interleaved_in_flight(int rank, int groups, int chunks, int micro_batches) {
+  std::vector<int> now(static_cast<std::size_t>(chunks), 0), peak = now;
+  int alive = 0, most = 0;
+  for (const ChunkStep& s : interleaved_order(rank, groups, chunks, micro_batches)) {
+    const int d = s.forward ? 1 : -1;
+    now[static_cast<std::size_t>(s.chunk)] += d;
+    alive += d;
+    if (alive > most) {
+      most = alive;
+      peak = now;
+    }
+  }
+  return peak;
 }
 
 namespace {
@@ -128,6 +175,108 @@ class Timeline {
   std::vector<double> act_, grad_;  // (stages, micro-batches)
 };
 
+// The interleaved timeline: as Timeline, over device groups that run their chunks' steps in
+// interleaved_order; virtual stage k = c * p + r. Messages between two groups in one
+// direction (activations, or gradients) share a FIFO channel in the order they are sent.
+class InterleavedTimeline {
+ public:
+  InterleavedTimeline(const std::vector<StageTimes>& st, int m, int chunks)
+      : st_(st),
+        stages_(static_cast<int>(st.size())),
+        v_(chunks),
+        p_(stages_ / chunks),
+        m_(m),
+        next_(p_, 0),
+        free_(p_, 0.0),
+        channel_(static_cast<std::size_t>(2 * p_ * p_), 0.0),
+        act_(static_cast<std::size_t>(stages_) * m, -1.0),
+        grad_(static_cast<std::size_t>(stages_) * m, -1.0) {
+    for (int r = 0; r < p_; ++r) order_.push_back(interleaved_order(r, p_, v_, m_));
+  }
+
+  PipelineTimeline run() {
+    std::vector<int> todo;
+    std::vector<char> queued(p_, 1);
+    for (int r = p_ - 1; r >= 0; --r) todo.push_back(r);
+    while (!todo.empty()) {
+      const int r = todo.back();
+      todo.pop_back();
+      queued[r] = 0;
+      for (int t : advance(r)) {
+        if (!queued[t]) {
+          queued[t] = 1;
+          todo.push_back(t);
+        }
+      }
+    }
+    PipelineTimeline out;
+    bool complete = true;
+    for (int r = 0; r < p_; ++r) {
+      out.time_s = std::max(out.time_s, free_[r]);
+      complete = complete && next_[r] == 2 * m_ * v_;
+    }
+    if (!complete) out.time_s = std::numeric_limits<double>::infinity();  // a deadlock
+    for (int k = 0; k < stages_; ++k) out.finish_s.push_back(free_[k % p_]);
+    for (int r = 0; r < p_; ++r) {
+      double work = 0;
+      for (int c = 0; c < v_; ++c) work += st_[c * p_ + r].forward_s + st_[c * p_ + r].backward_s;
+      out.period_s = std::max(out.period_s, work);
+    }
+    for (const StageTimes& t : st_) out.period_s = std::max({out.period_s, t.send_s, t.grad_s});
+    return out;
+  }
+
+ private:
+  // Runs group r as far as its inputs allow; returns the groups it sent messages to.
+  std::vector<int> advance(int r) {
+    std::vector<int> woken;
+    while (next_[r] < 2 * m_ * v_) {
+      const ChunkStep step = order_[r][next_[r]];
+      const int k = step.chunk * p_ + r, j = step.micro_batch;
+      double ready = free_[r];
+      if (step.forward && k > 0) {
+        if (act(k - 1, j) < 0) break;
+        ready = std::max(ready, act(k - 1, j));
+      }
+      if (!step.forward && k + 1 < stages_) {
+        if (grad(k, j) < 0) break;
+        ready = std::max(ready, grad(k, j));
+      }
+      const double end = ready + (step.forward ? st_[k].forward_s : st_[k].backward_s);
+      free_[r] = end;
+      if (step.forward && k + 1 < stages_) {
+        const int to = (k + 1) % p_;
+        double& last = channel(r, to, false);
+        act(k, j) = last = std::max(end, last) + st_[k].send_s;
+        woken.push_back(to);
+      }
+      if (!step.forward && k > 0) {
+        const int to = (k - 1) % p_;
+        double& last = channel(r, to, true);
+        grad(k - 1, j) = last = std::max(end, last) + st_[k - 1].grad_s;
+        woken.push_back(to);
+      }
+      ++next_[r];
+    }
+    return woken;
+  }
+
+  // The last arrival on the channel from group a to group b (activations or gradients).
+  double& channel(int a, int b, bool gradients) {
+    return channel_[static_cast<std::size_t>(2 * (a * p_ + b) + (gradients ? 1 : 0))];
+  }
+  double& act(int k, int j) { return act_[static_cast<std::size_t>(k) * m_ + j]; }
+  double& grad(int k, int j) { return grad_[static_cast<std::size_t>(k) * m_ + j]; }
+
+  const std::vector<StageTimes>& st_;
+  const int stages_, v_, p_, m_;
+  std::vector<std::vector<ChunkStep>> order_;  // per group
+  std::vector<int> next_;
+  std::vector<double> free_;
+  std::vector<double> channel_;
+  std::vector<double> act_, grad_;  // (virtual stages, micro-batches), as Timeline's
+};
+
 }  // namespace
 
 double pipeline_period(const std::vector<StageTimes>& stages) {
@@ -149,6 +298,13 @@ PipelineTimeline pipeline_timeline(const std::vector<StageTimes>& stages, int mi
                                    PipelineSchedule schedule) {
   if (stages.empty() || micro_batches < 1) return {};
   return Timeline(stages, micro_batches, schedule).run();
+}
+
+PipelineTimeline interleaved_timeline(const std::vector<StageTimes>& stages, int micro_batches,
+                                      int chunks) {
+  if (chunks <= 1) return pipeline_timeline(stages, micro_batches, PipelineSchedule::k1F1B);
+  if (stages.empty() || micro_batches < 1) return {};
+  return InterleavedTimeline(stages, micro_batches, chunks).run();
 }
 
 }  // namespace cost

@@ -20,6 +20,17 @@
 // stages, not max(F + B, C): sends are not hidden behind the next micro-batch's
 // compute when the receiver is still busy with its own backward. The timeline is
 // computed exactly, event by event: O(p * m).
+//
+// Interleaved 1F1B (Megatron-LM's virtual pipeline stages; Narayanan et al. 2021, "Efficient
+// large-scale language model training on GPU clusters using Megatron-LM", section 2.2.2):
+// p device groups each hold v chunks; virtual stage k = c * p + r is chunk c of group r, so a
+// micro-batch goes through groups 0..p-1 v times. Every group runs one compute at a time over
+// its chunks in interleaved_order; the boundary k -> k + 1 (including the wrap from group
+// p - 1 to group 0, chunk c to c + 1) is a transfer as above, and messages between the same
+// two groups in the same direction (activations, or gradients) share one FIFO channel, in
+// the order they are sent. Equal stages without communication take
+//   (m + (p - 1) / v) (F + B) per group,  F, B = a group's whole forward / backward over its v
+// chunks, i.e. a bubble of (p - 1) / v / (m + (p - 1) / v) (m a multiple of p).
 
 #include <utility>
 #include <vector>
@@ -39,6 +50,27 @@ std::vector<std::pair<bool, int>> pipeline_order(PipelineSchedule schedule, int 
 std::pair<bool, int> pipeline_step(PipelineSchedule schedule, int stage, int stages,
                                    int micro_batches, int n);
 
+// One step of a device group's order in an interleaved pipeline: the forward or backward of
+// a micro-batch through one of its chunks.
+struct ChunkStep {
+  bool forward = true;
+  int micro_batch = 0;
+  int chunk = 0;
+  bool operator==(const ChunkStep&) const = default;
+};
+
+// Megatron-LM's interleaved 1F1B order of group `rank` of `groups` with `chunks` chunks each:
+// the micro-batches in groups of `groups` (the last one may be smaller); forwards run group
+// by group, each group through chunk 0, then chunk 1, ..., backwards the same with the chunks
+// reversed. Warm-up: min((groups - rank - 1) * 2 + (chunks - 1) * groups, m * chunks)
+// forwards, then one forward and one backward alternating, then the remaining backwards.
+// With chunks == 1 it is the 1F1B order of pipeline_order (chunk 0).
+std::vector<ChunkStep> interleaved_order(int rank, int groups, int chunks, int micro_batches);
+
+// Per chunk, the micro-batches whose activations group `rank` keeps (forward run, backward
+// not yet) at the first point of its order where the most (chunk, micro-batch) pairs are.
+std::vector<int> interleaved_in_flight(int rank, int groups, int chunks, int micro_batches);
+
 // Per stage and micro-batch: forward, backward, and the transfers over the boundary to
 // the next stage (0 for the last stage).
 struct StageTimes {
@@ -56,6 +88,12 @@ struct PipelineTimeline {
 
 PipelineTimeline pipeline_timeline(const std::vector<StageTimes>& stages, int micro_batches,
                                    PipelineSchedule schedule);
+// An interleaved pipeline: `stages` are its virtual stages (k = c * p + r, p = size / chunks
+// device groups); finish_s is per virtual stage (a group's entries are equal: when its last
+// backward ends); period_s the slowest group's F + B over its chunks, or the slowest
+// boundary. chunks == 1: the plain timeline above under 1F1B.
+PipelineTimeline interleaved_timeline(const std::vector<StageTimes>& stages, int micro_batches,
+                                      int chunks);
 
 // lambda above: the steady-state time per micro-batch.
 double pipeline_period(const std::vector<StageTimes>& stages);

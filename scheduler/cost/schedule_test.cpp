@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 namespace hexi {
 namespace {
 
@@ -85,6 +87,96 @@ TEST(Schedule, StepsAreTheOrdersEntries) {
       }
     }
   }
+}
+
+std::string chunk_text(const std::vector<ChunkStep>& order) {
+  std::string s;
+  for (const ChunkStep& c : order) {
+    s += (c.forward ? "F" : "B") + std::to_string(c.micro_batch) + "." + std::to_string(c.chunk) +
+         " ";
+  }
+  return s;
+}
+
+TEST(Schedule, InterleavedOrderIsMegatronsForTwoGroupsOfTwoChunks) {
+  // p = 2, v = 2, m = 4 (Fj.c = forward of micro-batch j through chunk c). Group 0 warms up
+  // with (p - 1) * 2 + (v - 1) * p = 4 forwards, group 1 with 2; micro-batches go through
+  // chunk 0 in pairs, then chunk 1; backwards start at the last chunk.
+  EXPECT_EQ(chunk_text(interleaved_order(0, 2, 2, 4)),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0 ");
+  EXPECT_EQ(chunk_text(interleaved_order(1, 2, 2, 4)),
+            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0 ");
+}
+
+TEST(Schedule, InterleavedOrderRunsEveryChunkOfEveryMicroBatchOnce) {
+  for (int p = 2; p <= 5; ++p) {
+    for (int v = 1; v <= 4; ++v) {
+      for (int m = p; m <= 4 * p; m += p) {
+        for (int r = 0; r < p; ++r) {
+          const auto order = interleaved_order(r, p, v, m);
+          ASSERT_EQ(order.size(), static_cast<std::size_t>(2 * m * v));
+          std::vector<int> seen(static_cast<std::size_t>(2 * m * v), 0);
+          for (const ChunkStep& c : order)
+            ++seen[static_cast<std::size_t>(((c.forward ? 0 : 1) * v + c.chunk) * m +
+                                            c.micro_batch)];
+          for (int n : seen) EXPECT_EQ(n, 1) << "p " << p << " v " << v << " m " << m;
+        }
+      }
+    }
+  }
+  // One chunk: plain 1F1B.
+  for (int r = 0; r < 4; ++r) {
+    const auto order = interleaved_order(r, 4, 1, 6);
+    const auto plain = pipeline_order(PipelineSchedule::k1F1B, r, 4, 6);
+    for (std::size_t n = 0; n < plain.size(); ++n) {
+      EXPECT_EQ(order[n], (ChunkStep{plain[n].first, plain[n].second, 0}));
+    }
+  }
+}
+
+TEST(Schedule, InterleavedEqualStagesPayTheBubbleDividedByTheChunks) {
+  // p groups of v equal chunks, each F = 1/v, B = 2/v: a group's work per micro-batch is
+  // F + B = 3 whatever v. No communication: (m + (p - 1) / v) (F + B), i.e. the bubble
+  // fraction (p - 1) / v / (m + (p - 1) / v) (Narayanan et al. 2021), exactly here.
+  for (int p : {2, 3, 4, 8}) {
+    for (int v : {1, 2, 3, 4}) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        std::vector<StageTimes> st(static_cast<std::size_t>(p * v),
+                                   StageTimes{1.0 / v, 2.0 / v, 0, 0});
+        const PipelineTimeline t = interleaved_timeline(st, m, v);
+        const double bubble = 1 - m * 3.0 / t.time_s;
+        const double expect = (p - 1.0) / v / (m + (p - 1.0) / v);
+        EXPECT_NEAR(bubble, expect, 0.01 * expect + 1e-12) << "p " << p << " v " << v << " m " << m;
+        EXPECT_NEAR(t.time_s, (m + (p - 1.0) / v) * 3.0, 1e-9 * t.time_s);
+        if (p == 4 && m == 8) {
+          std::printf("interleaved p=%d v=%d m=%d: iteration %.4f, bubble %.4f (expected %.4f)\n",
+                      p, v, m, t.time_s, bubble, expect);
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedule, InterleavedUnevenChunksRunAtTheSlowestGroupsPace) {
+  // p = 3 groups, v = 2 chunks of uneven layers (F, B per virtual stage): group 0 holds
+  // stages 0 and 3 (F + B = 2 + 3 = 5 per micro-batch), group 1 stages 1 and 4 (5 + 4 = 9),
+  // group 2 stages 2 and 5 (4 + 2 = 6). The steady state advances p micro-batches
+  // in p times the slowest group's work: t(m + 3) - t(m) = 3 * 9.
+  const std::vector<StageTimes> st = {{1, 1, 0, 0}, {2, 3, 0, 0}, {1, 3, 0, 0},
+                                      {1, 2, 0, 0}, {2, 2, 0, 0}, {1, 1, 0, 0}};
+  const PipelineTimeline t60 = interleaved_timeline(st, 60, 2);
+  EXPECT_DOUBLE_EQ(interleaved_timeline(st, 63, 2).time_s - t60.time_s, 3 * 9.0);
+  EXPECT_DOUBLE_EQ(t60.period_s, 9.0);
+  // Two groups, 0.25 per boundary: group 1 (stages 1 and 3, 3 + 3 = 6 per micro-batch)
+  // sets the pace; the transfers hide behind its work.
+  const std::vector<StageTimes> two = {
+      {0.5, 1, 0.25, 0.25}, {1, 2, 0.25, 0.25}, {0.5, 1, 0.25, 0.25}, {1, 2, 0, 0}};
+  EXPECT_DOUBLE_EQ(
+      interleaved_timeline(two, 42, 2).time_s - interleaved_timeline(two, 40, 2).time_s, 2 * 6.0);
+  // One chunk: the plain 1F1B timeline.
+  const auto plain = equal_stages(4, 1.0, 2.0, 0.25);
+  EXPECT_DOUBLE_EQ(interleaved_timeline(plain, 6, 1).time_s,
+                   pipeline_timeline(plain, 6, PipelineSchedule::k1F1B).time_s);
 }
 
 }  // namespace

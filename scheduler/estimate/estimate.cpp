@@ -159,10 +159,11 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
 }
 
 PipelineTimeline CostModel::pipeline_timeline(const std::vector<StageEstimate>& stages,
-                                              int micro_batches) const {
+                                              int micro_batches, int chunks) const {
   std::vector<StageTimes> times;
   times.reserve(stages.size());
   for (const auto& s : stages) times.push_back({s.forward_s, s.backward_s, s.send_s, s.grad_s});
+  if (chunks > 1) return cost::interleaved_timeline(times, micro_batches, chunks);
   return cost::pipeline_timeline(times, micro_batches, training_.schedule);
 }
 
@@ -192,11 +193,33 @@ StageShape rank_shape(const Pipeline& p, int si, int rank, int heads) {
 }
 
 MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) const {
+  if (p.chunks() > 1) return interleaved_memory(p, si, rank, dp);
   StageShape shape = rank_shape(p, si, rank, model_.heads);
   shape.in_flight = in_flight_micro_batches(training_.schedule, si,
                                             static_cast<int>(p.stages.size()), p.micro_batches());
   shape.dp = dp;
   return device_memory(model_, training_, shape);
+}
+
+// A device of group r of an interleaved pipeline holds each of its chunks' weights and, at
+// the peak of its order, each chunk's micro-batches in flight then (schedule.hpp).
+MemoryBreakdown CostModel::interleaved_memory(const Pipeline& p, int r, int rank, int dp) const {
+  const int groups = p.groups(), chunks = p.chunks();
+  const std::vector<int> alive = interleaved_in_flight(r, groups, chunks, p.micro_batches());
+  MemoryBreakdown sum;
+  for (int c = 0; c < chunks; ++c) {
+    StageShape shape = rank_shape(p, c * groups + r, rank, model_.heads);
+    shape.in_flight = alive[static_cast<std::size_t>(c)];
+    shape.dp = dp;
+    const MemoryBreakdown m = device_memory(model_, training_, shape);
+    sum.weights += m.weights;
+    sum.gradients += m.gradients;
+    sum.optimizer += m.optimizer;
+    sum.activations += m.activations;
+    sum.logits += m.logits;
+    sum.reserve = m.reserve;
+  }
+  return sum;
 }
 
 namespace {
@@ -472,11 +495,18 @@ class DpSync {
   }
 
   // pieces() before merging: the embedding, runs of layers in which no stage starts, the head.
+  // An interleaved pipeline's device: each of its chunks' stages in turn.
   void split_pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) const {
+    const Pipeline& pipe = plan_.pipelines[de.pipeline];
+    for (int si = de.stage; si < static_cast<int>(pipe.stages.size()); si += pipe.groups())
+      split_stage_pieces(de, si, out);
+  }
+
+  void split_stage_pieces(const DeviceEstimate& de, int si,
+                          std::vector<std::pair<int, double>>& out) const {
     const Model& model = cm_.model();
-    const Stage& s = plan_.pipelines[de.pipeline].stages[de.stage];
-    const StageShape shape =
-        rank_shape(plan_.pipelines[de.pipeline], de.stage, de.tp_rank, model.heads);
+    const Stage& s = plan_.pipelines[de.pipeline].stages[si];
+    const StageShape shape = rank_shape(plan_.pipelines[de.pipeline], si, de.tp_rank, model.heads);
     StageShape piece = shape;
     piece.first = piece.last = false;
     double rest = stage_params(model, shape);
@@ -1078,6 +1108,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
       for (const StageEstimate& se : pe.stages) {
         key.insert(key.end(), {se.forward_s, se.backward_s, se.send_s, se.grad_s});
       }
+      key.push_back(pe.chunks);
       auto [it, fresh] = done.try_emplace({pe.micro_batches, std::move(key)}, &pe);
       if (!fresh) {
         pe.time_s = it->second->time_s;
@@ -1085,7 +1116,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         pe.finish_s = it->second->finish_s;
         continue;
       }
-      PipelineTimeline timeline = pipeline_timeline(pe.stages, pe.micro_batches);
+      PipelineTimeline timeline = pipeline_timeline(pe.stages, pe.micro_batches, pe.chunks);
       pe.time_s = timeline.time_s;
       pe.bottleneck_s = timeline.period_s;
       pe.finish_s = std::move(timeline.finish_s);
@@ -1100,6 +1131,10 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
   // only where that stays cheap (searches estimate thousands of plans); larger plans
   // keep the fixed point.
   if (!mixed || overlap < kSharedTimelineMinOverlap) return;
+  // The shared timeline runs plain pipelines only: interleaved plans keep the fixed point.
+  for (const PipelineEstimate& pe : pes) {
+    if (pe.chunks > 1) return;
+  }
   double events = 0;
   for (const PipelineEstimate& pe : pes) {
     events += 4.0 * static_cast<double>(pe.stages.size()) * pe.micro_batches;
@@ -1162,11 +1197,19 @@ Estimate CostModel::estimate(const Plan& plan) const {
     const Pipeline& p = plan.pipelines[pi];
     PipelineEstimate pe;
     pe.micro_batches = p.micro_batches();
+    pe.chunks = p.chunks();
     const int stages = static_cast<int>(p.stages.size());
     for (int si = 0; si < stages; ++si) {
       const Stage& s = p.stages[si];
       StageEstimate se = stage(s, si == 0, si == stages - 1, p.micro_batch);
       pe.stages.push_back(se);
+      if (pe.chunks > 1 && si >= p.groups()) {  // a later chunk of a group: its devices' work
+        for (DeviceEstimate& de : est.devices) {
+          if (de.pipeline == pi && de.stage == si % p.groups())
+            de.busy_s += pe.micro_batches * (se.forward_s + se.backward_s - se.tp_comm_s);
+        }
+        continue;
+      }
       for (int r = 0; r < s.tp(); ++r) {
         DeviceEstimate de;
         de.device = s.devices[r];

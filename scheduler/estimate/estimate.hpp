@@ -48,6 +48,7 @@ struct StageEstimate {
 
 struct PipelineEstimate {
   int micro_batches = 0;
+  int chunks = 1;                // interleaved: chunks per device group (stages are virtual)
   double time_s = 0;             // one iteration of this pipeline, without DP sync
   double bottleneck_s = 0;       // steady-state time per micro-batch (schedule.hpp's lambda)
   std::vector<double> finish_s;  // per stage: when its last backward ends
@@ -136,12 +137,15 @@ class CostModel {
   double flow_link_Bps(const std::vector<std::pair<int, int>>& flows, std::size_t k) const;
   // The timeline of a pipeline from its stages (send_s filled in), under the training
   // config's schedule (schedule.hpp), and its end.
-  PipelineTimeline pipeline_timeline(const std::vector<StageEstimate>& stages,
-                                     int micro_batches) const;
+  // chunks > 1: an interleaved pipeline, `stages` its virtual stages (schedule.hpp).
+  PipelineTimeline pipeline_timeline(const std::vector<StageEstimate>& stages, int micro_batches,
+                                     int chunks = 1) const;
   double pipeline_s(const std::vector<StageEstimate>& stages, int micro_batches,
                     double* bottleneck = nullptr) const;
   // Memory of TP rank `rank` of stage `si` of pipeline `p` in a plan with `dp` pipelines.
+  // (Interleaved pipelines: `si` is the device group, its chunks summed.)
   MemoryBreakdown memory(const Pipeline& p, int si, int rank, int dp) const;
+  MemoryBreakdown interleaved_memory(const Pipeline& p, int group, int rank, int dp) const;
 
   Estimate estimate(const Plan& plan) const;
 

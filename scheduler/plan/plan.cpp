@@ -19,8 +19,15 @@ double Stage::max_phi(int heads) const {
 
 int Pipeline::num_devices() const {
   int n = 0;
-  for (const auto& s : stages) n += s.tp();
+  for (int s = 0; s < groups(); ++s) n += stages[s].tp();
   return n;
+}
+
+int Pipeline::groups() const {
+  for (std::size_t s = 1; s < stages.size(); ++s) {
+    if (stages[s].devices == stages.front().devices) return static_cast<int>(s);
+  }
+  return static_cast<int>(stages.size());
 }
 
 int Plan::num_devices() const {
@@ -32,7 +39,8 @@ int Plan::num_devices() const {
 std::vector<int> Plan::devices() const {
   std::vector<int> out;
   for (const auto& p : pipelines) {
-    for (const auto& s : p.stages) out.insert(out.end(), s.devices.begin(), s.devices.end());
+    for (int s = 0; s < p.groups(); ++s)
+      out.insert(out.end(), p.stages[s].devices.begin(), p.stages[s].devices.end());
   }
   return out;
 }
@@ -149,10 +157,17 @@ class PlanChecker {
       const Pipeline& p = plan.pipelines[pi];
       batch_sum += p.batch;
       int next_layer = 0;
+      const std::size_t groups = static_cast<std::size_t>(p.groups());
+      if (groups < p.stages.size()) {
+        if (auto st = interleaved(p, pi); !st) return st;
+      }
       for (std::size_t si = 0; si < p.stages.size(); ++si) {
         const Stage& s = p.stages[si];
         const std::string path = stage_path(pi, si);
-        if (auto st = devices_exist_once(s, path); !st) return st;
+        // Chunks after the first repeat the first groups' devices (checked by interleaved).
+        if (si < groups) {
+          if (auto st = devices_exist_once(s, path); !st) return st;
+        }
         if (auto st = layers_follow(s, path, next_layer); !st) return st;
         next_layer = s.layer_end;
         if (auto st = layers_in_model(s, path); !st) return st;
@@ -182,6 +197,58 @@ class PlanChecker {
       if (!used_where_[d].empty())
         return fail(dpath, "device " + std::to_string(d) + " is already used at " + used_where_[d]);
       used_where_[d] = dpath;
+    }
+    return {};
+  }
+
+  // An interleaved pipeline (plan.hpp): p groups repeated in the same cyclic order, v times
+  // each, under 1F1B.
+  Status interleaved(const Pipeline& p, std::size_t pi) const {
+    const int groups = p.groups();
+    const int stages = static_cast<int>(p.stages.size());
+    const std::string path = "/pipelines/" + std::to_string(pi) + "/stages";
+    if (groups < 2) {
+      return fail(path + "/1/devices",
+                  "stages 0 and 1 run on the same devices: an interleaved pipeline needs at "
+                  "least 2 device groups (stage i on group i mod p)");
+    }
+    for (int s = groups; s < stages; ++s) {
+      const Stage& want = p.stages[s % groups];
+      const Stage& got = p.stages[s];
+      if (got.devices != want.devices) {
+        return fail(stage_path(pi, static_cast<std::size_t>(s)) + "/devices",
+                    "expected the devices of stage " + std::to_string(s % groups) +
+                        " (interleaved pipeline of " + std::to_string(groups) +
+                        " device groups: stage i runs on group i mod " + std::to_string(groups) +
+                        ", every group with the same number of chunks and no device in two "
+                        "groups)");
+      }
+      if (got.head_split != want.head_split || got.recompute != want.recompute) {
+        return fail(stage_path(pi, static_cast<std::size_t>(s)),
+                    "expected the head_split and recompute of stage " + std::to_string(s % groups) +
+                        " (the same device group)");
+      }
+    }
+    if (stages % groups != 0) {
+      return fail(path, std::to_string(stages) + " stages on " + std::to_string(groups) +
+                            " device groups: every group needs the same number of chunks (a "
+                            "multiple of " +
+                            std::to_string(groups) + " stages)");
+    }
+    // Megatron-LM's condition: its order (groups of p micro-batches through each chunk) can
+    // deadlock on a last, smaller group (schedule.hpp).
+    if (p.micro_batches() % groups != 0) {
+      return fail("/pipelines/" + std::to_string(pi) + "/batch",
+                  std::to_string(p.micro_batches()) + " micro-batches (batch " +
+                      std::to_string(p.batch) + " / micro_batch " + std::to_string(p.micro_batch) +
+                      "): an interleaved pipeline needs a multiple of its " +
+                      std::to_string(groups) + " device groups");
+    }
+    if (training_.schedule != PipelineSchedule::k1F1B) {
+      return fail(path,
+                  "an interleaved pipeline (device groups repeated) runs interleaved "
+                  "1F1B: needs training.schedule \"1f1b\", got \"" +
+                      std::string(to_string(training_.schedule)) + "\"");
     }
     return {};
   }

@@ -8,6 +8,18 @@
 // "recompute": "none" | "selective" | "full" (the stage's activation recompute;
 // default: the scenario's training.recompute).
 // Optional top level: "scheduler", "comment" (free text, kept on round trips).
+//
+// Interleaved 1F1B (Megatron-LM's virtual pipeline stages) needs no other field: a pipeline
+// whose device groups appear more than once is interleaved. Its stages are its virtual
+// stages in pipeline order; with p device groups (the stages before the first one whose
+// devices are stage 0's) stage i runs on group i mod p as its chunk i div p, so every group
+// appears v = stages / p times, in the same cyclic order:
+//   p = 2, v = 2, 16 layers: [g0: 0-4] [g1: 4-9] [g0: 9-12] [g1: 12-16]
+// (g0 holds layers 0-4 and 9-12 as chunks 0 and 1). Layers per chunk may differ (each at
+// least one). A micro-batch goes through groups 0..p-1 v times; the wrap from group p - 1's
+// chunk c to group 0's chunk c + 1 is a stage boundary like any other. Such a pipeline runs
+// interleaved 1F1B (scheduler/cost/schedule.hpp) under training.schedule "1f1b" (GPipe is
+// refused); every stage of a group has its devices, head_split and recompute.
 
 #include <filesystem>
 #include <optional>
@@ -47,6 +59,10 @@ struct Pipeline {
 
   int micro_batches() const { return batch / micro_batch; }
   int num_devices() const;
+  // Interleaved pipelines (header comment): p device groups with v chunks each; a plain
+  // pipeline has groups() == stages.size() and chunks() == 1.
+  int groups() const;
+  int chunks() const { return groups() > 0 ? static_cast<int>(stages.size()) / groups() : 1; }
 };
 
 struct Plan {

@@ -138,5 +138,71 @@ TEST(Plan, DevicesThatCannotReachEachOtherAreRefused) {
   EXPECT_TRUE(validate_plan(*one_leaf, *split, sc.model, sc.training, "p.json").ok());
 }
 
+// Interleaved 1F1B: pipeline 0 has two device groups ([0, 1] and [2]) with two chunks each,
+// of uneven layers (group 0 holds layers 0-1 and 3-4, group 1 layer 2 and 5-7).
+const char* kInterleaved = R"({"version": 1, "pipelines": [
+  {"batch": 4, "micro_batch": 1, "stages": [{"devices": [0, 1], "layers": [0, 2]},
+                                            {"devices": [2], "layers": [2, 3]},
+                                            {"devices": [0, 1], "layers": [3, 5]},
+                                            {"devices": [2], "layers": [5, 8]}]},
+  {"batch": 4, "stages": [{"devices": [4, 5, 6, 7], "layers": [0, 8]}]}]})";
+
+TEST(Plan, RepeatedDeviceGroupsAreChunksOfAnInterleavedPipeline) {
+  auto plan = parse(kInterleaved);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const Pipeline& p = plan->pipelines[0];
+  EXPECT_EQ(p.groups(), 2);
+  EXPECT_EQ(p.chunks(), 2);
+  EXPECT_EQ(p.num_devices(), 3);
+  EXPECT_EQ(plan->num_devices(), 7);
+  EXPECT_EQ(plan->devices(), (std::vector<int>{0, 1, 2, 4, 5, 6, 7}));
+  EXPECT_EQ(plan->pipelines[1].groups(), 1);
+  EXPECT_EQ(plan->pipelines[1].chunks(), 1);
+  EXPECT_TRUE(validate(kInterleaved).ok()) << validate(kInterleaved).error().message;
+}
+
+TEST(Plan, InterleavedPipelineErrors) {
+  const std::string five_stages =
+      edited(kInterleaved, "\"layers\": [5, 8]}]}",
+             "\"layers\": [5, 7]}, {\"devices\": [0, 1], \"layers\": [7, 8]}]}");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {five_stages,
+       "p.json: /pipelines/0/stages: 5 stages on 2 device groups: every group needs the same "
+       "number of chunks (a multiple of 2 stages)"},
+      {edited(kInterleaved, "{\"devices\": [2], \"layers\": [5, 8]}",
+              "{\"devices\": [3], \"layers\": [5, 8]}"),
+       "p.json: /pipelines/0/stages/3/devices: expected the devices of stage 1 (interleaved "
+       "pipeline of 2 device groups"},
+      {edited(kInterleaved, "{\"devices\": [0, 1], \"layers\": [3, 5]}",
+              "{\"devices\": [0], \"layers\": [3, 5]}"),
+       "p.json: /pipelines/0/stages/2/devices/0: device 0 is already used at "
+       "/pipelines/0/stages/0/devices/0"},
+      {edited(edited(kInterleaved, "\"batch\": 4, \"micro_batch\": 1",
+                     "\"batch\": 3, \"micro_batch\": 1"),
+              "{\"batch\": 4, \"stages\"", "{\"batch\": 5, \"stages\""),
+       "p.json: /pipelines/0/batch: 3 micro-batches (batch 3 / micro_batch 1): an interleaved "
+       "pipeline needs a multiple of its 2 device groups"},
+      {edited(kInterleaved, "{\"devices\": [2], \"layers\": [2, 3]}",
+              "{\"devices\": [0, 1], \"layers\": [2, 3]}"),
+       "p.json: /pipelines/0/stages/1/devices: stages 0 and 1 run on the same devices"},
+  };
+  for (const auto& [text, expected] : cases) {
+    Status st = validate(text);
+    ASSERT_FALSE(st.ok()) << expected;
+    EXPECT_EQ(st.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(st.error().message.find(expected), std::string::npos) << st.error().message;
+  }
+  // GPipe has no interleaved order.
+  Scenario sc = testing::tiny_scenario();
+  sc.training.schedule = PipelineSchedule::kGPipe;
+  auto plan = parse(kInterleaved);
+  ASSERT_TRUE(plan.ok());
+  Status st = validate_plan(*plan, sc.cluster, sc.model, sc.training, "p.json");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message,
+            "p.json: /pipelines/0/stages: an interleaved pipeline (device groups repeated) runs "
+            "interleaved 1F1B: needs training.schedule \"1f1b\", got \"gpipe\"");
+}
+
 }  // namespace
 }  // namespace hexi

@@ -58,9 +58,9 @@ class Lowerer {
     prog_.buckets = dp_.buckets;
     for (auto& b : prog_.buckets) b.group = dp_group_ids_[b.group];
     for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
-      const auto& stages = plan_.pipelines[p].stages;
-      for (std::size_t s = 0; s < stages.size(); ++s) {
-        for (int d : stages[s].devices) emit_device(static_cast<int>(p), static_cast<int>(s), d);
+      const Pipeline& pipe = plan_.pipelines[p];
+      for (int s = 0; s < pipe.groups(); ++s) {
+        for (int d : pipe.stages[s].devices) emit_device(static_cast<int>(p), s, d);
       }
     }
     std::vector<DeviceLayout> used;
@@ -75,7 +75,8 @@ class Lowerer {
     for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
       const Pipeline& pipe = plan_.pipelines[p];
       const int stages = static_cast<int>(pipe.stages.size());
-      for (int s = 0; s < stages; ++s) {
+      const int groups = pipe.groups();
+      for (int s = 0; s < groups; ++s) {
         const Stage& st = pipe.stages[s];
         int tp_group = -1, gather_group = -1;
         if (st.tp() > 1) {
@@ -95,7 +96,7 @@ class Lowerer {
           l.layer_begin = st.layer_begin;
           l.layer_end = st.layer_end;
           l.first = s == 0;
-          l.last = s == stages - 1;
+          l.last = s == stages - 1 || (groups < stages && s == groups - 1);
           auto [a0, a1] = head_range(st, r, m_.heads);
           ShardRanges sr = shard_ranges(m_, a0, a1);
           l.head_begin = sr.head_begin;
@@ -110,8 +111,16 @@ class Lowerer {
           l.micro_batch = pipe.micro_batch;
           l.micro_batches = pipe.micro_batches();
           l.loss_scale = static_cast<double>(pipe.micro_batch) / t_.global_batch;
-          l.params = stage_params(m_, stage_shape(l));
           l.recompute = st.recompute_in(t_);
+          if (groups < stages) {  // interleaved: chunk c is virtual stage c * groups + s
+            for (int k = s; k < stages; k += groups) {
+              const Stage& chunk = pipe.stages[k];
+              l.chunks.push_back({k, chunk.layer_begin, chunk.layer_end, k == 0, k == stages - 1});
+            }
+          }
+          l.params = 0;
+          for (int c = 0; c < num_chunks(l); ++c)
+            l.params += stage_params(m_, chunk_shape(l, c, 1, 1));
           used_.push_back(l.device);
         }
       }
@@ -201,7 +210,10 @@ class Lowerer {
   }
 
   // ---- emission ------------------------------------------------------------
-  int add(int device, Op op, std::initializer_list<int> deps) { return ops_.add(device, op, deps); }
+  int add(int device, Op op, std::initializer_list<int> deps) {
+    op.chunk = chunk_;
+    return ops_.add(device, op, deps);
+  }
 
   int compute(int device, ComputeKind kind, int layer, int mb, const ShapeKey& key, int dep = -1,
               int fold = -1) {
@@ -230,14 +242,21 @@ class Lowerer {
     return add(device, op, {dep});
   }
 
-  int p2p(int device, OpKind kind, int peer, TensorKind tensor, int mb, const Piece& piece,
+  // The message id of micro-batch mb over the boundary from virtual stage k to k + 1 (either
+  // direction): mb, unique per ordered pair of devices and micro-batch in a plain pipeline;
+  // interleaved pipelines send several boundaries' messages between the same two devices.
+  int tag(const DeviceLayout& l, int boundary, int mb) const {
+    return l.chunks.empty() ? mb : boundary * l.micro_batches + mb;
+  }
+
+  int p2p(int device, OpKind kind, int peer, TensorKind tensor, int mb, const Piece& piece, int tag,
           int dep = -1) {
     Op op;
     op.kind = kind;
     op.stream = Stream::kP2p;
     op.tensor = tensor;
     op.peer = peer;
-    op.tag = mb;  // one message per ordered pair and micro-batch in each direction
+    op.tag = tag;
     op.micro_batch = mb;
     op.rows_begin = piece.rows_begin;
     op.rows_end = piece.rows_end;
@@ -248,13 +267,13 @@ class Lowerer {
 
   // Receives a boundary tensor for micro-batch j from stage `from` and all-gathers
   // it; returns the op the consumer must wait for (-1 if none).
-  int receive(int device, const Stage& from, TensorKind tensor, int j) {
+  int receive(int device, const Stage& from, TensorKind tensor, int j, int tag) {
     const DeviceLayout& l = layouts_[device];
     const int rows = l.micro_batch * t_.seq_len;
     int ready = -1;
     for (const Piece& pc : boundary_pieces(from.tp(), l.tp, rows)) {
       if (pc.dst_rank == l.tp_rank)
-        ready = p2p(device, OpKind::kRecv, from.devices[pc.src_rank], tensor, j, pc);
+        ready = p2p(device, OpKind::kRecv, from.devices[pc.src_rank], tensor, j, pc, tag);
     }
     if (l.tp > 1) {
       ready = collective(device, l.gather_group, Stream::kGather, Collective::kAllGather, tensor,
@@ -263,13 +282,13 @@ class Lowerer {
     return ready;
   }
 
-  void send(int device, const Stage& to, TensorKind tensor, int j) {
+  void send(int device, const Stage& to, TensorKind tensor, int j, int tag) {
     const DeviceLayout& l = layouts_[device];
     const int rows = l.micro_batch * t_.seq_len;
     const int dep = ops_.last_compute(device);
     for (const Piece& pc : boundary_pieces(l.tp, to.tp(), rows)) {
       if (pc.src_rank == l.tp_rank)
-        p2p(device, OpKind::kSend, to.devices[pc.dst_rank], tensor, j, pc, dep);
+        p2p(device, OpKind::kSend, to.devices[pc.dst_rank], tensor, j, pc, tag, dep);
     }
   }
 
@@ -297,7 +316,9 @@ class Lowerer {
                           kind == ComputeKind::kStageBwd;
     // Only backward kernels depend on recompute; forward shapes stay shared.
     const Recompute r = backward ? recompute_of(l) : Recompute::kNone;
-    return {kind, l.micro_batch, l.phi, layers, stage_op && l.first, stage_op && l.last, extra, r};
+    const ChunkLayout ch = chunk_layout(l, chunk_);
+    return {kind, l.micro_batch, l.phi, layers, stage_op && ch.first, stage_op && ch.last, extra,
+            r};
   }
 
   Recompute recompute_of(const DeviceLayout& l) const { return l.recompute.value_or(t_.recompute); }
@@ -305,14 +326,15 @@ class Lowerer {
   int fold_id(const DeviceLayout& l, bool forward) {
     if (l.tp <= 1) return -1;
     const int recompute = recompute_all_reduces(recompute_of(l));
-    const int layers = l.layer_end - l.layer_begin;
+    const ChunkLayout ch = chunk_layout(l, chunk_);
+    const int layers = ch.layer_end - ch.layer_begin;
     Fold f;
     f.group = l.tp_group;
     f.collective = Collective::kAllReduce;
     f.bytes = hidden_bytes(m_, t_, l.micro_batch);
     f.count =
-        forward ? 2 * layers + (l.first ? 1 : 0) : (2 + recompute) * layers + (l.last ? 1 : 0);
-    f.loss_stats_bytes = forward && l.last ? loss_stats_bytes(l) : 0;
+        forward ? 2 * layers + (ch.first ? 1 : 0) : (2 + recompute) * layers + (ch.last ? 1 : 0);
+    f.loss_stats_bytes = forward && ch.last ? loss_stats_bytes(l) : 0;
     auto k = std::make_tuple(f.group, f.bytes, f.count, f.loss_stats_bytes);
     auto [it, fresh] = fold_ids_.emplace(k, static_cast<int>(prog_.folds.size()));
     if (fresh) prog_.folds.push_back(f);
@@ -323,27 +345,31 @@ class Lowerer {
     return 12.0 * l.micro_batch * t_.seq_len * l.tp;  // 3 fp32 per token row per rank
   }
 
+  // Forward of micro-batch j through the device's chunk_ (virtual stage k).
   void forward(int device, const Pipeline& pipe, int j) {
     const DeviceLayout& l = layouts_[device];
+    const ChunkLayout ch = chunk_layout(l, chunk_);
+    const int k = ch.stage;
     int dep =
-        l.stage > 0 ? receive(device, pipe.stages[l.stage - 1], TensorKind::kActivation, j) : -1;
+        k > 0 ? receive(device, pipe.stages[k - 1], TensorKind::kActivation, j, tag(l, k - 1, j))
+              : -1;
     if (fused(l)) {
       compute(device, ComputeKind::kStageFwd, -1, j,
-              key(ComputeKind::kStageFwd, l, l.layer_end - l.layer_begin), dep, fold_id(l, true));
+              key(ComputeKind::kStageFwd, l, ch.layer_end - ch.layer_begin), dep, fold_id(l, true));
     } else {
-      if (l.first) {
+      if (ch.first) {
         compute(device, ComputeKind::kEmbeddingFwd, -1, j, key(ComputeKind::kEmbeddingFwd, l), dep);
         dep = -1;
         tp_all_reduce(device, TensorKind::kActivation, j);
       }
-      for (int layer = l.layer_begin; layer < l.layer_end; ++layer) {
+      for (int layer = ch.layer_begin; layer < ch.layer_end; ++layer) {
         compute(device, ComputeKind::kAttnFwd, layer, j, key(ComputeKind::kAttnFwd, l), dep);
         dep = -1;
         tp_all_reduce(device, TensorKind::kActivation, j);
         compute(device, ComputeKind::kMlpFwd, layer, j, key(ComputeKind::kMlpFwd, l));
         tp_all_reduce(device, TensorKind::kActivation, j);
       }
-      if (l.last) {
+      if (ch.last) {
         compute(device, ComputeKind::kHeadFwd, -1, j, key(ComputeKind::kHeadFwd, l));
         if (l.tp > 1) {
           collective(device, l.tp_group, Stream::kCompute, Collective::kAllGather,
@@ -351,22 +377,26 @@ class Lowerer {
         }
       }
     }
-    if (!l.last) send(device, pipe.stages[l.stage + 1], TensorKind::kActivation, j);
+    if (!ch.last) send(device, pipe.stages[k + 1], TensorKind::kActivation, j, tag(l, k, j));
   }
 
   void backward(int device, const Pipeline& pipe, int j) {
     const DeviceLayout& l = layouts_[device];
+    const ChunkLayout ch = chunk_layout(l, chunk_);
+    const int k = ch.stage;
     int dep =
-        l.last ? -1 : receive(device, pipe.stages[l.stage + 1], TensorKind::kActivationGrad, j);
+        ch.last ? -1
+                : receive(device, pipe.stages[k + 1], TensorKind::kActivationGrad, j, tag(l, k, j));
     if (fused(l)) {
       compute(device, ComputeKind::kStageBwd, -1, j,
-              key(ComputeKind::kStageBwd, l, l.layer_end - l.layer_begin), dep, fold_id(l, false));
+              key(ComputeKind::kStageBwd, l, ch.layer_end - ch.layer_begin), dep,
+              fold_id(l, false));
     } else {
-      if (l.last) {
+      if (ch.last) {
         compute(device, ComputeKind::kHeadBwd, -1, j, key(ComputeKind::kHeadBwd, l));
         tp_all_reduce(device, TensorKind::kActivationGrad, j);
       }
-      for (int layer = l.layer_end - 1; layer >= l.layer_begin; --layer) {
+      for (int layer = ch.layer_end - 1; layer >= ch.layer_begin; --layer) {
         if (recompute_of(l) == Recompute::kFull) {
           compute(device, ComputeKind::kAttnRecompute, layer, j,
                   key(ComputeKind::kAttnRecompute, l), dep);
@@ -381,10 +411,11 @@ class Lowerer {
         compute(device, ComputeKind::kAttnBwd, layer, j, key(ComputeKind::kAttnBwd, l));
         tp_all_reduce(device, TensorKind::kActivationGrad, j);
       }
-      if (l.first)
+      if (ch.first)
         compute(device, ComputeKind::kEmbeddingBwd, -1, j, key(ComputeKind::kEmbeddingBwd, l));
     }
-    if (!l.first) send(device, pipe.stages[l.stage - 1], TensorKind::kActivationGrad, j);
+    if (!ch.first)
+      send(device, pipe.stages[k - 1], TensorKind::kActivationGrad, j, tag(l, k - 1, j));
   }
 
   // DP sync (all-reduce, or reduce-scatter + all-gather under ZeRO-1), optimizer,
@@ -419,11 +450,24 @@ class Lowerer {
   void emit_device(int p, int s, int device) {
     const Pipeline& pipe = plan_.pipelines[p];
     const int stages = static_cast<int>(pipe.stages.size());
-    for (auto [fwd, j] : pipeline_order(t_.schedule, s, stages, pipe.micro_batches())) {
-      if (fwd) {
-        forward(device, pipe, j);
-      } else {
-        backward(device, pipe, j);
+    if (pipe.chunks() > 1) {
+      for (const ChunkStep& step :
+           interleaved_order(s, pipe.groups(), pipe.chunks(), pipe.micro_batches())) {
+        chunk_ = step.chunk;
+        if (step.forward) {
+          forward(device, pipe, step.micro_batch);
+        } else {
+          backward(device, pipe, step.micro_batch);
+        }
+      }
+      chunk_ = 0;
+    } else {
+      for (auto [fwd, j] : pipeline_order(t_.schedule, s, stages, pipe.micro_batches())) {
+        if (fwd) {
+          forward(device, pipe, j);
+        } else {
+          backward(device, pipe, j);
+        }
       }
     }
     synchronise(device);
@@ -442,6 +486,7 @@ class Lowerer {
   std::vector<int> dp_group_ids_;
   std::map<ShapeKey, int> shape_ids_;
   std::map<std::tuple<int, double, int, double>, int> fold_ids_;
+  int chunk_ = 0;  // the chunk whose ops are being emitted (interleaved pipelines)
 };
 
 }  // namespace

@@ -113,6 +113,52 @@ TEST(Lower, TwoStagePipelineOpCountsByHand) {
   EXPECT_EQ(deps[0], l1->op_begin);
 }
 
+TEST(Lower, InterleavedPipelineRunsItsChunksOnTheSameDevices) {
+  // 4 layers, device groups [0] (TP 1) and [1, 2] (TP 2), two chunks of one layer each:
+  // device 0 holds layers 0 and 2 (embedding in chunk 0), devices 1-2 layers 1 and 3 (head
+  // in chunk 1); 4 micro-batches.
+  Cluster c = make_cluster(1, 3);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4);
+  Plan plan = plan_from(Json::parse(R"({"version": 1, "pipelines": [{"batch": 4, "stages": [
+      {"devices": [0], "layers": [0, 1]}, {"devices": [1, 2], "layers": [1, 2]},
+      {"devices": [0], "layers": [2, 3]}, {"devices": [1, 2], "layers": [3, 4]}]}]})"));
+  Program p = lower_ok(plan, c, m, t);
+  const DeviceLayout* l0 = p.layout(0);
+  ASSERT_EQ(l0->chunks.size(), 2u);
+  EXPECT_EQ(l0->chunks[1].stage, 2);
+  EXPECT_EQ(l0->chunks[1].layer_begin, 2);
+  EXPECT_TRUE(l0->first && !l0->last && l0->chunks[0].first && !l0->chunks[1].first);
+  EXPECT_TRUE(p.layout(1)->last && p.layout(1)->chunks[1].last);
+  EXPECT_EQ(p.layout(1)->stages, 4);
+  EXPECT_EQ(count(p, 0, "embedding.fwd"), 4);
+  EXPECT_EQ(count(p, 0, "attn.fwd"), 8);  // 2 layers x 4 micro-batches
+  EXPECT_EQ(count(p, 0, "head.fwd"), 0);
+  EXPECT_EQ(count(p, 1, "head.fwd"), 4);
+  EXPECT_EQ(count(p, 1, "attn.bwd"), 8);
+  // Device 0 per micro-batch: activations of both chunks and the gradient of chunk 1 to the
+  // TP-2 group (two pieces each); the activation of the wrap (stage 1 -> 2) and the gradients
+  // of stages 1 and 3 back (one piece each from TP rank 0).
+  EXPECT_EQ(count(p, 0, "send"), 4 * 6);
+  EXPECT_EQ(count(p, 0, "recv"), 4 * 3);
+  for (int id = l0->op_begin; id < l0->op_end; ++id) {
+    const Op& op = p.ops[id];
+    if (op.kind == OpKind::kCompute && op.layer >= 0) {
+      EXPECT_EQ(op.chunk, op.layer / 2);
+    }
+  }
+  // Parameters: both chunks' layers and the embedding, less than the whole model.
+  Program single = lower_ok(uniform_plan(1, 1, 1, 4, 4), make_cluster(1, 1), m, t);
+  EXPECT_GT(p.layout(0)->params, 0);
+  EXPECT_LT(p.layout(0)->params, single.layout(0)->params);
+  // Round trip: chunks and the ops' chunk survive.
+  const std::string text = program_text(p);
+  auto back = program_from_json(Json::parse(text), "<text>");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(program_text(*back), text);
+  EXPECT_EQ(back->layout(0)->chunks.size(), 2u);
+}
+
 TEST(Lower, TensorParallelCollectivesMatchTheEstimateCounts) {
   // 2 pipelines x 2 stages x TP 2, 4 layers, 2 micro-batches each.
   Cluster c = make_cluster(2, 4);

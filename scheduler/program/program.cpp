@@ -89,9 +89,13 @@ std::vector<int> stream_predecessors(const Program& p) {
     for (int id = l.op_begin; id < l.op_end; ++id) {
       const Op& op = p.ops[id];
       const bool p2p = op.stream == Stream::kP2p;
+      // Stage-boundary gradients have their own channel (interleaved pipelines send
+      // activations and gradients between the same two devices).
+      const bool grads = p2p && op.tensor == TensorKind::kActivationGrad;
       const std::uint64_t key = (static_cast<std::uint64_t>(op.stream) << 40) |
                                 (static_cast<std::uint64_t>(p2p ? op.peer + 1 : 0) << 8) |
-                                (p2p ? static_cast<std::uint64_t>(op.kind) : 0);
+                                (p2p ? static_cast<std::uint64_t>(op.kind) : 0) |
+                                (grads ? std::uint64_t{1} << 7 : 0);
       auto [it, fresh] = last.emplace(key, id);
       if (!fresh) {
         prev[id] = it->second;
@@ -100,6 +104,42 @@ std::vector<int> stream_predecessors(const Program& p) {
     }
   }
   return prev;
+}
+
+ChunkLayout chunk_layout(const DeviceLayout& l, int chunk) {
+  if (!l.chunks.empty()) return l.chunks[static_cast<std::size_t>(chunk)];
+  return {l.stage, l.layer_begin, l.layer_end, l.first, l.last};
+}
+
+int num_chunks(const DeviceLayout& l) {
+  return l.chunks.empty() ? 1 : static_cast<int>(l.chunks.size());
+}
+
+StageShape chunk_shape(const DeviceLayout& l, int chunk, int in_flight, int dp) {
+  StageShape s = stage_shape(l, in_flight, dp);
+  const ChunkLayout c = chunk_layout(l, chunk);
+  s.layer_begin = c.layer_begin;
+  s.layer_end = c.layer_end;
+  s.first = c.first;
+  s.last = c.last;
+  return s;
+}
+
+MemoryBreakdown chunked_memory(const Model& model, const TrainingConfig& training,
+                               const DeviceLayout& l, const std::vector<int>& in_flight, int dp) {
+  if (l.chunks.empty()) return device_memory(model, training, stage_shape(l, in_flight.at(0), dp));
+  MemoryBreakdown sum;
+  for (int c = 0; c < num_chunks(l); ++c) {
+    const MemoryBreakdown m = device_memory(
+        model, training, chunk_shape(l, c, in_flight.at(static_cast<std::size_t>(c)), dp));
+    sum.weights += m.weights;
+    sum.gradients += m.gradients;
+    sum.optimizer += m.optimizer;
+    sum.activations += m.activations;
+    sum.logits += m.logits;
+    sum.reserve = m.reserve;
+  }
+  return sum;
 }
 
 StageShape stage_shape(const DeviceLayout& l, int in_flight, int dp) {

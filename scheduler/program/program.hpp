@@ -12,9 +12,10 @@
 //   compute  compute ops and the TP-group collectives (Megatron runs its TP
 //            all-reduces on the compute stream); one op at a time, list order.
 //   p2p      point-to-point sends/receives; one FIFO channel per (device, peer,
-//            direction): two messages between the same ordered pair of devices
-//            are matched and delivered in list order; different peers proceed
-//            concurrently.
+//            direction, and whether it carries stage-boundary gradients): two messages
+//            on one channel are matched and delivered in list order; different
+//            channels proceed concurrently. (A pipeline sends activations and
+//            gradients between the same two devices only when it is interleaved.)
 //   gather   the all-gather that completes a stage-boundary transfer; FIFO.
 //   dp       gradient synchronisation across pipelines (and ZeRO all-gathers);
 //            FIFO.
@@ -273,6 +274,7 @@ struct Op {
   int rows_end = 0;
   int folded = -1;               // stage compute ops: index into Program::folds (-1: none)
   int step = -1;                 // sequence meshes: ring step (ring compute, kv, kv_grad)
+  int chunk = 0;                 // interleaved pipelines: the device's chunk the op belongs to
   double bytes = 0;              // send/recv: message bytes; collective: S as in collectives.hpp
   std::uint32_t deps_begin = 0;  // into Program::dep_ids
   std::uint32_t deps_count = 0;
@@ -320,6 +322,15 @@ struct Bucket {
   std::vector<ParamSegment> segments;
 };
 
+// One chunk of a device in an interleaved pipeline: virtual stage `stage` (chunk c of group
+// r is stage c * p + r), layers [layer_begin, layer_end), whether it is the pipeline's
+// first (embedding) or last (head) virtual stage.
+struct ChunkLayout {
+  int stage = 0;
+  int layer_begin = 0, layer_end = 0;
+  bool first = false, last = false;
+};
+
 // Where a device sits in the plan and which shard it holds.
 struct DeviceLayout {
   int device = 0;
@@ -346,7 +357,12 @@ struct DeviceLayout {
   // the training config's). Full recompute is also visible as recompute ops.
   std::optional<Recompute> recompute;
   int seq_group = -1, seq_rank = -1;  // sequence meshes: its group (ring order) and rank
-  int op_begin = 0, op_end = 0;       // its ops are ids [op_begin, op_end)
+  // Interleaved pipelines (more than one chunk per device group): its chunks in chunk order;
+  // empty otherwise. Then stage = its group's index r (chunk 0's virtual stage), stages = the
+  // virtual stages p * v, layer_begin / layer_end = chunk 0's layers, first / last = it holds
+  // the embedding (chunk 0 of group 0) / the head (chunk v - 1 of group p - 1).
+  std::vector<ChunkLayout> chunks;
+  int op_begin = 0, op_end = 0;  // its ops are ids [op_begin, op_end)
 };
 
 enum class Granularity { kLayer, kStage };
@@ -390,6 +406,18 @@ struct Program {
 // For each op, the previous op of the same stream on its device (for p2p: the same
 // peer and direction), or -1: what an op waits for besides its deps.
 std::vector<int> stream_predecessors(const Program& program);
+
+// Chunk c of a device: layout.chunks[c], or its one stage (c == 0) when it has no chunks.
+ChunkLayout chunk_layout(const DeviceLayout& layout, int chunk = 0);
+int num_chunks(const DeviceLayout& layout);  // 1 when it has no chunks
+
+// The stage shape of chunk c of a device (its layers, embedding and head).
+StageShape chunk_shape(const DeviceLayout& layout, int chunk, int in_flight, int dp);
+// The memory of a device keeping in_flight[c] micro-batches of chunk c alive (one entry for
+// a device without chunks: device_memory of stage_shape): its chunks summed, one reserve.
+MemoryBreakdown chunked_memory(const Model& model, const TrainingConfig& training,
+                               const DeviceLayout& layout, const std::vector<int>& in_flight,
+                               int dp);
 
 // The stage shape (cost_model.hpp) of a device's layout, for memory accounting.
 StageShape stage_shape(const DeviceLayout& layout, int in_flight = 1, int dp = 1);

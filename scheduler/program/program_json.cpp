@@ -42,6 +42,7 @@ Json op_json(const Program& p, int id) {
   if (op.micro_batch >= 0) j["mb"] = op.micro_batch;
   if (op.bucket >= 0) j["bucket"] = op.bucket;
   if (op.step >= 0) j["step"] = op.step;
+  if (op.chunk > 0) j["chunk"] = op.chunk;
   Json deps = Json::array();
   for (int d : p.deps(op)) deps.push_back(d);
   j["deps"] = deps;
@@ -74,6 +75,16 @@ Json layout_json(const Program& p, const DeviceLayout& l) {
             {"owned_params", l.owned_params}};
   if (l.recompute) j["recompute"] = to_string(*l.recompute);
   if (l.seq_group >= 0) j["sequence"] = {l.seq_group, l.seq_rank};
+  if (!l.chunks.empty()) {
+    Json chunks = Json::array();
+    for (const ChunkLayout& c : l.chunks) {
+      chunks.push_back({{"stage", c.stage},
+                        {"layers", {c.layer_begin, c.layer_end}},
+                        {"first", c.first},
+                        {"last", c.last}});
+    }
+    j["chunks"] = chunks;
+  }
   j["ops"] = ops;
   return j;
 }
@@ -163,9 +174,9 @@ int int_or(const JsonNode& node, std::string_view key, int fallback) {
 }
 
 void read_op(const JsonNode& j, int device, Program& p) {
-  j.allow_only({"id", "op", "stream", "name", "shape", "folded", "tensor", "bytes", "peer", "tag",
-                "rows", "collective", "group", "instance", "layer", "mb", "bucket", "step",
-                "deps"});
+  j.allow_only({"id",    "op",   "stream", "name", "shape",      "folded", "tensor",
+                "bytes", "peer", "tag",    "rows", "collective", "group",  "instance",
+                "layer", "mb",   "bucket", "step", "chunk",      "deps"});
   const int id = p.num_ops();
   if (j.integer_in("id", 0, INT32_MAX) != id)
     j.at("id").fail("op id " + std::to_string(id) + " (ids are 0..N-1 in file order)");
@@ -195,6 +206,7 @@ void read_op(const JsonNode& j, int device, Program& p) {
   op.micro_batch = int_or(j, "mb", -1);
   op.bucket = int_or(j, "bucket", -1);
   op.step = int_or(j, "step", -1);
+  op.chunk = static_cast<int>(j.integer_or("chunk", 0, INT32_MAX, 0));
   auto deps = j.at("deps");
   op.deps_begin = static_cast<std::uint32_t>(p.dep_ids.size());
   for (std::size_t i = 0; i < deps.size(); ++i) {
@@ -209,7 +221,7 @@ void read_device_layout(const JsonNode& j, Program& p) {
                 "tp",           "tp_group",    "gather_group",  "layers",     "first",
                 "last",         "heads",       "kv_heads",      "ffn",        "vocab",
                 "phi",          "micro_batch", "micro_batches", "loss_scale", "params",
-                "owned_params", "recompute",   "sequence",      "ops"});
+                "owned_params", "recompute",   "sequence",      "chunks",     "ops"});
   DeviceLayout l;
   l.device = static_cast<int>(j.integer_in("device", 0, INT32_MAX));
   l.pipeline = static_cast<int>(j.integer_in("pipeline", 0, INT32_MAX));
@@ -234,6 +246,18 @@ void read_device_layout(const JsonNode& j, Program& p) {
   l.owned_params = j.at("owned_params").number_in(0, 1e300);
   if (auto r = j.find("recompute")) l.recompute = read_recompute(*r);
   if (auto sq = j.find("sequence")) std::tie(l.seq_group, l.seq_rank) = int_pair(*sq);
+  if (auto chunks = j.find("chunks")) {
+    for (std::size_t i = 0; i < chunks->size(); ++i) {
+      const JsonNode c = chunks->at(i);
+      c.allow_only({"stage", "layers", "first", "last"});
+      ChunkLayout chunk;
+      chunk.stage = static_cast<int>(c.integer_in("stage", 0, INT32_MAX));
+      std::tie(chunk.layer_begin, chunk.layer_end) = int_pair(c.at("layers"));
+      chunk.first = c.at("first").boolean();
+      chunk.last = c.at("last").boolean();
+      l.chunks.push_back(chunk);
+    }
+  }
   l.op_begin = p.num_ops();
   auto ops = j.at("ops");
   for (std::size_t i = 0; i < ops.size(); ++i) read_op(ops.at(i), l.device, p);
