@@ -1,6 +1,7 @@
 // `hexisim validate --quick` on the testbed (a suite's two quick plans after its calibration
 // runs), where this machine can build one (root, namespaces, cgroups, hexisim-nfdelay);
-// skipped with the reason where not. Runs alone (RUN_SERIAL): it owns the CPU quotas.
+// skipped with the reason where not. Other tests may run beside it: it checks that the report
+// is whole, not how close it is (validation/README.md has the measured suite).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
