@@ -92,7 +92,8 @@ TEST(Search, HexiScaleGivesTheSamePlanBytesWithOneOrTwoThreads) {
       modes[threads - 1] = r->mode;
     }
     EXPECT_EQ(plans[0], plans[1]) << device_level_max;
-    EXPECT_EQ(modes[0], device_level_max == 16 ? "machine-level + device refinement" : "device-level");
+    EXPECT_EQ(modes[0],
+              device_level_max == 16 ? "machine-level + device refinement" : "device-level");
   }
 }
 
