@@ -129,6 +129,17 @@ Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
   auto program = load_program(job, world_size);
   HEXI_TRY(program);
   job.program = std::move(*program);
+  if (job.scenario.training.sequence_parallel) {
+    for (const Group& g : job.program.groups) {
+      if (g.kind == GroupKind::kTp && g.devices.size() > 1) {
+        return bad_input("scenario " + job.scenario.name +
+                         ": training.sequence_parallel with tensor parallelism is simulated "
+                         "(reduce-scatters and all-gathers, norms on token shards) but not run "
+                         "by the engine, which all-reduces its TP blocks; set it false to "
+                         "train this plan");
+      }
+    }
+  }
   HEXI_TRY(llama_dims(job.scenario.model));
   HEXI_TRY(check_memory(o, job, world_size, world_rank));
   auto corpus =

@@ -122,6 +122,19 @@ TEST(TrainRobustness, Fp16IsRefused) {
   expect_clean_failure(o, "training.precision \"fp16\" is not trained by the engine");
 }
 
+// Sequence parallelism with TP is simulated, not run: refused by name on every rank.
+TEST(TrainRobustness, SequenceParallelWithTensorParallelismIsRefused) {
+  std::ifstream in(root() + "/scenarios/shipped/tiny-llama-cpu.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "\"precision\": \"fp32\"";
+  ASSERT_NE(text.find(from), std::string::npos);
+  text.replace(text.find(from), from.size(), from + ", \"sequence_parallel\": true");
+  const std::string scenario = temp("tiny-sp.json");
+  std::ofstream(scenario) << text;
+  Outcome o = train(3, scenario + " --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2");
+  expect_clean_failure(o, "training.sequence_parallel with tensor parallelism is simulated");
+}
+
 TEST(TrainRobustness, RankFailsMidStep) {
   Outcome o = train(3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 3",
                     "HEXISIM_FAULT=rank=1,step=1,op=40,mode=error");

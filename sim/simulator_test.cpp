@@ -597,6 +597,39 @@ TEST(Simulator, UniformHomogeneousPlanAgreesWithTheEstimate) {
   }
 }
 
+TEST(Simulator, SequenceParallelPlanAgreesWithTheEstimate) {
+  // Llama-2 7B on 8 A100, one pipeline of a TP 4 stage and a TP 2 stage (boundary pieces
+  // where the shards overlap), 8 micro-batches, with and without sequence parallelism.
+  const Model& m = *testing::shipped_models().find("llama2-7b");
+  Cluster c = testing::make_cluster(1, 8);
+  TrainingConfig t = testing::tiny_training(8, 1, 4096);
+  const Plan plan = testing::plan_from(
+      {{"version", 1},
+       {"pipelines",
+        {{{"batch", 8},
+          {"stages",
+           {{{"devices", {0, 1, 2, 3}}, {"layers", {0, 20}}},
+            {{"devices", {4, 5}}, {"layers", {20, 32}}}}}}}}});
+  Profile prof;
+  double simulated[2] = {0, 0};
+  for (bool sp : {false, true}) {
+    t.sequence_parallel = sp;
+    CostModel cm(c, m, t, prof);
+    const double estimate = cm.estimate(plan).iteration_time_s;
+    for (Granularity g : {Granularity::kLayer, Granularity::kStage}) {
+      auto out = simulate_plan(plan, c, m, t, prof, g);
+      ASSERT_TRUE(out.ok()) << out.error().message;
+      const double sim = out->report.iteration_time_s;
+      EXPECT_NEAR(sim, estimate, 0.02 * estimate) << "sp " << sp << " " << to_string(g);
+      if (g == Granularity::kLayer) simulated[sp ? 1 : 0] = sim;
+      std::printf("sequence parallel %d, %s: simulated %.4f s, closed form %.4f s (%.4f)\n", sp,
+                  std::string(to_string(g)).c_str(), sim, estimate, sim / estimate);
+    }
+  }
+  // The same TP traffic in halves, the norms and residual adds on a share of the tokens.
+  EXPECT_LT(simulated[1], simulated[0]);
+}
+
 TEST(Simulator, SameInputsGiveByteIdenticalReportAndTrace) {
   Cluster c = testing::make_cluster(2, 4);
   const Model m = testing::tiny_model();

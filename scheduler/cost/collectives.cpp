@@ -1,6 +1,7 @@
 #include "scheduler/cost/collectives.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <map>
 
@@ -104,6 +105,26 @@ double hierarchical_all_reduce_time(const Cluster& cluster,
   const double inter_s = bus_factor(Collective::kAllReduce, machines) * column_bytes / inter_bw;
   return std::max(intra_s, inter_s) + 2 * latency_steps(Collective::kReduceScatter, g) * intra_lat +
          latency_steps(Collective::kAllReduce, machines) * inter_lat;
+}
+
+std::vector<Piece> boundary_pieces(int ts, int td, int rows, bool sequence_parallel) {
+  auto edge = [rows](std::int64_t i, int t) {
+    return static_cast<int>(i * rows / t);
+  };
+  std::vector<Piece> pieces;
+  for (int j = 0; j < td; ++j) {
+    if (!sequence_parallel) {
+      Piece p{static_cast<int>(static_cast<std::int64_t>(j) * ts / td), j, edge(j, td),
+              edge(j + 1, td)};
+      if (p.rows_end > p.rows_begin) pieces.push_back(p);
+      continue;
+    }
+    for (int i = 0; i < ts; ++i) {
+      Piece p{i, j, std::max(edge(i, ts), edge(j, td)), std::min(edge(i + 1, ts), edge(j + 1, td))};
+      if (p.rows_end > p.rows_begin) pieces.push_back(p);
+    }
+  }
+  return pieces;
 }
 
 }  // namespace cost

@@ -64,5 +64,20 @@ std::vector<std::vector<int>> machine_blocks(const std::vector<int>& devices,
 double hierarchical_all_reduce_time(const Cluster& cluster,
                                     const std::vector<std::vector<int>>& blocks, double bytes);
 
+// The pieces of a stage-boundary transfer of `rows` token rows from a TP group of `ts` ranks
+// to one of `td` ranks (program.hpp), in row order; empty pieces are left out.
+// Without sequence parallelism every source rank holds all rows: piece j = rows
+// [j*rows/td, (j+1)*rows/td) from source rank floor(j*ts/td) to destination rank j, and the
+// receiving group all-gathers its pieces. Under sequence parallelism rank i of a group of t
+// holds only rows [i*rows/t, (i+1)*rows/t), in the sender's group and in the receiver's:
+// a piece per overlap of a source rank's rows with a destination rank's, and no all-gather.
+struct Piece {
+  int src_rank = 0;
+  int dst_rank = 0;
+  int rows_begin = 0;
+  int rows_end = 0;
+};
+std::vector<Piece> boundary_pieces(int ts, int td, int rows, bool sequence_parallel = false);
+
 }  // namespace cost
 }  // namespace hexi

@@ -82,12 +82,17 @@ std::string_view to_string(Block b) {
   return kBlockNames.name(b);
 }
 
+double token_share(const TrainingConfig& t, int tp) {
+  return t.sequence_parallel && tp > 1 ? 1.0 / tp : 1.0;
+}
+
 std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
-                                  double phi) {
+                                  double phi, double share) {
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, f = m.ffn, kd = m.kv_dim();
+  const double mine = share * bs;  // tokens of the norms and residual adds
   if (block == Block::kAttention) {
-    std::vector<Kernel> out{elementwise("attn_norm", 2 * e * bs * h),
+    std::vector<Kernel> out{elementwise("attn_norm", 2 * e * mine * h),
                             gemm("qkv", bs, phi * (h + 2 * kd), h, e)};
     if (m.bias) out.push_back(elementwise("qkv_bias", 2 * e * bs * phi * (h + 2 * kd)));
     // Learned positions are added once, at the embedding: no rotary embedding per layer.
@@ -100,19 +105,19 @@ std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block
       out.push_back(elementwise("attn_dropout", (2 * e + 1) * b * m.heads * phi * s * s));
     }
     out.push_back(gemm("out_proj", bs, h, phi * h, e));
-    out.push_back(residual(m, "attn_residual", "attn_bias_dropout_add", e, bs * h));
+    out.push_back(residual(m, "attn_residual", "attn_bias_dropout_add", e, mine * h));
     return out;
   }
   if (m.mlp == MlpKind::kSwiGlu) {
-    return {elementwise("mlp_norm", 2 * e * bs * h), gemm("gate_up", bs, 2 * phi * f, h, e),
+    return {elementwise("mlp_norm", 2 * e * mine * h), gemm("gate_up", bs, 2 * phi * f, h, e),
             elementwise("swiglu", 3 * e * bs * phi * f), gemm("down", bs, h, phi * f, e),
-            residual(m, "mlp_residual", "mlp_bias_dropout_add", e, bs * h)};
+            residual(m, "mlp_residual", "mlp_bias_dropout_add", e, mine * h)};
   }
   // GELU MLP; with biases, Megatron fuses fc1's bias add into the GELU kernel.
-  return {elementwise("mlp_norm", 2 * e * bs * h), gemm("fc1", bs, phi * f, h, e),
+  return {elementwise("mlp_norm", 2 * e * mine * h), gemm("fc1", bs, phi * f, h, e),
           elementwise(m.bias ? "bias_gelu" : "gelu", 2 * e * bs * phi * f),
           gemm("fc2", bs, h, phi * f, e),
-          residual(m, "mlp_residual", "mlp_bias_dropout_add", e, bs * h)};
+          residual(m, "mlp_residual", "mlp_bias_dropout_add", e, mine * h)};
 }
 
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
@@ -125,8 +130,8 @@ int recompute_all_reduces(Recompute r) {
 }
 
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
-                                   double phi, Recompute r) {
-  std::vector<Kernel> fwd = block_forward(m, t, block, b, phi);
+                                   double phi, Recompute r, double share) {
+  std::vector<Kernel> fwd = block_forward(m, t, block, b, phi, share);
   std::vector<Kernel> out;
   if (r == Recompute::kFull) {
     for (const auto& k : fwd) out.push_back(renamed(k, "recompute"));
@@ -159,19 +164,23 @@ std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Bloc
   return out;
 }
 
-std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b) {
+std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b,
+                                      double share) {
   const double e = t.bytes_per_element(), bsh = static_cast<double>(b) * t.seq_len * m.hidden;
   std::vector<Kernel> out{elementwise("embedding", 2 * e * bsh)};  // gather rows, write
-  // GPT: add the position rows (read both, write the sum), then dropout (+ a 1-byte mask).
+  // GPT: add the position rows (read both, write the sum), then dropout (+ a 1-byte mask)
+  // on the rank's tokens (after the reduce-scatter under sequence parallelism).
   if (m.learned_positions) out.push_back(elementwise("position_add", 3 * e * bsh));
-  if (m.dropout) out.push_back(elementwise("embedding_dropout", (2 * e + 1) * bsh));
+  if (m.dropout) out.push_back(elementwise("embedding_dropout", (2 * e + 1) * share * bsh));
   return out;
 }
 
-std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b) {
+std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b,
+                                       double share) {
   const double e = t.bytes_per_element(), bsh = static_cast<double>(b) * t.seq_len * m.hidden;
   std::vector<Kernel> out;
-  if (m.dropout) out.push_back(elementwise("embedding_dropout.bwd", (2 * e + 1) * bsh));
+  if (m.dropout)
+    out.push_back(elementwise("embedding_dropout.bwd", (2 * e + 1) * share * bsh));
   // The position table's gradient: the output gradient summed over the batch.
   if (m.learned_positions) out.push_back(elementwise("position_add.bwd", 2 * e * bsh));
   out.push_back(elementwise("embedding.bwd", 3 * e * bsh));  // scatter-add into the table
@@ -189,19 +198,21 @@ Kernel logits(double bs, double v, double h, double e) {
 }
 }  // namespace
 
-std::vector<Kernel> head_forward(const Model& m, const TrainingConfig& t, int b, double phi) {
+std::vector<Kernel> head_forward(const Model& m, const TrainingConfig& t, int b, double phi,
+                                 double share) {
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, v = phi * m.vocab;
-  return {elementwise("final_norm", 2 * e * bs * h), logits(bs, v, h, e),
+  return {elementwise("final_norm", 2 * e * share * bs * h), logits(bs, v, h, e),
           elementwise("cross_entropy", bs * v * (e + 4))};
 }
 
-std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b, double phi) {
+std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b, double phi,
+                                  double share) {
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, v = phi * m.vocab;
   std::vector<Kernel> out{elementwise("cross_entropy.bwd", bs * v * (e + 4))};
   gemm_backward(out, logits(bs, v, h, e), "logits.dgrad", "logits.wgrad");
-  out.push_back(elementwise("final_norm.bwd", 4 * e * bs * h));
+  out.push_back(elementwise("final_norm.bwd", 4 * e * share * bs * h));
   return out;
 }
 

@@ -72,24 +72,37 @@ inline constexpr auto kBlockNames =
     enum_names<Block>({{Block::kAttention, "attn"}, {Block::kMlp, "mlp"}});
 std::string_view to_string(Block b);
 
+// The share of a micro-batch's tokens that a TP rank's token-wise kernels (norms, residual
+// adds, dropout) run on: 1, or 1/tp under sequence parallelism (Megatron-LM's: the
+// activations between the TP regions are split by tokens over the group).
+double token_share(const TrainingConfig& t, int tp);
+
 // Kernels of one block's forward / backward on one TP rank holding `phi` of the
-// heads and ffn columns. Backward includes recompute: `r` (a stage's own choice), or
-// the training config's when not given.
+// heads and ffn columns and `share` of the tokens of its token-wise kernels (token_share).
+// Backward includes recompute: `r` (a stage's own choice), or the training config's when
+// not given.
 std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
-                                  double phi);
+                                  double phi, double share = 1.0);
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
                                    double phi);
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
-                                   double phi, Recompute r);
+                                   double phi, Recompute r, double share = 1.0);
 // TP all-reduces per layer that recompute adds to the backward (full: the replayed
-// forward's two; none / selective: 0).
+// forward's two; none / selective: 0). Under sequence parallelism each is a reduce-scatter
+// and an all-gather: the same bytes and ring steps.
 int recompute_all_reduces(Recompute r);
-// Token (+ position) embedding, first stage. Vocab-parallel: a rank holds phi of the table.
-std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b);
-std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b);
-// Final norm, logits (vocab-parallel, phi of V) and cross-entropy, last stage.
-std::vector<Kernel> head_forward(const Model& m, const TrainingConfig& t, int b, double phi);
-std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b, double phi);
+// Token (+ position) embedding, first stage. Vocab-parallel: a rank holds phi of the table;
+// GPT's embedding dropout runs on `share` of the tokens.
+std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b,
+                                      double share = 1.0);
+std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, int b,
+                                       double share = 1.0);
+// Final norm (on `share` of the tokens), logits (vocab-parallel, phi of V) and
+// cross-entropy, last stage.
+std::vector<Kernel> head_forward(const Model& m, const TrainingConfig& t, int b, double phi,
+                                 double share = 1.0);
+std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b, double phi,
+                                  double share = 1.0);
 
 // Efficiencies (fractions of peak tensor FLOP/s) of the device model, topologies/profile.hpp.
 double gemm_efficiency(const DeviceProfile& p, int sms, double m, double n, double k);

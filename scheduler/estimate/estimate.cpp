@@ -23,56 +23,58 @@ CostModel::CostModel(const Cluster& cluster, const Model& model, const TrainingC
   for (const GpuSpec& gpu : cluster_.gpu_types()) type_profiles_.push_back(profile_.device(gpu));
 }
 
-double CostModel::layer_s(int device, double phi, int micro_batch, bool forward,
-                          Recompute r) const {
+double CostModel::layer_s(int device, double phi, int micro_batch, bool forward, Recompute r,
+                          double share) const {
   const int type = cluster_.devices()[device].gpu_type;
   if (forward) r = Recompute::kNone;  // the forward does not depend on it
-  auto key = std::make_tuple(type, phi, micro_batch, forward, r);
+  auto key = std::make_tuple(type, phi, micro_batch, forward, r, share);
   auto it = layer_cache_.find(key);
   if (it != layer_cache_.end()) return it->second;
   const GpuSpec& gpu = cluster_.gpu_types()[type];
   const DeviceProfile& prof = type_profiles_[type];
   double t = 0;
   for (Block b : {Block::kAttention, Block::kMlp}) {
-    t += kernels_time(forward ? block_forward(model_, training_, b, micro_batch, phi)
-                              : block_backward(model_, training_, b, micro_batch, phi, r),
+    t += kernels_time(forward ? block_forward(model_, training_, b, micro_batch, phi, share)
+                              : block_backward(model_, training_, b, micro_batch, phi, r, share),
                       gpu, prof);
   }
   layer_cache_.emplace(key, t);
   return t;
 }
 
-double CostModel::layer_forward_s(int device, double phi, int micro_batch) const {
-  return layer_s(device, phi, micro_batch, true, Recompute::kNone);
+double CostModel::layer_forward_s(int device, double phi, int micro_batch, double share) const {
+  return layer_s(device, phi, micro_batch, true, Recompute::kNone, share);
 }
 
 double CostModel::layer_backward_s(int device, double phi, int micro_batch) const {
-  return layer_s(device, phi, micro_batch, false, training_.recompute);
+  return layer_s(device, phi, micro_batch, false, training_.recompute, 1.0);
 }
 
-double CostModel::layer_backward_s(int device, double phi, int micro_batch, Recompute r) const {
-  return layer_s(device, phi, micro_batch, false, r);
+double CostModel::layer_backward_s(int device, double phi, int micro_batch, Recompute r,
+                                   double share) const {
+  return layer_s(device, phi, micro_batch, false, r, share);
 }
 
 StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_batch) const {
   StageEstimate e;
   e.recompute = s.recompute_in(training_);
   const int t = s.tp();
+  const double share = token_share(training_, t);
   double fwd = 0, bwd = 0;
   for (int r = 0; r < t; ++r) {
     const int d = s.devices[r];
     const double phi = s.phi(r, model_.heads);
     const GpuSpec& gpu = cluster_.gpu(d);
     const DeviceProfile& prof = type_profiles_[cluster_.devices()[d].gpu_type];
-    double f = s.layers() * layer_forward_s(d, phi, micro_batch);
-    double b = s.layers() * layer_backward_s(d, phi, micro_batch, e.recompute);
+    double f = s.layers() * layer_forward_s(d, phi, micro_batch, share);
+    double b = s.layers() * layer_backward_s(d, phi, micro_batch, e.recompute, share);
     if (first) {
-      f += kernels_time(embedding_forward(model_, training_, micro_batch), gpu, prof);
-      b += kernels_time(embedding_backward(model_, training_, micro_batch), gpu, prof);
+      f += kernels_time(embedding_forward(model_, training_, micro_batch, share), gpu, prof);
+      b += kernels_time(embedding_backward(model_, training_, micro_batch, share), gpu, prof);
     }
     if (last) {
-      f += kernels_time(head_forward(model_, training_, micro_batch, phi), gpu, prof);
-      b += kernels_time(head_backward(model_, training_, micro_batch, phi), gpu, prof);
+      f += kernels_time(head_forward(model_, training_, micro_batch, phi, share), gpu, prof);
+      b += kernels_time(head_backward(model_, training_, micro_batch, phi, share), gpu, prof);
     }
     fwd = std::max(fwd, f);
     bwd = std::max(bwd, b);
@@ -82,8 +84,15 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
     auto [bw, lat] = ring_link(cluster_, s.devices, hidden);
     const double ar = collective_time(Collective::kAllReduce, hidden, t, bw, lat);
     const int recompute = recompute_all_reduces(e.recompute);
-    const double tp_f = ar * (2 * s.layers() + (first ? 1 : 0));
-    const double tp_b = ar * ((2 + recompute) * s.layers() + (last ? 1 : 0));
+    double tp_f = ar * (2 * s.layers() + (first ? 1 : 0));
+    double tp_b = ar * ((2 + recompute) * s.layers() + (last ? 1 : 0));
+    if (training_.sequence_parallel) {
+      // A reduce-scatter where each all-reduce was, and an all-gather before every block and
+      // the head (forward) or the embedding (backward); each half an all-reduce in a ring.
+      const double ag = collective_time(Collective::kAllGather, hidden, t, bw, lat);
+      tp_f = ag * (4 * s.layers() + (first ? 1 : 0) + (last ? 1 : 0));
+      tp_b = ag * (2 * (2 + recompute) * s.layers() + (first ? 1 : 0) + (last ? 1 : 0));
+    }
     fwd += tp_f;
     bwd += tp_b;
     e.tp_comm_s = tp_f + tp_b;
@@ -94,11 +103,25 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
 }
 
 std::vector<std::pair<int, int>> CostModel::boundary_flows(const std::vector<int>& src,
-                                                           const std::vector<int>& dst) {
+                                                           const std::vector<int>& dst) const {
   const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
   std::vector<std::pair<int, int>> flows;
-  for (int j = 0; j < td; ++j) flows.emplace_back(src[j * ts / td], dst[j]);
+  for (const Piece& p : boundary_pieces(ts, td, ts * td, training_.sequence_parallel))
+    flows.emplace_back(src[p.src_rank], dst[p.dst_rank]);
   return flows;
+}
+
+double CostModel::boundary_message(const std::vector<int>& src, const std::vector<int>& dst,
+                                   double bytes) const {
+  const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
+  int largest = 0;
+  for (const Piece& p : boundary_pieces(ts, td, ts * td, training_.sequence_parallel))
+    largest = std::max(largest, p.rows_end - p.rows_begin);
+  return bytes * largest / (ts * td);
+}
+
+bool CostModel::boundary_gathers(const std::vector<int>& dst) const {
+  return dst.size() > 1 && !training_.sequence_parallel;
 }
 
 double CostModel::flow_link_Bps(const std::vector<std::pair<int, int>>& flows,
@@ -125,7 +148,7 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
   // Flows off a machine share its NICs: those of this boundary, or of every pipeline's
   // boundaries when `busy` counts them.
   const std::vector<std::pair<int, int>> flows = boundary_flows(src, dst);
-  const double n = static_cast<double>(flows.size());
+  const double message = boundary_message(src, dst, bytes);
   NicFlows mine;
   count_off_machine(flows, mine);
   auto sharing = [&](const std::unordered_map<int, double>& own,
@@ -148,10 +171,10 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
       bw = std::min(bw, cluster_.machines()[mb].nic_Bps /
                             sharing(mine.in, busy != nullptr ? &busy->in : nullptr, mb));
     }
-    bw *= cluster_.efficiency(a, b, bytes / n);  // the sender's message: bytes / n
-    worst = std::max(worst, p2p_time(bytes / n, bw, cluster_.step_latency(a, b)));
+    bw *= cluster_.efficiency(a, b, message);  // the sender's (largest) message
+    worst = std::max(worst, p2p_time(message, bw, cluster_.step_latency(a, b)));
   }
-  if (td > 1) {
+  if (boundary_gathers(dst)) {
     auto [bw, lat] = ring_link(cluster_, dst, bytes);
     worst += collective_time(Collective::kAllGather, bytes, td, bw, lat);
   }
@@ -756,6 +779,7 @@ struct Channel {
   std::size_t flows_begin = 0, flows_end = 0;  // its flows (BoundaryFlow)
   std::size_t nics_begin = 0, nics_end = 0;    // its NIC directions (NicUse)
   double bytes = 0;                            // the activation (or its gradient)
+  double message = 0;                          // of its largest flow (boundary_message)
   double gather_s = 0;  // the receiving TP group's all-gather (0 for one device)
   double time_s = 0;
   double busy = 0;  // fraction of the pipeline's time its transfers run
@@ -1004,7 +1028,8 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         const auto& to = p.stages[back ? s : s + 1].devices;
         c.bytes = hidden_bytes(model_, training_, p.micro_batch);
         const std::vector<std::pair<int, int>> pairs = boundary_flows(from, to);
-        const double message = c.bytes / static_cast<double>(pairs.size());
+        const double message = boundary_message(from, to, c.bytes);
+        c.message = message;
         c.flows_begin = flows.size();
         c.nics_begin = nics.size();
         for (std::size_t k = 0; k < pairs.size(); ++k) {
@@ -1027,7 +1052,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         }
         c.flows_end = flows.size();
         c.nics_end = nics.size();
-        if (to.size() > 1) {
+        if (boundary_gathers(to)) {
           auto [bw, lat] = ring_link(cluster_, to, c.bytes);
           c.gather_s = collective_time(Collective::kAllGather, c.bytes, static_cast<int>(to.size()),
                                        bw, lat);
@@ -1082,7 +1107,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
       for (const NicUse& u : uses(c))
         overlap = std::max(overlap, busy_all[u.nic] - busy_cls[u.slot]);
       // transfer_s with that load, from the flows' fixed parts.
-      const double message = c.bytes / static_cast<double>(c.flows_end - c.flows_begin);
+      const double message = c.message;
       double worst = 0;
       for (std::size_t f = c.flows_begin; f < c.flows_end; ++f) {
         const BoundaryFlow& flow = flows[f];
@@ -1161,7 +1186,7 @@ void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>&
         const auto& to = p.stages[back ? s : s + 1].devices;
         const std::vector<std::pair<int, int>> flows = boundary_flows(from, to);
         SharedTimeline::Link link;
-        const double message = bytes / static_cast<double>(flows.size());
+        const double message = boundary_message(from, to, bytes);
         // Wire bytes: the message over the least efficient flow's transport (the
         // simulator inflates each flow by its own; a boundary's flows share one class).
         double efficiency = 1.0;
@@ -1173,7 +1198,7 @@ void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>&
           efficiency = std::min(efficiency, cluster_.efficiency(a, b, message));
         }
         link.flow_bytes = message / efficiency;
-        if (to.size() > 1) {
+        if (boundary_gathers(to)) {
           auto [bw, lat] = ring_link(cluster_, to, bytes);
           link.fixed_s +=
               collective_time(Collective::kAllGather, bytes, static_cast<int>(to.size()), bw, lat);

@@ -116,10 +116,12 @@ class CostModel {
   const TrainingConfig& training() const { return training_; }
   const Profile& profile() const { return profile_; }
 
-  // Compute time of one layer (both blocks) forward / backward on one device (s).
-  double layer_forward_s(int device, double phi, int micro_batch) const;
+  // Compute time of one layer (both blocks) forward / backward on one device (s), its
+  // token-wise kernels on `share` of the tokens (token_share).
+  double layer_forward_s(int device, double phi, int micro_batch, double share = 1.0) const;
   double layer_backward_s(int device, double phi, int micro_batch) const;
-  double layer_backward_s(int device, double phi, int micro_batch, Recompute r) const;
+  double layer_backward_s(int device, double phi, int micro_batch, Recompute r,
+                          double share = 1.0) const;
 
   // One stage of a pipeline under its recompute (send_s left 0; see transfer_s).
   StageEstimate stage(const Stage& s, bool first, bool last, int micro_batch) const;
@@ -128,10 +130,20 @@ class CostModel {
   // machine's NICs (nic_flows): pipelines that run in step send at the same time.
   double transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
                     const NicFlows* busy = nullptr) const;
-  // Point-to-point flows of one stage boundary, as the lowering sends them: piece j of td
-  // goes from src rank j*ts/td to dst rank j (a source rank sends td/ts pieces when ts < td).
-  static std::vector<std::pair<int, int>> boundary_flows(const std::vector<int>& src,
-                                                         const std::vector<int>& dst);
+  // Point-to-point flows of one stage boundary, as the lowering sends them
+  // (boundary_pieces): without sequence parallelism piece j of td goes from src rank
+  // j*ts/td to dst rank j (a source rank sends td/ts pieces when ts < td); with it, a flow
+  // per overlap of the ranks' token shards.
+  std::vector<std::pair<int, int>> boundary_flows(const std::vector<int>& src,
+                                                  const std::vector<int>& dst) const;
+  // Bytes of the largest of those flows, of a tensor of `bytes` (bytes / flows where the
+  // pieces are equal; the largest overlap under sequence parallelism where the TP degrees do
+  // not divide each other).
+  double boundary_message(const std::vector<int>& src, const std::vector<int>& dst,
+                          double bytes) const;
+  // Whether the receiving group all-gathers its pieces (several ranks, no sequence
+  // parallelism: under it the ranks keep their token shards).
+  bool boundary_gathers(const std::vector<int>& dst) const;
   // Flow k's own rate: its pair's link, shared with the boundary's other flows from the
   // same source device (they leave through the same GPU link).
   double flow_link_Bps(const std::vector<std::pair<int, int>>& flows, std::size_t k) const;
@@ -151,7 +163,8 @@ class CostModel {
 
  private:
   void count_off_machine(const std::vector<std::pair<int, int>>& flows, NicFlows& f) const;
-  double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r) const;
+  double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r,
+                 double share) const;
   void dp_sync(const Plan& plan, Estimate& est) const;
   // send_s / grad_s of every boundary and the pipelines' timelines, NICs shared over time.
   void boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const;
@@ -168,7 +181,7 @@ class CostModel {
   const TrainingConfig& training_;
   const Profile& profile_;
   std::vector<DeviceProfile> type_profiles_;  // by Cluster::gpu_types() index, resolved once
-  mutable std::map<std::tuple<int, double, int, bool, Recompute>, double> layer_cache_;
+  mutable std::map<std::tuple<int, double, int, bool, Recompute, double>, double> layer_cache_;
 };
 
 }  // namespace estimate

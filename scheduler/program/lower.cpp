@@ -11,17 +11,6 @@
 namespace hexi {
 inline namespace program {
 
-std::vector<Piece> boundary_pieces(int ts, int td, int rows) {
-  std::vector<Piece> pieces;
-  for (int j = 0; j < td; ++j) {
-    Piece p{static_cast<int>(static_cast<std::int64_t>(j) * ts / td), j,
-            static_cast<int>(static_cast<std::int64_t>(j) * rows / td),
-            static_cast<int>(static_cast<std::int64_t>(j + 1) * rows / td)};
-    if (p.rows_end > p.rows_begin) pieces.push_back(p);
-  }
-  return pieces;
-}
-
 namespace {
 
 struct ShapeKey {
@@ -32,8 +21,9 @@ struct ShapeKey {
   bool first, last;
   double extra;
   Recompute recompute;  // backward ops: the stage's recompute
+  double share;         // of the tokens, in the token-wise kernels (token_share)
   auto tie() const {
-    return std::tie(kind, micro_batch, phi, layers, first, last, extra, recompute);
+    return std::tie(kind, micro_batch, phi, layers, first, last, extra, recompute, share);
   }
   bool operator<(const ShapeKey& o) const { return tie() < o.tie(); }
 };
@@ -149,8 +139,9 @@ class Lowerer {
 
   // Backward kernels of a block; under full recompute the replayed forward is its
   // own op, so its kernels are left out here.
-  std::vector<Kernel> backward_kernels(Block block, int b, double phi, Recompute r) const {
-    std::vector<Kernel> ks = block_backward(m_, t_, block, b, phi, r);
+  std::vector<Kernel> backward_kernels(Block block, int b, double phi, Recompute r,
+                                       double share) const {
+    std::vector<Kernel> ks = block_backward(m_, t_, block, b, phi, r, share);
     if (r == Recompute::kFull) {
       std::erase_if(ks, [](const Kernel& k) { return k.name == "recompute"; });
     }
@@ -159,45 +150,45 @@ class Lowerer {
 
   std::vector<Kernel> kernels_of(const ShapeKey& k) const {
     const int b = k.micro_batch;
-    const double phi = k.phi;
+    const double phi = k.phi, share = k.share;
     auto append = [](std::vector<Kernel>& out, const std::vector<Kernel>& more) {
       out.insert(out.end(), more.begin(), more.end());
     };
     std::vector<Kernel> out;
     switch (k.kind) {
       case ComputeKind::kEmbeddingFwd:
-        return embedding_forward(m_, t_, b);
+        return embedding_forward(m_, t_, b, share);
       case ComputeKind::kEmbeddingBwd:
-        return embedding_backward(m_, t_, b);
+        return embedding_backward(m_, t_, b, share);
       case ComputeKind::kAttnFwd:
       case ComputeKind::kAttnRecompute:
-        return block_forward(m_, t_, Block::kAttention, b, phi);
+        return block_forward(m_, t_, Block::kAttention, b, phi, share);
       case ComputeKind::kMlpFwd:
       case ComputeKind::kMlpRecompute:
-        return block_forward(m_, t_, Block::kMlp, b, phi);
+        return block_forward(m_, t_, Block::kMlp, b, phi, share);
       case ComputeKind::kAttnBwd:
-        return backward_kernels(Block::kAttention, b, phi, k.recompute);
+        return backward_kernels(Block::kAttention, b, phi, k.recompute, share);
       case ComputeKind::kMlpBwd:
-        return backward_kernels(Block::kMlp, b, phi, k.recompute);
+        return backward_kernels(Block::kMlp, b, phi, k.recompute, share);
       case ComputeKind::kHeadFwd:
-        return head_forward(m_, t_, b, phi);
+        return head_forward(m_, t_, b, phi, share);
       case ComputeKind::kHeadBwd:
-        return head_backward(m_, t_, b, phi);
+        return head_backward(m_, t_, b, phi, share);
       case ComputeKind::kStageFwd:
-        if (k.first) append(out, embedding_forward(m_, t_, b));
+        if (k.first) append(out, embedding_forward(m_, t_, b, share));
         for (int l = 0; l < k.layers; ++l) {
-          append(out, block_forward(m_, t_, Block::kAttention, b, phi));
-          append(out, block_forward(m_, t_, Block::kMlp, b, phi));
+          append(out, block_forward(m_, t_, Block::kAttention, b, phi, share));
+          append(out, block_forward(m_, t_, Block::kMlp, b, phi, share));
         }
-        if (k.last) append(out, head_forward(m_, t_, b, phi));
+        if (k.last) append(out, head_forward(m_, t_, b, phi, share));
         return out;
       case ComputeKind::kStageBwd:
-        if (k.last) append(out, head_backward(m_, t_, b, phi));
+        if (k.last) append(out, head_backward(m_, t_, b, phi, share));
         for (int l = 0; l < k.layers; ++l) {
-          append(out, block_backward(m_, t_, Block::kMlp, b, phi, k.recompute));
-          append(out, block_backward(m_, t_, Block::kAttention, b, phi, k.recompute));
+          append(out, block_backward(m_, t_, Block::kMlp, b, phi, k.recompute, share));
+          append(out, block_backward(m_, t_, Block::kAttention, b, phi, k.recompute, share));
         }
-        if (k.first) append(out, embedding_backward(m_, t_, b));
+        if (k.first) append(out, embedding_backward(m_, t_, b, share));
         return out;
       case ComputeKind::kOptimizer:
         // Adam reads and writes fp32 master weights and both moments and the
@@ -271,11 +262,11 @@ class Lowerer {
     const DeviceLayout& l = layouts_[device];
     const int rows = l.micro_batch * t_.seq_len;
     int ready = -1;
-    for (const Piece& pc : boundary_pieces(from.tp(), l.tp, rows)) {
+    for (const Piece& pc : boundary_pieces(from.tp(), l.tp, rows, t_.sequence_parallel)) {
       if (pc.dst_rank == l.tp_rank)
         ready = p2p(device, OpKind::kRecv, from.devices[pc.src_rank], tensor, j, pc, tag);
     }
-    if (l.tp > 1) {
+    if (l.tp > 1 && !t_.sequence_parallel) {
       ready = collective(device, l.gather_group, Stream::kGather, Collective::kAllGather, tensor,
                          hidden_bytes(m_, t_, l.micro_batch), j, ready);
     }
@@ -286,18 +277,35 @@ class Lowerer {
     const DeviceLayout& l = layouts_[device];
     const int rows = l.micro_batch * t_.seq_len;
     const int dep = ops_.last_compute(device);
-    for (const Piece& pc : boundary_pieces(l.tp, to.tp(), rows)) {
+    for (const Piece& pc : boundary_pieces(l.tp, to.tp(), rows, t_.sequence_parallel)) {
       if (pc.src_rank == l.tp_rank)
         p2p(device, OpKind::kSend, to.devices[pc.dst_rank], tensor, j, pc, tag, dep);
     }
   }
 
-  void tp_all_reduce(int device, TensorKind tensor, int j) {
+  bool sequence_parallel(const DeviceLayout& l) const {
+    return t_.sequence_parallel && l.tp > 1;
+  }
+
+  // After a block whose output is a partial sum over the TP group: its all-reduce, or under
+  // sequence parallelism its reduce-scatter to the rank's tokens (Megatron-LM).
+  void tp_reduce(int device, TensorKind tensor, int j) {
     const DeviceLayout& l = layouts_[device];
     if (l.tp > 1) {
-      collective(device, l.tp_group, Stream::kCompute, Collective::kAllReduce, tensor,
-                 hidden_bytes(m_, t_, l.micro_batch), j);
+      collective(device, l.tp_group, Stream::kCompute,
+                 sequence_parallel(l) ? Collective::kReduceScatter : Collective::kAllReduce,
+                 tensor, hidden_bytes(m_, t_, l.micro_batch), j);
     }
+  }
+
+  // Before a block that needs every token: under sequence parallelism the all-gather of the
+  // group's token shards (after `dep`); nothing otherwise. Returns what the block waits for.
+  int tp_gather(int device, TensorKind tensor, int j, int dep) {
+    const DeviceLayout& l = layouts_[device];
+    if (!sequence_parallel(l)) return dep;
+    collective(device, l.tp_group, Stream::kCompute, Collective::kAllGather, tensor,
+               hidden_bytes(m_, t_, l.micro_batch), j, dep);
+    return -1;
   }
 
   bool fused(const DeviceLayout& l) const {
@@ -317,8 +325,8 @@ class Lowerer {
     // Only backward kernels depend on recompute; forward shapes stay shared.
     const Recompute r = backward ? recompute_of(l) : Recompute::kNone;
     const ChunkLayout ch = chunk_layout(l, chunk_);
-    return {kind, l.micro_batch, l.phi, layers, stage_op && ch.first, stage_op && ch.last, extra,
-            r};
+    return {kind,  l.micro_batch, l.phi, layers, stage_op && ch.first, stage_op && ch.last,
+            extra, r,     token_share(t_, l.tp)};
   }
 
   Recompute recompute_of(const DeviceLayout& l) const { return l.recompute.value_or(t_.recompute); }
@@ -334,6 +342,14 @@ class Lowerer {
     f.bytes = hidden_bytes(m_, t_, l.micro_batch);
     f.count =
         forward ? 2 * layers + (ch.first ? 1 : 0) : (2 + recompute) * layers + (ch.last ? 1 : 0);
+    if (sequence_parallel(l)) {
+      // Reduce-scatters where the all-reduces were, and an all-gather before every block
+      // and the head (forward) or the embedding (backward): as many ring steps and bytes
+      // each, so they fold as all-gathers.
+      f.collective = Collective::kAllGather;
+      f.count = 2 * f.count + (forward ? (ch.last ? 1 : 0) - (ch.first ? 1 : 0)
+                                       : (ch.first ? 1 : 0) - (ch.last ? 1 : 0));
+    }
     f.loss_stats_bytes = forward && ch.last ? loss_stats_bytes(l) : 0;
     auto k = std::make_tuple(f.group, f.bytes, f.count, f.loss_stats_bytes);
     auto [it, fresh] = fold_ids_.emplace(k, static_cast<int>(prog_.folds.size()));
@@ -357,20 +373,24 @@ class Lowerer {
       compute(device, ComputeKind::kStageFwd, -1, j,
               key(ComputeKind::kStageFwd, l, ch.layer_end - ch.layer_begin), dep, fold_id(l, true));
     } else {
+      const TensorKind act = TensorKind::kActivation;
       if (ch.first) {
         compute(device, ComputeKind::kEmbeddingFwd, -1, j, key(ComputeKind::kEmbeddingFwd, l), dep);
         dep = -1;
-        tp_all_reduce(device, TensorKind::kActivation, j);
+        tp_reduce(device, act, j);
       }
       for (int layer = ch.layer_begin; layer < ch.layer_end; ++layer) {
+        dep = tp_gather(device, act, j, dep);
         compute(device, ComputeKind::kAttnFwd, layer, j, key(ComputeKind::kAttnFwd, l), dep);
         dep = -1;
-        tp_all_reduce(device, TensorKind::kActivation, j);
+        tp_reduce(device, act, j);
+        tp_gather(device, act, j, -1);
         compute(device, ComputeKind::kMlpFwd, layer, j, key(ComputeKind::kMlpFwd, l));
-        tp_all_reduce(device, TensorKind::kActivation, j);
+        tp_reduce(device, act, j);
       }
       if (ch.last) {
-        compute(device, ComputeKind::kHeadFwd, -1, j, key(ComputeKind::kHeadFwd, l));
+        dep = tp_gather(device, act, j, dep);
+        compute(device, ComputeKind::kHeadFwd, -1, j, key(ComputeKind::kHeadFwd, l), dep);
         if (l.tp > 1) {
           collective(device, l.tp_group, Stream::kCompute, Collective::kAllGather,
                      TensorKind::kLossStats, loss_stats_bytes(l), j);
@@ -392,27 +412,35 @@ class Lowerer {
               key(ComputeKind::kStageBwd, l, ch.layer_end - ch.layer_begin), dep,
               fold_id(l, false));
     } else {
+      const TensorKind act = TensorKind::kActivation, grad = TensorKind::kActivationGrad;
       if (ch.last) {
         compute(device, ComputeKind::kHeadBwd, -1, j, key(ComputeKind::kHeadBwd, l));
-        tp_all_reduce(device, TensorKind::kActivationGrad, j);
+        tp_reduce(device, grad, j);
       }
       for (int layer = ch.layer_end - 1; layer >= ch.layer_begin; --layer) {
         if (recompute_of(l) == Recompute::kFull) {
+          dep = tp_gather(device, act, j, dep);
           compute(device, ComputeKind::kAttnRecompute, layer, j,
                   key(ComputeKind::kAttnRecompute, l), dep);
           dep = -1;
-          tp_all_reduce(device, TensorKind::kActivation, j);
+          tp_reduce(device, act, j);
+          tp_gather(device, act, j, -1);
           compute(device, ComputeKind::kMlpRecompute, layer, j, key(ComputeKind::kMlpRecompute, l));
-          tp_all_reduce(device, TensorKind::kActivation, j);
+          tp_reduce(device, act, j);
         }
+        dep = tp_gather(device, grad, j, dep);
         compute(device, ComputeKind::kMlpBwd, layer, j, key(ComputeKind::kMlpBwd, l), dep);
         dep = -1;
-        tp_all_reduce(device, TensorKind::kActivationGrad, j);
+        tp_reduce(device, grad, j);
+        tp_gather(device, grad, j, -1);
         compute(device, ComputeKind::kAttnBwd, layer, j, key(ComputeKind::kAttnBwd, l));
-        tp_all_reduce(device, TensorKind::kActivationGrad, j);
+        tp_reduce(device, grad, j);
       }
-      if (ch.first)
-        compute(device, ComputeKind::kEmbeddingBwd, -1, j, key(ComputeKind::kEmbeddingBwd, l));
+      if (ch.first) {
+        dep = tp_gather(device, grad, j, dep);
+        compute(device, ComputeKind::kEmbeddingBwd, -1, j, key(ComputeKind::kEmbeddingBwd, l),
+                dep);
+      }
     }
     if (!ch.first)
       send(device, pipe.stages[k - 1], TensorKind::kActivationGrad, j, tag(l, k - 1, j));

@@ -42,17 +42,6 @@ Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model
                            const TrainingConfig& training, const LowerOptions& options,
                            const std::string& plan_origin);
 
-// The pieces of a stage-boundary transfer of `rows` token rows from a TP group of
-// `ts` ranks to one of `td` ranks: piece j = rows [j*rows/td, (j+1)*rows/td) from
-// source rank floor(j*ts/td) to destination rank j (program.hpp). Empty pieces
-// (rows < td) are left out.
-struct Piece {
-  int src_rank = 0;
-  int dst_rank = 0;
-  int rows_begin = 0;
-  int rows_end = 0;
-};
-std::vector<Piece> boundary_pieces(int ts, int td, int rows);
 
 }  // namespace program
 }  // namespace hexi

@@ -185,6 +185,111 @@ TEST(Lower, TensorParallelCollectivesMatchTheEstimateCounts) {
   }
 }
 
+TEST(BoundaryPieces, SequenceParallelRanksKeepTheirTokenShards) {
+  // Equal degrees: rank i sends its own shard to rank i.
+  auto same = boundary_pieces(2, 2, 8, true);
+  ASSERT_EQ(same.size(), 2u);
+  EXPECT_EQ(same[1].src_rank, 1);
+  EXPECT_EQ(same[1].dst_rank, 1);
+  EXPECT_EQ(same[1].rows_begin, 4);
+  // ts = 4 -> td = 2: both quarters of a destination's half, from their two owners.
+  auto down = boundary_pieces(4, 2, 8, true);
+  ASSERT_EQ(down.size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(down[k].src_rank, k);
+    EXPECT_EQ(down[k].dst_rank, k / 2);
+    EXPECT_EQ(down[k].rows_begin, 2 * k);
+    EXPECT_EQ(down[k].rows_end, 2 * k + 2);
+  }
+  // ts = 3 -> td = 2 over 12 rows: shards [0,4) [4,8) [8,12) onto [0,6) [6,12).
+  auto odd = boundary_pieces(3, 2, 12, true);
+  ASSERT_EQ(odd.size(), 4u);
+  const int expect[4][4] = {{0, 0, 0, 4}, {1, 0, 4, 6}, {1, 1, 6, 8}, {2, 1, 8, 12}};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(odd[k].src_rank, expect[k][0]) << k;
+    EXPECT_EQ(odd[k].dst_rank, expect[k][1]) << k;
+    EXPECT_EQ(odd[k].rows_begin, expect[k][2]) << k;
+    EXPECT_EQ(odd[k].rows_end, expect[k][3]) << k;
+  }
+  // Every row once.
+  int rows = 0;
+  for (const Piece& pc : odd) rows += pc.rows_end - pc.rows_begin;
+  EXPECT_EQ(rows, 12);
+}
+
+TEST(Lower, SequenceParallelTurnsAllReducesIntoReduceScattersAndAllGathers) {
+  // The plan of TensorParallelCollectivesMatchTheEstimateCounts, with sequence parallelism.
+  Cluster c = make_cluster(2, 4);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4);
+  t.zero_stage = 0;
+  const Program plain = lower_ok(uniform_plan(2, 2, 2, 4, 4), c, m, t);
+  t.sequence_parallel = true;
+  const Program sp = lower_ok(uniform_plan(2, 2, 2, 4, 4), c, m, t);
+  const int mb = 2, layers = 2;
+  for (int d : {0, 2}) {
+    // Each TP all-reduce is a reduce-scatter; only the DP all-reduce stays.
+    EXPECT_EQ(count(sp, d, "reduce-scatter"), count(plain, d, "all-reduce") - 1) << d;
+    EXPECT_EQ(count(sp, d, "all-reduce"), 1) << d;
+  }
+  // All-gathers: one before each block, forward and backward, before the head (last stage)
+  // and the embedding's backward (first stage); the last stage's loss statistics. No
+  // boundary all-gather: the receiving ranks keep their shards.
+  EXPECT_EQ(count(sp, 0, "all-gather"), mb * (2 * layers + 2 * layers + 1));
+  EXPECT_EQ(count(sp, 2, "all-gather"), mb * (2 * layers + 1 + 2 * layers + 1));
+  // The forward of one layer on device 0, in order.
+  std::vector<std::string> seen;
+  const DeviceLayout* l = sp.layout(0);
+  for (int id = l->op_begin; id < l->op_end && seen.size() < 8; ++id) {
+    const Op& op = sp.ops[id];
+    if (op.micro_batch != 0) continue;
+    if (op.kind == OpKind::kCompute) seen.emplace_back(to_string(op.compute));
+    if (op.kind == OpKind::kCollective) seen.emplace_back(to_string(op.collective));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"embedding.fwd", "reduce-scatter", "all-gather",
+                                            "attn.fwd", "reduce-scatter", "all-gather", "mlp.fwd",
+                                            "reduce-scatter"}));
+  // The norms and residual adds run on half the tokens; the GEMMs on all of them.
+  for (const Shape& s : sp.shapes) {
+    if (s.kind != ComputeKind::kAttnFwd) continue;
+    for (const Kernel& k : s.kernels) {
+      const double tokens = s.micro_batch * t.seq_len;
+      if (k.name == "attn_norm") {
+        EXPECT_DOUBLE_EQ(k.bytes, 2.0 * t.bytes_per_element() * tokens / 2 * m.hidden);
+      }
+      if (k.name == "qkv") {
+        EXPECT_DOUBLE_EQ(k.m, tokens);
+      }
+    }
+  }
+  // Boundary sends: TP 2 -> TP 2, each rank its own half of the rows, as without it.
+  for (int id = l->op_begin; id < l->op_end; ++id) {
+    if (sp.ops[id].kind == OpKind::kSend) {
+      EXPECT_EQ(sp.ops[id].peer, 2);
+      EXPECT_EQ(sp.ops[id].rows_end - sp.ops[id].rows_begin, 16);
+    }
+  }
+}
+
+TEST(Lower, SequenceParallelFoldsAsManyRingStepsAsItRuns) {
+  Cluster c = make_cluster(2, 4);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4);
+  t.sequence_parallel = true;
+  Program p = lower_ok(uniform_plan(2, 2, 2, 4, 4), c, m, t, Granularity::kStage);
+  for (int d : {0, 2}) {
+    const DeviceLayout* l = p.layout(d);
+    for (int id = l->op_begin; id < l->op_end; ++id) {
+      const Op& op = p.ops[id];
+      if (op.kind != OpKind::kCompute || op.folded < 0) continue;
+      const Fold& f = p.folds[op.folded];
+      EXPECT_EQ(f.collective, Collective::kAllGather);
+      // 2 layers: 4 per layer, and one more at the embedding (first stage) or the head (last).
+      EXPECT_EQ(f.count, 4 * 2 + 1) << d;
+    }
+  }
+}
+
 TEST(Lower, ReshardingBetweenStagesOfDifferentTp) {
   // One pipeline: stage 0 TP 2 (devices 0, 1) -> stage 1 TP 4 (devices 2..5).
   Cluster c = make_cluster(1, 8);

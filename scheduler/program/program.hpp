@@ -30,8 +30,8 @@
 //
 // Tensors moved (b = micro-batch, s = sequence, h = hidden, e = bytes/element,
 // R = b*s token rows; activations are (R, h) row-major, replicated on every rank
-// of a TP group after Megatron's all-reduce; no sequence parallelism in v1: the
-// training config's sequence_parallel flag changes memory accounting only):
+// of a TP group after Megatron's all-reduce; under the training config's
+// sequence_parallel, see "Sequence parallelism" below):
 //   activation / activation_grad (TP all-reduce: sum; bytes = e*R*h)
 //     forward: after each attention and MLP block, and after the vocab-parallel
 //     embedding (first stage); backward: after each block's input gradient, and
@@ -50,6 +50,16 @@
 //     sub-pieces, one to each destination rank, so that the all-gather has equal
 //     parts (the per-sender bytes and the bottleneck equal CostModel::transfer_s).
 //   grad_bucket / weight_bucket (DP, below).
+//   Sequence parallelism (Megatron-LM's; TP > 1): between the TP regions rank i of a
+//     group of t holds token rows [i*R/t, (i+1)*R/t) only. Each TP all-reduce above
+//     is a reduce-scatter (same tensor, same bytes), and an all-gather (bytes = e*R*h)
+//     comes before each block, before the head (forward) and before the
+//     embedding's backward; the norms, residual adds and dropout run on the rank's
+//     rows (their kernels' bytes scaled by 1/t). Stage boundaries send each overlap of
+//     a source rank's rows with a destination rank's (boundary_pieces) and do not
+//     all-gather. Megatron re-gathers a column-parallel GEMM's input in the backward,
+//     overlapped with its input-gradient GEMM; that overlap is taken as complete and
+//     the re-gather has no op. Simulated and estimated; the engine refuses it.
 //
 // TP shards. A TP rank holding query heads [a0, a1) of a heads (even split or the
 // stage's head_split) holds: wq rows and wo columns of those heads; kv heads
