@@ -603,13 +603,12 @@ TEST(Simulator, SequenceParallelPlanAgreesWithTheEstimate) {
   const Model& m = *testing::shipped_models().find("llama2-7b");
   Cluster c = testing::make_cluster(1, 8);
   TrainingConfig t = testing::tiny_training(8, 1, 4096);
-  const Plan plan = testing::plan_from(
-      {{"version", 1},
-       {"pipelines",
-        {{{"batch", 8},
-          {"stages",
-           {{{"devices", {0, 1, 2, 3}}, {"layers", {0, 20}}},
-            {{"devices", {4, 5}}, {"layers", {20, 32}}}}}}}}});
+  const Plan plan = testing::plan_from({{"version", 1},
+                                        {"pipelines",
+                                         {{{"batch", 8},
+                                           {"stages",
+                                            {{{"devices", {0, 1, 2, 3}}, {"layers", {0, 20}}},
+                                             {{"devices", {4, 5}}, {"layers", {20, 32}}}}}}}}});
   Profile prof;
   double simulated[2] = {0, 0};
   for (bool sp : {false, true}) {

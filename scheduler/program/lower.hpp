@@ -42,6 +42,5 @@ Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model
                            const TrainingConfig& training, const LowerOptions& options,
                            const std::string& plan_origin);
 
-
 }  // namespace program
 }  // namespace hexi
