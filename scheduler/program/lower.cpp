@@ -283,9 +283,7 @@ class Lowerer {
     }
   }
 
-  bool sequence_parallel(const DeviceLayout& l) const {
-    return t_.sequence_parallel && l.tp > 1;
-  }
+  bool sequence_parallel(const DeviceLayout& l) const { return t_.sequence_parallel && l.tp > 1; }
 
   // After a block whose output is a partial sum over the TP group: its all-reduce, or under
   // sequence parallelism its reduce-scatter to the rank's tokens (Megatron-LM).
@@ -293,8 +291,8 @@ class Lowerer {
     const DeviceLayout& l = layouts_[device];
     if (l.tp > 1) {
       collective(device, l.tp_group, Stream::kCompute,
-                 sequence_parallel(l) ? Collective::kReduceScatter : Collective::kAllReduce,
-                 tensor, hidden_bytes(m_, t_, l.micro_batch), j);
+                 sequence_parallel(l) ? Collective::kReduceScatter : Collective::kAllReduce, tensor,
+                 hidden_bytes(m_, t_, l.micro_batch), j);
     }
   }
 
@@ -325,8 +323,9 @@ class Lowerer {
     // Only backward kernels depend on recompute; forward shapes stay shared.
     const Recompute r = backward ? recompute_of(l) : Recompute::kNone;
     const ChunkLayout ch = chunk_layout(l, chunk_);
-    return {kind,  l.micro_batch, l.phi, layers, stage_op && ch.first, stage_op && ch.last,
-            extra, r,     token_share(t_, l.tp)};
+    return {
+        kind, l.micro_batch,        l.phi, layers, stage_op && ch.first, stage_op && ch.last, extra,
+        r,    token_share(t_, l.tp)};
   }
 
   Recompute recompute_of(const DeviceLayout& l) const { return l.recompute.value_or(t_.recompute); }
@@ -438,8 +437,7 @@ class Lowerer {
       }
       if (ch.first) {
         dep = tp_gather(device, grad, j, dep);
-        compute(device, ComputeKind::kEmbeddingBwd, -1, j, key(ComputeKind::kEmbeddingBwd, l),
-                dep);
+        compute(device, ComputeKind::kEmbeddingBwd, -1, j, key(ComputeKind::kEmbeddingBwd, l), dep);
       }
     }
     if (!ch.first)
