@@ -108,9 +108,7 @@ double hierarchical_all_reduce_time(const Cluster& cluster,
 }
 
 std::vector<Piece> boundary_pieces(int ts, int td, int rows, bool sequence_parallel) {
-  auto edge = [rows](std::int64_t i, int t) {
-    return static_cast<int>(i * rows / t);
-  };
+  auto edge = [rows](std::int64_t i, int t) { return static_cast<int>(i * rows / t); };
   std::vector<Piece> pieces;
   for (int j = 0; j < td; ++j) {
     if (!sequence_parallel) {

@@ -179,8 +179,7 @@ std::vector<Kernel> embedding_backward(const Model& m, const TrainingConfig& t, 
                                        double share) {
   const double e = t.bytes_per_element(), bsh = static_cast<double>(b) * t.seq_len * m.hidden;
   std::vector<Kernel> out;
-  if (m.dropout)
-    out.push_back(elementwise("embedding_dropout.bwd", (2 * e + 1) * share * bsh));
+  if (m.dropout) out.push_back(elementwise("embedding_dropout.bwd", (2 * e + 1) * share * bsh));
   // The position table's gradient: the output gradient summed over the batch.
   if (m.learned_positions) out.push_back(elementwise("position_add.bwd", 2 * e * bsh));
   out.push_back(elementwise("embedding.bwd", 3 * e * bsh));  // scatter-add into the table
