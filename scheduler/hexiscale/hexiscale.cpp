@@ -15,7 +15,7 @@ Result<HexiScaleOptions> read_hexiscale_options(const Scenario& sc) {
     if (sc.scheduler != "hexiscale") return o;
     JsonNode node = sc.scheduler_options_node();
     node.allow_only({"tau", "seeds", "refine", "device_level_max", "device_refine_max", "threads",
-                     "recompute"});
+                     "recompute", "interleave"});
     o.tau = static_cast<int>(node.integer_or("tau", 1, 16, o.tau));
     o.seeds = static_cast<int>(node.integer_or("seeds", 1, 64, o.seeds));
     o.refine = node.boolean_or("refine", o.refine);
@@ -28,6 +28,7 @@ Result<HexiScaleOptions> read_hexiscale_options(const Scenario& sc) {
     if (recompute != "per-stage" && recompute != "scenario")
       node.at("recompute").fail("\"per-stage\" or \"scenario\"");
     o.per_stage_recompute = recompute == "per-stage";
+    o.interleave = static_cast<int>(node.integer_or("interleave", 1, 8, o.interleave));
     return o;
   });
 }
@@ -50,6 +51,46 @@ int max_pipelines_by_memory(const CostModel& cm, std::optional<Recompute> recomp
   const double room = (usable - shared) / each;
   const int micro = t.global_batch / t.micro_batch;
   return std::clamp(static_cast<int>(std::floor(room)), 1, std::min(micro, c.num_devices()));
+}
+
+Pipeline interleaved(const Pipeline& plain, int v) {
+  Pipeline out = plain;
+  out.stages.clear();
+  int cursor = plain.stages.empty() ? 0 : plain.stages.front().layer_begin;
+  for (int c = 0; c < v; ++c) {
+    for (const Stage& s : plain.stages) {
+      Stage chunk = s;
+      const int n = s.layers() / v + (c < s.layers() % v ? 1 : 0);
+      chunk.layer_begin = cursor;
+      chunk.layer_end = cursor + n;
+      cursor += n;
+      out.stages.push_back(std::move(chunk));
+    }
+  }
+  return out;
+}
+
+std::vector<int> interleave_pipelines(const CostModel& cm, ScoredPlan& best, int max_chunks) {
+  std::vector<int> chosen(best.plan.pipelines.size(), 1);
+  if (cm.training().schedule != PipelineSchedule::k1F1B) return chosen;
+  for (std::size_t pi = 0; pi < best.plan.pipelines.size(); ++pi) {
+    const Pipeline plain = best.plan.pipelines[pi];
+    const int p = static_cast<int>(plain.stages.size());
+    if (p < 2 || plain.chunks() > 1 || plain.micro_batches() % p != 0) continue;
+    int fewest = plain.stages.front().layers();
+    for (const Stage& s : plain.stages) fewest = std::min(fewest, s.layers());
+    for (int v = 2; v <= std::min(max_chunks, fewest); ++v) {
+      Plan trial = best.plan;
+      trial.pipelines[pi] = interleaved(plain, v);
+      Estimate e = cm.estimate(trial);
+      if (e.feasible && e.iteration_time_s < best.estimate.iteration_time_s) {
+        best.plan = std::move(trial);
+        best.estimate = std::move(e);
+        chosen[pi] = v;
+      }
+    }
+  }
+  return chosen;
 }
 
 Error no_feasible_plan(const Scenario& sc, const std::string& scheduler) {
@@ -92,8 +133,17 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   auto best =
       hexiscale_search(ev, *hx, clock, options.seed, &out.mode, &runners_up, options.runners_up);
   if (!best) return no_feasible_plan(sc, "hexiscale");
+  std::string interleaving;
+  if (hx->interleave > 1) {
+    const std::vector<int> v = interleave_pipelines(cm, best->scored, hx->interleave);
+    for (std::size_t pi = 0; pi < v.size(); ++pi) {
+      if (v[pi] > 1)
+        interleaving +=
+            "; pipeline " + std::to_string(pi) + " interleaved, v=" + std::to_string(v[pi]);
+    }
+  }
   out.plan = std::move(best->scored.plan);
-  out.plan.comment = "hexiscale: " + describe(best->spec, sc.cluster);
+  out.plan.comment = "hexiscale: " + describe(best->spec, sc.cluster) + interleaving;
   out.estimate = std::move(best->scored.estimate);
   for (SpecResult& r : runners_up) {
     r.scored.plan.comment = "hexiscale: " + describe(r.spec, sc.cluster);

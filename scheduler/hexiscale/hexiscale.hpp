@@ -18,7 +18,7 @@
 // sweep and its best plan seeds a refinement that moves single GPUs.
 // Scenario "scheduler" options: {"tau": 3, "seeds": 3, "refine": true,
 // "device_level_max": 64, "device_refine_max": 512, "threads": min(2, cores),
-// "recompute": "per-stage"} (see README).
+// "recompute": "per-stage", "interleave": 1} (see README).
 
 #include <optional>
 
@@ -39,7 +39,18 @@ struct HexiScaleOptions {
   int threads = default_threads();  // candidates scored in parallel (same plan for any count)
   bool per_stage_recompute = true;  // stages choose none/selective/full ("per-stage"), or
                                     // all run the scenario's ("scenario")
+  int interleave = 1;  // up to this many chunks per device group (interleaved 1F1B) tried on
+                       // the best plan's pipelines (interleave_pipelines); 1: off
 };
+
+// Interleaved 1F1B on a found plan (issue 11): pipeline by pipeline (p >= 2 stages, its
+// micro-batches a multiple of p, 1F1B), v = 2 .. `max_chunks` chunks per stage, each stage
+// of L layers dealt into v chunks of L / v (the first L mod v one more) in layer order, so
+// every device keeps its layer count; a choice is kept where the closed form is faster
+// and the plan fits. Returns the chunks chosen per pipeline (1: left plain).
+std::vector<int> interleave_pipelines(const CostModel& cm, ScoredPlan& best, int max_chunks);
+// One pipeline's stages as `v` chunks each (the deal above); every stage needs >= v layers.
+Pipeline interleaved(const Pipeline& plain, int v);
 
 Result<HexiScaleOptions> read_hexiscale_options(const Scenario& sc);
 
