@@ -15,10 +15,6 @@ std::string gib(double bytes) {
   return fixed(bytes / kGiB, 2);
 }
 
-std::string group_path(int g) {
-  return "/sequence/groups/" + std::to_string(g);
-}
-
 // "devices 4, 5, 6" for messages.
 std::string device_list(const std::vector<int>& devices) {
   std::string out = devices.size() == 1 ? "device " : "devices ";
@@ -40,11 +36,13 @@ std::int64_t ring_block_tokens(const SequenceLayout& layout) {
 class LayoutChecker {
  public:
   LayoutChecker(const Model& m, const TrainingConfig& t, const Cluster& cluster,
-                const std::string& origin)
-      : model_(m), training_(t), cluster_(cluster), origin_(origin) {}
+                const std::string& origin, const std::string& root)
+      : model_(m), training_(t), cluster_(cluster), origin_(origin), root_(root) {}
 
-  Status check(const SequenceLayout& layout) {
-    if (layout.groups.empty()) return fail("/sequence/groups", "expected at least one group");
+  // Structure, then memory where `memory` (a whole-plan mesh; a mesh stage's memory is the
+  // estimate's).
+  Status check(const SequenceLayout& layout, bool memory) {
+    if (layout.groups.empty()) return fail(root_ + "/groups", "expected at least one group");
     std::int64_t tokens = 0;
     for (std::size_t g = 0; g < layout.groups.size(); ++g) {
       const SequenceGroup& group = layout.groups[g];
@@ -59,15 +57,16 @@ class LayoutChecker {
       tokens += group.tokens;
     }
     if (tokens != training_.seq_len) {
-      return fail("/sequence/groups",
-                  "the groups' tokens sum to " + std::to_string(tokens) +
-                      "; expected the sequence length S = " + std::to_string(training_.seq_len) +
-                      " (training seq_len)");
+      return fail(root_ + "/groups", "the groups' tokens sum to " + std::to_string(tokens) +
+                                         "; expected the sequence length S = " +
+                                         std::to_string(training_.seq_len) + " (training seq_len)");
     }
-    return memory_fits(layout);
+    return memory ? memory_fits(layout) : Status{};
   }
 
  private:
+  std::string group_path(int g) const { return root_ + "/groups/" + std::to_string(g); }
+
   Error fail(const std::string& path, const std::string& what) const {
     return bad_input(origin_ + ": " + path + ": " + what);
   }
@@ -178,6 +177,7 @@ class LayoutChecker {
   const TrainingConfig& training_;
   const Cluster& cluster_;
   const std::string& origin_;
+  const std::string& root_;          // the layout's JSON path (/sequence)
   std::map<int, std::string> used_;  // device -> the JSON path that placed it
 };
 
@@ -306,7 +306,13 @@ std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Mode
 
 Status validate(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
                 const Cluster& cluster, const std::string& origin) {
-  return LayoutChecker(m, t, cluster, origin).check(layout);
+  return LayoutChecker(m, t, cluster, origin, "/sequence").check(layout, true);
+}
+
+Status validate_structure(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
+                          const Cluster& cluster, const std::string& origin,
+                          const std::string& path) {
+  return LayoutChecker(m, t, cluster, origin, path).check(layout, false);
 }
 
 Json to_json(const SequenceLayout& layout) {

@@ -42,6 +42,7 @@ struct SequenceGroup {
   std::vector<int> heads;            // h_i query heads per device, sum n_q
 
   int size() const { return static_cast<int>(devices.size()); }
+  bool operator==(const SequenceGroup&) const = default;
 };
 
 struct SequenceLayout {
@@ -50,6 +51,7 @@ struct SequenceLayout {
 
   int num_devices() const;
   std::vector<int> devices() const;  // group by group, rank order
+  bool operator==(const SequenceLayout&) const = default;
 };
 
 // The attention one layer carries: d, n_q, n_kv and the training precision's bytes for Q,
@@ -98,6 +100,13 @@ std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Mode
 // device out of range or in two groups, a device over kMemoryCap of its memory.
 Status validate(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
                 const Cluster& cluster, const std::string& origin);
+
+// validate() without the memory check, errors naming the JSON path `path` of the layout (a
+// mesh stage of a pipeline plan: /pipelines/0/stages/1/sequence; its memory is the
+// estimate's, which knows the stage's layers and micro-batches in flight).
+Status validate_structure(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
+                          const Cluster& cluster, const std::string& origin,
+                          const std::string& path);
 
 // The "sequence" object: {"groups": [...], "split_kv_heads": ...}.
 Json to_json(const SequenceLayout& layout);
