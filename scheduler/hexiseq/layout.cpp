@@ -237,6 +237,21 @@ std::vector<int> head_offsets(const SequenceGroup& g) {
   return first;
 }
 
+MirroredShard device_tokens(const SequenceLayout& layout, int g, int rank) {
+  std::vector<std::int64_t> group_tokens;
+  std::int64_t total = 0;
+  for (const auto& grp : layout.groups) {
+    group_tokens.push_back(grp.tokens);
+    total += grp.tokens;
+  }
+  const SequenceGroup& grp = layout.groups[g];
+  const MirroredShard outer = mirrored_layout(total, group_tokens).value()[g];
+  const MirroredShard inner = mirrored_layout(grp.tokens, grp.shards).value()[rank];
+  const std::int64_t half = grp.tokens / 2;
+  return {{outer.front.begin + inner.front.begin, outer.front.begin + inner.front.end},
+          {outer.back.begin + inner.back.begin - half, outer.back.begin + inner.back.end - half}};
+}
+
 std::vector<std::int64_t> even_split(std::int64_t tokens, int parts) {
   const std::int64_t pairs = tokens / 2;
   std::vector<std::int64_t> out;

@@ -61,6 +61,11 @@ AttentionShape attention_shape(const Model& m, const TrainingConfig& t, int grad
 // The first query head of each device of a group (prefix sums of its heads).
 std::vector<int> head_offsets(const SequenceGroup& g);
 
+// The sequence positions device `rank` of group `g` holds: its front rows (inside its group's
+// front range) and its back rows (inside the group's mirrored back range), each ascending.
+// The layout must be structurally valid (S = the groups' tokens).
+MirroredShard device_tokens(const SequenceLayout& layout, int g, int rank);
+
 // Equal split of `tokens` over `parts` in whole blocks of 2 (the mirrored halves): the first
 // parts take one more block where it does not divide.
 std::vector<std::int64_t> even_split(std::int64_t tokens, int parts);

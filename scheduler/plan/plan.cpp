@@ -39,6 +39,30 @@ bool Plan::has_mesh() const {
                      [](const Pipeline& p) { return p.has_mesh(); });
 }
 
+std::vector<MeshMessage> mesh_boundary(const Stage& from, const Stage& to) {
+  std::vector<MeshMessage> out;
+  const Stage& mesh = from.mesh() ? from : to;
+  const Stage& other = from.mesh() ? to : from;
+  if (!mesh.mesh() || other.mesh()) return out;
+  const int n = mesh.tp(), t = other.tp();
+  int i = 0;
+  for (int g = 0; g < static_cast<int>(mesh.sequence->groups.size()); ++g) {
+    for (int r = 0; r < mesh.sequence->groups[g].size(); ++r, ++i) {
+      const MirroredShard rows = device_tokens(*mesh.sequence, g, r);
+      for (const TokenRange& half : {rows.front, rows.back}) {
+        if (half.size() == 0) continue;
+        if (to.mesh()) {
+          out.push_back(
+              {other.devices[static_cast<std::size_t>(i * t / n)], mesh.devices[i], half});
+        } else {
+          for (int d : other.devices) out.push_back({mesh.devices[i], d, half});
+        }
+      }
+    }
+  }
+  return out;
+}
+
 int Plan::num_devices() const {
   int n = 0;
   for (const auto& p : pipelines) n += p.num_devices();

@@ -89,6 +89,21 @@ struct Plan {
   bool has_mesh() const;             // some pipeline has a sequence mesh stage
 };
 
+// One stage-boundary message next to a mesh stage: sequence rows [begin, end) (token
+// positions; micro_batch is 1) from device `from` to device `to`.
+struct MeshMessage {
+  int from = 0;
+  int to = 0;
+  TokenRange rows;
+};
+// The messages of the boundary `from` -> `to` (either direction: activations forward,
+// their gradients back) where one side is a mesh stage: into a mesh, mesh device i (flat
+// index, group by group) gets its front and back rows (hexiseq::device_tokens) from TP rank
+// i * ts / n of the other stage, which holds the whole sequence; out of a mesh, every mesh
+// device sends its front and back rows to every TP rank (which then holds the whole
+// sequence: no all-gather). Empty ranges are left out. Neither side a mesh: empty.
+std::vector<MeshMessage> mesh_boundary(const Stage& from, const Stage& to);
+
 // Syntax and local consistency (types, ranges, head_split sizes).
 Result<Plan> plan_from_json(const Json& json, const std::string& origin);
 Result<Plan> load_plan(const std::filesystem::path& path);

@@ -280,5 +280,31 @@ TEST(Plan, MeshStageErrors) {
   }
 }
 
+// The boundary of kMeshPlan's pipeline 0. Over S = 64 the groups hold 40 and 24 tokens:
+// group 0 front [0, 20) and back [44, 64), group 1 [20, 32) and [32, 44). Inside group 0
+// device 2 (24 tokens) holds its outer 12 + 12: [0, 12) and [52, 64); device 3 [12, 20) and
+// [44, 52). Forward, mesh device i gets its rows from TP rank i * 2 / 3 (0, 0, 1); back, each
+// sends its rows to both TP ranks.
+TEST(Plan, MeshBoundaryMessagesCarryEachDevicesRows) {
+  auto plan = parse(kMeshPlan);
+  ASSERT_TRUE(plan.ok());
+  const Stage& tp = plan->pipelines[0].stages[0];
+  const Stage& mesh = plan->pipelines[0].stages[1];
+  auto text = [](const std::vector<MeshMessage>& ms) {
+    std::string out;
+    for (const MeshMessage& m : ms) {
+      out += std::to_string(m.from) + "->" + std::to_string(m.to) + " [" +
+             std::to_string(m.rows.begin) + "," + std::to_string(m.rows.end) + ") ";
+    }
+    return out;
+  };
+  EXPECT_EQ(text(mesh_boundary(tp, mesh)),
+            "0->2 [0,12) 0->2 [52,64) 0->3 [12,20) 0->3 [44,52) 1->4 [20,32) 1->4 [32,44) ");
+  EXPECT_EQ(text(mesh_boundary(mesh, tp)),
+            "2->0 [0,12) 2->1 [0,12) 2->0 [52,64) 2->1 [52,64) 3->0 [12,20) 3->1 [12,20) "
+            "3->0 [44,52) 3->1 [44,52) 4->0 [20,32) 4->1 [20,32) 4->0 [32,44) 4->1 [32,44) ");
+  EXPECT_TRUE(mesh_boundary(tp, plan->pipelines[1].stages[0]).empty());
+}
+
 }  // namespace
 }  // namespace hexi
