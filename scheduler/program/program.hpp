@@ -357,6 +357,7 @@ struct DeviceLayout {
   // the training config's). Full recompute is also visible as recompute ops.
   std::optional<Recompute> recompute;
   int seq_group = -1, seq_rank = -1;  // sequence meshes: its group (ring order) and rank
+  int mesh = -1;  // a mesh stage of a pipeline plan: its layout, Program::meshes[mesh]
   // Interleaved pipelines (more than one chunk per device group): its chunks in chunk order;
   // empty otherwise. Then stage = its group's index r (chunk 0's virtual stage), stages = the
   // virtual stages p * v, layer_begin / layer_end = chunk 0's layers, first / last = it holds
@@ -393,6 +394,13 @@ struct Program {
   std::vector<Bucket> buckets;
   std::vector<Fold> folds;
   std::optional<SequenceLayout> sequence;  // lowered from a sequence mesh (above)
+  std::vector<SequenceLayout> meshes;      // a pipeline plan's mesh stages (DeviceLayout::mesh)
+
+  // The mesh a device runs (the whole program's or its stage's), or null.
+  const SequenceLayout* mesh_of(const DeviceLayout& l) const {
+    if (sequence) return &*sequence;
+    return l.mesh >= 0 ? &meshes[static_cast<std::size_t>(l.mesh)] : nullptr;
+  }
 
   std::span<const int> deps(const Op& op) const {
     return {dep_ids.data() + op.deps_begin, op.deps_count};
