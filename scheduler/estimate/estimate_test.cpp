@@ -318,8 +318,13 @@ TEST_F(Fixture, MeshStageTakesTheSequenceClosedForm) {
   EXPECT_NEAR(e.pipelines[0].stages[0].grad_s, whole, 1e-15);
   ASSERT_EQ(e.devices.size(), 4u);
   EXPECT_TRUE(e.feasible);
-  // Each mesh device holds the stage's weights whole; the mesh all-reduces its gradients.
+  // Each mesh device holds the stage's weights whole (5 layers and the head, as a TP-1
+  // stage); activations follow its shard (24 tokens on device 1, 16 on device 2: same group,
+  // same all-to-all buffers).
   EXPECT_EQ(e.devices[1].memory.weights, e.devices[3].memory.weights);
+  EXPECT_EQ(e.devices[1].memory.weights, e.devices[2].memory.weights);
+  EXPECT_GT(e.devices[1].memory.activations, e.devices[2].memory.activations);
+  // The mesh all-reduces its gradients; device 0 holds its layers alone.
   EXPECT_GT(e.devices[1].dp_sync_s, 0);
   EXPECT_EQ(e.devices[0].dp_sync_s, 0);
 }
