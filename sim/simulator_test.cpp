@@ -695,6 +695,18 @@ TEST(Simulator, MeshStagePlanAgreesWithTheEstimate) {
         dp == 2 ? ", next to a TP-2 pipeline" : "", sim, e.iteration_time_s,
         sim / e.iteration_time_s);
     EXPECT_NEAR(sim, e.iteration_time_s, 0.05 * e.iteration_time_s) << "dp " << dp;
+    // The mesh devices' memory: the same accounting as the estimate's (mesh_stage_memory).
+    int meshed = 0;
+    for (const DeviceMetrics& d : out->report.devices) {
+      if (d.sequence_group < 0) continue;
+      ++meshed;
+      for (const DeviceEstimate& de : e.devices) {
+        if (de.device == d.device) {
+          EXPECT_DOUBLE_EQ(d.peak_memory_bytes, de.memory.total()) << "device " << d.device;
+        }
+      }
+    }
+    EXPECT_EQ(meshed, 3);
   }
 }
 

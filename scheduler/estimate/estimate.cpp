@@ -89,35 +89,12 @@ StageEstimate CostModel::mesh_stage(const Stage& s, bool first, bool last) const
 
 MemoryBreakdown CostModel::mesh_memory(const Pipeline& p, int si, int rank, int dp) const {
   const Stage& s = p.stages[si];
-  const AttentionShape a = attention_shape(model_, training_);
-  int g = 0, r = rank;
-  while (r >= s.sequence->groups[g].size()) r -= s.sequence->groups[g++].size();
-  const SequenceGroup& group = s.sequence->groups[g];
-  TrainingConfig mine = training_;
-  mine.seq_len = static_cast<int>(group.shards[r]);
-  mine.micro_batch = 1;
   StageShape shape = rank_shape(p, si, 0, model_.heads);
-  shape.tp = 1;
-  shape.phi = 1.0;
   shape.in_flight = in_flight_micro_batches(training_.schedule, si,
                                             static_cast<int>(p.stages.size()), p.micro_batches());
-  shape.dp = dp + s.tp() - 1;  // its holders: the mesh and the other pipelines' (ZeRO-1)
-  MemoryBreakdown m = device_memory(model_, mine, shape);
-  // The ring's double-buffered blocks (the longest group's) and the all-to-all's full-group
-  // Q, K, V, O of its heads: one layer's, as hexiseq's layout_memory.
-  std::int64_t block = 0;
-  if (s.sequence->groups.size() > 1) {
-    for (const SequenceGroup& x : s.sequence->groups) block = std::max(block, x.tokens);
-  }
-  SequenceDeviceShape ds;
-  ds.layers = 0;
-  ds.group_tokens = group.tokens;
-  ds.q_heads = group.heads[r];
-  ds.kv_heads = group_kv_heads(a, group.heads)[r];
-  ds.ring_block_tokens = block;
-  const SequenceMemory extra = sequence_device_memory(model_, mine, a, ds, training_.recompute);
-  m.activations += extra.ring_buffers + extra.ulysses_buffers;
-  return m;
+  shape.dp = dp;
+  return mesh_stage_memory(*s.sequence, s.devices[static_cast<std::size_t>(rank)], model_,
+                           training_, shape);
 }
 
 StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_batch) const {

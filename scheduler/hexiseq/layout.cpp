@@ -319,6 +319,33 @@ std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Mode
   return out;
 }
 
+MemoryBreakdown mesh_stage_memory(const SequenceLayout& layout, int device, const Model& m,
+                                  const TrainingConfig& t, StageShape stage) {
+  const AttentionShape a = attention_shape(m, t);
+  for (const SequenceGroup& group : layout.groups) {
+    for (int r = 0; r < group.size(); ++r) {
+      if (group.devices[r] != device) continue;
+      TrainingConfig mine = t;
+      mine.seq_len = static_cast<int>(group.shards[r]);
+      mine.micro_batch = 1;
+      stage.tp = 1;
+      stage.phi = 1.0;
+      stage.micro_batch = 1;
+      stage.dp += layout.num_devices() - 1;
+      MemoryBreakdown mem = device_memory(m, mine, stage);
+      SequenceDeviceShape ds;
+      ds.group_tokens = group.tokens;
+      ds.q_heads = group.heads[r];
+      ds.kv_heads = group_kv_heads(a, group.heads)[r];
+      ds.ring_block_tokens = ring_block_tokens(layout);
+      const SequenceMemory extra = sequence_device_memory(m, mine, a, ds, t.recompute);
+      mem.activations += extra.ring_buffers + extra.ulysses_buffers;
+      return mem;
+    }
+  }
+  return {};
+}
+
 Status validate(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
                 const Cluster& cluster, const std::string& origin) {
   return LayoutChecker(m, t, cluster, origin, "/sequence").check(layout, true);

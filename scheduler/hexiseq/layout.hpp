@@ -97,6 +97,15 @@ struct DeviceMemory {
 std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Model& m,
                                         const TrainingConfig& t, const Cluster& cluster);
 
+// What device `device` of a mesh that is one stage of a pipeline plan holds at its peak (the
+// estimate, the simulator and the engine's preflight agree on it): cost_model's memory of
+// `stage` (its layers, first / last, micro-batches in flight, dp pipelines) as a TP-1 stage
+// holding the layers whole, at its s_i tokens per micro-batch, ZeRO-1 sharding over its
+// holders (the other pipelines' and its mesh's: dp + n - 1), plus one layer's ring and
+// all-to-all buffers (as layout_memory's) among the activations.
+MemoryBreakdown mesh_stage_memory(const SequenceLayout& layout, int device, const Model& m,
+                                  const TrainingConfig& t, StageShape stage);
+
 // Structure and memory against the cluster, model and training config. Errors name
 // `origin`, the JSON path (/sequence/groups/1/shards), the device and the numbers: a group
 // without devices, shards or heads of the wrong count, a negative or odd value, shards not
