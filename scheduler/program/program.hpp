@@ -116,6 +116,16 @@
 // (grad_bucket) of its gradients after its pre.bwd; ZeRO 0-2: the DP rules below over the
 // mesh (one holder set: every device) after the last sequence. Then the optimizer.
 //
+// A mesh as one stage of a pipeline plan (plan.hpp; Program::meshes, DeviceLayout::mesh):
+// its devices run the ops above for their stage's layers only (embedding / head where the
+// stage is first / last), micro-batch j being the pipeline's j-th sequence, in the
+// pipeline's 1F1B or GPipe order; several micro-batches may be in flight. A stage boundary
+// next to it carries sequence rows (rows_begin, rows_end = token positions): into the mesh,
+// device i's front and back rows (two messages, tags 2j and 2j + 1 per pair of devices) from
+// TP rank i t / n, which holds the whole sequence; out of it, every device's rows to every
+// TP rank (no all-gather). The receiver's next compute op waits for all of its recvs. Its
+// devices are DP holders of the whole stage (the DP rules below; ZeRO 0-1).
+//
 // Granularity: `layer` (one op per block per layer per micro-batch; what engines
 // run) or `stage` (a stage's forward / backward of one micro-batch fused into one
 // compute op; TP collectives inside one machine folded into it, listed in
