@@ -155,7 +155,7 @@ Setup tiny_setup() {
 void run_step_bench(benchmark::State& state, Setup st) {
   Plan plan;
   plan.pipelines.push_back(Pipeline{
-      st.scenario.training.global_batch, 1, {Stage{{0}, 0, st.scenario.model.layers, {}, {}}}});
+      st.scenario.training.global_batch, 1, {Stage{{0}, 0, st.scenario.model.layers, {}, {}, {}}}});
   auto program = lower_plan(plan, st.scenario.cluster, st.scenario.model, st.scenario.training,
                             LowerOptions{}, "bench");
   if (!program.ok()) {

@@ -37,7 +37,7 @@ Pipeline make_pipeline(const Cluster& c, const std::vector<int>& machines, int t
   for (int s = 0; s < stages; ++s) {
     // Extra layers go to the middle stages: the first holds the embedding, the last the head.
     const int n = base + (s >= 1 && s <= extra ? 1 : 0);
-    p.stages.push_back({groups[s], next, next + n, {}, {}});
+    p.stages.push_back({groups[s], next, next + n, {}, {}, {}});
     next += n;
   }
   return p;

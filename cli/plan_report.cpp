@@ -94,7 +94,9 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
       for (int d : s.devices) {
         if (c.gpu(d).name != gpus) gpus = "mixed";
       }
-      t.add({std::to_string(si), ids, gpus, std::to_string(s.tp()),
+      // A sequence mesh stage: its device count as "mesh n" (no TP group).
+      t.add({std::to_string(si), ids, gpus,
+             s.mesh() ? "mesh " + std::to_string(s.tp()) : std::to_string(s.tp()),
              "[" + std::to_string(s.layer_begin) + "," + std::to_string(s.layer_end) + ")",
              std::string(to_string(se.recompute)), fmt(1e3 * se.forward_s, 2),
              fmt(1e3 * se.backward_s, 2), fmt(1e3 * se.tp_comm_s, 2), fmt(1e3 * se.send_s, 2),

@@ -46,7 +46,13 @@ const std::vector<PlanCase>& shipped_sequence_plans() {
       {"tiny-seq-cpu", "tiny-seq-2groups.json"},
       {"tiny-seq-cpu-zero1", "tiny-seq-2groups.json"},
       {"tiny-seq-cpu-recompute", "tiny-seq-2groups.json"},
-      {"tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json"}};
+      {"tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json"},
+      // A mesh as one stage of a pipeline; DP across a TP pipeline and one with a mesh.
+      {"tiny-seq-cpu", "tiny-seq-pp-tp2-mesh3.json"},
+      {"tiny-seq-cpu", "tiny-seq-pp-mesh2-tp2.json"},
+      {"tiny-seq-cpu-recompute", "tiny-seq-pp-mesh2-tp2.json"},
+      {"tiny-seq-cpu", "tiny-seq-dp-tp2-vs-mesh.json"},
+      {"tiny-seq-cpu-zero1", "tiny-seq-dp-tp2-vs-mesh.json"}};
   return cases;
 }
 

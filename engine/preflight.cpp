@@ -55,6 +55,12 @@ MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& d
       return m;
     }
   }
+  const int in_flight =
+      in_flight_micro_batches(program.schedule, device.stage, device.stages, device.micro_batches);
+  if (const SequenceLayout* mesh = program.mesh_of(device)) {  // a mesh stage of a pipeline
+    return mesh_stage_memory(*mesh, device.device, scenario.model, scenario.training,
+                             stage_shape(device, in_flight, pipelines(program)));
+  }
   if (!device.chunks.empty()) {  // interleaved: each chunk's micro-batches at the peak
     const int chunks = num_chunks(device);
     return chunked_memory(
@@ -62,8 +68,6 @@ MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& d
         interleaved_in_flight(device.stage, device.stages / chunks, chunks, device.micro_batches),
         pipelines(program));
   }
-  const int in_flight =
-      in_flight_micro_batches(program.schedule, device.stage, device.stages, device.micro_batches);
   return device_memory(scenario.model, scenario.training,
                        stage_shape(device, in_flight, pipelines(program)));
 }

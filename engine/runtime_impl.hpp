@@ -90,8 +90,9 @@ struct SeqState {
   std::vector<int> bounds, interval_kv;
   std::map<std::pair<int, int>, std::vector<int>> hop_intervals;
   std::map<int, int> slot_of_interval;  // interval -> index into grad_blocks
-  // Saved per layer: rstd (L, s), xn (L, s, h), att (L, s, n_q d); q_grp, out_grp (L, T, hq
-  // d), lse_grp (L, T, hq), k_grp, v_grp (L, T, hk d).
+  // Saved per layer of each activation slot (L = slots x layers, seq_saved): rstd (L, s), xn
+  // (L, s, h), att (L, s, n_q d); q_grp, out_grp (L, T, hq d), lse_grp (L, T, hq), k_grp, v_grp
+  // (L, T, hk d).
   DeviceArray<float> rstd, xn, att, q_grp, k_grp, v_grp, out_grp, lse_grp;
   // Per layer, reused: q, k, v of the shard (s, n_q d | n_kv d) and their gradients; datt
   // (s, n_q d); dout_grp, dq_grp (T, hq d); dk_own, dv_own (T, hk d): its own block's.
@@ -130,6 +131,7 @@ struct RankRuntime::Impl {
   RuntimeOptions opt;
   Progress& progress;
   const DeviceLayout* lay = nullptr;
+  const SequenceLayout* mesh = nullptr;  // the sequence mesh this device runs (if any)
   kernels::LlamaDims dims;
   bool bf16 = false;                // mixed precision (program bytes_per_element 2)
   BlockShape shape;                 // one micro-batch on this shard
@@ -216,6 +218,9 @@ struct RankRuntime::Impl {
   void seq_setup_rings(const AttentionShape& heads_shape);
   Status seq_setup_buffers();
   Status seq_load_tokens(Slot& slot, int sequence);
+  // A boundary message's first row in this device's buffers: the sequence row itself, or on a
+  // mesh device its row among its own tokens (front then back).
+  Result<int> local_row(int sequence_row) const;
   Status seq_compute(const Op& op);
   Status seq_pre(const Op& op);
   Status seq_ring_forward(const Op& op);
@@ -229,6 +234,10 @@ struct RankRuntime::Impl {
   Status seq_expand(const float* kv, int block_tokens, float* expanded);
   const float* seq_block(int layer, int step, bool values);
   int seq_visiting(int group, int step) const;
+  // An op's index into the saved per-layer buffers: its slot's layers, then its layer's.
+  int seq_saved(const Op& op) const {
+    return slot_of[slot_key(op)] * layers + op.layer - chunk_begin(op);
+  }
   // ZeRO-3 over the mesh: poison the weights this device does not own of a position's
   // bucket once they are used (the next use must gather them), and the owners' gradients.
   Status zero3_release(int position);

@@ -154,7 +154,7 @@ Result<Slot*> RankRuntime::Impl::acquire(int key) {
   s.micro_batch = key;
   slot_of[key] = static_cast<int>(pick);
   if (seq) {
-    HEXI_TRY(seq_load_tokens(s, mb));
+    HEXI_TRY(seq_load_tokens(s, first_sequence + mb));
   } else if (lay->first || lay->last) {
     batch_tokens(data, prog.global_batch, steps, first_sequence + mb * lay->micro_batch,
                  lay->micro_batch, host_tokens.data(), host_targets.data());
@@ -361,12 +361,14 @@ Status RankRuntime::Impl::run_send(const Op& op) {
   auto s = slot(slot_key(op));
   HEXI_TRY(s);
   const bool act = op.tensor == TensorKind::kActivation;
+  auto row = local_row(op.rows_begin);  // a mesh device: among its own tokens
+  HEXI_TRY(row);
   const float* src = (act ? resid(**s, 2 * chunk_layers(op)) : (*s)->grad.get()) +
-                     static_cast<std::size_t>(op.rows_begin) * hidden;
+                     static_cast<std::size_t>(*row) * hidden;
   const std::size_t count = static_cast<std::size_t>(op.rows_end - op.rows_begin) * hidden;
   std::uint16_t* stage = bf16 ? (*s)->send_wire.get() +
                                     (act ? 0 : rows) * static_cast<std::size_t>(hidden) +
-                                    static_cast<std::size_t>(op.rows_begin) * hidden
+                                    static_cast<std::size_t>(*row) * hidden
                               : nullptr;
   auto req = wire_isend(src, stage, count, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
   HEXI_TRY(req);
@@ -382,8 +384,9 @@ Status RankRuntime::Impl::run_recv(const Op& op) {
   const bool act = op.tensor == TensorKind::kActivation;
   auto s = act ? acquire(slot_key(op)) : slot(slot_key(op));
   HEXI_TRY(s);
-  float* dst =
-      (act ? resid(**s, 0) : (*s)->grad.get()) + static_cast<std::size_t>(op.rows_begin) * hidden;
+  auto row = local_row(op.rows_begin);  // a mesh device: among its own tokens
+  HEXI_TRY(row);
+  float* dst = (act ? resid(**s, 0) : (*s)->grad.get()) + static_cast<std::size_t>(*row) * hidden;
   const std::size_t count = static_cast<std::size_t>(op.rows_end - op.rows_begin) * hidden;
   return wire_recv(dst, count, rank_of_device[op.peer], 2 * op.tag + (act ? 0 : 1));
 }

@@ -79,12 +79,12 @@ int RankRuntime::Impl::seq_visiting(int group, int step) const {
 Status RankRuntime::Impl::setup_sequence() {
   seq = std::make_unique<SeqState>();
   SeqState& q = *seq;
-  const SequenceLayout& mesh = *prog.sequence;
+  const SequenceLayout& mesh_layout = *mesh;
   const int d = dims.head_dim();
   q.ratio = dims.heads / dims.kv_heads;
   const AttentionShape heads_shape{d, dims.heads, dims.kv_heads, 4, 4};
-  for (int g = 0; g < static_cast<int>(mesh.groups.size()); ++g) {
-    const SequenceGroup& grp = mesh.groups[g];
+  for (int g = 0; g < static_cast<int>(mesh_layout.groups.size()); ++g) {
+    const SequenceGroup& grp = mesh_layout.groups[g];
     q.first.push_back(static_cast<int>(q.members.size()));
     q.tokens.push_back(static_cast<int>(grp.tokens));
     q.max_tokens = std::max(q.max_tokens, static_cast<int>(grp.tokens));
@@ -105,7 +105,7 @@ Status RankRuntime::Impl::setup_sequence() {
       row += m.shard;
       if (m.device == lay->device) q.me = static_cast<int>(q.members.size());
       q.members.push_back(m);
-      auto pos = device_positions(mesh, prog.seq_len, g, r);
+      auto pos = device_positions(mesh_layout, prog.seq_len, g, r);
       HEXI_TRY(pos);
       if (m.device == lay->device) q.host_pos = *pos;
       group_pos.insert(group_pos.end(), pos->begin(), pos->end());
@@ -132,7 +132,7 @@ void RankRuntime::Impl::seq_setup_rings(const AttentionShape& heads_shape) {
   SeqState& q = *seq;
   const int p = static_cast<int>(q.tokens.size());
   if (p > 1) {
-    const SubRings rings = sub_rings(heads_shape, *prog.sequence);
+    const SubRings rings = sub_rings(heads_shape, *mesh);
     q.bounds = rings.bounds;
     q.interval_kv = rings.kv;
     for (int g = 0; g < p; ++g) {
@@ -152,7 +152,9 @@ Status RankRuntime::Impl::seq_setup_buffers() {
   SeqState& q = *seq;
   const SeqMember& me = q.members[q.me];
   const int d = dims.head_dim();
-  const std::size_t s = sz(me.shard), h = sz(hidden), L = sz(layers), T = sz(q.tokens[me.group]);
+  // Saved per layer of each activation slot (micro-batches in flight: seq_saved).
+  const std::size_t s = sz(me.shard), h = sz(hidden), L = sz(layers) * slots.size();
+  const std::size_t T = sz(q.tokens[me.group]);
   const std::size_t tm = sz(q.max_tokens), hq = sz(me.heads), hk = sz(me.kv), dd = sz(d);
   const std::size_t nq = sz(dims.heads) * dd, nkv = sz(dims.kv_heads) * dd;
   auto alloc = [&](DeviceArray<float>& a, std::size_t n) -> Status {
@@ -252,20 +254,21 @@ Status RankRuntime::Impl::seq_pre(const Op& op) {
   const SeqMember& me = q.members[q.me];
   auto s = slot(op.micro_batch);
   HEXI_TRY(s);
-  const int l = op.layer, d = dims.head_dim();
+  const int l = op.layer - chunk_begin(op), d = dims.head_dim();  // in the stage
+  const int sl = seq_saved(op);                                   // in the saved buffers
   const std::size_t n = sz(rows), T = sz(q.tokens[me.group]);
   const std::size_t nq = sz(dims.heads * d), nkv = sz(dims.kv_heads * d);
   const std::size_t hq = sz(me.heads * d), hk = sz(me.kv * d);
-  HEXI_TRY(be.attention_qkv_forward(shape, attn_w(l), resid(**s, 2 * l), q.pos.get(),
-                                    at_layer(q.rstd, l, n), at_layer(q.xn, l, n * hidden),
+  HEXI_TRY(be.attention_qkv_forward(shape, attn_w(op.layer), resid(**s, 2 * l), q.pos.get(),
+                                    at_layer(q.rstd, sl, n), at_layer(q.xn, sl, n * hidden),
                                     q.q_loc.get(), q.k_loc.get(), q.v_loc.get()));
   // Its own tokens of its own heads stay here.
   const std::size_t row = sz(me.row);
-  HEXI_TRY(be.copy_2d(at_layer(q.q_grp, l, T * hq) + row * hq, hq,
+  HEXI_TRY(be.copy_2d(at_layer(q.q_grp, sl, T * hq) + row * hq, hq,
                       q.q_loc.get() + sz(me.head_begin * d), nq, n, hq, false));
-  HEXI_TRY(be.copy_2d(at_layer(q.k_grp, l, T * hk) + row * hk, hk,
+  HEXI_TRY(be.copy_2d(at_layer(q.k_grp, sl, T * hk) + row * hk, hk,
                       q.k_loc.get() + sz(me.kv_begin * d), nkv, n, hk, false));
-  return be.copy_2d(at_layer(q.v_grp, l, T * hk) + row * hk, hk,
+  return be.copy_2d(at_layer(q.v_grp, sl, T * hk) + row * hk, hk,
                     q.v_loc.get() + sz(me.kv_begin * d), nkv, n, hk, false);
 }
 
@@ -295,17 +298,17 @@ Status RankRuntime::Impl::seq_ring_forward(const Op& op) {
   SeqState& q = *seq;
   const SeqMember& me = q.members[q.me];
   if (me.heads == 0) return {};
-  const int l = op.layer, k = op.step, d = dims.head_dim();
+  const int k = op.step, d = dims.head_dim(), sl = seq_saved(op);
   const int block = seq_visiting(me.group, k);
   const int T = q.tokens[me.group], Tb = q.tokens[block];
-  HEXI_TRY(seq_expand(seq_block(l, k, false), Tb, q.k_exp.get()));
-  HEXI_TRY(seq_expand(seq_block(l, k, true), Tb, q.v_exp.get()));
+  HEXI_TRY(seq_expand(seq_block(sl, k, false), Tb, q.k_exp.get()));
+  HEXI_TRY(seq_expand(seq_block(sl, k, true), Tb, q.v_exp.get()));
   const kernels::AttentionBlockPair pair{
       T, Tb, me.heads, me.heads, d, q.group_pos[me.group].get(), q.group_pos[block].get()};
   const std::size_t hq = sz(me.heads);
-  float* out = at_layer(q.out_grp, l, sz(T) * hq * sz(d));
-  float* lse = at_layer(q.lse_grp, l, sz(T) * hq);
-  const float* query = at_layer(q.q_grp, l, sz(T) * hq * sz(d));
+  float* out = at_layer(q.out_grp, sl, sz(T) * hq * sz(d));
+  float* lse = at_layer(q.lse_grp, sl, sz(T) * hq);
+  const float* query = at_layer(q.q_grp, sl, sz(T) * hq * sz(d));
   if (k == 0) return be.blockwise_forward(pair, query, q.k_exp.get(), q.v_exp.get(), out, lse);
   HEXI_TRY(be.blockwise_forward(pair, query, q.k_exp.get(), q.v_exp.get(), q.part_out.get(),
                                 q.part_lse.get()));
@@ -320,20 +323,20 @@ Status RankRuntime::Impl::seq_post(const Op& op, bool replay) {
   const SeqMember& me = q.members[q.me];
   auto s = slot(op.micro_batch);
   HEXI_TRY(s);
-  const int l = op.layer, d = dims.head_dim();
+  const int l = op.layer - chunk_begin(op), d = dims.head_dim(), sl = seq_saved(op);
   const std::size_t n = sz(rows), nq = sz(dims.heads * d), hq = sz(me.heads * d);
   const std::size_t T = sz(q.tokens[me.group]);
-  float* att = at_layer(q.att, l, n * nq);
+  float* att = at_layer(q.att, sl, n * nq);
   HEXI_TRY(be.copy_2d(att + sz(me.head_begin * d), nq,
-                      at_layer(q.out_grp, l, T * hq) + sz(me.row) * hq, hq, n, hq, false));
+                      at_layer(q.out_grp, sl, T * hq) + sz(me.row) * hq, hq, n, hq, false));
   float* x = resid(**s, 2 * l);
   float* mid = resid(**s, 2 * l + 1);
   float* out = resid(**s, 2 * l + 2);
-  HEXI_TRY(be.attention_out_forward(shape, param(layer_name(l, "wo")), att, mid));
+  HEXI_TRY(be.attention_out_forward(shape, param(layer_name(op.layer, "wo")), att, mid));
   HEXI_TRY(add_stored(mid, x, n * sz(hidden)));
-  HEXI_TRY(be.mlp_forward(shape, mlp_w(l), mid, mlp_saved(**s, l), out));
+  HEXI_TRY(be.mlp_forward(shape, mlp_w(op.layer), mid, mlp_saved(**s, l), out));
   HEXI_TRY(add_stored(out, mid, n * sz(hidden)));
-  return prog.zero_stage >= 3 && !replay ? zero3_release(l) : Status{};
+  return prog.zero_stage >= 3 && !replay ? zero3_release(op.layer) : Status{};
 }
 
 Status RankRuntime::Impl::seq_post_backward(const Op& op) {
@@ -341,14 +344,15 @@ Status RankRuntime::Impl::seq_post_backward(const Op& op) {
   const SeqMember& me = q.members[q.me];
   auto s = slot(op.micro_batch);
   HEXI_TRY(s);
-  const int l = op.layer, d = dims.head_dim();
+  const int l = op.layer - chunk_begin(op), g = op.layer, d = dims.head_dim();
+  const int sl = seq_saved(op);
   const std::size_t n = sz(rows), nq = sz(dims.heads * d), hq = sz(me.heads * d);
   float* dy = (*s)->grad.get();
-  HEXI_TRY(be.mlp_backward(shape, mlp_w(l), mlp_saved(**s, l), resid(**s, 2 * l + 1), dy,
-                           partial.get(), mlp_g(l, grad(layer_name(l, "mlp_norm")))));
+  HEXI_TRY(be.mlp_backward(shape, mlp_w(g), mlp_saved(**s, l), resid(**s, 2 * l + 1), dy,
+                           partial.get(), mlp_g(g, grad(layer_name(g, "mlp_norm")))));
   HEXI_TRY(add_stored(dy, partial.get(), n * sz(hidden)));
-  HEXI_TRY(be.attention_out_backward(shape, param(layer_name(l, "wo")), at_layer(q.att, l, n * nq),
-                                     dy, q.datt.get(), grad(layer_name(l, "wo"))));
+  HEXI_TRY(be.attention_out_backward(shape, param(layer_name(g, "wo")), at_layer(q.att, sl, n * nq),
+                                     dy, q.datt.get(), grad(layer_name(g, "wo"))));
   for (auto* a : {&q.dq_grp, &q.dk_own, &q.dv_own, &q.dq_loc, &q.dk_loc, &q.dv_loc})
     HEXI_TRY(be.zero(a->get(), a->bytes()));
   return be.copy_2d(q.dout_grp.get() + sz(me.row) * hq, hq, q.datt.get() + sz(me.head_begin * d),
@@ -359,22 +363,22 @@ Status RankRuntime::Impl::seq_ring_backward(const Op& op) {
   SeqState& q = *seq;
   const SeqMember& me = q.members[q.me];
   if (me.heads == 0) return {};
-  const int l = op.layer, k = op.step, d = dims.head_dim();
+  const int k = op.step, d = dims.head_dim(), sl = seq_saved(op);
   const int p = static_cast<int>(q.tokens.size());
   const int block = seq_visiting(me.group, k);
   const int T = q.tokens[me.group], Tb = q.tokens[block];
   const std::size_t dd = sz(d), hq = sz(me.heads);
-  HEXI_TRY(seq_expand(seq_block(l, k, false), Tb, q.k_exp.get()));
-  HEXI_TRY(seq_expand(seq_block(l, k, true), Tb, q.v_exp.get()));
+  HEXI_TRY(seq_expand(seq_block(sl, k, false), Tb, q.k_exp.get()));
+  HEXI_TRY(seq_expand(seq_block(sl, k, true), Tb, q.v_exp.get()));
   HEXI_TRY(be.zero(q.dk_exp.get(), sz(Tb) * hq * dd * sizeof(float)));
   HEXI_TRY(be.zero(q.dv_exp.get(), sz(Tb) * hq * dd * sizeof(float)));
   const kernels::AttentionBlockPair pair{
       T, Tb, me.heads, me.heads, d, q.group_pos[me.group].get(), q.group_pos[block].get()};
   const std::size_t per = sz(T) * hq * dd;
   HEXI_TRY(be.blockwise_backward(pair, q.dq_grp.get(), q.dk_exp.get(), q.dv_exp.get(),
-                                 q.dout_grp.get(), at_layer(q.q_grp, l, per), q.k_exp.get(),
-                                 q.v_exp.get(), at_layer(q.out_grp, l, per),
-                                 at_layer(q.lse_grp, l, sz(T) * hq)));
+                                 q.dout_grp.get(), at_layer(q.q_grp, sl, per), q.k_exp.get(),
+                                 q.v_exp.get(), at_layer(q.out_grp, sl, per),
+                                 at_layer(q.lse_grp, sl, sz(T) * hq)));
   // Sum the expanded heads' gradients per kv head: into its own block's (one group), or into
   // each interval's accumulator that travels the sub-ring (received, after step 0).
   if (p > 1 && k == 0) {
@@ -407,7 +411,7 @@ Status RankRuntime::Impl::seq_pre_backward(const Op& op) {
   const SeqMember& me = q.members[q.me];
   auto s = slot(op.micro_batch);
   HEXI_TRY(s);
-  const int l = op.layer, d = dims.head_dim();
+  const int l = op.layer - chunk_begin(op), d = dims.head_dim(), sl = seq_saved(op);
   const std::size_t n = sz(rows), nq = sz(dims.heads * d), nkv = sz(dims.kv_heads * d);
   const std::size_t hq = sz(me.heads * d), hk = sz(me.kv * d), row = sz(me.row);
   HEXI_TRY(be.copy_2d(q.dq_loc.get() + sz(me.head_begin * d), nq, q.dq_grp.get() + row * hq, hq, n,
@@ -416,10 +420,10 @@ Status RankRuntime::Impl::seq_pre_backward(const Op& op) {
                       hk, true));
   HEXI_TRY(be.copy_2d(q.dv_loc.get() + sz(me.kv_begin * d), nkv, q.dv_own.get() + row * hk, hk, n,
                       hk, true));
-  HEXI_TRY(be.attention_qkv_backward(shape, attn_w(l), resid(**s, 2 * l), q.pos.get(),
-                                     at_layer(q.rstd, l, n), at_layer(q.xn, l, n * hidden),
+  HEXI_TRY(be.attention_qkv_backward(shape, attn_w(op.layer), resid(**s, 2 * l), q.pos.get(),
+                                     at_layer(q.rstd, sl, n), at_layer(q.xn, sl, n * hidden),
                                      q.dq_loc.get(), q.dk_loc.get(), q.dv_loc.get(), partial.get(),
-                                     attn_g(l, grad(layer_name(l, "attn_norm")))));
+                                     attn_g(op.layer, grad(layer_name(op.layer, "attn_norm")))));
   return add_stored((*s)->grad.get(), partial.get(), n * sz(hidden));
 }
 
@@ -435,7 +439,7 @@ Result<std::vector<Piece>> RankRuntime::Impl::seq_pieces(const Op& op, bool send
   if (peer_flat < 0) return failure("device " + std::to_string(op.peer) + " is not in the mesh");
   const SeqMember& me = q.members[q.me];
   const SeqMember& peer = q.members[peer_flat];
-  const int l = op.layer, d = dims.head_dim();
+  const int sl = seq_saved(op), d = dims.head_dim();
   const std::size_t dd = sz(d), n = sz(me.shard), T = sz(q.tokens[me.group]);
   const std::size_t nq = sz(dims.heads) * dd, nkv = sz(dims.kv_heads) * dd;
   const std::size_t hq = sz(me.heads) * dd, hk = sz(me.kv) * dd;
@@ -450,16 +454,16 @@ Result<std::vector<Piece>> RankRuntime::Impl::seq_pieces(const Op& op, bool send
                {q.k_loc.get() + pk0, nkv, n, pk},
                {q.v_loc.get() + pk0, nkv, n, pk}};
       } else {
-        out = {{at_layer(q.q_grp, l, T * hq) + prow * hq, hq, ps, hq},
-               {at_layer(q.k_grp, l, T * hk) + prow * hk, hk, ps, hk},
-               {at_layer(q.v_grp, l, T * hk) + prow * hk, hk, ps, hk}};
+        out = {{at_layer(q.q_grp, sl, T * hq) + prow * hq, hq, ps, hq},
+               {at_layer(q.k_grp, sl, T * hk) + prow * hk, hk, ps, hk},
+               {at_layer(q.v_grp, sl, T * hk) + prow * hk, hk, ps, hk}};
       }
       break;
     case TensorKind::kAttnOut:
       if (sending) {
-        out = {{at_layer(q.out_grp, l, T * hq) + prow * hq, hq, ps, hq}};
+        out = {{at_layer(q.out_grp, sl, T * hq) + prow * hq, hq, ps, hq}};
       } else {
-        out = {{at_layer(q.att, l, n * nq) + ph0, nq, n, ph}};
+        out = {{at_layer(q.att, sl, n * nq) + ph0, nq, n, ph}};
       }
       break;
     case TensorKind::kAttnOutGrad:
@@ -506,8 +510,8 @@ Result<std::vector<Piece>> RankRuntime::Impl::seq_pieces(const Op& op, bool send
           out.push_back({q.dk_own.get() + col, hk, Tb, width, true});
           out.push_back({q.dv_own.get() + col, hk, Tb, width, true});
         } else if (sending) {
-          out.push_back({const_cast<float*>(seq_block(l, k, false)) + col, hk, Tb, width});
-          out.push_back({const_cast<float*>(seq_block(l, k, true)) + col, hk, Tb, width});
+          out.push_back({const_cast<float*>(seq_block(sl, k, false)) + col, hk, Tb, width});
+          out.push_back({const_cast<float*>(seq_block(sl, k, true)) + col, hk, Tb, width});
         } else {
           float* next = q.kv_blocks[(k + 1) % 2].get();
           out.push_back({next + col, hk, Tb, width});
@@ -559,6 +563,15 @@ Status RankRuntime::Impl::seq_recv(const Op& op) {
     at += pc.rows * pc.cols;
   }
   return {};
+}
+
+Result<int> RankRuntime::Impl::local_row(int sequence_row) const {
+  if (!seq) return sequence_row;
+  const std::vector<int>& pos = seq->host_pos;
+  for (std::size_t r = 0; r < pos.size(); ++r) {
+    if (pos[r] == sequence_row) return static_cast<int>(r);
+  }
+  return failure("row " + std::to_string(sequence_row) + " of the sequence is not this device's");
 }
 
 // ---- ZeRO-3 over the mesh -----------------------------------------------------------------

@@ -39,7 +39,7 @@ Status RankRuntime::Impl::setup() {
     return bad_input(
         "the engine executes layer-granularity programs (got a stage-granularity one)");
   }
-  if (prog.sequence && prog.bytes_per_element != 4) {
+  if ((prog.sequence || !prog.meshes.empty()) && prog.bytes_per_element != 4) {
     return bad_input(
         "this program runs a sequence mesh (context + head parallelism) in bf16; the engine "
         "runs sequence meshes in float32 only so far (training.precision \"fp32\")");
@@ -51,6 +51,7 @@ Status RankRuntime::Impl::setup() {
   }
   bf16 = prog.bytes_per_element == 2;
   lay = &prog.devices[world.rank()];
+  mesh = prog.mesh_of(*lay);
   auto d = llama_dims(model);
   HEXI_TRY(d);
   dims = *d;
@@ -63,14 +64,14 @@ Status RankRuntime::Impl::setup() {
     return bad_input("device " + std::to_string(lay->device) +
                      ": its TP shard cannot be run: " + why);
   }
-  if (!prog.sequence && (kernels::kv_begin(dims, shard) != lay->kv_begin ||
-                         kernels::kv_end(dims, shard) != lay->kv_end)) {
+  if (!mesh && (kernels::kv_begin(dims, shard) != lay->kv_begin ||
+                kernels::kv_end(dims, shard) != lay->kv_end)) {
     return failure("device " + std::to_string(lay->device) +
                    ": the program's KV-head range differs from the kernels' for the same heads");
   }
   // A sequence mesh's device holds the whole model and runs its token-wise ops on its shard
   // of each sequence (one sequence at a time).
-  const int tokens = prog.sequence ? sequence_shard(*prog.sequence, lay->device) : prog.seq_len;
+  const int tokens = mesh ? sequence_shard(*mesh, lay->device) : prog.seq_len;
   shape = BlockShape{dims, shard, lay->micro_batch, tokens, bf16};
   rows = shape.tokens();
   hidden = dims.hidden;
@@ -92,7 +93,7 @@ Status RankRuntime::Impl::setup() {
   HEXI_TRY(setup_params());
   HEXI_TRY(setup_buckets());
   HEXI_TRY(setup_slots());
-  return prog.sequence ? setup_sequence() : Status{};
+  return mesh ? setup_sequence() : Status{};
 }
 
 Status RankRuntime::Impl::setup_groups() {
@@ -255,8 +256,7 @@ Status RankRuntime::Impl::setup_slots() {
   for (Slot& s : slots) {
     HEXI_TRY(alloc(s.resid, (2 * layers + 1) * rh));
     // Sequence meshes keep their attention state in SeqState.
-    HEXI_TRY(
-        alloc(s.attn_saved, prog.sequence ? 0 : layers * kernels::attention_saved_size(shape)));
+    HEXI_TRY(alloc(s.attn_saved, mesh ? 0 : layers * kernels::attention_saved_size(shape)));
     HEXI_TRY(alloc(s.mlp_saved, layers * kernels::mlp_saved_size(shape)));
     HEXI_TRY(alloc(s.head_saved, lay->last ? kernels::head_saved_size(shape) : 0));
     HEXI_TRY(alloc(s.grad, rh));

@@ -71,7 +71,7 @@ Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& la
 
 kernels::TpShard held_shard(const Program& program, const DeviceLayout& l,
                             const kernels::LlamaDims& dims) {
-  if (program.sequence) return kernels::full_shard(dims);
+  if (program.mesh_of(l)) return kernels::full_shard(dims);
   return {l.head_begin, l.head_end, l.ffn_begin, l.ffn_end, l.vocab_begin, l.vocab_end};
 }
 

@@ -35,7 +35,7 @@ Plan one_pipeline(const std::vector<std::vector<int>>& devices, const std::vecto
   p.batch = batch;
   int begin = 0;
   for (std::size_t s = 0; s < devices.size(); ++s) {
-    p.stages.push_back({devices[s], begin, begin + layers[s], {}, recompute[s]});
+    p.stages.push_back({devices[s], begin, begin + layers[s], {}, recompute[s], {}});
     begin += layers[s];
   }
   plan.pipelines.push_back(p);

@@ -121,9 +121,13 @@ DeviceMetrics device_metrics(const RunInputs& in, const DeviceLayout& l, const E
     }
     return m;
   }
+  const SequenceLayout* mesh = in.program.mesh_of(l);  // a mesh stage of a pipeline plan
+  if (mesh) m.sequence_group = l.seq_group;
   MemoryBreakdown mem =
-      l.chunks.empty() ? device_memory(in.model, in.training, stage_shape(l, m.max_in_flight, dp))
-                       : chunked_memory(in.model, in.training, l, chunk_in_flight, dp);
+      mesh               ? mesh_stage_memory(*mesh, l.device, in.model, in.training,
+                                             stage_shape(l, m.max_in_flight, dp))
+      : l.chunks.empty() ? device_memory(in.model, in.training, stage_shape(l, m.max_in_flight, dp))
+                         : chunked_memory(in.model, in.training, l, chunk_in_flight, dp);
   // The optimizer state this device really updates (ZeRO-1 shards of its buckets).
   if (in.training.zero_stage >= 1)
     mem.optimizer = (16.0 - 2 * in.training.bytes_per_element()) * l.owned_params;

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "scheduler/cost/collectives.hpp"
+#include "scheduler/hexiseq/time.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
@@ -55,7 +56,50 @@ double CostModel::layer_backward_s(int device, double phi, int micro_batch, Reco
   return layer_s(device, phi, micro_batch, false, r, share);
 }
 
+StageEstimate CostModel::mesh_stage(const Stage& s, bool first, bool last) const {
+  StageEstimate e;
+  e.recompute = training_.recompute;
+  const SequenceCost cost(cluster_, model_, training_, profile_);
+  const LayerTime layer = cost.layer(*s.sequence);
+  double f_ends = 0, b_ends = 0;  // the slowest device's embedding / head, per direction
+  for (const SequenceGroup& g : s.sequence->groups) {
+    for (int r = 0; r < g.size(); ++r) {
+      TrainingConfig mine = training_;
+      mine.seq_len = static_cast<int>(g.shards[r]);
+      mine.micro_batch = 1;
+      const int d = g.devices[r];
+      const GpuSpec& gpu = cluster_.gpu(d);
+      const DeviceProfile& prof = type_profiles_[cluster_.devices()[d].gpu_type];
+      double f = 0, b = 0;
+      if (first) {
+        f += kernels_time(embedding_forward(model_, mine, 1), gpu, prof);
+        b += kernels_time(embedding_backward(model_, mine, 1), gpu, prof);
+      }
+      if (last) {
+        f += kernels_time(head_forward(model_, mine, 1, 1.0), gpu, prof);
+        b += kernels_time(head_backward(model_, mine, 1, 1.0), gpu, prof);
+      }
+      f_ends = std::max(f_ends, f);
+      b_ends = std::max(b_ends, b);
+    }
+  }
+  e.forward_s = s.layers() * layer.forward_s + f_ends;
+  e.backward_s = s.layers() * (layer.time_s - layer.forward_s) + b_ends;
+  return e;
+}
+
+MemoryBreakdown CostModel::mesh_memory(const Pipeline& p, int si, int rank, int dp) const {
+  const Stage& s = p.stages[si];
+  StageShape shape = rank_shape(p, si, 0, model_.heads);
+  shape.in_flight = in_flight_micro_batches(training_.schedule, si,
+                                            static_cast<int>(p.stages.size()), p.micro_batches());
+  shape.dp = dp;
+  return mesh_stage_memory(*s.sequence, s.devices[static_cast<std::size_t>(rank)], model_,
+                           training_, shape);
+}
+
 StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_batch) const {
+  if (s.mesh()) return mesh_stage(s, first, last);
   StageEstimate e;
   e.recompute = s.recompute_in(training_);
   const int t = s.tp();
@@ -216,6 +260,7 @@ StageShape rank_shape(const Pipeline& p, int si, int rank, int heads) {
 }
 
 MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) const {
+  if (p.stages[si].mesh()) return mesh_memory(p, si, rank, dp);
   if (p.chunks() > 1) return interleaved_memory(p, si, rank, dp);
   StageShape shape = rank_shape(p, si, rank, model_.heads);
   shape.in_flight = in_flight_micro_batches(training_.schedule, si,
@@ -763,8 +808,46 @@ class DpSync {
 }  // namespace
 
 void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
+  if (plan.has_mesh()) return mesh_dp_sync(plan, est);
   if (plan.pipelines.size() <= 1) return;
   DpSync(*this, plan).run(est);
+}
+
+// Per device: its stage's gradients (a mesh device: the whole stage's; a TP rank: its share)
+// all-reduced in one ring with one holder of the same layers per other pipeline (a mesh: all
+// its devices) and its own mesh's devices, at the ring's slowest link, from the end of its
+// schedule. The holders are those of the stage's first layer (plans with a mesh stage are
+// hand-written and small; DpSync's pieces assume TP groups).
+void CostModel::mesh_dp_sync(const Plan& plan, Estimate& est) const {
+  const double e = training_.bytes_per_element();
+  double end = 0;
+  for (DeviceEstimate& de : est.devices) {
+    const Pipeline& own = plan.pipelines[de.pipeline];
+    const Stage& st = own.stages[de.stage];
+    StageShape shape = rank_shape(own, de.stage, st.mesh() ? 0 : de.tp_rank, model_.heads);
+    if (st.mesh()) shape.phi = 1.0;
+    std::vector<int> ring = st.mesh() ? st.devices : std::vector<int>{de.device};
+    for (int q = 0; q < static_cast<int>(plan.pipelines.size()); ++q) {
+      if (q == de.pipeline) continue;
+      for (const Stage& h : plan.pipelines[q].stages) {
+        if (h.layer_begin > st.layer_begin || st.layer_begin >= h.layer_end) continue;
+        if (h.mesh()) {
+          ring.insert(ring.end(), h.devices.begin(), h.devices.end());
+        } else {
+          const int rank = st.mesh() ? 0 : de.tp_rank * h.tp() / st.tp();
+          ring.push_back(h.devices[static_cast<std::size_t>(rank)]);
+        }
+      }
+    }
+    const double bytes = e * stage_params(model_, shape);
+    if (ring.size() > 1) {
+      auto [bw, lat] = ring_link(cluster_, ring, bytes);
+      de.dp_sync_s =
+          collective_time(Collective::kAllReduce, bytes, static_cast<int>(ring.size()), bw, lat);
+    }
+    end = std::max(end, est.pipelines[de.pipeline].finish_s[de.stage] + de.dp_sync_s);
+  }
+  est.dp_sync_s = std::max(0.0, end - est.pipeline_s);
 }
 
 namespace {
@@ -779,7 +862,6 @@ struct Channel {
   std::size_t flows_begin = 0, flows_end = 0;  // its flows (BoundaryFlow)
   std::size_t nics_begin = 0, nics_end = 0;    // its NIC directions (NicUse)
   double bytes = 0;                            // the activation (or its gradient)
-  double message = 0;                          // of its largest flow (boundary_message)
   double gather_s = 0;  // the receiving TP group's all-gather (0 for one device)
   double time_s = 0;
   double busy = 0;  // fraction of the pipeline's time its transfers run
@@ -789,6 +871,7 @@ struct Channel {
 // NIC load (CostModel::transfer_s).
 struct BoundaryFlow {
   int from_machine = 0, to_machine = 0;
+  double bytes = 0;  // its message
   double link_Bps = 0;
   double efficiency = 1;  // of the flow's message on its transport
   double latency_s = 0;   // per step
@@ -999,6 +1082,33 @@ class SharedTimeline {
   std::vector<Pipe> pipes_;
 };
 
+// The flows of one direction of a boundary next to a mesh stage: mesh_boundary's messages
+// summed per device pair, each at its link's rate scaled so that its time is the busier of
+// its source's and its destination's bytes (all their flows of the boundary) over that link.
+struct SizedFlows {
+  std::vector<std::pair<int, int>> pairs;
+  std::vector<double> bytes, rate_Bps;
+};
+SizedFlows mesh_flows(const Cluster& cluster, const Stage& from, const Stage& to,
+                      double row_bytes) {
+  std::map<std::pair<int, int>, double> by_pair;
+  std::map<int, double> out, in;
+  for (const MeshMessage& m : mesh_boundary(from, to)) {
+    const double b = static_cast<double>(m.rows.size()) * row_bytes;
+    by_pair[{m.from, m.to}] += b;
+    out[m.from] += b;
+    in[m.to] += b;
+  }
+  SizedFlows f;
+  for (const auto& [pair, bytes] : by_pair) {
+    f.pairs.push_back(pair);
+    f.bytes.push_back(bytes);
+    const double port = std::max(out[pair.first], in[pair.second]);
+    f.rate_Bps.push_back(cluster.link(pair.first, pair.second).bandwidth_Bps * bytes / port);
+  }
+  return f;
+}
+
 // Boundary transfers share NICs over time. Channels of pipelines that run in step (same
 // boundary position and direction, same stage count and micro-batches: e.g. a uniform
 // grid, or HexiScale's replicated pipelines) transfer at the same instants and share a
@@ -1024,19 +1134,31 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         c.back = back;
         const auto key = std::make_tuple(s, back, stages, p.micro_batches(), p.micro_batch);
         c.cls = classes.emplace(key, static_cast<int>(classes.size())).first->second;
-        const auto& from = p.stages[back ? s + 1 : s].devices;
-        const auto& to = p.stages[back ? s : s + 1].devices;
+        const Stage& from_stage = p.stages[back ? s + 1 : s];
+        const Stage& to_stage = p.stages[back ? s : s + 1];
+        const auto& to = to_stage.devices;
         c.bytes = hidden_bytes(model_, training_, p.micro_batch);
-        const std::vector<std::pair<int, int>> pairs = boundary_flows(from, to);
-        const double message = boundary_message(from, to, c.bytes);
-        c.message = message;
+        const bool mesh = from_stage.mesh() || to_stage.mesh();
+        SizedFlows sized;
+        if (mesh) {
+          sized = mesh_flows(cluster_, from_stage, to_stage,
+                             static_cast<double>(model_.hidden) * training_.bytes_per_element());
+        } else {
+          sized.pairs = boundary_flows(from_stage.devices, to);
+          const double message = boundary_message(from_stage.devices, to, c.bytes);
+          for (std::size_t k = 0; k < sized.pairs.size(); ++k) {
+            sized.bytes.push_back(message);
+            sized.rate_Bps.push_back(flow_link_Bps(sized.pairs, k));
+          }
+        }
+        const std::vector<std::pair<int, int>>& pairs = sized.pairs;
         c.flows_begin = flows.size();
         c.nics_begin = nics.size();
         for (std::size_t k = 0; k < pairs.size(); ++k) {
           const auto [a, b] = pairs[k];
           const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
-          flows.push_back({ma, mb, flow_link_Bps(pairs, k), cluster_.efficiency(a, b, message),
-                           cluster_.step_latency(a, b)});
+          flows.push_back({ma, mb, sized.bytes[k], sized.rate_Bps[k],
+                           cluster_.efficiency(a, b, sized.bytes[k]), cluster_.step_latency(a, b)});
           if (ma == mb) continue;
           for (const int nic : {2 * ma, 2 * mb + 1}) {
             auto use = std::find_if(nics.begin() + static_cast<long>(c.nics_begin), nics.end(),
@@ -1052,7 +1174,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         }
         c.flows_end = flows.size();
         c.nics_end = nics.size();
-        if (boundary_gathers(to)) {
+        if (boundary_gathers(to) && !mesh) {
           auto [bw, lat] = ring_link(cluster_, to, c.bytes);
           c.gather_s = collective_time(Collective::kAllGather, c.bytes, static_cast<int>(to.size()),
                                        bw, lat);
@@ -1107,7 +1229,6 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
       for (const NicUse& u : uses(c))
         overlap = std::max(overlap, busy_all[u.nic] - busy_cls[u.slot]);
       // transfer_s with that load, from the flows' fixed parts.
-      const double message = c.message;
       double worst = 0;
       for (std::size_t f = c.flows_begin; f < c.flows_end; ++f) {
         const BoundaryFlow& flow = flows[f];
@@ -1119,7 +1240,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
               bw, cluster_.machines()[flow.to_machine].nic_Bps / sharing(2 * flow.to_machine + 1));
         }
         bw *= flow.efficiency;
-        worst = std::max(worst, p2p_time(message, bw, flow.latency_s));
+        worst = std::max(worst, p2p_time(flow.bytes, bw, flow.latency_s));
       }
       c.time_s = worst + c.gather_s;
       StageEstimate& se = pes[c.pipeline].stages[c.stage];
@@ -1156,7 +1277,9 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
   // only where that stays cheap (searches estimate thousands of plans); larger plans
   // keep the fixed point.
   if (!mixed || overlap < kSharedTimelineMinOverlap) return;
-  // The shared timeline runs plain pipelines only: interleaved plans keep the fixed point.
+  // The shared timeline runs plain pipelines of TP stages only: interleaved plans and plans
+  // with a mesh stage keep the fixed point.
+  if (plan.has_mesh()) return;
   for (const PipelineEstimate& pe : pes) {
     if (pe.chunks > 1) return;
   }

@@ -16,6 +16,15 @@
 //     devices that sync off-machine; not overlapped with backward (conservative)
 //   optimizer: memory-bound Adam over the device's (ZeRO-1 sharded) state
 //   iteration = max over pipelines + DP sync + optimizer
+// A sequence mesh stage (plan.hpp): forward / backward per micro-batch (one sequence) =
+//   its layers x the mesh's layer time (hexiseq/time.hpp: token-wise, ragged all-to-alls,
+//   ring; forward share and the rest), + the slowest device's embedding / head for its
+//   tokens where first / last; boundaries next to it carry each mesh device's rows only
+//   (plan.hpp's mesh_boundary), a flow's time its bytes through the busier of its source's
+//   and its destination's port; its devices' memory: the stage's weights whole on each
+//   device, activations of their s_i tokens per micro-batch in flight, the ring's and
+//   all-to-all's buffers. A plan with a mesh stage syncs gradients per device over its
+//   holders (mesh_dp_sync), not DpSync's pieces.
 // MFU = model FLOPs (3x forward, no recompute) / (iteration time x cluster peak);
 // HFU and TFLOP/s per GPU in the other conventions (hardware, Megatron-LM): flop_figures.hpp.
 
@@ -159,6 +168,10 @@ class CostModel {
   MemoryBreakdown memory(const Pipeline& p, int si, int rank, int dp) const;
   MemoryBreakdown interleaved_memory(const Pipeline& p, int group, int rank, int dp) const;
 
+  // A sequence mesh stage (header comment); memory of its device at flat index `rank`.
+  StageEstimate mesh_stage(const Stage& s, bool first, bool last) const;
+  MemoryBreakdown mesh_memory(const Pipeline& p, int si, int rank, int dp) const;
+
   Estimate estimate(const Plan& plan) const;
 
  private:
@@ -166,6 +179,7 @@ class CostModel {
   double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r,
                  double share) const;
   void dp_sync(const Plan& plan, Estimate& est) const;
+  void mesh_dp_sync(const Plan& plan, Estimate& est) const;
   // send_s / grad_s of every boundary and the pipelines' timelines, NICs shared over time.
   void boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const;
   // Where boundary flows of different classes share NICs: the pipelines run together

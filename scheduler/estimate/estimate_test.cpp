@@ -8,6 +8,7 @@
 
 #include "scenarios/testing.hpp"
 #include "scheduler/cost/collectives.hpp"
+#include "scheduler/hexiseq/time.hpp"
 
 namespace hexi {
 namespace {
@@ -284,6 +285,48 @@ TEST_F(Fixture, HardwareFlopsFollowEachStagesRecompute) {
                           "megatron_tflops_per_gpu", "mfu_convention"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
+}
+
+// A TP stage (device 0) then a sequence mesh (devices 1, 2 in one group, 3 alone; 40 + 24
+// tokens of 64): the mesh stage takes its layers x hexiseq's layer time (forward share, and
+// the rest backward) plus the slowest device's head for its tokens; the boundary's flows
+// carry each mesh device's rows, all through device 0's port: the whole 64-token activation
+// over NVSwitch (300 GB/s, 3 us) each way.
+TEST_F(Fixture, MeshStageTakesTheSequenceClosedForm) {
+  Plan p = plan(R"({"version": 1, "pipelines": [{"batch": 8, "stages": [
+    {"devices": [0], "layers": [0, 3]},
+    {"layers": [3, 8], "sequence": {"groups": [
+      {"devices": [1, 2], "tokens": 40, "shards": [24, 16], "heads": [2, 2]},
+      {"devices": [3], "tokens": 24, "shards": [24], "heads": [4]}]}}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  const LayerTime layer = SequenceCost(sc.cluster, sc.model, sc.training, sc.profile)
+                              .layer(*p.pipelines[0].stages[1].sequence);
+  TrainingConfig longest = sc.training;  // devices 1 and 3 hold 24 tokens
+  longest.seq_len = 24;
+  const GpuSpec& g = sc.cluster.gpu(1);
+  const DeviceProfile prof = sc.profile.device(g);
+  const StageEstimate& mesh = e.pipelines[0].stages[1];
+  EXPECT_NEAR(mesh.forward_s,
+              5 * layer.forward_s + kernels_time(head_forward(sc.model, longest, 1, 1.0), g, prof),
+              1e-15);
+  EXPECT_NEAR(mesh.backward_s,
+              5 * (layer.time_s - layer.forward_s) +
+                  kernels_time(head_backward(sc.model, longest, 1, 1.0), g, prof),
+              1e-15);
+  const double whole = p2p_time(2.0 * 64 * 64, 300e9, 3e-6);
+  EXPECT_NEAR(e.pipelines[0].stages[0].send_s, whole, 1e-15);
+  EXPECT_NEAR(e.pipelines[0].stages[0].grad_s, whole, 1e-15);
+  ASSERT_EQ(e.devices.size(), 4u);
+  EXPECT_TRUE(e.feasible);
+  // Each mesh device holds the stage's weights whole (5 layers and the head, as a TP-1
+  // stage); activations follow its shard (24 tokens on device 1, 16 on device 2: same group,
+  // same all-to-all buffers).
+  EXPECT_EQ(e.devices[1].memory.weights, e.devices[3].memory.weights);
+  EXPECT_EQ(e.devices[1].memory.weights, e.devices[2].memory.weights);
+  EXPECT_GT(e.devices[1].memory.activations, e.devices[2].memory.activations);
+  // The mesh all-reduces its gradients; device 0 holds its layers alone.
+  EXPECT_GT(e.devices[1].dp_sync_s, 0);
+  EXPECT_EQ(e.devices[0].dp_sync_s, 0);
 }
 
 }  // namespace

@@ -12,7 +12,14 @@ namespace {
 TEST(Interleave, DealsEachStagesLayersIntoItsChunksInLayerOrder) {
   Pipeline plain;
   plain.batch = 4;
-  plain.stages = {{{0, 1}, 0, 5, {}, {}}, {{2}, 5, 9, {}, Recompute::kFull}};
+  Stage a, b;
+  a.devices = {0, 1};
+  a.layer_end = 5;
+  b.devices = {2};
+  b.layer_begin = 5;
+  b.layer_end = 9;
+  b.recompute = Recompute::kFull;
+  plain.stages = {a, b};
   const Pipeline p = interleaved(plain, 2);
   ASSERT_EQ(p.stages.size(), 4u);
   // Group 0 (5 layers): chunks of 3 and 2; group 1 (4 layers): 2 and 2.

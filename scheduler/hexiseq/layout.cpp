@@ -15,10 +15,6 @@ std::string gib(double bytes) {
   return fixed(bytes / kGiB, 2);
 }
 
-std::string group_path(int g) {
-  return "/sequence/groups/" + std::to_string(g);
-}
-
 // "devices 4, 5, 6" for messages.
 std::string device_list(const std::vector<int>& devices) {
   std::string out = devices.size() == 1 ? "device " : "devices ";
@@ -40,11 +36,13 @@ std::int64_t ring_block_tokens(const SequenceLayout& layout) {
 class LayoutChecker {
  public:
   LayoutChecker(const Model& m, const TrainingConfig& t, const Cluster& cluster,
-                const std::string& origin)
-      : model_(m), training_(t), cluster_(cluster), origin_(origin) {}
+                const std::string& origin, const std::string& root)
+      : model_(m), training_(t), cluster_(cluster), origin_(origin), root_(root) {}
 
-  Status check(const SequenceLayout& layout) {
-    if (layout.groups.empty()) return fail("/sequence/groups", "expected at least one group");
+  // Structure, then memory where `memory` (a whole-plan mesh; a mesh stage's memory is the
+  // estimate's).
+  Status check(const SequenceLayout& layout, bool memory) {
+    if (layout.groups.empty()) return fail(root_ + "/groups", "expected at least one group");
     std::int64_t tokens = 0;
     for (std::size_t g = 0; g < layout.groups.size(); ++g) {
       const SequenceGroup& group = layout.groups[g];
@@ -59,15 +57,16 @@ class LayoutChecker {
       tokens += group.tokens;
     }
     if (tokens != training_.seq_len) {
-      return fail("/sequence/groups",
-                  "the groups' tokens sum to " + std::to_string(tokens) +
-                      "; expected the sequence length S = " + std::to_string(training_.seq_len) +
-                      " (training seq_len)");
+      return fail(root_ + "/groups", "the groups' tokens sum to " + std::to_string(tokens) +
+                                         "; expected the sequence length S = " +
+                                         std::to_string(training_.seq_len) + " (training seq_len)");
     }
-    return memory_fits(layout);
+    return memory ? memory_fits(layout) : Status{};
   }
 
  private:
+  std::string group_path(int g) const { return root_ + "/groups/" + std::to_string(g); }
+
   Error fail(const std::string& path, const std::string& what) const {
     return bad_input(origin_ + ": " + path + ": " + what);
   }
@@ -178,6 +177,7 @@ class LayoutChecker {
   const TrainingConfig& training_;
   const Cluster& cluster_;
   const std::string& origin_;
+  const std::string& root_;          // the layout's JSON path (/sequence)
   std::map<int, std::string> used_;  // device -> the JSON path that placed it
 };
 
@@ -235,6 +235,21 @@ std::vector<int> head_offsets(const SequenceGroup& g) {
     next += h;
   }
   return first;
+}
+
+MirroredShard device_tokens(const SequenceLayout& layout, int g, int rank) {
+  std::vector<std::int64_t> group_tokens;
+  std::int64_t total = 0;
+  for (const auto& grp : layout.groups) {
+    group_tokens.push_back(grp.tokens);
+    total += grp.tokens;
+  }
+  const SequenceGroup& grp = layout.groups[g];
+  const MirroredShard outer = mirrored_layout(total, group_tokens).value()[g];
+  const MirroredShard inner = mirrored_layout(grp.tokens, grp.shards).value()[rank];
+  const std::int64_t half = grp.tokens / 2;
+  return {{outer.front.begin + inner.front.begin, outer.front.begin + inner.front.end},
+          {outer.back.begin + inner.back.begin - half, outer.back.begin + inner.back.end - half}};
 }
 
 std::vector<std::int64_t> even_split(std::int64_t tokens, int parts) {
@@ -304,9 +319,42 @@ std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Mode
   return out;
 }
 
+MemoryBreakdown mesh_stage_memory(const SequenceLayout& layout, int device, const Model& m,
+                                  const TrainingConfig& t, StageShape stage) {
+  const AttentionShape a = attention_shape(m, t);
+  for (const SequenceGroup& group : layout.groups) {
+    for (int r = 0; r < group.size(); ++r) {
+      if (group.devices[r] != device) continue;
+      TrainingConfig mine = t;
+      mine.seq_len = static_cast<int>(group.shards[r]);
+      mine.micro_batch = 1;
+      stage.tp = 1;
+      stage.phi = 1.0;
+      stage.micro_batch = 1;
+      stage.dp += layout.num_devices() - 1;
+      MemoryBreakdown mem = device_memory(m, mine, stage);
+      SequenceDeviceShape ds;
+      ds.group_tokens = group.tokens;
+      ds.q_heads = group.heads[r];
+      ds.kv_heads = group_kv_heads(a, group.heads)[r];
+      ds.ring_block_tokens = ring_block_tokens(layout);
+      const SequenceMemory extra = sequence_device_memory(m, mine, a, ds, t.recompute);
+      mem.activations += extra.ring_buffers + extra.ulysses_buffers;
+      return mem;
+    }
+  }
+  return {};
+}
+
 Status validate(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
                 const Cluster& cluster, const std::string& origin) {
-  return LayoutChecker(m, t, cluster, origin).check(layout);
+  return LayoutChecker(m, t, cluster, origin, "/sequence").check(layout, true);
+}
+
+Status validate_structure(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
+                          const Cluster& cluster, const std::string& origin,
+                          const std::string& path) {
+  return LayoutChecker(m, t, cluster, origin, path).check(layout, false);
 }
 
 Json to_json(const SequenceLayout& layout) {

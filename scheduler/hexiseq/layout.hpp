@@ -42,6 +42,7 @@ struct SequenceGroup {
   std::vector<int> heads;            // h_i query heads per device, sum n_q
 
   int size() const { return static_cast<int>(devices.size()); }
+  bool operator==(const SequenceGroup&) const = default;
 };
 
 struct SequenceLayout {
@@ -50,6 +51,7 @@ struct SequenceLayout {
 
   int num_devices() const;
   std::vector<int> devices() const;  // group by group, rank order
+  bool operator==(const SequenceLayout&) const = default;
 };
 
 // The attention one layer carries: d, n_q, n_kv and the training precision's bytes for Q,
@@ -58,6 +60,11 @@ AttentionShape attention_shape(const Model& m, const TrainingConfig& t, int grad
 
 // The first query head of each device of a group (prefix sums of its heads).
 std::vector<int> head_offsets(const SequenceGroup& g);
+
+// The sequence positions device `rank` of group `g` holds: its front rows (inside its group's
+// front range) and its back rows (inside the group's mirrored back range), each ascending.
+// The layout must be structurally valid (S = the groups' tokens).
+MirroredShard device_tokens(const SequenceLayout& layout, int g, int rank);
 
 // Equal split of `tokens` over `parts` in whole blocks of 2 (the mirrored halves): the first
 // parts take one more block where it does not divide.
@@ -90,6 +97,15 @@ struct DeviceMemory {
 std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Model& m,
                                         const TrainingConfig& t, const Cluster& cluster);
 
+// What device `device` of a mesh that is one stage of a pipeline plan holds at its peak (the
+// estimate, the simulator and the engine's preflight agree on it): cost_model's memory of
+// `stage` (its layers, first / last, micro-batches in flight, dp pipelines) as a TP-1 stage
+// holding the layers whole, at its s_i tokens per micro-batch, ZeRO-1 sharding over its
+// holders (the other pipelines' and its mesh's: dp + n - 1), plus one layer's ring and
+// all-to-all buffers (as layout_memory's) among the activations.
+MemoryBreakdown mesh_stage_memory(const SequenceLayout& layout, int device, const Model& m,
+                                  const TrainingConfig& t, StageShape stage);
+
 // Structure and memory against the cluster, model and training config. Errors name
 // `origin`, the JSON path (/sequence/groups/1/shards), the device and the numbers: a group
 // without devices, shards or heads of the wrong count, a negative or odd value, shards not
@@ -98,6 +114,13 @@ std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Mode
 // device out of range or in two groups, a device over kMemoryCap of its memory.
 Status validate(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
                 const Cluster& cluster, const std::string& origin);
+
+// validate() without the memory check, errors naming the JSON path `path` of the layout (a
+// mesh stage of a pipeline plan: /pipelines/0/stages/1/sequence; its memory is the
+// estimate's, which knows the stage's layers and micro-batches in flight).
+Status validate_structure(const SequenceLayout& layout, const Model& m, const TrainingConfig& t,
+                          const Cluster& cluster, const std::string& origin,
+                          const std::string& path);
 
 // The "sequence" object: {"groups": [...], "split_kv_heads": ...}.
 Json to_json(const SequenceLayout& layout);

@@ -30,6 +30,39 @@ int Pipeline::groups() const {
   return static_cast<int>(stages.size());
 }
 
+bool Pipeline::has_mesh() const {
+  return std::any_of(stages.begin(), stages.end(), [](const Stage& s) { return s.mesh(); });
+}
+
+bool Plan::has_mesh() const {
+  return std::any_of(pipelines.begin(), pipelines.end(),
+                     [](const Pipeline& p) { return p.has_mesh(); });
+}
+
+std::vector<MeshMessage> mesh_boundary(const Stage& from, const Stage& to) {
+  std::vector<MeshMessage> out;
+  const Stage& mesh = from.mesh() ? from : to;
+  const Stage& other = from.mesh() ? to : from;
+  if (!mesh.mesh() || other.mesh()) return out;
+  const int n = mesh.tp(), t = other.tp();
+  int i = 0;
+  for (int g = 0; g < static_cast<int>(mesh.sequence->groups.size()); ++g) {
+    for (int r = 0; r < mesh.sequence->groups[g].size(); ++r, ++i) {
+      const MirroredShard rows = device_tokens(*mesh.sequence, g, r);
+      for (const TokenRange& half : {rows.front, rows.back}) {
+        if (half.size() == 0) continue;
+        if (to.mesh()) {
+          out.push_back(
+              {other.devices[static_cast<std::size_t>(i * t / n)], mesh.devices[i], half});
+        } else {
+          for (int d : other.devices) out.push_back({mesh.devices[i], d, half});
+        }
+      }
+    }
+  }
+  return out;
+}
+
 int Plan::num_devices() const {
   int n = 0;
   for (const auto& p : pipelines) n += p.num_devices();
@@ -47,19 +80,47 @@ std::vector<int> Plan::devices() const {
 
 namespace {
 
+// A mesh stage (plan.hpp): its layout, and its devices from it ("devices", if given, must
+// list them in the same order).
+void read_mesh(const JsonNode& node, Stage& s) {
+  s.sequence = read_layout(node.at("sequence"));
+  const std::vector<int> mesh = s.sequence->devices();
+  if (auto devices = node.find("devices")) {
+    std::vector<int> given;
+    for (std::size_t i = 0; i < devices->size(); ++i)
+      given.push_back(static_cast<int>(devices->at(i).integer_in(0, INT32_MAX)));
+    if (given != mesh) {
+      devices->fail("the mesh's devices group by group in rank order (" +
+                    std::to_string(mesh.size()) + " devices), or no \"devices\"");
+    }
+  }
+  if (auto split = node.find("head_split")) {
+    split->fail("no head_split on a mesh stage (its groups' \"heads\" split the heads)");
+  }
+  if (auto r = node.find("recompute")) {
+    r->fail("no recompute on a mesh stage (it runs the training config's)");
+  }
+  s.devices = mesh;
+}
+
 Stage read_stage(const JsonNode& node) {
-  node.allow_only({"devices", "layers", "head_split", "recompute", "comment"});
+  node.allow_only({"devices", "layers", "head_split", "recompute", "sequence", "comment"});
   Stage s;
-  auto devices = node.at("devices");
-  if (devices.size() == 0) devices.fail("a non-empty array of device ids");
-  for (std::size_t i = 0; i < devices.size(); ++i) {
-    s.devices.push_back(static_cast<int>(devices.at(i).integer_in(0, INT32_MAX)));
+  if (node.find("sequence")) {
+    read_mesh(node, s);
+  } else {
+    auto devices = node.at("devices");
+    if (devices.size() == 0) devices.fail("a non-empty array of device ids");
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      s.devices.push_back(static_cast<int>(devices.at(i).integer_in(0, INT32_MAX)));
+    }
   }
   auto layers = node.at("layers");
   if (!layers.json().is_array() || layers.size() != 2) layers.fail("a layer range [l0, l1)");
   s.layer_begin = static_cast<int>(layers.at(std::size_t{0}).integer_in(0, INT32_MAX));
   s.layer_end = static_cast<int>(layers.at(std::size_t{1}).integer_in(0, INT32_MAX));
   if (s.layer_end <= s.layer_begin) layers.fail("a non-empty layer range [l0, l1) with l0 < l1");
+  if (s.mesh()) return s;
   if (auto split = node.find("head_split")) {
     if (split->size() != s.devices.size()) {
       split->fail("one head count per device (" + std::to_string(s.devices.size()) + " entries)");
@@ -119,6 +180,11 @@ Json to_json(const Plan& plan) {
   for (const auto& p : plan.pipelines) {
     Json stages = Json::array();
     for (const auto& s : p.stages) {
+      if (s.mesh()) {
+        stages.push_back(
+            {{"layers", {s.layer_begin, s.layer_end}}, {"sequence", to_json(*s.sequence)}});
+        continue;
+      }
       Json stage = {{"devices", s.devices}, {"layers", {s.layer_begin, s.layer_end}}};
       if (!s.head_split.empty()) stage["head_split"] = s.head_split;
       if (s.recompute) stage["recompute"] = to_string(*s.recompute);
@@ -161,17 +227,24 @@ class PlanChecker {
       if (groups < p.stages.size()) {
         if (auto st = interleaved(p, pi); !st) return st;
       }
+      if (p.has_mesh()) {
+        if (auto st = mesh_pipeline(p, pi); !st) return st;
+      }
       for (std::size_t si = 0; si < p.stages.size(); ++si) {
         const Stage& s = p.stages[si];
         const std::string path = stage_path(pi, si);
         // Chunks after the first repeat the first groups' devices (checked by interleaved).
-        if (si < groups) {
+        if (s.mesh()) {
+          if (auto st = mesh_stage(s, path); !st) return st;
+        } else if (si < groups) {
           if (auto st = devices_exist_once(s, path); !st) return st;
         }
         if (auto st = layers_follow(s, path, next_layer); !st) return st;
         next_layer = s.layer_end;
         if (auto st = layers_in_model(s, path); !st) return st;
-        if (auto st = heads_split(s, path); !st) return st;
+        if (!s.mesh()) {
+          if (auto st = heads_split(s, path); !st) return st;
+        }
       }
       if (auto st = layers_covered(pi, next_layer); !st) return st;
     }
@@ -197,6 +270,58 @@ class PlanChecker {
       if (!used_where_[d].empty())
         return fail(dpath, "device " + std::to_string(d) + " is already used at " + used_where_[d]);
       used_where_[d] = dpath;
+    }
+    return {};
+  }
+
+  // A mesh stage: its layout's structure (hexiseq's checks, paths below the stage's
+  // "sequence"), then its devices once across the plan.
+  Status mesh_stage(const Stage& s, const std::string& path) {
+    const std::string root = path + "/sequence";
+    if (auto st = validate_structure(*s.sequence, model_, training_, cluster_, origin_, root); !st)
+      return st;
+    for (std::size_t g = 0; g < s.sequence->groups.size(); ++g) {
+      const SequenceGroup& group = s.sequence->groups[g];
+      for (int r = 0; r < group.size(); ++r) {
+        const int d = group.devices[r];
+        const std::string dpath =
+            root + "/groups/" + std::to_string(g) + "/devices/" + std::to_string(r);
+        if (!used_where_[d].empty())
+          return fail(dpath,
+                      "device " + std::to_string(d) + " is already used at " + used_where_[d]);
+        used_where_[d] = dpath;
+      }
+    }
+    return {};
+  }
+
+  // A pipeline with a mesh stage: one sequence per micro-batch, plain (not interleaved), no
+  // two mesh stages next to each other. (ZeRO 2-3 are refused for every pipeline plan.)
+  Status mesh_pipeline(const Pipeline& p, std::size_t pi) const {
+    const std::string path = "/pipelines/" + std::to_string(pi);
+    std::size_t first = 0;
+    while (!p.stages[first].mesh()) ++first;
+    const std::string mesh = stage_path(pi, first) + "/sequence";
+    if (p.micro_batch != 1) {
+      return fail(path + "/micro_batch", std::to_string(p.micro_batch) +
+                                             " sequences per micro-batch; a pipeline with a "
+                                             "mesh stage (" +
+                                             mesh +
+                                             ") runs one sequence per micro-batch: expected 1");
+    }
+    if (p.groups() < static_cast<int>(p.stages.size())) {
+      return fail(mesh,
+                  "a mesh stage in an interleaved pipeline (device groups repeated) is "
+                  "not supported");
+    }
+    for (std::size_t s = 0; s + 1 < p.stages.size(); ++s) {
+      if (p.stages[s].mesh() && p.stages[s + 1].mesh()) {
+        return fail(stage_path(pi, s + 1) + "/sequence",
+                    "two adjacent mesh stages (" + std::to_string(s) + " and " +
+                        std::to_string(s + 1) +
+                        "): a boundary between meshes is not "
+                        "supported; merge them or put a TP stage between them");
+      }
     }
     return {};
   }

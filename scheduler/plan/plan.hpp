@@ -7,6 +7,16 @@
 // Optional per stage: "head_split": heads per device (uneven TP; default even);
 // "recompute": "none" | "selective" | "full" (the stage's activation recompute;
 // default: the scenario's training.recompute).
+// A stage may be a sequence mesh (HexiSeq) instead of a TP group: it carries
+//   "sequence": {"groups": [...], "split_kv_heads": ...}
+// (the whole-plan layout's object, scheduler/hexiseq/layout.hpp) and its devices are the
+// mesh's, group by group in rank order ("devices" may be left out; if given, it must list
+// them so). Such a stage runs each micro-batch, one sequence (its pipeline's micro_batch
+// must be 1), through its layers as the mesh runs it: token shards, ragged all-to-alls and
+// the ring; every device of the mesh holds the stage's whole weights. Not with head_split,
+// recompute (the training config's), interleaving, or next to another mesh stage (ZeRO
+// 0-1, as every pipeline plan).
+// Details: scheduler/README.md, "Sequence meshes as pipeline stages".
 // Optional top level: "scheduler", "comment" (free text, kept on round trips).
 //
 // Interleaved 1F1B (Megatron-LM's virtual pipeline stages) needs no other field: a pipeline
@@ -28,6 +38,7 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
+#include "scheduler/hexiseq/layout.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"
@@ -36,12 +47,14 @@ namespace hexi {
 inline namespace plan {
 
 struct Stage {
-  std::vector<int> devices;  // TP group, TP-rank order
+  std::vector<int> devices;  // TP group, TP-rank order (a mesh: group by group, rank order)
   int layer_begin = 0;
   int layer_end = 0;
-  std::vector<int> head_split;         // empty: even split; else heads per device
-  std::optional<Recompute> recompute;  // absent: the training config's
+  std::vector<int> head_split;             // empty: even split; else heads per device
+  std::optional<Recompute> recompute;      // absent: the training config's
+  std::optional<SequenceLayout> sequence;  // a sequence mesh stage: devices are its devices
 
+  bool mesh() const { return sequence.has_value(); }
   int tp() const { return static_cast<int>(devices.size()); }
   int layers() const { return layer_end - layer_begin; }
   // Fraction of heads (and ffn / vocab columns) on TP rank r.
@@ -63,6 +76,7 @@ struct Pipeline {
   // pipeline has groups() == stages.size() and chunks() == 1.
   int groups() const;
   int chunks() const { return groups() > 0 ? static_cast<int>(stages.size()) / groups() : 1; }
+  bool has_mesh() const;  // some stage is a sequence mesh
 };
 
 struct Plan {
@@ -72,7 +86,23 @@ struct Plan {
 
   int num_devices() const;
   std::vector<int> devices() const;  // all devices used, pipeline by pipeline
+  bool has_mesh() const;             // some pipeline has a sequence mesh stage
 };
+
+// One stage-boundary message next to a mesh stage: sequence rows [begin, end) (token
+// positions; micro_batch is 1) from device `from` to device `to`.
+struct MeshMessage {
+  int from = 0;
+  int to = 0;
+  TokenRange rows;
+};
+// The messages of the boundary `from` -> `to` (either direction: activations forward,
+// their gradients back) where one side is a mesh stage: into a mesh, mesh device i (flat
+// index, group by group) gets its front and back rows (hexiseq::device_tokens) from TP rank
+// i * ts / n of the other stage, which holds the whole sequence; out of a mesh, every mesh
+// device sends its front and back rows to every TP rank (which then holds the whole
+// sequence: no all-gather). Empty ranges are left out. Neither side a mesh: empty.
+std::vector<MeshMessage> mesh_boundary(const Stage& from, const Stage& to);
 
 // Syntax and local consistency (types, ranges, head_split sizes).
 Result<Plan> plan_from_json(const Json& json, const std::string& origin);
@@ -84,7 +114,10 @@ std::string plan_text(const Plan& plan);
 // Structural validity against the cluster, model and training config: devices exist
 // and are used at most once, stages cover [0, L) exactly with no gaps or overlaps,
 // batch shares sum to the global batch in whole micro-batches, TP degrees divide the
-// heads (or an explicit head_split). Errors name `origin` and the JSON path.
+// heads (or an explicit head_split); a mesh stage's layout is structurally valid
+// (hexiseq::validate_structure: tokens summing to seq_len...), its pipeline has micro_batch
+// 1, is not interleaved and no two mesh stages are adjacent. Errors name
+// `origin` and the JSON path.
 // Memory is checked by the estimate (it needs the cost model), see estimate.hpp.
 Status validate_plan(const Plan& plan, const Cluster& cluster, const Model& model,
                      const TrainingConfig& training, const std::string& origin);

@@ -204,5 +204,107 @@ TEST(Plan, InterleavedPipelineErrors) {
             "interleaved 1F1B: needs training.schedule \"1f1b\", got \"gpipe\"");
 }
 
+// Two pipelines (DP across different layouts): a TP-2 stage then a sequence mesh of two
+// groups (devices 2, 3 uneven; device 4 alone), and one TP-2 stage. 40 + 24 = 64 tokens.
+const char* kMeshPlan = R"({"version": 1, "pipelines": [
+  {"batch": 4, "micro_batch": 1, "stages": [
+    {"devices": [0, 1], "layers": [0, 4]},
+    {"layers": [4, 8], "sequence": {"groups": [
+      {"devices": [2, 3], "tokens": 40, "shards": [24, 16], "heads": [2, 2]},
+      {"devices": [4], "tokens": 24, "shards": [24], "heads": [4]}]}}]},
+  {"batch": 4, "stages": [{"devices": [5, 6], "layers": [0, 8]}]}]})";
+
+TEST(Plan, AStageMayBeASequenceMesh) {
+  auto plan = parse(kMeshPlan);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  const Stage& mesh = plan->pipelines[0].stages[1];
+  ASSERT_TRUE(mesh.mesh());
+  EXPECT_EQ(mesh.devices, (std::vector<int>{2, 3, 4}));  // the mesh's, group by group
+  EXPECT_TRUE(plan->has_mesh());
+  EXPECT_FALSE(plan->pipelines[1].has_mesh());
+  EXPECT_EQ(plan->num_devices(), 7);
+  auto again = plan_from_json(to_json(*plan), "again");
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(plan_text(*again), plan_text(*plan));
+  EXPECT_EQ(again->pipelines[0].stages[1].sequence, mesh.sequence);
+  EXPECT_TRUE(validate(kMeshPlan).ok()) << validate(kMeshPlan).error().message;
+  // "devices" may be given if it lists the mesh's devices in order.
+  EXPECT_TRUE(validate(edited(kMeshPlan, R"({"layers": [4, 8], "sequence")",
+                              R"({"devices": [2, 3, 4], "layers": [4, 8], "sequence")"))
+                  .ok());
+}
+
+TEST(Plan, MeshStageErrors) {
+  const std::string stage = "/pipelines/0/stages/1";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {edited(kMeshPlan, "\"tokens\": 24, \"shards\": [24]", "\"tokens\": 26, \"shards\": [26]"),
+       "p.json: " + stage +
+           "/sequence/groups: the groups' tokens sum to 66; expected the sequence length S = 64"},
+      {edited(kMeshPlan, "\"shards\": [24, 16]", "\"shards\": [20, 16]"),
+       "p.json: " + stage +
+           "/sequence/groups/0/shards: the shards of devices 2, 3 sum to 36 tokens; expected "
+           "the group's 40 (tokens)"},
+      {edited(kMeshPlan, "\"heads\": [2, 2]", "\"heads\": [2, 1]"),
+       "p.json: " + stage + "/sequence/groups/0/heads: the heads of devices 2, 3 sum to 3"},
+      {edited(kMeshPlan, "\"devices\": [4], \"tokens\"", "\"devices\": [1], \"tokens\""),
+       "p.json: " + stage +
+           "/sequence/groups/1/devices/0: device 1 is already used at "
+           "/pipelines/0/stages/0/devices/1"},
+      {edited(kMeshPlan, "[5, 6]", "[5, 3]"),
+       "p.json: /pipelines/1/stages/0/devices/1: device 3 is already used at " + stage +
+           "/sequence/groups/0/devices/1"},
+      {edited(kMeshPlan, "\"batch\": 4, \"micro_batch\": 1", "\"batch\": 4, \"micro_batch\": 2"),
+       "p.json: /pipelines/0/micro_batch: 2 sequences per micro-batch; a pipeline with a mesh "
+       "stage (" +
+           stage + "/sequence) runs one sequence per micro-batch: expected 1"},
+      {edited(kMeshPlan, R"({"layers": [4, 8], "sequence")",
+              R"({"devices": [2, 4, 3], "layers": [4, 8], "sequence")"),
+       "p.json: " + stage +
+           "/devices: expected the mesh's devices group by group in rank order (3 devices), or "
+           "no \"devices\""},
+      {edited(kMeshPlan, R"({"layers": [4, 8], "sequence")",
+              R"({"head_split": [2, 2], "layers": [4, 8], "sequence")"),
+       "p.json: " + stage + "/head_split: expected no head_split on a mesh stage"},
+      {edited(kMeshPlan, R"({"devices": [0, 1], "layers": [0, 4]})",
+              R"({"layers": [0, 4], "sequence": {"groups": [
+                 {"devices": [0, 1], "tokens": 64, "shards": [32, 32], "heads": [2, 2]}]}})"),
+       "p.json: " + stage +
+           "/sequence: two adjacent mesh stages (0 and 1): a boundary between meshes is not "
+           "supported"},
+  };
+  for (const auto& [text, expected] : cases) {
+    Status st = validate(text);
+    ASSERT_FALSE(st.ok()) << expected;
+    EXPECT_EQ(st.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(st.error().message.find(expected), std::string::npos) << st.error().message;
+  }
+}
+
+// The boundary of kMeshPlan's pipeline 0. Over S = 64 the groups hold 40 and 24 tokens:
+// group 0 front [0, 20) and back [44, 64), group 1 [20, 32) and [32, 44). Inside group 0
+// device 2 (24 tokens) holds its outer 12 + 12: [0, 12) and [52, 64); device 3 [12, 20) and
+// [44, 52). Forward, mesh device i gets its rows from TP rank i * 2 / 3 (0, 0, 1); back, each
+// sends its rows to both TP ranks.
+TEST(Plan, MeshBoundaryMessagesCarryEachDevicesRows) {
+  auto plan = parse(kMeshPlan);
+  ASSERT_TRUE(plan.ok());
+  const Stage& tp = plan->pipelines[0].stages[0];
+  const Stage& mesh = plan->pipelines[0].stages[1];
+  auto text = [](const std::vector<MeshMessage>& ms) {
+    std::string out;
+    for (const MeshMessage& m : ms) {
+      out += std::to_string(m.from) + "->" + std::to_string(m.to) + " [" +
+             std::to_string(m.rows.begin) + "," + std::to_string(m.rows.end) + ") ";
+    }
+    return out;
+  };
+  EXPECT_EQ(text(mesh_boundary(tp, mesh)),
+            "0->2 [0,12) 0->2 [52,64) 0->3 [12,20) 0->3 [44,52) 1->4 [20,32) 1->4 [32,44) ");
+  EXPECT_EQ(text(mesh_boundary(mesh, tp)),
+            "2->0 [0,12) 2->1 [0,12) 2->0 [52,64) 2->1 [52,64) 3->0 [12,20) 3->1 [12,20) "
+            "3->0 [44,52) 3->1 [44,52) 4->0 [20,32) 4->1 [20,32) 4->0 [32,44) 4->1 [32,44) ");
+  EXPECT_TRUE(mesh_boundary(tp, plan->pipelines[1].stages[0]).empty());
+}
+
 }  // namespace
 }  // namespace hexi

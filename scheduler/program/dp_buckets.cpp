@@ -191,6 +191,10 @@ class BucketBuilder {
 
 std::vector<Holder> stage_holders(const Stage& s, const Model& m) {
   std::vector<Holder> hs;
+  if (s.mesh()) {  // every device of a mesh holds the stage's weights whole
+    for (int d : s.devices) hs.push_back({d, 0, shard_ranges(m, 0, m.heads)});
+    return hs;
+  }
   for (int r = 0; r < s.tp(); ++r) {
     auto [a0, a1] = head_range(s, r, m.heads);
     hs.push_back({s.devices[r], r, shard_ranges(m, a0, a1)});

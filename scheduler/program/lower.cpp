@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "scheduler/program/builder.hpp"
 #include "scheduler/program/dp_buckets.hpp"
+#include "scheduler/program/lower_sequence.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
@@ -37,7 +39,8 @@ class Lowerer {
         m_(model),
         t_(training),
         opt_(options),
-        ops_(cluster.num_devices()) {}
+        ops_(cluster.num_devices()),
+        waits_(cluster.num_devices()) {}
 
   Program run() {
     prog_ = program_header(opt_.scenario, cluster_, m_, t_, opt_.granularity);
@@ -50,6 +53,10 @@ class Lowerer {
     for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
       const Pipeline& pipe = plan_.pipelines[p];
       for (int s = 0; s < pipe.groups(); ++s) {
+        if (pipe.stages[s].mesh()) {
+          emit_mesh(static_cast<int>(p), s);
+          continue;
+        }
         for (int d : pipe.stages[s].devices) emit_device(static_cast<int>(p), s, d);
       }
     }
@@ -68,6 +75,10 @@ class Lowerer {
       const int groups = pipe.groups();
       for (int s = 0; s < groups; ++s) {
         const Stage& st = pipe.stages[s];
+        if (st.mesh()) {
+          mesh_layouts(static_cast<int>(p), s);
+          continue;
+        }
         int tp_group = -1, gather_group = -1;
         if (st.tp() > 1) {
           tp_group = group_id(GroupKind::kTp, st.devices);
@@ -116,6 +127,31 @@ class Lowerer {
       }
     }
     std::sort(used_.begin(), used_.end());
+  }
+
+  // A mesh stage: its lowerer and its devices' layouts (lower_sequence's, in the pipeline).
+  void mesh_layouts(int p, int s) {
+    const Pipeline& pipe = plan_.pipelines[p];
+    const int stages = static_cast<int>(pipe.stages.size());
+    const Stage& st = pipe.stages[s];
+    auto mesh = std::make_unique<MeshStageLowerer>(st, s == 0, s == stages - 1, cluster_, m_, t_,
+                                                   prog_, ops_);
+    for (int i = 0; i < st.tp(); ++i) {
+      DeviceLayout& l = layouts_[st.devices[i]];
+      l = mesh->layout(i);
+      l.pipeline = p;
+      l.stage = s;
+      l.stages = stages;
+      l.micro_batch = pipe.micro_batch;
+      l.micro_batches = pipe.micro_batches();
+      l.loss_scale = static_cast<double>(pipe.micro_batch) / t_.global_batch;
+      l.recompute = t_.recompute;
+      l.params = stage_params(m_, chunk_shape(l, 0, 1, 1));
+      l.mesh = static_cast<int>(prog_.meshes.size());
+      used_.push_back(l.device);
+    }
+    prog_.meshes.push_back(*st.sequence);
+    meshes_[{p, s}] = std::move(mesh);
   }
 
   int group_id(GroupKind kind, const std::vector<int>& devices) {
@@ -215,7 +251,67 @@ class Lowerer {
     op.micro_batch = mb;
     op.shape = shape_id(key);
     op.folded = fold;
-    return add(device, op, {dep});
+    if (waits_[device].empty()) return add(device, op, {dep});
+    std::vector<int> deps = std::move(waits_[device]);  // a boundary from a mesh: every recv
+    waits_[device].clear();
+    deps.push_back(dep);
+    op.chunk = chunk_;
+    return ops_.add(device, op, deps);
+  }
+
+  // The messages of the boundary `from` -> `to` next to a mesh stage (mesh_boundary: each
+  // mesh device's front and back rows; tags 2j and 2j + 1 per pair of devices) that `device`
+  // sends (after its last compute) or receives; returns their ops.
+  std::vector<int> mesh_messages(int device, OpKind kind, const Stage& from, const Stage& to,
+                                 TensorKind tensor, int j) {
+    std::vector<int> out;
+    std::map<std::pair<int, int>, int> sent;  // per pair of devices: messages so far
+    for (const MeshMessage& msg : mesh_boundary(from, to)) {
+      const int tag = 2 * j + sent[{msg.from, msg.to}]++;
+      const bool sends = kind == OpKind::kSend;
+      if ((sends ? msg.from : msg.to) != device) continue;
+      Op op;
+      op.kind = kind;
+      op.stream = Stream::kP2p;
+      op.tensor = tensor;
+      op.peer = sends ? msg.to : msg.from;
+      op.tag = tag;
+      op.micro_batch = j;
+      op.rows_begin = static_cast<int>(msg.rows.begin);
+      op.rows_end = static_cast<int>(msg.rows.end);
+      op.bytes = static_cast<double>(msg.rows.size()) * m_.hidden * t_.bytes_per_element();
+      out.push_back(add(device, op, {sends ? ops_.last_compute(device) : -1}));
+    }
+    return out;
+  }
+
+  // A mesh stage's micro-batches in its pipeline's order: forward after the previous stage's
+  // rows arrive, its rows sent on; backward after the next stage's gradients, its gradient
+  // rows sent back. Then each device's DP sync and optimizer.
+  void emit_mesh(int p, int s) {
+    const Pipeline& pipe = plan_.pipelines[p];
+    const int stages = static_cast<int>(pipe.stages.size());
+    const Stage& st = pipe.stages[s];
+    MeshStageLowerer& mesh = *meshes_.at({p, s});
+    for (auto [fwd, j] : pipeline_order(t_.schedule, s, stages, pipe.micro_batches())) {
+      const int from = fwd ? s - 1 : s + 1;
+      const TensorKind in = fwd ? TensorKind::kActivation : TensorKind::kActivationGrad;
+      std::vector<std::vector<int>> ready(st.devices.size());
+      if (from >= 0 && from < stages) {
+        for (std::size_t i = 0; i < st.devices.size(); ++i) {
+          ready[i] = mesh_messages(st.devices[i], OpKind::kRecv, pipe.stages[from], st, in, j);
+        }
+      }
+      if (fwd) {
+        mesh.forward(j, ready);
+      } else {
+        mesh.backward(j, ready);
+      }
+      const int to = fwd ? s + 1 : s - 1;
+      if (to < 0 || to >= stages) continue;
+      for (int d : st.devices) mesh_messages(d, OpKind::kSend, st, pipe.stages[to], in, j);
+    }
+    for (int d : st.devices) synchronise(d);
   }
 
   int collective(int device, int group, Stream stream, Collective c, TensorKind tensor,
@@ -260,6 +356,11 @@ class Lowerer {
   // it; returns the op the consumer must wait for (-1 if none).
   int receive(int device, const Stage& from, TensorKind tensor, int j, int tag) {
     const DeviceLayout& l = layouts_[device];
+    if (from.mesh()) {  // every rank gets the whole sequence from the mesh: no all-gather
+      const Pipeline& pipe = plan_.pipelines[l.pipeline];
+      waits_[device] = mesh_messages(device, OpKind::kRecv, from, pipe.stages[l.stage], tensor, j);
+      return -1;
+    }
     const int rows = l.micro_batch * t_.seq_len;
     int ready = -1;
     for (const Piece& pc : boundary_pieces(from.tp(), l.tp, rows, t_.sequence_parallel)) {
@@ -275,6 +376,11 @@ class Lowerer {
 
   void send(int device, const Stage& to, TensorKind tensor, int j, int tag) {
     const DeviceLayout& l = layouts_[device];
+    if (to.mesh()) {
+      const Pipeline& pipe = plan_.pipelines[l.pipeline];
+      mesh_messages(device, OpKind::kSend, pipe.stages[l.stage], to, tensor, j);
+      return;
+    }
     const int rows = l.micro_batch * t_.seq_len;
     const int dep = ops_.last_compute(device);
     for (const Piece& pc : boundary_pieces(l.tp, to.tp(), rows, t_.sequence_parallel)) {
@@ -513,6 +619,8 @@ class Lowerer {
   std::map<ShapeKey, int> shape_ids_;
   std::map<std::tuple<int, double, int, double>, int> fold_ids_;
   int chunk_ = 0;  // the chunk whose ops are being emitted (interleaved pipelines)
+  std::vector<std::vector<int>> waits_;  // per device: recvs its next compute waits for
+  std::map<std::pair<int, int>, std::unique_ptr<MeshStageLowerer>> meshes_;  // (pipeline, stage)
 };
 
 }  // namespace

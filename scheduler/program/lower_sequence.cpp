@@ -79,10 +79,15 @@ TokenWise token_wise(const Model& m, TrainingConfig t, std::int64_t tokens) {
   return w;
 }
 
+}  // namespace
+
+// The ops of a sequence mesh: the whole plan's (run), or one stage's of a pipeline plan,
+// micro-batch by micro-batch (stage_forward, stage_backward; MeshStageLowerer).
 class SequenceLowerer {
  public:
   SequenceLowerer(const SequenceLayout& layout, const Cluster& cluster, const Model& model,
-                  const TrainingConfig& training, const std::string& scenario)
+                  const TrainingConfig& training, const std::string& scenario, Program& prog,
+                  ProgramBuilder& ops)
       : layout_(layout),
         cluster_(cluster),
         m_(model),
@@ -90,7 +95,10 @@ class SequenceLowerer {
         scenario_(scenario),
         a_(attention_shape(model, training)),
         p_(static_cast<int>(layout.groups.size())),
-        ops_(cluster.num_devices()) {
+        prog_(prog),
+        ops_(ops),
+        layer_end_(model.layers),
+        pending_(layout.num_devices()) {
     for (int g = 0; g < p_; ++g) {
       const SequenceGroup& group = layout.groups[g];
       tokens_.push_back(group.tokens);
@@ -104,7 +112,51 @@ class SequenceLowerer {
     make_hops();
   }
 
-  Program run() {
+  // A stage of a pipeline plan: layers [begin, end), the embedding where `first`, the head
+  // where `last`; its buckets are the plan's.
+  void set_stage(int begin, int end, bool first, bool last) {
+    layer_begin_ = begin;
+    layer_end_ = end;
+    stage_first_ = first;
+    stage_last_ = last;
+  }
+  int device(int i) const { return members_[i].device; }
+  // The ops device i's next compute op waits for (a stage boundary's recvs).
+  void wait_for(int i, std::vector<int> ops) { pending_[i] = std::move(ops); }
+
+  // One micro-batch (sequence) through the stage's layers, forward: the embedding where
+  // first, the layers, the head where last.
+  void stage_forward(int seq) {
+    const std::vector<int> none(members_.size(), -1);
+    if (stage_first_) all_computes(ComputeKind::kEmbeddingFwd, seq, none);
+    for (int layer = layer_begin_; layer < layer_end_; ++layer)
+      layer_forward(layer, seq, false, none);
+    if (stage_last_) all_computes(ComputeKind::kHeadFwd, seq, none);
+  }
+  // Its backward: the head's where last, the layers' (replayed first under full recompute),
+  // the embedding's where first.
+  void stage_backward(int seq) {
+    const std::vector<int> none(members_.size(), -1);
+    if (stage_last_) all_computes(ComputeKind::kHeadBwd, seq, none);
+    for (int layer = layer_end_ - 1; layer >= layer_begin_; --layer) {
+      if (t_.recompute == Recompute::kFull) layer_forward(layer, seq, true, none);
+      layer_backward(layer, seq, none);
+    }
+    if (stage_first_) all_computes(ComputeKind::kEmbeddingBwd, seq, none);
+  }
+
+  // The layout of device i (flat index) as a stage's: its query heads, the whole stage's
+  // weights, one sequence per micro-batch.
+  DeviceLayout stage_layout(int i) const {
+    DeviceLayout l = device_layout(i);
+    l.layer_begin = layer_begin_;
+    l.layer_end = layer_end_;
+    l.first = stage_first_;
+    l.last = stage_last_;
+    return l;
+  }
+
+  void run() {
     prog_ = program_header(scenario_, cluster_, m_, t_, Granularity::kLayer);
     prog_.sequence = layout_;
     make_buckets();
@@ -115,7 +167,6 @@ class SequenceLowerer {
     std::sort(used.begin(), used.end(),
               [](const DeviceLayout& x, const DeviceLayout& y) { return x.device < y.device; });
     ops_.finish(prog_, std::move(used));
-    return std::move(prog_);
   }
 
  private:
@@ -256,6 +307,10 @@ class SequenceLowerer {
     op.micro_batch = seq;
     op.shape = shape;
     op.step = step;
+    if (!pending_[i].empty()) {
+      deps.insert(deps.end(), pending_[i].begin(), pending_[i].end());
+      pending_[i].clear();
+    }
     return ops_.add(members_[i].device, op, deps);
   }
 
@@ -580,7 +635,7 @@ class SequenceLowerer {
     l.micro_batches = t_.global_batch;
     l.loss_scale = 1.0 / t_.global_batch;
     l.params = m_.params();
-    l.owned_params = owned_[mb.device];
+    l.owned_params = owned_.empty() ? 0.0 : owned_[mb.device];  // a stage: the plan's
     l.recompute = t_.recompute;
     l.seq_group = mb.group;
     l.seq_rank = mb.rank;
@@ -594,8 +649,11 @@ class SequenceLowerer {
   const std::string& scenario_;
   const AttentionShape a_;
   const int p_;
-  Program prog_;
-  ProgramBuilder ops_;
+  Program& prog_;
+  ProgramBuilder& ops_;
+  int layer_begin_ = 0, layer_end_ = 0;  // the layers it runs (a stage's, or all)
+  bool stage_first_ = true, stage_last_ = true;
+  std::vector<std::vector<int>> pending_;  // per member: what its next compute waits for
   std::vector<Member> members_;
   std::vector<int> first_;             // flat index of each group's rank 0
   std::vector<std::int64_t> tokens_;   // T_g of each group
@@ -608,7 +666,34 @@ class SequenceLowerer {
   std::map<std::int64_t, TokenWise> token_wise_;
 };
 
-}  // namespace
+MeshStageLowerer::MeshStageLowerer(const Stage& stage, bool first, bool last,
+                                   const Cluster& cluster, const Model& model,
+                                   const TrainingConfig& training, Program& program,
+                                   ProgramBuilder& ops)
+    : impl_(std::make_unique<SequenceLowerer>(*stage.sequence, cluster, model, training,
+                                              program.scenario, program, ops)) {
+  impl_->set_stage(stage.layer_begin, stage.layer_end, first, last);
+}
+
+MeshStageLowerer::~MeshStageLowerer() = default;
+
+int MeshStageLowerer::device(int i) const {
+  return impl_->device(i);
+}
+
+void MeshStageLowerer::forward(int j, const std::vector<std::vector<int>>& ready) {
+  for (std::size_t i = 0; i < ready.size(); ++i) impl_->wait_for(static_cast<int>(i), ready[i]);
+  impl_->stage_forward(j);
+}
+
+void MeshStageLowerer::backward(int j, const std::vector<std::vector<int>>& ready) {
+  for (std::size_t i = 0; i < ready.size(); ++i) impl_->wait_for(static_cast<int>(i), ready[i]);
+  impl_->stage_backward(j);
+}
+
+DeviceLayout MeshStageLowerer::layout(int i) const {
+  return impl_->stage_layout(i);
+}
 
 double sequence_compute_ops(const SequenceLayout& layout, const Model& model,
                             const TrainingConfig& training) {
@@ -634,7 +719,10 @@ Result<Program> lower_sequence(const SequenceLayout& layout, const Cluster& clus
                      "most " +
                      format("%.3g", kMaxProgramComputeOps) + ": lower a smaller global_batch");
   }
-  return SequenceLowerer(layout, cluster, model, training, scenario).run();
+  Program prog;
+  ProgramBuilder ops(cluster.num_devices());
+  SequenceLowerer(layout, cluster, model, training, scenario, prog, ops).run();
+  return prog;
 }
 
 Result<PlanFile> read_plan_file(const std::string& path) {

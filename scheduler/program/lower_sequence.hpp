@@ -6,8 +6,10 @@
 // weight gathers and gradient scatters; then the mesh's gradient synchronisation and the
 // optimizer. Always at layer granularity. Deterministic: same inputs, same program.
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
@@ -19,6 +21,32 @@
 
 namespace hexi {
 inline namespace program {
+
+class ProgramBuilder;
+class SequenceLowerer;
+
+// The ops of a mesh stage of a pipeline plan (plan.hpp; lower.cpp emits the rest): per
+// micro-batch (one sequence) the mesh's forward or backward of the stage's layers, with the
+// embedding where `first` and the head where `last`, exactly as lower_sequence emits a
+// layer (ZeRO 0-1: no per-layer gathers), into the plan's program.
+class MeshStageLowerer {
+ public:
+  MeshStageLowerer(const Stage& stage, bool first, bool last, const Cluster& cluster,
+                   const Model& model, const TrainingConfig& training, Program& program,
+                   ProgramBuilder& ops);
+  ~MeshStageLowerer();
+  int device(int i) const;  // of mesh device i (flat index, group by group)
+  // Micro-batch j's forward (backward) on every mesh device, device i's first op after
+  // ready[i] (local op indices: the boundary's recvs).
+  void forward(int j, const std::vector<std::vector<int>>& ready);
+  void backward(int j, const std::vector<std::vector<int>>& ready);
+  // Device i's layout: its group, rank and query heads, the stage's layers; the caller
+  // fills in the pipeline's fields (stage, micro-batches, parameters).
+  DeviceLayout layout(int i) const;
+
+ private:
+  std::unique_ptr<SequenceLowerer> impl_;
+};
 
 // Compute ops the program of `layout` holds (counted in doubles: large meshes overflow int).
 double sequence_compute_ops(const SequenceLayout& layout, const Model& model,

@@ -498,5 +498,82 @@ TEST(Lower, ProgramRecordsWhatItWasLoweredFrom) {
   EXPECT_FALSE(check_program_inputs(old, m, tiny_training(2), "p.json").ok());
 }
 
+// A TP-2 stage then a sequence mesh stage (devices 2, 3 with 12 + 8 tokens; device 4 with
+// 12), next to a TP-2 pipeline: S = 32 tokens, tiny model (4 layers, 4 heads, 2 kv).
+Plan mesh_plan() {
+  return plan_from(Json::parse(R"({"version": 1, "pipelines": [
+    {"batch": 2, "stages": [
+      {"devices": [0, 1], "layers": [0, 2]},
+      {"layers": [2, 4], "sequence": {"groups": [
+        {"devices": [2, 3], "tokens": 20, "shards": [12, 8], "heads": [2, 2]},
+        {"devices": [4], "tokens": 12, "shards": [12], "heads": [4]}]}}]},
+    {"batch": 2, "stages": [{"devices": [5, 6], "layers": [0, 4]}]}]})"));
+}
+
+TEST(Lower, MeshStageInsideAPipeline) {
+  Cluster c = make_cluster(1, 8);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4, 1, 32);
+  const Plan plan = mesh_plan();
+  Program p = lower_ok(plan, c, m, t);
+  // Round trip and determinism.
+  const std::string text = program_text(p);
+  auto back = program_from_json(Json::parse(text), "<round trip>");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(program_text(*back), text);
+  EXPECT_EQ(program_text(lower_ok(plan, c, m, t)), text);
+  // Boundary bytes per destination, per micro-batch: a mesh device's own rows forward
+  // (12, 8, 12 rows of 64 x 2 bytes), every TP rank the whole 32 rows of gradients back.
+  const double row = 64.0 * t.bytes_per_element();
+  std::map<std::pair<int, int>, double> forward, back_grads;  // (device, micro-batch) -> bytes
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::kRecv) continue;
+    if (op.tensor == TensorKind::kActivation) forward[{op.device, op.micro_batch}] += op.bytes;
+    if (op.tensor == TensorKind::kActivationGrad)
+      back_grads[{op.device, op.micro_batch}] += op.bytes;
+  }
+  for (int j = 0; j < 2; ++j) {
+    EXPECT_EQ((forward[{2, j}]), 12 * row);
+    EXPECT_EQ((forward[{3, j}]), 8 * row);
+    EXPECT_EQ((forward[{4, j}]), 12 * row);
+    EXPECT_EQ((back_grads[{0, j}]), 32 * row);
+    EXPECT_EQ((back_grads[{1, j}]), 32 * row);
+  }
+  // Two recvs per mesh device and micro-batch forward (front and back rows), 6 per TP rank
+  // back (3 devices' front and back rows); no all-gather completes them.
+  std::map<std::pair<int, TensorKind>, int> recvs;
+  for (const Op& op : p.ops) recvs[{op.device, op.tensor}] += op.kind == OpKind::kRecv;
+  EXPECT_EQ((recvs[{2, TensorKind::kActivation}]), 2 * 2);
+  EXPECT_EQ((recvs[{0, TensorKind::kActivationGrad}]), 6 * 2);
+  EXPECT_EQ(count(p, 0, "all_gather"), 0);
+  // The mesh runs its layers' ring (2 groups: 2 steps per layer) for each micro-batch, and
+  // the head on its tokens; the TP stage the embedding.
+  int ring = 0;
+  for (const Op& op : p.ops) {
+    ring += op.device == 4 && op.kind == OpKind::kCompute && op.compute == ComputeKind::kRingFwd;
+  }
+  EXPECT_EQ(ring, 2 * 2 * 2);
+  EXPECT_EQ(count(p, 4, "head.fwd"), 2);
+  EXPECT_EQ(count(p, 0, "embedding.fwd"), 2);
+  const DeviceLayout* l = p.layout(4);
+  EXPECT_EQ(l->seq_group, 1);
+  EXPECT_EQ(l->layer_begin, 2);
+  EXPECT_TRUE(l->last);
+  EXPECT_EQ(l->micro_batches, 2);
+  // DP across the layouts: layers 2-3 are held whole by each mesh device and in halves by
+  // devices 5 and 6 (their rings: the mesh and one of them); layers 0-1 by 0|5 and 1|6.
+  auto has_group = [&](std::vector<int> members) {
+    return std::any_of(p.groups.begin(), p.groups.end(),
+                       [&](const Group& g) { return g.devices == members; });
+  };
+  EXPECT_TRUE(has_group({2, 3, 4, 5}));
+  EXPECT_TRUE(has_group({2, 3, 4, 6}));
+  EXPECT_TRUE(has_group({0, 5}));
+  EXPECT_TRUE(has_group({1, 6}));
+  // Every element of the model synchronised: the mesh devices own the stage's weights whole.
+  DpBuckets b = plan_dp_buckets(plan, m, 0, 8);
+  EXPECT_DOUBLE_EQ(b.owned_params[2], b.owned_params[4]);
+}
+
 }  // namespace
 }  // namespace hexi

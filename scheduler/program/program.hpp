@@ -126,6 +126,16 @@
 // (grad_bucket) of its gradients after its pre.bwd; ZeRO 0-2: the DP rules below over the
 // mesh (one holder set: every device) after the last sequence. Then the optimizer.
 //
+// A mesh as one stage of a pipeline plan (plan.hpp; Program::meshes, DeviceLayout::mesh):
+// its devices run the ops above for their stage's layers only (embedding / head where the
+// stage is first / last), micro-batch j being the pipeline's j-th sequence, in the
+// pipeline's 1F1B or GPipe order; several micro-batches may be in flight. A stage boundary
+// next to it carries sequence rows (rows_begin, rows_end = token positions): into the mesh,
+// device i's front and back rows (two messages, tags 2j and 2j + 1 per pair of devices) from
+// TP rank i t / n, which holds the whole sequence; out of it, every device's rows to every
+// TP rank (no all-gather). The receiver's next compute op waits for all of its recvs. Its
+// devices are DP holders of the whole stage (the DP rules below; ZeRO 0-1).
+//
 // Granularity: `layer` (one op per block per layer per micro-batch; what engines
 // run) or `stage` (a stage's forward / backward of one micro-batch fused into one
 // compute op; TP collectives inside one machine folded into it, listed in
@@ -367,6 +377,7 @@ struct DeviceLayout {
   // the training config's). Full recompute is also visible as recompute ops.
   std::optional<Recompute> recompute;
   int seq_group = -1, seq_rank = -1;  // sequence meshes: its group (ring order) and rank
+  int mesh = -1;  // a mesh stage of a pipeline plan: its layout, Program::meshes[mesh]
   // Interleaved pipelines (more than one chunk per device group): its chunks in chunk order;
   // empty otherwise. Then stage = its group's index r (chunk 0's virtual stage), stages = the
   // virtual stages p * v, layer_begin / layer_end = chunk 0's layers, first / last = it holds
@@ -403,6 +414,13 @@ struct Program {
   std::vector<Bucket> buckets;
   std::vector<Fold> folds;
   std::optional<SequenceLayout> sequence;  // lowered from a sequence mesh (above)
+  std::vector<SequenceLayout> meshes;      // a pipeline plan's mesh stages (DeviceLayout::mesh)
+
+  // The mesh a device runs (the whole program's or its stage's), or null.
+  const SequenceLayout* mesh_of(const DeviceLayout& l) const {
+    if (sequence) return &*sequence;
+    return l.mesh >= 0 ? &meshes[static_cast<std::size_t>(l.mesh)] : nullptr;
+  }
 
   std::span<const int> deps(const Op& op) const {
     return {dep_ids.data() + op.deps_begin, op.deps_count};

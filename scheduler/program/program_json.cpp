@@ -75,6 +75,7 @@ Json layout_json(const Program& p, const DeviceLayout& l) {
             {"owned_params", l.owned_params}};
   if (l.recompute) j["recompute"] = to_string(*l.recompute);
   if (l.seq_group >= 0) j["sequence"] = {l.seq_group, l.seq_rank};
+  if (l.mesh >= 0) j["mesh"] = l.mesh;
   if (!l.chunks.empty()) {
     Json chunks = Json::array();
     for (const ChunkLayout& c : l.chunks) {
@@ -154,6 +155,11 @@ Json to_json(const Program& p) {
               {"buckets", buckets},
               {"devices", devices}};
   if (p.sequence) out["sequence"] = to_json(*p.sequence);
+  if (!p.meshes.empty()) {
+    Json meshes = Json::array();
+    for (const SequenceLayout& m : p.meshes) meshes.push_back(to_json(m));
+    out["meshes"] = meshes;
+  }
   return out;
 }
 
@@ -221,7 +227,8 @@ void read_device_layout(const JsonNode& j, Program& p) {
                 "tp",           "tp_group",    "gather_group",  "layers",     "first",
                 "last",         "heads",       "kv_heads",      "ffn",        "vocab",
                 "phi",          "micro_batch", "micro_batches", "loss_scale", "params",
-                "owned_params", "recompute",   "sequence",      "chunks",     "ops"});
+                "owned_params", "recompute",   "sequence",      "mesh",       "chunks",
+                "ops"});
   DeviceLayout l;
   l.device = static_cast<int>(j.integer_in("device", 0, INT32_MAX));
   l.pipeline = static_cast<int>(j.integer_in("pipeline", 0, INT32_MAX));
@@ -246,6 +253,10 @@ void read_device_layout(const JsonNode& j, Program& p) {
   l.owned_params = j.at("owned_params").number_in(0, 1e300);
   if (auto r = j.find("recompute")) l.recompute = read_recompute(*r);
   if (auto sq = j.find("sequence")) std::tie(l.seq_group, l.seq_rank) = int_pair(*sq);
+  l.mesh = int_or(j, "mesh", -1);
+  if (l.mesh >= static_cast<int>(p.meshes.size()))
+    j.at("mesh").fail("an index into the program's meshes (" + std::to_string(p.meshes.size()) +
+                      ")");
   if (auto chunks = j.find("chunks")) {
     for (std::size_t i = 0; i < chunks->size(); ++i) {
       const JsonNode c = chunks->at(i);
@@ -315,7 +326,7 @@ Program read_program_json(const JsonNode& root) {
                    "granularity", "schedule",   "num_devices",  "bytes_per_element", "global_batch",
                    "seq_len",     "zero_stage", "model_digest", "training_digest",   "num_ops",
                    "groups",      "shapes",     "folds",        "buckets",           "devices",
-                   "sequence"});
+                   "sequence",    "meshes"});
   root.require_version(1);
   if (root.str_or("format", "hexisim-program") != "hexisim-program")
     root.at("format").fail("\"hexisim-program\"");
@@ -338,6 +349,10 @@ Program read_program_json(const JsonNode& root) {
     p.sequence = hexiseq::read_layout(*sq);
   } else if (p.zero_stage > 1) {
     root.at("zero_stage").fail("0 or 1 (ZeRO 2 and 3 are for sequence meshes)");
+  }
+  if (auto meshes = root.find("meshes")) {
+    for (std::size_t i = 0; i < meshes->size(); ++i)
+      p.meshes.push_back(hexiseq::read_layout(meshes->at(i)));
   }
   p.model_digest = root.str_or("model_digest", "");
   p.training_digest = root.str_or("training_digest", "");

@@ -46,7 +46,7 @@ TEST(PipelineCurve, BestSplitEqualsBruteForceOverAllSplits) {
       p.batch = m;
       int begin = 0;
       for (std::size_t s = 0; s < stages.size(); ++s) {
-        p.stages.push_back({stages[s], begin, begin + layers[s], {}, {}});
+        p.stages.push_back({stages[s], begin, begin + layers[s], {}, {}, {}});
         begin += layers[s];
       }
       plan.pipelines.push_back(p);

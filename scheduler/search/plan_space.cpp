@@ -267,7 +267,8 @@ Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
                              begin,
                              begin + layers[p][s],
                              {},
-                             recompute.empty() ? std::nullopt : recompute[p][s]});
+                             recompute.empty() ? std::nullopt : recompute[p][s],
+                             {}});
       begin += layers[p][s];
     }
     plan.pipelines.push_back(std::move(pipe));
