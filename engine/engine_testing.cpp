@@ -51,6 +51,7 @@ const std::vector<PlanCase>& shipped_sequence_plans() {
       {"tiny-seq-cpu", "tiny-seq-pp-tp2-mesh3.json"},
       {"tiny-seq-cpu", "tiny-seq-pp-mesh2-tp2.json"},
       {"tiny-seq-cpu-recompute", "tiny-seq-pp-mesh2-tp2.json"},
+      {"tiny-seq-cpu", "tiny-seq-pp-mesh2-mesh3.json"},
       {"tiny-seq-cpu", "tiny-seq-dp-tp2-vs-mesh.json"},
       {"tiny-seq-cpu-zero1", "tiny-seq-dp-tp2-vs-mesh.json"}};
   return cases;

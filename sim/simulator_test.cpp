@@ -698,8 +698,9 @@ TEST(Simulator, ProgramsWithCyclesOrTheWrongClusterAreBadInput) {
 TEST(Simulator, MeshStagePlanAgreesWithTheEstimate) {
   // A sequence mesh as a pipeline stage: llama2-7b cut to 8 layers on 8 A100 of one machine,
   // S = 4096; pipeline 0 = TP 2 (layers 0-3) then a mesh of devices 2, 3 (1536 + 1024
-  // tokens, 16 + 16 heads) and 4 (1536 tokens, 32 heads); alone, and next to a TP-2
-  // pipeline (DP across different layouts). The simulated program against the closed form.
+  // tokens, 16 + 16 heads) and 4 (1536 tokens, 32 heads); alone, next to a TP-2 pipeline
+  // (DP across different layouts), and after a 2-device Ulysses mesh instead of the TP stage
+  // (mesh to mesh). The simulated program against the closed form.
   Model m = *testing::shipped_models().find("llama2-7b");
   m.layers = 8;
   Cluster c = testing::make_cluster(1, 8);
@@ -707,26 +708,31 @@ TEST(Simulator, MeshStagePlanAgreesWithTheEstimate) {
   const char* mesh = R"({"layers": [4, 8], "sequence": {"groups": [
       {"devices": [2, 3], "tokens": 2560, "shards": [1536, 1024], "heads": [16, 16]},
       {"devices": [4], "tokens": 1536, "shards": [1536], "heads": [32]}]}})";
-  const std::string pipe0 = std::string(R"({"batch": 4, "stages": [
+  const std::string tp_then_mesh = std::string(R"({"batch": 4, "stages": [
       {"devices": [0, 1], "layers": [0, 4]}, )") +
-                            mesh + "]}";
-  for (int dp : {1, 2}) {
-    TrainingConfig t = testing::tiny_training(4 * dp, 1, 4096);
-    const std::string text =
-        R"({"version": 1, "pipelines": [)" + pipe0 +
-        (dp == 2 ? R"(, {"batch": 4, "stages": [{"devices": [5, 6], "layers": [0, 8]}]})" : "") +
-        "]}";
+                                   mesh + "]}";
+  const std::string mesh_then_mesh = std::string(R"({"batch": 4, "stages": [
+      {"layers": [0, 4], "sequence": {"groups": [
+        {"devices": [0, 1], "tokens": 4096, "shards": [2048, 2048], "heads": [16, 16]}]}}, )") +
+                                     mesh + "]}";
+  const std::string tp_pipeline =
+      R"({"batch": 4, "stages": [{"devices": [5, 6], "layers": [0, 8]}]})";
+  const std::vector<std::pair<const char*, std::string>> cases = {
+      {"TP 2 + mesh 3", tp_then_mesh},
+      {"TP 2 + mesh 3, next to a TP-2 pipeline", tp_then_mesh + ", " + tp_pipeline},
+      {"Ulysses mesh 2 + mesh 3", mesh_then_mesh}};
+  for (const auto& [label, pipelines] : cases) {
+    TrainingConfig t = testing::tiny_training(pipelines == cases[1].second ? 8 : 4, 1, 4096);
+    const std::string text = R"({"version": 1, "pipelines": [)" + pipelines + "]}";
     const Plan plan = testing::plan_from(Json::parse(text));
     const Estimate e = CostModel(c, m, t, prof).estimate(plan);
     auto out = simulate_plan(plan, c, m, t, prof, Granularity::kLayer);
     ASSERT_TRUE(out.ok()) << out.error().message;
     const double sim = out->report.iteration_time_s;
     std::printf(
-        "llama2-7b/8 layers, TP 2 + mesh 3 stage%s: simulated %.4f s, closed form %.4f s "
-        "(sim / closed %.4f)\n",
-        dp == 2 ? ", next to a TP-2 pipeline" : "", sim, e.iteration_time_s,
-        sim / e.iteration_time_s);
-    EXPECT_NEAR(sim, e.iteration_time_s, 0.05 * e.iteration_time_s) << "dp " << dp;
+        "llama2-7b/8 layers, %s: simulated %.4f s, closed form %.4f s (sim / closed %.4f)\n", label,
+        sim, e.iteration_time_s, sim / e.iteration_time_s);
+    EXPECT_NEAR(sim, e.iteration_time_s, 0.05 * e.iteration_time_s) << label;
     // The mesh devices' memory: the same accounting as the estimate's (mesh_stage_memory).
     int meshed = 0;
     for (const DeviceMetrics& d : out->report.devices) {
@@ -738,7 +744,7 @@ TEST(Simulator, MeshStagePlanAgreesWithTheEstimate) {
         }
       }
     }
-    EXPECT_EQ(meshed, 3);
+    EXPECT_EQ(meshed, pipelines == mesh_then_mesh ? 5 : 3);
   }
 }
 

@@ -39,11 +39,39 @@ bool Plan::has_mesh() const {
                      [](const Pipeline& p) { return p.has_mesh(); });
 }
 
+namespace {
+
+// Every mesh device's front and back rows, flat index order.
+std::vector<std::pair<int, TokenRange>> mesh_rows(const Stage& mesh) {
+  std::vector<std::pair<int, TokenRange>> out;
+  for (int g = 0; g < static_cast<int>(mesh.sequence->groups.size()); ++g) {
+    const SequenceGroup& group = mesh.sequence->groups[g];
+    for (int r = 0; r < group.size(); ++r) {
+      const MirroredShard rows = device_tokens(*mesh.sequence, g, r);
+      out.push_back({group.devices[r], rows.front});
+      out.push_back({group.devices[r], rows.back});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<MeshMessage> mesh_boundary(const Stage& from, const Stage& to) {
   std::vector<MeshMessage> out;
+  if (from.mesh() && to.mesh()) {  // each destination's rows from the sources holding them
+    const auto sources = mesh_rows(from);
+    for (const auto& [dst, want] : mesh_rows(to)) {
+      for (const auto& [src, have] : sources) {
+        const TokenRange both{std::max(want.begin, have.begin), std::min(want.end, have.end)};
+        if (both.size() > 0) out.push_back({src, dst, both});
+      }
+    }
+    return out;
+  }
   const Stage& mesh = from.mesh() ? from : to;
   const Stage& other = from.mesh() ? to : from;
-  if (!mesh.mesh() || other.mesh()) return out;
+  if (!mesh.mesh()) return out;
   const int n = mesh.tp(), t = other.tp();
   int i = 0;
   for (int g = 0; g < static_cast<int>(mesh.sequence->groups.size()); ++g) {
@@ -295,8 +323,8 @@ class PlanChecker {
     return {};
   }
 
-  // A pipeline with a mesh stage: one sequence per micro-batch, plain (not interleaved), no
-  // two mesh stages next to each other. (ZeRO 2-3 are refused for every pipeline plan.)
+  // A pipeline with a mesh stage: one sequence per micro-batch, plain (not interleaved).
+  // (ZeRO 2-3 are refused for every pipeline plan.)
   Status mesh_pipeline(const Pipeline& p, std::size_t pi) const {
     const std::string path = "/pipelines/" + std::to_string(pi);
     std::size_t first = 0;
@@ -313,15 +341,6 @@ class PlanChecker {
       return fail(mesh,
                   "a mesh stage in an interleaved pipeline (device groups repeated) is "
                   "not supported");
-    }
-    for (std::size_t s = 0; s + 1 < p.stages.size(); ++s) {
-      if (p.stages[s].mesh() && p.stages[s + 1].mesh()) {
-        return fail(stage_path(pi, s + 1) + "/sequence",
-                    "two adjacent mesh stages (" + std::to_string(s) + " and " +
-                        std::to_string(s + 1) +
-                        "): a boundary between meshes is not "
-                        "supported; merge them or put a TP stage between them");
-      }
     }
     return {};
   }

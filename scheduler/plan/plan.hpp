@@ -14,8 +14,8 @@
 // them so). Such a stage runs each micro-batch, one sequence (its pipeline's micro_batch
 // must be 1), through its layers as the mesh runs it: token shards, ragged all-to-alls and
 // the ring; every device of the mesh holds the stage's whole weights. Not with head_split,
-// recompute (the training config's), interleaving, or next to another mesh stage (ZeRO
-// 0-1, as every pipeline plan).
+// recompute (the training config's) or interleaving (ZeRO 0-1, as every pipeline plan). Two
+// mesh stages may follow each other with different layouts.
 // Details: scheduler/README.md, "Sequence meshes as pipeline stages".
 // Optional top level: "scheduler", "comment" (free text, kept on round trips).
 //
@@ -101,7 +101,10 @@ struct MeshMessage {
 // index, group by group) gets its front and back rows (hexiseq::device_tokens) from TP rank
 // i * ts / n of the other stage, which holds the whole sequence; out of a mesh, every mesh
 // device sends its front and back rows to every TP rank (which then holds the whole
-// sequence: no all-gather). Empty ranges are left out. Neither side a mesh: empty.
+// sequence: no all-gather); mesh to mesh, each destination device gets the part of its front
+// and back rows that each source device holds (fronts tile [0, S/2), backs [S/2, S): at most
+// one front and one back message per pair). Empty ranges are left out. Neither side a mesh:
+// empty.
 std::vector<MeshMessage> mesh_boundary(const Stage& from, const Stage& to);
 
 // Syntax and local consistency (types, ranges, head_split sizes).
@@ -116,7 +119,7 @@ std::string plan_text(const Plan& plan);
 // batch shares sum to the global batch in whole micro-batches, TP degrees divide the
 // heads (or an explicit head_split); a mesh stage's layout is structurally valid
 // (hexiseq::validate_structure: tokens summing to seq_len...), its pipeline has micro_batch
-// 1, is not interleaved and no two mesh stages are adjacent. Errors name
+// 1 and is not interleaved. Errors name
 // `origin` and the JSON path.
 // Memory is checked by the estimate (it needs the cost model), see estimate.hpp.
 Status validate_plan(const Plan& plan, const Cluster& cluster, const Model& model,

@@ -265,12 +265,6 @@ TEST(Plan, MeshStageErrors) {
       {edited(kMeshPlan, R"({"layers": [4, 8], "sequence")",
               R"({"head_split": [2, 2], "layers": [4, 8], "sequence")"),
        "p.json: " + stage + "/head_split: expected no head_split on a mesh stage"},
-      {edited(kMeshPlan, R"({"devices": [0, 1], "layers": [0, 4]})",
-              R"({"layers": [0, 4], "sequence": {"groups": [
-                 {"devices": [0, 1], "tokens": 64, "shards": [32, 32], "heads": [2, 2]}]}})"),
-       "p.json: " + stage +
-           "/sequence: two adjacent mesh stages (0 and 1): a boundary between meshes is not "
-           "supported"},
   };
   for (const auto& [text, expected] : cases) {
     Status st = validate(text);
@@ -304,6 +298,20 @@ TEST(Plan, MeshBoundaryMessagesCarryEachDevicesRows) {
             "2->0 [0,12) 2->1 [0,12) 2->0 [52,64) 2->1 [52,64) 3->0 [12,20) 3->1 [12,20) "
             "3->0 [44,52) 3->1 [44,52) 4->0 [20,32) 4->1 [20,32) 4->0 [32,44) 4->1 [32,44) ");
   EXPECT_TRUE(mesh_boundary(tp, plan->pipelines[1].stages[0]).empty());
+  // Mesh to mesh: a one-group mesh of devices 0, 1 (32 + 32 tokens: [0, 16) + [48, 64) and
+  // [16, 32) + [32, 48)) before kMeshPlan's: each destination's rows from their holders.
+  auto first = parse(R"({"version": 1, "pipelines": [{"batch": 8, "stages": [
+    {"layers": [0, 4], "sequence": {"groups": [
+      {"devices": [0, 1], "tokens": 64, "shards": [32, 32], "heads": [2, 2]}]}},
+    {"layers": [4, 8], "sequence": {"groups": [
+      {"devices": [2, 3], "tokens": 40, "shards": [24, 16], "heads": [2, 2]},
+      {"devices": [4], "tokens": 24, "shards": [24], "heads": [4]}]}}]}]})");
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_TRUE(validate(plan_text(*first)).ok()) << validate(plan_text(*first)).error().message;
+  const auto& two = first->pipelines[0].stages;
+  EXPECT_EQ(text(mesh_boundary(two[0], two[1])),
+            "0->2 [0,12) 0->2 [52,64) 0->3 [12,16) 1->3 [16,20) 0->3 [48,52) 1->3 [44,48) "
+            "1->4 [20,32) 1->4 [32,44) ");
 }
 
 }  // namespace
