@@ -76,8 +76,7 @@ std::vector<int> interleave_pipelines(const CostModel& cm, ScoredPlan& best, int
   for (std::size_t pi = 0; pi < best.plan.pipelines.size(); ++pi) {
     const Pipeline plain = best.plan.pipelines[pi];
     const int p = static_cast<int>(plain.stages.size());
-    if (p < 2 || plain.chunks() > 1 || plain.has_mesh() || plain.micro_batches() % p != 0)
-      continue;
+    if (p < 2 || plain.chunks() > 1 || plain.has_mesh() || plain.micro_batches() % p != 0) continue;
     int fewest = plain.stages.front().layers();
     for (const Stage& s : plain.stages) fewest = std::min(fewest, s.layers());
     for (int v = 2; v <= std::min(max_chunks, fewest); ++v) {
