@@ -110,8 +110,10 @@ void set_ring_hops(const Cluster& cluster, const std::vector<int>& devices,
 // Time (s) of each ring step of one layer, forward or backward. The ring runs in lockstep
 // (the send of step k+1 forwards the block received in step k): step k lasts the slowest
 // rank's max(compute of the visiting block, transfer of the next block); the last step
-// has no transfer. Backward steps carry K, V, dK, dV, compute 2.5x, and one extra step
-// brings every block's dK, dV home.
+// has no transfer. Backward, compute 2.5x; each step's dK, dV leave when it ends, beside
+// the next K, V (ring-flash-attention's loop): step 0 carries K, V, steps 1..P-2 K, V, dK,
+// dV, the last step the dK, dV of step P-2, and one extra step brings every block's dK, dV
+// home.
 std::vector<double> ring_step_times(const AttentionShape& a, const std::vector<RingRank>& ranks,
                                     bool backward);
 double ring_time(const AttentionShape& a, const std::vector<RingRank>& ranks, bool backward);
