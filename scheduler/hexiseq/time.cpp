@@ -122,11 +122,29 @@ class RingModel {
     return b;
   }
 
+  // How long the backlog's busiest NIC still needs alone (s).
+  double left_s(const NicBacklog& b) const {
+    double left = 0;
+    for (std::size_t s = 0; s < nic_Bps_.size(); ++s) {
+      left = std::max(left, std::max(b.out[s], b.in[s]) / nic_Bps_[s]);
+    }
+    return left;
+  }
+
   // `seconds` with the ring's NICs free: the backlog moves at their full rate.
-  void drain(NicBacklog& b, double seconds) const {
-    for (std::size_t s = 0; s < nic_Bps_.size() && seconds > 0; ++s) {
-      b.out[s] = std::max(0.0, b.out[s] - seconds * nic_Bps_[s]);
-      b.in[s] = std::max(0.0, b.in[s] - seconds * nic_Bps_[s]);
+  // A NIC stays free as long as the later end of its ring hops takes (`seconds`, by layout
+  // order: each device's NIC-free work before the ring).
+  void drain(NicBacklog& b, const std::vector<double>& seconds) const {
+    std::vector<double> out(nic_Bps_.size(), 0.0), in(nic_Bps_.size(), 0.0);
+    for (const Link& l : links_) {
+      if (!l.off_machine) continue;
+      const double free = std::max(seconds[l.src], seconds[l.dst]);
+      out[l.src_nic] = std::max(out[l.src_nic], free);
+      in[l.dst_nic] = std::max(in[l.dst_nic], free);
+    }
+    for (std::size_t s = 0; s < nic_Bps_.size(); ++s) {
+      b.out[s] = std::max(0.0, b.out[s] - out[s] * nic_Bps_[s]);
+      b.in[s] = std::max(0.0, b.in[s] - in[s] * nic_Bps_[s]);
     }
   }
 
@@ -485,18 +503,18 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
     // beside a scatter and a gather, issued at the replay: before the replay ring, the
     // Q, K, V all-to-all leaves the NICs free (about half the forward's all-to-all time);
     // between the two rings the post-attention work of both passes, the output and dO
-    // all-to-alls (`between`). Each window is the longest over the mesh's devices: a ring's
-    // transfers start once both ends have reached it.
-    double before = 0, qkv = 0, between = 0;
+    // all-to-alls (`between`). Each NIC's window is the longest of its ring hops' ends: a
+    // ring's transfers start once both ends have reached it.
+    std::vector<double> before, qkv, between;  // layout order
     for (std::size_t g = 0; g < layout.groups.size(); ++g) {
       const SequenceGroup& group = layout.groups[g];
       const double free_a2a = one_machine(cluster_, group.devices) ? a2a_forward[g] : 0.0;
       for (int r = 0; r < group.size(); ++r) {
         const double all = token_wise_of(group.devices[r], group.shards[r], false);
         const double fwd = token_wise_of(group.devices[r], group.shards[r], true);
-        before = std::max(before, fwd + free_a2a);
-        qkv = std::max(qkv, replay * free_a2a / 2);
-        between = std::max(between, all - fwd + free_a2a * (replay > 0 ? 1.0 : 0.5));
+        before.push_back(fwd + free_a2a);
+        qkv.push_back(replay * free_a2a / 2);
+        between.push_back(all - fwd + free_a2a * (replay > 0 ? 1.0 : 0.5));
       }
     }
     const std::vector<int> mesh = layout.devices();
@@ -512,6 +530,12 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
     }
     forward_ring.drain(both, between);
     backward = backward_ring.run(&both);
+    // What is still left when a pass's ring ends holds up the next pass that needs it (the
+    // next layer waits for its weights): the passes end that much later on every device.
+    const double forward_left = forward_ring.left_s(gather),
+                 backward_left = backward_ring.left_s(both);
+    for (double& end : forward) end += forward_left;
+    for (double& end : backward) end += backward_left;
   } else {
     forward = forward_ring.run();
     replayed = forward;
