@@ -303,11 +303,10 @@ class RingModel {
     if (flows == 0) return ring_s;
     const double rate = nic_Bps_[slot];
     backlog = std::max(0.0, backlog - std::max(0.0, at - free_from) * rate);
-    const double beside = std::min(backlog, ring_s * rate / flows);  // bytes
-    backlog -= beside;
-    const double took = ring_s + beside / rate;
-    free_from = std::max(free_from, at + took);
-    return took;
+    const SharedNic shared = shared_nic(ring_s * rate, flows, backlog, rate);
+    backlog -= shared.moved_bytes;
+    free_from = std::max(free_from, at + shared.ring_s);
+    return shared.ring_s;
   }
   // The backlog moving alone until `t` on every NIC.
   void drain_until(double t) const {
