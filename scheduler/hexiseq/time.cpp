@@ -106,8 +106,10 @@ class RingModel {
   }
 
   // A backlog of `bytes` on every NIC slot a ring hop and a hop of the mesh's ring order
-  // (`mesh`, the ZeRO collectives' ring) both use, one direction each.
-  NicBacklog backlog(const std::vector<int>& mesh, double bytes) const {
+  // (`mesh`, the ZeRO collectives' ring) both use, one direction each; the collective moves
+  // at most `collective_Bps` (its ring's slowest edge at its transport's efficiency), so a
+  // NIC sees its bytes as that much more of its own time.
+  NicBacklog backlog(const std::vector<int>& mesh, double bytes, double collective_Bps) const {
     NicBacklog b{std::vector<double>(nic_Bps_.size(), 0.0),
                  std::vector<double>(nic_Bps_.size(), 0.0)};
     const Cluster& c = cost_.cluster();
@@ -115,9 +117,13 @@ class RingModel {
     for (int i = 0; i < n && n > 1; ++i) {
       const int from = mesh[i], to = mesh[(i + 1) % n];
       if (c.devices()[from].machine == c.devices()[to].machine) continue;
+      auto as_nic = [&](int slot) {
+        return bytes * nic_Bps_[slot] / std::min(nic_Bps_[slot], collective_Bps);
+      };
       if (const auto it = slot_.find(nic_of(c, from)); it != slot_.end())
-        b.out[it->second] += bytes;
-      if (const auto it = slot_.find(nic_of(c, to)); it != slot_.end()) b.in[it->second] += bytes;
+        b.out[it->second] += as_nic(it->second);
+      if (const auto it = slot_.find(nic_of(c, to)); it != slot_.end())
+        b.in[it->second] += as_nic(it->second);
     }
     return b;
   }
@@ -518,11 +524,12 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
     }
     const std::vector<int> mesh = layout.devices();
     const double n = static_cast<double>(mesh.size());
-    const double hop = (n - 1) / n * training_.bytes_per_element() * model_.layer_params();
-    NicBacklog gather = forward_ring.backlog(mesh, hop);
+    const double bytes = training_.bytes_per_element() * model_.layer_params();
+    const double hop = (n - 1) / n * bytes, rate = ring_link(cluster_, mesh, bytes).first;
+    NicBacklog gather = forward_ring.backlog(mesh, hop, rate);
     forward_ring.drain(gather, before);
     forward = forward_ring.run(&gather);
-    NicBacklog both = forward_ring.backlog(mesh, 2 * hop);
+    NicBacklog both = forward_ring.backlog(mesh, 2 * hop, rate);
     if (replay > 0) {
       forward_ring.drain(both, qkv);
       replayed = forward_ring.run(&both);
