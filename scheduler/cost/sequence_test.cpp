@@ -186,6 +186,12 @@ TEST(Sequence, RingTimeOnEqualShards) {
   const double home = 2.0 * 1024 * 8 * 128 * 4 / 1e11;
   EXPECT_DOUBLE_EQ(ring_time(a32, fast, true), 2.5 * c_diag + 3 * 2.5 * c_off + home);
   EXPECT_EQ(ring_step_times(a32, fast, true).size(), 5u);
+  // Backward at 10 GB/s, transfers exposed: each step's dK, dV leave when it ends, beside the
+  // next K, V (ring-flash-attention's loop): step 0 waits for K, V alone (419.4 us), steps 1
+  // and 2 for K, V, dK, dV (1258.3 us), the last step for the dK, dV of step 1 (838.9 us),
+  // then every dK, dV comes home (838.9 us).
+  const double kv = 4194304.0 / 1e10, grads = 8388608.0 / 1e10;
+  EXPECT_DOUBLE_EQ(ring_time(a32, slow, true), kv + 2 * (kv + grads) + grads + grads);
   // One rank: the diagonal only.
   EXPECT_DOUBLE_EQ(ring_time(a, equal_ring(1, 1024, 1e14, 0), false), c_diag);
 }
