@@ -347,6 +347,39 @@ class RingModel {
   mutable std::vector<int> flows_out_, flows_in_;
 };
 
+// The NIC-free time before each ZeRO-3 ring pass, per device in layout order (layer()).
+struct ZeroWindows {
+  std::vector<double> before, qkv, between;  // forward ring; replay ring; backward ring
+  bool replay = false;
+};
+
+// The ring ends of one layer's forward, replay and backward beside ZeRO-3's collectives of
+// `bytes` each (a gather forward; a scatter and a gather from the replay on), over the
+// mesh's ring order `mesh` at `rate` bytes/s.
+void beside_zero(const RingModel& forward_ring, const RingModel& backward_ring,
+                 const std::vector<int>& mesh, double bytes, double rate, const ZeroWindows& w,
+                 std::vector<double>& forward, std::vector<double>& replayed,
+                 std::vector<double>& backward) {
+  const double n = static_cast<double>(mesh.size());
+  const double hop = (n - 1) / n * bytes;
+  NicBacklog gather = forward_ring.backlog(mesh, hop, rate);
+  forward_ring.drain(gather, w.before);
+  forward = forward_ring.run(&gather);
+  NicBacklog both = forward_ring.backlog(mesh, 2 * hop, rate);
+  if (w.replay) {
+    forward_ring.drain(both, w.qkv);
+    replayed = forward_ring.run(&both);
+  }
+  forward_ring.drain(both, w.between);
+  backward = backward_ring.run(&both);
+  // What is still left when a pass's ring ends holds up the next pass that needs it (the
+  // next layer waits for its weights): the passes end that much later on every device.
+  const double forward_left = forward_ring.left_s(gather),
+               backward_left = backward_ring.left_s(both);
+  for (double& end : forward) end += forward_left;
+  for (double& end : backward) end += backward_left;
+}
+
 // Everything but the attention core of `ks`.
 std::vector<Kernel> without_core(std::vector<Kernel> ks) {
   std::erase_if(ks, [](const Kernel& k) { return k.cls == KernelClass::kAttention; });
@@ -522,26 +555,11 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
         between.push_back(all - fwd + free_a2a * (replay > 0 ? 1.0 : 0.5));
       }
     }
-    const std::vector<int> mesh = layout.devices();
-    const double n = static_cast<double>(mesh.size());
     const double bytes = training_.bytes_per_element() * model_.layer_params();
-    const double hop = (n - 1) / n * bytes, rate = ring_link(cluster_, mesh, bytes).first;
-    NicBacklog gather = forward_ring.backlog(mesh, hop, rate);
-    forward_ring.drain(gather, before);
-    forward = forward_ring.run(&gather);
-    NicBacklog both = forward_ring.backlog(mesh, 2 * hop, rate);
-    if (replay > 0) {
-      forward_ring.drain(both, qkv);
-      replayed = forward_ring.run(&both);
-    }
-    forward_ring.drain(both, between);
-    backward = backward_ring.run(&both);
-    // What is still left when a pass's ring ends holds up the next pass that needs it (the
-    // next layer waits for its weights): the passes end that much later on every device.
-    const double forward_left = forward_ring.left_s(gather),
-                 backward_left = backward_ring.left_s(both);
-    for (double& end : forward) end += forward_left;
-    for (double& end : backward) end += backward_left;
+    const ZeroWindows windows{before, qkv, between, replay > 0};
+    beside_zero(forward_ring, backward_ring, layout.devices(), bytes,
+                ring_link(cluster_, layout.devices(), bytes).first, windows, forward, replayed,
+                backward);
   } else {
     forward = forward_ring.run();
     replayed = forward;

@@ -41,7 +41,9 @@
 // on the GPU's rail, and a sequence mesh's ZeRO ring crosses where the CP ring does): each
 // ring run carries a backlog of their bytes per NIC, which moves alone while the NIC is free
 // and, beside r ring flows, takes its fair 1 / (r + 1) of it (max-min sharing, as the
-// simulator's network model), slowing those flows; layer() says which collectives each pass
+// simulator's network model), slowing those flows. The bytes count at the collective's own
+// rate (its ring's slowest edge), and what is left when a pass's ring ends holds up the next
+// pass (the next layer waits for its weights); layer() says which collectives each pass
 // carries and which NIC-free windows drain them before it.
 //
 // Sub-rings: groups may split the heads differently. The ring then runs one sub-ring per
