@@ -470,12 +470,14 @@ Report hexiseq_report(const ResultTable& t, bool quick, const std::string& sweep
          "public FlashAttention measurements, gives Hopper's attention kernels a smaller share "
          "of their peak than Ampere's (`hexisim info --profile`: forward and backward "
          "efficiencies per architecture); long-context layers are attention-bound, so the "
-         "H100-heavy side computes less per peak FLOP than the A100 side, whatever the layout.\n"
+         "H100-heavy side computes less per peak FLOP than the A100 side, whatever the layout "
+         "(with every device busy all layer and no communication, 0.85x: "
+         "`scheduler/README.md`, FLOP-matched pairs).\n"
       << "- **hexisim's HexiSeq solves integer programs** (GLPK here) where the paper's "
          "scheduler uses coordinate descent; both aim at the same layouts.\n"
       << "- **Simulated runs** move every ring step and all-to-all through SimGrid's flows; "
          "where the closed form and the simulation disagree, the simulation's figure is the one "
-         "to trust (`scheduler/README.md` lists the closed form's known optimism).\n";
+         "to trust (`scheduler/README.md` lists what the closed form simplifies).\n";
   if (quick) {
     out << "- **--quick** takes each cluster at one context length and simulates only up to 32 "
            "GPUs; the full run (`hexisim reproduce hexiseq`) takes several context lengths and "

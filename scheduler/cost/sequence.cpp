@@ -142,16 +142,22 @@ std::vector<double> ring_step_times(const AttentionShape& a, const std::vector<R
                                     bool backward) {
   const int p = ring_size(ranks);
   const std::vector<std::int64_t> lengths = ring_lengths(ranks);
-  const int step_bytes = a.bytes_per_element + (backward ? a.grad_bytes_per_element : 0);
   std::vector<double> steps(p, 0.0);
   for (int k = 0; k < p; ++k) {
+    // Backward, step k's transfer carries the dK, dV of step k - 1 (none at step 0) and the
+    // K, V of step k + 1 (none at the last step).
+    const int step_bytes =
+        (k + 1 < p ? a.bytes_per_element : 0) + (backward && k > 0 ? a.grad_bytes_per_element : 0);
     for (int i = 0; i < p; ++i) {
       const std::int64_t pairs = mirrored_block_pairs(lengths, i, visiting_rank(i, k, p));
       const double flops = backward ? attention_backward_flops(pairs, a.q_heads, a.head_dim)
                                     : attention_forward_flops(pairs, a.q_heads, a.head_dim);
       double transfer = 0;
-      if (k + 1 < p) {
-        const double bytes = kv_bytes(a, lengths[visiting_rank(i, k + 1, p)], step_bytes);
+      if (step_bytes > 0) {
+        // The block arriving for step k + 1 (backward, the last step's dK, dV: the block
+        // this rank's predecessor held at step k - 1, the one this rank holds at step k).
+        const double bytes =
+            kv_bytes(a, lengths[visiting_rank(i, std::min(k + 1, p - 1), p)], step_bytes);
         transfer = p2p_time(bytes, ranks[i].recv_Bps, ranks[i].recv_latency_s);
       }
       steps[k] = std::max({steps[k], flops / ranks[i].attention_flops_s, transfer});
@@ -215,6 +221,12 @@ Eigen::MatrixXd ulysses_output_bytes(const AttentionShape& a, const UlyssesGroup
     }
   }
   return bytes;
+}
+
+SharedNic shared_nic(double ring_bytes, int flows, double backlog, double Bps) {
+  if (flows <= 0 || ring_bytes <= 0) return {0.0, 0.0};
+  const double moved = std::clamp(ring_bytes / flows, 0.0, std::max(backlog, 0.0));
+  return {(ring_bytes + moved) / Bps, moved};
 }
 
 double all_to_all_time(const Eigen::MatrixXd& bytes, const Eigen::MatrixXd& bandwidth_Bps,

@@ -110,8 +110,10 @@ void set_ring_hops(const Cluster& cluster, const std::vector<int>& devices,
 // Time (s) of each ring step of one layer, forward or backward. The ring runs in lockstep
 // (the send of step k+1 forwards the block received in step k): step k lasts the slowest
 // rank's max(compute of the visiting block, transfer of the next block); the last step
-// has no transfer. Backward steps carry K, V, dK, dV, compute 2.5x, and one extra step
-// brings every block's dK, dV home.
+// has no transfer. Backward, compute 2.5x; each step's dK, dV leave when it ends, beside
+// the next K, V (ring-flash-attention's loop): step 0 carries K, V, steps 1..P-2 K, V, dK,
+// dV, the last step the dK, dV of step P-2, and one extra step brings every block's dK, dV
+// home.
 std::vector<double> ring_step_times(const AttentionShape& a, const std::vector<RingRank>& ranks,
                                     bool backward);
 double ring_time(const AttentionShape& a, const std::vector<RingRank>& ranks, bool backward);
@@ -138,6 +140,17 @@ std::vector<int> group_kv_heads(const AttentionShape& a, const std::vector<int>&
 // Q, K, V reversed (replicated kv heads' partial dK, dV are summed by the token owner).
 Eigen::MatrixXd ulysses_qkv_bytes(const AttentionShape& a, const UlyssesGroup& g);
 Eigen::MatrixXd ulysses_output_bytes(const AttentionShape& a, const UlyssesGroup& g);
+
+// One NIC direction shared, max-min fairly (as the simulator's network model), by `flows`
+// ring flows carrying `ring_bytes` in all (equal parts) and one more flow with `backlog`
+// bytes left (ZeRO-3's collective on its own stream): every flow gets 1 / (flows + 1) of
+// `Bps` until one ends. The ring flows take (ring_bytes + moved) / Bps, where the backlog
+// moves min(backlog, ring_bytes / flows) meanwhile.
+struct SharedNic {
+  double ring_s = 0;       // s, the ring flows' time
+  double moved_bytes = 0;  // the backlog's bytes moved meanwhile
+};
+SharedNic shared_nic(double ring_bytes, int flows, double backlog, double Bps);
 
 // Time (s) of one all-to-all with bytes(src, dst) over per-pair bandwidths bw(src, dst)
 // (bytes/s, the cluster's single-flow path bottleneck) and latencies. Model: a device's

@@ -186,6 +186,12 @@ TEST(Sequence, RingTimeOnEqualShards) {
   const double home = 2.0 * 1024 * 8 * 128 * 4 / 1e11;
   EXPECT_DOUBLE_EQ(ring_time(a32, fast, true), 2.5 * c_diag + 3 * 2.5 * c_off + home);
   EXPECT_EQ(ring_step_times(a32, fast, true).size(), 5u);
+  // Backward at 10 GB/s, transfers exposed: each step's dK, dV leave when it ends, beside the
+  // next K, V (ring-flash-attention's loop): step 0 waits for K, V alone (419.4 us), steps 1
+  // and 2 for K, V, dK, dV (1258.3 us), the last step for the dK, dV of step 1 (838.9 us),
+  // then every dK, dV comes home (838.9 us).
+  const double kv = 4194304.0 / 1e10, grads = 8388608.0 / 1e10;
+  EXPECT_DOUBLE_EQ(ring_time(a32, slow, true), kv + 2 * (kv + grads) + grads + grads);
   // One rank: the diagonal only.
   EXPECT_DOUBLE_EQ(ring_time(a, equal_ring(1, 1024, 1e14, 0), false), c_diag);
 }
@@ -282,6 +288,22 @@ TEST(Sequence, AllToAllTimeIsTheSlowestDevicesPort) {
   b3.diagonal().setZero();
   Eigen::MatrixXd bw3{{0, 1e11, 1e10}, {1e11, 0, 1e10}, {1e10, 1e10, 0}};
   EXPECT_DOUBLE_EQ(all_to_all_time(b3, bw3, Eigen::MatrixXd::Zero(3, 3)), 0.2);
+}
+
+TEST(Sequence, SharedNicGivesEveryFlowItsFairShare) {
+  // A 10 GB/s NIC, two ring flows of 50 MB beside a 1 GB backlog: three flows at 3.33 GB/s,
+  // the ring's end after 15 ms (50 MB / 3.33 GB/s), the backlog 50 MB further.
+  SharedNic s = shared_nic(100e6, 2, 1e9, 10e9);
+  EXPECT_DOUBLE_EQ(s.ring_s, 0.015);
+  EXPECT_DOUBLE_EQ(s.moved_bytes, 50e6);
+  // A 20 MB backlog ends first (after 6 ms at 3.33 GB/s); the ring's remaining 60 MB then
+  // take the whole NIC: 12 ms, the 120 MB at 10 GB/s.
+  s = shared_nic(100e6, 2, 20e6, 10e9);
+  EXPECT_DOUBLE_EQ(s.ring_s, 0.012);
+  EXPECT_DOUBLE_EQ(s.moved_bytes, 20e6);
+  // No backlog: the ring alone, 10 ms. No ring flow: nothing moves beside it.
+  EXPECT_DOUBLE_EQ(shared_nic(100e6, 2, 0, 10e9).ring_s, 0.01);
+  EXPECT_DOUBLE_EQ(shared_nic(0, 0, 1e9, 10e9).moved_bytes, 0.0);
 }
 
 TEST(Sequence, ModelStatesByZeroStage) {

@@ -1,6 +1,7 @@
 #include "scheduler/hexiseq/time.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -39,6 +40,16 @@ struct Link {
   int src_nic = 0, dst_nic = 0;  // off machine: the NICs' slots (RingModel::nic_Bps_)
 };
 
+// Bytes another transfer (ZeRO-3's collectives on the DP stream) still has to move through
+// each of the ring's NICs (RingModel's slots), one direction each.
+struct NicBacklog {
+  std::vector<double> out, in;
+  bool empty() const {
+    return std::all_of(out.begin(), out.end(), [](double b) { return b <= 0; }) &&
+           std::all_of(in.begin(), in.end(), [](double b) { return b <= 0; });
+  }
+};
+
 class RingModel {
  public:
   RingModel(const SequenceCost& cost, const SequenceLayout& layout, bool backward)
@@ -60,23 +71,87 @@ class RingModel {
   }
 
   // When each device ends its last step (and, backward, has its block's dK, dV home).
-  std::vector<double> run() const {
+  // `backlog` (may be null): bytes of ZeRO-3's collectives on the ring's NICs, moving beside
+  // the ring's hops from its start; it is left with what remains at the ring's end.
+  std::vector<double> run(NicBacklog* backlog = nullptr) const {
     const int n = static_cast<int>(ranks_.size());
     std::vector<double> start(n, 0.0), end(n, 0.0);
+    backlog_ = backlog != nullptr && !backlog->empty() ? backlog : nullptr;
+    if (backlog_ != nullptr) {
+      free_out_.assign(nic_Bps_.size(), 0.0);
+      free_in_.assign(nic_Bps_.size(), 0.0);
+    }
     for (int i = 0; i < n; ++i) end[i] = compute_s(i, 0);
-    const int step_bytes = a_.bytes_per_element + (backward_ ? a_.grad_bytes_per_element : 0);
     for (int k = 0; k + 1 < p_; ++k) {
-      const std::vector<double>& arrive = next_blocks(k, step_bytes, start);
+      // Backward, step k's K, V leave beside the dK, dV of step k - 1 (sent when that step
+      // ended, as step k started); step 0's alone.
+      const int bytes = a_.bytes_per_element + (backward_ && k > 0 ? a_.grad_bytes_per_element : 0);
+      const std::vector<double>& arrive = next_blocks(k, bytes, start);
       for (int i = 0; i < n; ++i) {
         start[i] = std::max(end[i], arrive[i]);
         end[i] = start[i] + compute_s(i, k + 1);
       }
     }
-    if (!backward_ || p_ == 1) return end;
-    // Each group's own block ends the loop at the previous group: its dK, dV come home.
-    const std::vector<double>& home = own_blocks(end);
-    for (int i = 0; i < n; ++i) end[i] = std::max(end[i], home[i]);
+    if (backward_ && p_ > 1) {
+      // The dK, dV of step P - 2 leave as the last step starts; each group's own block ends
+      // the loop at the previous group, and its dK, dV come home after both.
+      const std::vector<double>& last = last_grads(start);
+      for (int i = 0; i < n; ++i) start[i] = std::max(end[i], last[i]);
+      const std::vector<double>& home = own_blocks(start);
+      for (int i = 0; i < n; ++i) end[i] = std::max(end[i], home[i]);
+    }
+    if (backlog_ != nullptr) drain_until(*std::max_element(end.begin(), end.end()));
+    backlog_ = nullptr;
     return end;
+  }
+
+  // A backlog of `bytes` on every NIC slot a ring hop and a hop of the mesh's ring order
+  // (`mesh`, the ZeRO collectives' ring) both use, one direction each; the collective moves
+  // at most `collective_Bps` (its ring's slowest edge at its transport's efficiency), so a
+  // NIC sees its bytes as that much more of its own time.
+  NicBacklog backlog(const std::vector<int>& mesh, double bytes, double collective_Bps) const {
+    NicBacklog b{std::vector<double>(nic_Bps_.size(), 0.0),
+                 std::vector<double>(nic_Bps_.size(), 0.0)};
+    const Cluster& c = cost_.cluster();
+    const int n = static_cast<int>(mesh.size());
+    for (int i = 0; i < n && n > 1; ++i) {
+      const int from = mesh[i], to = mesh[(i + 1) % n];
+      if (c.devices()[from].machine == c.devices()[to].machine) continue;
+      auto as_nic = [&](int slot) {
+        return bytes * nic_Bps_[slot] / std::min(nic_Bps_[slot], collective_Bps);
+      };
+      if (const auto it = slot_.find(nic_of(c, from)); it != slot_.end())
+        b.out[it->second] += as_nic(it->second);
+      if (const auto it = slot_.find(nic_of(c, to)); it != slot_.end())
+        b.in[it->second] += as_nic(it->second);
+    }
+    return b;
+  }
+
+  // How long the backlog's busiest NIC still needs alone (s).
+  double left_s(const NicBacklog& b) const {
+    double left = 0;
+    for (std::size_t s = 0; s < nic_Bps_.size(); ++s) {
+      left = std::max(left, std::max(b.out[s], b.in[s]) / nic_Bps_[s]);
+    }
+    return left;
+  }
+
+  // `seconds` with the ring's NICs free: the backlog moves at their full rate.
+  // A NIC stays free as long as the later end of its ring hops takes (`seconds`, by layout
+  // order: each device's NIC-free work before the ring).
+  void drain(NicBacklog& b, const std::vector<double>& seconds) const {
+    std::vector<double> out(nic_Bps_.size(), 0.0), in(nic_Bps_.size(), 0.0);
+    for (const Link& l : links_) {
+      if (!l.off_machine) continue;
+      const double free = std::max(seconds[l.src], seconds[l.dst]);
+      out[l.src_nic] = std::max(out[l.src_nic], free);
+      in[l.dst_nic] = std::max(in[l.dst_nic], free);
+    }
+    for (std::size_t s = 0; s < nic_Bps_.size(); ++s) {
+      b.out[s] = std::max(0.0, b.out[s] - out[s] * nic_Bps_[s]);
+      b.in[s] = std::max(0.0, b.in[s] - in[s] * nic_Bps_[s]);
+    }
   }
 
  private:
@@ -102,7 +177,7 @@ class RingModel {
         kv[{first_[g] + rings_.owner[g][m], first_[prev] + rings_.owner[prev][m]}] += rings_.kv[m];
       }
     }
-    std::map<int, int> slot;  // nic_of -> its slot
+    std::map<int, int>& slot = slot_;  // nic_of -> its slot
     auto slot_of = [&](int device) {
       const auto [it, fresh] = slot.emplace(nic_of(c, device), static_cast<int>(slot.size()));
       if (fresh) nic_Bps_.push_back(nic_Bps(c, it->first));
@@ -138,6 +213,14 @@ class RingModel {
         posted);
   }
   // After the last step: when each group's own dK, dV are home.
+  // At the last step's start: when the dK, dV of step P - 2 have reached the next group.
+  const std::vector<double>& last_grads(const std::vector<double>& posted) const {
+    return arrivals(
+        [&](const Link& l) {
+          return link_bytes(l, visiting(ranks_[l.dst].group, p_ - 1), a_.grad_bytes_per_element);
+        },
+        posted);
+  }
   const std::vector<double>& own_blocks(const std::vector<double>& posted) const {
     return arrivals(
         [&](const Link& l) {
@@ -177,6 +260,7 @@ class RingModel {
       nic_out[l.src_nic] += bytes[k] / nic_Bps_[l.src_nic];
       nic_in[l.dst_nic] += bytes[k] / nic_Bps_[l.dst_nic];
     }
+    if (backlog_ != nullptr) share_with_backlog(posted);
     std::vector<double>& arrive = arrive_;
     arrive.assign(n, 0.0);
     for (std::size_t k = 0; k < links_.size(); ++k) {
@@ -192,6 +276,56 @@ class RingModel {
     return arrive;
   }
 
+  // The backlog's bytes move at the NIC's full rate while the ring's hops leave it free, and
+  // share it max-min fairly with them: a NIC whose m ring flows carry R bytes this step beside
+  // a backlog b takes (R + min(b, R / m)) / bandwidth for them, the backlog moving min(b, R /
+  // m) meanwhile (each of the m + 1 flows gets 1 / (m + 1) of the NIC until one ends). Turns
+  // nic_out_ / nic_in_ (the ring's bytes alone, s) into those times.
+  void share_with_backlog(const std::vector<double>& posted) const {
+    const std::size_t slots = nic_Bps_.size();
+    flows_out_.assign(slots, 0);
+    flows_in_.assign(slots, 0);
+    post_out_.assign(slots, kNever);
+    post_in_.assign(slots, kNever);
+    for (std::size_t k = 0; k < links_.size(); ++k) {
+      const Link& l = links_[k];
+      if (!l.off_machine || bytes_[k] <= 0) continue;
+      const double at = std::max(posted[l.src], posted[l.dst]);
+      ++flows_out_[l.src_nic];
+      ++flows_in_[l.dst_nic];
+      post_out_[l.src_nic] = std::min(post_out_[l.src_nic], at);
+      post_in_[l.dst_nic] = std::min(post_in_[l.dst_nic], at);
+    }
+    for (std::size_t s = 0; s < slots; ++s) {
+      nic_out_[s] =
+          share(s, nic_out_[s], flows_out_[s], post_out_[s], backlog_->out[s], free_out_[s]);
+      nic_in_[s] = share(s, nic_in_[s], flows_in_[s], post_in_[s], backlog_->in[s], free_in_[s]);
+    }
+  }
+  // One NIC direction: `ring_s` of the ring's bytes at full rate over `flows` flows posted
+  // at `at`, beside `backlog` bytes moving alone since `free_from`; returns the ring's time.
+  double share(std::size_t slot, double ring_s, int flows, double at, double& backlog,
+               double& free_from) const {
+    if (flows == 0) return ring_s;
+    const double rate = nic_Bps_[slot];
+    backlog = std::max(0.0, backlog - std::max(0.0, at - free_from) * rate);
+    const SharedNic shared = shared_nic(ring_s * rate, flows, backlog, rate);
+    backlog -= shared.moved_bytes;
+    free_from = std::max(free_from, at + shared.ring_s);
+    return shared.ring_s;
+  }
+  // The backlog moving alone until `t` on every NIC.
+  void drain_until(double t) const {
+    for (std::size_t s = 0; s < nic_Bps_.size(); ++s) {
+      backlog_->out[s] =
+          std::max(0.0, backlog_->out[s] - std::max(0.0, t - free_out_[s]) * nic_Bps_[s]);
+      backlog_->in[s] =
+          std::max(0.0, backlog_->in[s] - std::max(0.0, t - free_in_[s]) * nic_Bps_[s]);
+    }
+  }
+
+  static constexpr double kNever = 1e300;
+
   const SequenceCost& cost_;
   const SequenceLayout& layout_;
   const AttentionShape a_;
@@ -205,8 +339,46 @@ class RingModel {
   std::vector<Link> links_;                  // the sub-rings' hops
   std::vector<double> send_lat_, recv_lat_;  // flat index: the largest latency of its hops
   std::vector<double> nic_Bps_;              // per NIC slot: nic_each_Bps
+  std::map<int, int> slot_;                  // nic_of -> its slot
   mutable std::vector<double> send_, recv_, nic_out_, nic_in_, bytes_, arrive_;  // arrivals()
+  // run() with a backlog: it, and per NIC slot when the ring's last transfer left it free.
+  mutable NicBacklog* backlog_ = nullptr;
+  mutable std::vector<double> free_out_, free_in_, post_out_, post_in_;
+  mutable std::vector<int> flows_out_, flows_in_;
 };
+
+// The NIC-free time before each ZeRO-3 ring pass, per device in layout order (layer()).
+struct ZeroWindows {
+  std::vector<double> before, qkv, between;  // forward ring; replay ring; backward ring
+  bool replay = false;
+};
+
+// The ring ends of one layer's forward, replay and backward beside ZeRO-3's collectives of
+// `bytes` each (a gather forward; a scatter and a gather from the replay on), over the
+// mesh's ring order `mesh` at `rate` bytes/s.
+void beside_zero(const RingModel& forward_ring, const RingModel& backward_ring,
+                 const std::vector<int>& mesh, double bytes, double rate, const ZeroWindows& w,
+                 std::vector<double>& forward, std::vector<double>& replayed,
+                 std::vector<double>& backward) {
+  const double n = static_cast<double>(mesh.size());
+  const double hop = (n - 1) / n * bytes;
+  NicBacklog gather = forward_ring.backlog(mesh, hop, rate);
+  forward_ring.drain(gather, w.before);
+  forward = forward_ring.run(&gather);
+  NicBacklog both = forward_ring.backlog(mesh, 2 * hop, rate);
+  if (w.replay) {
+    forward_ring.drain(both, w.qkv);
+    replayed = forward_ring.run(&both);
+  }
+  forward_ring.drain(both, w.between);
+  backward = backward_ring.run(&both);
+  // What is still left when a pass's ring ends holds up the next pass that needs it (the
+  // next layer waits for its weights): the passes end that much later on every device.
+  const double forward_left = forward_ring.left_s(gather),
+               backward_left = backward_ring.left_s(both);
+  for (double& end : forward) end += forward_left;
+  for (double& end : backward) end += backward_left;
+}
 
 // Everything but the attention core of `ks`.
 std::vector<Kernel> without_core(std::vector<Kernel> ks) {
@@ -216,6 +388,12 @@ std::vector<Kernel> without_core(std::vector<Kernel> ks) {
 
 void append(std::vector<Kernel>& to, const std::vector<Kernel>& ks) {
   to.insert(to.end(), ks.begin(), ks.end());
+}
+
+bool one_machine(const Cluster& c, const std::vector<int>& devices) {
+  return std::all_of(devices.begin(), devices.end(), [&](int d) {
+    return c.devices()[d].machine == c.devices()[devices.front()].machine;
+  });
 }
 
 Eigen::MatrixXd transposed(const Eigen::MatrixXd& m) {
@@ -337,8 +515,6 @@ std::vector<double> SequenceCost::ring_end_s(const SequenceLayout& layout, bool 
 }
 
 LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
-  const std::vector<double> forward = ring_end_s(layout, false);
-  const std::vector<double> backward = ring_end_s(layout, true);
   const double replay = training_.recompute == Recompute::kFull ? 1.0 : 0.0;
   // token_wise_s by (GPU, tokens, forward only): devices of one type with equal shards
   // repeat across a layout, and the kernel list behind each value is long.
@@ -349,17 +525,57 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
     if (it != token_wise.end()) return it->second;
     return token_wise[key] = token_wise_s(d, tokens, forward_only);
   };
+  // Each group's all-to-alls, forward + backward (+ replay) and forward only.
+  std::vector<double> a2a, a2a_forward;
+  for (const SequenceGroup& g : layout.groups) {
+    a2a.push_back(ulysses_s(g));
+    a2a_forward.push_back(ulysses_s(g, true));
+  }
+  const RingModel forward_ring(*this, layout, false), backward_ring(*this, layout, true);
+  std::vector<double> forward, replayed, backward;  // ring ends, layout order
+  if (training_.zero_stage >= 3 && layout.groups.size() > 1) {
+    // ZeRO-3's collectives share the ring's NICs (the lowering's DP stream, issued ahead).
+    // The forward ring runs beside a layer's gather, which moves alone while the NICs are
+    // free before it: the token-wise work between two forward rings and, for groups inside
+    // one machine, their all-to-alls (`before`). The replay and the backward rings run
+    // beside a scatter and a gather, issued at the replay: before the replay ring, the
+    // Q, K, V all-to-all leaves the NICs free (about half the forward's all-to-all time);
+    // between the two rings the post-attention work of both passes, the output and dO
+    // all-to-alls (`between`). Each NIC's window is the longest of its ring hops' ends: a
+    // ring's transfers start once both ends have reached it.
+    std::vector<double> before, qkv, between;  // layout order
+    for (std::size_t g = 0; g < layout.groups.size(); ++g) {
+      const SequenceGroup& group = layout.groups[g];
+      const double free_a2a = one_machine(cluster_, group.devices) ? a2a_forward[g] : 0.0;
+      for (int r = 0; r < group.size(); ++r) {
+        const double all = token_wise_of(group.devices[r], group.shards[r], false);
+        const double fwd = token_wise_of(group.devices[r], group.shards[r], true);
+        before.push_back(fwd + free_a2a);
+        qkv.push_back(replay * free_a2a / 2);
+        between.push_back(all - fwd + free_a2a * (replay > 0 ? 1.0 : 0.5));
+      }
+    }
+    const double bytes = training_.bytes_per_element() * model_.layer_params();
+    const ZeroWindows windows{before, qkv, between, replay > 0};
+    beside_zero(forward_ring, backward_ring, layout.devices(), bytes,
+                ring_link(cluster_, layout.devices(), bytes).first, windows, forward, replayed,
+                backward);
+  } else {
+    forward = forward_ring.run();
+    replayed = forward;
+    backward = backward_ring.run();
+  }
   LayerTime out;
   std::size_t flat = 0;
   for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
     const SequenceGroup& group = layout.groups[g];
     const std::size_t first = flat;
-    double fwd = 0, bwd = 0;
+    double fwd = 0, again = 0, bwd = 0;
     for (int r = 0; r < group.size(); ++r, ++flat) {
       fwd = std::max(fwd, forward[flat]);
+      if (replay > 0) again = std::max(again, replayed[flat]);
       bwd = std::max(bwd, backward[flat]);
     }
-    const double a2a = ulysses_s(group), a2a_forward = ulysses_s(group, true);
     for (int r = 0; r < group.size(); ++r) {
       const int d = group.devices[r];
       const std::int64_t pairs = mirrored_rank_pairs(training_.seq_len, group.tokens);
@@ -368,9 +584,9 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
                               attention_flops_s(d, false) +
                           attention_backward_flops(pairs, group.heads[r], attention_.head_dim) /
                               attention_flops_s(d, true);
-      DeviceTime dt{
-          d, g, r, token_wise_of(d, group.shards[r], false), a2a, (1 + replay) * fwd + bwd, busy};
-      dt.forward_s = token_wise_of(d, group.shards[r], true) + a2a_forward + fwd;
+      DeviceTime dt{d,   g, r, token_wise_of(d, group.shards[r], false), a2a[g], fwd + again + bwd,
+                    busy};
+      dt.forward_s = token_wise_of(d, group.shards[r], true) + a2a_forward[g] + fwd;
       out.forward_s = std::max(out.forward_s, dt.forward_s);
       if (out.devices.empty() || dt.total_s() > out.time_s) {
         out.time_s = dt.total_s();
@@ -452,24 +668,29 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   }
   // ZeRO-3, per layer: its weights gathered forward and backward and its gradients
   // scattered, on their own stream one layer ahead (FSDP's prefetch): a layer's forward
-  // takes at least the gather, its backward the gather and the scatter; the first gather
-  // is exposed.
-  double layer_s = it.layer.time_s, first_gather = 0;
+  // takes at least the gather, its backward the gather and the scatter. Exposed, as the
+  // lowering orders them: the embedding's and the first layer's gathers before the forward,
+  // the last layer's gather after the head's backward (its weights were freed after the
+  // forward), the first layer's and the embedding's scatters after the last backward op.
+  double layer_s = it.layer.time_s, exposed = 0;
   if (training_.zero_stage >= 3) {
-    const double layer_bytes = e * model_.layer_params();
-    const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, layer_bytes);
-    first_gather = collective_time(Collective::kAllGather, layer_bytes, n, ring_bw, ring_lat);
-    const double scatter =
-        collective_time(Collective::kReduceScatter, layer_bytes, n, ring_bw, ring_lat);
+    auto time = [&](Collective c, double params) {
+      const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, e * params);
+      return collective_time(c, e * params, n, ring_bw, ring_lat);
+    };
+    const double gather = time(Collective::kAllGather, model_.layer_params());
+    const double scatter = time(Collective::kReduceScatter, model_.layer_params());
     const double forward = std::min(it.layer.forward_s, layer_s);
-    layer_s = std::max(forward, first_gather) + std::max(layer_s - forward, first_gather + scatter);
+    layer_s = std::max(forward, gather) + std::max(layer_s - forward, gather + scatter);
+    exposed = time(Collective::kAllGather, model_.embedding_params()) + 2 * gather + scatter +
+              time(Collective::kReduceScatter, model_.embedding_params());
   } else {
     const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, e * model_.params());
     it.sync_s = collective_time(Collective::kAllReduce, e * model_.params(), n, ring_bw, ring_lat);
   }
   // Every transfer of a layer crossing machines shares their NICs.
   layer_s = std::max(layer_s, nic_layer_s(layout));
-  it.sequence_s = model_.layers * layer_s + head + first_gather;
+  it.sequence_s = model_.layers * layer_s + head + exposed;
   // Adam touches fp32 master weights and both moments and the e-byte weights and grads:
   // ~28 bytes per owned parameter (estimate.hpp's figure).
   const double owned = model_.params() / (training_.zero_stage >= 1 ? n : 1);

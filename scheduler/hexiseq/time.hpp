@@ -30,10 +30,21 @@
 // with t_ji the larger of j's send and i's receive port time (bytes / path bandwidth summed
 // over its peers, plus the path latency) and, off-machine, of the two devices' NIC time
 // (the step's off-machine bytes of every device on that NIC / its bandwidth: GPU g of a
-// machine with k NICs uses NIC g k / gpus, as the simulator routes it). Backward steps carry K, V,
-// dK, dV and one more transfer takes each block's dK, dV home. On equal shards over identical
-// devices this is exactly cost/sequence's ring_time (tested); with uneven groups it does not charge
-// every step the slowest rank's block (ring_time's lockstep bound, also tested: never below).
+// machine with k NICs uses NIC g k / gpus, as the simulator routes it). Backward, each step's dK,
+// dV leave when it ends, beside the next step's K, V (as the lowering sends them): step 0's
+// transfer carries K, V, steps 1..P-2 K, V, dK, dV, the last step's start the dK, dV of step P-2,
+// and one more transfer takes each block's dK, dV home. On equal shards over identical devices
+// this is exactly cost/sequence's ring_time (tested); with uneven groups it does not charge every
+// step the slowest rank's block (ring_time's lockstep bound, also tested: never below).
+//
+// ZeRO-3's collectives share the ring's NICs (the simulator's rings cross each machine boundary
+// on the GPU's rail, and a sequence mesh's ZeRO ring crosses where the CP ring does): each
+// ring run carries a backlog of their bytes per NIC, which moves alone while the NIC is free
+// and, beside r ring flows, takes its fair 1 / (r + 1) of it (max-min sharing, as the
+// simulator's network model), slowing those flows. The bytes count at the collective's own
+// rate (its ring's slowest edge), and what is left when a pass's ring ends holds up the next
+// pass (the next layer waits for its weights); layer() says which collectives each pass
+// carries and which NIC-free windows drain them before it.
 //
 // Sub-rings: groups may split the heads differently. The ring then runs one sub-ring per
 // interval of the common refinement of all groups' head ranges: device i
@@ -47,7 +58,9 @@
 //   sequence   L x the layer time + the slowest device's embedding and head for its tokens;
 //              ZeRO-3 gathers each layer's weights forward and backward and scatters its
 //              gradients on their own stream one layer ahead (FSDP's prefetch): a layer then
-//              takes at least those three collectives, and the first gather is exposed; a
+//              takes at least those three collectives; exposed, as the lowering orders them:
+//              the embedding's and the first layer's gathers, the last layer's gather after
+//              the head's backward, the first layer's and the embedding's scatters at the end; a
 //              layer also takes at least its transfers' time through the busiest machine's
 //              NICs (ring hops, all-to-alls and ZeRO-3 share them: nic_layer_s)
 //   sync       ZeRO 0-2: the gradients all-reduced (reduce-scatter + all-gather for 1-2: the

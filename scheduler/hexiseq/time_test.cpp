@@ -238,6 +238,35 @@ TEST(SequenceTime, IterationAddsLayersHeadSyncAndOptimizer) {
   EXPECT_EQ(it.memory.size(), 4u);
 }
 
+TEST(SequenceTime, ZeroThreeExposesTheLowerersGathersAndScatters) {
+  // One Ulysses group in one machine (no ring, nothing beside the NICs), ZeRO-3: a layer
+  // takes at least its gather forward and its gather and scatter backward (FSDP's prefetch);
+  // exposed, as the lowering orders them: the embedding's and the first layer's gathers
+  // before the forward, the last layer's gather after the head's backward, the first
+  // layer's and the embedding's scatters after the last backward op.
+  const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}});
+  const Model m = testing::small_model(32, 8);
+  TrainingConfig t = long_context(32768);
+  t.zero_stage = 3;
+  SequenceCost cost(c, m, t, kProfile);
+  SequenceLayout l;
+  l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
+  const IterationTime it = cost.iteration(l);
+  auto time = [&](Collective k, double params) {
+    const auto [bw, lat] = ring_link(c, {0, 1, 2, 3}, 2.0 * params);
+    return collective_time(k, 2.0 * params, 4, bw, lat);
+  };
+  const double gather = time(Collective::kAllGather, m.layer_params());
+  const double scatter = time(Collective::kReduceScatter, m.layer_params());
+  const double forward = it.layer.forward_s;
+  const double layer =
+      std::max(forward, gather) + std::max(it.layer.time_s - forward, gather + scatter);
+  const double exposed = time(Collective::kAllGather, m.embedding_params()) + 2 * gather + scatter +
+                         time(Collective::kReduceScatter, m.embedding_params());
+  EXPECT_DOUBLE_EQ(it.sequence_s, m.layers * layer + cost.head_s(0, 8192) + exposed);
+  EXPECT_DOUBLE_EQ(it.sync_s, 0.0);
+}
+
 TEST(SequenceTime, FullRecomputeReplaysTheForwardAttention) {
   const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}});
   const Model m = catalog_model("llama3-8b");
