@@ -129,6 +129,16 @@ int recompute_all_reduces(Recompute r) {
   return r == Recompute::kFull ? 2 : 0;
 }
 
+TpCollectives tp_collectives(const TrainingConfig& t, int layers, bool first, bool last,
+                             bool forward, Recompute r) {
+  const int all_reduces = forward ? 2 * layers + (first ? 1 : 0)
+                                  : (2 + recompute_all_reduces(r)) * layers + (last ? 1 : 0);
+  if (!t.sequence_parallel) return {Collective::kAllReduce, all_reduces};
+  const int gathers = forward ? all_reduces - (first ? 1 : 0) + (last ? 1 : 0)
+                              : all_reduces - (last ? 1 : 0) + (first ? 1 : 0);
+  return {Collective::kAllGather, all_reduces + gathers};
+}
+
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
                                    double phi, Recompute r, double share) {
   std::vector<Kernel> fwd = block_forward(m, t, block, b, phi, share);

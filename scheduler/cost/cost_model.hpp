@@ -38,6 +38,7 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
+#include "scheduler/cost/collectives.hpp"
 #include "topologies/enum_names.hpp"
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"
@@ -91,6 +92,18 @@ std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Bloc
 // forward's two; none / selective: 0). Under sequence parallelism each is a reduce-scatter
 // and an all-gather: the same bytes and ring steps.
 int recompute_all_reduces(Recompute r);
+// The TP collectives of one micro-batch through a stage of `layers` layers (forward or
+// backward), each of the whole b*s*h activation: all-reduces, 2 per layer (+ recompute's in
+// the backward) and 1 after the embedding (first stage, forward) or the head (last stage,
+// backward); under sequence parallelism a reduce-scatter where each all-reduce was and an
+// all-gather before every block, the head (forward) or the embedding (backward), counted
+// together as all-gathers (in a ring each costs what an all-gather does).
+struct TpCollectives {
+  Collective kind = Collective::kAllReduce;
+  int count = 0;
+};
+TpCollectives tp_collectives(const TrainingConfig& t, int layers, bool first, bool last,
+                             bool forward, Recompute r);
 // Token (+ position) embedding, first stage. Vocab-parallel: a rank holds phi of the table;
 // GPT's embedding dropout runs on `share` of the tokens.
 std::vector<Kernel> embedding_forward(const Model& m, const TrainingConfig& t, int b,
@@ -162,6 +175,16 @@ struct MemoryBreakdown {
   double logits = 0;       // bytes, last stage: logits + fp32 softmax of one micro-batch
   double reserve = 0;      // bytes, fixed per device
   double total() const { return weights + gradients + optimizer + activations + logits + reserve; }
+  // Adds another chunk's memory held by the same device (interleaved 1F1B): every term
+  // summed but the reserve, which is per device.
+  void add_chunk(const MemoryBreakdown& m) {
+    weights += m.weights;
+    gradients += m.gradients;
+    optimizer += m.optimizer;
+    activations += m.activations;
+    logits += m.logits;
+    reserve = m.reserve;
+  }
   Json to_json() const;  // in GiB
 };
 

@@ -126,17 +126,12 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
   if (t > 1) {
     const double hidden = hidden_bytes(model_, training_, micro_batch);
     auto [bw, lat] = ring_link(cluster_, s.devices, hidden);
-    const double ar = collective_time(Collective::kAllReduce, hidden, t, bw, lat);
-    const int recompute = recompute_all_reduces(e.recompute);
-    double tp_f = ar * (2 * s.layers() + (first ? 1 : 0));
-    double tp_b = ar * ((2 + recompute) * s.layers() + (last ? 1 : 0));
-    if (training_.sequence_parallel) {
-      // A reduce-scatter where each all-reduce was, and an all-gather before every block and
-      // the head (forward) or the embedding (backward); each half an all-reduce in a ring.
-      const double ag = collective_time(Collective::kAllGather, hidden, t, bw, lat);
-      tp_f = ag * (4 * s.layers() + (first ? 1 : 0) + (last ? 1 : 0));
-      tp_b = ag * (2 * (2 + recompute) * s.layers() + (first ? 1 : 0) + (last ? 1 : 0));
-    }
+    auto time = [&](bool forward) {
+      const TpCollectives c =
+          tp_collectives(training_, s.layers(), first, last, forward, e.recompute);
+      return c.count * collective_time(c.kind, hidden, t, bw, lat);
+    };
+    const double tp_f = time(true), tp_b = time(false);
     fwd += tp_f;
     bwd += tp_b;
     e.tp_comm_s = tp_f + tp_b;
@@ -280,12 +275,7 @@ MemoryBreakdown CostModel::interleaved_memory(const Pipeline& p, int r, int rank
     shape.in_flight = alive[static_cast<std::size_t>(c)];
     shape.dp = dp;
     const MemoryBreakdown m = device_memory(model_, training_, shape);
-    sum.weights += m.weights;
-    sum.gradients += m.gradients;
-    sum.optimizer += m.optimizer;
-    sum.activations += m.activations;
-    sum.logits += m.logits;
-    sum.reserve = m.reserve;
+    sum.add_chunk(m);
   }
   return sum;
 }

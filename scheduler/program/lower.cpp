@@ -438,23 +438,14 @@ class Lowerer {
 
   int fold_id(const DeviceLayout& l, bool forward) {
     if (l.tp <= 1) return -1;
-    const int recompute = recompute_all_reduces(recompute_of(l));
     const ChunkLayout ch = chunk_layout(l, chunk_);
-    const int layers = ch.layer_end - ch.layer_begin;
+    const TpCollectives tp = tp_collectives(t_, ch.layer_end - ch.layer_begin, ch.first, ch.last,
+                                            forward, recompute_of(l));
     Fold f;
     f.group = l.tp_group;
-    f.collective = Collective::kAllReduce;
+    f.collective = tp.kind;
     f.bytes = hidden_bytes(m_, t_, l.micro_batch);
-    f.count =
-        forward ? 2 * layers + (ch.first ? 1 : 0) : (2 + recompute) * layers + (ch.last ? 1 : 0);
-    if (sequence_parallel(l)) {
-      // Reduce-scatters where the all-reduces were, and an all-gather before every block
-      // and the head (forward) or the embedding (backward): as many ring steps and bytes
-      // each, so they fold as all-gathers.
-      f.collective = Collective::kAllGather;
-      f.count = 2 * f.count + (forward ? (ch.last ? 1 : 0) - (ch.first ? 1 : 0)
-                                       : (ch.first ? 1 : 0) - (ch.last ? 1 : 0));
-    }
+    f.count = tp.count;
     f.loss_stats_bytes = forward && ch.last ? loss_stats_bytes(l) : 0;
     auto k = std::make_tuple(f.group, f.bytes, f.count, f.loss_stats_bytes);
     auto [it, fresh] = fold_ids_.emplace(k, static_cast<int>(prog_.folds.size()));

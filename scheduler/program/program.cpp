@@ -132,12 +132,7 @@ MemoryBreakdown chunked_memory(const Model& model, const TrainingConfig& trainin
   for (int c = 0; c < num_chunks(l); ++c) {
     const MemoryBreakdown m = device_memory(
         model, training, chunk_shape(l, c, in_flight.at(static_cast<std::size_t>(c)), dp));
-    sum.weights += m.weights;
-    sum.gradients += m.gradients;
-    sum.optimizer += m.optimizer;
-    sum.activations += m.activations;
-    sum.logits += m.logits;
-    sum.reserve = m.reserve;
+    sum.add_chunk(m);
   }
   return sum;
 }
