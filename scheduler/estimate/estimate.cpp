@@ -125,8 +125,8 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
   }
   if (t > 1) {
     const double hidden = hidden_bytes(model_, training_, micro_batch);
-    auto [bw, lat] = ring_link(cluster_, s.devices, hidden);
-    auto time = [&](bool forward) {
+    const auto [bw, lat] = ring_link(cluster_, s.devices, hidden);
+    auto time = [&, bw = bw, lat = lat](bool forward) {
       const TpCollectives c =
           tp_collectives(training_, s.layers(), first, last, forward, e.recompute);
       return c.count * collective_time(c.kind, hidden, t, bw, lat);
