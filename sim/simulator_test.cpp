@@ -445,27 +445,19 @@ TEST(Simulator, OverlappingDpRingsShareNoNicTime) {
   EXPECT_NEAR(r.sim.iteration_time_s, closed, 0.03 * closed);
 }
 
-TEST(Simulator, DpRingsWaitingForBusyMembersAgreeWithTheEstimate) {
-  // HexiScale's plan for setting 1 (8 RTX 3080 Ti, 8 RTX 3090, 24 RTX 4090) with 12.5 GB/s
-  // NICs: six pipelines of 5-8 stages that change stage at different layers, so the DP sync
-  // is 22 buckets of 6-7 holders, ZeRO-1. A device's DP stream runs its buckets one after
-  // another (reduce-scatters, the optimizer, all-gathers) and each waits for its last member:
-  // device 16 syncs seven buckets in a row and the first stages wait for it. Charging each
-  // device its own pieces from when its holders finish was 8 % short of the simulation.
-  Scenario sc = testing::shipped_scenario("hexiscale-setting1-llama2-7b");
+// Pipelines given as (batch, stages (devices, last layer + 1)) on a shipped scenario's cluster
+// with its NICs at `nic_GBps`, stage fidelity: the DP sync matters (over 10 % of the
+// iteration), and the estimate agrees with the simulation (pipelines within 1 %, the
+// iteration within 3 %).
+using PipeSpec = std::pair<int, std::vector<std::pair<std::vector<int>, int>>>;
+void expect_dp_sync_agrees(const std::string& scenario, double nic_GBps,
+                           const std::vector<PipeSpec>& pipes) {
+  Scenario sc = testing::shipped_scenario(scenario);
   auto cj = read_json_file(cluster_file(sc.cluster_ref));
   ASSERT_TRUE(cj.ok()) << cj.error().message;
-  (*cj)["network"]["nic_GBps"] = 12.5;
-  auto cluster = Cluster::from_json(*cj, "<setting 1 at 12.5 GB/s>", testing::shipped_gpus());
+  (*cj)["network"]["nic_GBps"] = nic_GBps;
+  auto cluster = Cluster::from_json(*cj, "<" + scenario + " cluster>", testing::shipped_gpus());
   ASSERT_TRUE(cluster.ok()) << cluster.error().message;
-  const std::vector<std::pair<int, std::vector<std::pair<std::vector<int>, int>>>> pipes = {
-      {25, {{{0, 1}, 3}, {{16}, 9}, {{24}, 15}, {{32}, 21}, {{33}, 27}, {{34}, 32}}},
-      {29,
-       {{{8}, 2}, {{9}, 3}, {{17}, 8}, {{18}, 13}, {{25}, 18}, {{26}, 23}, {{27}, 28}, {{35}, 32}}},
-      {18, {{{10}, 3}, {{11}, 6}, {{12}, 9}, {{19}, 17}, {{28}, 25}, {{36}, 32}}},
-      {18, {{{13}, 3}, {{2}, 5}, {{3}, 7}, {{4}, 9}, {{20}, 17}, {{29}, 25}, {{37}, 32}}},
-      {18, {{{14}, 3}, {{15}, 6}, {{5}, 9}, {{21}, 17}, {{30}, 25}, {{38}, 32}}},
-      {20, {{{6, 7}, 4}, {{22}, 11}, {{23}, 18}, {{31}, 25}, {{39}, 32}}}};
   Json pj = Json::array();
   for (const auto& [batch, stages] : pipes) {
     Json sj = Json::array();
@@ -484,6 +476,87 @@ TEST(Simulator, DpRingsWaitingForBusyMembersAgreeWithTheEstimate) {
   EXPECT_GT(sim_dp, 0.1 * out->report.iteration_time_s);  // the DP sync matters here
   EXPECT_NEAR(out->report.pipeline_s, e.pipeline_s, 0.01 * e.pipeline_s);
   EXPECT_NEAR(out->report.iteration_time_s, e.iteration_time_s, 0.03 * e.iteration_time_s);
+}
+
+TEST(Simulator, DpRingsWaitingForBusyMembersAgreeWithTheEstimate) {
+  // HexiScale's plan for setting 1 (8 RTX 3080 Ti, 8 RTX 3090, 24 RTX 4090) with 12.5 GB/s
+  // NICs: six pipelines of 5-8 stages that change stage at different layers, so the DP sync
+  // is 22 buckets of 6-7 holders, ZeRO-1. A device's DP stream runs its buckets one after
+  // another (reduce-scatters, the optimizer, all-gathers) and each waits for its last member:
+  // device 16 syncs seven buckets in a row and the first stages wait for it. Charging each
+  // device its own pieces from when its holders finish was 8 % short of the simulation.
+  expect_dp_sync_agrees(
+      "hexiscale-setting1-llama2-7b", 12.5,
+      {{25, {{{0, 1}, 3}, {{16}, 9}, {{24}, 15}, {{32}, 21}, {{33}, 27}, {{34}, 32}}},
+       {29,
+        {{{8}, 2},
+         {{9}, 3},
+         {{17}, 8},
+         {{18}, 13},
+         {{25}, 18},
+         {{26}, 23},
+         {{27}, 28},
+         {{35}, 32}}},
+       {18, {{{10}, 3}, {{11}, 6}, {{12}, 9}, {{19}, 17}, {{28}, 25}, {{36}, 32}}},
+       {18, {{{13}, 3}, {{2}, 5}, {{3}, 7}, {{4}, 9}, {{20}, 17}, {{29}, 25}, {{37}, 32}}},
+       {18, {{{14}, 3}, {{15}, 6}, {{5}, 9}, {{21}, 17}, {{30}, 25}, {{38}, 32}}},
+       {20, {{{6, 7}, 4}, {{22}, 11}, {{23}, 18}, {{31}, 25}, {{39}, 32}}}});
+}
+
+TEST(Simulator, DpRingsSlowedByTheirNicsHoldUpTheRingsThatWaitForThem) {
+  // FlashFlex's plan for setting 1 / 13B with 1.25 GB/s NICs: three pipelines of 13-14
+  // single-GPU stages whose boundaries do not line up, ZeRO-1. Machine 1's NIC carries the
+  // rings of layers 2 and 9-11 while its in-machine rings of layers 3-8 wait, ring by ring,
+  // for members still in those; the all-gather pass waits for the reduce-scatter pass in the
+  // same way. Bounding the rings by their members (alone) and the NICs by their bytes (from
+  // the rings' uncontended starts) separately was 7 % short of the simulation; the fluid
+  // model (rings sharing NICs max-min fairly while they wait on each other) is within 3 %.
+  auto pipe = [](int batch, const std::vector<std::pair<int, int>>& stages) {
+    PipeSpec p{batch, {}};
+    for (auto [device, end] : stages) p.second.push_back({{device}, end});
+    return p;
+  };
+  expect_dp_sync_agrees("hexiscale-setting1-llama2-13b", 1.25,
+                        {pipe(43, {{1, 1},
+                                   {4, 2},
+                                   {7, 3},
+                                   {9, 6},
+                                   {11, 9},
+                                   {12, 12},
+                                   {16, 15},
+                                   {23, 18},
+                                   {29, 21},
+                                   {30, 24},
+                                   {31, 28},
+                                   {32, 32},
+                                   {33, 36},
+                                   {37, 40}}),
+                         pipe(43, {{2, 1},
+                                   {3, 2},
+                                   {6, 3},
+                                   {13, 6},
+                                   {14, 9},
+                                   {17, 12},
+                                   {19, 16},
+                                   {20, 20},
+                                   {24, 24},
+                                   {26, 28},
+                                   {28, 32},
+                                   {36, 36},
+                                   {38, 40}}),
+                         pipe(42, {{0, 1},
+                                   {5, 2},
+                                   {8, 5},
+                                   {10, 8},
+                                   {15, 11},
+                                   {18, 14},
+                                   {21, 17},
+                                   {22, 20},
+                                   {25, 24},
+                                   {27, 28},
+                                   {34, 32},
+                                   {35, 36},
+                                   {39, 40}})});
 }
 
 TEST(Simulator, BoundariesSharingNicsOverTimeAgreeWithTheEstimate) {

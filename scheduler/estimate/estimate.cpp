@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <queue>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -290,6 +291,76 @@ std::string gib(double bytes) {
 
 namespace {
 
+// Max-min fair rates over NIC directions, as the simulator's network model shares links:
+// every flow's rate rises together until a NIC direction it crosses is full or it reaches its
+// own cap; those flows keep that rate and the others go on rising with what is left (a flow
+// held back at one NIC leaves its share of the others to the rest). Used by the shared
+// pipeline timeline's boundary transfers and by the DP sync's rings.
+struct FairFlow {
+  double cap = 0;                                             // bytes/s alone
+  const std::vector<std::pair<int, double>>* nics = nullptr;  // (NIC direction, its flows there)
+  double rate = 0;                                            // bytes/s per flow: solve()
+};
+
+class MaxMinFair {
+ public:
+  explicit MaxMinFair(std::vector<double> capacity)
+      : capacity_(std::move(capacity)), left_(capacity_.size()), rising_(capacity_.size(), 0) {}
+
+  void solve(std::vector<FairFlow*>& flows) {
+    used_.clear();
+    for (FairFlow* f : flows) {
+      f->rate = -1;  // rising
+      for (auto [nic, n] : *f->nics) {
+        if (rising_[nic] == 0) {
+          used_.push_back(nic);
+          left_[nic] = capacity_[nic];
+        }
+        rising_[nic] += n;
+      }
+    }
+    double level = 0;  // the rate every rising flow has reached
+    std::size_t open = flows.size();
+    while (open > 0) {
+      // The next constraint to bind: a NIC direction full, or a flow at its cap.
+      double next = std::numeric_limits<double>::infinity();
+      for (int n : used_) {
+        if (rising_[n] > 1e-12) next = std::min(next, level + left_[n] / rising_[n]);
+      }
+      for (const FairFlow* f : flows) {
+        if (f->rate < 0) next = std::min(next, f->cap);
+      }
+      if (std::isinf(next)) {  // flows with neither a cap nor a NIC
+        for (FairFlow* f : flows) f->rate = f->rate < 0 ? next : f->rate;
+        break;
+      }
+      for (int n : used_) left_[n] -= (next - level) * rising_[n];
+      level = next;
+      for (FairFlow* f : flows) {
+        if (f->rate >= 0) continue;
+        bool bound = f->cap <= level;
+        for (auto [nic, n] : *f->nics) bound = bound || left_[nic] <= 1e-9 * capacity_[nic];
+        if (!bound) continue;
+        f->rate = level;
+        for (auto [nic, n] : *f->nics) rising_[nic] -= n;
+        --open;
+      }
+    }
+    for (int n : used_) rising_[n] = 0;
+  }
+
+ private:
+  std::vector<double> capacity_, left_, rising_;
+  std::vector<int> used_;  // the NIC directions of the flows solve() was given
+};
+
+// Each machine's NIC directions (2 m: out, 2 m + 1: in), their summed rate.
+std::vector<double> nic_directions(const Cluster& cluster) {
+  std::vector<double> out;
+  for (const Machine& m : cluster.machines()) out.insert(out.end(), 2, m.nic_Bps);
+  return out;
+}
+
 // The DP gradient sync of a plan, in named steps. A device's gradients fall into
 // pieces, each reduced with the same stages of the other pipelines (as the lowering's
 // DP buckets do): the embedding, runs of layers in which no pipeline changes stage, the
@@ -365,8 +436,7 @@ class DpSync {
       reuse = links_of == own;
     }
     build_rings(est);
-    const double devices_end = rings_end_s();  // sets the rings' starts nics_end_s() reads
-    est.dp_sync_s = std::max(0.0, std::max(devices_end, nics_end_s()) - est.pipeline_s);
+    est.dp_sync_s = std::max(0.0, rings_end_s() - est.pipeline_s);
   }
 
  private:
@@ -405,9 +475,19 @@ class DpSync {
   // the map's order is the lowering's issue order (the head first, the embedding last).
   struct Ring {
     std::vector<int> members;
-    double wire = 0;                // bytes per NIC crossing (0: inside one machine)
-    double seconds = 0;             // its share of the slowest member's piece time
-    std::array<double, 2> start{};  // rings_end_s(): when every member is free, per pass
+    double wire = 0;     // bytes per NIC crossing (0: inside one machine)
+    double seconds = 0;  // its share of the slowest member's piece time
+  };
+
+  // A ring's pass (rings_end_s()): its time alone, its NIC directions (empty: inside one
+  // machine) and its flow there, what is left of it (1 at the start) and how fast that goes.
+  struct Job {
+    Ring* ring = nullptr;
+    double seconds = 0;
+    std::vector<std::pair<int, double>> nics;
+    FairFlow flow;
+    double left = 1;
+    double rate = 0;  // of `left` per second
   };
 
   void build_rings(const Estimate& est) {
@@ -470,55 +550,115 @@ class DpSync {
   // all-gather pass (rings_end_s()).
   int ring_passes() const { return cm_.training().zero_stage == 0 ? 1 : 2; }
 
-  // The device bound: the rings in issue order, each device taking part in one at a time
-  // (its DP stream), each starting when its last member is free (the end of that member's
-  // schedule or of its previous ring): a ring waits for a member still busy with others.
-  // With ZeRO the lowering reduce-scatters every bucket, steps the optimizer, then
-  // all-gathers every bucket: two passes, each half of the all-reduce.
+  // The rings as the simulator runs them: in issue order, a device in one at a time (its DP
+  // stream), each starting when its last member is free (the end of that member's schedule or
+  // of its previous ring), so a ring waits for members still busy with others; with ZeRO the
+  // lowering reduce-scatters every bucket, steps the optimizer, then all-gathers every bucket:
+  // two passes, each half of the all-reduce. An off-machine ring crosses each of its machines'
+  // NICs once each way (its members on one machine are adjacent) and shares them max-min fairly
+  // with the other rings running there, at most at its own rate: a fluid model, so that rings
+  // slowed by their NICs hold up the rings that wait for their members. When the last ends.
   double rings_end_s() {
-    avail_ = finish_;
     const int passes = ring_passes();
-    double end = 0;
+    jobs_.clear();
     for (int pass = 0; pass < passes; ++pass) {
       for (auto& [key, ring] : rings_) {
-        double start = 0;
-        for (int d : ring.members) start = std::max(start, avail_[d]);
-        ring.start[pass] = start;
-        const double seconds = ring.seconds / passes;
-        for (int d : ring.members) avail_[d] = start + seconds;
-        end = std::max(end, start + seconds);
+        Job job;
+        job.ring = &ring;
+        job.seconds = ring.seconds / passes;
+        if (ring.wire > 0 && job.seconds > 0) {
+          for (int d : ring.members) {
+            const int m = machine(d);
+            if (std::none_of(job.nics.begin(), job.nics.end(),
+                             [&](const auto& n) { return n.first == 2 * m; })) {
+              job.nics.emplace_back(2 * m, 1.0);
+              job.nics.emplace_back(2 * m + 1, 1.0);
+            }
+          }
+          job.flow.cap = ring.wire / passes / job.seconds;
+        }
+        jobs_.push_back(std::move(job));
       }
     }
-    return end;
-  }
-
-  // The NIC bound. Per machine, its off-machine rings as (start, seconds at the machine's
-  // summed NIC rate); the machine is done no earlier than max over rings r of start_r + the
-  // seconds of the rings starting at or after start_r (starts from rings_end_s()).
-  double nics_end_s() const {
-    std::map<int, std::vector<std::pair<double, double>>> by_machine;  // (start, s at the NICs)
-    std::vector<int> machines;
-    const int passes = ring_passes();
-    for (const auto& [key, ring] : rings_) {
-      if (ring.wire == 0) continue;
-      machines.clear();
-      for (int d : ring.members) machines.push_back(machine(d));
-      std::sort(machines.begin(), machines.end());
-      machines.erase(std::unique(machines.begin(), machines.end()), machines.end());
-      for (int m : machines) {
-        for (int pass = 0; pass < passes; ++pass) {
-          by_machine[m].emplace_back(ring.start[pass],
-                                     ring.wire / passes / cm_.cluster().machines()[m].nic_Bps);
+    for (Job& job : jobs_) job.flow.nics = &job.nics;
+    // Per device its jobs in order; a job starts once it heads every member's queue.
+    const std::size_t devices = finish_.size();
+    queue_.assign(devices, {});
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+      for (int d : jobs_[j].ring->members) queue_[d].push_back(j);
+    }
+    head_.assign(devices, 0);
+    avail_ = finish_;
+    using Start = std::pair<double, std::size_t>;  // (start, job)
+    std::priority_queue<Start, std::vector<Start>, std::greater<>> ready;
+    auto offer = [&](std::size_t j) {  // queues ready when every member's head is j
+      Job& job = jobs_[j];
+      double start = 0;
+      for (int d : job.ring->members) {
+        if (head_[d] >= queue_[d].size() || queue_[d][head_[d]] != j) return;
+        start = std::max(start, avail_[d]);
+      }
+      ready.emplace(start, j);
+    };
+    for (std::size_t d = 0; d < devices; ++d) {
+      if (!queue_[d].empty()) offer(queue_[d].front());
+    }
+    // offer() sees a job once per member that heads it: keep it queued once.
+    std::vector<char> queued(jobs_.size(), 0);
+    MaxMinFair share(nic_directions(cm_.cluster()));
+    std::vector<std::size_t> running, done;
+    std::vector<FairFlow*> flows;
+    double now = 0, end = 0;
+    for (;;) {
+      while (!ready.empty() && queued[ready.top().second]) ready.pop();
+      double next = ready.empty() ? std::numeric_limits<double>::infinity() : ready.top().first;
+      for (std::size_t j : running) next = std::min(next, now + jobs_[j].left / jobs_[j].rate);
+      if (std::isinf(next)) break;
+      next = std::max(next, now);
+      for (std::size_t j : running) jobs_[j].left -= jobs_[j].rate * (next - now);
+      now = next;
+      bool changed = false;
+      done.clear();
+      std::erase_if(running, [&](std::size_t j) {
+        if (jobs_[j].left > 1e-9) return false;
+        done.push_back(j);
+        return true;
+      });
+      for (std::size_t j : done) {
+        changed = changed || !jobs_[j].nics.empty();
+        end = std::max(end, now);
+        for (int d : jobs_[j].ring->members) {
+          avail_[d] = now;
+          ++head_[d];
+        }
+        for (int d : jobs_[j].ring->members) {
+          if (head_[d] < queue_[d].size()) offer(queue_[d][head_[d]]);
         }
       }
-    }
-    double end = 0;
-    for (auto& [m, loads] : by_machine) {
-      std::sort(loads.begin(), loads.end());
-      double later = 0;  // seconds of the rings starting at or after this one
-      for (auto it = loads.rbegin(); it != loads.rend(); ++it) {
-        later += it->second;
-        end = std::max(end, it->first + later);
+      while (!ready.empty() && (queued[ready.top().second] || ready.top().first <= now)) {
+        const std::size_t j = ready.top().second;
+        ready.pop();
+        if (queued[j]) continue;
+        queued[j] = 1;
+        Job& job = jobs_[j];
+        if (job.seconds <= 0) {  // nothing to send: done at once
+          job.left = 0;
+          job.rate = 1;
+        } else {
+          job.rate = 1 / job.seconds;
+          changed = changed || !job.nics.empty();
+        }
+        running.push_back(j);
+      }
+      if (!changed) continue;
+      flows.clear();
+      for (std::size_t j : running) {
+        if (!jobs_[j].nics.empty()) flows.push_back(&jobs_[j].flow);
+      }
+      share.solve(flows);
+      for (std::size_t j : running) {
+        Job& job = jobs_[j];
+        if (!job.nics.empty()) job.rate = job.flow.rate / (job.flow.cap * job.seconds);
       }
     }
     return end;
@@ -781,8 +921,13 @@ class DpSync {
   std::vector<std::pair<int, double>> pieces_;  // every device estimate's pieces, in order
   std::vector<std::size_t> piece_begin_;  // per device estimate: its first piece; then the count
   std::vector<double> piece_s_;           // per piece in pieces_: its all-reduce time
-  std::map<std::pair<int, long long>, Ring> rings_;    // build_rings()
-  std::vector<double> avail_;                          // rings_end_s(): per device
+  std::map<std::pair<int, long long>, Ring> rings_;  // build_rings()
+  // rings_end_s(): the rings' passes in order, per device its jobs, the next of them and
+  // when it is free.
+  std::vector<Job> jobs_;
+  std::vector<std::vector<std::size_t>> queue_;
+  std::vector<std::size_t> head_;
+  std::vector<double> avail_;
   std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
   std::vector<int> last_holder_;                       // piece_links(): per pipeline
   std::vector<HolderLink> last_link_;
@@ -893,7 +1038,7 @@ class SharedTimeline {
 
   SharedTimeline(const std::vector<PipelineEstimate>& pes, const std::vector<double>& nic_Bps,
                  PipelineSchedule schedule)
-      : pes_(pes), nic_Bps_(nic_Bps), active_(nic_Bps.size(), 0.0) {
+      : pes_(pes), share_(nic_Bps) {
     for (const PipelineEstimate& pe : pes_) {
       const int p = static_cast<int>(pe.stages.size());
       Pipe q;
@@ -984,49 +1129,26 @@ class SharedTimeline {
         if (c.produced[j] < 0 || c.produced[j] > now || !previous) continue;
         c.sending = true;
         c.remaining = c.link.flow_bytes;
-        for (auto [nic, flows] : c.link.nics) active_[nic] += flows;
       }
     }
     rates();
   }
 
-  // Max-min fair rates, as the simulator's network model shares links: every sending
-  // channel's flows rise together until a NIC direction is full or a flow reaches its own
-  // link; those channels keep that rate and the others go on rising with what is left
-  // (a flow held back at one NIC leaves its share of the others to the rest).
+  // The sending channels' rates, max-min fair (MaxMinFair).
   void rates() {
     sending_.clear();
+    fair_.clear();
     for (Pipe& q : pipes_) {
       for (Channel& c : q.channels) {
-        if (c.sending) sending_.push_back(&c);
+        if (!c.sending) continue;
+        sending_.push_back(&c);
+        fair_.push_back({c.link.link_Bps, &c.link.nics, 0});
       }
     }
-    left_ = nic_Bps_;
-    rising_ = active_;  // flows per NIC direction not yet at their rate
-    double level = 0;   // the rate every rising flow has reached
-    std::size_t open = sending_.size();
-    for (Channel* c : sending_) c->rate = -1;  // rising
-    while (open > 0) {
-      // The next constraint to bind: a NIC direction full, or a flow at its own link.
-      double next = std::numeric_limits<double>::infinity();
-      for (std::size_t n = 0; n < left_.size(); ++n) {
-        if (rising_[n] > 1e-12) next = std::min(next, level + left_[n] / rising_[n]);
-      }
-      for (const Channel* c : sending_) {
-        if (c->rate < 0) next = std::min(next, c->link.link_Bps);
-      }
-      for (std::size_t n = 0; n < left_.size(); ++n) left_[n] -= (next - level) * rising_[n];
-      level = next;
-      for (Channel* c : sending_) {
-        if (c->rate >= 0) continue;
-        bool bound = c->link.link_Bps <= level;
-        for (auto [nic, flows] : c->link.nics) bound = bound || left_[nic] <= 1e-9 * nic_Bps_[nic];
-        if (!bound) continue;
-        c->rate = level;
-        for (auto [nic, flows] : c->link.nics) rising_[nic] -= flows;
-        --open;
-      }
-    }
+    fair_of_.clear();
+    for (FairFlow& f : fair_) fair_of_.push_back(&f);
+    share_.solve(fair_of_);
+    for (std::size_t i = 0; i < sending_.size(); ++i) sending_[i]->rate = fair_[i].rate;
   }
 
   double next_event(double now) const {
@@ -1056,19 +1178,17 @@ class SharedTimeline {
           c.sending = false;
           c.arrived[c.next] = to + c.link.fixed_s;
           ++c.next;
-          for (auto [nic, flows] : c.link.nics) active_[nic] -= flows;
         }
       }
     }
   }
 
   const std::vector<PipelineEstimate>& pes_;
-  const std::vector<double>& nic_Bps_;
-  std::vector<double> active_;  // flows per NIC direction now
-  // rates(): the sending channels, each NIC direction's capacity left and its flows not
-  // yet at their rate.
+  MaxMinFair share_;
+  // rates(): the sending channels and their flows.
   std::vector<Channel*> sending_;
-  std::vector<double> left_, rising_;
+  std::vector<FairFlow> fair_;
+  std::vector<FairFlow*> fair_of_;
   std::vector<Pipe> pipes_;
 };
 
@@ -1285,11 +1405,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
 }
 
 void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
-  const int machines = static_cast<int>(cluster_.machines().size());
-  std::vector<double> nic_Bps(2 * machines);
-  for (int m = 0; m < machines; ++m)
-    nic_Bps[2 * m] = nic_Bps[2 * m + 1] = cluster_.machines()[m].nic_Bps;
-  SharedTimeline timeline(pes, nic_Bps, training_.schedule);
+  SharedTimeline timeline(pes, nic_directions(cluster_), training_.schedule);
   for (int pi = 0; pi < static_cast<int>(plan.pipelines.size()); ++pi) {
     const Pipeline& p = plan.pipelines[pi];
     const double bytes = hidden_bytes(model_, training_, p.micro_batch);
