@@ -419,6 +419,7 @@ std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms
       add_at_least(p, dm + ".ring.b", v.rb, bk);
     }
   }
+  p.relative_gap = options.mip_gap;
   const Solution s = solve(p, options.backend, options.solver_time_limit_s);
   if (!s.has_values()) return std::nullopt;
   SequenceGroup g{devices, tokens, {}, {}};
@@ -921,16 +922,15 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   node.require_object();
   static constexpr std::string_view kKeys[] = {
-      "solver",          "time_budget_s",  "rounds",
-      "block_tokens",    "split_kv_heads", "exhaustive_limit",
-      "screen",          "largest_merge",  "solver_time_limit_s",
-      "idle_slow_types", "lp_screen"};
+      "solver",           "time_budget_s", "rounds",        "block_tokens",        "split_kv_heads",
+      "exhaustive_limit", "screen",        "largest_merge", "solver_time_limit_s", "mip_gap",
+      "idle_slow_types",  "lp_screen"};
   for (const auto& [key, value] : node.json().items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
     node.at(key).fail_message("unknown HexiSeq option \"" + key +
                               "\" (known: solver, time_budget_s, rounds, block_tokens, "
                               "split_kv_heads, exhaustive_limit, screen, largest_merge, "
-                              "solver_time_limit_s, idle_slow_types, lp_screen)");
+                              "solver_time_limit_s, mip_gap, idle_slow_types, lp_screen)");
   }
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());
@@ -949,6 +949,7 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   o.screen = count("screen", o.screen);
   o.largest_merge = std::max<std::size_t>(1, count("largest_merge", o.largest_merge));
   if (auto t = node.find("solver_time_limit_s")) o.solver_time_limit_s = t->number_in(0.01, 1e5);
+  if (auto g = node.find("mip_gap")) o.mip_gap = g->number_in(0, 0.5);
   o.idle_slow_types = node.boolean_or("idle_slow_types", o.idle_slow_types);
   o.lp_screen = node.boolean_or("lp_screen", o.lp_screen);
   return o;

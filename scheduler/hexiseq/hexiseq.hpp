@@ -59,9 +59,14 @@ struct HexiSeqOptions {
   bool identical_devices = false;     // plan as if every device were the mesh's first
                                       // (hexiseq-homogeneous); scored on the real cluster
   double solver_time_limit_s = 10;    // s per LP / integer program
-  bool idle_slow_types = true;        // also search the mesh of the fastest GPU type alone
-  bool lp_screen = true;  // large meshes: skip a grouping's integer programs when its first
-                          // LP already puts it at or above the best layout found
+  // A group's integer program stops once its layout is within this fraction of the bound:
+  // long contexts' programs (a thousand token blocks) find their layout at once and then
+  // spend the time limit proving it (on the 32-GPU mix at 512K, two programs hit 10 s each),
+  // and a time limit's answer depends on the machine. hexiseq-exact proves its programs.
+  double mip_gap = 1e-3;
+  bool idle_slow_types = true;  // also search the mesh of the fastest GPU type alone
+  bool lp_screen = true;        // large meshes: skip a grouping's integer programs when its first
+                                // LP already puts it at or above the best layout found
   // hexiseq-exact's whole-mesh MILPs: large, where CBC's cuts pay (a "solver" named in the
   // options or on the command line sets both backends).
   Backend exact_backend = Backend::kCbc;
@@ -70,7 +75,8 @@ struct HexiSeqOptions {
 // The options of a JSON object (a sweep's scheduler entry, an advise request's
 // "hexiseq_options"): "solver" ("cbc" | "glpk": both backends), "time_budget_s", "rounds",
 // "block_tokens", "split_kv_heads", "exhaustive_limit", "screen", "largest_merge",
-// "solver_time_limit_s", "idle_slow_types", "lp_screen", each optional over `defaults`. Throws
+// "solver_time_limit_s", "mip_gap", "idle_slow_types", "lp_screen", each optional over
+// `defaults`. Throws
 // InputError naming the path (load_with() turns it into bad input).
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
 

@@ -177,11 +177,15 @@ TEST(HexiSeqSearch, OptionsNameTheSolversAndTheScreen) {
   EXPECT_EQ(defaults.backend, Backend::kGlpk);
   EXPECT_EQ(defaults.exact_backend, Backend::kCbc);
   EXPECT_TRUE(defaults.lp_screen);
-  const Json j = {{"solver", "cbc"}, {"lp_screen", false}};
+  EXPECT_EQ(defaults.mip_gap, 1e-3);
+  const Json j = {{"solver", "cbc"}, {"lp_screen", false}, {"mip_gap", 0}};
   const HexiSeqOptions o = read_hexiseq_options(JsonNode(j, "<test options>"));
   EXPECT_EQ(o.backend, Backend::kCbc);
   EXPECT_EQ(o.exact_backend, Backend::kCbc);
   EXPECT_FALSE(o.lp_screen);
+  EXPECT_EQ(o.mip_gap, 0);
+  const Json bad = {{"mip_gap", 0.9}};
+  EXPECT_THROW(read_hexiseq_options(JsonNode(bad, "<test options>")), InputError);
 }
 
 TEST(HexiSeqSearch, BadInput) {

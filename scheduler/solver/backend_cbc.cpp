@@ -68,6 +68,7 @@ Solution solve_cbc(const Problem& p, double time_limit_s) {
   Cbc_Model* m = model.get();
   load(m, p);
   configure(m, time_limit_s);
+  if (p.relative_gap > 0) Cbc_setAllowableFractionGap(m, p.relative_gap);
   Solution out;
   const int rc = Cbc_solve(m);
   if (unbounded(m)) {

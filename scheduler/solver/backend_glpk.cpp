@@ -91,15 +91,17 @@ Solution relaxation(glp_prob* g, double time_limit_s) {
   return out;
 }
 
-Solution branch_and_cut(glp_prob* g, double time_limit_s) {
+Solution branch_and_cut(glp_prob* g, double time_limit_s, double relative_gap) {
   glp_iocp mip;
   glp_init_iocp(&mip);
   configure(mip, time_limit_s);
+  mip.mip_gap = relative_gap;
   Solution out;
   const int rc = glp_intopt(g, &mip);
   const int status = glp_mip_status(g);
-  if (status == GLP_OPT && rc == 0) {
-    out.status = SolveStatus::kOptimal;
+  if ((status == GLP_OPT && rc == 0) ||
+      ((status == GLP_OPT || status == GLP_FEAS) && rc == GLP_EMIPGAP)) {
+    out.status = SolveStatus::kOptimal;  // or within the relative gap asked for
   } else if (status == GLP_OPT || status == GLP_FEAS) {
     out.status = SolveStatus::kFeasible;  // stopped early (time limit) with a solution
   } else if (status == GLP_NOFEAS) {
@@ -121,7 +123,8 @@ Solution solve_glpk(const Problem& p, double time_limit_s) {
   load(g, p);
   const bool mip = has_integers(p);
   Solution out = relaxation(g, time_limit_s);
-  if (out.status == SolveStatus::kOptimal && mip) out = branch_and_cut(g, time_limit_s);
+  if (out.status == SolveStatus::kOptimal && mip)
+    out = branch_and_cut(g, time_limit_s, p.relative_gap);
   if (out.has_values()) {
     for (int j = 0; j < static_cast<int>(p.variables.size()); ++j) {
       out.values.push_back(mip ? glp_mip_col_val(g, j + 1) : glp_get_col_prim(g, j + 1));

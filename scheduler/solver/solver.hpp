@@ -46,6 +46,9 @@ struct Constraint {
 struct Problem {
   std::vector<Variable> variables;
   std::vector<Constraint> constraints;
+  // Branch and cut stops once its best solution is within this fraction of the bound (then
+  // reported optimal); 0: proven optimal. A deterministic stop, where a time limit is not.
+  double relative_gap = 0;
 
   // Appends a variable / constraint and returns its index.
   int add_variable(Variable v);
