@@ -480,14 +480,19 @@ class DpSync {
   };
 
   // A ring's pass (rings_end_s()): its time alone, its NIC directions (empty: inside one
-  // machine) and its flow there, what is left of it (1 at the start) and how fast that goes.
+  // machine) and its flow there; once running, what is left of it (1 at the start) at
+  // updated_s, how fast that goes and when it ends at that rate.
+  static constexpr double kNever = std::numeric_limits<double>::infinity();
   struct Job {
     Ring* ring = nullptr;
     double seconds = 0;
     std::vector<std::pair<int, double>> nics;
     FairFlow flow;
     double left = 1;
+    double updated_s = 0;
     double rate = 0;  // of `left` per second
+    double end_s = kNever;
+    bool offered = false;  // in `ready` or started
   };
 
   void build_rings(const Estimate& est) {
@@ -581,84 +586,98 @@ class DpSync {
       }
     }
     for (Job& job : jobs_) job.flow.nics = &job.nics;
-    // Per device its jobs in order; a job starts once it heads every member's queue.
+    // Per device its jobs in order (queue_[queue_begin_[d] ..]); a job starts once it heads
+    // every member's queue, when its last member is free.
     const std::size_t devices = finish_.size();
-    queue_.assign(devices, {});
-    for (std::size_t j = 0; j < jobs_.size(); ++j) {
-      for (int d : jobs_[j].ring->members) queue_[d].push_back(j);
+    queue_begin_.assign(devices + 1, 0);
+    for (const Job& job : jobs_) {
+      for (int d : job.ring->members) ++queue_begin_[d + 1];
     }
-    head_.assign(devices, 0);
+    std::partial_sum(queue_begin_.begin(), queue_begin_.end(), queue_begin_.begin());
+    queue_.resize(queue_begin_.back());
+    head_.assign(queue_begin_.begin(), queue_begin_.end() - 1);
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+      for (int d : jobs_[j].ring->members) queue_[head_[d]++] = j;
+    }
+    head_.assign(queue_begin_.begin(), queue_begin_.end() - 1);
     avail_ = finish_;
-    using Start = std::pair<double, std::size_t>;  // (start, job)
-    std::priority_queue<Start, std::vector<Start>, std::greater<>> ready;
-    auto offer = [&](std::size_t j) {  // queues ready when every member's head is j
-      Job& job = jobs_[j];
+    using Event = std::pair<double, std::size_t>;  // (time, job)
+    using Queue = std::priority_queue<Event, std::vector<Event>, std::greater<>>;
+    Queue ready;  // jobs that head their members' queues, by start
+    Queue ends;   // running jobs by their expected end (stale entries: not the job's end_s)
+    auto offer = [&](std::size_t j) {
+      if (jobs_[j].offered) return;
       double start = 0;
-      for (int d : job.ring->members) {
-        if (head_[d] >= queue_[d].size() || queue_[d][head_[d]] != j) return;
+      for (int d : jobs_[j].ring->members) {
+        if (head_[d] == queue_begin_[d + 1] || queue_[head_[d]] != j) return;
         start = std::max(start, avail_[d]);
       }
+      jobs_[j].offered = true;
       ready.emplace(start, j);
     };
     for (std::size_t d = 0; d < devices; ++d) {
-      if (!queue_[d].empty()) offer(queue_[d].front());
+      if (head_[d] < queue_begin_[d + 1]) offer(queue_[head_[d]]);
     }
-    // offer() sees a job once per member that heads it: keep it queued once.
-    std::vector<char> queued(jobs_.size(), 0);
     MaxMinFair share(nic_directions(cm_.cluster()));
-    std::vector<std::size_t> running, done;
+    std::vector<std::size_t> crossing;  // running jobs through NICs
     std::vector<FairFlow*> flows;
-    double now = 0, end = 0;
+    double end = 0;
     for (;;) {
-      while (!ready.empty() && queued[ready.top().second]) ready.pop();
-      double next = ready.empty() ? std::numeric_limits<double>::infinity() : ready.top().first;
-      for (std::size_t j : running) next = std::min(next, now + jobs_[j].left / jobs_[j].rate);
-      if (std::isinf(next)) break;
-      next = std::max(next, now);
-      for (std::size_t j : running) jobs_[j].left -= jobs_[j].rate * (next - now);
-      now = next;
+      while (!ends.empty() && jobs_[ends.top().second].end_s != ends.top().first) ends.pop();
+      const double next_start = ready.empty() ? kNever : ready.top().first;
+      const double next_end = ends.empty() ? kNever : ends.top().first;
+      if (next_start == kNever && next_end == kNever) break;
+      const double now = std::min(next_start, next_end);
       bool changed = false;
-      done.clear();
-      std::erase_if(running, [&](std::size_t j) {
-        if (jobs_[j].left > 1e-9) return false;
-        done.push_back(j);
-        return true;
-      });
-      for (std::size_t j : done) {
-        changed = changed || !jobs_[j].nics.empty();
+      // Ends first: the members they free may start the next jobs now.
+      while (!ends.empty() && ends.top().first <= now) {
+        const std::size_t j = ends.top().second;
+        ends.pop();
+        if (jobs_[j].end_s != now) continue;  // stale
+        Job& job = jobs_[j];
+        job.end_s = kNever;
         end = std::max(end, now);
-        for (int d : jobs_[j].ring->members) {
+        if (!job.nics.empty()) {
+          changed = true;
+          crossing.erase(std::find(crossing.begin(), crossing.end(), j));
+        }
+        for (int d : job.ring->members) {
           avail_[d] = now;
           ++head_[d];
         }
-        for (int d : jobs_[j].ring->members) {
-          if (head_[d] < queue_[d].size()) offer(queue_[d][head_[d]]);
+        for (int d : job.ring->members) {
+          if (head_[d] < queue_begin_[d + 1]) offer(queue_[head_[d]]);
         }
       }
-      while (!ready.empty() && (queued[ready.top().second] || ready.top().first <= now)) {
+      while (!ready.empty() && ready.top().first <= now) {
         const std::size_t j = ready.top().second;
         ready.pop();
-        if (queued[j]) continue;
-        queued[j] = 1;
         Job& job = jobs_[j];
-        if (job.seconds <= 0) {  // nothing to send: done at once
-          job.left = 0;
-          job.rate = 1;
+        job.updated_s = now;
+        job.rate = job.seconds > 0 ? 1 / job.seconds : kNever;
+        if (job.nics.empty()) {
+          job.end_s = now + job.seconds;
+          ends.emplace(job.end_s, j);
         } else {
-          job.rate = 1 / job.seconds;
-          changed = changed || !job.nics.empty();
+          crossing.push_back(j);
+          changed = true;
         }
-        running.push_back(j);
       }
       if (!changed) continue;
+      // New rates for the rings through NICs: what each has left, its new rate and end.
       flows.clear();
-      for (std::size_t j : running) {
-        if (!jobs_[j].nics.empty()) flows.push_back(&jobs_[j].flow);
+      for (std::size_t j : crossing) {
+        Job& job = jobs_[j];
+        job.left -= job.rate * (now - job.updated_s);
+        job.updated_s = now;
+        flows.push_back(&job.flow);
       }
       share.solve(flows);
-      for (std::size_t j : running) {
+      for (std::size_t j : crossing) {
         Job& job = jobs_[j];
-        if (!job.nics.empty()) job.rate = job.flow.rate / (job.flow.cap * job.seconds);
+        job.rate = job.flow.rate / (job.flow.cap * job.seconds);
+        job.end_s = now + std::max(0.0, job.left) / job.rate;
+        ends.emplace(job.end_s, j);
       }
     }
     return end;
@@ -922,11 +941,10 @@ class DpSync {
   std::vector<std::size_t> piece_begin_;  // per device estimate: its first piece; then the count
   std::vector<double> piece_s_;           // per piece in pieces_: its all-reduce time
   std::map<std::pair<int, long long>, Ring> rings_;  // build_rings()
-  // rings_end_s(): the rings' passes in order, per device its jobs, the next of them and
-  // when it is free.
+  // rings_end_s(): the rings' passes in order, per device its jobs (queue_ from
+  // queue_begin_[d]), the next of them and when it is free.
   std::vector<Job> jobs_;
-  std::vector<std::vector<std::size_t>> queue_;
-  std::vector<std::size_t> head_;
+  std::vector<std::size_t> queue_, queue_begin_, head_;
   std::vector<double> avail_;
   std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
   std::vector<int> last_holder_;                       // piece_links(): per pipeline
