@@ -76,8 +76,7 @@ struct HexiSeqOptions {
 // "hexiseq_options"): "solver" ("cbc" | "glpk": both backends), "time_budget_s", "rounds",
 // "block_tokens", "split_kv_heads", "exhaustive_limit", "screen", "largest_merge",
 // "solver_time_limit_s", "mip_gap", "idle_slow_types", "lp_screen", each optional over
-// `defaults`. Throws
-// InputError naming the path (load_with() turns it into bad input).
+// `defaults`. Throws InputError naming the path (load_with() turns it into bad input).
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
 
 struct HexiSeqResult {
