@@ -142,22 +142,18 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
   return e;
 }
 
-std::vector<std::pair<int, int>> CostModel::boundary_flows(const std::vector<int>& src,
-                                                           const std::vector<int>& dst) const {
+CostModel::BoundaryFlows CostModel::boundary_flows(const std::vector<int>& src,
+                                                   const std::vector<int>& dst,
+                                                   double bytes) const {
   const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
-  std::vector<std::pair<int, int>> flows;
-  for (const Piece& p : boundary_pieces(ts, td, ts * td, training_.sequence_parallel))
-    flows.emplace_back(src[p.src_rank], dst[p.dst_rank]);
-  return flows;
-}
-
-double CostModel::boundary_message(const std::vector<int>& src, const std::vector<int>& dst,
-                                   double bytes) const {
-  const int ts = static_cast<int>(src.size()), td = static_cast<int>(dst.size());
+  BoundaryFlows out;
   int largest = 0;
-  for (const Piece& p : boundary_pieces(ts, td, ts * td, training_.sequence_parallel))
+  for (const Piece& p : boundary_pieces(ts, td, ts * td, training_.sequence_parallel)) {
+    out.flows.emplace_back(src[p.src_rank], dst[p.dst_rank]);
     largest = std::max(largest, p.rows_end - p.rows_begin);
-  return bytes * largest / (ts * td);
+  }
+  out.message = bytes * largest / (ts * td);
+  return out;
 }
 
 bool CostModel::boundary_gathers(const std::vector<int>& dst) const {
@@ -187,8 +183,7 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
   const int td = static_cast<int>(dst.size());
   // Flows off a machine share its NICs: those of this boundary, or of every pipeline's
   // boundaries when `busy` counts them.
-  const std::vector<std::pair<int, int>> flows = boundary_flows(src, dst);
-  const double message = boundary_message(src, dst, bytes);
+  const auto [flows, message] = boundary_flows(src, dst, bytes);
   NicFlows mine;
   count_off_machine(flows, mine);
   auto sharing = [&](const std::unordered_map<int, double>& own,
@@ -1272,8 +1267,9 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
           sized = mesh_flows(cluster_, from_stage, to_stage,
                              static_cast<double>(model_.hidden) * training_.bytes_per_element());
         } else {
-          sized.pairs = boundary_flows(from_stage.devices, to);
-          const double message = boundary_message(from_stage.devices, to, c.bytes);
+          BoundaryFlows b = boundary_flows(from_stage.devices, to, c.bytes);
+          sized.pairs = std::move(b.flows);
+          const double message = b.message;
           for (std::size_t k = 0; k < sized.pairs.size(); ++k) {
             sized.bytes.push_back(message);
             sized.rate_Bps.push_back(flow_link_Bps(sized.pairs, k));
@@ -1431,9 +1427,8 @@ void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>&
       for (bool back : {false, true}) {
         const auto& from = p.stages[back ? s + 1 : s].devices;
         const auto& to = p.stages[back ? s : s + 1].devices;
-        const std::vector<std::pair<int, int>> flows = boundary_flows(from, to);
+        const auto [flows, message] = boundary_flows(from, to, bytes);
         SharedTimeline::Link link;
-        const double message = boundary_message(from, to, bytes);
         // Wire bytes: the message over the least efficient flow's transport (the
         // simulator inflates each flow by its own; a boundary's flows share one class).
         double efficiency = 1.0;

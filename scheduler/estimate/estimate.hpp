@@ -142,14 +142,15 @@ class CostModel {
   // Point-to-point flows of one stage boundary, as the lowering sends them
   // (boundary_pieces): without sequence parallelism piece j of td goes from src rank
   // j*ts/td to dst rank j (a source rank sends td/ts pieces when ts < td); with it, a flow
-  // per overlap of the ranks' token shards.
-  std::vector<std::pair<int, int>> boundary_flows(const std::vector<int>& src,
-                                                  const std::vector<int>& dst) const;
-  // Bytes of the largest of those flows, of a tensor of `bytes` (bytes / flows where the
-  // pieces are equal; the largest overlap under sequence parallelism where the TP degrees do
-  // not divide each other).
-  double boundary_message(const std::vector<int>& src, const std::vector<int>& dst,
-                          double bytes) const;
+  // per overlap of the ranks' token shards. `message`: the bytes of the largest of those
+  // flows, of a tensor of `bytes` (bytes / flows where the pieces are equal; the largest
+  // overlap under sequence parallelism where the TP degrees do not divide each other).
+  struct BoundaryFlows {
+    std::vector<std::pair<int, int>> flows;
+    double message = 0;
+  };
+  BoundaryFlows boundary_flows(const std::vector<int>& src, const std::vector<int>& dst,
+                               double bytes) const;
   // Whether the receiving group all-gathers its pieces (several ranks, no sequence
   // parallelism: under it the ranks keep their token shards).
   bool boundary_gathers(const std::vector<int>& dst) const;
