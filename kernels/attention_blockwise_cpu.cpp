@@ -271,8 +271,10 @@ void blockwise_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q
       pack(dop.data(), dout, geo, kh, qt);
       geo.for_each_packed_row(kh, qt, [&](int row, int t, int head) {
         lse_p[row] = lse[std::size_t(t) * pair.hq + head];
-        const auto product = array(dout + geo.q_at(t, head), d) * array(out + geo.q_at(t, head), d);
-        dsum[row] = static_cast<T>(product.template cast<double>().sum());
+        const T* dout_row = dout + geo.q_at(t, head);
+        const T* out_row = out + geo.q_at(t, head);
+        dsum[row] = static_cast<T>(
+            lane_sum(d, [&](int c) { return static_cast<double>(dout_row[c]) * out_row[c]; }));
       });
       std::fill(dqp.begin(), dqp.end(), T(0));
       for (int c0 = 0; c0 < pair.kv_tokens; c0 += kTile) {

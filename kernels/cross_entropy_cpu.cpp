@@ -13,7 +13,7 @@ template <class T>
 void logits_row_max(T* row_max, const T* logits, int n, int vl) {
   for (int i = 0; i < n; ++i) {
     const T* row = logits + static_cast<std::size_t>(i) * vl;
-    row_max[i] = *std::max_element(row, row + vl);
+    row_max[i] = array(row, vl).maxCoeff();
   }
 }
 
@@ -26,7 +26,7 @@ void cross_entropy_partials(T* partials, const T* logits, const T* row_max, cons
   for (int i = 0; i < n; ++i) {
     const T* row = logits + static_cast<std::size_t>(i) * vl;
     array(e.data(), vl) = (array(row, vl) - row_max[i]).exp();
-    const double sum = array(e.data(), vl).template cast<double>().sum();
+    const double sum = lane_sum(vl, [&](int j) { return static_cast<double>(e[j]); });
     const int local = targets[i] - vocab_begin;
     partials[2 * i] = static_cast<T>(sum);
     partials[2 * i + 1] = (local >= 0 && local < vl) ? row[local] : T(0);

@@ -47,4 +47,22 @@ ConstArrayMap<T> array(const T* p, std::size_t n) {
   return ConstArrayMap<T>(p, static_cast<Eigen::Index>(n));
 }
 
+// sum over j < n of term(j), in double, in kSumLanes independent partial sums (element j into
+// sum j mod kSumLanes while full groups last, the tail into sum 0, then the sums in order).
+// The compiler vectorises it (a single running sum is a chain of dependent additions: 4
+// cycles each, 0.14 ms of a 256 x 512 RMSNorm), and its order does not depend on addresses.
+inline constexpr int kSumLanes = 8;
+template <class Term>
+double lane_sum(int n, const Term& term) {
+  double partial[kSumLanes] = {};
+  int j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes) {
+    for (int l = 0; l < kSumLanes; ++l) partial[l] += term(j + l);
+  }
+  for (; j < n; ++j) partial[0] += term(j);
+  double sum = 0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
 }  // namespace hexi::kernels::cpu

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/eigen_maps.hpp"
 
 namespace hexi::kernels::cpu {
 
@@ -14,8 +15,8 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int n, int h, doub
   for (int i = 0; i < n; ++i) {
     const T* xi = x + static_cast<std::size_t>(i) * h;
     T* yi = out + static_cast<std::size_t>(i) * h;
-    double sum_sq = 0;
-    for (int j = 0; j < h; ++j) sum_sq += static_cast<double>(xi[j]) * xi[j];
+    const double sum_sq =
+        lane_sum(h, [&](int j) { return static_cast<double>(xi[j]) * static_cast<double>(xi[j]); });
     const double r = 1.0 / std::sqrt(sum_sq / h + eps);
     for (int j = 0; j < h; ++j) yi[j] = static_cast<T>(xi[j] * r * w[j]);
     rstd[i] = static_cast<T>(r);
@@ -28,8 +29,8 @@ void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const
   for (int i = 0; i < n; ++i) {
     const std::size_t row = static_cast<std::size_t>(i) * h;
     const double r = rstd[i];
-    double c = 0;
-    for (int j = 0; j < h; ++j) c += static_cast<double>(dout[row + j]) * w[j] * x[row + j];
+    const double c =
+        lane_sum(h, [&](int j) { return static_cast<double>(dout[row + j]) * w[j] * x[row + j]; });
     for (int j = 0; j < h; ++j) {
       dx[row + j] = static_cast<T>(r * (w[j] * dout[row + j] - x[row + j] * r * r * c / h));
       dw[j] += static_cast<T>(dout[row + j] * x[row + j] * r);
