@@ -28,8 +28,8 @@ struct ValidateOptions {
 
 std::vector<std::string> train_args(const std::string& exe, const validation::SuiteRun& r,
                                     int steps, const std::string& trace) {
-  return {exe,       "train", r.scenario, "--plan", r.plan, "--steps", std::to_string(steps),
-          "--trace", trace,   "--json"};
+  return {exe,       "train", r.scenario,  "--plan",  r.plan,  "--steps", std::to_string(steps),
+          "--trace", trace,   "--backend", r.backend, "--json"};
 }
 
 int run_validate(const ValidateOptions& opt) {
@@ -43,16 +43,27 @@ int run_validate(const ValidateOptions& opt) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   validation::Launcher launch;
+  const bool cpu_suite = suite->calibration.empty() || suite->calibration.front().backend == "cpu";
   if (opt.local) {
-    std::cerr << "hexisim: note: --local runs the ranks with plain mpirun on this machine: no "
-                 "shaped links, no CPU quotas (the measurements are not of the suite's cluster)\n";
+    if (cpu_suite) {
+      std::cerr << "hexisim: note: --local runs the ranks with plain mpirun on this machine: no "
+                   "shaped links, no CPU quotas (the measurements are not of the suite's "
+                   "cluster)\n";
+    }
     launch = [exe](const validation::SuiteRun& r, int steps, const std::string& trace,
                    const std::string& log) {
+      // A one-device run is one process: `hexisim train` needs no mpirun for it.
+      if (r.devices == 1) return validation::run_logged(train_args(exe, r, steps, trace), log);
       std::vector<std::string> args = {"mpirun", "--oversubscribe", "-np",
                                        std::to_string(r.devices)};
       for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
       return validation::run_logged(args, log);
     };
+  } else if (!cpu_suite) {
+    return report(bad_input(opt.suite + ": the suite runs the " +
+                            suite->calibration.front().backend +
+                            " backend, and the testbed realises CPU clusters only: run it with "
+                            "--local on a machine that has the suite's hardware"));
   } else {
     auto up = validation::run_logged({exe, "testbed", "up", suite->cluster},
                                      (fs::path(opt.out) / "testbed-up.log").string());
@@ -119,8 +130,9 @@ void add_validate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--steps", opt->steps, "Training steps per run (default: the suite's)")
       ->check(CLI::Range(3, 1000));
   cmd->add_flag("--local", opt->local,
-                "Plain mpirun on this machine instead of the testbed (no shaped links or CPU "
-                "quotas: for trying a suite where the testbed cannot be built)");
+                "Run on this machine instead of the testbed (plain mpirun; a one-device run in "
+                "one process): for a suite of this machine's own hardware (a GPU suite), or "
+                "to try a CPU suite without shaped links or CPU quotas");
   cmd->add_flag("--keep-testbed", opt->keep_testbed, "Leave the testbed up afterwards");
 
   cmd->add_flag("--no-plot", opt->no_plot, "Do not draw validation.png/svg");

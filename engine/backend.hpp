@@ -74,6 +74,15 @@ class Backend {
   virtual Status round_bf16(float* dst, const float* src, std::size_t n) = 0;
   virtual Status to_bf16(std::uint16_t* dst, const float* src, std::size_t n) = 0;
   virtual Status from_bf16(float* dst, const std::uint16_t* src, std::size_t n) = 0;
+  // bf16 runs: `weights` (n) hold bf16 values and stay unchanged until the next call (the
+  // step's compute copy); a backend whose GEMMs read bf16 may keep a bf16 copy of them
+  // instead of converting a weight operand on every GEMM (the cuda backend does; the cpu
+  // backend's GEMMs are float32). nullptr ends that.
+  virtual Status bf16_weights(const float* weights, std::size_t n) {
+    (void)weights;
+    (void)n;
+    return {};
+  }
   // stats (n, 3) = [local row max, sum exp(logit - local max), target logit or 0] of a
   // vocab shard's head after head_forward + head_loss_partials with the local max.
   virtual Status pack_loss_stats(const HeadSaved<float>& saved, int n, float* stats) = 0;

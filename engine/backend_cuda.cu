@@ -161,6 +161,9 @@ class CudaBackend final : public Backend {
   Status to_bf16(std::uint16_t* dst, const float* src, std::size_t n) override {
     return guarded("to_bf16", [&] { kc::to_bf16(ctx_, dst, src, n); });
   }
+  Status bf16_weights(const float* weights, std::size_t n) override {
+    return guarded("bf16_weights", [&] { ctx_.set_bf16_weights(weights, n); });
+  }
   Status from_bf16(float* dst, const std::uint16_t* src, std::size_t n) override {
     return guarded("from_bf16", [&] { kc::from_bf16(ctx_, dst, src, n); });
   }

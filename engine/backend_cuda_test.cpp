@@ -2,85 +2,53 @@
 // GPU, skipped with the reason otherwise):
 // - every Backend operation on random inputs against the cpu backend (tolerances per
 //   operation below);
-// - the exact-sum collective suite on an NCCL world (device buffers);
+// - the exact-sum collective suite on a one-rank NCCL world (device buffers);
 // - a training run of the tiny Llama on the cuda backend against the PyTorch oracle
 //   (loss and every gradient; same bounds as the cpu engine) and against the cpu
-//   backend for ten steps.
-// Registered under mpirun with 1 rank, and with 2 ranks for the NCCL suite (skipped when
-// the machine has fewer GPUs than ranks: NCCL refuses two ranks on one GPU).
-
-#include <cuda_runtime.h>
+//   backend for ten steps; a sequence mesh; bf16 mixed precision.
+// One rank each, so no mpirun: the NCCL world is bootstrapped over an in-memory world of
+// one (run_fake_world). nccl_mpi_test runs the collective suite over MPI ranks, one GPU each.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
-#include "engine/comm_mpi.hpp"
+#include "engine/comm_fake.hpp"
 #include "engine/comm_nccl.hpp"
 #include "engine/comm_suite.hpp"
+#include "engine/cuda_testing.hpp"
 #include "engine/engine_testing.hpp"
-#include "kernels/cuda_kernels.hpp"
 
 namespace hexi::engine {
 namespace {
 
-std::string skip_reason(int ranks_needed) {
-  std::string why = kernels::cuda::device_unavailable_reason();
-  if (!why.empty()) return why;
-  int count = 0;
-  cudaGetDeviceCount(&count);
-  if (count < ranks_needed) {
-    return std::to_string(ranks_needed) + " ranks need " + std::to_string(ranks_needed) +
-           " GPUs, found " + std::to_string(count);
-  }
-  return {};
+// Runs `body` on a world of one rank in memory (its thread holds the CUDA device).
+void with_one_rank(const std::function<void(Communicator&)>& body) {
+  auto status = run_fake_world(1, [&](Communicator& world) -> Status {
+    body(world);
+    return {};
+  });
+  ASSERT_TRUE(status[0].ok()) << status[0].error().message;
 }
 
-std::unique_ptr<Communicator> mpi_world() {
-  auto s = MpiSession::init(nullptr, nullptr);
-  auto w = (*s)->world();
-  return std::move(*w);
-}
-
-int local_rank() {
-  const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  return env != nullptr ? std::atoi(env) : 0;
-}
-
-Buffers device_buffers() {
-  Buffers b;
-  b.alloc = [](std::size_t bytes) {
-    void* p = nullptr;
-    cudaMalloc(&p, bytes == 0 ? 1 : bytes);
-    return p;
-  };
-  b.free = [](void* p) { cudaFree(p); };
-  b.to_device = [](void* dst, const void* src, std::size_t n) {
-    cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
-  };
-  b.to_host = [](void* dst, const void* src, std::size_t n) {
-    cudaDeviceSynchronize();
-    cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
-  };
-  return b;
-}
-
-TEST(CudaBackend, NcclCollectivesExact) {
-  auto world = mpi_world();
-  if (auto why = skip_reason(world->size()); !why.empty()) GTEST_SKIP() << why;
-  auto backend = make_backend("cuda", local_rank());
-  ASSERT_TRUE(backend.ok()) << backend.error().message;
-  auto nccl = make_nccl_world(*world, **backend);
-  ASSERT_TRUE(nccl.ok()) << nccl.error().message;
-  Status s = check_collectives(**nccl, device_buffers());
-  EXPECT_TRUE(s.ok()) << s.error().message;
+TEST(CudaBackend, NcclCollectivesExactOneRank) {
+  if (auto why = cuda_skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  with_one_rank([](Communicator& world) {
+    auto backend = make_backend("cuda", 0);
+    ASSERT_TRUE(backend.ok()) << backend.error().message;
+    auto nccl = make_nccl_world(world, **backend);
+    ASSERT_TRUE(nccl.ok()) << nccl.error().message;
+    Status s = check_collectives(**nccl, cuda_device_buffers());
+    EXPECT_TRUE(s.ok()) << s.error().message;
+  });
 }
 
 // Gather/scatter, the loss statistics and AdamW on random data: cuda vs cpu.
 TEST(CudaBackend, EngineKernelsMatchCpu) {
-  if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
-  auto cuda = make_backend("cuda", local_rank());
+  if (auto why = cuda_skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  auto cuda = make_backend("cuda", 0);
   ASSERT_TRUE(cuda.ok()) << cuda.error().message;
   auto cpu = make_cpu_backend();
   std::mt19937 rng(5);
@@ -125,86 +93,59 @@ TEST(CudaBackend, EngineKernelsMatchCpu) {
     EXPECT_NEAR(got[i], want_param[i], 1e-6 * std::fabs(want_param[i]) + 1e-7);
 }
 
-// The engine on the cuda backend (1 rank, NCCL world) against the PyTorch oracle and
-// against the cpu engine for ten steps (float32 both; GEMM summation orders differ:
-// losses within 1e-5 relative, oracle bounds as on the cpu).
-TEST(CudaBackend, TrainingMatchesOracleAndCpu) {
-  auto world = mpi_world();
-  if (world->size() != 1) GTEST_SKIP() << "single-rank test";
-  if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
-  Scenario sc;
-  auto program = lower_shipped("tiny-llama-cpu", "tiny-single.json", &sc);
-  ASSERT_TRUE(program.ok()) << program.error().message;
-  auto backend = make_backend("cuda", 0);
-  ASSERT_TRUE(backend.ok()) << backend.error().message;
-  auto nccl = make_nccl_world(*world, **backend);
-  ASSERT_TRUE(nccl.ok()) << nccl.error().message;
-  auto oracle = load_oracle_inputs();
-  ASSERT_TRUE(oracle.ok()) << oracle.error().message;
-  RankResult r;
-  std::vector<double> losses;
-  Status s =
-      run_rank(*program, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r, losses);
-  ASSERT_TRUE(s.ok()) << s.error().message;
-  auto t = assemble_trajectory(*program, sc.model, {r}, losses);
-  ASSERT_TRUE(t.ok()) << t.error().message;
-  auto cmp = compare_with_oracle(*oracle, t->losses, t->grads_first, "fp32");
-  ASSERT_TRUE(cmp.ok()) << cmp.error().message;
-  std::printf("cuda backend vs torch oracle:\n%s", format_errors(cmp->grads).c_str());
-  for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
+// The engine on the cuda backend (1 rank, NCCL world) running `plan` of `scenario` against
+// the PyTorch oracle of `oracle_model` and against the cpu engine for ten steps (float32 both;
+// GEMM summation orders differ: losses within 1e-5 relative, oracle bounds as on the cpu).
+void expect_matches_oracle_and_cpu(const std::string& scenario, const std::string& plan,
+                                   const std::string& oracle_model, const std::string& what) {
+  with_one_rank([&](Communicator& world) {
+    Scenario sc;
+    auto program = lower_shipped(scenario, plan, &sc);
+    ASSERT_TRUE(program.ok()) << program.error().message;
+    auto backend = make_backend("cuda", 0);
+    ASSERT_TRUE(backend.ok()) << backend.error().message;
+    auto nccl = make_nccl_world(world, **backend);
+    ASSERT_TRUE(nccl.ok()) << nccl.error().message;
+    auto oracle = load_oracle_inputs("fp32", oracle_model);
+    ASSERT_TRUE(oracle.ok()) << oracle.error().message;
+    RankResult r;
+    std::vector<double> losses;
+    Status s = run_rank(*program, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r,
+                        losses);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    auto t = assemble_trajectory(*program, sc.model, {r}, losses);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    auto cmp = compare_with_oracle(*oracle, t->losses, t->grads_first, "fp32");
+    ASSERT_TRUE(cmp.ok()) << cmp.error().message;
+    std::printf("cuda backend, %s vs torch oracle:\n%s", what.c_str(),
+                format_errors(cmp->grads).c_str());
+    for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
 
-  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 7);
-  ASSERT_TRUE(corpus.ok());
-  RankResult rc;
-  std::vector<double> cuda_losses;
-  ASSERT_TRUE(run_rank(*program, sc.model, *corpus, RuntimeOptions{}, 10, **nccl, **backend, rc,
-                       cuda_losses)
-                  .ok());
-  auto cpu_run = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 10);
-  ASSERT_TRUE(cpu_run.ok());
-  for (int k = 0; k < 10; ++k)
-    EXPECT_NEAR(cuda_losses[k], cpu_run->losses[k], 1e-5 * cpu_run->losses[k]);
+    auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 7);
+    ASSERT_TRUE(corpus.ok());
+    RankResult rc;
+    std::vector<double> cuda_losses;
+    ASSERT_TRUE(run_rank(*program, sc.model, *corpus, RuntimeOptions{}, 10, **nccl, **backend, rc,
+                         cuda_losses)
+                    .ok());
+    auto cpu_run = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 10);
+    ASSERT_TRUE(cpu_run.ok());
+    for (int k = 0; k < 10; ++k)
+      EXPECT_NEAR(cuda_losses[k], cpu_run->losses[k], 1e-5 * cpu_run->losses[k]);
+  });
 }
 
-// A sequence mesh on the cuda backend (1 rank: tiny-seq-single, the mesh's pre, ring and
-// post ops with the blockwise kernels, no messages) against the tiny-llama-seq oracle with
-// the cpu bounds and against the cpu engine for ten steps (losses within 1e-5 relative).
+TEST(CudaBackend, TrainingMatchesOracleAndCpu) {
+  if (auto why = cuda_skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  expect_matches_oracle_and_cpu("tiny-llama-cpu", "tiny-single.json", "tiny-llama", "tiny-single");
+}
+
+// A sequence mesh (tiny-seq-single: the mesh's pre, ring and post ops with the blockwise
+// kernels, no messages) against the tiny-llama-seq oracle.
 TEST(CudaBackend, SequenceMeshMatchesOracleAndCpu) {
-  auto world = mpi_world();
-  if (world->size() != 1) GTEST_SKIP() << "single-rank test";
-  if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
-  Scenario sc;
-  auto program = lower_shipped("tiny-seq-cpu", "tiny-seq-single.json", &sc);
-  ASSERT_TRUE(program.ok()) << program.error().message;
-  auto backend = make_backend("cuda", 0);
-  ASSERT_TRUE(backend.ok()) << backend.error().message;
-  auto nccl = make_nccl_world(*world, **backend);
-  ASSERT_TRUE(nccl.ok()) << nccl.error().message;
-  auto oracle = load_oracle_inputs("fp32", "tiny-llama-seq");
-  ASSERT_TRUE(oracle.ok()) << oracle.error().message;
-  RankResult r;
-  std::vector<double> losses;
-  Status s =
-      run_rank(*program, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r, losses);
-  ASSERT_TRUE(s.ok()) << s.error().message;
-  auto t = assemble_trajectory(*program, sc.model, {r}, losses);
-  ASSERT_TRUE(t.ok()) << t.error().message;
-  auto cmp = compare_with_oracle(*oracle, t->losses, t->grads_first, "fp32");
-  ASSERT_TRUE(cmp.ok()) << cmp.error().message;
-  std::printf("cuda backend, sequence mesh vs torch oracle:\n%s",
-              format_errors(cmp->grads).c_str());
-  for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
-  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 7);
-  ASSERT_TRUE(corpus.ok());
-  RankResult rc;
-  std::vector<double> cuda_losses;
-  ASSERT_TRUE(run_rank(*program, sc.model, *corpus, RuntimeOptions{}, 10, **nccl, **backend, rc,
-                       cuda_losses)
-                  .ok());
-  auto cpu_run = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 10);
-  ASSERT_TRUE(cpu_run.ok());
-  for (int k = 0; k < 10; ++k)
-    EXPECT_NEAR(cuda_losses[k], cpu_run->losses[k], 1e-5 * cpu_run->losses[k]);
+  if (auto why = cuda_skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  expect_matches_oracle_and_cpu("tiny-seq-cpu", "tiny-seq-single.json", "tiny-llama-seq",
+                                "sequence mesh");
 }
 
 // bf16 mixed precision on the cuda backend (cuBLAS bf16 GEMMs with fp32 compute, bf16
@@ -213,32 +154,32 @@ TEST(CudaBackend, SequenceMeshMatchesOracleAndCpu) {
 // (the same rounding points; summation orders differ, so a tensor may round one bf16 ulp apart:
 // losses within 1e-3 relative).
 TEST(CudaBackend, Bf16TrainingMatchesOracleAndCpu) {
-  auto world = mpi_world();
-  if (world->size() != 1) GTEST_SKIP() << "single-rank test";
-  if (auto why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
-  Scenario sc;
-  auto single = lower_shipped("tiny-llama-cpu", "tiny-single.json", &sc, "bf16");
-  ASSERT_TRUE(single.ok()) << single.error().message;
-  auto backend = make_backend("cuda", 0);
-  ASSERT_TRUE(backend.ok()) << backend.error().message;
-  auto nccl = make_nccl_world(*world, **backend);
-  ASSERT_TRUE(nccl.ok()) << nccl.error().message;
-  auto oracle = load_oracle_inputs("bf16");
-  ASSERT_TRUE(oracle.ok()) << oracle.error().message;
-  RankResult r;
-  std::vector<double> losses;
-  Status s =
-      run_rank(*single, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r, losses);
-  ASSERT_TRUE(s.ok()) << s.error().message;
-  auto t = assemble_trajectory(*single, sc.model, {r}, losses);
-  ASSERT_TRUE(t.ok()) << t.error().message;
-  auto cmp = compare_with_oracle(*oracle, t->losses, t->grads_first, "bf16");
-  ASSERT_TRUE(cmp.ok()) << cmp.error().message;
-  std::printf("cuda backend bf16 vs torch bf16 oracle:\n%s", format_errors(cmp->grads).c_str());
-  for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
-  auto cpu_run = run_fake(*single, sc.model, *oracle->data, oracle->options, 3);
-  ASSERT_TRUE(cpu_run.ok()) << cpu_run.error().message;
-  for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], cpu_run->losses[k], 1e-3 * losses[k]);
+  if (auto why = cuda_skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  with_one_rank([](Communicator& world) {
+    Scenario sc;
+    auto single = lower_shipped("tiny-llama-cpu", "tiny-single.json", &sc, "bf16");
+    ASSERT_TRUE(single.ok()) << single.error().message;
+    auto backend = make_backend("cuda", 0);
+    ASSERT_TRUE(backend.ok()) << backend.error().message;
+    auto nccl = make_nccl_world(world, **backend);
+    ASSERT_TRUE(nccl.ok()) << nccl.error().message;
+    auto oracle = load_oracle_inputs("bf16");
+    ASSERT_TRUE(oracle.ok()) << oracle.error().message;
+    RankResult r;
+    std::vector<double> losses;
+    Status s = run_rank(*single, sc.model, *oracle->data, oracle->options, 3, **nccl, **backend, r,
+                        losses);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    auto t = assemble_trajectory(*single, sc.model, {r}, losses);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    auto cmp = compare_with_oracle(*oracle, t->losses, t->grads_first, "bf16");
+    ASSERT_TRUE(cmp.ok()) << cmp.error().message;
+    std::printf("cuda backend bf16 vs torch bf16 oracle:\n%s", format_errors(cmp->grads).c_str());
+    for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
+    auto cpu_run = run_fake(*single, sc.model, *oracle->data, oracle->options, 3);
+    ASSERT_TRUE(cpu_run.ok()) << cpu_run.error().message;
+    for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], cpu_run->losses[k], 1e-3 * losses[k]);
+  });
 }
 
 }  // namespace

@@ -294,8 +294,11 @@ Result<std::unique_ptr<Communicator>> MpiSession::world() const {
 }
 
 void MpiSession::abort(int code) {
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);  // MPI_Abort does not return; this is for the type system
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized != 0 && finalized == 0) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // without MPI (a one-rank job in memory), or should MPI_Abort return
 }
 
 }  // namespace hexi::engine

@@ -21,7 +21,8 @@ class MpiSession {
   bool thread_multiple() const { return thread_multiple_; }
   // MPI_COMM_WORLD as a Communicator.
   Result<std::unique_ptr<Communicator>> world() const;
-  // Ends every rank of the job with `code` (MPI_Abort); does not return.
+  // Ends every rank of the job with `code` (MPI_Abort; without MPI initialised, this
+  // process alone); does not return.
   [[noreturn]] static void abort(int code);
 
  private:

@@ -49,7 +49,19 @@ Result<StepStats> RankRuntime::Impl::step() {
   HEXI_TRY(be.zero(grads.get(), grads.bytes()));
   if (seq && prog.zero_stage >= 3)
     HEXI_TRY(be.zero(seq->zero3_grads.get(), seq->zero3_grads.bytes()));
-  if (bf16) HEXI_TRY(be.round_bf16(compute_params.get(), params.get(), params.size()));
+  // bf16: the step's compute copy of the weights, which the backend's GEMMs may read as bf16
+  // (Backend::bf16_weights) until the step ends, however it ends.
+  struct Bf16WeightsScope {
+    Backend* be = nullptr;
+    ~Bf16WeightsScope() {
+      if (be != nullptr) (void)be->bf16_weights(nullptr, 0);
+    }
+  } weights_scope;
+  if (bf16) {
+    HEXI_TRY(be.round_bf16(compute_params.get(), params.get(), params.size()));
+    HEXI_TRY(be.bf16_weights(compute_params.get(), params.size()));
+    weights_scope.be = &be;
+  }
   be.clear_marks();
   loss_sum = loss_tokens = 0;
   pending = Pending{};

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "engine/check.hpp"
+#include "engine/comm_fake.hpp"
 #include "engine/comm_mpi.hpp"
 #ifdef HEXISIM_HAVE_CUDA
 #include "engine/comm_nccl.hpp"
@@ -84,8 +85,9 @@ Status check_ranks(const std::string& plan_path, int devices, int world_size) {
   if (devices == world_size) return {};
   return bad_input(plan_path + ": the plan uses " + std::to_string(devices) +
                    " devices but the job has " + std::to_string(world_size) +
-                   " MPI ranks; the engine runs one rank per device: mpirun -np " +
-                   std::to_string(devices) + " hexisim train ...");
+                   (world_size == 1 ? " rank" : " MPI ranks") +
+                   "; the engine runs one rank per device: mpirun -np " + std::to_string(devices) +
+                   " hexisim train ...");
 }
 
 // The program of the plan file: a pipeline plan (lower_plan), or a sequence mesh (an object
@@ -411,7 +413,35 @@ int train_rank(const TrainOptions& o, Communicator& world, Progress& progress) {
 
 }  // namespace
 
+namespace {
+
+// Whether an MPI launcher (mpirun, srun, mpiexec) started this process: each sets one of these.
+bool under_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int run_train(const TrainOptions& o) {
+  if (!under_mpi_launcher()) {
+    // Started without mpirun: the job is this one rank, its world in memory (no MPI at all,
+    // so a one-device plan needs no MPI installation; a larger plan is refused by
+    // check_ranks, which names the mpirun command).
+    Progress progress;
+    int code = 0;
+    run_fake_world(1, [&](Communicator& world) -> Status {
+      Watchdog watchdog(progress, o.watchdog_s, 3.0, [](const std::string& message) {
+        print_error("rank 0: " + message + "; aborting the job");
+        MpiSession::abort(1);
+      });
+      code = train_rank(o, world, progress);
+      return {};
+    });
+    return code;
+  }
   auto session = MpiSession::init(nullptr, nullptr);
   if (!session.ok()) {
     print_error(session.error().message);

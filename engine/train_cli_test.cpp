@@ -45,12 +45,14 @@ std::string plan(const std::string& name) {
   return root() + "/scenarios/plans/" + name + ".json";
 }
 
-// Runs `mpirun -np N hexisim train ARGS` (env: extra variables) and waits for it.
+// Runs `mpirun -np N hexisim train ARGS` (env: extra variables; np 0: without mpirun) and
+// waits for it.
 Outcome train(int np, const std::string& args, const std::string& env = "",
               const std::string& stdout_file = "") {
+  const std::string launcher =
+      np > 0 ? " mpirun -np " + std::to_string(np) + " --oversubscribe " : " ";
   const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env +
-                          " mpirun -np " + std::to_string(np) + " --oversubscribe " + bin() +
-                          " train " + args +
+                          launcher + bin() + " train " + args +
                           (stdout_file.empty() ? " 2>&1" : " 2>&1 >" + stdout_file);
   const auto t0 = std::chrono::steady_clock::now();
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -183,6 +185,30 @@ TEST(Train, PrintsLossesAndWritesATraceWithEveryOp) {
   EXPECT_EQ(events, 3 * ops);  // every op of every device, once per step
   EXPECT_EQ(seen.size(), static_cast<std::size_t>(3 * ops));
   EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
+}
+
+// Started without mpirun, a one-device plan runs in one process (its world in memory, no MPI):
+// the same losses, bit for bit, as one rank under mpirun, and a trace of every op; a larger
+// plan is refused naming the mpirun command.
+TEST(Train, OneDevicePlanRunsWithoutMpirun) {
+  const std::string args = "tiny-llama-cpu --plan " + plan("tiny-single") + " --steps 3 --json";
+  const std::string alone = temp("alone.json"), under = temp("under.json");
+  const std::string trace = temp("alone-trace.json");
+  Outcome a = train(0, args + " --trace " + trace, "", alone);
+  ASSERT_EQ(a.code, 0) << a.output;
+  Outcome m = train(1, args, "", under);
+  ASSERT_EQ(m.code, 0) << m.output;
+  const auto ja = read_json(alone), jm = read_json(under);
+  EXPECT_EQ(ja["losses"], jm["losses"]);
+  int events = 0;
+  const auto events_json = read_json(trace)["traceEvents"];
+  for (const auto& e : events_json) events += e["ph"] != "M" && e["ph"] != "e";
+  EXPECT_EQ(events, 3 * ja["ops_per_step"].get<int>());
+  Outcome big = train(0, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2");
+  expect_clean_failure(big,
+                       "the plan uses 3 devices but the job has 1 rank; the engine runs "
+                       "one rank per device: mpirun -np 3");
+  EXPECT_EQ(big.code, 2);
 }
 
 // training.precision "bf16" (tiny-llama-cpu-bf16: tiny-llama-cpu in bf16 mixed precision):

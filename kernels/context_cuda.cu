@@ -47,6 +47,36 @@ Context::~Context() {
   // device already reported its failure).
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
+  cudaFree(weights_bf16_);
+}
+
+void Context::set_bf16_weights(const float* values, std::size_t n) {
+  weights_ = nullptr;
+  weights_n_ = 0;
+  if (values == nullptr || n == 0) return;
+  if (n > weights_capacity_) {
+    HEXI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old copy may still be read
+    HEXI_CUDA_CHECK(cudaFree(weights_bf16_));
+    weights_bf16_ = nullptr;
+    weights_capacity_ = 0;
+    HEXI_CUDA_CHECK(
+        cudaMalloc(reinterpret_cast<void**>(&weights_bf16_), n * sizeof(std::uint16_t)));
+    weights_capacity_ = n;
+  }
+  to_bf16(*this, weights_bf16_, values, n);  // in stream order: before any GEMM reading it
+  weights_ = values;
+  weights_n_ = n;
+}
+
+const std::uint16_t* Context::bf16_weights_of(const float* p, std::size_t count) const {
+  // Addresses as integers: p need not point into the registered values.
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const auto begin = reinterpret_cast<std::uintptr_t>(weights_);
+  if (weights_ == nullptr || at < begin || (at - begin) / sizeof(float) + count > weights_n_ ||
+      (at - begin) % sizeof(float) != 0) {
+    return nullptr;
+  }
+  return weights_bf16_ + (at - begin) / sizeof(float);
 }
 
 void Context::synchronize() {
@@ -123,7 +153,8 @@ cublasOperation_t op(bool trans) {
 
 // A bf16 copy of a row-major operand (bf16 GEMMs): `batch` matrices `stride` elements
 // apart, each `rows` rows of `cols` elements, `ld` apart. Exact when the operand holds bf16
-// values, as the blocks guarantee in bf16 runs.
+// values, as the blocks guarantee in bf16 runs. An operand inside the context's registered
+// weights (Context::set_bf16_weights) is read from their bf16 copy, not converted again.
 namespace {
 class Bf16Operand {
  public:
@@ -131,13 +162,17 @@ class Bf16Operand {
               int batch = 1)
       : count_(static_cast<std::size_t>(batch - 1) * stride +
                static_cast<std::size_t>(rows - 1) * ld + cols),
-        temp_(c, (count_ + 1) / 2) {
-    to_bf16(c, get(), src, count_);
+        copy_(c.bf16_weights_of(src, count_)),
+        temp_(c, copy_ != nullptr ? 0 : (count_ + 1) / 2) {
+    if (copy_ == nullptr) to_bf16(c, reinterpret_cast<std::uint16_t*>(temp_.get()), src, count_);
   }
-  std::uint16_t* get() const { return reinterpret_cast<std::uint16_t*>(temp_.get()); }
+  const std::uint16_t* get() const {
+    return copy_ != nullptr ? copy_ : reinterpret_cast<const std::uint16_t*>(temp_.get());
+  }
 
  private:
   std::size_t count_;
+  const std::uint16_t* copy_;
   Temp temp_;
 };
 }  // namespace

@@ -48,9 +48,22 @@ class Context {
   // fp32 compute and fp32 output (cublasGemmEx). The blocks set it from BlockShape::bf16.
   bool bf16_gemm() const { return bf16_gemm_; }
   void set_bf16_gemm(bool on) { bf16_gemm_ = on; }
+  // A bf16 copy of `n` float32 values that hold bf16 numbers (the engine's compute copy of
+  // the weights, rounded at each step's start): until the next call, a bf16 GEMM operand
+  // that lies inside [values, values + n) is read from the copy instead of being converted
+  // on every call (the same bf16 numbers: results are bit-identical). values nullptr (or n
+  // 0) drops the copy's use; its memory is kept for the next call. The values must not
+  // change while registered.
+  void set_bf16_weights(const float* values, std::size_t n);
+  // The copy of `p` when [p, p + count) lies inside the registered values, else nullptr.
+  const std::uint16_t* bf16_weights_of(const float* p, std::size_t count) const;
 
  private:
   bool bf16_gemm_ = false;
+  const float* weights_ = nullptr;  // the registered float32 values
+  std::size_t weights_n_ = 0;
+  std::uint16_t* weights_bf16_ = nullptr;  // their bf16 copy (cudaMalloc)
+  std::size_t weights_capacity_ = 0;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -493,6 +493,55 @@ TEST_F(CudaKernels, Bf16AttentionBlockMatchesCpuEmulation) {
   attention_block_matches_cpu(*ctx_, true);
 }
 
+// Context::set_bf16_weights: with the weights' bf16 copy registered, the bf16 GEMMs read
+// weight operands from it instead of converting them; the same bf16 numbers, so the block's
+// outputs and gradients are bit-identical to the converting path, and again after dropping it.
+TEST_F(CudaKernels, Bf16WeightCopyGivesTheSameBits) {
+  const LlamaDims d{4, 64, 172, 4, 2, 256};
+  const BlockShape sh{d, tp_shard(d, 1, 2), 2, 32, true};
+  Params<float> p(stage_layout(d, {0, 1, false, false, sh.shard}));
+  init_params(p, d, {5, 0.1});
+  Floats x = random(std::size_t(sh.tokens()) * d.hidden, 26), dy = random(x.size(), 27);
+  for (Floats* v : {&p.data, &x, &dy}) round_bf16(v->data(), v->size());
+  DeviceBuffer<float> gp(p.data), gx(x), gdy(dy);
+  const auto at = [&](float* base, const char* name) {
+    return base + p.layout.find(std::string("layers.0.") + name)->offset;
+  };
+  // y, dx and the weight gradients of one forward + backward of the MLP and attention blocks.
+  const auto run = [&] {
+    DeviceBuffer<float> gg(p.data.size()), saved(attention_saved_size(sh) + mlp_saved_size(sh)),
+        y(x.size()), dx(x.size()), y2(x.size()), dx2(x.size());
+    gg.zero();
+    float* w = gp.get();
+    float* g = gg.get();
+    const auto sa = carve_attention_saved(sh, saved.get());
+    const auto sm = carve_mlp_saved(sh, saved.get() + attention_saved_size(sh));
+    const AttentionWeights<float> aw{at(w, "attn_norm"), at(w, "wq"), at(w, "wk"), at(w, "wv"),
+                                     at(w, "wo")};
+    const AttentionGrads<float> ag{at(g, "attn_norm"), at(g, "wq"), at(g, "wk"), at(g, "wv"),
+                                   at(g, "wo")};
+    const MlpWeights<float> mw{at(w, "mlp_norm"), at(w, "w_gate"), at(w, "w_up"), at(w, "w_down")};
+    const MlpGrads<float> mg{at(g, "mlp_norm"), at(g, "w_gate"), at(g, "w_up"), at(g, "w_down")};
+    cuda::attention_block_forward(*ctx_, sh, aw, gx.get(), sa, y.get());
+    cuda::attention_block_backward(*ctx_, sh, aw, sa, gx.get(), gdy.get(), dx.get(), ag);
+    cuda::mlp_block_forward(*ctx_, sh, mw, gx.get(), sm, y2.get());
+    cuda::mlp_block_backward(*ctx_, sh, mw, sm, gx.get(), gdy.get(), dx2.get(), mg);
+    ctx_->synchronize();
+    return std::vector<Floats>{y.download(), dx.download(), y2.download(), dx2.download(),
+                               gg.download()};
+  };
+  const auto converting = run();
+  ctx_->set_bf16_weights(gp.get(), p.data.size());
+  const auto from_copy = run();
+  ctx_->set_bf16_weights(nullptr, 0);
+  const auto dropped = run();
+  for (std::size_t i = 0; i < converting.size(); ++i) {
+    EXPECT_TRUE(from_copy[i] == converting[i]) << "output " << i;
+    EXPECT_TRUE(dropped[i] == converting[i]) << "output " << i;
+  }
+  EXPECT_NE(converting[0], Floats(x.size(), 0.0f));
+}
+
 TEST(CudaDevice, ReasonIsEmptyOrExplainsWhy) {
   const std::string reason = cuda::device_unavailable_reason();
   if (!reason.empty()) {

@@ -100,7 +100,7 @@ Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& 
   if (!json) return json.error();
   return load_with([&] {
     JsonNode root(*json, path);
-    root.allow_only({"version", "name", "description", "cluster", "steps", "calibration",
+    root.allow_only({"version", "name", "description", "cluster", "steps", "backend", "calibration",
                      "validation", "quick", "compare"});
     if (root.at("version").integer_in(1, 1) != 1) root.at("version").fail("version 1");
     Suite s;
@@ -114,6 +114,13 @@ Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& 
     if (auto steps = root.find("steps")) s.steps = static_cast<int>(steps->integer_in(3, 1000));
     s.calibration = read_runs(root.at("calibration"), dir, gpus, models, cfile);
     s.validation = read_runs(root.at("validation"), dir, gpus, models, cfile);
+    if (auto backend = root.find("backend")) {
+      const std::string name = backend->str();
+      if (name != "cpu" && name != "cuda") backend->fail("\"cpu\" or \"cuda\"");
+      for (auto* list : {&s.calibration, &s.validation}) {
+        for (auto& r : *list) r.backend = name;
+      }
+    }
     std::set<std::string> names;
     for (const auto* list : {&s.calibration, &s.validation}) {
       for (const auto& r : *list) {

@@ -4,7 +4,7 @@
 //
 // A suite file (validation/suites/*.json) names a cluster, the runs whose traces calibrate
 // the profile and a disjoint set of runs that validate it (each a scenario and a plan):
-//   {"version": 1, "name": "...", "cluster": "testbed-cpu-3m", "steps": 6,
+//   {"version": 1, "name": "...", "cluster": "testbed-cpu-3m", "steps": 6, "backend": "cpu",
 //    "calibration": [{"name": "cal-...", "what": "...", "scenario": "...", "plan": "..."}],
 //    "validation": [{"name": "...", "what": "TP across a shaped link", ...}],
 //    "quick": {"calibration": ["cal-..."], "validation": ["..."]},
@@ -12,6 +12,7 @@
 // Paths are relative to the suite file; scenarios may be shipped names. Every run's
 // scenario must use the suite's cluster. `compare` names two validation runs whose measured
 // ratio is set against the simulated one (the scheduler's plan against the uniform one).
+// `backend` is the engine's (`hexisim train --backend`): "cpu" (the default) or "cuda".
 //
 // The steps: every run is executed by the engine (`hexisim train --trace`, launched by the
 // caller: on the testbed, or plain mpirun); the calibration runs' traces are fitted
@@ -37,10 +38,11 @@ namespace hexi::validation {
 
 struct SuiteRun {
   std::string name;
-  std::string what;      // what the run exercises, for the report
-  std::string scenario;  // shipped name or resolved path
-  std::string plan;      // resolved path
-  int devices = 0;       // ranks the engine needs (the plan's devices)
+  std::string what;             // what the run exercises, for the report
+  std::string scenario;         // shipped name or resolved path
+  std::string plan;             // resolved path
+  int devices = 0;              // ranks the engine needs (the plan's devices)
+  std::string backend = "cpu";  // the suite's engine backend: cpu | cuda
 };
 
 struct Suite {

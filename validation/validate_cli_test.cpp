@@ -87,5 +87,46 @@ TEST(CliValidate, RefusesASuiteThatValidatesOnWhatItFitted) {
   EXPECT_NE(r.err.find("not the suite's cluster"), std::string::npos) << r.err;
 }
 
+// A suite of one-device runs with --local: each run is one `hexisim train` process (no
+// mpirun), calibrated and validated end to end. A suite's "backend" is cpu or cuda; a cuda
+// suite is refused without --local (the testbed realises CPU clusters only).
+TEST(CliValidate, OneDeviceRunsLocallyAndTheBackendIsChecked) {
+  const auto dir = scratch_dir("validate-local");
+  write_text(dir / "one4.json", R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": 1,
+    "stages": [{"devices": [0], "layers": [0, 4]}]}]})");
+  write_text(dir / "one8.json", R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": 2,
+    "stages": [{"devices": [0], "layers": [0, 8]}]}]})");
+  const std::string runs = R"("steps": 3,
+    "calibration": [{"name": "a", "scenario": "tiny-llama-cpu", "plan": "one4.json"},
+                    {"name": "b", "scenario": "tiny-llama-8l-cpu", "plan": "one8.json"}],
+    "validation": [{"name": "c", "scenario": "tiny-llama-cpu-zero1", "plan": "one4.json"}]})";
+  write_text(dir / "suite.json",
+             R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4", "backend": "cpu", )" + runs);
+  auto r = run_cli("validate " + (dir / "suite.json").string() +
+                   " --local --no-plot --json --out " + (dir / "o").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto report = json::parse(r.out);
+  ASSERT_EQ(report["plans"].size(), 1u);
+  EXPECT_GT(report["plans"][0]["measured_s"].get<double>(), 0);
+  EXPECT_GT(report["plans"][0]["simulated_s"].get<double>(), 0);
+  for (const char* name : {"a", "b", "c"}) {
+    const auto log = read_text(dir / "o" / (std::string(name) + ".log"));
+    EXPECT_NE(log.find("\"losses\""), std::string::npos) << log;
+  }
+  write_text(dir / "suite.json",
+             R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4", "backend": "tpu", )" + runs);
+  r = run_cli("validate " + (dir / "suite.json").string() + " --local --out " +
+              (dir / "o2").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/backend"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\"cpu\" or \"cuda\""), std::string::npos) << r.err;
+  write_text(
+      dir / "suite.json",
+      R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4", "backend": "cuda", )" + runs);
+  r = run_cli("validate " + (dir / "suite.json").string() + " --out " + (dir / "o3").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("run it with --local"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace hexi::testing
