@@ -43,7 +43,7 @@ int run_validate(const ValidateOptions& opt) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   validation::Launcher launch;
-  const bool cpu_suite = suite->calibration.empty() || suite->calibration.front().backend == "cpu";
+  const bool cpu_suite = suite->backend == "cpu";
   if (opt.local) {
     if (cpu_suite) {
       std::cerr << "hexisim: note: --local runs the ranks with plain mpirun on this machine: no "
@@ -60,8 +60,7 @@ int run_validate(const ValidateOptions& opt) {
       return validation::run_logged(args, log);
     };
   } else if (!cpu_suite) {
-    return report(bad_input(opt.suite + ": the suite runs the " +
-                            suite->calibration.front().backend +
+    return report(bad_input(opt.suite + ": the suite runs the " + suite->backend +
                             " backend, and the testbed realises CPU clusters only: run it with "
                             "--local on a machine that has the suite's hardware"));
   } else {

@@ -115,10 +115,10 @@ Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& 
     s.calibration = read_runs(root.at("calibration"), dir, gpus, models, cfile);
     s.validation = read_runs(root.at("validation"), dir, gpus, models, cfile);
     if (auto backend = root.find("backend")) {
-      const std::string name = backend->str();
-      if (name != "cpu" && name != "cuda") backend->fail("\"cpu\" or \"cuda\"");
+      s.backend = backend->str();
+      if (s.backend != "cpu" && s.backend != "cuda") backend->fail("\"cpu\" or \"cuda\"");
       for (auto* list : {&s.calibration, &s.validation}) {
-        for (auto& r : *list) r.backend = name;
+        for (auto& r : *list) r.backend = s.backend;
       }
     }
     std::set<std::string> names;

@@ -51,6 +51,7 @@ struct Suite {
   std::filesystem::path file;
   std::string cluster;  // shipped name or resolved path
   int steps = 6;
+  std::string backend = "cpu";  // the engine's, for every run: cpu | cuda
   std::vector<SuiteRun> calibration;
   std::vector<SuiteRun> validation;
   std::optional<std::pair<std::string, std::string>> compare;  // (plan, baseline)
