@@ -27,13 +27,13 @@
 #include "topologies/eigen.hpp"
 
 #include "bench/core_peak.hpp"
+#include "bench/engine_steps.hpp"
 #include "engine/comm_fake.hpp"
 #include "engine/data.hpp"
 #include "engine/runtime.hpp"
 #include "engine/trace.hpp"
 #include "kernels/gemm_cpu.hpp"
 #include "scenarios/scenario.hpp"
-#include "scheduler/program/lower.hpp"
 
 namespace hexi::engine {
 namespace {
@@ -153,11 +153,7 @@ Setup tiny_setup() {
 }
 
 void run_step_bench(benchmark::State& state, Setup st) {
-  Plan plan;
-  plan.pipelines.push_back(Pipeline{
-      st.scenario.training.global_batch, 1, {Stage{{0}, 0, st.scenario.model.layers, {}, {}, {}}}});
-  auto program = lower_plan(plan, st.scenario.cluster, st.scenario.model, st.scenario.training,
-                            LowerOptions{}, "bench");
+  auto program = whole_model_program(st.scenario, "bench");
   if (!program.ok()) {
     state.SkipWithError(program.error().message.c_str());
     return;
@@ -167,17 +163,7 @@ void run_step_bench(benchmark::State& state, Setup st) {
   Status status;
   run_fake_world(1, [&](Communicator& world) -> Status {
     auto backend = make_cpu_backend(CpuClock::kThreadCpu);
-    Progress progress;
-    auto rt = RankRuntime::create(*program, st.scenario.model, world, *backend, *data,
-                                  RuntimeOptions{}, progress);
-    if (!rt.ok()) return status = rt.error();
-    if (auto warm = (*rt)->step(); !warm.ok()) return status = warm.error();
-    for (auto _ : state) {
-      auto s = (*rt)->step();
-      if (!s.ok()) return status = s.error();
-      steps.push_back(std::move(*s));
-    }
-    return {};
+    return status = time_steps(state, *program, st.scenario.model, world, *backend, *data, steps);
   });
   if (!status.ok()) {
     state.SkipWithError(status.error().message.c_str());
@@ -185,12 +171,7 @@ void run_step_bench(benchmark::State& state, Setup st) {
   }
   // Per class the best step (as the Eigen reference's best trial).
   const double n_steps = 1;
-  OpClasses classes = op_classes(*program, {steps.front()});
-  for (const StepStats& step : steps) {
-    for (const auto& [name, c] : op_classes(*program, {step})) {
-      classes[name].seconds = std::min(classes[name].seconds, c.seconds);
-    }
-  }
+  const OpClasses classes = best_classes(*program, steps);
   const auto gemms = block_gemms(st.scenario.model, 1, st.scenario.training.seq_len);
   double total = 0;
   for (const auto& [name, c] : classes) total += c.seconds;

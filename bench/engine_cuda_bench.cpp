@@ -23,6 +23,7 @@
 #include <map>
 #include <string>
 
+#include "bench/engine_steps.hpp"
 #include "engine/backend.hpp"
 #include "engine/check.hpp"
 #include "engine/comm_fake.hpp"
@@ -32,7 +33,6 @@
 #include "engine/trace.hpp"
 #include "kernels/cuda_kernels.hpp"
 #include "scenarios/scenario.hpp"
-#include "scheduler/program/lower.hpp"
 
 namespace hexi::engine {
 namespace {
@@ -117,11 +117,7 @@ void run_cuda_step(benchmark::State& state, const std::string& precision) {
     state.SkipWithError(sc.error().message.c_str());
     return;
   }
-  Plan plan;
-  plan.pipelines.push_back(
-      Pipeline{sc->training.global_batch, 1, {Stage{{0}, 0, sc->model.layers, {}, {}, {}}}});
-  auto program =
-      lower_plan(plan, sc->cluster, sc->model, sc->training, LowerOptions{}, "bench-cuda");
+  auto program = whole_model_program(*sc, "bench-cuda");
   if (!program.ok()) {
     state.SkipWithError(program.error().message.c_str());
     return;
@@ -138,31 +134,16 @@ void run_cuda_step(benchmark::State& state, const std::string& precision) {
     if (!backend.ok()) return status = backend.error();
     auto world = make_nccl_world(boot, **backend);
     if (!world.ok()) return status = world.error();
-    Progress progress;
-    auto rt = RankRuntime::create(*program, sc->model, **world, **backend, *data, RuntimeOptions{},
-                                  progress);
-    if (!rt.ok()) return status = rt.error();
-    if (auto warm = (*rt)->step(); !warm.ok()) return status = warm.error();
-    for (auto _ : state) {
-      auto s = (*rt)->step();
-      if (!s.ok()) return status = s.error();
-      state.SetIterationTime(s->seconds);
-      steps.push_back(std::move(*s));
-    }
-    return {};
+    return status = time_steps(state, *program, sc->model, **world, **backend, *data, steps);
   });
   if (!status.ok()) {
     state.SkipWithError(status.error().message.c_str());
     return;
   }
   // Per class the best step; the step itself the fastest one.
-  OpClasses classes = op_classes(*program, {steps.front()});
+  const OpClasses classes = best_classes(*program, steps);
   double step_s = steps.front().seconds;
-  for (const StepStats& step : steps) {
-    step_s = std::min(step_s, step.seconds);
-    for (const auto& [name, c] : op_classes(*program, {step}))
-      classes[name].seconds = std::min(classes[name].seconds, c.seconds);
-  }
+  for (const StepStats& step : steps) step_s = std::min(step_s, step.seconds);
   const double peak = gemm_peak(precision);
   double total = 0, flops = 0;
   for (const auto& [name, c] : classes) {

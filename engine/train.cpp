@@ -411,16 +411,24 @@ int train_rank(const TrainOptions& o, Communicator& world, Progress& progress) {
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 // Whether an MPI launcher (mpirun, srun, mpiexec) started this process: each sets one of these.
 bool under_mpi_launcher() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
     if (std::getenv(name) != nullptr) return true;
   }
   return false;
+}
+
+// This rank's part of the job under its watchdog, which aborts the job when the rank stops
+// making progress.
+int train_watched(const TrainOptions& o, Communicator& world) {
+  const int rank = world.rank();
+  Progress progress;
+  Watchdog watchdog(progress, o.watchdog_s, 3.0, [rank](const std::string& message) {
+    print_error("rank " + std::to_string(rank) + ": " + message + "; aborting the job");
+    MpiSession::abort(1);
+  });
+  return train_rank(o, world, progress);
 }
 
 }  // namespace
@@ -430,14 +438,9 @@ int run_train(const TrainOptions& o) {
     // Started without mpirun: the job is this one rank, its world in memory (no MPI at all,
     // so a one-device plan needs no MPI installation; a larger plan is refused by
     // check_ranks, which names the mpirun command).
-    Progress progress;
     int code = 0;
     run_fake_world(1, [&](Communicator& world) -> Status {
-      Watchdog watchdog(progress, o.watchdog_s, 3.0, [](const std::string& message) {
-        print_error("rank 0: " + message + "; aborting the job");
-        MpiSession::abort(1);
-      });
-      code = train_rank(o, world, progress);
+      code = train_watched(o, world);
       return {};
     });
     return code;
@@ -452,17 +455,7 @@ int run_train(const TrainOptions& o) {
     print_error(world.error().message);
     return 1;
   }
-  const int rank = (*world)->rank();
-  Progress progress;
-  int code = 0;
-  {
-    Watchdog watchdog(progress, o.watchdog_s, 3.0, [rank](const std::string& message) {
-      print_error("rank " + std::to_string(rank) + ": " + message + "; aborting the job");
-      MpiSession::abort(1);
-    });
-    code = train_rank(o, **world, progress);
-  }
-  return code;
+  return train_watched(o, **world);
 }
 
 }  // namespace hexi::engine
