@@ -38,11 +38,12 @@ test-slow: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 3600 -L slow
 
-# One sanitizer build serves `make check-asan` and `make fuzz`: clang -O1 -g, every library
+# One sanitizer build serves `make check-asan` and `make fuzz`: clang -O1 with line tables (enough for
+# the sanitizers' stack traces; full -g costs compile and link time), every library
 # instrumented with AddressSanitizer, UBSan, libstdc++'s assertions and libFuzzer's coverage
 # (HEXISIM_FUZZ), in $(SAN_DIR). Any sanitizer report fails.
 SAN_CONFIGURE = CC=clang CXX=clang++ cmake -S . -B $(SAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DHEXISIM_FUZZ=ON -DHEXISIM_CUDA=OFF
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DHEXISIM_FUZZ=ON -DHEXISIM_CUDA=OFF
 
 # The module (unit) tests under the sanitizers. MPI, CLI and CUDA tests, the five slowest
 # searches, the paper-scale mutation test, the 2 x 400-step bf16 training run (190 s under

@@ -23,6 +23,7 @@ struct ValidateOptions {
   bool local = false;
   bool keep_testbed = false;
   bool no_plot = false;
+  bool rescore = false;
   int steps = 0;  // 0: the suite's
 };
 
@@ -44,7 +45,15 @@ int run_validate(const ValidateOptions& opt) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   validation::Launcher launch;
   const bool cpu_suite = suite->backend == "cpu";
-  if (opt.local) {
+  if (opt.rescore) {
+    // Nothing runs: every run's trace must be in --out already, from an earlier validate.
+    launch = [](const validation::SuiteRun& r, int, const std::string& trace,
+                const std::string&) -> Result<int> {
+      if (fs::exists(trace)) return 0;
+      return bad_input("--rescore: no trace of run \"" + r.name + "\" at " + trace +
+                       " (run the suite into that folder first, without --rescore)");
+    };
+  } else if (opt.local) {
     if (cpu_suite) {
       std::cerr << "hexisim: note: --local runs the ranks with plain mpirun on this machine: no "
                    "shaped links, no CPU quotas (the measurements are not of the suite's "
@@ -81,7 +90,7 @@ int run_validate(const ValidateOptions& opt) {
   }
   auto rep = validation::validate(*suite, launch, opt.out,
                                   [](const std::string& line) { std::cerr << line << "\n"; });
-  if (!opt.local && !opt.keep_testbed) {
+  if (!opt.local && !opt.rescore && !opt.keep_testbed) {
     (void)validation::run_logged({exe, "testbed", "down"},
                                  (fs::path(opt.out) / "testbed-down.log").string());
   }
@@ -133,6 +142,9 @@ void add_validate_command(CLI::App& app, Runner& run) {
                 "one process): for a suite of this machine's own hardware (a GPU suite), or "
                 "to try a CPU suite without shaped links or CPU quotas");
   cmd->add_flag("--keep-testbed", opt->keep_testbed, "Leave the testbed up afterwards");
+  cmd->add_flag("--rescore", opt->rescore,
+                "Run nothing: calibrate and score the traces an earlier validate left in --out "
+                "(after a change to the simulator or the catalog)");
 
   cmd->add_flag("--no-plot", opt->no_plot, "Do not draw validation.png/svg");
   cmd->add_flag("--json", opt->json, "Print the report as one JSON object");

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.hpp"
+#include "cli/options.hpp"
 
 namespace hexi::cli {
 

@@ -1,5 +1,6 @@
 #pragma once
-// Shared pieces of the hexisim subcommands: catalogs, error reporting, tables.
+// Shared pieces of the hexisim subcommands: catalogs, error reporting, tables. No CLI11 here
+// (its header costs seconds per file): the option helpers are in cli/options.hpp.
 
 #include <filesystem>
 #include <functional>
@@ -7,8 +8,6 @@
 #include <iosfwd>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "scenarios/model.hpp"
 #include "scenarios/scenario.hpp"
@@ -35,7 +34,6 @@ Result<Catalogs> load_catalogs();
 // Loads a scenario by name or path with the shipped catalogs; with a `profile` file, that
 // profile replaces the scenario's (--profile).
 Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& profile = {});
-void add_profile_option(CLI::App* cmd, std::string& profile);
 
 // One JSON object on stdout.
 void print_json(const Json& json);
@@ -61,14 +59,6 @@ class Table {
   std::vector<std::string> header_;
   std::vector<std::vector<std::string>> rows_;
 };
-
-// Checks for flag values, on the text as typed. CLI11 2.1 lets "nan" through CLI::Range
-// (every comparison with NaN is false), takes "inf", and turns "-1" or 2^70 given to an
-// unsigned option into a wrapped or clamped number without a word.
-CLI::Validator finite_in(double min, double max);  // a finite number in [min, max]
-CLI::Validator finite_positive();                  // a finite number > 0
-CLI::Validator unsigned_64();                      // decimal digits that fit in 64 bits
-CLI::Validator utf8_text();                        // valid UTF-8 (it reaches JSON output)
 
 // Fixed-point formatting: fmt(3.14159, 2) == "3.14".
 std::string fmt(double value, int decimals);

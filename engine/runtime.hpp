@@ -56,6 +56,7 @@ struct OpTime {
   int op = 0;
   double start_s = 0;
   double end_s = 0;
+  double cpu_s = -1;  // cpu backend, compute ops: this thread's CPU time in the op; < 0: absent
 };
 
 struct StepStats {

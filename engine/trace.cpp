@@ -30,6 +30,7 @@ std::string trace_events(const Program& p, int device, const std::string& device
       e.end_us = (t.end_s - t0) * 1e6;
       e.step = st.step;
       e.bytes = engine_bytes(p.ops[t.op]);
+      if (t.cpu_s >= 0) e.cpu_us = t.cpu_s * 1e6;
       w.op(p, e);
     }
   }

@@ -78,6 +78,15 @@ Executor::Executor(const Program& program, Platform& platform, const Cluster& cl
       [](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>&,
          const std::unordered_set<sg4::NetZone*>&) { return g_latency_factor; });
   build_graph();
+  // Each device's quota periods start at its own phase, spread by the golden ratio: the
+  // testbed's cgroups start their period timers independently.
+  quota_.resize(cluster_.num_devices());
+  for (int d = 0; d < cluster_.num_devices(); ++d) {
+    const GpuSpec& gpu = cluster_.gpu(d);
+    if (gpu.quota_share <= 0 || gpu.quota_share >= 1) continue;
+    const double phase = std::fmod(d * 0.6180339887498949, 1.0) * gpu.quota_period_s;
+    quota_[d].emplace(gpu.quota_share, gpu.quota_period_s, phase);
+  }
 }
 
 Executor::~Executor() {
@@ -215,9 +224,10 @@ void Executor::complete(int op, double t) {
 void Executor::start_compute_chain(int op, double t) {
   int last = op;
   double when = t;
+  std::optional<QuotaClock>& quota = quota_[p_.ops[op].device];
   while (true) {
     r_.start[last] = when;
-    when += duration_[last];
+    when = quota ? quota->run(when, duration_[last]) : when + duration_[last];
     r_.end[last] = when;
     // Extend while this op's only successor is the next compute op of its stream
     // and that op waits on nothing else.

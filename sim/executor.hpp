@@ -9,7 +9,9 @@
 //                    at a time, so its time is exact without a SimGrid exec);
 //                    consecutive compute ops whose only successor is the next one
 //                    share one timer, and timers due at the same instant (TP ranks
-//                    in lockstep) share one kernel timer
+//                    in lockstep) share one kernel timer; a device under a CPU
+//                    quota (sim/quota_clock.hpp) runs its compute at full speed and
+//                    pauses where its quota of the period is spent
 //   send/recv     -> a batch of one flow once both ends have started (rendezvous)
 //   collectives   -> batches of the flows of their algorithm (collective_algos.hpp),
 //                    phase after phase, once every member has started
@@ -27,12 +29,14 @@
 // SimGrid activities.
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "scheduler/program/program.hpp"
 #include "sim/collective_algos.hpp"
 #include "sim/platform.hpp"
+#include "sim/quota_clock.hpp"
 
 namespace hexi::sim {
 
@@ -116,6 +120,7 @@ class Executor {
   std::vector<int> mark_;    // per link: the last batch (stamp) that looked at it
   int stamp_ = 0;
   std::vector<char> started_;
+  std::vector<std::optional<QuotaClock>> quota_;  // per device, where it has a CPU quota
   std::vector<int> queue_;
   // Coalesced compute timers: due time -> slot; slot -> chains (first, last op).
   std::unordered_map<double, int> slot_at_;

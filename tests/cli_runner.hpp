@@ -3,12 +3,14 @@
 // stdout and stderr, for end-to-end tests of the command line contract (the contract: README
 // command table).
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 namespace hexi::testing {
@@ -31,13 +33,30 @@ inline void write_text(const std::filesystem::path& p, const std::string& text) 
   std::ofstream(p, std::ios::binary) << text;
 }
 
-// A fresh scratch folder per test (under the system temp dir).
-inline std::filesystem::path scratch_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("hexisim-test-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+// A fresh scratch folder per test (under the system temp dir), removed when the test is over
+// unless it failed (then its path is printed, to look inside) or HEXISIM_KEEP_TEST_DIRS is set.
+class ScratchDir : public std::filesystem::path {
+ public:
+  explicit ScratchDir(std::filesystem::path p) : std::filesystem::path(std::move(p)) {
+    std::filesystem::remove_all(*this);
+    std::filesystem::create_directories(*this);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    if (std::getenv("HEXISIM_KEEP_TEST_DIRS") != nullptr) return;
+    if (::testing::Test::HasFailure()) {
+      std::fprintf(stderr, "kept the failed test's folder %s\n", c_str());
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(*this, ec);
+  }
+};
+
+inline ScratchDir scratch_dir(const std::string& name) {
+  return ScratchDir(std::filesystem::temp_directory_path() /
+                    ("hexisim-test-" + name + "-" + std::to_string(::getpid())));
 }
 
 // `args` is appended to the executable path as shell words (tests quote their own).

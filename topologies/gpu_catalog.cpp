@@ -26,7 +26,7 @@ double spec_number(const JsonNode& node) {
 
 GpuSpec read_gpu(const JsonNode& node) {
   node.allow_only({"name", "aliases", "tflops", "tflops_fp16_accumulate", "precision", "memory_gib",
-                   "memory_GBps", "pcie_GBps", "intra", "architecture", "sms", "source"});
+                   "memory_GBps", "pcie_GBps", "intra", "architecture", "sms", "quota", "source"});
   GpuSpec g;
   g.name = node.str("name");
   if (auto aliases = node.find("aliases")) {
@@ -52,6 +52,11 @@ GpuSpec read_gpu(const JsonNode& node) {
     g.architecture = *a;
   }
   if (auto sms = node.find("sms")) g.sms = static_cast<int>(sms->integer_in(0, 100000));
+  if (auto quota = node.find("quota")) {
+    quota->allow_only({"share", "period_us"});
+    g.quota_share = quota->at("share").number_in(0.01, 1);
+    g.quota_period_s = quota->at("period_us").number_in(1000, 1e6) * 1e-6;
+  }
   g.source = node.str("source");
   return g;
 }

@@ -70,6 +70,11 @@ struct GpuSpec {
   Architecture architecture = Architecture::kOther;
   int sms = 0;         // streaming multiprocessors (GEMM wave quantisation); 0: unknown
   std::string source;  // datasheet reference
+  // A device under a CPU quota (the testbed's cpu-NN ranks): it runs at full speed until it
+  // has spent quota_share of each period of quota_period_s, then waits for the next period;
+  // `tflops` is its average rate. 0: no quota (every GPU).
+  double quota_share = 0;
+  double quota_period_s = 0;
 
   double flops() const { return tflops * 1e12; }                     // FLOP/s
   double memory_bytes() const { return memory_gib * 1073741824.0; }  // bytes

@@ -86,6 +86,17 @@ Eigen::VectorXd least_squares(const Residuals& f, Eigen::VectorXd x, const Eigen
   return x;
 }
 
+// A measured compute op's time at its device's average rate. A device under a CPU quota
+// (the testbed's cpu-NN) runs at full speed and is paused when its quota of the period is
+// spent; the simulator replays that (sim/quota_clock.hpp) from the op's work, which is its
+// CPU time: at the average rate, CPU time / share. Its wall time would count the pauses the
+// op happened to meet, which depend on what ran before it. Otherwise the wall time.
+double compute_seconds(const TraceOp& e, const GpuSpec& gpu) {
+  if (gpu.quota_share > 0 && gpu.quota_share < 1 && e.cpu_us >= 0)
+    return e.cpu_us * 1e-6 / gpu.quota_share;
+  return (e.end_us - e.start_us) * 1e-6;
+}
+
 // One compute data point: a shape on a device type, its measured mean time.
 struct ComputePoint {
   const std::vector<Kernel>* kernels = nullptr;
@@ -426,7 +437,7 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         const GpuSpec& gpu = cluster.gpu(op.device);
         ComputePoint& p = shapes[{op.shape, gpu.name}];
         double sum = 0;
-        for (const TraceOp& e : events) sum += (e.end_us - e.start_us) * 1e-6;
+        for (const TraceOp& e : events) sum += compute_seconds(e, gpu);
         // Running mean over ops of the shape (each op's mean over the steps).
         p.measured_s =
             (p.measured_s * p.ops + sum / static_cast<double>(events.size())) / (p.ops + 1);
@@ -441,10 +452,13 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         const auto& sent = measured->by_op[it->second];
         double sum = 0;
         int n = 0;
+        // Only where the receive was posted before the send started: its end is then the
+        // arrival. A receive posted later may find the message there already (an eager send,
+        // the testbed's TCP up to 4 MiB), and its own time says nothing about the link.
         for (const TraceOp& e : events) {
           for (const TraceOp& s : sent) {
-            if (s.step != e.step) continue;
-            sum += (e.end_us - std::max(e.start_us, s.start_us)) * 1e-6;
+            if (s.step != e.step || e.start_us > s.start_us) continue;
+            sum += (e.end_us - s.start_us) * 1e-6;
             ++n;
           }
         }

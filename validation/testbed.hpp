@@ -50,8 +50,9 @@ struct TestbedMachine {
 struct TestbedRank {
   int device = 0;
   int machine = 0;
-  double share = 0;  // of one core
-  std::string gpu;   // device type
+  double share = 0;   // of one core (its type's quota in the catalog)
+  int period_us = 0;  // of its CFS quota
+  std::string gpu;    // device type
 };
 
 struct TestbedFlow {
@@ -68,7 +69,6 @@ struct TestbedLayout {
 };
 
 inline constexpr double kTestbedMaxCores = 1.6;  // of this 2-core machine: 0.4 for the rest
-inline constexpr int kTestbedPeriodUs = 5000;    // CFS period: cpu-20's quota is 1 ms
 
 // Runs argv (argv[0] looked up on PATH) with stdout and stderr into the file `log`; its exit
 // status (128 + signal when killed). Failure when it cannot be started.

@@ -113,6 +113,19 @@ TEST(CliValidate, OneDeviceRunsLocallyAndTheBackendIsChecked) {
     const auto log = read_text(dir / "o" / (std::string(name) + ".log"));
     EXPECT_NE(log.find("\"losses\""), std::string::npos) << log;
   }
+  // --rescore runs nothing: the same traces give the same report; without them, exit 2.
+  const std::string before = read_text(dir / "o" / "report.json");
+  for (const char* name : {"a", "b", "c"})
+    std::filesystem::remove(dir / "o" / (std::string(name) + ".log"));
+  r = run_cli("validate " + (dir / "suite.json").string() + " --rescore --no-plot --out " +
+              (dir / "o").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_text(dir / "o" / "report.json"), before);
+  EXPECT_FALSE(std::filesystem::exists(dir / "o" / "a.log")) << "--rescore ran hexisim train";
+  r = run_cli("validate " + (dir / "suite.json").string() + " --rescore --out " +
+              (dir / "empty").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("no trace of run \"a\""), std::string::npos) << r.err;
   write_text(dir / "suite.json",
              R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4", "backend": "tpu", )" + runs);
   r = run_cli("validate " + (dir / "suite.json").string() + " --local --out " +

@@ -36,6 +36,7 @@ std::string args_tail(const Op& op, const TraceOp& e) {
   if (op.kind != OpKind::kCompute) out += format(", \"bytes\": %.0f", e.bytes);
   if (e.posted_us >= 0) out += format(", \"posted_us\": %.3f", e.posted_us);
   if (e.folded_us >= 0) out += format(", \"folded_us\": %.3f", e.folded_us);
+  if (e.cpu_us >= 0) out += format(", \"cpu_us\": %.3f", e.cpu_us);
   if (op.kind == OpKind::kCollective) out += format(", \"group\": %d", op.group);
   return out;
 }
@@ -140,6 +141,7 @@ Result<Trace> trace_from_json(const Json& json, const std::string& origin) {
       if (auto b = args->find("bytes")) op.bytes = b->number();
       if (auto v = args->find("posted_us")) op.posted_us = v->number();
       if (auto v = args->find("folded_us")) op.folded_us = v->number();
+      if (auto v = args->find("cpu_us")) op.cpu_us = v->number();
       if (ph == "b") open[{op.device, static_cast<int>(ev.at("id").integer())}] = t.ops.size();
       t.ops.push_back(op);
     }

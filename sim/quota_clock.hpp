@@ -1,0 +1,58 @@
+#pragma once
+// sim/ internal: the clock of a device under a CPU quota (the testbed's cpu-NN ranks, cgroup
+// CFS bandwidth control): it runs at full speed until it has spent its quota of the current
+// period, then waits for the next period, where the quota is whole again (unused quota is
+// not carried over). Waiting for a message spends nothing.
+//
+// A compute op's duration from the cost model is at the device's average rate (share x one
+// core), so it needs duration x share seconds of the core. Each device's periods start at
+// its own phase: the testbed's cgroups start their period timers independently, and devices
+// whose pauses do not line up wait for each other at every message and collective.
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace hexi::sim {
+
+class QuotaClock {
+ public:
+  // share in (0, 1], period > 0 (s); phase in [0, period): where its periods start.
+  QuotaClock(double share, double period, double phase)
+      : quota_(share * period), period_(period), phase_(phase), share_(share) {}
+
+  // When an op that takes `duration` at the average rate ends, started at `t`; t must not
+  // be earlier than the end of the last op run on this clock.
+  double run(double t, double duration) {
+    double need = duration * share_;
+    const double k = std::floor((t - phase_) / period_);
+    if (k > period_index_) {
+      period_index_ = k;
+      used_ = 0;
+    }
+    // The period index is carried, not recomputed from t: at a boundary, rounding in the
+    // division could put t back into the period it just left.
+    while (need > kEpsilon) {
+      const double end = phase_ + (period_index_ + 1) * period_;
+      const double slice = std::min({need, quota_ - used_, end - t});
+      if (slice > kEpsilon) {
+        t += slice;
+        used_ += slice;
+        need -= slice;
+        continue;
+      }
+      t = std::max(t, end);  // the quota or the period is spent: the next period
+      period_index_ += 1;
+      used_ = 0;
+    }
+    return t;
+  }
+
+ private:
+  static constexpr double kEpsilon = 1e-12;  // s: below it, rounding, not work
+  double quota_, period_, phase_, share_;
+  double period_index_ = -1e300;
+  double used_ = 0;
+};
+
+}  // namespace hexi::sim
