@@ -47,6 +47,8 @@ int run_validate(const ValidateOptions& opt) {
   const bool cpu_suite = suite->backend == "cpu";
   if (opt.rescore) {
     // Nothing runs: every run's trace must be in --out already, from an earlier validate.
+    std::cerr << "hexisim: note: --rescore: no run is started; the traces in " << opt.out
+              << " are calibrated and scored\n";
     launch = [](const validation::SuiteRun& r, int, const std::string& trace,
                 const std::string&) -> Result<int> {
       if (fs::exists(trace)) return 0;
