@@ -83,7 +83,7 @@ Executor::Executor(const Program& program, Platform& platform, const Cluster& cl
   quota_.resize(cluster_.num_devices());
   for (int d = 0; d < cluster_.num_devices(); ++d) {
     const GpuSpec& gpu = cluster_.gpu(d);
-    if (gpu.quota_share <= 0 || gpu.quota_share >= 1) continue;
+    if (!gpu.quota_pauses()) continue;
     const double phase = std::fmod(d * 0.6180339887498949, 1.0) * gpu.quota_period_s;
     quota_[d].emplace(gpu.quota_share, gpu.quota_period_s, phase);
   }

@@ -76,6 +76,8 @@ struct GpuSpec {
   double quota_share = 0;
   double quota_period_s = 0;
 
+  // Whether a quota ever pauses it (a share of 1 is the whole core: it never does).
+  bool quota_pauses() const { return quota_share > 0 && quota_share < 1; }
   double flops() const { return tflops * 1e12; }                     // FLOP/s
   double memory_bytes() const { return memory_gib * 1073741824.0; }  // bytes
 };

@@ -92,8 +92,7 @@ Eigen::VectorXd least_squares(const Residuals& f, Eigen::VectorXd x, const Eigen
 // CPU time: at the average rate, CPU time / share. Its wall time would count the pauses the
 // op happened to meet, which depend on what ran before it. Otherwise the wall time.
 double compute_seconds(const TraceOp& e, const GpuSpec& gpu) {
-  if (gpu.quota_share > 0 && gpu.quota_share < 1 && e.cpu_us >= 0)
-    return e.cpu_us * 1e-6 / gpu.quota_share;
+  if (gpu.quota_pauses() && e.cpu_us >= 0) return e.cpu_us * 1e-6 / gpu.quota_share;
   return (e.end_us - e.start_us) * 1e-6;
 }
 
