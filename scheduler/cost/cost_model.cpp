@@ -23,9 +23,11 @@ Kernel elementwise(std::string_view name, double bytes) {
 }
 
 // The backward of a GEMM Y = X W, X (m x k), W (k x n): the input gradient
-// dX = dY W^T (m x n)(n x k) and the weight gradient dW = X^T dY (k x m)(m x n), each as
-// many FLOPs and bytes as the forward.
-void gemm_backward(std::vector<Kernel>& out, const Kernel& fwd, std::string_view dgrad,
+// dX = dY W^T (m x n)(n x k), as many FLOPs and bytes as the forward, and the weight gradient
+// dW = X^T dY (k x m)(m x n), as many FLOPs, accumulated into the fp32 gradient buffer
+// (Megatron's gradient-accumulation fusion, main_grad; the engine's GEMM with beta 1): it
+// reads X and dY at e bytes per element and reads and writes dW at 4 bytes each.
+void gemm_backward(std::vector<Kernel>& out, const Kernel& fwd, double e, std::string_view dgrad,
                    std::string_view wgrad) {
   Kernel d = fwd, w = fwd;
   d.name = dgrad;
@@ -34,6 +36,7 @@ void gemm_backward(std::vector<Kernel>& out, const Kernel& fwd, std::string_view
   w.name = wgrad;
   w.m = fwd.k;
   w.k = fwd.m;
+  w.bytes = e * (fwd.m * fwd.k + fwd.m * fwd.n) + 2 * 4 * fwd.k * fwd.n;
   out.push_back(d);
   out.push_back(w);
 }
@@ -142,6 +145,7 @@ TpCollectives tp_collectives(const TrainingConfig& t, int layers, bool first, bo
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
                                    double phi, Recompute r, double share) {
   std::vector<Kernel> fwd = block_forward(m, t, block, b, phi, share);
+  const double e = t.bytes_per_element();
   std::vector<Kernel> out;
   if (r == Recompute::kFull) {
     for (const auto& k : fwd) out.push_back(renamed(k, "recompute"));
@@ -154,12 +158,12 @@ std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Bloc
     const Kernel& k = *it;
     if (k.cls == KernelClass::kGemm) {
       std::string_view n = k.name;
-      if (n == "qkv") gemm_backward(out, k, "qkv.dgrad", "qkv.wgrad");
-      if (n == "out_proj") gemm_backward(out, k, "out_proj.dgrad", "out_proj.wgrad");
-      if (n == "gate_up") gemm_backward(out, k, "gate_up.dgrad", "gate_up.wgrad");
-      if (n == "down") gemm_backward(out, k, "down.dgrad", "down.wgrad");
-      if (n == "fc1") gemm_backward(out, k, "fc1.dgrad", "fc1.wgrad");
-      if (n == "fc2") gemm_backward(out, k, "fc2.dgrad", "fc2.wgrad");
+      if (n == "qkv") gemm_backward(out, k, e, "qkv.dgrad", "qkv.wgrad");
+      if (n == "out_proj") gemm_backward(out, k, e, "out_proj.dgrad", "out_proj.wgrad");
+      if (n == "gate_up") gemm_backward(out, k, e, "gate_up.dgrad", "gate_up.wgrad");
+      if (n == "down") gemm_backward(out, k, e, "down.dgrad", "down.wgrad");
+      if (n == "fc1") gemm_backward(out, k, e, "fc1.dgrad", "fc1.wgrad");
+      if (n == "fc2") gemm_backward(out, k, e, "fc2.dgrad", "fc2.wgrad");
     } else if (k.cls == KernelClass::kAttention) {
       Kernel bwd = renamed(k, "attention.bwd");
       bwd.flops = 2 * k.flops;
@@ -220,7 +224,7 @@ std::vector<Kernel> head_backward(const Model& m, const TrainingConfig& t, int b
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, v = phi * m.vocab;
   std::vector<Kernel> out{elementwise("cross_entropy.bwd", bs * v * (e + 4))};
-  gemm_backward(out, logits(bs, v, h, e), "logits.dgrad", "logits.wgrad");
+  gemm_backward(out, logits(bs, v, h, e), e, "logits.dgrad", "logits.wgrad");
   out.push_back(elementwise("final_norm.bwd", 4 * e * share * bs * h));
   return out;
 }

@@ -149,6 +149,12 @@ TEST(DeviceModel, BackwardGemmShapes) {
     }
     if (k.name == "fc1.wgrad") {
       EXPECT_EQ(std::vector<double>({k.m, k.n, k.k}), std::vector<double>({1024, 4096, 1024}));
+      // Reads X (1024 tokens x 1024) and dY (1024 x 4096) at 2 bytes, reads and writes the
+      // fp32 gradient (1024 x 4096) at 4 bytes each way.
+      EXPECT_DOUBLE_EQ(k.bytes, 2.0 * (1024 * 1024 + 1024 * 4096) + 8.0 * 1024 * 4096);
+    }
+    if (k.name == "fc1.dgrad") {
+      EXPECT_DOUBLE_EQ(k.bytes, 2.0 * (1024 * 1024 + 2 * 1024 * 4096));
     }
   }
   auto attn = block_backward(m, t, Block::kAttention, 2, 1.0, Recompute::kNone);
