@@ -77,12 +77,34 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
-std::string temp(const std::string& name) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("hexisim-train-test-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+// This process's scratch folder (each ctest entry is one process).
+std::filesystem::path temp_dir() {
+  return std::filesystem::temp_directory_path() /
+         ("hexisim-train-test-" + std::to_string(getpid()));
 }
+
+std::string temp(const std::string& name) {
+  std::filesystem::create_directories(temp_dir());
+  return (temp_dir() / name).string();
+}
+
+// Removes the scratch folder when the tests are over, unless one failed (then it says where
+// it is) or HEXISIM_KEEP_TEST_DIRS is set, as tests/cli_runner.hpp's scratch folders do.
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (std::getenv("HEXISIM_KEEP_TEST_DIRS") != nullptr) return;
+    if (::testing::UnitTest::GetInstance()->Failed()) {
+      if (std::filesystem::exists(temp_dir()))
+        std::fprintf(stderr, "kept the failed tests' folder %s\n", temp_dir().c_str());
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(temp_dir(), ec);
+  }
+};
+[[maybe_unused]] const ::testing::Environment* const kScratchCleanup =
+    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
 
 // One message, from hexisim, naming the problem; every rank gone within 30 s.
 void expect_clean_failure(const Outcome& o, const std::string& message) {
