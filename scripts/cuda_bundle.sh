@@ -15,7 +15,8 @@
 # (kernels_cuda_bench), kernels_cuda_test under compute-sanitizer's memcheck when it is
 # there, and `hexisim validate SUITE --local` when a suite is named (HEXISIM_GPU_SUITE, e.g.
 # validation/suites/gpu-h200.json: calibrate the GPU's profile on the CUDA engine's traces and
-# validate it on other runs); it exits non-zero when a test fails.
+# validate it on other runs); HEXISIM_GPU_TESTS=0 skips the tests and benchmarks (the suite
+# only). It exits non-zero when a test fails.
 set -euo pipefail
 
 build=${1:-build}
@@ -75,15 +76,17 @@ run() {  # name timeout_s args...
   echo "== $name: exit $rc (log $logs/$name.log)"
   return $rc
 }
-run kernels_cuda_test 300 --gtest_color=no || failed=1
-run backend_cuda_test 300 --gtest_color=no || failed=1
-run engine_cuda_bench 300 && sed -n '/ step: /,/^BM_/p' "$logs/engine_cuda_bench.log"
-run kernels_cuda_bench 300 --benchmark_min_time=0.1 && grep manual_time "$logs/kernels_cuda_bench.log"
-if command -v compute-sanitizer >/dev/null; then
-  echo "== compute-sanitizer --tool memcheck kernels_cuda_test"
-  timeout 300 compute-sanitizer --tool memcheck --leak-check no "$here/bin/kernels_cuda_test" \
-    --gtest_color=no >"$logs/memcheck.log" 2>&1 || failed=1
-  grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) ' "$logs/memcheck.log" || true
+if [ "${HEXISIM_GPU_TESTS:-1}" != 0 ]; then  # 0: only the suite
+  run kernels_cuda_test 300 --gtest_color=no || failed=1
+  run backend_cuda_test 300 --gtest_color=no || failed=1
+  run engine_cuda_bench 300 && sed -n '/ step: /,/^BM_/p' "$logs/engine_cuda_bench.log"
+  run kernels_cuda_bench 300 --benchmark_min_time=0.1 && grep manual_time "$logs/kernels_cuda_bench.log"
+  if command -v compute-sanitizer >/dev/null; then
+    echo "== compute-sanitizer --tool memcheck kernels_cuda_test"
+    timeout 300 compute-sanitizer --tool memcheck --leak-check no "$here/bin/kernels_cuda_test" \
+      --gtest_color=no >"$logs/memcheck.log" 2>&1 || failed=1
+    grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED) ' "$logs/memcheck.log" || true
+  fi
 fi
 if [ -n "${HEXISIM_GPU_SUITE:-}" ]; then
   echo "== hexisim validate $HEXISIM_GPU_SUITE --local"
