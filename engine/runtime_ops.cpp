@@ -14,10 +14,11 @@ namespace hexi::engine {
 
 namespace {
 
-// This thread's CPU time (s): what the op cost the core, pauses not counted.
-double thread_cpu_seconds() {
+// This process's CPU time (s), all its threads (MPI's included): what an op cost the rank's
+// CPU quota, pauses not counted.
+double process_cpu_seconds() {
   timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
@@ -78,8 +79,10 @@ Result<StepStats> RankRuntime::Impl::step() {
   const auto wall0 = std::chrono::steady_clock::now();
   const int count = lay->op_end - lay->op_begin;
   const int step_now = steps;
-  // On the cpu backend an op runs on this thread: its CPU time is its work, without the
-  // pauses of a CPU quota (the testbed), which calibration tells apart from the wall time.
+  // On the cpu backend an op runs on this process's CPU: a compute op's CPU time is its work,
+  // without the pauses of a CPU quota (the testbed), which calibration tells apart from the
+  // wall time; a communication op's is what it spent of the quota (copies, reductions, the
+  // polls of its waits), which the simulator charges a device under a quota.
   const bool cpu_times = be.name() == "cpu";
   std::vector<double> cpu_s(count, -1.0);
   for (int i = 0; i < count; ++i) {
@@ -91,15 +94,14 @@ Result<StepStats> RankRuntime::Impl::step() {
         },
         op.kind != OpKind::kCompute);
     be.mark();
-    const bool timed = cpu_times && op.kind == OpKind::kCompute;
-    const double cpu0 = timed ? thread_cpu_seconds() : 0.0;
+    const double cpu0 = cpu_times ? process_cpu_seconds() : 0.0;
     if (Status s = opt.fault.hits(world.rank(), step_now, i) ? inject_fault(i) : run_op(op);
         !s.ok()) {
       return Error{s.error().kind, "device " + std::to_string(lay->device) + ", step " +
                                        std::to_string(step_now) + ", " + describe_op(prog, id) +
                                        ": " + s.error().message};
     }
-    if (timed) cpu_s[i] = thread_cpu_seconds() - cpu0;
+    if (cpu_times) cpu_s[i] = process_cpu_seconds() - cpu0;
     be.mark();
     if (release_after[i] >= 0) HEXI_TRY(release(release_after[i]));
   }

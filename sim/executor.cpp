@@ -46,6 +46,7 @@ struct Executor::Instance {
   int ready = 0;
   std::vector<Phase> phases;
   int phase = 0;
+  double delay = 0;  // s before its first phase: members under a quota spending its CPU
 };
 
 struct Executor::Batch {
@@ -136,7 +137,7 @@ void Executor::build_graph() {
       auto [it, fresh] =
           instances.emplace((static_cast<std::uint64_t>(op.group) << 32) | op.instance,
                             static_cast<int>(instances_.size()));
-      if (fresh) instances_.push_back({op.group, op.collective, op.bytes, {}, 0, {}, 0});
+      if (fresh) instances_.push_back({op.group, op.collective, op.bytes, {}, 0, {}, 0, 0.0});
       instance_of_[id] = it->second;
     }
   }
@@ -277,10 +278,22 @@ void Executor::fire(int slot) {
 
 // ---- transfers -----------------------------------------------------------------
 
+// When `device` has spent the CPU of a communication op with `peer` of `bytes`, from t on:
+// t unless it runs under a CPU quota and the transport costs CPU (the testbed's ranks).
+double Executor::spend_comm_cpu(int device, int peer, double bytes, bool collective, double t) {
+  std::optional<QuotaClock>& quota = quota_[device];
+  if (!quota) return t;
+  const double cpu =
+      cluster_.curve(cluster_.transport(device, peer)).cpu_seconds(bytes, collective);
+  return cpu > 0 ? quota->spend(t, cpu) : t;
+}
+
 void Executor::start_transfer(int send, int recv, double t) {
   r_.start[send] = r_.start[recv] = t;
   const Op& op = p_.ops[send];
-  const int b = new_batch(send, false, cluster_.step_latency(op.device, op.peer));
+  // The sender's copy out before the first byte moves.
+  const double sent = spend_comm_cpu(op.device, op.peer, op.bytes, false, t);
+  const int b = new_batch(send, false, cluster_.step_latency(op.device, op.peer) + (sent - t));
   add_flow(b, op.device, op.peer, op.bytes, op.bytes, send);
   launch(b, t);
 }
@@ -296,6 +309,14 @@ void Executor::start_collective(int index, double t) {
   if (inst.phases.empty()) {
     for (int op : inst.members) complete(op, t);
     return;
+  }
+  // Members under a CPU quota spend the collective's CPU (copies, reductions) before it
+  // moves: one paused member holds up the ring.
+  inst.delay = 0;
+  for (std::size_t k = 0; k < devices.size(); ++k) {
+    const int next = devices[(k + 1) % devices.size()];
+    if (next == devices[k]) continue;
+    inst.delay = std::max(inst.delay, spend_comm_cpu(devices[k], next, inst.bytes, true, t) - t);
   }
   start_phase(index, t);
 }
@@ -315,6 +336,7 @@ void Executor::start_phase(int index, double t) {
       hop[f.part] = std::max(hop[f.part], cluster_.collective_step_latency(f.src, f.dst));
     for (std::size_t k = 0; k < hop.size(); ++k) latency += ph.part_steps[k] * hop[k];
   }
+  if (inst.phase == 0) latency += inst.delay;
   const int b = new_batch(index, true, latency);
   for (const auto& f : ph.flows)
     add_flow(b, f.src, f.dst, f.bytes, f.message, inst.members.front());
@@ -447,7 +469,14 @@ void Executor::on_batch_done(int b, double t) {
   const int owner = batch.owner;
   if (!batch.collective) {
     complete(owner, t);
-    complete(partner_[owner], t);
+    // The receiver's copy in, once the bytes are there.
+    const Op& op = p_.ops[owner];
+    const double received = spend_comm_cpu(op.peer, op.device, op.bytes, false, t);
+    if (received > t) {
+      at(received, partner_[owner], partner_[owner]);
+    } else {
+      complete(partner_[owner], t);
+    }
     return;
   }
   Instance& inst = instances_[owner];

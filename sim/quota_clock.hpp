@@ -2,7 +2,9 @@
 // sim/ internal: the clock of a device under a CPU quota (the testbed's cpu-NN ranks, cgroup
 // CFS bandwidth control): it runs at full speed until it has spent its quota of the current
 // period, then waits for the next period, where the quota is whole again (unused quota is
-// not carried over). Waiting for a message spends nothing.
+// not carried over). Waiting for a message spends nothing; sending, receiving and reducing
+// spend the CPU its transport costs (TransportCurve::cpu_seconds), on the same clock: the
+// rank is one thread, so its ops take the core one after another.
 //
 // A compute op's duration from the cost model is at the device's average rate (share x one
 // core), so it needs duration x share seconds of the core. Each device's periods start at
@@ -21,9 +23,10 @@ class QuotaClock {
   QuotaClock(double share, double period, double phase)
       : quota_(share * period), period_(period), phase_(phase), share_(share) {}
 
-  // When an op that takes `duration` at the average rate ends, started at `t`; t must not
-  // be earlier than the end of the last op run on this clock.
+  // When an op that takes `duration` at the average rate ends, started at `t` (or when the
+  // last op run on this clock ended, if later).
   double run(double t, double duration) {
+    t = std::max(t, last_end_);
     double need = duration * share_;
     const double k = std::floor((t - phase_) / period_);
     if (k > period_index_) {
@@ -45,14 +48,19 @@ class QuotaClock {
       period_index_ += 1;
       used_ = 0;
     }
+    last_end_ = t;
     return t;
   }
+
+  // When `cpu` seconds of the core are spent, from `t` on (or the last op's end).
+  double spend(double t, double cpu) { return run(t, cpu / share_); }
 
  private:
   static constexpr double kEpsilon = 1e-12;  // s: below it, rounding, not work
   double quota_, period_, phase_, share_;
   double period_index_ = -1e300;
   double used_ = 0;
+  double last_end_ = -1e300;
 };
 
 }  // namespace hexi::sim

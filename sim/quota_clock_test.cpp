@@ -28,6 +28,17 @@ TEST(QuotaClock, UnusedQuotaIsNotCarriedOverAndThePhaseShiftsThePeriods) {
   EXPECT_NEAR(d.run(0, 1.0), 1.0 - 3e-3, 1e-9);  // 2 ms of each of 200 periods
 }
 
+// A communication op spends CPU on the same clock; the rank is one thread, so an op that asks
+// for the core before the last one ended gets it when that one ends.
+TEST(QuotaClock, CommunicationSpendsTheQuotaAndOpsTakeTheCoreInTurn) {
+  QuotaClock c(0.2, 5e-3, 0);
+  EXPECT_NEAR(c.spend(0, 0.9e-3), 0.9e-3, 1e-12);  // within the first period's 1 ms
+  // 0.3 ms more at 2 ms: 0.1 ms is left in this period, the rest from 5 ms.
+  EXPECT_NEAR(c.spend(2e-3, 0.3e-3), 5.2e-3, 1e-12);
+  // 1 ms at the average rate (0.2 ms of the core), asked for at 4 ms: from 5.2 ms.
+  EXPECT_NEAR(c.run(4e-3, 1e-3), 5.4e-3, 1e-12);
+}
+
 TEST(QuotaClock, AWholeShareNeverPauses) {
   QuotaClock c(1.0, 5e-3, 2e-3);
   EXPECT_NEAR(c.run(0.1, 0.37), 0.47, 1e-12);

@@ -148,5 +148,49 @@ TEST(TransportSim, NominalRatesIgnoreTheTables) {
   EXPECT_NEAR(simulate_one(c, Collective::kAllReduce, 1e9), 1.75e9 / 300e9 + 14 * 3e-6, 1e-9);
 }
 
+// Devices under a CPU quota (cpu-20: 1 ms of the core per 5 ms period) spend the CPU their
+// transport costs per op before a collective moves and at both ends of a message; a device
+// whose quota is spent waits for its next period. Device d's periods start at
+// frac(d x 0.618) x 5 ms (sim/executor.cpp): device 0 at 0, device 1 at 3.09 ms.
+TEST(TransportSim, QuotaDevicesSpendTheirCommunicationCpu) {
+  const Cluster plain =
+      testing::cluster_from({{"version", 1},
+                             {"name", "quota"},
+                             {"network", {{"nic_GBps", 0.125}, {"transport", "tcp"}}},
+                             {"machines", {{{"gpu", "cpu-20"}, {"gpus", 2}}}}});
+  auto with_cpu = [&](double message_s, double collective_s) {
+    TransportCurve c = plain.curve(Transport::kHost);
+    c.cpu_op_s = message_s;
+    c.collective_cpu_op_s = collective_s;
+    Cluster out = plain;
+    out.set_curves({{Transport::kHost, c}});
+    return out;
+  };
+  auto run = [](const Cluster& cl, bool collective) {
+    ProgramBuilder b(2);
+    if (collective) {
+      b.collective(b.group({0, 1}), Collective::kAllReduce, 1 << 20);
+    } else {
+      b.send(0, 1, 1 << 20, 0);
+      b.recv(1, 0, 1 << 20, 0);
+    }
+    auto out = simulate(b.build(), cl, testing::tiny_model(), testing::tiny_training(1),
+                        testing::ideal_profile(), SimOptions{});
+    if (!out) throw std::runtime_error(out.error().message);
+    return out->report.iteration_time_s;
+  };
+  ASSERT_EQ(plain.transport(0, 1), Transport::kHost);
+  const double all_reduce = run(plain, true), message = run(plain, false);
+  // 0.5 ms each, within both fresh quotas: the ring starts 0.5 ms later.
+  EXPECT_NEAR(run(with_cpu(0, 0.5e-3), true) - all_reduce, 0.5e-3, 1e-9);
+  // 1.5 ms each: device 0 spends 1 ms, waits for 5 ms, ends at 5.5 ms; device 1 ends at
+  // 3.09 + 0.5 ms. The ring waits for device 0.
+  EXPECT_NEAR(run(with_cpu(0, 1.5e-3), true) - all_reduce, 5.5e-3, 1e-9);
+  // A message: 0.3 ms for the sender before it moves, 0.3 ms for the receiver after.
+  EXPECT_NEAR(run(with_cpu(0.3e-3, 0), false) - message, 0.6e-3, 1e-9);
+  // Nothing charged where the transport costs no CPU (every shipped table).
+  EXPECT_EQ(run(with_cpu(0, 0), true), all_reduce);
+}
+
 }  // namespace
 }  // namespace hexi

@@ -159,11 +159,19 @@ void apply(const FileEntry& e, DeviceProfile& values, std::array<std::string, kN
 // One transport's curve: {"step_latency_us": x, "efficiency": [[bytes, eta], ...] (bytes
 // increasing), "source": "..."}.
 TransportCurve read_transport(const JsonNode& node, Transport t) {
-  node.allow_only({"step_latency_us", "efficiency", "collective_step_latency_us", "source"});
+  node.allow_only({"step_latency_us", "efficiency", "collective_step_latency_us", "cpu_us_per_op",
+                   "cpu_ns_per_byte", "collective_cpu_us_per_op", "collective_cpu_ns_per_byte",
+                   "source"});
   TransportCurve c;
   c.transport = t;
   c.source = node.find("source") ? node.str("source") : node.origin();
   c.step_latency_s = node.at("step_latency_us").number_in(0, 1e7) / 1e6;
+  if (auto v = node.find("cpu_us_per_op")) c.cpu_op_s = v->number_in(0, 1e7) / 1e6;
+  if (auto v = node.find("cpu_ns_per_byte")) c.cpu_byte_s = v->number_in(0, 1e6) / 1e9;
+  if (auto v = node.find("collective_cpu_us_per_op"))
+    c.collective_cpu_op_s = v->number_in(0, 1e7) / 1e6;
+  if (auto v = node.find("collective_cpu_ns_per_byte"))
+    c.collective_cpu_byte_s = v->number_in(0, 1e6) / 1e9;
   auto table = node.at("efficiency");
   table.require_array();
   for (std::size_t i = 0; i < table.json().size(); ++i) {
@@ -302,6 +310,12 @@ Json Profile::to_json() const {
       for (const auto& point : c.points) table.push_back({point.bytes, point.efficiency});
       Json entry = {
           {"step_latency_us", c.step_latency_s * 1e6}, {"efficiency", table}, {"source", c.source}};
+      if (c.costs_cpu()) {
+        entry["cpu_us_per_op"] = c.cpu_op_s * 1e6;
+        entry["cpu_ns_per_byte"] = c.cpu_byte_s * 1e9;
+        entry["collective_cpu_us_per_op"] = c.collective_cpu_op_s * 1e6;
+        entry["collective_cpu_ns_per_byte"] = c.collective_cpu_byte_s * 1e9;
+      }
       auto extra = collective_step_latency_s_.find(t);
       if (extra != collective_step_latency_s_.end())
         entry["collective_step_latency_us"] = extra->second * 1e6;

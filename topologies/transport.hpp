@@ -48,6 +48,22 @@ struct TransportCurve {
   std::string source;                   // where the table comes from
   double step_latency_s = 0;            // alpha: added to every step's hop latency
   std::vector<EfficiencyPoint> points;  // by increasing bytes; empty: eta 1
+  // Host CPU a device under a CPU quota (the testbed's cpu-NN ranks) spends per
+  // communication op over this transport: op + bytes x byte, for a send or a receive and for
+  // a collective member (its copies, reductions, progress; calibrated from the engine's
+  // per-op CPU times). 0 (GPUs, the shipped tables): nothing charged.
+  double cpu_op_s = 0;
+  double cpu_byte_s = 0;
+  double collective_cpu_op_s = 0;
+  double collective_cpu_byte_s = 0;
+
+  double cpu_seconds(double bytes, bool collective) const {
+    return collective ? collective_cpu_op_s + bytes * collective_cpu_byte_s
+                      : cpu_op_s + bytes * cpu_byte_s;
+  }
+  bool costs_cpu() const {
+    return cpu_op_s > 0 || cpu_byte_s > 0 || collective_cpu_op_s > 0 || collective_cpu_byte_s > 0;
+  }
 
   // eta at `bytes`: linear in log2(bytes) between points, constant outside.
   double efficiency(double bytes) const;

@@ -1,6 +1,7 @@
 #include "validation/calibrate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -267,10 +268,13 @@ struct LinkPoint {
   double nominal_s = 0;  // bytes / nominal single-flow rate
   std::string op_class;
   int samples = 0;
+  double cpu_s = 0;  // the sender's and receiver's CPU at their quota's average rate
+  std::array<double, 2> shares = {0, 0};  // sender's, receiver's quota share (0: none)
 };
 
 Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& points,
-                         const TransportCurve& start, Profile& out, const std::string& traces) {
+                         const TransportCurve& start, const TransportCurve& cpu, Profile& out,
+                         const std::string& traces) {
   TermFit t;
   t.term = "link " + std::string(to_string(transport));
   t.points = static_cast<int>(points.size());
@@ -295,7 +299,7 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
       const auto r = static_cast<Eigen::Index>(i);
       a(r, 0) = w * points[i].nominal_s;
       if (with_alpha) a(r, 1) = w;
-      b[r] = w * (points[i].seconds - points[i].hop_s);
+      b[r] = w * (points[i].seconds - points[i].hop_s - points[i].cpu_s);
     }
     Eigen::VectorXd s = a.colPivHouseholderQr().solve(b);
     return std::pair<double, double>{s[0], with_alpha ? s[1] : 0.0};
@@ -306,18 +310,22 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
   TransportCurve curve;
   curve.transport = transport;
   curve.step_latency_s = alpha;
+  curve.cpu_op_s = cpu.cpu_op_s;
+  curve.cpu_byte_s = cpu.cpu_byte_s;
+  curve.collective_cpu_op_s = cpu.collective_cpu_op_s;
+  curve.collective_cpu_byte_s = cpu.collective_cpu_byte_s;
   for (double size : sizes) {
     std::vector<double> etas;
     for (const auto& p : points) {
       if (p.bytes != size) continue;
-      const double wire = p.seconds - p.hop_s - alpha;
+      const double wire = p.seconds - p.hop_s - p.cpu_s - alpha;
       etas.push_back(wire > 0 ? p.nominal_s / wire : 1.5);
     }
     const double eta = inv_eta > 0 ? median(etas) : 1.5;
     curve.points.push_back({size, std::clamp(eta, 1e-4, 1.5)});
   }
   auto time_of = [](const TransportCurve& c, const LinkPoint& p) {
-    return p.hop_s + c.step_latency_s + p.nominal_s / c.efficiency(p.bytes);
+    return p.hop_s + p.cpu_s + c.step_latency_s + p.nominal_s / c.efficiency(p.bytes);
   };
   Scores scores;
   for (const auto& p : points)
@@ -333,6 +341,90 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
       "from %s; R^2 %.4f, rms error %.1f %%",
       t.points, static_cast<int>(sizes.size()), traces.c_str(), t.r2, 100 * t.rms_rel);
   out.set_transport(std::move(curve));
+  return t;
+}
+
+// One communication op on a device with a CPU quota: the host CPU it spent (the engine's
+// process CPU time in the op, mean over the steps), its bytes and its mean duration.
+struct CpuPoint {
+  double bytes = 0;
+  double cpu_s = 0;
+  double seconds = 0;
+  bool collective = false;
+  std::string op_class;
+  int samples = 0;
+};
+
+// The CPU a communication op costs a rank on a transport: a + b x bytes for a send or a
+// receive, a' + b' x bytes for a collective member, + f x duration for both (what it spends
+// polling while it waits, its sleeps backing off: engine/comm_mpi.cpp); least squares on
+// relative error, each term >= 0 (a term that comes out negative is dropped and the rest
+// refitted). The simulator charges the work, a + b x bytes (TransportCurve::cpu_seconds),
+// on the quota clock; f is fitted so that the work does not absorb the polls.
+Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& points,
+                             TransportCurve& out) {
+  TermFit t;
+  t.term = "comm cpu " + std::string(to_string(transport));
+  t.points = static_cast<int>(points.size());
+  for (const auto& p : points) t.samples += p.samples;
+  if (points.size() < 5) {
+    return bad_input(t.term + ": " + std::to_string(points.size()) +
+                     " communication ops with a measured CPU time; the CPU they cost needs at "
+                     "least 5 (the traces of hexisim train on the cpu backend record it)");
+  }
+  constexpr int kTerms = 5;  // p2p op, p2p byte, collective op, collective byte, poll
+  auto feature = [](const CpuPoint& p) {
+    const double p2p = p.collective ? 0.0 : 1.0, coll = 1 - p2p;
+    return std::array<double, kTerms>{p2p, p2p * p.bytes, coll, coll * p.bytes, p.seconds};
+  };
+  std::array<bool, kTerms> use{};
+  use.fill(true);
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(kTerms);
+  for (int round = 0; round < kTerms; ++round) {
+    std::vector<int> cols;
+    for (int k = 0; k < kTerms; ++k)
+      if (use[k]) cols.push_back(k);
+    Eigen::MatrixXd a(points.size(), cols.size());
+    Eigen::VectorXd b(points.size());
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const double w = 1 / std::max(points[i].cpu_s, 1e-6);
+      const auto f = feature(points[i]);
+      const auto r = static_cast<Eigen::Index>(i);
+      for (std::size_t c = 0; c < cols.size(); ++c)
+        a(r, static_cast<Eigen::Index>(c)) = w * f[cols[c]];
+      b[r] = w * points[i].cpu_s;
+    }
+    const Eigen::VectorXd s = a.colPivHouseholderQr().solve(b);
+    x.setZero();
+    bool negative = false;
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      x[cols[c]] = s[static_cast<Eigen::Index>(c)];
+      if (x[cols[c]] < 0) {
+        use[cols[c]] = false;
+        negative = true;
+      }
+    }
+    x = x.cwiseMax(0.0);
+    if (!negative) break;
+  }
+  Scores scores;
+  for (const auto& p : points) {
+    const auto f = feature(p);
+    double fitted = 0;
+    for (int k = 0; k < kTerms; ++k) fitted += x[k] * f[k];
+    scores.add(p.op_class, p.cpu_s, 0.0, fitted, 1);
+  }
+  scores.into(t);
+  t.params.push_back({"cpu_us_per_op", out.cpu_op_s * 1e6, x[0] * 1e6, true});
+  t.params.push_back({"cpu_ns_per_byte", out.cpu_byte_s * 1e9, x[1] * 1e9, true});
+  t.params.push_back({"collective_cpu_us_per_op", out.collective_cpu_op_s * 1e6, x[2] * 1e6, true});
+  t.params.push_back(
+      {"collective_cpu_ns_per_byte", out.collective_cpu_byte_s * 1e9, x[3] * 1e9, true});
+  t.params.push_back({"poll_cpu_fraction", 0, x[4], true});
+  out.cpu_op_s = x[0];
+  out.cpu_byte_s = x[1];
+  out.collective_cpu_op_s = x[2];
+  out.collective_cpu_byte_s = x[3];
   return t;
 }
 
@@ -422,6 +514,7 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
   std::map<Transport, std::vector<LinkPoint>> links;
   std::map<Transport, std::string> collective_only;  // transport -> a collective on it
   std::map<Transport, TransportCurve> start_curves;
+  std::map<Transport, std::vector<CpuPoint>> comm_cpu;
   for (const MeasuredRun& run : runs) {
     auto measured = measured_ops(run.program, run.trace, run.origin);
     if (!measured) return measured.error();
@@ -432,6 +525,26 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
     for (int id = 0; id < prog.num_ops(); ++id) {
       const Op& op = prog.ops[id];
       const auto& events = measured->by_op[id];
+      if (op.kind != OpKind::kCompute && cluster.gpu(op.device).quota_pauses()) {
+        int peer = op.peer;
+        if (op.kind == OpKind::kCollective) {
+          const auto& devs = prog.groups[op.group].devices;
+          const auto at = std::find(devs.begin(), devs.end(), op.device) - devs.begin();
+          peer = devs[static_cast<std::size_t>(at + 1) % devs.size()];
+        }
+        CpuPoint p{op.bytes, 0, 0, op.kind == OpKind::kCollective, op_class(prog, id), 0};
+        for (const TraceOp& e : events) {
+          if (e.cpu_us < 0) continue;
+          p.cpu_s += e.cpu_us * 1e-6;
+          p.seconds += (e.end_us - e.start_us) * 1e-6;
+          ++p.samples;
+        }
+        if (p.samples > 0 && peer != op.device && op.bytes > 0) {
+          p.cpu_s /= p.samples;
+          p.seconds /= p.samples;
+          comm_cpu[cluster.transport(op.device, peer)].push_back(p);
+        }
+      }
       if (op.kind == OpKind::kCompute) {
         const GpuSpec& gpu = cluster.gpu(op.device);
         ComputePoint& p = shapes[{op.shape, gpu.name}];
@@ -449,7 +562,7 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         auto it = sends.find({op.peer, op.device, op.tag});
         if (it == sends.end()) continue;
         const auto& sent = measured->by_op[it->second];
-        double sum = 0;
+        double best = 0;
         int n = 0;
         // Only where the receive was posted before the send started: its end is then the
         // arrival. A receive posted later may find the message there already (an eager send,
@@ -457,20 +570,27 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         for (const TraceOp& e : events) {
           for (const TraceOp& s : sent) {
             if (s.step != e.step || e.start_us > s.start_us) continue;
-            sum += (e.end_us - s.start_us) * 1e-6;
+            const double took = (e.end_us - s.start_us) * 1e-6;
+            best = n == 0 ? took : std::min(best, took);
             ++n;
           }
         }
-        const double best = n > 0 ? sum / n : 0;
         if (best <= 0) continue;
         const Transport t = cluster.transport(op.peer, op.device);
         auto given = base.transports().find(t);
         start_curves.emplace(t,
                              given != base.transports().end() ? given->second : transport_curve(t));
-        links[t].push_back({op.bytes, best, cluster.latency(op.peer, op.device),
+        auto share = [&](int d) {
+          return cluster.gpu(d).quota_pauses() ? cluster.gpu(d).quota_share : 0.0;
+        };
+        links[t].push_back({op.bytes,
+                            best,
+                            cluster.latency(op.peer, op.device),
                             op.bytes / cluster.bandwidth(op.peer, op.device),
                             "message " + std::string(to_string(op.tensor)),
-                            static_cast<int>(events.size())});
+                            static_cast<int>(events.size()),
+                            0.0,
+                            {share(op.peer), share(op.device)}});
       } else if (op.kind == OpKind::kCollective) {
         const auto& devs = prog.groups[op.group].devices;
         for (std::size_t k = 0; k < devs.size(); ++k) {
@@ -498,9 +618,28 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
                      "cannot be fitted (add a trace of a plan with a pipeline boundary or a "
                      "sequence ring over it)");
   }
-  for (const auto& [transport, points] : links) {
+  // The CPU of communication ops on ranks under a quota, per transport: first, as the
+  // simulator charges it on their quota clocks, so the links and collectives are fitted
+  // on what it leaves (at each rank's average rate: CPU / share).
+  std::map<Transport, TransportCurve> cpu;
+  for (const auto& [transport, points] : comm_cpu) {
+    if (transport == Transport::kNominal) continue;
+    auto t = fit_comm_cpu(transport, points, cpu[transport]);
+    if (!t) return t.error();
+    c.terms.push_back(std::move(*t));
+  }
+  auto cpu_at_share = [&](Transport t, double bytes, bool collective, double share) {
+    auto it = cpu.find(t);
+    return it == cpu.end() || share <= 0 ? 0.0 : it->second.cpu_seconds(bytes, collective) / share;
+  };
+  for (auto& [transport, points] : links) {
     if (transport == Transport::kNominal) continue;  // overrides and nominal clusters: as given
-    auto t = fit_link(transport, points, start_curves.at(transport), c.profile, traces);
+    for (auto& p : points) {
+      p.cpu_s = cpu_at_share(transport, p.bytes, false, p.shares[0]) +
+                cpu_at_share(transport, p.bytes, false, p.shares[1]);
+    }
+    auto t =
+        fit_link(transport, points, start_curves.at(transport), cpu[transport], c.profile, traces);
     if (!t) return t.error();
     c.terms.push_back(std::move(*t));
   }
@@ -539,9 +678,15 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
       double sum = 0;
       for (const auto& [step, span] : per_step) sum += (span.second - span.first) * 1e-6;
       const auto [bw, lat] = ring_link(fitted, devs, first.bytes);
+      double cpu_s = 0;  // the slowest member's CPU (the simulator holds the ring for it)
+      for (int d : devs) {
+        const GpuSpec& gpu = fitted.gpu(d);
+        if (gpu.quota_pauses())
+          cpu_s = std::max(cpu_s, cpu_at_share(*used.begin(), first.bytes, true, gpu.quota_share));
+      }
       collectives[*used.begin()].push_back(
           {sum / static_cast<double>(per_step.size()),
-           collective_time(first.collective, first.bytes, n, bw, lat),
+           cpu_s + collective_time(first.collective, first.bytes, n, bw, lat),
            latency_steps(first.collective, n), op_class(run.program, ops.front()),
            static_cast<int>(per_step.size() * ops.size())});
     }

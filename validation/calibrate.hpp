@@ -18,21 +18,34 @@
 // roofline-with-efficiency-curves, so the simulator and the closed form read the fitted values
 // unchanged.
 //
+// Communication CPU, per transport, on devices under a CPU quota (the testbed's cpu-NN
+// ranks): every send, receive and collective member with a measured CPU time (the engine's
+// process CPU time in the op, cpu backend) is a data point, its mean over the steps against
+//   cpu = a + b x bytes (sends, receives) or a' + b' x bytes (collectives) + f x duration
+// (least squares on relative error, each term >= 0; f: polling while it waits). a, b, a', b'
+// are the transport's cpu_us_per_op, cpu_ns_per_byte, collective_cpu_us_per_op and
+// collective_cpu_ns_per_byte (TransportCurve::cpu_seconds), which the simulator spends on
+// the device's quota clock. The links and collectives below are fitted on what that CPU
+// leaves: the model of a message or a collective adds its quota devices' work at their
+// average rate (/ share): both ends of a message, the slowest member of a collective.
+//
 // Links, per transport (host, tcp, ...: Cluster::transport of the pair): every received
 // message is a data point: the transfer time = the receive's end - max(the receive's
-// start, the matching send's start) (ranks on one host share the clock), its mean over the
-// steps (what an iteration pays: on the testbed that includes a receiver paused by its CPU
-// quota), against the model
-//   time = hop latency (cluster file) + alpha + bytes / (nominal single-flow rate x eta)
+// start, the matching send's start) (ranks on one host share the clock), the fastest over
+// the steps (a receiver paused by its CPU quota adds to the others; the simulator replays
+// those pauses on its quota clock), against the model
+//   time = hop latency (cluster file) + both ends' communication CPU / their share
+//          + alpha + bytes / (nominal single-flow rate x eta)
 // alpha and one eta by least squares on relative error (alpha >= 0), then eta per message
 // size (the median over that size's messages): the transport's size-dependent curve.
 // Needs messages of at least two sizes per transport.
 //
 // Collectives, per transport (rings whose every edge uses it; all-to-all left out): each
 // instance's time from its last member's start to its last end (waiting for late members
-// left out), mean over the steps, against the ring model with the fitted links: an extra
-// latency per collective step (least squares through the origin, at least 0), what
-// progress and pauses cost each step (Cluster::collective_step_latency).
+// left out), mean over the steps, against the ring model with the fitted links plus its
+// slowest member's communication CPU / share: an extra latency per collective step (least
+// squares through the origin, at least 0), what the rest of progress and pauses cost each
+// step (Cluster::collective_step_latency).
 //
 // Refused (bad input, naming what is missing): a trace that does not name its scenario and
 // plan files, a transport that carries collectives in the programs but no point-to-point

@@ -130,6 +130,74 @@ TEST(Calibrate, RecoversTheTimesOfTheProfileThatMadeTheTraces) {
             std::string::npos);
 }
 
+// Ranks under a CPU quota (cpu-20) spend CPU in their communication ops; the engine records
+// it (cpu_us). Traces whose comm ops carry a known CPU law must give it back: per op and per
+// byte for messages and for collectives, and the share spent polling while waiting.
+TEST(Calibrate, RecoversTheCpuThatCommunicationCostsAQuotaDevice) {
+  auto scenario = [](int micro_batch) {
+    return testing::tiny_scenario(R"({"version": 1, "name": "quota-mb)" +
+                                  std::to_string(micro_batch) + R"(",
+      "cluster": {"version": 1, "name": "cpu20-2x3",
+                  "network": {"nic_GBps": 0.125, "transport": "tcp"},
+                  "machines": [{"name": "m", "gpu": "cpu-20", "gpus": 3, "repeat": 2}]},
+      "model": "tiny-llama-8l",
+      "training": {"global_batch": 8, "micro_batch": )" +
+                                  std::to_string(micro_batch) + R"(, "seq_len": 32,
+                   "attention": "dense", "precision": "fp32"}})");
+  };
+  // TP-2 on machine 0 (host), TP-2 across the machines (tcp), then one rank on machine 1:
+  // messages and all-reduces on both transports, of two sizes over the two runs.
+  auto plan = [](int micro_batch) {
+    return testing::plan_from(
+        {{"version", 1},
+         {"pipelines",
+          Json::array({{{"batch", 8},
+                        {"micro_batch", micro_batch},
+                        {"stages", Json::array({{{"devices", {0, 1}}, {"layers", {0, 3}}},
+                                                {{"devices", {2, 3}}, {"layers", {3, 6}}},
+                                                {{"devices", {4}}, {"layers", {6, 8}}}})}}})}});
+  };
+  // The law: 40 us + 0.5 ns/B a message, 300 us + 2 ns/B a collective member, 3 % of each
+  // op's duration polling.
+  auto cpu_of = [](const Op& op, const TraceOp& e) {
+    const double work =
+        op.kind == OpKind::kCollective ? 300e-6 + 2e-9 * op.bytes : 40e-6 + 0.5e-9 * op.bytes;
+    return (work + 0.03 * (e.end_us - e.start_us) * 1e-6) * 1e6;
+  };
+  std::vector<MeasuredRun> runs;
+  for (int mb : {1, 2}) {
+    MeasuredRun r = simulated_run(scenario(mb), plan(mb), truth());
+    for (TraceOp& e : r.trace.ops) {
+      const Op& op = r.program.ops[e.op];
+      if (op.kind != OpKind::kCompute) e.cpu_us = cpu_of(op, e);
+    }
+    runs.push_back(std::move(r));
+  }
+  auto c = calibrate(runs, Profile());
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  int seen = 0;
+  for (const TermFit& t : c->terms) {
+    if (t.term.rfind("comm cpu ", 0) != 0) continue;
+    ++seen;
+    EXPECT_GT(t.r2, 0.999) << t.term;
+    std::map<std::string, double> got;
+    for (const FitParam& p : t.params) got[p.name] = p.after;
+    EXPECT_NEAR(got["cpu_us_per_op"], 40, 1) << t.term;
+    EXPECT_NEAR(got["cpu_ns_per_byte"], 0.5, 0.02) << t.term;
+    EXPECT_NEAR(got["collective_cpu_us_per_op"], 300, 5) << t.term;
+    EXPECT_NEAR(got["collective_cpu_ns_per_byte"], 2, 0.05) << t.term;
+    EXPECT_NEAR(got["poll_cpu_fraction"], 0.03, 0.002) << t.term;
+  }
+  EXPECT_EQ(seen, 2);  // host and tcp
+  // The fitted work is in the profile's transports, which the simulator charges, and in its
+  // file.
+  auto again = Profile::from_json(c->profile.to_json(), "fitted.json");
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  const TransportCurve& host = again->transports().at(Transport::kHost);
+  EXPECT_NEAR(host.cpu_seconds(1e6, false), 40e-6 + 0.5e-3, 2e-5);
+  EXPECT_NEAR(host.cpu_seconds(1e6, true), 300e-6 + 2e-3, 1e-4);
+}
+
 TEST(Calibrate, RefusesALinkThatCarriesCollectivesButNoMessage) {
   // TP-2 stages on machines 0 and 1: the host links carry only TP all-reduces.
   const Plan plan = testing::plan_from(

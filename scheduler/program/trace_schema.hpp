@@ -11,7 +11,7 @@
 //   args: op (program op id), then where present step (engine: training step),
 //         bytes (communication ops), posted_us (simulator, p2p: when it was posted),
 //         folded_us (simulator, compute: collectives folded into the op), cpu_us (engine
-//         on the cpu backend, compute: its thread's CPU time), group.
+//         on the cpu backend, every op: the rank process's CPU time in it), group.
 // Times are microseconds since the run's time zero, with three decimals. Events are
 // written with fixed formatting, so the same run gives the same bytes.
 
@@ -36,9 +36,10 @@ struct TraceOp {
   double bytes = 0;       // communication ops: bytes moved
   double posted_us = -1;  // simulator, p2p: when the op was posted; < 0: absent
   double folded_us = -1;  // simulator, compute: folded collectives' time; < 0: absent
-  double cpu_us = -1;     // engine on the cpu backend, compute: the rank thread's CPU time
-                          // in the op (a rank under a CPU quota is paused, not charged, when
-                          // its quota is spent); < 0: absent
+  double cpu_us = -1;     // engine on the cpu backend: the rank process's CPU time in the op
+                          // (a rank under a CPU quota is paused, not charged, when its quota
+                          // is spent; a communication op's copies, reductions and polls
+                          // spend it); < 0: absent
 };
 
 // Appends events, one JSON object per line (no separators), for one document or for
