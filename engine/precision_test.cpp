@@ -23,7 +23,7 @@ namespace {
 
 using Case = PlanCase;
 
-std::string name_of(const ::testing::TestParamInfo<Case>& info) {
+std::string bf16_name_of(const ::testing::TestParamInfo<Case>& info) {
   return plan_case_name(info.param);
 }
 
@@ -57,7 +57,8 @@ TEST_P(Bf16PlanTest, MatchesPyTorchBf16Oracle) {
       evidence.to_fp32, evidence.torch_gap);
 }
 
-INSTANTIATE_TEST_SUITE_P(Plans, Bf16PlanTest, ::testing::ValuesIn(shipped_tiny_plans()), name_of);
+INSTANTIATE_TEST_SUITE_P(Plans, Bf16PlanTest, ::testing::ValuesIn(shipped_tiny_plans()),
+                         bf16_name_of);
 
 // 200 steps on the corpus in bf16 and in float32, same plan, data and initialisation: the
 // bf16 loss tracks the float32 one. Once rounding has made the runs' weights differ, the

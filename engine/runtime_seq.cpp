@@ -40,7 +40,7 @@ namespace hexi::engine {
 
 namespace {
 
-std::string layer_name(int layer, const char* what) {
+std::string seq_layer_name(int layer, const char* what) {
   return "layers." + std::to_string(layer) + "." + what;
 }
 
@@ -332,7 +332,7 @@ Status RankRuntime::Impl::seq_post(const Op& op, bool replay) {
   float* x = resid(**s, 2 * l);
   float* mid = resid(**s, 2 * l + 1);
   float* out = resid(**s, 2 * l + 2);
-  HEXI_TRY(be.attention_out_forward(shape, param(layer_name(op.layer, "wo")), att, mid));
+  HEXI_TRY(be.attention_out_forward(shape, param(seq_layer_name(op.layer, "wo")), att, mid));
   HEXI_TRY(add_stored(mid, x, n * sz(hidden)));
   HEXI_TRY(be.mlp_forward(shape, mlp_w(op.layer), mid, mlp_saved(**s, l), out));
   HEXI_TRY(add_stored(out, mid, n * sz(hidden)));
@@ -349,10 +349,11 @@ Status RankRuntime::Impl::seq_post_backward(const Op& op) {
   const std::size_t n = sz(rows), nq = sz(dims.heads * d), hq = sz(me.heads * d);
   float* dy = (*s)->grad.get();
   HEXI_TRY(be.mlp_backward(shape, mlp_w(g), mlp_saved(**s, l), resid(**s, 2 * l + 1), dy,
-                           partial.get(), mlp_g(g, grad(layer_name(g, "mlp_norm")))));
+                           partial.get(), mlp_g(g, grad(seq_layer_name(g, "mlp_norm")))));
   HEXI_TRY(add_stored(dy, partial.get(), n * sz(hidden)));
-  HEXI_TRY(be.attention_out_backward(shape, param(layer_name(g, "wo")), at_layer(q.att, sl, n * nq),
-                                     dy, q.datt.get(), grad(layer_name(g, "wo"))));
+  HEXI_TRY(be.attention_out_backward(shape, param(seq_layer_name(g, "wo")),
+                                     at_layer(q.att, sl, n * nq), dy, q.datt.get(),
+                                     grad(seq_layer_name(g, "wo"))));
   for (auto* a : {&q.dq_grp, &q.dk_own, &q.dv_own, &q.dq_loc, &q.dk_loc, &q.dv_loc})
     HEXI_TRY(be.zero(a->get(), a->bytes()));
   return be.copy_2d(q.dout_grp.get() + sz(me.row) * hq, hq, q.datt.get() + sz(me.head_begin * d),
@@ -420,10 +421,10 @@ Status RankRuntime::Impl::seq_pre_backward(const Op& op) {
                       hk, true));
   HEXI_TRY(be.copy_2d(q.dv_loc.get() + sz(me.kv_begin * d), nkv, q.dv_own.get() + row * hk, hk, n,
                       hk, true));
-  HEXI_TRY(be.attention_qkv_backward(shape, attn_w(op.layer), resid(**s, 2 * l), q.pos.get(),
-                                     at_layer(q.rstd, sl, n), at_layer(q.xn, sl, n * hidden),
-                                     q.dq_loc.get(), q.dk_loc.get(), q.dv_loc.get(), partial.get(),
-                                     attn_g(op.layer, grad(layer_name(op.layer, "attn_norm")))));
+  HEXI_TRY(be.attention_qkv_backward(
+      shape, attn_w(op.layer), resid(**s, 2 * l), q.pos.get(), at_layer(q.rstd, sl, n),
+      at_layer(q.xn, sl, n * hidden), q.dq_loc.get(), q.dk_loc.get(), q.dv_loc.get(), partial.get(),
+      attn_g(op.layer, grad(seq_layer_name(op.layer, "attn_norm")))));
   return add_stored((*s)->grad.get(), partial.get(), n * sz(hidden));
 }
 

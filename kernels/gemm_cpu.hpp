@@ -23,6 +23,13 @@ namespace hexi::kernels::cpu {
 template <class T>
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b,
           int ldb, T beta, T* c, int ldc);
+// Specialised in gemm_cpu.cpp (float: OpenBLAS when loaded); declared before any use.
+template <>
+void gemm<float>(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                 int lda, const float* b, int ldb, float beta, float* c, int ldc);
+template <>
+void gemm<double>(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
+                  int lda, const double* b, int ldb, double beta, double* c, int ldc);
 
 // The same product on a chosen library (benchmarks and the tests comparing them).
 // gemm_openblas returns false, computing nothing, when OpenBLAS is not loaded.

@@ -10,12 +10,12 @@
 namespace hexi::kernels {
 namespace {
 
-LlamaDims tiny() {
+LlamaDims tiny_dims() {
   return {4, 64, 172, 4, 2, 256};
 }
 
 TEST(Params, TinyLlamaLayout) {
-  const ParamLayout l = model_layout(tiny());
+  const ParamLayout l = model_layout(tiny_dims());
   // embedding + head 2*256*64; per layer 2 norms 2*64, wq, wo 64*64 each, wk, wv 32*64
   // each, three FFN matrices 172*64 each.
   const std::size_t per_layer = 2 * 64 + 2 * 64 * 64 + 2 * 32 * 64 + 3 * 172 * 64;
@@ -35,7 +35,7 @@ TEST(Params, TinyLlamaLayout) {
 }
 
 TEST(Params, StageLayoutHoldsItsShard) {
-  const LlamaDims d = tiny();
+  const LlamaDims d = tiny_dims();
   const StageSpec spec{1, 3, false, true, tp_shard(d, 3, 4)};
   const ParamLayout l = stage_layout(d, spec);
   EXPECT_EQ(l.find("embedding"), nullptr);
@@ -59,7 +59,7 @@ TEST(Params, StageLayoutHoldsItsShard) {
 }
 
 TEST(Params, InitIsDeterministicAndShardsInitTheirPartOfTheFullModel) {
-  const LlamaDims d = tiny();
+  const LlamaDims d = tiny_dims();
   Params<float> full(model_layout(d)), again(full.layout);
   init_params(full, d, {99, 0.1});
   init_params(again, d, {99, 0.1});
@@ -77,7 +77,7 @@ TEST(Params, InitIsDeterministicAndShardsInitTheirPartOfTheFullModel) {
 }
 
 TEST(Params, InitScales) {
-  const LlamaDims d = tiny();
+  const LlamaDims d = tiny_dims();
   Params<double> p(model_layout(d));
   init_params(p, d, {1, 0.0});
   const double* wq = p.get("layers.0.wq");
@@ -94,7 +94,7 @@ TEST(Params, InitScales) {
 }
 
 TEST(Params, AddIntoFullReassemblesShards) {
-  const LlamaDims d = tiny();
+  const LlamaDims d = tiny_dims();
   Params<double> full(model_layout(d)), sum(full.layout);
   init_params(full, d, {3, 0.5});
   for (int r = 0; r < 2; ++r) {
@@ -109,12 +109,12 @@ TEST(Params, AddIntoFullReassemblesShards) {
 }
 
 TEST(Params, GetThrowsOnUnknownNames) {
-  Params<float> p(model_layout(tiny()));
+  Params<float> p(model_layout(tiny_dims()));
   EXPECT_THROW(p.get("layers.9.wq"), std::out_of_range);
 }
 
 TEST(Optimizer, DecaysMatricesButNotNormGains) {
-  const LlamaDims d = tiny();
+  const LlamaDims d = tiny_dims();
   Params<double> p(model_layout(d)), g(p.layout);
   init_params(p, d, {5, 0.0});
   const Params<double> before = p;

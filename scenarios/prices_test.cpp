@@ -9,7 +9,7 @@ namespace {
 
 using testing::shipped_gpus;
 
-Result<PriceBook> parse(const std::string& text) {
+Result<PriceBook> parse_prices(const std::string& text) {
   auto json = parse_json_text(text, "p.json");
   if (!json) return json.error();
   return price_book_from_json(*json, "p.json", shipped_gpus());
@@ -49,7 +49,7 @@ TEST(PriceBook, EveryShippedBookLoadsWithASourceForEveryNumber) {
 // 201 000 $; at the wall (8 x 700 + 500) x 1.5 = 9 150 W. An RTX 4090 machine takes the
 // book's 10 000 $ server: 8 x 1 500 + 10 000 + 1 000 = 23 000 $.
 TEST(PriceBook, MachinePriceAndPowerByHand) {
-  auto b = parse(kBook);
+  auto b = parse_prices(kBook);
   ASSERT_TRUE(b.ok()) << b.error().message;
   const GpuPrice* h100 = b->find("H100-SXM");
   const GpuPrice* rtx = b->find("RTX4090");
@@ -83,7 +83,7 @@ TEST(PriceBook, BadInputNamesFilePathAndExpectation) {
            {with("\"tdp_watts\": {\"value\": 700", "\"tdp_watt\": {\"value\": 700"),
             "p.json: /gpus/0: unknown field \"tdp_watt\""},
        }) {
-    auto b = parse(text);
+    auto b = parse_prices(text);
     ASSERT_FALSE(b.ok()) << expected;
     EXPECT_EQ(b.error().kind, ErrorKind::kBadInput);
     EXPECT_NE(b.error().message.find(expected), std::string::npos) << b.error().message;

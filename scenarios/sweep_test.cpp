@@ -9,7 +9,7 @@ namespace {
 
 const SweepVocabulary kVocabulary{{"hexiscale", "uniform", "random"}, {"tokens_per_s", "mfu"}};
 
-Result<Sweep> parse(const std::string& text) {
+Result<Sweep> parse_sweep(const std::string& text) {
   auto json = parse_json_text(text, "s.json");
   if (!json) return json.error();
   return sweep_from_json(*json, "s.json", testing::shipped_gpus(), testing::shipped_models(),
@@ -19,7 +19,8 @@ Result<Sweep> parse(const std::string& text) {
 // Axes cross in kSweepAxes order, the last varying fastest; absent axes take the base
 // training config's seq_len / global batch, hexiscale, closed_form and seed 1.
 TEST(Sweep, AxesCrossInOrderWithDefaults) {
-  auto s = parse(R"({"version": 1, "name": "x", "training": {"seq_len": 1024, "micro_batch": 2},
+  auto s =
+      parse_sweep(R"({"version": 1, "name": "x", "training": {"seq_len": 1024, "micro_batch": 2},
     "axes": {"cluster": [{"mix": "A100:1x4"}, {"mix": "RTX4090:2x4", "label": "4090s"}],
              "model": ["llama2-7b"], "global_batch": [8, 16],
              "scheduler": ["uniform", {"name": "random", "seeds": 2}]}})");
@@ -48,7 +49,7 @@ TEST(Sweep, AxesCrossInOrderWithDefaults) {
 // A "prices" axis crosses like the others and joins the keys; without one, keys and rows
 // have no prices part.
 TEST(Sweep, PricesAxisJoinsKeysOnlyWhenGiven) {
-  auto s = parse(R"({"version": 1, "name": "x",
+  auto s = parse_sweep(R"({"version": 1, "name": "x",
     "axes": {"cluster": [{"mix": "A100:1x4"}], "model": ["llama2-7b"],
              "prices": ["public-2026-11"]}})");
   ASSERT_TRUE(s.ok()) << s.error().message;
@@ -57,7 +58,7 @@ TEST(Sweep, PricesAxisJoinsKeysOnlyWhenGiven) {
   EXPECT_EQ(s->prices[0].book.name, "public-2026-11");
   EXPECT_EQ(s->points[0].key.substr(s->points[0].key.rfind(';')), ";prices=public-2026-11");
   EXPECT_EQ(s->point_json(s->points[0])["prices"], "public-2026-11");
-  auto plain = parse(R"({"version": 1, "name": "x",
+  auto plain = parse_sweep(R"({"version": 1, "name": "x",
     "axes": {"cluster": [{"mix": "A100:1x4"}], "model": ["llama2-7b"]}})");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->points[0].prices, -1);
@@ -67,7 +68,7 @@ TEST(Sweep, PricesAxisJoinsKeysOnlyWhenGiven) {
 
 // An explicit list: each distinct value is read once (one cluster for three points).
 TEST(Sweep, ExplicitPointsShareValues) {
-  auto s = parse(R"({"version": 1, "name": "x", "metrics": ["mfu"], "points": [
+  auto s = parse_sweep(R"({"version": 1, "name": "x", "metrics": ["mfu"], "points": [
     {"cluster": "tiny-cpu-2x4", "model": "tiny-llama", "global_batch": 8, "seq_len": 64},
     {"cluster": "tiny-cpu-2x4", "model": "tiny-llama", "global_batch": 16, "seq_len": 64},
     {"cluster": "tiny-cpu-2x4", "model": "tiny-llama", "fidelity": "stage", "seed": 7,
@@ -86,7 +87,7 @@ TEST(Sweep, ExplicitPointsShareValues) {
 TEST(Sweep, DigestsAreStable) {
   const std::string text = R"({"version": 1, "name": "x",
     "axes": {"cluster": [{"mix": "A100:1x4"}, "tiny-cpu-2x4"], "model": ["tiny-llama"]}})";
-  auto a = parse(text), b = parse(text);
+  auto a = parse_sweep(text), b = parse_sweep(text);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->clusters[0].digest, b->clusters[0].digest);
   EXPECT_EQ(a->clusters[1].digest, b->clusters[1].digest);
@@ -140,7 +141,7 @@ TEST(Sweep, BadInputNamesFilePathAndExpectation) {
            {R"({"version": 2, "name": "x", "points": []})", "s.json: /version"},
            {R"({"version": 1, "name": "a/b", "points": []})", "s.json: /name"},
        }) {
-    auto s = parse(text);
+    auto s = parse_sweep(text);
     ASSERT_FALSE(s.ok()) << text;
     EXPECT_EQ(s.error().kind, ErrorKind::kBadInput);
     EXPECT_NE(s.error().message.find(expected), std::string::npos)

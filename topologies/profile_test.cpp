@@ -7,7 +7,7 @@
 namespace hexi {
 namespace {
 
-Profile parse(const std::string& text) {
+Profile parse_profile(const std::string& text) {
   auto json = parse_json_text(text, "p.json");
   EXPECT_TRUE(json.ok()) << json.error().message;
   auto profile = Profile::from_json(*json, "p.json");
@@ -28,7 +28,7 @@ const GpuSpec kA100 = spec("A100-SXM-80GB", Architecture::kAmpere);
 // A version-1 file is the constant model: what it leaves out takes the version-1 defaults
 // (0.75, 0.55, 0.80, 4 us), and a GPU entry starts from the file's default.
 TEST(Profile, Version1FilesAreTheConstantModel) {
-  const Profile p = parse(R"({"version": 1, "default": {"gemm_efficiency": 0.6},
+  const Profile p = parse_profile(R"({"version": 1, "default": {"gemm_efficiency": 0.6},
       "devices": {"H100-SXM": {"kernel_overhead_us": 2}}})");
   for (const GpuSpec& g : {kH100, kA100}) {
     const DeviceProfile d = p.device(g);
@@ -71,7 +71,7 @@ TEST(Profile, RefusesOutOfRangeValues) {
 // a family ("architectures") or a GPU type ("devices"); the rest stays shipped.
 TEST(Profile, Version2OverridesLayerOnTheShippedModel) {
   const Profile shipped;
-  const Profile p = parse(R"({"version": 2,
+  const Profile p = parse_profile(R"({"version": 2,
       "default": {"kernel_overhead_us": 3},
       "architectures": {"hopper": {"gemm_ceiling": {"value": 0.5, "source": "my sweep"}}},
       "devices": {"H100-SXM": {"memory_efficiency": 0.7}}})");
@@ -122,9 +122,10 @@ TEST(Profile, EveryShippedDefaultHasASource) {
 TEST(Profile, WrittenAndReadBackIsTheSameProfile) {
   for (const char* us : {"0.023", "0.037", "4", "1e-9", "999999.999", "0.1"}) {
     const std::string first = dump_json(
-        parse(std::string(R"({"version": 1, "default": {"kernel_overhead_us": )") + us + "}}")
+        parse_profile(std::string(R"({"version": 1, "default": {"kernel_overhead_us": )") + us +
+                      "}}")
             .to_json());
-    EXPECT_EQ(dump_json(parse(first).to_json()), first) << us;
+    EXPECT_EQ(dump_json(parse_profile(first).to_json()), first) << us;
   }
   auto json = parse_json_text(R"({"version": 1, "default": {"kernel_overhead_us": 0.023}})", "p");
   EXPECT_EQ(Profile::from_json(*json, "p")
@@ -141,7 +142,7 @@ TEST(Profile, ShippedProfileRoundTripsWithSources) {
   EXPECT_EQ(written["version"], 2);
   EXPECT_EQ(written["architectures"]["hopper"]["gemm_ceiling"]["source"],
             std::string(shipped.architecture_source(Architecture::kHopper, Param::kGemmCeiling)));
-  const Profile back = parse(dump_json(written));
+  const Profile back = parse_profile(dump_json(written));
   EXPECT_EQ(dump_json(back.to_json()), dump_json(written));
   const GpuSpec g = spec("RTX4090", Architecture::kAda);
   EXPECT_DOUBLE_EQ(back.device(g).gemm_ceiling, 0.6);

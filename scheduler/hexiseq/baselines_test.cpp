@@ -16,9 +16,9 @@ using testing::catalog_model;
 using testing::long_context;
 using testing::mixed_cluster;
 
-const Profile kProfile;
+const Profile kBaselinesProfile;
 
-TrainingConfig full_recompute(int seq) {
+TrainingConfig with_full_recompute(int seq) {
   TrainingConfig t = long_context(seq);
   t.recompute = Recompute::kFull;
   return t;
@@ -38,7 +38,7 @@ TEST(HexiSeqBaselines, EvenSplits) {
 TEST(HexiSeqBaselines, LayoutsFollowTheirSystemsRules) {
   // 2 machines x 4 H100; llama2-7b has 32 heads, 32 kv heads; S = 64K.
   const Cluster c = mixed_cluster({{"H100-SXM", 4, 2}});
-  SequenceCost cost(c, catalog_model("llama2-7b"), full_recompute(65536), kProfile);
+  SequenceCost cost(c, catalog_model("llama2-7b"), with_full_recompute(65536), kBaselinesProfile);
   auto ring = run_ring(cost, {}, {});
   ASSERT_TRUE(ring.ok()) << ring.error().message;
   EXPECT_EQ(ring->layout.groups.size(), 8u);
@@ -87,7 +87,7 @@ TEST(HexiSeqBaselines, HexiSeqIsNeverSlowerThanAnyBaseline) {
   };
   for (const Scenario& sc : scenarios) {
     const Cluster c = mixed_cluster(sc.machines);
-    SequenceCost cost(c, catalog_model(sc.model), full_recompute(sc.seq), kProfile);
+    SequenceCost cost(c, catalog_model(sc.model), with_full_recompute(sc.seq), kBaselinesProfile);
     auto ours = run_hexiseq(cost, {}, {});
     ASSERT_TRUE(ours.ok()) << ours.error().message;
     ASSERT_TRUE(ours->time.fits);

@@ -10,7 +10,7 @@ namespace hexi {
 inline namespace hexiseq {
 namespace {
 
-constexpr double kMs = 1e3;  // the program counts ms and GiB, as the search's
+constexpr double kExactMs = 1e3;  // the program counts ms and GiB, as the search's
 
 // The whole-mesh program of one grouping (exact.hpp). Devices are numbered flat, group by
 // group; a device's head count k has binary z[f][k].
@@ -38,7 +38,7 @@ class ExactProgram {
     ExactGrouping out;
     out.optimal = s.status == SolveStatus::kOptimal || s.status == SolveStatus::kInfeasible;
     if (!s.has_values()) return out;
-    out.model_s = s.objective / kMs;
+    out.model_s = s.objective / kExactMs;
     out.layout = layout(s.values);
     return out;
   }
@@ -174,21 +174,21 @@ class ExactProgram {
       const std::string di = pre + std::to_string(a);
       p_.add_constraint({"time" + di,
                          {{t_, 1},
-                          {x_[f], -kMs * d.token_s * b_},
+                          {x_[f], -kExactMs * d.token_s * b_},
                           {a1, -(2 + rp)},
                           {a2, -(2 + rp)},
                           {rf, -(1 + rp)},
                           {rb, -1}},
                          Sense::kGreaterEqual,
-                         kMs * (d.token_fixed_s + (2 + rp) * lat)});
+                         kExactMs * (d.token_fixed_s + (2 + rp) * lat)});
       std::vector<Term> recv_qkv, send_qkv, send_o, recv_o;
       for (int c = 0; c < n; ++c) {
         if (c == a) continue;
         const int fc = first_[g] + c;
-        add_y(recv_qkv, fc, f, kMs * b_ * gt.pair_s[c][a], true);
-        add_y(send_qkv, f, fc, kMs * b_ * gt.pair_s[a][c], true);
-        add_y(send_o, fc, f, kMs * b_ * gt.pair_s[a][c], false);
-        add_y(recv_o, f, fc, kMs * b_ * gt.pair_s[c][a], false);
+        add_y(recv_qkv, fc, f, kExactMs * b_ * gt.pair_s[c][a], true);
+        add_y(send_qkv, f, fc, kExactMs * b_ * gt.pair_s[a][c], true);
+        add_y(send_o, fc, f, kExactMs * b_ * gt.pair_s[a][c], false);
+        add_y(recv_o, f, fc, kExactMs * b_ * gt.pair_s[c][a], false);
       }
       at_least("qkv.in" + di, a1, recv_qkv);
       at_least("qkv.out" + di, a1, send_qkv);
@@ -196,14 +196,14 @@ class ExactProgram {
       at_least("o.in" + di, a2, recv_o);
       std::vector<Term> compute, compute_b, ring_f, ring_b;
       for (int k = 1; k <= nq_; ++k) {
-        compute.push_back({pt_[f][k], kMs * d.attention_s * b_ * k});
-        compute_b.push_back({pt_[f][k], kMs * d.attention_backward_s * b_ * k});
+        compute.push_back({pt_[f][k], kExactMs * d.attention_s * b_ * k});
+        compute_b.push_back({pt_[f][k], kExactMs * d.attention_backward_s * b_ * k});
       }
       at_least("ring.f" + di, rf, compute);
       at_least("ring.b" + di, rb, compute_b);
       if (gt.ring_s[a] > 0) {
-        add_ring(ring_f, f, kMs * gt.ring_s[a], S);
-        add_ring(ring_b, f, kMs * gt.ring_s[a], S * (1 + gamma));
+        add_ring(ring_f, f, kExactMs * gt.ring_s[a], S);
+        add_ring(ring_b, f, kExactMs * gt.ring_s[a], S * (1 + gamma));
         at_least("kv.f" + di, rf, ring_f);
         at_least("kv.b" + di, rb, ring_b);
       }
@@ -232,7 +232,7 @@ class ExactProgram {
     const GroupTerms& gt = terms_[g];
     const int n = static_cast<int>(gt.devices.size());
     for (int m = 0; m < static_cast<int>(gt.machines.size()); ++m) {
-      const double nic = kMs * gt.nic_s[m] * b_;
+      const double nic = kExactMs * gt.nic_s[m] * b_;
       const std::string dm = std::to_string(g) + ".nic" + std::to_string(m);
       std::vector<Term> out_qkv, in_qkv, out_o, in_o, ring_f, ring_b;
       for (int a = 0; a < n; ++a) {
@@ -246,8 +246,8 @@ class ExactProgram {
           add_y(out_o, fc, f, nic, false);
           add_y(in_o, f, fc, nic, false);
         }
-        add_ring(ring_f, f, 2 * kMs * gt.nic_s[m], S);
-        add_ring(ring_b, f, 2 * kMs * gt.nic_s[m], S * (1 + gamma));
+        add_ring(ring_f, f, 2 * kExactMs * gt.nic_s[m], S);
+        add_ring(ring_b, f, 2 * kExactMs * gt.nic_s[m], S * (1 + gamma));
       }
       if (gt.machines.size() > 1) {
         at_least(dm + ".qkv.out", a1, out_qkv);

@@ -17,7 +17,7 @@ using testing::long_context;
 using testing::mixed_cluster;
 using testing::small_model;
 
-const Profile kProfile;
+const Profile kExactProfile;
 
 TEST(HexiSeqExact, ProgramMatchesBruteForceOverTheModel) {
   // Group {0, 1} (two H100 of one machine) and group {2} (an A100 on another machine),
@@ -25,7 +25,7 @@ TEST(HexiSeqExact, ProgramMatchesBruteForceOverTheModel) {
   // device 0 (device 1 and group 1 take the rest), the model's value where memory fits.
   const Cluster c = mixed_cluster({{"H100-SXM", 2, 1}, {"A100-SXM-80GB", 1, 1}});
   const Model m = small_model(4, 2);
-  SequenceCost cost(c, m, long_context(4096), kProfile);
+  SequenceCost cost(c, m, long_context(4096), kExactProfile);
   const LinearModel lm(cost, 3);
   const Grouping g{"brute", {{0, 1}, {2}}};
   HexiSeqOptions options;
@@ -61,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(HexiSeqExact, SmallRandomMesh,
 TEST(HexiSeqExact, TimeBudgetStopsTheProgramsAndSaysSo) {
   // 4 H100 and 4 L40S over 25 GB/s: about a minute of programs without a budget.
   const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}, {"L40S", 4, 1}});
-  SequenceCost cost(c, small_model(8, 2), long_context(32768), kProfile);
+  SequenceCost cost(c, small_model(8, 2), long_context(32768), kExactProfile);
   HexiSeqOptions options;
   options.block_tokens = 512;
   options.time_budget_s = 2;
@@ -82,7 +82,7 @@ TEST(HexiSeqExact, TimeBudgetStopsTheProgramsAndSaysSo) {
 
 TEST(HexiSeqExact, RefusesLargeMeshes) {
   const Cluster c = mixed_cluster({{"H100-SXM", 8, 3}});
-  SequenceCost cost(c, small_model(8, 2), long_context(16384), kProfile);
+  SequenceCost cost(c, small_model(8, 2), long_context(16384), kExactProfile);
   auto e = run_hexiseq_exact(cost, {}, {});
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.error().message.find("at most 16"), std::string::npos);

@@ -26,7 +26,7 @@ Profile constant_profile() {
   p.set_default(DeviceProfile::constant(0.75, 0.55, 0.80, 4e-6), "version 1");
   return p;
 }
-const Profile kProfile = constant_profile();
+const Profile kTimeProfile = constant_profile();
 
 // One device per group, all heads each: a plain ring over `devices` with `lengths`.
 SequenceLayout pure_ring(const std::vector<int>& devices, const std::vector<std::int64_t>& lengths,
@@ -57,7 +57,7 @@ TEST(SequenceTime, PureRingOnEqualShardsIsRingTime) {
   const Cluster c = mixed_cluster({{"H100-SXM", 1, 4}});
   const Model m = catalog_model("llama3-8b");
   const TrainingConfig t = long_context(65536);
-  SequenceCost cost(c, m, t, kProfile, 4);  // fp32 dK, dV
+  SequenceCost cost(c, m, t, kTimeProfile, 4);  // fp32 dK, dV
   const SequenceLayout l = pure_ring({0, 1, 2, 3}, {16384, 16384, 16384, 16384}, m.heads);
   const auto fwd = ring_ranks(cost, l, false), bwd = ring_ranks(cost, l, true);
   const AttentionShape& a = cost.attention();
@@ -79,7 +79,7 @@ TEST(SequenceTime, TwoGroupRingByHand) {
   //           post at 0, so it arrives after latency + 2 T_other n_kv d B / bandwidth
   const Cluster c = mixed_cluster({{"H100-SXM", 1, 1}, {"A100-SXM-80GB", 1, 1}});
   const Model m = catalog_model("llama3-8b");
-  SequenceCost cost(c, m, long_context(16384), kProfile);
+  SequenceCost cost(c, m, long_context(16384), kTimeProfile);
   const SequenceLayout l = pure_ring({0, 1}, {12288, 4096}, 32);
   const double per_pair = 4.0 * 128 * 32, f0 = cost.attention_flops_s(0, false),
                f1 = cost.attention_flops_s(1, false);
@@ -96,7 +96,7 @@ TEST(SequenceTime, TwoGroupRingByHand) {
 TEST(SequenceTime, UnevenRingsNeverExceedTheLockstepBound) {
   const Cluster c = mixed_cluster({{"H100-SXM", 1, 2}, {"A100-SXM-80GB", 1, 2}, {"L40S", 1, 1}});
   const Model m = catalog_model("llama3-8b");
-  SequenceCost cost(c, m, long_context(65536), kProfile);
+  SequenceCost cost(c, m, long_context(65536), kTimeProfile);
   const SequenceLayout l = pure_ring({0, 1, 2, 3, 4}, {20480, 20480, 8192, 8192, 8192}, 32);
   for (bool backward : {false, true}) {
     const double dataflow = slowest(cost.ring_end_s(l, backward));
@@ -114,7 +114,7 @@ TEST(SequenceTime, OneGroupIsPureUlysses) {
   const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}});
   const Model m = catalog_model("llama3-8b");
   const TrainingConfig t = long_context(32768);
-  SequenceCost cost(c, m, t, kProfile);
+  SequenceCost cost(c, m, t, kTimeProfile);
   SequenceLayout l;
   l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
   const double bw = c.bandwidth(0, 1), lat = c.latency(0, 1), dB = 128.0 * 2;
@@ -139,7 +139,7 @@ TEST(SequenceTime, AllToAllAcrossMachinesSharesTheirNics) {
   // its two, 8192 (8 + 2 * 2) d B for Q, K, V: 4 such flows through one NIC, twice what any
   // device's own port carries off-machine. O: 8192 * 8 d B per flow.
   const Cluster c = mixed_cluster({{"H100-SXM", 2, 2}});
-  SequenceCost cost(c, catalog_model("llama3-8b"), long_context(32768), kProfile);
+  SequenceCost cost(c, catalog_model("llama3-8b"), long_context(32768), kTimeProfile);
   const SequenceGroup g{{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}};
   const double nic = c.machines()[0].nic_Bps, lat = c.latency(0, 2), dB = 128.0 * 2;
   const double qkv = 4 * 8192 * 12 * dB / nic + lat, out = 4 * 8192 * 8 * dB / nic + lat;
@@ -154,7 +154,7 @@ TEST(SequenceTime, EqualShardsOnIdenticalDevicesAreTheHomogeneousFormulas) {
   const Cluster c = mixed_cluster({{"H100-SXM", 4, 2}});
   const Model m = catalog_model("llama3-8b");
   const TrainingConfig t = long_context(65536);
-  SequenceCost cost(c, m, t, kProfile);
+  SequenceCost cost(c, m, t, kTimeProfile);
   SequenceLayout l;
   for (int g = 0; g < 2; ++g) {
     l.groups.push_back(
@@ -194,7 +194,7 @@ TEST(SequenceTime, SubRingsFollowTheCommonRefinementOfHeadRanges) {
   // machines' one NIC carries all 8 kv heads' worth (2 + 2 + 4): the NIC is the bottleneck.
   const Cluster c = mixed_cluster({{"H100-SXM", 2, 2}});
   const Model m = catalog_model("llama3-8b");
-  SequenceCost cost(c, m, long_context(32768), kProfile);
+  SequenceCost cost(c, m, long_context(32768), kTimeProfile);
   SequenceLayout l;
   l.groups.push_back({{0, 1}, 16384, {8192, 8192}, {16, 16}});
   l.groups.push_back({{2, 3}, 16384, {8192, 8192}, {8, 24}});
@@ -211,7 +211,7 @@ TEST(SequenceTime, SubRingsFollowTheCommonRefinementOfHeadRanges) {
   EXPECT_NEAR(end[2], std::max(8 * diag, nic) + 8 * off, 1e-15);
   // One machine (NVLink, no NIC): device 3's port, 6 kv heads, is its bottleneck.
   const Cluster one = mixed_cluster({{"H100-SXM", 4, 1}});
-  SequenceCost nvlink(one, m, long_context(32768), kProfile);
+  SequenceCost nvlink(one, m, long_context(32768), kTimeProfile);
   const double bw1 = one.bandwidth(0, 2), lat1 = one.latency(0, 2);
   const auto end1 = nvlink.ring_end_s(l, false);
   EXPECT_NEAR(end1[3], std::max(24 * diag, 6 * kv_block / bw1 + lat1) + 24 * off, 1e-15);
@@ -222,7 +222,7 @@ TEST(SequenceTime, IterationAddsLayersHeadSyncAndOptimizer) {
   const Cluster c = mixed_cluster({{"H100-SXM", 4, 1}});
   const Model m = testing::small_model(32, 8);  // fits: ~0.9e9 parameters
   TrainingConfig t = long_context(32768, 4);
-  SequenceCost cost(c, m, t, kProfile);
+  SequenceCost cost(c, m, t, kTimeProfile);
   SequenceLayout l;
   l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
   const IterationTime it = cost.iteration(l);
@@ -248,7 +248,7 @@ TEST(SequenceTime, ZeroThreeExposesTheLowerersGathersAndScatters) {
   const Model m = testing::small_model(32, 8);
   TrainingConfig t = long_context(32768);
   t.zero_stage = 3;
-  SequenceCost cost(c, m, t, kProfile);
+  SequenceCost cost(c, m, t, kTimeProfile);
   SequenceLayout l;
   l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
   const IterationTime it = cost.iteration(l);
@@ -274,7 +274,7 @@ TEST(SequenceTime, FullRecomputeReplaysTheForwardAttention) {
   full.recompute = Recompute::kFull;
   SequenceLayout l;
   l.groups.push_back({{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}});
-  SequenceCost a(c, m, selective, kProfile), b(c, m, full, kProfile);
+  SequenceCost a(c, m, selective, kTimeProfile), b(c, m, full, kTimeProfile);
   const DeviceTime da = a.layer(l).devices[0], db = b.layer(l).devices[0];
   const double fwd_ring = a.ring_end_s(l, false)[0];
   EXPECT_NEAR(db.ring_s, da.ring_s + fwd_ring, 1e-15);
