@@ -344,6 +344,12 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
   return t;
 }
 
+// A device's CPU quota share where its quota pauses it, else 0 (no communication CPU is
+// charged: GPUs, and a whole core).
+double pausing_share(const GpuSpec& gpu) {
+  return gpu.quota_pauses() ? gpu.quota_share : 0.0;
+}
+
 // One communication op on a device with a CPU quota: the host CPU it spent (the engine's
 // process CPU time in the op, mean over the steps), its bytes and its mean duration.
 struct CpuPoint {
@@ -580,17 +586,15 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         auto given = base.transports().find(t);
         start_curves.emplace(t,
                              given != base.transports().end() ? given->second : transport_curve(t));
-        auto share = [&](int d) {
-          return cluster.gpu(d).quota_pauses() ? cluster.gpu(d).quota_share : 0.0;
-        };
-        links[t].push_back({op.bytes,
-                            best,
-                            cluster.latency(op.peer, op.device),
-                            op.bytes / cluster.bandwidth(op.peer, op.device),
-                            "message " + std::string(to_string(op.tensor)),
-                            static_cast<int>(events.size()),
-                            0.0,
-                            {share(op.peer), share(op.device)}});
+        links[t].push_back(
+            {op.bytes,
+             best,
+             cluster.latency(op.peer, op.device),
+             op.bytes / cluster.bandwidth(op.peer, op.device),
+             "message " + std::string(to_string(op.tensor)),
+             static_cast<int>(events.size()),
+             0.0,
+             {pausing_share(cluster.gpu(op.peer)), pausing_share(cluster.gpu(op.device))}});
       } else if (op.kind == OpKind::kCollective) {
         const auto& devs = prog.groups[op.group].devices;
         for (std::size_t k = 0; k < devs.size(); ++k) {
@@ -680,9 +684,8 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
       const auto [bw, lat] = ring_link(fitted, devs, first.bytes);
       double cpu_s = 0;  // the slowest member's CPU (the simulator holds the ring for it)
       for (int d : devs) {
-        const GpuSpec& gpu = fitted.gpu(d);
-        if (gpu.quota_pauses())
-          cpu_s = std::max(cpu_s, cpu_at_share(*used.begin(), first.bytes, true, gpu.quota_share));
+        cpu_s = std::max(
+            cpu_s, cpu_at_share(*used.begin(), first.bytes, true, pausing_share(fitted.gpu(d))));
       }
       collectives[*used.begin()].push_back(
           {sum / static_cast<double>(per_step.size()),
