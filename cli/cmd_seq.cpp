@@ -54,22 +54,24 @@ Json result_json(const std::string& name, const HexiSeqResult& r) {
                        {"ring_s", d.ring_s},
                        {"attention_s", d.attention_s}});
   }
-  return {{"scheduler", name},
-          {"grouping", r.grouping},
-          {"iteration_time_s", r.time.iteration_s},
-          {"sequence_s", r.time.sequence_s},
-          {"layer_s", r.time.layer.time_s},
-          {"sync_s", r.time.sync_s},
-          {"optimizer_s", r.time.optimizer_s},
-          {"tokens_per_s", r.time.tokens_per_s},
-          {"fits", r.time.fits},
-          {"search_time_s", r.search_time_s},
-          {"candidates", r.candidates},
-          {"solves", r.solves},
-          {"budget_exhausted", r.budget_exhausted},
-          {"devices", devices},
-          {"memory", memory},
-          {"sequence", to_json(r.layout)}};
+  Json out = {{"scheduler", name},
+              {"grouping", r.grouping},
+              {"iteration_time_s", r.time.iteration_s},
+              {"sequence_s", r.time.sequence_s},
+              {"layer_s", r.time.layer.time_s},
+              {"sync_s", r.time.sync_s},
+              {"optimizer_s", r.time.optimizer_s},
+              {"tokens_per_s", r.time.tokens_per_s},
+              {"fits", r.time.fits},
+              {"search_time_s", r.search_time_s},
+              {"candidates", r.candidates},
+              {"solves", r.solves},
+              {"budget_exhausted", r.budget_exhausted},
+              {"devices", devices},
+              {"memory", memory},
+              {"sequence", to_json(r.layout)}};
+  if (r.proven) out["proven"] = *r.proven;
+  return out;
 }
 
 void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResult& r,
@@ -81,7 +83,11 @@ void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResu
   out << name << ": " << t.layer.devices.size() << " devices in " << r.layout.groups.size()
       << " groups (" << r.grouping << "); " << r.candidates << " layouts scored, " << r.solves
       << " LPs / integer programs, " << fmt(r.search_time_s, 3) << " s"
-      << (r.budget_exhausted ? " (time budget reached)" : "") << "\n";
+      << (r.budget_exhausted ? " (time budget reached)" : "")
+      << (!r.proven   ? ""
+          : *r.proven ? "; every program proven optimal"
+                      : "; NOT proven: a program stopped at its time limit or the budget")
+      << "\n";
   Table head({"iteration s", "tokens/s", "sequence s", "layer ms", "sync s", "fits"});
   head.add({fmt(t.iteration_s, 3), fmt(t.tokens_per_s, 0), fmt(t.sequence_s, 3),
             fmt(t.layer.time_s * 1e3, 2), fmt(t.sync_s, 3), t.fits ? "yes" : "NO"});

@@ -32,18 +32,99 @@ class ExactProgram {
     }
   }
 
-  ExactGrouping solve() {
+  ExactGrouping solve(const std::vector<SequenceLayout>& starts) {
     build();
+    start_from(starts);
     const Solution s = hexi::solve(p_, options_.exact_backend, options_.solver_time_limit_s);
     ExactGrouping out;
     out.optimal = s.status == SolveStatus::kOptimal || s.status == SolveStatus::kInfeasible;
     if (!s.has_values()) return out;
     out.model_s = s.objective / kExactMs;
+    out.bound_s = std::max(0.0, s.bound) / kExactMs;
     out.layout = layout(s.values);
     return out;
   }
 
  private:
+  // The program's start: the best of `starts` in the model (of those laid out on this
+  // grouping and fitting its memory), ordered as the symmetry rows ask: interchangeable ranks
+  // by (heads, shard), groups alike by tokens (their answers traded whole).
+  void start_from(const std::vector<SequenceLayout>& starts) {
+    const SequenceLayout* best = nullptr;
+    double best_value = kInfinity;
+    for (const SequenceLayout& l : starts) {
+      if (!on_grouping(l) || lm_.memory_excess(l) > 0) continue;
+      const double v = lm_.value(l);
+      if (v < best_value) best_value = v, best = &l;
+    }
+    if (best == nullptr) return;
+    const std::int64_t block = static_cast<std::int64_t>(b_);
+    const int p = static_cast<int>(terms_.size());
+    // Per group: T, then (heads, shard) per rank of the program (grouping order).
+    std::vector<std::vector<std::int64_t>> answer(p);
+    for (int g = 0; g < p; ++g) {
+      const SequenceGroup& sg = best->groups[g];
+      const std::vector<int>& devices = grouping_.groups[g];
+      std::vector<std::pair<std::int64_t, std::int64_t>> rank(devices.size());
+      for (int i = 0; i < sg.size(); ++i) {
+        const auto a = std::find(devices.begin(), devices.end(), sg.devices[i]) - devices.begin();
+        rank[a] = {sg.heads[i], sg.shards[i] / block};
+      }
+      const std::vector<int> classes = interchangeable(terms_[g]);
+      sort_within(classes, rank);
+      answer[g].push_back(sg.tokens / block);
+      for (const auto& [heads, shard] : rank)
+        answer[g].push_back(heads), answer[g].push_back(shard);
+    }
+    std::vector<std::string> keys;
+    for (const GroupTerms& t : terms_) keys.push_back(program_key(t, 0, 0, {}));
+    std::vector<int> groups_of(p);
+    for (int g = 0; g < p; ++g) {
+      groups_of[g] = static_cast<int>(std::find(keys.begin(), keys.end(), keys[g]) - keys.begin());
+    }
+    sort_within(groups_of, answer);
+    for (int g = 0; g < p; ++g) {
+      p_.start.push_back({tg_[g], static_cast<double>(answer[g][0])});
+      for (int a = 0; a < static_cast<int>(grouping_.groups[g].size()); ++a) {
+        const int f = first_[g] + a;
+        const std::int64_t heads = answer[g][1 + 2 * a];
+        p_.start.push_back({x_[f], static_cast<double>(answer[g][2 + 2 * a])});
+        for (int k = 0; k <= nq_; ++k) p_.start.push_back({z_[f][k], k == heads ? 1.0 : 0.0});
+      }
+    }
+  }
+
+  // Sorts the entries of each class (`classes[i]`: the class of entry i) in decreasing order
+  // among the class's places.
+  template <class T>
+  static void sort_within(const std::vector<int>& classes, std::vector<T>& v) {
+    for (int c = 0; c < static_cast<int>(v.size()); ++c) {
+      std::vector<int> places;
+      for (int i = 0; i < static_cast<int>(v.size()); ++i) {
+        if (classes[i] == c) places.push_back(i);
+      }
+      std::vector<T> sorted;
+      for (int i : places) sorted.push_back(v[i]);
+      std::sort(sorted.rbegin(), sorted.rend());
+      for (std::size_t m = 0; m < places.size(); ++m) v[places[m]] = sorted[m];
+    }
+  }
+
+  // Whether `l`'s groups are the grouping's, in its order, in whole blocks.
+  bool on_grouping(const SequenceLayout& l) const {
+    if (l.groups.size() != grouping_.groups.size()) return false;
+    const std::int64_t block = static_cast<std::int64_t>(b_);
+    for (std::size_t g = 0; g < l.groups.size(); ++g) {
+      std::vector<int> devices = l.groups[g].devices;
+      std::sort(devices.begin(), devices.end());
+      if (devices != grouping_.groups[g] || l.groups[g].tokens % block != 0) return false;
+      for (std::int64_t shard : l.groups[g].shards) {
+        if (shard % block != 0) return false;
+      }
+    }
+    return true;
+  }
+
   // kv heads a device with k query heads needs (the model's bound: whole GQA groups).
   int kv_of(int k) const { return (k + r_ - 1) / r_; }
   double q_of(int k) const { return k + 2 * kv_of(k); }
@@ -78,6 +159,23 @@ class ExactProgram {
     }
     p_.add_constraint(tokens);
     for (int g = 0; g < static_cast<int>(terms_.size()); ++g) add_group_constraints(g);
+    order_alike_groups();
+  }
+
+  // Groups alike (equal programs but for their variables: program_key) may trade their
+  // whole answers, so each takes at least the tokens of the next one alike.
+  void order_alike_groups() {
+    const int p = static_cast<int>(terms_.size());
+    std::vector<std::string> keys;
+    for (const GroupTerms& t : terms_) keys.push_back(program_key(t, 0, 0, {}));
+    for (int g = 0; g < p; ++g) {
+      for (int h = g + 1; h < p; ++h) {
+        if (keys[h] != keys[g]) continue;
+        p_.add_constraint(
+            {"alike" + std::to_string(g), {{tg_[g], 1}, {tg_[h], -1}}, Sense::kGreaterEqual, 0});
+        break;
+      }
+    }
   }
 
   // x, one-hot heads, and the products T z, T_max z, x_i z_jk of group g's devices.
@@ -119,21 +217,64 @@ class ExactProgram {
         }
       }
     }
-    // Interchangeable neighbours (one machine, one type): non-increasing head counts.
-    const Cluster& c = lm_.cost().cluster();
-    for (int a = 0; a + 1 < n; ++a) {
-      const int da = grouping_.groups[g][a], dc = grouping_.groups[g][a + 1];
-      if (c.devices()[da].machine != c.devices()[dc].machine ||
-          c.devices()[da].gpu_type != c.devices()[dc].gpu_type) {
-        continue;
-      }
-      Constraint order{
-          "order" + std::to_string(g) + "." + std::to_string(a), {}, Sense::kGreaterEqual, 0};
+    add_aggregates(g);
+    add_symmetry(g);
+  }
+
+  // Valid rows that the products' McCormick rows do not imply once z is fractional (the
+  // relaxation would otherwise drop attention and all-to-all work): per device, its products
+  // with the head-count binaries sum to the factor (a device with no heads: to 0), and the
+  // group's attention work T_g sum_i h_i is T_g n_q.
+  void add_aggregates(int g) {
+    const int n = static_cast<int>(terms_[g].devices.size());
+    Constraint work{
+        "work" + std::to_string(g), {{tg_[g], -static_cast<double>(nq_)}}, Sense::kEqual, 0};
+    auto sums_to = [&](const std::string& name, int factor, int f, auto product_of) {
+      Constraint up{name + ".up", {{factor, -1}}, Sense::kLessEqual, 0};
+      Constraint down{name + ".down", {{factor, -1}, {z_[f][0], blocks_}}, Sense::kGreaterEqual, 0};
       for (int k = 1; k <= nq_; ++k) {
-        order.terms.push_back({z_[first_[g] + a][k], static_cast<double>(k)});
-        order.terms.push_back({z_[first_[g] + a + 1][k], -static_cast<double>(k)});
+        up.terms.push_back({product_of(k), 1});
+        down.terms.push_back({product_of(k), 1});
       }
-      p_.add_constraint(order);
+      p_.add_constraint(std::move(up));
+      p_.add_constraint(std::move(down));
+    };
+    for (int a = 0; a < n; ++a) {
+      const int f = first_[g] + a;
+      const std::string d = std::to_string(f);
+      sums_to("Psum" + d, tg_[g], f, [&](int k) { return pt_[f][k]; });
+      if (terms_.size() > 1) sums_to("Msum" + d, tmax_, f, [&](int k) { return pm_[f][k]; });
+      for (int k = 1; k <= nq_; ++k) work.terms.push_back({pt_[f][k], static_cast<double>(k)});
+      for (int c = 0; c < n; ++c) {
+        if (c == a) continue;
+        const int fc = first_[g] + c;
+        sums_to("Ysum" + d + "." + std::to_string(fc), x_[f], fc, [&](int k) {
+          return y_.at({f, fc, k});
+        });
+      }
+    }
+    p_.add_constraint(std::move(work));
+  }
+
+  // Interchangeable ranks (linear.hpp's classes): each at least the next one of its class,
+  // (heads, shard) lexicographically.
+  void add_symmetry(int g) {
+    const std::vector<int> classes = interchangeable(terms_[g]);
+    const int n = static_cast<int>(classes.size());
+    const double lex = blocks_ + 1;
+    for (int a = 0; a < n; ++a) {
+      for (int c = a + 1; c < n; ++c) {
+        if (classes[c] != classes[a]) continue;
+        const int fa = first_[g] + a, fc = first_[g] + c;
+        Constraint order{
+            "order" + std::to_string(fa), {{x_[fa], 1}, {x_[fc], -1}}, Sense::kGreaterEqual, 0};
+        for (int k = 1; k <= nq_; ++k) {
+          order.terms.push_back({z_[fa][k], lex * k});
+          order.terms.push_back({z_[fc][k], -lex * k});
+        }
+        p_.add_constraint(std::move(order));
+        break;
+      }
     }
   }
 
@@ -301,8 +442,9 @@ class ExactProgram {
 }  // namespace
 
 ExactGrouping solve_exact(const LinearModel& lm, const Grouping& grouping, std::int64_t block,
-                          const HexiSeqOptions& options) {
-  return ExactProgram(lm, grouping, block, options).solve();
+                          const HexiSeqOptions& options,
+                          const std::vector<SequenceLayout>& starts) {
+  return ExactProgram(lm, grouping, block, options).solve(starts);
 }
 
 namespace {
@@ -337,7 +479,8 @@ Status exact_over(const SequenceCost& cost, const std::vector<int>& devices,
       o.solver_time_limit_s = std::min(o.solver_time_limit_s, left);
     }
     ++out.groupings;
-    const ExactGrouping e = solve_exact(lm, g, *block, o);
+    const ExactGrouping e =
+        solve_exact(lm, g, *block, o, grouping_layouts(cost, devices, g, *block, o));
     out.proven = out.proven && e.optimal;
     if (!e.layout) continue;
     IterationTime it = cost.iteration(*e.layout);
@@ -396,6 +539,7 @@ Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int>
   out.best.candidates = candidates;
   out.best.budget_exhausted = exhausted;
   out.best.solves = out.groupings;
+  out.best.proven = out.proven;
   out.best.search_time_s = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
 }

@@ -12,8 +12,18 @@
 // products (T_g h_i for attention and all-to-all buffers, T_max kv_i for ring buffers,
 // s_i h_j for the all-to-all's bytes) are made linear exactly: each device's head count is
 // one-hot (binaries z_ik, h_i = sum k z_ik) and every product of a bounded integer with a
-// binary is its four McCormick inequalities, which are exact on binaries. Devices that are
-// interchangeable (one machine, one type) take non-increasing head counts (symmetry).
+// binary is its four McCormick inequalities, which are exact on binaries. What makes the
+// 16-device programs provable in seconds to a minute (issue 13; before, some ran past
+// 30 minutes unproven):
+// - valid rows the McCormick rows do not imply once z is fractional: each device's products
+//   with its head-count binaries sum to their factor (to 0 with no heads), and a group's
+//   attention work sum_i T_g h_i is T_g n_q; without them the relaxation drops attention and
+//   all-to-all work;
+// - symmetry: interchangeable ranks (linear.hpp's classes) ordered by (heads, shard), groups
+//   alike (program_key) by their tokens;
+// - a start: the search's best layout for the grouping in the model (grouping_layouts;
+//   CBC), an incumbent for branch and bound to prune by. The proof is the solver's; where
+//   the start ties the optimum in the model, it is the answer.
 // Every grouping's optimum is scored by the closed form (time.hpp) and the best kept, like
 // the search's candidates, so hexiseq / exact measures what the hierarchical decomposition
 // (LP for T, per-group programs with the all-to-all linearised at a guess, alternated) loses.
@@ -34,10 +44,14 @@ inline constexpr int kExactMaxDevices = 16;
 struct ExactGrouping {
   std::optional<SequenceLayout> layout;
   double model_s = 0;
+  double bound_s = 0;  // no layout of the grouping is below it in the model (= model_s: proven)
   bool optimal = false;
 };
+// `starts`: layouts known to be feasible (the search's for this grouping); the program
+// starts from the best of them in the model (a bound to prune by; CBC only).
 ExactGrouping solve_exact(const LinearModel& lm, const Grouping& grouping, std::int64_t block,
-                          const HexiSeqOptions& options);
+                          const HexiSeqOptions& options,
+                          const std::vector<SequenceLayout>& starts = {});
 
 // Every grouping of the family. Bad input for more than kExactMaxDevices devices, S odd or
 // not a multiple of the block, or nothing fitting. `proven` in the result: every program

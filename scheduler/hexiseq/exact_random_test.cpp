@@ -1,14 +1,13 @@
 // hexiseq against hexiseq-exact on the 20 seeded random meshes of <= 16 GPUs (issue 13:
-// hexiseq >= 0.99 x exact in every case). The exact programs take from under a second to
-// tens of minutes per mesh on one core (2026-11-27: 0.02 s to 7.2 min of CPU for seeds
-// 7-12; seeds 6 and 20, 16 GPUs each, ran 47 and 65 min and still hit the 1 800 s limit of
-// some programs, so they fail on `proven`, with hexiseq as fast as or faster than the best
-// exact layout found: ratios 1.0000 and 1.0604): this binary is
-// built always but registered with ctest only with -DHEXISEQ_EXACT_TESTS=ON (label slow);
-// run one seed per process, e.g. (seed 7)
+// hexiseq >= 0.99 x exact in every case, every exact program proven optimal). 2026-11-28:
+// all 20 proven, 0.01 s to 4.0 min of exact search per mesh (the 16-GPU seeds 6 and 20: 242
+// and 65 s, where before this date they ran 47 and 65 min and still hit the 1 800 s limit of
+// some programs); table in scheduler/README.md. This binary is built always but registered
+// with ctest only with -DHEXISEQ_EXACT_TESTS=ON (label slow; about 11 min on one core); run
+// one seed per process, e.g. (seed 7)
 //   build/scheduler/hexiseq/hexiseq_exact_test --gtest_filter='*RandomMesh*/6'
 // or all of them: build/scheduler/hexiseq/hexiseq_exact_test
-// The unit tests (exact_test.cpp) run the ten meshes of at most 8 GPUs.
+// The unit tests (exact_test.cpp) run the eleven meshes of at most 8 GPUs.
 #include <gtest/gtest.h>
 
 #include "scheduler/hexiseq/random_mesh.hpp"

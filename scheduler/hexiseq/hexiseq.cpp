@@ -476,7 +476,8 @@ void append_bits(std::string& key, T v) {
   key.append(bytes, sizeof(T));
 }
 
-// Everything solve_group's program reads, as bytes: equal keys, equal programs.
+}  // namespace
+
 std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t ring_block,
                         const GroupGuess& guess) {
   std::string key;
@@ -510,6 +511,8 @@ std::string program_key(const GroupTerms& t, std::int64_t tokens, std::int64_t r
   return key;
 }
 
+namespace {
+
 // One block of tokens from group `a` (its device with the longest shard) to group `b` (its
 // device with the shortest); false when `a` has a single block.
 bool move_block(SequenceGroup& a, SequenceGroup& b, std::int64_t block) {
@@ -540,6 +543,9 @@ class Search {
         options_(options),
         bar_(bar),
         start_(std::chrono::steady_clock::now()) {}
+
+  // Every layout score() sees from now on also goes to `out` (nullptr: none).
+  void record(std::vector<SequenceLayout>* out) { record_ = out; }
 
   // Whether groupings are screened before their integer programs (large meshes).
   void set_screen(bool on) { screen_ = on && options_.lp_screen; }
@@ -822,6 +828,7 @@ class Search {
   double score(const Grouping& grouping, const SequenceLayout& layout, bool solved = true,
                std::optional<IterationTime>* time = nullptr) {
     ++candidates_;
+    if (record_) record_->push_back(layout);
     IterationTime it = planner_.iteration(layout);
     if (time) *time = it;
     if (!it.fits) {
@@ -865,6 +872,7 @@ class Search {
   std::optional<HexiSeqResult> best_solved_;  // the best layout of the programs (not polished)
   std::optional<IterationTime> closest_;      // the best layout that does not fit
   long candidates_ = 0, solves_ = 0;
+  std::vector<SequenceLayout>* record_ = nullptr;
   std::map<std::vector<std::vector<int>>, double> evaluated_;  // evaluate() by groups
   std::map<std::string, std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>>>
       memo_;
@@ -1001,6 +1009,17 @@ Result<HexiSeqResult> search_mesh(const SequenceCost& cost, const std::vector<in
 }
 
 }  // namespace
+
+std::vector<SequenceLayout> grouping_layouts(const SequenceCost& cost,
+                                             const std::vector<int>& devices,
+                                             const Grouping& grouping, std::int64_t block,
+                                             const HexiSeqOptions& options) {
+  std::vector<SequenceLayout> out;
+  Search search(cost, cost, devices, block, options);
+  search.record(&out);
+  search.evaluate(grouping);
+  return out;
+}
 
 std::vector<int> fastest_type_mesh(const Cluster& cluster, const std::vector<int>& devices,
                                    const HexiSeqOptions& options) {

@@ -87,6 +87,8 @@ struct HexiSeqResult {
   long solves = 0;       // LPs and integer programs solved
   double search_time_s = 0;
   bool budget_exhausted = false;
+  // hexiseq-exact: whether every program was solved to optimality (or proven infeasible).
+  std::optional<bool> proven = std::nullopt;
 };
 
 // The search over `devices` (empty: every device of the cluster). Bad input (exit 2) when S
@@ -96,6 +98,14 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
                                   const HexiSeqOptions& options);
 
 // ---- the stages, for the exact search and the tests -------------------------------------
+
+// The layouts the search's stages 2 and 3 score for one grouping of `devices` (sorted): its
+// even split, then each round's (unpolished; some may not fit). hexiseq-exact starts its
+// programs from the best of them.
+std::vector<SequenceLayout> grouping_layouts(const SequenceCost& cost,
+                                             const std::vector<int>& devices,
+                                             const Grouping& grouping, std::int64_t block,
+                                             const HexiSeqOptions& options);
 
 // The second mesh hexiseq and hexiseq-exact search: the devices of the fastest GPU type among
 // `devices` (by dense bf16 TFLOP/s, ties by name); none when every device is of that type, the
@@ -138,6 +148,11 @@ std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms
                                          const std::vector<int>& devices, std::int64_t tokens,
                                          std::int64_t ring_block, const GroupGuess& guess,
                                          std::int64_t block, const HexiSeqOptions& options);
+
+// Everything solve_group's program reads, as bytes: equal keys, equal programs. Machines
+// by their place in the group's list, so groups alike on other machines match.
+std::string program_key(const GroupTerms& terms, std::int64_t tokens, std::int64_t ring_block,
+                        const GroupGuess& guess);
 
 // Orders a group's devices (with their shards and heads) so that head ranges split as few
 // GQA groups as possible: ranges ending on a group boundary first (first fit decreasing).

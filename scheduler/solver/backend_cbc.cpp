@@ -69,6 +69,12 @@ Solution solve_cbc(const Problem& p, double time_limit_s) {
   load(m, p);
   configure(m, time_limit_s);
   if (p.relative_gap > 0) Cbc_setAllowableFractionGap(m, p.relative_gap);
+  if (!p.start.empty()) {
+    std::vector<int> cols;
+    std::vector<double> values;
+    for (const auto& [v, x] : p.start) cols.push_back(v), values.push_back(x);
+    Cbc_setMIPStartI(m, static_cast<int>(cols.size()), cols.data(), values.data());
+  }
   Solution out;
   const int rc = Cbc_solve(m);
   if (unbounded(m)) {
@@ -89,6 +95,7 @@ Solution solve_cbc(const Problem& p, double time_limit_s) {
   if (out.has_values()) {
     const double* x = Cbc_getColSolution(m);
     out.values.assign(x, x + p.variables.size());
+    out.bound = Cbc_getBestPossibleObjValue(m);
   }
   return out;
 }

@@ -123,8 +123,10 @@ Solution solve_glpk(const Problem& p, double time_limit_s) {
   load(g, p);
   const bool mip = has_integers(p);
   Solution out = relaxation(g, time_limit_s);
+  const double relaxed = glp_get_obj_val(g);
   if (out.status == SolveStatus::kOptimal && mip)
     out = branch_and_cut(g, time_limit_s, p.relative_gap);
+  if (out.has_values()) out.bound = relaxed;
   if (out.has_values()) {
     for (int j = 0; j < static_cast<int>(p.variables.size()); ++j) {
       out.values.push_back(mip ? glp_mip_col_val(g, j + 1) : glp_get_col_prim(g, j + 1));

@@ -1,5 +1,6 @@
 #include "scheduler/solver/solver.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -39,6 +40,15 @@ Status check(const Problem& p) {
         return bad_input("constraint '" + c.name + "': a coefficient is not finite");
       }
     }
+  }
+  for (const auto& [v, x] : p.start) {
+    if (v < 0 || v >= n) {
+      return bad_input("start: names variable " + std::to_string(v) + "; expected 0.." +
+                       std::to_string(n - 1));
+    }
+    if (!std::isfinite(x))
+      return bad_input("start: variable '" + p.variables[v].name +
+                       "' has a value that is not finite");
   }
   return {};
 }
@@ -80,6 +90,8 @@ Solution solve(const Problem& p, Backend backend, double time_limit_s) {
     if (p.variables[v].integer) out.values[v] = std::round(out.values[v]);
   }
   out.objective = objective_value(p, out.values);
+  if (out.status == SolveStatus::kOptimal && p.relative_gap == 0) out.bound = out.objective;
+  out.bound = std::min(out.bound, out.objective);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "topologies/enum_names.hpp"
@@ -49,6 +50,9 @@ struct Problem {
   // Branch and cut stops once its best solution is within this fraction of the bound (then
   // reported optimal); 0: proven optimal. A deterministic stop, where a time limit is not.
   double relative_gap = 0;
+  // A known solution's integer variables (variable, value), others left to the solver: CBC
+  // starts branch and bound from it (a bound to prune by, not a constraint); GLPK ignores it.
+  std::vector<std::pair<int, double>> start;
 
   // Appends a variable / constraint and returns its index.
   int add_variable(Variable v);
@@ -81,7 +85,10 @@ std::string_view to_string(Backend b);
 
 struct Solution {
   SolveStatus status = SolveStatus::kError;
-  double objective = 0;        // of `values`, when optimal or feasible
+  double objective = 0;  // of `values`, when optimal or feasible
+  // What branch and cut proved: no solution below it (the objective when optimal; where it
+  // stopped early, CBC's best node, GLPK's LP relaxation). -kInfinity when unknown.
+  double bound = -kInfinity;
   std::vector<double> values;  // one per variable, when optimal or feasible
   std::string message;         // why, when error
   bool has_values() const {

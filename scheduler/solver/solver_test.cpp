@@ -193,6 +193,34 @@ TEST_P(Solver, RelativeGapStopsWithinItOfTheOptimum) {
   EXPECT_DOUBLE_EQ(solve(p, GetParam(), kLimit).objective, -best);
 }
 
+TEST_P(Solver, BoundIsTheObjectiveWhenProvenAndBelowItWhenStoppedEarly) {
+  Knapsack k;
+  const Solution s = solve(k.problem(), GetParam(), kLimit);
+  ASSERT_EQ(s.status, SolveStatus::kOptimal) << s.message;
+  EXPECT_DOUBLE_EQ(s.bound, s.objective);
+  // Stopped at a 5 % gap: the bound is at most the optimum, the answer within 5 % of it.
+  Problem p = Knapsack{}.problem();
+  p.relative_gap = 0.05;
+  const Solution gap = solve(p, GetParam(), kLimit);
+  ASSERT_EQ(gap.status, SolveStatus::kOptimal) << gap.message;
+  EXPECT_LE(gap.bound, -k.best_by_enumeration() + 1e-9);
+  EXPECT_LE(gap.bound, gap.objective);
+}
+
+TEST_P(Solver, AStartDoesNotChangeTheOptimum) {
+  // A feasible but poor start (item 4 alone, value 4): CBC starts from it, GLPK ignores it;
+  // both still prove the optimum, 25.
+  Knapsack k;
+  Problem p = k.problem();
+  for (int i = 0; i < 5; ++i) p.start.push_back({i, i == 4 ? 1.0 : 0.0});
+  const Solution s = solve(p, GetParam(), kLimit);
+  ASSERT_EQ(s.status, SolveStatus::kOptimal) << s.message;
+  EXPECT_DOUBLE_EQ(s.objective, -25);
+  p.start = {{7, 1}};
+  EXPECT_NE(solve(p, GetParam(), kLimit).message.find("start: names variable 7; expected 0..4"),
+            std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Solver, ::testing::Values(Backend::kCbc, Backend::kGlpk),
                          backend_name);
 
