@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "scheduler/hexiseq/baselines.hpp"
+#include "scheduler/mesh_pipeline.hpp"
 #include "scheduler/program/lower_sequence.hpp"
 #include "sim/simulator.hpp"
 #include "topologies/text.hpp"
@@ -27,6 +28,8 @@ struct SeqOptions {
   bool compare = false;
   bool simulate = false;
   bool json = false;
+  bool pipeline = false;  // --pipeline
+  int max_stages = 0;
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -279,6 +282,78 @@ int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptio
   return 0;
 }
 
+// --pipeline: pipelines of sequence meshes (mesh_pipeline.hpp), every number of stages.
+int run_pipeline(const Scenario& sc, const SeqOptions& opt, const HexiSeqOptions& o) {
+  MeshPipelineOptions po;
+  po.sequence = o;
+  po.max_stages = opt.max_stages;
+  auto r = search_mesh_pipeline(sc.cluster, sc.model, sc.training, sc.profile, po);
+  if (!r) return report(r.error());
+  if (!opt.out.empty()) {
+    if (auto st = write_file(opt.out, to_json(r->plan).dump(2) + "\n"); !st)
+      return report(st.error());
+  }
+  const auto layers = [](const Plan& p) {
+    std::string out;
+    for (const Stage& s : p.pipelines.front().stages) {
+      out += (out.empty() ? "" : ",") + std::to_string(s.layers());
+    }
+    return out;
+  };
+  const auto gpus = [](const Plan& p) {
+    std::string out;
+    for (const Stage& s : p.pipelines.front().stages) {
+      out += (out.empty() ? "" : ",") + std::to_string(s.devices.size());
+    }
+    return out;
+  };
+  const int best = static_cast<int>(r->plan.pipelines.front().stages.size());
+  if (opt.json) {
+    Json tried = Json::array();
+    for (const auto& c : r->tried) {
+      Json j = {{"stages", c.stages}, {"fits", c.fits}};
+      if (!c.plan.pipelines.empty()) {
+        j["iteration_time_s"] = c.iteration_s;
+        j["tokens_per_s"] = c.tokens_per_s;
+        j["layers"] = layers(c.plan);
+        j["gpus"] = gpus(c.plan);
+      }
+      if (!c.problem.empty()) j["problem"] = c.problem;
+      tried.push_back(std::move(j));
+    }
+    print_json({{"scenario", sc.name},
+                {"stages", best},
+                {"iteration_time_s", r->estimate.iteration_time_s},
+                {"tokens_per_s", r->estimate.tokens_per_s},
+                {"search_time_s", r->search_time_s},
+                {"tried", tried},
+                {"plan", to_json(r->plan)}});
+    return 0;
+  }
+  std::cout << "scenario " << sc.name << ": " << sc.model.name << ", " << sc.training.global_batch
+            << " sequences of " << sc.training.seq_len << " tokens per iteration over "
+            << sc.cluster.num_devices() << " GPUs; pipelines of sequence meshes, "
+            << fmt(r->search_time_s, 2) << " s\n";
+  Table table({"stages", "GPUs per stage", "layers per stage", "iteration s", "tokens/s", "fits"});
+  for (const auto& c : r->tried) {
+    if (c.plan.pipelines.empty()) {
+      table.add({std::to_string(c.stages), "-", "-", "-", "-", c.problem.substr(0, 60)});
+      continue;
+    }
+    table.add({std::to_string(c.stages) + (c.stages == best ? " (best)" : ""), gpus(c.plan),
+               layers(c.plan), fmt(c.iteration_s, 3), fmt(c.tokens_per_s, 0),
+               c.fits ? "yes" : "NO"});
+  }
+  table.print(std::cout);
+  std::cout << "1 stage: the whole cluster as one mesh; each stage's mesh is HexiSeq's over its "
+               "machines\n";
+  if (!opt.out.empty()) {
+    std::cout << "wrote " << opt.out << " (simulate it: hexisim simulate " << opt.scenario
+              << " --plan " << opt.out << ")\n";
+  }
+  return 0;
+}
+
 int run_seq(const SeqOptions& opt) {
   auto sc = load_scenario_arg(opt.scenario, opt.profile);
   if (!sc) return report(sc.error());
@@ -309,6 +384,15 @@ int run_seq(const SeqOptions& opt) {
   }
   if (opt.compare && !opt.sim_out.empty()) {
     return report(bad_input("--compare and --sim-out: reports are written for one layout"));
+  }
+  if (opt.pipeline) {
+    if (opt.compare || !opt.layout.empty() || opt.simulate || !opt.sim_out.empty() ||
+        opt.scheduler != "hexiseq") {
+      return report(
+          bad_input("--pipeline searches pipelines of HexiSeq meshes: not with "
+                    "--compare, --layout, --simulate, --sim-out or --scheduler"));
+    }
+    return run_pipeline(*sc, opt, o);
   }
   if (opt.compare) return run_compare(*sc, cost, o, devices, opt.json, opt.simulate);
 
@@ -402,6 +486,13 @@ void add_seq_command(CLI::App& app, Runner& run) {
   cmd->add_option("--sim-out", opt->sim_out,
                   "With --simulate (implied): write report.json and trace.json to this "
                   "directory");
+  cmd->add_flag("--pipeline", opt->pipeline,
+                "Search pipelines of sequence meshes instead: the machines cut into 1, 2, ... "
+                "stages, each a HexiSeq mesh over its layers; --out writes the best as a plan "
+                "file");
+  cmd->add_option("--max-stages", opt->max_stages,
+                  "With --pipeline: at most this many stages (default: one per machine)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->callback([&run, opt] { run = [opt] { return run_seq(*opt); }; });
 }

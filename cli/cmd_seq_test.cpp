@@ -2,6 +2,8 @@
 // evaluates to the same time), determinism, the comparison table, exit codes for bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_runner.hpp"
@@ -95,6 +97,42 @@ TEST(CliSeq, CompareRunsEveryBaselineAndHexiSeqIsNeverSlower) {
   }
   ASSERT_GT(best_baseline, 0);
   EXPECT_GE(hexiseq, best_baseline * (1 - 1e-9));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliSeq, PipelineOfMeshesWritesAPlanTheSimulatorAgreesWith) {
+  auto dir = scratch_dir("seq-pipeline");
+  const auto sc = dir / "s.json", plan = dir / "plan.json";
+  // kScenario with 4 sequences per iteration under ZeRO-1 (pipeline plans run ZeRO 0-1).
+  json scenario = json::parse(kScenario);
+  scenario["training"]["global_batch"] = 4;
+  scenario["training"]["zero_stage"] = 1;
+  write_text(sc, scenario.dump());
+  auto r = run_cli("seq " + sc.string() + " --pipeline --json --out " + plan.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["tried"].size(), 2u);  // one mesh, then one stage per machine
+  EXPECT_EQ(j["tried"][0]["stages"], 1);
+  EXPECT_EQ(j["tried"][1]["gpus"], "4,4");
+  double best = 1e300;
+  for (const auto& t : j["tried"]) {
+    if (t["fits"].get<bool>()) best = std::min(best, t["iteration_time_s"].get<double>());
+  }
+  EXPECT_DOUBLE_EQ(j["iteration_time_s"].get<double>(), best);
+  EXPECT_EQ(json::parse(read_text(plan)), j["plan"]);
+  // The plan file simulates (its mesh stages lowered) close to the search's estimate.
+  auto s = run_cli("simulate " + sc.string() + " --plan " + plan.string() + " --json");
+  ASSERT_EQ(s.code, 0) << s.err;
+  const double simulated = json::parse(s.out)["iteration_time_s"].get<double>();
+  EXPECT_NEAR(simulated / best, 1.0, 0.05) << simulated << " vs " << best;
+  // ZeRO-3 (kScenario as it is) and flags that plan one layout: exit 2.
+  write_text(sc, kScenario);
+  auto zero3 = run_cli("seq " + sc.string() + " --pipeline");
+  EXPECT_EQ(zero3.code, 2);
+  EXPECT_NE(zero3.err.find("zero_stage 3"), std::string::npos) << zero3.err;
+  auto mixed = run_cli("seq " + sc.string() + " --pipeline --compare");
+  EXPECT_EQ(mixed.code, 2);
+  EXPECT_NE(mixed.err.find("--pipeline"), std::string::npos) << mixed.err;
   std::filesystem::remove_all(dir);
 }
 
