@@ -35,10 +35,12 @@ class PipelineBuilder {
         model_(model),
         training_(training),
         profile_(profile),
-        options_(options) {}
+        options_(options),
+        estimator_(cluster, model, training, profile) {}
 
-  // The best plan over `runs` (machines per stage), layers moved from the slowest stage to
-  // a neighbour while the estimate improves.
+  // The best plan over `runs` (machines per stage): the proportional layer split, then one
+  // layer moved between neighbouring stages, the best move first, while the estimate improves
+  // (or, from a split that does not fit, until one does).
   MeshPipelineCandidate best(const std::vector<std::vector<int>>& runs) {
     MeshPipelineCandidate out;
     out.stages = static_cast<int>(runs.size());
@@ -55,8 +57,7 @@ class PipelineBuilder {
     }
     std::vector<std::vector<int>> devices;
     for (const auto& run : runs) devices.push_back(devices_of(cluster_, run));
-    if (!score(devices, layers, out)) return out;
-    // Moves of one layer between neighbours, best first, while the iteration improves.
+    score(devices, layers, out);
     for (int sweep = 0; sweep < 2 * model_.layers; ++sweep) {
       MeshPipelineCandidate moved_best = out;
       std::vector<int> best_layers = layers;
@@ -69,7 +70,8 @@ class PipelineBuilder {
           ++moved[to];
           MeshPipelineCandidate c;
           c.stages = out.stages;
-          if (score(devices, moved, c) && c.iteration_s < moved_best.iteration_s) {
+          if (score(devices, moved, c) &&
+              (!moved_best.fits || c.iteration_s < moved_best.iteration_s)) {
             moved_best = std::move(c);
             best_layers = moved;
           }
@@ -108,8 +110,7 @@ class PipelineBuilder {
       pipeline.stages.push_back(std::move(stage));
     }
     plan.pipelines.push_back(std::move(pipeline));
-    const CostModel cm(cluster_, model_, training_, profile_);
-    const Estimate e = cm.estimate(plan);
+    const Estimate e = estimator_.estimate(plan);
     out.plan = std::move(plan);
     out.iteration_s = e.iteration_time_s;
     out.tokens_per_s = e.tokens_per_s;
@@ -142,6 +143,7 @@ class PipelineBuilder {
   const TrainingConfig& training_;
   const Profile& profile_;
   const MeshPipelineOptions& options_;
+  const CostModel estimator_;  // its caches serve every plan tried
   std::map<std::pair<std::vector<int>, int>, Result<SequenceLayout>> memo_;
 };
 

@@ -11,8 +11,9 @@
 //   3. each stage's mesh laid out by HexiSeq (run_hexiseq over its devices, the model cut to
 //      its layers: it may leave a slow type of the stage idle);
 //   4. the plan (one pipeline, the training config's batch, one sequence per micro-batch)
-//      scored by the estimate (estimate.hpp: mesh stages, boundaries, 1F1B), then layers moved
-//      one at a time from the slowest stage to a neighbour while the iteration improves.
+//      scored by the estimate (estimate.hpp: mesh stages, boundaries, 1F1B), then one layer
+//      moved between neighbouring stages, the best move first, while the iteration improves
+//      (from a split that does not fit: until one does).
 // The best plan that fits is kept; p = 1 is the whole cluster as one mesh stage.
 
 #include <string>
