@@ -73,24 +73,31 @@ Json result_json(const std::string& name, const HexiSeqResult& r) {
               {"devices", devices},
               {"memory", memory},
               {"sequence", to_json(r.layout)}};
-  if (r.proven) out["proven"] = *r.proven;
+  if (r.proven) {
+    out["proven"] = *r.proven;
+    out["gap"] = r.exact_gap;
+  }
   return out;
 }
 
 void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResult& r,
                   std::ostream& out) {
   const IterationTime& t = r.time;
+  std::string proof;  // hexiseq-exact only
+  if (r.proven && *r.proven) proof = "; every program proven optimal";
+  if (r.proven && !*r.proven) {
+    proof = "; NOT proven: a program stopped at its time limit or the budget";
+    if (r.exact_gap > 0) {
+      proof += " (largest gap to its bound " + fmt(100 * r.exact_gap, 1) + " %)";
+    }
+  }
   out << "scenario " << sc.name << ": " << sc.model.name << ", one sequence of "
       << sc.training.seq_len << " tokens over " << sc.cluster.num_devices() << " GPUs ("
       << sc.cluster.name() << "), " << sc.training.global_batch << " per iteration\n";
   out << name << ": " << t.layer.devices.size() << " devices in " << r.layout.groups.size()
       << " groups (" << r.grouping << "); " << r.candidates << " layouts scored, " << r.solves
       << " LPs / integer programs, " << fmt(r.search_time_s, 3) << " s"
-      << (r.budget_exhausted ? " (time budget reached)" : "")
-      << (!r.proven   ? ""
-          : *r.proven ? "; every program proven optimal"
-                      : "; NOT proven: a program stopped at its time limit or the budget")
-      << "\n";
+      << (r.budget_exhausted ? " (time budget reached)" : "") << proof << "\n";
   Table head({"iteration s", "tokens/s", "sequence s", "layer ms", "sync s", "fits"});
   head.add({fmt(t.iteration_s, 3), fmt(t.tokens_per_s, 0), fmt(t.sequence_s, 3),
             fmt(t.layer.time_s * 1e3, 2), fmt(t.sync_s, 3), t.fits ? "yes" : "NO"});

@@ -30,6 +30,12 @@ class ExactProgram {
       terms_.push_back(lm.group(grouping.groups[g],
                                 p > 1 ? grouping.groups[(g + p - 1) % p] : std::vector<int>{}));
     }
+    std::vector<std::string> keys;
+    for (const GroupTerms& t : terms_) keys.push_back(program_key(t, 0, 0, {}));
+    for (int g = 0; g < p; ++g) {
+      alike_.push_back(
+          static_cast<int>(std::find(keys.begin(), keys.end(), keys[g]) - keys.begin()));
+    }
   }
 
   ExactGrouping solve(const std::vector<SequenceLayout>& starts) {
@@ -76,13 +82,7 @@ class ExactProgram {
       for (const auto& [heads, shard] : rank)
         answer[g].push_back(heads), answer[g].push_back(shard);
     }
-    std::vector<std::string> keys;
-    for (const GroupTerms& t : terms_) keys.push_back(program_key(t, 0, 0, {}));
-    std::vector<int> groups_of(p);
-    for (int g = 0; g < p; ++g) {
-      groups_of[g] = static_cast<int>(std::find(keys.begin(), keys.end(), keys[g]) - keys.begin());
-    }
-    sort_within(groups_of, answer);
+    sort_within(alike_, answer);
     for (int g = 0; g < p; ++g) {
       p_.start.push_back({tg_[g], static_cast<double>(answer[g][0])});
       for (int a = 0; a < static_cast<int>(grouping_.groups[g].size()); ++a) {
@@ -166,11 +166,9 @@ class ExactProgram {
   // whole answers, so each takes at least the tokens of the next one alike.
   void order_alike_groups() {
     const int p = static_cast<int>(terms_.size());
-    std::vector<std::string> keys;
-    for (const GroupTerms& t : terms_) keys.push_back(program_key(t, 0, 0, {}));
     for (int g = 0; g < p; ++g) {
       for (int h = g + 1; h < p; ++h) {
-        if (keys[h] != keys[g]) continue;
+        if (alike_[h] != alike_[g]) continue;
         p_.add_constraint(
             {"alike" + std::to_string(g), {{tg_[g], 1}, {tg_[h], -1}}, Sense::kGreaterEqual, 0});
         break;
@@ -430,6 +428,7 @@ class ExactProgram {
   const int nq_;
   const int r_;  // query heads per kv head
   std::vector<GroupTerms> terms_;
+  std::vector<int> alike_;  // per group: the first group alike (equal program_key)
   Problem p_;
   int t_ = 0, tmax_ = 0;
   std::vector<int> tg_;                         // T_g, blocks
@@ -482,6 +481,9 @@ Status exact_over(const SequenceCost& cost, const std::vector<int>& devices,
     const ExactGrouping e =
         solve_exact(lm, g, *block, o, grouping_layouts(cost, devices, g, *block, o));
     out.proven = out.proven && e.optimal;
+    if (!e.optimal && e.layout && e.model_s > 0) {
+      out.gap = std::max(out.gap, (e.model_s - e.bound_s) / e.model_s);
+    }
     if (!e.layout) continue;
     IterationTime it = cost.iteration(*e.layout);
     ++out.best.candidates;
@@ -519,6 +521,7 @@ Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int>
     out.groupings += counts.groupings;
     out.best.candidates += counts.best.candidates;
     out.proven = out.proven && counts.proven;
+    out.gap = std::max(out.gap, counts.gap);
     out.best.budget_exhausted = out.best.budget_exhausted || counts.best.budget_exhausted;
     if (alone && (!best || alone->time.iteration_s < best->time.iteration_s)) {
       alone->grouping = fastest_type_grouping(subset.size(), devices.size(), alone->grouping);
@@ -540,6 +543,7 @@ Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int>
   out.best.budget_exhausted = exhausted;
   out.best.solves = out.groupings;
   out.best.proven = out.proven;
+  out.best.exact_gap = out.gap;
   out.best.search_time_s = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
 }

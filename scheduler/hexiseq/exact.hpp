@@ -59,6 +59,7 @@ ExactGrouping solve_exact(const LinearModel& lm, const Grouping& grouping, std::
 struct ExactResult {
   HexiSeqResult best;
   bool proven = true;
+  double gap = 0;  // the largest (model - bound) / model of a program stopped early
   long groupings = 0;
 };
 Result<ExactResult> run_hexiseq_exact(const SequenceCost& cost, std::vector<int> devices,

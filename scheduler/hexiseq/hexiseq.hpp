@@ -89,6 +89,7 @@ struct HexiSeqResult {
   bool budget_exhausted = false;
   // hexiseq-exact: whether every program was solved to optimality (or proven infeasible).
   std::optional<bool> proven = std::nullopt;
+  double exact_gap = 0;  // hexiseq-exact: the largest relative gap of a program not proven
 };
 
 // The search over `devices` (empty: every device of the cluster). Bad input (exit 2) when S
