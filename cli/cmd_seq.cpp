@@ -495,8 +495,8 @@ void add_seq_command(CLI::App& app, Runner& run) {
                   "directory");
   cmd->add_flag("--pipeline", opt->pipeline,
                 "Search pipelines of sequence meshes instead: the machines cut into 1, 2, ... "
-                "stages, each a HexiSeq mesh over its layers; --out writes the best as a plan "
-                "file");
+                "stages, each a HexiSeq mesh over its layers (--time-budget bounds each stage's "
+                "search); --out writes the best as a plan file");
   cmd->add_option("--max-stages", opt->max_stages,
                   "With --pipeline: at most this many stages (default: one per machine)")
       ->check(CLI::Range(1, 1 << 20));
