@@ -300,19 +300,19 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, const HexiSeqOptions
     if (auto st = write_file(opt.out, to_json(r->plan).dump(2) + "\n"); !st)
       return report(st.error());
   }
-  const auto layers = [](const Plan& p) {
+  // "a,b,..": one number per stage of the plan's pipeline.
+  const auto per_stage = [](const Plan& p, auto number) {
     std::string out;
     for (const Stage& s : p.pipelines.front().stages) {
-      out += (out.empty() ? "" : ",") + std::to_string(s.layers());
+      out += (out.empty() ? "" : ",") + std::to_string(number(s));
     }
     return out;
   };
-  const auto gpus = [](const Plan& p) {
-    std::string out;
-    for (const Stage& s : p.pipelines.front().stages) {
-      out += (out.empty() ? "" : ",") + std::to_string(s.devices.size());
-    }
-    return out;
+  const auto layers = [&](const Plan& p) {
+    return per_stage(p, [](const Stage& s) { return s.layers(); });
+  };
+  const auto gpus = [&](const Plan& p) {
+    return per_stage(p, [](const Stage& s) { return s.devices.size(); });
   };
   const int best = static_cast<int>(r->plan.pipelines.front().stages.size());
   if (opt.json) {
@@ -320,8 +320,8 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, const HexiSeqOptions
     for (const auto& c : r->tried) {
       Json j = {{"stages", c.stages}, {"fits", c.fits}};
       if (!c.plan.pipelines.empty()) {
-        j["iteration_time_s"] = c.iteration_s;
-        j["tokens_per_s"] = c.tokens_per_s;
+        j["iteration_time_s"] = c.estimate.iteration_time_s;
+        j["tokens_per_s"] = c.estimate.tokens_per_s;
         j["layers"] = layers(c.plan);
         j["gpus"] = gpus(c.plan);
       }
@@ -348,7 +348,7 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, const HexiSeqOptions
       continue;
     }
     table.add({std::to_string(c.stages) + (c.stages == best ? " (best)" : ""), gpus(c.plan),
-               layers(c.plan), fmt(c.iteration_s, 3), fmt(c.tokens_per_s, 0),
+               layers(c.plan), fmt(c.estimate.iteration_time_s, 3), fmt(c.estimate.tokens_per_s, 0),
                c.fits ? "yes" : "NO"});
   }
   table.print(std::cout);

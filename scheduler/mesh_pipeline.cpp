@@ -71,7 +71,8 @@ class PipelineBuilder {
           MeshPipelineCandidate c;
           c.stages = out.stages;
           if (score(devices, moved, c) &&
-              (!moved_best.fits || c.iteration_s < moved_best.iteration_s)) {
+              (!moved_best.fits ||
+               c.estimate.iteration_time_s < moved_best.estimate.iteration_time_s)) {
             moved_best = std::move(c);
             best_layers = moved;
           }
@@ -110,13 +111,11 @@ class PipelineBuilder {
       pipeline.stages.push_back(std::move(stage));
     }
     plan.pipelines.push_back(std::move(pipeline));
-    const Estimate e = estimator_.estimate(plan);
+    out.estimate = estimator_.estimate(plan);
     out.plan = std::move(plan);
-    out.iteration_s = e.iteration_time_s;
-    out.tokens_per_s = e.tokens_per_s;
-    out.fits = e.feasible;
-    if (!e.feasible) {
-      out.problem = e.problems.empty() ? "does not fit" : e.problems.front();
+    out.fits = out.estimate.feasible;
+    if (!out.fits) {
+      out.problem = out.estimate.problems.empty() ? "does not fit" : out.estimate.problems.front();
       return false;
     }
     out.problem.clear();
@@ -182,7 +181,9 @@ Result<MeshPipelineResult> search_mesh_pipeline(const Cluster& cluster, const Mo
   for (int p = 1; p <= most; ++p) {
     out.tried.push_back(builder.best(machine_runs(cluster, p)));
     const MeshPipelineCandidate& c = out.tried.back();
-    if (c.fits && (!best || c.iteration_s < out.tried[*best].iteration_s)) best = p - 1;
+    if (c.fits &&
+        (!best || c.estimate.iteration_time_s < out.tried[*best].estimate.iteration_time_s))
+      best = p - 1;
   }
   if (!best) {
     std::string why;
@@ -193,7 +194,7 @@ Result<MeshPipelineResult> search_mesh_pipeline(const Cluster& cluster, const Mo
     return bad_input("hexiseq pipeline: no pipeline of sequence meshes fits" + why);
   }
   out.plan = out.tried[*best].plan;
-  out.estimate = CostModel(cluster, model, training, profile).estimate(out.plan);
+  out.estimate = out.tried[*best].estimate;
   out.search_time_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;

@@ -39,15 +39,14 @@ struct MeshPipelineOptions {
 struct MeshPipelineCandidate {
   int stages = 0;
   Plan plan;
-  double iteration_s = 0;  // the estimate's
-  double tokens_per_s = 0;
+  Estimate estimate;  // of `plan` (none when a stage has no layout)
   bool fits = false;
   std::string problem;  // why it was not kept (does not fit, a stage has no layout)
 };
 
 struct MeshPipelineResult {
-  Plan plan;  // the best that fits
-  Estimate estimate;
+  Plan plan;                                 // the best that fits
+  Estimate estimate;                         // the best candidate's
   std::vector<MeshPipelineCandidate> tried;  // p = 1, 2, ...
   double search_time_s = 0;
 };
