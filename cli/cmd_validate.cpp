@@ -24,7 +24,8 @@ struct ValidateOptions {
   bool keep_testbed = false;
   bool no_plot = false;
   bool rescore = false;
-  int steps = 0;  // 0: the suite's
+  int steps = 0;   // 0: the suite's
+  int rounds = 0;  // 0: the suite's (1 with --quick)
 };
 
 std::vector<std::string> train_args(const std::string& exe, const validation::SuiteRun& r,
@@ -39,6 +40,11 @@ int run_validate(const ValidateOptions& opt) {
   auto suite = validation::load_suite(opt.suite, opt.quick, catalogs->gpus, catalogs->models);
   if (!suite) return report(suite.error());
   if (opt.steps > 0) suite->steps = opt.steps;
+  if (opt.rounds > 0) {
+    suite->rounds = opt.rounds;
+  } else if (opt.quick) {
+    suite->rounds = 1;
+  }
   if (Status s = check_output_folder("--out", opt.out); !s) return report(s.error());
   const std::string exe = this_executable();
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
@@ -53,7 +59,8 @@ int run_validate(const ValidateOptions& opt) {
                 const std::string&) -> Result<int> {
       if (fs::exists(trace)) return 0;
       return bad_input("--rescore: no trace of run \"" + r.name + "\" at " + trace +
-                       " (run the suite into that folder first, without --rescore)");
+                       " (run the suite into that folder first, without --rescore, with as "
+                       "many --rounds)");
     };
   } else if (opt.local) {
     if (cpu_suite) {
@@ -139,6 +146,10 @@ void add_validate_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--quick", opt->quick, "Only the suite's \"quick\" runs (the CI check)");
   cmd->add_option("--steps", opt->steps, "Training steps per run (default: the suite's)")
       ->check(CLI::Range(3, 1000));
+  cmd->add_option("--rounds", opt->rounds,
+                  "Executions of every run, interleaved, joined into one measurement (default: "
+                  "the suite's; 1 with --quick)")
+      ->check(CLI::Range(1, 100));
   cmd->add_flag("--local", opt->local,
                 "Run on this machine instead of the testbed (plain mpirun; a one-device run in "
                 "one process): for a suite of this machine's own hardware (a GPU suite), or "

@@ -88,6 +88,32 @@ std::string pct(double x) {
   return format("%+.1f %%", 100 * x);
 }
 
+// The rounds' medians against each other (Reproducibility).
+Reproducibility reproducibility(const std::vector<RunResult>& runs, int rounds) {
+  std::vector<std::string> names;
+  for (const auto& r : runs) names.push_back(r.name);
+  Reproducibility out;
+  for (int i = 0; i < rounds; ++i) {
+    for (int j = 0; j < rounds; ++j) {
+      if (i == j) continue;
+      std::vector<double> predicted, measured;
+      double sum = 0;
+      for (const auto& r : runs) {
+        predicted.push_back(r.round_measured_s[i]);
+        measured.push_back(r.round_measured_s[j]);
+        const double e = std::abs(predicted.back() / measured.back() - 1);
+        sum += e;
+        out.max_error = std::max(out.max_error, e);
+      }
+      out.mape += sum / static_cast<double>(runs.size());
+      out.tau = std::min(out.tau, kendall_tau(names, measured, predicted).tau);
+      ++out.pairs;
+    }
+  }
+  out.mape /= out.pairs;
+  return out;
+}
+
 }  // namespace
 
 std::string cluster_file_of(const Scenario& s) {
@@ -100,8 +126,8 @@ Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& 
   if (!json) return json.error();
   return load_with([&] {
     JsonNode root(*json, path);
-    root.allow_only({"version", "name", "description", "cluster", "steps", "backend", "calibration",
-                     "validation", "quick", "compare"});
+    root.allow_only({"version", "name", "description", "cluster", "steps", "rounds", "backend",
+                     "calibration", "validation", "quick", "compare"});
     if (root.at("version").integer_in(1, 1) != 1) root.at("version").fail("version 1");
     Suite s;
     s.file = path;
@@ -112,6 +138,7 @@ Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& 
     s.cluster = looks_like_path(cluster) ? (dir / cluster).string() : cluster;
     const std::string cfile = fs::weakly_canonical(cluster_file(s.cluster)).string();
     if (auto steps = root.find("steps")) s.steps = static_cast<int>(steps->integer_in(3, 1000));
+    if (auto rounds = root.find("rounds")) s.rounds = static_cast<int>(rounds->integer_in(1, 100));
     s.calibration = read_runs(root.at("calibration"), dir, gpus, models, cfile);
     s.validation = read_runs(root.at("validation"), dir, gpus, models, cfile);
     if (auto backend = root.find("backend")) {
@@ -189,6 +216,34 @@ Ranking kendall_tau(const std::vector<std::string>& names, const std::vector<dou
   return r;
 }
 
+std::string round_trace_name(const std::string& name, int round) {
+  return round == 0 ? name + ".trace.json" : name + format(".round%d.trace.json", round + 1);
+}
+
+Result<MeasuredRun> join_rounds(std::vector<MeasuredRun> rounds) {
+  if (rounds.empty()) return bad_input("join_rounds: no round");
+  MeasuredRun out = std::move(rounds.front());
+  int next = 0;  // the joined run's next step number
+  for (const TraceOp& e : out.trace.ops) next = std::max(next, e.step + 1);
+  for (std::size_t k = 1; k < rounds.size(); ++k) {
+    const MeasuredRun& r = rounds[k];
+    if (r.program.num_ops() != out.program.num_ops() || r.plan_file != out.plan_file) {
+      return bad_input(r.origin + ": not a round of the run of " + out.origin +
+                       " (another plan or program)");
+    }
+    int last = 0;
+    for (const TraceOp& e : r.trace.ops) {
+      if (e.step < 1) continue;  // the round's first step warms up again
+      TraceOp joined = e;
+      joined.step = next + e.step - 1;
+      out.trace.ops.push_back(joined);
+      last = std::max(last, e.step);
+    }
+    next += last;
+  }
+  return out;
+}
+
 Result<ValidationReport> validate(const Suite& suite, const Launcher& launch,
                                   const fs::path& out_dir,
                                   const std::function<void(const std::string&)>& log) {
@@ -200,26 +255,42 @@ Result<ValidationReport> validate(const Suite& suite, const Launcher& launch,
   auto models = ModelCatalog::load_shipped();
   if (!models) return models.error();
 
-  // 1. Every run on the engine.
-  const int total = static_cast<int>(suite.calibration.size() + suite.validation.size());
+  // 1. Every run on the engine, suite.rounds times, interleaved.
+  const int per_round = static_cast<int>(suite.calibration.size() + suite.validation.size());
+  const int total = suite.rounds * per_round;
   int done = 0;
-  std::map<std::string, MeasuredRun> measured;
-  for (const auto* list : {&suite.calibration, &suite.validation}) {
-    for (const SuiteRun& r : *list) {
-      const std::string trace = (out_dir / (r.name + ".trace.json")).string();
-      const std::string logfile = (out_dir / (r.name + ".log")).string();
-      log(format("[%d/%d] ", ++done, total) + r.name + ": hexisim train on " +
-          std::to_string(r.devices) + " ranks, " + std::to_string(suite.steps) + " steps");
-      auto rc = launch(r, suite.steps, trace, logfile);
-      if (!rc) return rc.error();
-      if (*rc != 0) {
-        return failure(r.name + ": hexisim train exited with status " + std::to_string(*rc) +
-                       " (its output: " + logfile + ")");
+  std::map<std::string, std::vector<MeasuredRun>> rounds;
+  std::map<std::string, std::vector<double>> round_medians;  // each round's measured median
+  for (int k = 0; k < suite.rounds; ++k) {
+    for (const auto* list : {&suite.calibration, &suite.validation}) {
+      for (const SuiteRun& r : *list) {
+        const std::string base = k == 0 ? r.name : r.name + format(".round%d", k + 1);
+        const std::string trace = (out_dir / round_trace_name(r.name, k)).string();
+        const std::string logfile = (out_dir / (base + ".log")).string();
+        log(format("[%d/%d] ", ++done, total) + r.name +
+            (suite.rounds > 1 ? format(" (round %d of %d)", k + 1, suite.rounds) : "") +
+            ": hexisim train on " + std::to_string(r.devices) + " ranks, " +
+            std::to_string(suite.steps) + " steps");
+        auto rc = launch(r, suite.steps, trace, logfile);
+        if (!rc) return rc.error();
+        if (*rc != 0) {
+          return failure(r.name + ": hexisim train exited with status " + std::to_string(*rc) +
+                         " (its output: " + logfile + ")");
+        }
+        auto m = load_measured_run(trace, *gpus, *models);
+        if (!m) return m.error();
+        auto ops = measured_ops(m->program, m->trace, m->origin);
+        if (!ops) return ops.error();
+        round_medians[r.name].push_back(median(ops->step_seconds));
+        rounds[r.name].push_back(std::move(*m));
       }
-      auto m = load_measured_run(trace, *gpus, *models);
-      if (!m) return m.error();
-      measured.emplace(r.name, std::move(*m));
     }
+  }
+  std::map<std::string, MeasuredRun> measured;
+  for (auto& [name, runs] : rounds) {
+    auto joined = join_rounds(std::move(runs));
+    if (!joined) return joined.error();
+    measured.emplace(name, std::move(*joined));
   }
   // 2. Calibrate on the calibration runs only.
   std::vector<MeasuredRun> cal;
@@ -229,6 +300,7 @@ Result<ValidationReport> validate(const Suite& suite, const Launcher& launch,
   if (!c) return c.error();
   ValidationReport rep;
   rep.suite = suite.name;
+  rep.rounds = suite.rounds;
   rep.calibration = std::move(*c);
   rep.profile_file = (out_dir / "profile.json").string();
   {
@@ -256,6 +328,7 @@ Result<ValidationReport> validate(const Suite& suite, const Launcher& launch,
     rr.measured_min_s = *std::min_element(ops->step_seconds.begin(), ops->step_seconds.end());
     rr.measured_max_s = *std::max_element(ops->step_seconds.begin(), ops->step_seconds.end());
     rr.steps_used = static_cast<int>(ops->step_seconds.size());
+    if (suite.rounds > 1) rr.round_measured_s = round_medians.at(r.name);
     rr.simulated_s = cal_cmp->simulated_iteration_s;
     rr.simulated_default_s = def_cmp->simulated_iteration_s;
     rr.classes = std::move(*cal_cmp);
@@ -276,6 +349,7 @@ Result<ValidationReport> validate(const Suite& suite, const Launcher& launch,
     sim_default.push_back(r.simulated_default_s);
   }
   rep.ranking = kendall_tau(names, meas, sim);
+  if (suite.rounds > 1) rep.reproducibility = reproducibility(rep.runs, suite.rounds);
   rep.ranking_default = kendall_tau(names, meas, sim_default);
   if (suite.compare) {
     auto find = [&](const std::string& n) {
@@ -301,6 +375,7 @@ Json to_json(const ValidationReport& r) {
                     {"measured_min_s", x.measured_min_s},
                     {"measured_max_s", x.measured_max_s},
                     {"steps_used", x.steps_used},
+                    {"round_measured_s", x.round_measured_s},
                     {"simulated_s", x.simulated_s},
                     {"simulated_default_s", x.simulated_default_s},
                     {"error", x.error()},
@@ -311,6 +386,7 @@ Json to_json(const ValidationReport& r) {
     return Json{{"kendall_tau", k.tau}, {"discordant", k.discordant}};
   };
   Json out = {{"suite", r.suite},
+              {"rounds", r.rounds},
               {"profile", r.profile_file},
               {"mape", r.mape},
               {"max_error", r.max_error},
@@ -322,6 +398,12 @@ Json to_json(const ValidationReport& r) {
                 {"ranking", ranking(r.ranking_default)}}},
               {"plans", runs},
               {"calibration", to_json(r.calibration)}};
+  if (r.reproducibility) {
+    out["reproducibility"] = {{"mape", r.reproducibility->mape},
+                              {"max_error", r.reproducibility->max_error},
+                              {"kendall_tau", r.reproducibility->tau},
+                              {"round_pairs", r.reproducibility->pairs}};
+  }
   if (r.compare) {
     out["compare"] = {{"plan", r.compare->first},
                       {"baseline", r.compare->second},
@@ -344,6 +426,28 @@ std::string to_markdown(const ValidationReport& r) {
     md += format("| %s | %s | %.4f (%.4f-%.4f) | %.4f | %s | %.4f | %s |\n", x.name.c_str(),
                  x.what.c_str(), x.measured_s, x.measured_min_s, x.measured_max_s, x.simulated_s,
                  pct(x.error()).c_str(), x.simulated_default_s, pct(x.error_default()).c_str());
+  }
+  if (r.rounds > 1) {
+    md += format(
+        "\nEvery run was executed %d times, interleaved (round k runs each once); the "
+        "measured figures join the rounds' steps. Each round's median, in order:\n\n",
+        r.rounds);
+    if (r.reproducibility) {
+      md += format(
+          "The testbed against itself (one round's medians as a prediction of another's, "
+          "%d ordered pairs): MAPE %.2f %%, worst %.2f %%, lowest Kendall tau %.3f.\n\n",
+          r.reproducibility->pairs, 100 * r.reproducibility->mape,
+          100 * r.reproducibility->max_error, r.reproducibility->tau);
+    }
+    md += "| plan | rounds' medians s | spread |\n|---|---|---|\n";
+    for (const auto& x : r.runs) {
+      if (x.round_measured_s.empty()) continue;
+      std::string list;
+      for (double m : x.round_measured_s) list += (list.empty() ? "" : ", ") + format("%.4f", m);
+      const auto [lo, hi] =
+          std::minmax_element(x.round_measured_s.begin(), x.round_measured_s.end());
+      md += format("| %s | %s | %.1f %% |\n", x.name.c_str(), list.c_str(), 100 * (*hi / *lo - 1));
+    }
   }
   if (!r.ranking.discordant.empty()) {
     md += "\nPairs the calibrated simulation orders differently from the measurement:\n";

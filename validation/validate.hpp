@@ -4,7 +4,8 @@
 //
 // A suite file (validation/suites/*.json) names a cluster, the runs whose traces calibrate
 // the profile and a disjoint set of runs that validate it (each a scenario and a plan):
-//   {"version": 1, "name": "...", "cluster": "testbed-cpu-3m", "steps": 6, "backend": "cpu",
+//   {"version": 1, "name": "...", "cluster": "testbed-cpu-3m", "steps": 6, "rounds": 2,
+//    "backend": "cpu",
 //    "calibration": [{"name": "cal-...", "what": "...", "scenario": "...", "plan": "..."}],
 //    "validation": [{"name": "...", "what": "TP across a shaped link", ...}],
 //    "quick": {"calibration": ["cal-..."], "validation": ["..."]},
@@ -13,6 +14,10 @@
 // scenario must use the suite's cluster. `compare` names two validation runs whose measured
 // ratio is set against the simulated one (the scheduler's plan against the uniform one).
 // `backend` is the engine's (`hexisim train --backend`): "cpu" (the default) or "cuda".
+// `rounds` (default 1): every run is executed that many times, interleaved (round k runs
+// every calibration and validation run once, in suite order), and each run's rounds are
+// joined into one measurement (join_rounds), so that a drift of the machine's speed over
+// the minutes of a suite reaches calibration and validation alike.
 //
 // The steps: every run is executed by the engine (`hexisim train --trace`, launched by the
 // caller: on the testbed, or plain mpirun); the calibration runs' traces are fitted
@@ -51,6 +56,7 @@ struct Suite {
   std::filesystem::path file;
   std::string cluster;  // shipped name or resolved path
   int steps = 6;
+  int rounds = 1;               // executions of every run, interleaved
   std::string backend = "cpu";  // the engine's, for every run: cpu | cuda
   std::vector<SuiteRun> calibration;
   std::vector<SuiteRun> validation;
@@ -69,14 +75,24 @@ Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& 
 using Launcher = std::function<Result<int>(const SuiteRun& run, int steps, const std::string& trace,
                                            const std::string& log)>;
 
+// The trace of round `round` (0-based) of run `name` in the output folder: NAME.trace.json
+// for the first, NAME.round<k+1>.trace.json for the others.
+std::string round_trace_name(const std::string& name, int round);
+
+// Rounds of one run (the same program) as one measurement: the first round's steps, then
+// each later round's steps after its first (which warms up again), numbered on. Refused
+// when the rounds' programs differ.
+Result<MeasuredRun> join_rounds(std::vector<MeasuredRun> rounds);
+
 struct RunResult {
   std::string name, what;
   std::string trace;
   double measured_s = 0;  // median over the steps used
   double measured_min_s = 0, measured_max_s = 0;
   int steps_used = 0;
-  double simulated_s = 0;          // calibrated profile
-  double simulated_default_s = 0;  // shipped defaults
+  std::vector<double> round_measured_s;  // each round's median (Suite::rounds > 1)
+  double simulated_s = 0;                // calibrated profile
+  double simulated_default_s = 0;        // shipped defaults
   double error() const { return simulated_s / measured_s - 1; }
   double error_default() const { return simulated_default_s / measured_s - 1; }
   TraceComparison classes;  // per op class, calibrated profile
@@ -87,14 +103,24 @@ struct Ranking {
   std::vector<std::string> discordant;  // "a vs b: measured x % apart"
 };
 
+// The testbed against itself (Suite::rounds > 1): each round's medians taken as a prediction
+// of another round's, over every ordered pair of rounds: the mean of the pairs' MAPE, the
+// worst error of any plan, the lowest Kendall tau of any pair. What no simulator can beat.
+struct Reproducibility {
+  double mape = 0, max_error = 0, tau = 1;
+  int pairs = 0;  // ordered pairs of rounds
+};
+
 struct ValidationReport {
   std::string suite;
+  int rounds = 1;  // executions of every run (Suite::rounds)
   std::string profile_file;
   Calibration calibration;
   std::vector<RunResult> runs;
   double mape = 0, max_error = 0;  // |error|, calibrated
   double mape_default = 0, max_error_default = 0;
   Ranking ranking, ranking_default;
+  std::optional<Reproducibility> reproducibility;  // rounds > 1
   // compare: measured and simulated ratio of the baseline's iteration to the plan's.
   std::optional<std::pair<std::string, std::string>> compare;
   double compare_measured = 0, compare_simulated = 0;

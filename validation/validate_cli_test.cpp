@@ -4,6 +4,7 @@
 // (root, namespaces, cgroups) is validate_testbed_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -139,6 +140,55 @@ TEST(CliValidate, OneDeviceRunsLocallyAndTheBackendIsChecked) {
   r = run_cli("validate " + (dir / "suite.json").string() + " --out " + (dir / "o3").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("run it with --local"), std::string::npos) << r.err;
+}
+
+// "rounds": every run executed twice, interleaved, each run's rounds joined into one
+// measurement (each round's first step left out), the rounds' medians in the report; a
+// --rescore with more rounds than the folder holds names the missing trace.
+TEST(CliValidate, RoundsAreInterleavedAndJoined) {
+  const auto dir = scratch_dir("validate-rounds");
+  write_text(dir / "one4.json", R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": 1,
+    "stages": [{"devices": [0], "layers": [0, 4]}]}]})");
+  write_text(dir / "one2.json", R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": 2,
+    "stages": [{"devices": [0], "layers": [0, 4]}]}]})");
+  write_text(dir / "suite.json", R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4",
+    "steps": 3, "rounds": 2,
+    "calibration": [{"name": "a", "scenario": "tiny-llama-cpu", "plan": "one4.json"},
+                    {"name": "b", "scenario": "tiny-llama-cpu", "plan": "one2.json"}],
+    "validation": [{"name": "c", "scenario": "tiny-llama-cpu-zero1", "plan": "one4.json"}]})");
+  const auto out = dir / "o";
+  auto r = run_cli("validate " + (dir / "suite.json").string() +
+                   " --local --no-plot --json --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("[6/6] c (round 2 of 2)"), std::string::npos) << r.err;
+  for (const char* name : {"a", "b", "c"}) {
+    EXPECT_TRUE(std::filesystem::exists(out / (std::string(name) + ".trace.json")));
+    EXPECT_TRUE(std::filesystem::exists(out / (std::string(name) + ".round2.trace.json")));
+  }
+  const auto report = json::parse(r.out);
+  EXPECT_EQ(report["rounds"], 2);
+  const auto& plan = report["plans"][0];
+  EXPECT_EQ(plan["steps_used"], 4);  // 2 of 3 steps per round
+  ASSERT_EQ(plan["round_measured_s"].size(), 2u);
+  const double lo = std::min(plan["round_measured_s"][0].get<double>(),
+                             plan["round_measured_s"][1].get<double>());
+  const double hi = std::max(plan["round_measured_s"][0].get<double>(),
+                             plan["round_measured_s"][1].get<double>());
+  EXPECT_LE(plan["measured_min_s"].get<double>(), lo);
+  EXPECT_GE(plan["measured_max_s"].get<double>(), hi);
+  EXPECT_NE(read_text(out / "report.md").find("Each round's median"), std::string::npos);
+  // The rounds against each other: one plan, two ordered pairs, the same error both ways up
+  // to the ratio's direction.
+  const auto& repro = report["reproducibility"];
+  EXPECT_EQ(repro["round_pairs"], 2);
+  const double x = hi / lo;
+  EXPECT_NEAR(repro["mape"].get<double>(), ((x - 1) + (1 - 1 / x)) / 2, 1e-12);
+  EXPECT_NEAR(repro["max_error"].get<double>(), x - 1, 1e-12);
+  EXPECT_EQ(repro["kendall_tau"], 1.0);  // one plan: no pair to swap
+  r = run_cli("validate " + (dir / "suite.json").string() +
+              " --rescore --rounds 3 --no-plot --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("a.round3.trace.json"), std::string::npos) << r.err;
 }
 
 }  // namespace
