@@ -88,6 +88,12 @@ std::string pct(double x) {
   return format("%+.1f %%", 100 * x);
 }
 
+// The files of round `round` (0-based) of run `name` in the output folder are this stem +
+// ".trace.json" and ".log": NAME for the first round, NAME.round<k+1> for the others.
+std::string round_stem(const std::string& name, int round) {
+  return round == 0 ? name : name + format(".round%d", round + 1);
+}
+
 // The rounds' medians against each other (Reproducibility).
 Reproducibility reproducibility(const std::vector<RunResult>& runs, int rounds) {
   std::vector<std::string> names;
@@ -216,10 +222,6 @@ Ranking kendall_tau(const std::vector<std::string>& names, const std::vector<dou
   return r;
 }
 
-std::string round_trace_name(const std::string& name, int round) {
-  return round == 0 ? name + ".trace.json" : name + format(".round%d.trace.json", round + 1);
-}
-
 Result<MeasuredRun> join_rounds(std::vector<MeasuredRun> rounds) {
   if (rounds.empty()) return bad_input("join_rounds: no round");
   MeasuredRun out = std::move(rounds.front());
@@ -264,9 +266,9 @@ Result<ValidationReport> validate(const Suite& suite, const Launcher& launch,
   for (int k = 0; k < suite.rounds; ++k) {
     for (const auto* list : {&suite.calibration, &suite.validation}) {
       for (const SuiteRun& r : *list) {
-        const std::string base = k == 0 ? r.name : r.name + format(".round%d", k + 1);
-        const std::string trace = (out_dir / round_trace_name(r.name, k)).string();
-        const std::string logfile = (out_dir / (base + ".log")).string();
+        const std::string stem = round_stem(r.name, k);
+        const std::string trace = (out_dir / (stem + ".trace.json")).string();
+        const std::string logfile = (out_dir / (stem + ".log")).string();
         log(format("[%d/%d] ", ++done, total) + r.name +
             (suite.rounds > 1 ? format(" (round %d of %d)", k + 1, suite.rounds) : "") +
             ": hexisim train on " + std::to_string(r.devices) + " ranks, " +
@@ -430,7 +432,7 @@ std::string to_markdown(const ValidationReport& r) {
   if (r.rounds > 1) {
     md += format(
         "\nEvery run was executed %d times, interleaved (round k runs each once); the "
-        "measured figures join the rounds' steps. Each round's median, in order:\n\n",
+        "measured figures join the rounds' steps.\n\n",
         r.rounds);
     if (r.reproducibility) {
       md += format(
@@ -439,6 +441,7 @@ std::string to_markdown(const ValidationReport& r) {
           r.reproducibility->pairs, 100 * r.reproducibility->mape,
           100 * r.reproducibility->max_error, r.reproducibility->tau);
     }
+    md += "Each round's median, in order:\n\n";
     md += "| plan | rounds' medians s | spread |\n|---|---|---|\n";
     for (const auto& x : r.runs) {
       if (x.round_measured_s.empty()) continue;

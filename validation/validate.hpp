@@ -75,10 +75,6 @@ Result<Suite> load_suite(const std::string& path, bool quick, const GpuCatalog& 
 using Launcher = std::function<Result<int>(const SuiteRun& run, int steps, const std::string& trace,
                                            const std::string& log)>;
 
-// The trace of round `round` (0-based) of run `name` in the output folder: NAME.trace.json
-// for the first, NAME.round<k+1>.trace.json for the others.
-std::string round_trace_name(const std::string& name, int round);
-
 // Rounds of one run (the same program) as one measurement: the first round's steps, then
 // each later round's steps after its first (which warms up again), numbered on. Refused
 // when the rounds' programs differ.
