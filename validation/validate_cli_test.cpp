@@ -26,6 +26,13 @@ std::string three_stages(int micro_batch) {
                          {"devices": [4], "layers": [5, 8]}]}]})";
 }
 
+// One device running layers [0, layers) of tiny-llama(-8l), batch 8.
+std::string one_stage(int micro_batch, int layers) {
+  return R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": )" +
+         std::to_string(micro_batch) + R"(, "stages": [{"devices": [0], "layers": [0, )" +
+         std::to_string(layers) + "]}]}]}";
+}
+
 TEST(CliCalibrate, FitsTracesOfTrainAndSimulateReadsTheProfile) {
   const auto dir = scratch_dir("calibrate");
   std::string traces;
@@ -93,10 +100,8 @@ TEST(CliValidate, RefusesASuiteThatValidatesOnWhatItFitted) {
 // suite is refused without --local (the testbed realises CPU clusters only).
 TEST(CliValidate, OneDeviceRunsLocallyAndTheBackendIsChecked) {
   const auto dir = scratch_dir("validate-local");
-  write_text(dir / "one4.json", R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": 1,
-    "stages": [{"devices": [0], "layers": [0, 4]}]}]})");
-  write_text(dir / "one8.json", R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": 2,
-    "stages": [{"devices": [0], "layers": [0, 8]}]}]})");
+  write_text(dir / "one4.json", one_stage(1, 4));
+  write_text(dir / "one8.json", one_stage(2, 8));
   const std::string runs = R"("steps": 3,
     "calibration": [{"name": "a", "scenario": "tiny-llama-cpu", "plan": "one4.json"},
                     {"name": "b", "scenario": "tiny-llama-8l-cpu", "plan": "one8.json"}],
@@ -147,10 +152,8 @@ TEST(CliValidate, OneDeviceRunsLocallyAndTheBackendIsChecked) {
 // --rescore with more rounds than the folder holds names the missing trace.
 TEST(CliValidate, RoundsAreInterleavedAndJoined) {
   const auto dir = scratch_dir("validate-rounds");
-  write_text(dir / "one4.json", R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": 1,
-    "stages": [{"devices": [0], "layers": [0, 4]}]}]})");
-  write_text(dir / "one2.json", R"({"version": 1, "pipelines": [{"batch": 8, "micro_batch": 2,
-    "stages": [{"devices": [0], "layers": [0, 4]}]}]})");
+  write_text(dir / "one4.json", one_stage(1, 4));
+  write_text(dir / "one2.json", one_stage(2, 4));
   write_text(dir / "suite.json", R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4",
     "steps": 3, "rounds": 2,
     "calibration": [{"name": "a", "scenario": "tiny-llama-cpu", "plan": "one4.json"},
