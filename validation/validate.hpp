@@ -101,7 +101,8 @@ struct Ranking {
 
 // The testbed against itself (Suite::rounds > 1): each round's medians taken as a prediction
 // of another round's, over every ordered pair of rounds: the mean of the pairs' MAPE, the
-// worst error of any plan, the lowest Kendall tau of any pair. What no simulator can beat.
+// worst error of any plan, the lowest Kendall tau of any pair: the noise that any score
+// against one run carries.
 struct Reproducibility {
   double mape = 0, max_error = 0, tau = 1;
   int pairs = 0;  // ordered pairs of rounds
