@@ -436,7 +436,7 @@ std::string to_markdown(const ValidationReport& r) {
         r.rounds);
     if (r.reproducibility) {
       md += format(
-          "The testbed against itself (one round's medians as a prediction of another's, "
+          "The measurement against itself (one round's medians as a prediction of another's, "
           "%d ordered pairs): MAPE %.2f %%, worst %.2f %%, lowest Kendall tau %.3f.\n\n",
           r.reproducibility->pairs, 100 * r.reproducibility->mape,
           100 * r.reproducibility->max_error, r.reproducibility->tau);

@@ -99,7 +99,7 @@ struct Ranking {
   std::vector<std::string> discordant;  // "a vs b: measured x % apart"
 };
 
-// The testbed against itself (Suite::rounds > 1): each round's medians taken as a prediction
+// The measurement against itself (Suite::rounds > 1): each round's medians taken as a prediction
 // of another round's, over every ordered pair of rounds: the mean of the pairs' MAPE, the
 // worst error of any plan, the lowest Kendall tau of any pair: the noise that any score
 // against one run carries.
