@@ -35,7 +35,7 @@ int print_profile(const GpuCatalog& gpus, bool json) {
                "  kernel time = overhead + max(FLOPs / (peak x eff), bytes / (HBM x "
                "memory_efficiency))\n"
                "  GEMM eff = gemm_ceiling x waves(m, n; tile, SMs) x k / (k + gemm_k_half) "
-               "[x gemm_misaligned]\n"
+               "x m / (m + gemm_m_half) [x gemm_misaligned]\n"
                "  flash eff = attention_<pass> x s / (s + attention_s_half_<pass>) x head-dim "
                "factor (1 at d = 128)\n\n";
   std::vector<std::string> header{"parameter"};

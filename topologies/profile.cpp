@@ -16,6 +16,7 @@ constexpr std::array<Field, kNumParams> kFields = {{
     {Param::kGemmTileM, &DeviceProfile::gemm_tile_m},
     {Param::kGemmTileN, &DeviceProfile::gemm_tile_n},
     {Param::kGemmKHalf, &DeviceProfile::gemm_k_half},
+    {Param::kGemmMHalf, &DeviceProfile::gemm_m_half},
     {Param::kGemmMisaligned, &DeviceProfile::gemm_misaligned},
     {Param::kAttentionFwd, &DeviceProfile::attention_fwd},
     {Param::kAttentionBwd, &DeviceProfile::attention_bwd},
@@ -35,6 +36,8 @@ constexpr std::array<ParamInfo, kNumParams> kInfos = {{
     {Param::kGemmTileM, "gemm_tile_m", 0, 4096, "GEMM: CTA tile rows (0: no wave quantisation)"},
     {Param::kGemmTileN, "gemm_tile_n", 0, 4096, "GEMM: CTA tile columns"},
     {Param::kGemmKHalf, "gemm_k_half", 0, 1e6, "GEMM: k at which efficiency halves"},
+    {Param::kGemmMHalf, "gemm_m_half", 0, 1e6,
+     "GEMM: rows m at which efficiency halves (a CPU BLAS's packing; 0 on GPUs)"},
     {Param::kGemmMisaligned, "gemm_misaligned", 1e-3, 1,
      "GEMM: factor when a dimension is not a multiple of 8"},
     {Param::kAttentionFwd, "attention_fwd", 1e-3, kMaxEfficiency,
@@ -110,6 +113,7 @@ FileEntry read_entry(const JsonNode& node, int version) {
     e.put(Param::kGemmTileM, 0, src);
     e.put(Param::kGemmTileN, 0, src);
     e.put(Param::kGemmKHalf, 0, src);
+    e.put(Param::kGemmMHalf, 0, src);
     e.put(Param::kGemmMisaligned, 1, src);
   }
   if (auto v = node.find("attention_efficiency")) {

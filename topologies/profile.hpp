@@ -4,6 +4,7 @@
 //   time = overhead + max(FLOPs / (peak x eff(shape)), bytes / (HBM x memory_efficiency))
 // with, per kernel class:
 //   GEMM (m x k)(k x n): eff = gemm_ceiling x waves(m, n) x k / (k + gemm_k_half)
+//                              x m / (m + gemm_m_half)
 //                              x (gemm_misaligned when m, n or k is a whole number not a
 //                                 multiple of 8: no 16-byte aligned tensor-core loads)
 //     waves(m, n) = m n / (ceil(tiles / SMs) x SMs x tile_m x tile_n),
@@ -14,8 +15,8 @@
 //           x [d / (d + attention_d_half)] / [128 / (128 + attention_d_half)]
 //     (attention_fwd/bwd: a long sequence at head dim 128).
 //   dense (materialised) attention: separate kernels, whose times add: the score GEMMs at
-//     gemm_ceiling x d / (d + gemm_k_half), then the bytes: q, k, v, o times
-//     attention_dense_token_traffic (layout copies) + the s^2 scores times
+//     gemm_ceiling x d / (d + gemm_k_half) x s / (s + gemm_m_half), then the bytes: q, k, v, o
+//     times attention_dense_token_traffic (layout copies) + the s^2 scores times
 //     attention_dense_traffic_{fwd,bwd}, at memory_efficiency.
 //   element-wise: bytes at memory_efficiency (fraction of the datasheet HBM GB/s).
 // kernel_overhead: launch + tail per kernel.
@@ -56,6 +57,7 @@ enum class Param {
   kGemmTileM,
   kGemmTileN,
   kGemmKHalf,
+  kGemmMHalf,
   kGemmMisaligned,
   kAttentionFwd,
   kAttentionBwd,
@@ -68,15 +70,18 @@ enum class Param {
   kMemoryEfficiency,
   kKernelOverheadUs,
 };
-inline constexpr int kNumParams = 15;
+inline constexpr int kNumParams = 16;
 
 struct DeviceProfile {
   // GEMM: fraction of peak tensor FLOP/s of a large aligned GEMM; tile (0: no quantisation);
-  // k at which the main loop reaches half its rate (prologue/epilogue); misaligned factor.
+  // k at which the main loop reaches half its rate (prologue/epilogue); rows m at which it
+  // does (a CPU BLAS packs the k x n operand once per call, whatever m: 0 on GPUs, whose small
+  // m the waves cover); misaligned factor.
   double gemm_ceiling = 0.75;
   double gemm_tile_m = 0;
   double gemm_tile_n = 0;
   double gemm_k_half = 0;
+  double gemm_m_half = 0;
   double gemm_misaligned = 1;
   // Flash attention: fractions of peak (long sequence, head dim 128), half points (tokens,
   // head dim; 0: no saturation).

@@ -27,6 +27,9 @@ const std::vector<DefaultParam>& default_params() {
        "a nuisance term): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
        "README.md section '## NVIDIA L20' ((cublas) rows) (measured on ada, applied to all)"},
+      {Architecture::kVolta, Param::kGemmMHalf, 0.0,
+       "structural: no row saturation on a GPU, where waves(m, n) over the tile covers a small m "
+       "(the term is a CPU BLAS's packing, fitted by hexisim calibrate)"},
       {Architecture::kVolta, Param::kGemmMisaligned, 0.6888,
        "ratio of the misaligned (k % 8 != 0) to the aligned points of the H100 fp16 bmm sweep: "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -104,6 +107,9 @@ const std::vector<DefaultParam>& default_params() {
        "a nuisance term): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
        "README.md section '## NVIDIA L20' ((cublas) rows) (measured on ada, applied to all)"},
+      {Architecture::kTuring, Param::kGemmMHalf, 0.0,
+       "structural: no row saturation on a GPU, where waves(m, n) over the tile covers a small m "
+       "(the term is a CPU BLAS's packing, fitted by hexisim calibrate)"},
       {Architecture::kTuring, Param::kGemmMisaligned, 0.6888,
        "ratio of the misaligned (k % 8 != 0) to the aligned points of the H100 fp16 bmm sweep: "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -182,6 +188,9 @@ const std::vector<DefaultParam>& default_params() {
        "a nuisance term): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
        "README.md section '## NVIDIA L20' ((cublas) rows) (measured on ada, applied to all)"},
+      {Architecture::kAmpere, Param::kGemmMHalf, 0.0,
+       "structural: no row saturation on a GPU, where waves(m, n) over the tile covers a small m "
+       "(the term is a CPU BLAS's packing, fitted by hexisim calibrate)"},
       {Architecture::kAmpere, Param::kGemmMisaligned, 0.6888,
        "ratio of the misaligned (k % 8 != 0) to the aligned points of the H100 fp16 bmm sweep: "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -254,6 +263,9 @@ const std::vector<DefaultParam>& default_params() {
        "a nuisance term): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
        "README.md section '## NVIDIA L20' ((cublas) rows) (measured on ada, applied to all)"},
+      {Architecture::kAmpereGa10x, Param::kGemmMHalf, 0.0,
+       "structural: no row saturation on a GPU, where waves(m, n) over the tile covers a small m "
+       "(the term is a CPU BLAS's packing, fitted by hexisim calibrate)"},
       {Architecture::kAmpereGa10x, Param::kGemmMisaligned, 0.6888,
        "ratio of the misaligned (k % 8 != 0) to the aligned points of the H100 fp16 bmm sweep: "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -316,6 +328,9 @@ const std::vector<DefaultParam>& default_params() {
        "a nuisance term): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
        "README.md section '## NVIDIA L20' ((cublas) rows)"},
+      {Architecture::kAda, Param::kGemmMHalf, 0.0,
+       "structural: no row saturation on a GPU, where waves(m, n) over the tile covers a small m "
+       "(the term is a CPU BLAS's packing, fitted by hexisim calibrate)"},
       {Architecture::kAda, Param::kGemmMisaligned, 0.6888,
        "ratio of the misaligned (k % 8 != 0) to the aligned points of the H100 fp16 bmm sweep: "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -378,6 +393,9 @@ const std::vector<DefaultParam>& default_params() {
        "a nuisance term): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
        "README.md section '## NVIDIA L20' ((cublas) rows) (measured on ada, applied to all)"},
+      {Architecture::kHopper, Param::kGemmMHalf, 0.0,
+       "structural: no row saturation on a GPU, where waves(m, n) over the tile covers a small m "
+       "(the term is a CPU BLAS's packing, fitted by hexisim calibrate)"},
       {Architecture::kHopper, Param::kGemmMisaligned, 0.6888,
        "ratio of the misaligned (k % 8 != 0) to the aligned points of the H100 fp16 bmm sweep: "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -439,6 +457,9 @@ const std::vector<DefaultParam>& default_params() {
        "a nuisance term): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
        "README.md section '## NVIDIA L20' ((cublas) rows) (measured on ada, applied to all)"},
+      {Architecture::kBlackwell, Param::kGemmMHalf, 0.0,
+       "structural: no row saturation on a GPU, where waves(m, n) over the tile covers a small m "
+       "(the term is a CPU BLAS's packing, fitted by hexisim calibrate)"},
       {Architecture::kBlackwell, Param::kGemmMisaligned, 0.6888,
        "ratio of the misaligned (k % 8 != 0) to the aligned points of the H100 fp16 bmm sweep: "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"

@@ -33,6 +33,7 @@ struct Candidate {
 constexpr Candidate kCandidates[] = {
     {Param::kGemmCeiling, 0.5},
     {Param::kGemmKHalf, 32},
+    {Param::kGemmMHalf, 32},
     {Param::kAttentionFwd, 0.5},
     {Param::kAttentionBwd, 0.5},
     {Param::kAttentionSHalfFwd, 64},

@@ -32,6 +32,7 @@ Profile truth() {
   Profile p;
   DeviceProfile d = p.device(*testing::shipped_gpus().find("CPU-core"));
   d.gemm_ceiling = 0.4;
+  d.gemm_m_half = 96;  // GEMMs of micro-batches 1 and 2 at different rates
   d.memory_efficiency = 0.3;
   d.kernel_overhead_s = 3e-6;
   p.set_device("CPU-core", d, "truth");

@@ -251,7 +251,7 @@ double gemm_efficiency(const DeviceProfile& p, int sms, double m, double n, doub
     const double waves = std::ceil(tiles / sms);
     eff *= m * n / (waves * sms * p.gemm_tile_m * p.gemm_tile_n);
   }
-  eff *= saturation(k, p.gemm_k_half);
+  eff *= saturation(k, p.gemm_k_half) * saturation(m, p.gemm_m_half);
   if (misaligned(m) || misaligned(n) || misaligned(k)) eff *= p.gemm_misaligned;
   return eff;
 }
@@ -269,7 +269,8 @@ double kernel_time(const Kernel& k, const GpuSpec& gpu, const DeviceProfile& p) 
   if (k.cls == KernelClass::kElementwise) return p.kernel_overhead_s + k.bytes / bandwidth;
   if (k.cls == KernelClass::kAttention && k.score_bytes > 0) {
     // Dense path: score GEMMs (inner dimension the head dim), softmax and copies in turn.
-    const double eff = p.gemm_ceiling * saturation(k.k, p.gemm_k_half);
+    const double eff =
+        p.gemm_ceiling * saturation(k.k, p.gemm_k_half) * saturation(k.n, p.gemm_m_half);
     const double traffic =
         k.backward ? p.attention_dense_traffic_bwd : p.attention_dense_traffic_fwd;
     const double bytes =

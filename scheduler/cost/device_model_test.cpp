@@ -57,6 +57,11 @@ TEST(DeviceModel, SaturatingCurvesAndMisalignment) {
   // k = k_half: half the ceiling; k = 3 k_half: three quarters.
   EXPECT_DOUBLE_EQ(gemm_efficiency(p, 0, 4096, 4096, 64), 0.4);
   EXPECT_DOUBLE_EQ(gemm_efficiency(p, 0, 4096, 4096, 192), 0.6);
+  // Rows: m = m_half halves again (a CPU BLAS packs the k x n operand whatever m).
+  p.gemm_m_half = 128;
+  EXPECT_DOUBLE_EQ(gemm_efficiency(p, 0, 128, 4096, 192), 0.3);
+  EXPECT_DOUBLE_EQ(gemm_efficiency(p, 0, 384, 4096, 192), 0.45);
+  p.gemm_m_half = 0;
   // A whole-number dimension that is not a multiple of 8; fractional shards are not.
   p.gemm_misaligned = 0.5;
   EXPECT_DOUBLE_EQ(gemm_efficiency(p, 0, 4096, 4096, 10922), 0.8 * 10922 / (10922 + 64) * 0.5);
