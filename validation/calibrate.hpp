@@ -9,7 +9,7 @@
 // its shape (scheduler/cost/cost_model.hpp) and its measured time, the mean over the steps
 // used (not the median: a rank under a CPU quota is throttled for whole periods, and the
 // mean is what its iteration pays). Points of one shape on one device type are merged. The
-// device model's own parameters (topologies/profile.hpp: gemm_ceiling, gemm_k_half,
+// device model's own parameters (topologies/profile.hpp: gemm_ceiling, gemm_k_half, gemm_m_half,
 // attention_*, memory_efficiency, kernel_overhead_us) are fitted by Levenberg-Marquardt on
 // log(model / measured), each point weighted by its share of the measured time, with a weak
 // pull towards the base profile (ridge 1e-7 in log space, against weights summing to 1) for
