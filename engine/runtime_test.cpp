@@ -146,7 +146,6 @@ void expect_two_runs_bit_identical(const char* scenario, const char* plan) {
   EXPECT_EQ(a->params_last.data, b->params_last.data);
 }
 
-// Same inputs, same bits: two runs give identical losses and parameters.
 // The cpu backend keeps what the process frees (backend_cpu.cpp): a 40 MiB block, above
 // glibc's largest mmap threshold (32 MiB), allocated, written and freed ten times faults its
 // pages in once. glibc alone maps and unmaps it every time: ten times the pages.
@@ -181,6 +180,7 @@ TEST(CpuBackend, KeepsTheMemoryItsKernelsFree) {
   EXPECT_LT(got, 3 * pages) << got << " minor page faults for 10 x " << pages << " pages";
 }
 
+// Same inputs, same bits: two runs give identical losses and parameters.
 TEST(Determinism, TwoRunsAreBitIdentical) {
   expect_two_runs_bit_identical("tiny-llama-cpu-zero1", "tiny-dp3-mixed.json");
 }

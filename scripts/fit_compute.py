@@ -99,11 +99,11 @@ TILE_SOURCE = ("structural: the 128x128 CTA tile of cuBLAS/CUTLASS tensor-core k
                "do not resolve the tile: on L20 no wave term fits within 1.1 % rms, 128x128 "
                "within 1.2 %")
 OVERHEAD_US = 4.0
-M_HALF_SOURCE = ("structural: no row saturation on a GPU, where waves(m, n) over the tile covers "
-                 "a small m (the term is a CPU BLAS's packing, fitted by hexisim calibrate)")
 OVERHEAD_SOURCE = ("assumption, not fitted: no kernel-level launch-latency measurement is "
                    "collected (CUDA launch + tail of a few us); the GEMM sweeps' fixed offsets "
                    "(0.2 ms) are benchmark-harness costs, not kernel costs")
+M_HALF_SOURCE = ("structural: no row saturation on a GPU, where waves(m, n) over the tile covers "
+                 "a small m (the term is a CPU BLAS's packing, fitted by hexisim calibrate)")
 
 
 def load(name):
