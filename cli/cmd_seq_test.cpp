@@ -103,6 +103,26 @@ TEST(CliSeq, CompareRunsEveryBaselineAndHexiSeqIsNeverSlower) {
   std::filesystem::remove_all(dir);
 }
 
+// A budget that runs out inside CBC's search: with a MIP start, CBC 2.10's preprocessing
+// crashed when its time limit struck (every budget of 0.2-1.5 s here, and CI's --compare
+// once). The cut-short search still answers with a fitting layout and says it was cut.
+TEST(CliSeq, ExactSearchCutShortByItsBudgetStillAnswers) {
+  auto dir = scratch_dir("seq-exact-budget");
+  const auto sc = dir / "s.json";
+  write_text(sc, kScenario);
+  for (const char* budget : {"0.3", "1"}) {
+    auto r =
+        run_cli("seq " + sc.string() + " --scheduler hexiseq-exact --json --time-budget " + budget);
+    ASSERT_EQ(r.code, 0) << budget << ": " << r.err;
+    json j = json::parse(r.out);
+    EXPECT_TRUE(j["budget_exhausted"].get<bool>()) << budget;
+    EXPECT_FALSE(j["proven"].get<bool>()) << budget;
+    EXPECT_TRUE(j["fits"].get<bool>()) << budget;
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0) << budget;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSeq, PipelineOfMeshesWritesAPlanTheSimulatorAgreesWith) {
   auto dir = scratch_dir("seq-pipeline");
   const auto sc = dir / "s.json", plan = dir / "plan.json";
