@@ -288,6 +288,16 @@ double Executor::spend_comm_cpu(int device, int peer, double bytes, bool collect
   return cpu > 0 ? quota->spend(t, cpu) : t;
 }
 
+// When `device`, waiting on a message from `peer` since `from`, notices it arrived at `until`:
+// `until` unless it runs under a CPU quota and polls (the testbed's ranks), whose polls may
+// spend its quota first (QuotaClock::wait).
+double Executor::notice(int device, int peer, double from, double until) {
+  std::optional<QuotaClock>& quota = quota_[device];
+  if (!quota || peer == device) return until;
+  const double rate = cluster_.curve(cluster_.transport(device, peer)).poll_cpu_fraction;
+  return rate > 0 ? quota->wait(from, until, rate) : until;
+}
+
 void Executor::start_transfer(int send, int recv, double t) {
   r_.start[send] = r_.start[recv] = t;
   const Op& op = p_.ops[send];
@@ -316,7 +326,9 @@ void Executor::start_collective(int index, double t) {
   for (std::size_t k = 0; k < devices.size(); ++k) {
     const int next = devices[(k + 1) % devices.size()];
     if (next == devices[k]) continue;
-    inst.delay = std::max(inst.delay, spend_comm_cpu(devices[k], next, inst.bytes, true, t) - t);
+    const double noticed = notice(devices[k], next, r_.ready[inst.members[k]], t);
+    inst.delay =
+        std::max(inst.delay, spend_comm_cpu(devices[k], next, inst.bytes, true, noticed) - t);
   }
   start_phase(index, t);
 }
@@ -471,7 +483,8 @@ void Executor::on_batch_done(int b, double t) {
     complete(owner, t);
     // The receiver's copy in, once the bytes are there.
     const Op& op = p_.ops[owner];
-    const double received = spend_comm_cpu(op.peer, op.device, op.bytes, false, t);
+    const double noticed = notice(op.peer, op.device, r_.ready[partner_[owner]], t);
+    const double received = spend_comm_cpu(op.peer, op.device, op.bytes, false, noticed);
     if (received > t) {
       at(received, partner_[owner], partner_[owner]);
     } else {
@@ -485,7 +498,17 @@ void Executor::on_batch_done(int b, double t) {
     return;
   }
   std::vector<Phase>().swap(inst.phases);
-  for (int op : inst.members) complete(op, t);
+  const int n = static_cast<int>(inst.members.size());
+  for (int k = 0; k < n; ++k) {
+    const int op = inst.members[k];
+    const int next = p_.ops[inst.members[(k + 1) % n]].device;
+    const double noticed = notice(p_.ops[op].device, next, r_.ready[op], t);
+    if (noticed > t) {
+      at(noticed, op, op);
+    } else {
+      complete(op, t);
+    }
+  }
 }
 
 }  // namespace hexi::sim

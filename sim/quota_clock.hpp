@@ -2,9 +2,10 @@
 // sim/ internal: the clock of a device under a CPU quota (the testbed's cpu-NN ranks, cgroup
 // CFS bandwidth control): it runs at full speed until it has spent its quota of the current
 // period, then waits for the next period, where the quota is whole again (unused quota is
-// not carried over). Waiting for a message spends nothing; sending, receiving and reducing
-// spend the CPU its transport costs (TransportCurve::cpu_seconds), on the same clock: the
-// rank is one thread, so its ops take the core one after another.
+// not carried over). Sending, receiving and reducing spend the CPU its transport costs
+// (TransportCurve::cpu_seconds), on the same clock: the rank is one thread, so its ops take
+// the core one after another. Waiting for a message spends the polls' share of a core
+// (TransportCurve::poll_cpu_fraction, 0: nothing).
 //
 // A compute op's duration from the cost model is at the device's average rate (share x one
 // core), so it needs duration x share seconds of the core. Each device's periods start at
@@ -50,6 +51,38 @@ class QuotaClock {
     }
     last_end_ = t;
     return t;
+  }
+
+  // A wait for a message from `t` (or the last op's end) until it arrives at `until`, polling
+  // at `rate` cores: the polls spend the period's quota. When the rank notices the arrival:
+  // `until`, or the start of its next period if the polls ran out of quota first.
+  double wait(double t, double until, double rate) {
+    t = std::max(t, last_end_);
+    if (until <= t || rate <= 0) return std::max(t, until);
+    const double k = std::floor((t - phase_) / period_);
+    if (k > period_index_) {
+      period_index_ = k;
+      used_ = 0;
+    }
+    for (;;) {
+      const double end = phase_ + (period_index_ + 1) * period_;
+      const double out = t + (quota_ - used_) / rate;  // when the quota runs out
+      if (out < std::min(until, end) && until <= end) {
+        // Throttled while polling: the arrival is noticed when the next period starts.
+        period_index_ += 1;
+        used_ = 0;
+        last_end_ = end;
+        return end;
+      }
+      if (until <= end) {
+        used_ += (until - t) * rate;
+        last_end_ = until;
+        return until;
+      }
+      t = end;  // polled to the period's end (or throttled before it): the next period
+      period_index_ += 1;
+      used_ = 0;
+    }
   }
 
   // When `cpu` seconds of the core are spent, from `t` on (or the last op's end).

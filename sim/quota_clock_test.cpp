@@ -39,6 +39,29 @@ TEST(QuotaClock, CommunicationSpendsTheQuotaAndOpsTakeTheCoreInTurn) {
   EXPECT_NEAR(c.run(4e-3, 1e-3), 5.4e-3, 1e-12);
 }
 
+// Waiting polls at a share of a core: cpu-20 polling at 10 % spends 0.1 ms of quota per ms.
+TEST(QuotaClock, PollsSpendTheQuotaAndAThrottledWaiterNoticesInItsNextPeriod) {
+  QuotaClock c(0.2, 5e-3, 0);
+  EXPECT_NEAR(c.spend(0, 0.5e-3), 0.5e-3, 1e-12);  // 0.5 ms of the core: 0.5 ms left
+  // Waiting from 0.5 to 3 ms polls 0.25 ms: the arrival is noticed at once.
+  EXPECT_NEAR(c.wait(0.5e-3, 3e-3, 0.1), 3e-3, 1e-12);
+  // 0.25 ms left would last 2.5 ms of polls, to 5.5 ms; the period ends at 5 ms first, and
+  // the new period's quota lasts past the arrival at 7 ms (0.2 ms of it spent).
+  EXPECT_NEAR(c.wait(3e-3, 7e-3, 0.1), 7e-3, 1e-12);
+  // 0.5 ms more leaves 0.3 ms, 3 ms of polls from 7.5 ms: the period ends at 10 ms first.
+  EXPECT_NEAR(c.spend(7e-3, 0.5e-3), 7.5e-3, 1e-12);
+  EXPECT_NEAR(c.wait(7.5e-3, 10.5e-3, 0.1), 10.5e-3, 1e-12);
+  // 0.05 ms used in [10, 15); 0.9 ms more leaves 0.05 ms: the polls from 11.4 ms spend it by
+  // 11.9 ms, before the arrival at 12 ms. The rank is throttled: it notices at 15 ms.
+  EXPECT_NEAR(c.spend(10.5e-3, 0.9e-3), 11.4e-3, 1e-12);
+  EXPECT_NEAR(c.wait(11.4e-3, 12e-3, 0.1), 15e-3, 1e-12);
+  // The next op starts there, with the whole quota of [15, 20).
+  EXPECT_NEAR(c.run(12e-3, 1e-3), 15.2e-3, 1e-12);
+  // Free polls, or an arrival before the rank waits: nothing to notice late.
+  EXPECT_NEAR(c.wait(16e-3, 30e-3, 0), 30e-3, 1e-12);
+  EXPECT_NEAR(c.wait(31e-3, 30e-3, 0.1), 31e-3, 1e-12);
+}
+
 TEST(QuotaClock, AWholeShareNeverPauses) {
   QuotaClock c(1.0, 5e-3, 2e-3);
   EXPECT_NEAR(c.run(0.1, 0.37), 0.47, 1e-12);

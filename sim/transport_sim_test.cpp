@@ -158,10 +158,11 @@ TEST(TransportSim, QuotaDevicesSpendTheirCommunicationCpu) {
                              {"name", "quota"},
                              {"network", {{"nic_GBps", 0.125}, {"transport", "tcp"}}},
                              {"machines", {{{"gpu", "cpu-20"}, {"gpus", 2}}}}});
-  auto with_cpu = [&](double message_s, double collective_s) {
+  auto with_cpu = [&](double message_s, double collective_s, double poll = 0) {
     TransportCurve c = plain.curve(Transport::kHost);
     c.cpu_op_s = message_s;
     c.collective_cpu_op_s = collective_s;
+    c.poll_cpu_fraction = poll;
     Cluster out = plain;
     out.set_curves({{Transport::kHost, c}});
     return out;
@@ -188,6 +189,11 @@ TEST(TransportSim, QuotaDevicesSpendTheirCommunicationCpu) {
   EXPECT_NEAR(run(with_cpu(0, 1.5e-3), true) - all_reduce, 5.5e-3, 1e-9);
   // A message: 0.3 ms for the sender before it moves, 0.3 ms for the receiver after.
   EXPECT_NEAR(run(with_cpu(0.3e-3, 0), false) - message, 0.6e-3, 1e-9);
+  // Polling while it waits: device 1 has 0.5 ms of its period [3.09, 8.09) ms left at 3.59 ms.
+  // At 10 % of a core the polls until the ring ends (5.5 ms and a little) spend 0.2 ms of it;
+  // at 50 % they spend it by 4.59 ms, and device 1 notices the end only at 8.09 ms.
+  EXPECT_NEAR(run(with_cpu(0, 1.5e-3, 0.1), true) - all_reduce, 5.5e-3, 1e-9);
+  EXPECT_NEAR(run(with_cpu(0, 1.5e-3, 0.5), true), 5e-3 + 0.6180339887498949 * 5e-3, 1e-9);
   // Nothing charged where the transport costs no CPU (every shipped table).
   EXPECT_EQ(run(with_cpu(0, 0), true), all_reduce);
 }

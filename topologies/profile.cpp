@@ -165,7 +165,7 @@ void apply(const FileEntry& e, DeviceProfile& values, std::array<std::string, kN
 TransportCurve read_transport(const JsonNode& node, Transport t) {
   node.allow_only({"step_latency_us", "efficiency", "collective_step_latency_us", "cpu_us_per_op",
                    "cpu_ns_per_byte", "collective_cpu_us_per_op", "collective_cpu_ns_per_byte",
-                   "source"});
+                   "poll_cpu_fraction", "source"});
   TransportCurve c;
   c.transport = t;
   c.source = node.find("source") ? node.str("source") : node.origin();
@@ -176,6 +176,7 @@ TransportCurve read_transport(const JsonNode& node, Transport t) {
     c.collective_cpu_op_s = v->number_in(0, 1e7) / 1e6;
   if (auto v = node.find("collective_cpu_ns_per_byte"))
     c.collective_cpu_byte_s = v->number_in(0, 1e6) / 1e9;
+  if (auto v = node.find("poll_cpu_fraction")) c.poll_cpu_fraction = v->number_in(0, 1);
   auto table = node.at("efficiency");
   table.require_array();
   for (std::size_t i = 0; i < table.json().size(); ++i) {
@@ -319,6 +320,7 @@ Json Profile::to_json() const {
         entry["cpu_ns_per_byte"] = c.cpu_byte_s * 1e9;
         entry["collective_cpu_us_per_op"] = c.collective_cpu_op_s * 1e6;
         entry["collective_cpu_ns_per_byte"] = c.collective_cpu_byte_s * 1e9;
+        entry["poll_cpu_fraction"] = c.poll_cpu_fraction;
       }
       auto extra = collective_step_latency_s_.find(t);
       if (extra != collective_step_latency_s_.end())

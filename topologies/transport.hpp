@@ -56,13 +56,19 @@ struct TransportCurve {
   double cpu_byte_s = 0;
   double collective_cpu_op_s = 0;
   double collective_cpu_byte_s = 0;
+  // The share of a core such a device spends polling while it waits for a message or a
+  // collective over this transport (the engine's sleeping waits back off, engine/comm_mpi.cpp):
+  // the polls spend its quota too, and a rank whose quota runs out while it polls notices the
+  // message only in its next period. 0: waiting is free.
+  double poll_cpu_fraction = 0;
 
   double cpu_seconds(double bytes, bool collective) const {
     return collective ? collective_cpu_op_s + bytes * collective_cpu_byte_s
                       : cpu_op_s + bytes * cpu_byte_s;
   }
   bool costs_cpu() const {
-    return cpu_op_s > 0 || cpu_byte_s > 0 || collective_cpu_op_s > 0 || collective_cpu_byte_s > 0;
+    return cpu_op_s > 0 || cpu_byte_s > 0 || collective_cpu_op_s > 0 || collective_cpu_byte_s > 0 ||
+           poll_cpu_fraction > 0;
   }
 
   // eta at `bytes`: linear in log2(bytes) between points, constant outside.

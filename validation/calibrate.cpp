@@ -315,6 +315,7 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
   curve.cpu_byte_s = cpu.cpu_byte_s;
   curve.collective_cpu_op_s = cpu.collective_cpu_op_s;
   curve.collective_cpu_byte_s = cpu.collective_cpu_byte_s;
+  curve.poll_cpu_fraction = cpu.poll_cpu_fraction;
   for (double size : sizes) {
     std::vector<double> etas;
     for (const auto& p : points) {
@@ -367,7 +368,7 @@ struct CpuPoint {
 // polling while it waits, its sleeps backing off: engine/comm_mpi.cpp); least squares on
 // relative error, each term >= 0 (a term that comes out negative is dropped and the rest
 // refitted). The simulator charges the work, a + b x bytes (TransportCurve::cpu_seconds),
-// on the quota clock; f is fitted so that the work does not absorb the polls.
+// and the polls, f x the time waited (TransportCurve::poll_cpu_fraction), on the quota clock.
 Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& points,
                              TransportCurve& out) {
   TermFit t;
@@ -427,11 +428,12 @@ Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& p
   t.params.push_back({"collective_cpu_us_per_op", out.collective_cpu_op_s * 1e6, x[2] * 1e6, true});
   t.params.push_back(
       {"collective_cpu_ns_per_byte", out.collective_cpu_byte_s * 1e9, x[3] * 1e9, true});
-  t.params.push_back({"poll_cpu_fraction", 0, x[4], true});
+  t.params.push_back({"poll_cpu_fraction", out.poll_cpu_fraction, x[4], true});
   out.cpu_op_s = x[0];
   out.cpu_byte_s = x[1];
   out.collective_cpu_op_s = x[2];
   out.collective_cpu_byte_s = x[3];
+  out.poll_cpu_fraction = x[4];
   return t;
 }
 

@@ -197,6 +197,7 @@ TEST(Calibrate, RecoversTheCpuThatCommunicationCostsAQuotaDevice) {
   const TransportCurve& host = again->transports().at(Transport::kHost);
   EXPECT_NEAR(host.cpu_seconds(1e6, false), 40e-6 + 0.5e-3, 2e-5);
   EXPECT_NEAR(host.cpu_seconds(1e6, true), 300e-6 + 2e-3, 1e-4);
+  EXPECT_NEAR(host.poll_cpu_fraction, 0.03, 0.002);
 }
 
 TEST(Calibrate, RefusesALinkThatCarriesCollectivesButNoMessage) {
