@@ -67,7 +67,7 @@ class QuotaClock {
     for (;;) {
       const double end = phase_ + (period_index_ + 1) * period_;
       const double out = t + (quota_ - used_) / rate;  // when the quota runs out
-      if (out < std::min(until, end) && until <= end) {
+      if (until <= end && out < until) {
         // Throttled while polling: the arrival is noticed when the next period starts.
         period_index_ += 1;
         used_ = 0;
@@ -75,12 +75,14 @@ class QuotaClock {
         return end;
       }
       if (until <= end) {
-        used_ += (until - t) * rate;
+        used_ += std::max(0.0, until - t) * rate;
         last_end_ = until;
         return until;
       }
-      t = end;  // polled to the period's end (or throttled before it): the next period
-      period_index_ += 1;
+      // Polled to the period's end (or throttled before it). Every later period starts with a
+      // whole quota, so only the one the message arrives in matters.
+      period_index_ = std::max(period_index_ + 1, std::floor((until - phase_) / period_));
+      t = std::max(end, phase_ + period_index_ * period_);
       used_ = 0;
     }
   }

@@ -60,6 +60,11 @@ TEST(QuotaClock, PollsSpendTheQuotaAndAThrottledWaiterNoticesInItsNextPeriod) {
   // Free polls, or an arrival before the rank waits: nothing to notice late.
   EXPECT_NEAR(c.wait(16e-3, 30e-3, 0), 30e-3, 1e-12);
   EXPECT_NEAR(c.wait(31e-3, 30e-3, 0.1), 31e-3, 1e-12);
+  // Polling at 50 %, a fresh quota lasts 2 ms of each 5 ms period: over a long wait only the
+  // period the message arrives in matters.
+  QuotaClock d(0.2, 5e-3, 0);
+  EXPECT_NEAR(d.wait(0, 1.001, 0.5), 1.001, 1e-12);
+  EXPECT_NEAR(d.wait(1.001, 2.003, 0.5), 2.005, 1e-12);
 }
 
 TEST(QuotaClock, AWholeShareNeverPauses) {
