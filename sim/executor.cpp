@@ -484,12 +484,7 @@ void Executor::on_batch_done(int b, double t) {
     // The receiver's copy in, once the bytes are there.
     const Op& op = p_.ops[owner];
     const double noticed = notice(op.peer, op.device, r_.ready[partner_[owner]], t);
-    const double received = spend_comm_cpu(op.peer, op.device, op.bytes, false, noticed);
-    if (received > t) {
-      at(received, partner_[owner], partner_[owner]);
-    } else {
-      complete(partner_[owner], t);
-    }
+    complete_at(partner_[owner], spend_comm_cpu(op.peer, op.device, op.bytes, false, noticed), t);
     return;
   }
   Instance& inst = instances_[owner];
@@ -502,12 +497,16 @@ void Executor::on_batch_done(int b, double t) {
   for (int k = 0; k < n; ++k) {
     const int op = inst.members[k];
     const int next = p_.ops[inst.members[(k + 1) % n]].device;
-    const double noticed = notice(p_.ops[op].device, next, r_.ready[op], t);
-    if (noticed > t) {
-      at(noticed, op, op);
-    } else {
-      complete(op, t);
-    }
+    complete_at(op, notice(p_.ops[op].device, next, r_.ready[op], t), t);
+  }
+}
+
+// Completes `op` at `when`: now if that is `now`, else by a timer.
+void Executor::complete_at(int op, double when, double now) {
+  if (when > now) {
+    at(when, op, op);
+  } else {
+    complete(op, now);
   }
 }
 

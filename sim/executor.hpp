@@ -88,6 +88,7 @@ class Executor {
   void at(double time, int first, int last);  // coalesced compute timer
   void fire(int slot);
   double notice(int device, int peer, double from, double until);
+  void complete_at(int op, double when, double now);
   double spend_comm_cpu(int device, int peer, double bytes, bool collective, double t);
   void start_transfer(int send, int recv, double t);
   void start_collective(int instance, double t);

@@ -29,11 +29,7 @@ class QuotaClock {
   double run(double t, double duration) {
     t = std::max(t, last_end_);
     double need = duration * share_;
-    const double k = std::floor((t - phase_) / period_);
-    if (k > period_index_) {
-      period_index_ = k;
-      used_ = 0;
-    }
+    enter_period_of(t);
     // The period index is carried, not recomputed from t: at a boundary, rounding in the
     // division could put t back into the period it just left.
     while (need > kEpsilon) {
@@ -59,11 +55,7 @@ class QuotaClock {
   double wait(double t, double until, double rate) {
     t = std::max(t, last_end_);
     if (until <= t || rate <= 0) return std::max(t, until);
-    const double k = std::floor((t - phase_) / period_);
-    if (k > period_index_) {
-      period_index_ = k;
-      used_ = 0;
-    }
+    enter_period_of(t);
     for (;;) {
       const double end = phase_ + (period_index_ + 1) * period_;
       const double out = t + (quota_ - used_) / rate;  // when the quota runs out
@@ -91,6 +83,15 @@ class QuotaClock {
   double spend(double t, double cpu) { return run(t, cpu / share_); }
 
  private:
+  // Moves to the period holding t if t is past the current one, with its quota whole.
+  void enter_period_of(double t) {
+    const double k = std::floor((t - phase_) / period_);
+    if (k > period_index_) {
+      period_index_ = k;
+      used_ = 0;
+    }
+  }
+
   static constexpr double kEpsilon = 1e-12;  // s: below it, rounding, not work
   double quota_, period_, phase_, share_;
   double period_index_ = -1e300;
