@@ -278,13 +278,17 @@ void Executor::fire(int slot) {
 
 // ---- transfers -----------------------------------------------------------------
 
+// The communication CPU law of `device` towards `peer`: its transport's, for its device type.
+const CommCpuLaw& Executor::comm_cpu(int device, int peer) const {
+  return cluster_.curve(cluster_.transport(device, peer)).cpu_of(cluster_.gpu(device).name);
+}
+
 // When `device` has spent the CPU of a communication op with `peer` of `bytes`, from t on:
 // t unless it runs under a CPU quota and the transport costs CPU (the testbed's ranks).
 double Executor::spend_comm_cpu(int device, int peer, double bytes, bool collective, double t) {
   std::optional<QuotaClock>& quota = quota_[device];
   if (!quota) return t;
-  const double cpu =
-      cluster_.curve(cluster_.transport(device, peer)).cpu_seconds(bytes, collective);
+  const double cpu = comm_cpu(device, peer).seconds(bytes, collective);
   return cpu > 0 ? quota->spend(t, cpu) : t;
 }
 
@@ -294,7 +298,7 @@ double Executor::spend_comm_cpu(int device, int peer, double bytes, bool collect
 double Executor::notice(int device, int peer, double from, double until) {
   std::optional<QuotaClock>& quota = quota_[device];
   if (!quota || peer == device) return until;
-  const double rate = cluster_.curve(cluster_.transport(device, peer)).poll_cpu_fraction;
+  const double rate = comm_cpu(device, peer).poll_fraction;
   return rate > 0 ? quota->wait(from, until, rate) : until;
 }
 

@@ -87,6 +87,7 @@ class Executor {
   void start_compute_chain(int op, double t);
   void at(double time, int first, int last);  // coalesced compute timer
   void fire(int slot);
+  const CommCpuLaw& comm_cpu(int device, int peer) const;
   double notice(int device, int peer, double from, double until);
   void complete_at(int op, double when, double now);
   double spend_comm_cpu(int device, int peer, double bytes, bool collective, double t);

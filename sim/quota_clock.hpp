@@ -2,10 +2,10 @@
 // sim/ internal: the clock of a device under a CPU quota (the testbed's cpu-NN ranks, cgroup
 // CFS bandwidth control): it runs at full speed until it has spent its quota of the current
 // period, then waits for the next period, where the quota is whole again (unused quota is
-// not carried over). Sending, receiving and reducing spend the CPU its transport costs
-// (TransportCurve::cpu_seconds), on the same clock: the rank is one thread, so its ops take
-// the core one after another. Waiting for a message spends the polls' share of a core
-// (TransportCurve::poll_cpu_fraction, 0: nothing).
+// not carried over). Sending, receiving and reducing spend the CPU its transport costs its
+// device type (CommCpuLaw::seconds), on the same clock: the rank is one thread, so its ops
+// take the core one after another. Waiting for a message spends the polls' share of a core
+// (CommCpuLaw::poll_fraction, 0: nothing).
 //
 // A compute op's duration from the cost model is at the device's average rate (share x one
 // core), so it needs duration x share seconds of the core. Each device's periods start at

@@ -158,11 +158,14 @@ TEST(TransportSim, QuotaDevicesSpendTheirCommunicationCpu) {
                              {"name", "quota"},
                              {"network", {{"nic_GBps", 0.125}, {"transport", "tcp"}}},
                              {"machines", {{{"gpu", "cpu-20"}, {"gpus", 2}}}}});
-  auto with_cpu = [&](double message_s, double collective_s, double poll = 0) {
+  // The law for every device type, or for the one named only.
+  auto with_cpu = [&](double message_s, double collective_s, double poll = 0,
+                      const std::string& type = "") {
     TransportCurve c = plain.curve(Transport::kHost);
-    c.cpu_op_s = message_s;
-    c.collective_cpu_op_s = collective_s;
-    c.poll_cpu_fraction = poll;
+    CommCpuLaw& law = type.empty() ? c.cpu : c.cpu_by_device[type];
+    law.op_s = message_s;
+    law.collective_op_s = collective_s;
+    law.poll_fraction = poll;
     Cluster out = plain;
     out.set_curves({{Transport::kHost, c}});
     return out;
@@ -196,6 +199,9 @@ TEST(TransportSim, QuotaDevicesSpendTheirCommunicationCpu) {
   EXPECT_NEAR(run(with_cpu(0, 1.5e-3, 0.5), true), 5e-3 + 0.6180339887498949 * 5e-3, 1e-9);
   // Nothing charged where the transport costs no CPU (every shipped table).
   EXPECT_EQ(run(with_cpu(0, 0), true), all_reduce);
+  // A device type's own law: charged to that type only.
+  EXPECT_NEAR(run(with_cpu(0, 1.5e-3, 0, "cpu-20"), true) - all_reduce, 5.5e-3, 1e-9);
+  EXPECT_EQ(run(with_cpu(0, 1.5e-3, 0, "cpu-40"), true), all_reduce);
 }
 
 }  // namespace

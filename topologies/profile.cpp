@@ -160,23 +160,48 @@ void apply(const FileEntry& e, DeviceProfile& values, std::array<std::string, kN
   }
 }
 
+// A communication CPU law (TransportCurve::cpu); a key not given keeps `law`'s value.
+CommCpuLaw read_cpu_law(const JsonNode& node, CommCpuLaw law) {
+  if (auto v = node.find("cpu_us_per_op")) law.op_s = v->number_in(0, 1e7) / 1e6;
+  if (auto v = node.find("cpu_ns_per_byte")) law.byte_s = v->number_in(0, 1e6) / 1e9;
+  if (auto v = node.find("collective_cpu_us_per_op"))
+    law.collective_op_s = v->number_in(0, 1e7) / 1e6;
+  if (auto v = node.find("collective_cpu_ns_per_byte"))
+    law.collective_byte_s = v->number_in(0, 1e6) / 1e9;
+  if (auto v = node.find("poll_cpu_fraction")) law.poll_fraction = v->number_in(0, 1);
+  return law;
+}
+
+void write_cpu_law(const CommCpuLaw& law, Json& out) {
+  out["cpu_us_per_op"] = law.op_s * 1e6;
+  out["cpu_ns_per_byte"] = law.byte_s * 1e9;
+  out["collective_cpu_us_per_op"] = law.collective_op_s * 1e6;
+  out["collective_cpu_ns_per_byte"] = law.collective_byte_s * 1e9;
+  out["poll_cpu_fraction"] = law.poll_fraction;
+}
+
 // One transport's curve: {"step_latency_us": x, "efficiency": [[bytes, eta], ...] (bytes
-// increasing), "source": "..."}.
+// increasing), "source": "...", the communication CPU law's keys, "devices": {TYPE: {the
+// law's keys: that device type's own law}}}.
 TransportCurve read_transport(const JsonNode& node, Transport t) {
-  node.allow_only({"step_latency_us", "efficiency", "collective_step_latency_us", "cpu_us_per_op",
-                   "cpu_ns_per_byte", "collective_cpu_us_per_op", "collective_cpu_ns_per_byte",
-                   "poll_cpu_fraction", "source"});
+  node.allow_only({"step_latency_us", "efficiency", "collective_step_latency_us", "source",
+                   "devices", "cpu_us_per_op", "cpu_ns_per_byte", "collective_cpu_us_per_op",
+                   "collective_cpu_ns_per_byte", "poll_cpu_fraction"});
   TransportCurve c;
   c.transport = t;
   c.source = node.find("source") ? node.str("source") : node.origin();
   c.step_latency_s = node.at("step_latency_us").number_in(0, 1e7) / 1e6;
-  if (auto v = node.find("cpu_us_per_op")) c.cpu_op_s = v->number_in(0, 1e7) / 1e6;
-  if (auto v = node.find("cpu_ns_per_byte")) c.cpu_byte_s = v->number_in(0, 1e6) / 1e9;
-  if (auto v = node.find("collective_cpu_us_per_op"))
-    c.collective_cpu_op_s = v->number_in(0, 1e7) / 1e6;
-  if (auto v = node.find("collective_cpu_ns_per_byte"))
-    c.collective_cpu_byte_s = v->number_in(0, 1e6) / 1e9;
-  if (auto v = node.find("poll_cpu_fraction")) c.poll_cpu_fraction = v->number_in(0, 1);
+  c.cpu = read_cpu_law(node, {});
+  if (auto devices = node.find("devices")) {
+    devices->require_object();
+    for (const auto& item : devices->json().items()) {
+      const std::string& type = item.key();
+      auto law = devices->at(type);
+      law.allow_only({"cpu_us_per_op", "cpu_ns_per_byte", "collective_cpu_us_per_op",
+                      "collective_cpu_ns_per_byte", "poll_cpu_fraction"});
+      c.cpu_by_device[type] = read_cpu_law(law, c.cpu);
+    }
+  }
   auto table = node.at("efficiency");
   table.require_array();
   for (std::size_t i = 0; i < table.json().size(); ++i) {
@@ -315,12 +340,11 @@ Json Profile::to_json() const {
       for (const auto& point : c.points) table.push_back({point.bytes, point.efficiency});
       Json entry = {
           {"step_latency_us", c.step_latency_s * 1e6}, {"efficiency", table}, {"source", c.source}};
-      if (c.costs_cpu()) {
-        entry["cpu_us_per_op"] = c.cpu_op_s * 1e6;
-        entry["cpu_ns_per_byte"] = c.cpu_byte_s * 1e9;
-        entry["collective_cpu_us_per_op"] = c.collective_cpu_op_s * 1e6;
-        entry["collective_cpu_ns_per_byte"] = c.collective_cpu_byte_s * 1e9;
-        entry["poll_cpu_fraction"] = c.poll_cpu_fraction;
+      if (c.costs_cpu()) write_cpu_law(c.cpu, entry);
+      if (!c.cpu_by_device.empty()) {
+        Json laws = Json::object();
+        for (const auto& [type, law] : c.cpu_by_device) write_cpu_law(law, laws[type]);
+        entry["devices"] = laws;
       }
       auto extra = collective_step_latency_s_.find(t);
       if (extra != collective_step_latency_s_.end())

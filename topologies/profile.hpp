@@ -30,7 +30,8 @@
 // ("transports": {"tcp": {"step_latency_us": 400, "efficiency": [[bytes, eta], ...],
 // "collective_step_latency_us": 900, "cpu_us_per_op": 30, "cpu_ns_per_byte": 0.1,
 // "collective_cpu_us_per_op": 300, "collective_cpu_ns_per_byte": 2, "poll_cpu_fraction": 0.02
-// (each optional),
+// (each optional), "devices": {"cpu-20": {the same five keys: that device type's own law,
+// each key not given the transport's}},
 // "source": "..."}}, topologies/transport.hpp;
 // `hexisim calibrate` writes them from measured point-to-point transfers); version 1 files
 // (gemm_efficiency, attention_efficiency, memory_efficiency, kernel_overhead_us) describe the

@@ -20,6 +20,8 @@
 // "nominal"`) turns every eta into 1 and alpha into 0: the datasheet model, for
 // hand-checkable tests.
 
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,32 +45,49 @@ struct EfficiencyPoint {
   double efficiency = 1;  // achieved / nominal rate at this size, (0, 1]
 };
 
+// Host CPU a device under a CPU quota (the testbed's cpu-NN ranks) spends per communication
+// op: op + bytes x byte for a send or a receive and for a collective member (its copies,
+// reductions, progress; calibrated from the engine's per-op CPU times), and the share of a
+// core it spends polling while it waits for a message or a collective (the engine's sleeping
+// waits back off, engine/comm_mpi.cpp): the polls spend its quota too, and a rank whose quota
+// runs out while it polls notices the message only in its next period. All 0 (GPUs, the
+// shipped tables): nothing charged.
+struct CommCpuLaw {
+  double op_s = 0;
+  double byte_s = 0;
+  double collective_op_s = 0;
+  double collective_byte_s = 0;
+  double poll_fraction = 0;
+
+  double seconds(double bytes, bool collective) const {
+    return collective ? collective_op_s + bytes * collective_byte_s : op_s + bytes * byte_s;
+  }
+  bool costs() const {
+    return op_s > 0 || byte_s > 0 || collective_op_s > 0 || collective_byte_s > 0 ||
+           poll_fraction > 0;
+  }
+};
+
 struct TransportCurve {
   Transport transport = Transport::kNominal;
   std::string source;                   // where the table comes from
   double step_latency_s = 0;            // alpha: added to every step's hop latency
   std::vector<EfficiencyPoint> points;  // by increasing bytes; empty: eta 1
-  // Host CPU a device under a CPU quota (the testbed's cpu-NN ranks) spends per
-  // communication op over this transport: op + bytes x byte, for a send or a receive and for
-  // a collective member (its copies, reductions, progress; calibrated from the engine's
-  // per-op CPU times). 0 (GPUs, the shipped tables): nothing charged.
-  double cpu_op_s = 0;
-  double cpu_byte_s = 0;
-  double collective_cpu_op_s = 0;
-  double collective_cpu_byte_s = 0;
-  // The share of a core such a device spends polling while it waits for a message or a
-  // collective over this transport (the engine's sleeping waits back off, engine/comm_mpi.cpp):
-  // the polls spend its quota too, and a rank whose quota runs out while it polls notices the
-  // message only in its next period. 0: waiting is free.
-  double poll_cpu_fraction = 0;
+  // The communication CPU over this transport of every device type that has no law of its
+  // own in cpu_by_device (a cpu-20 rank, paused more often, spends more per op than a cpu-40
+  // one: calibrated per device type where the traces have its ops).
+  CommCpuLaw cpu{};
+  std::map<std::string, CommCpuLaw, std::less<>> cpu_by_device{};
 
-  double cpu_seconds(double bytes, bool collective) const {
-    return collective ? collective_cpu_op_s + bytes * collective_cpu_byte_s
-                      : cpu_op_s + bytes * cpu_byte_s;
+  const CommCpuLaw& cpu_of(std::string_view device_type) const {
+    auto it = cpu_by_device.find(device_type);
+    return it == cpu_by_device.end() ? cpu : it->second;
   }
   bool costs_cpu() const {
-    return cpu_op_s > 0 || cpu_byte_s > 0 || collective_cpu_op_s > 0 || collective_cpu_byte_s > 0 ||
-           poll_cpu_fraction > 0;
+    if (cpu.costs()) return true;
+    for (const auto& [type, law] : cpu_by_device)
+      if (law.costs()) return true;
+    return false;
   }
 
   // eta at `bytes`: linear in log2(bytes) between points, constant outside.

@@ -270,7 +270,7 @@ struct LinkPoint {
   std::string op_class;
   int samples = 0;
   double cpu_s = 0;  // the sender's and receiver's CPU at their quota's average rate
-  std::array<double, 2> shares = {0, 0};  // sender's, receiver's quota share (0: none)
+  std::array<const GpuSpec*, 2> ends = {nullptr, nullptr};  // sender's, receiver's device
 };
 
 Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& points,
@@ -311,11 +311,8 @@ Result<TermFit> fit_link(Transport transport, const std::vector<LinkPoint>& poin
   TransportCurve curve;
   curve.transport = transport;
   curve.step_latency_s = alpha;
-  curve.cpu_op_s = cpu.cpu_op_s;
-  curve.cpu_byte_s = cpu.cpu_byte_s;
-  curve.collective_cpu_op_s = cpu.collective_cpu_op_s;
-  curve.collective_cpu_byte_s = cpu.collective_cpu_byte_s;
-  curve.poll_cpu_fraction = cpu.poll_cpu_fraction;
+  curve.cpu = cpu.cpu;
+  curve.cpu_by_device = cpu.cpu_by_device;
   for (double size : sizes) {
     std::vector<double> etas;
     for (const auto& p : points) {
@@ -361,16 +358,79 @@ struct CpuPoint {
   bool collective = false;
   std::string op_class;
   int samples = 0;
+  std::string device_type;
 };
+
+// Least squares on relative error of cpu_s against offset(p) + the columns of feature(p)
+// (one row per point), each coefficient >= 0: a column whose coefficient comes out
+// negative, or that no point exercises, is dropped (0) and the rest refitted.
+template <int kTerms, class Features, class Offset>
+std::array<double, kTerms> fit_nonnegative(const std::vector<const CpuPoint*>& points,
+                                           const Features& feature, const Offset& offset) {
+  std::array<bool, kTerms> use{};
+  for (const CpuPoint* p : points) {
+    const auto f = feature(*p);
+    for (int k = 0; k < kTerms; ++k) use[k] = use[k] || f[k] != 0;
+  }
+  std::array<double, kTerms> x{};
+  for (int round = 0; round < kTerms; ++round) {
+    std::vector<int> cols;
+    for (int k = 0; k < kTerms; ++k)
+      if (use[k]) cols.push_back(k);
+    if (cols.empty()) break;
+    Eigen::MatrixXd a(points.size(), cols.size());
+    Eigen::VectorXd b(points.size());
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const CpuPoint& p = *points[i];
+      const double w = 1 / std::max(p.cpu_s, 1e-6);
+      const auto f = feature(p);
+      const auto r = static_cast<Eigen::Index>(i);
+      for (std::size_t c = 0; c < cols.size(); ++c)
+        a(r, static_cast<Eigen::Index>(c)) = w * f[cols[c]];
+      b[r] = w * (p.cpu_s - offset(p));
+    }
+    const Eigen::VectorXd s = a.colPivHouseholderQr().solve(b);
+    x.fill(0);
+    bool negative = false;
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      x[cols[c]] = std::max(0.0, s[static_cast<Eigen::Index>(c)]);
+      if (s[static_cast<Eigen::Index>(c)] < 0) {
+        use[cols[c]] = false;
+        negative = true;
+      }
+    }
+    if (!negative) break;
+  }
+  return x;
+}
+
+void score_comm_cpu(const std::vector<CpuPoint>& points, const CommCpuLaw& before,
+                    const CommCpuLaw& after, TermFit& t) {
+  Scores scores;
+  for (const auto& p : points) {
+    auto law = [&](const CommCpuLaw& l) {
+      return l.seconds(p.bytes, p.collective) + l.poll_fraction * p.seconds;
+    };
+    scores.add(p.op_class, p.cpu_s, law(before), law(after), 1);
+  }
+  scores.into(t);
+  t.params.push_back({"cpu_us_per_op", before.op_s * 1e6, after.op_s * 1e6, true});
+  t.params.push_back({"cpu_ns_per_byte", before.byte_s * 1e9, after.byte_s * 1e9, true});
+  t.params.push_back(
+      {"collective_cpu_us_per_op", before.collective_op_s * 1e6, after.collective_op_s * 1e6, true});
+  t.params.push_back({"collective_cpu_ns_per_byte", before.collective_byte_s * 1e9,
+                      after.collective_byte_s * 1e9, true});
+  t.params.push_back({"poll_cpu_fraction", before.poll_fraction, after.poll_fraction, true});
+}
 
 // The CPU a communication op costs a rank on a transport: a + b x bytes for a send or a
 // receive, a' + b' x bytes for a collective member, + f x duration for both (what it spends
 // polling while it waits, its sleeps backing off: engine/comm_mpi.cpp); least squares on
-// relative error, each term >= 0 (a term that comes out negative is dropped and the rest
-// refitted). The simulator charges the work, a + b x bytes (TransportCurve::cpu_seconds),
-// and the polls, f x the time waited (TransportCurve::poll_cpu_fraction), on the quota clock.
+// relative error, each term >= 0. The simulator charges the work, a + b x bytes
+// (CommCpuLaw::seconds), and the polls, f x the time waited (CommCpuLaw::poll_fraction), on
+// the quota clock.
 Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& points,
-                             TransportCurve& out) {
+                             CommCpuLaw& out) {
   TermFit t;
   t.term = "comm cpu " + std::string(to_string(transport));
   t.points = static_cast<int>(points.size());
@@ -380,61 +440,100 @@ Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& p
                      " communication ops with a measured CPU time; the CPU they cost needs at "
                      "least 5 (the traces of hexisim train on the cpu backend record it)");
   }
-  constexpr int kTerms = 5;  // p2p op, p2p byte, collective op, collective byte, poll
-  auto feature = [](const CpuPoint& p) {
-    const double p2p = p.collective ? 0.0 : 1.0, coll = 1 - p2p;
-    return std::array<double, kTerms>{p2p, p2p * p.bytes, coll, coll * p.bytes, p.seconds};
-  };
-  std::array<bool, kTerms> use{};
-  use.fill(true);
-  Eigen::VectorXd x = Eigen::VectorXd::Zero(kTerms);
-  for (int round = 0; round < kTerms; ++round) {
-    std::vector<int> cols;
-    for (int k = 0; k < kTerms; ++k)
-      if (use[k]) cols.push_back(k);
-    Eigen::MatrixXd a(points.size(), cols.size());
-    Eigen::VectorXd b(points.size());
-    for (std::size_t i = 0; i < points.size(); ++i) {
-      const double w = 1 / std::max(points[i].cpu_s, 1e-6);
-      const auto f = feature(points[i]);
-      const auto r = static_cast<Eigen::Index>(i);
-      for (std::size_t c = 0; c < cols.size(); ++c)
-        a(r, static_cast<Eigen::Index>(c)) = w * f[cols[c]];
-      b[r] = w * points[i].cpu_s;
-    }
-    const Eigen::VectorXd s = a.colPivHouseholderQr().solve(b);
-    x.setZero();
-    bool negative = false;
-    for (std::size_t c = 0; c < cols.size(); ++c) {
-      x[cols[c]] = s[static_cast<Eigen::Index>(c)];
-      if (x[cols[c]] < 0) {
-        use[cols[c]] = false;
-        negative = true;
-      }
-    }
-    x = x.cwiseMax(0.0);
-    if (!negative) break;
-  }
-  Scores scores;
-  for (const auto& p : points) {
-    const auto f = feature(p);
-    double fitted = 0;
-    for (int k = 0; k < kTerms; ++k) fitted += x[k] * f[k];
-    scores.add(p.op_class, p.cpu_s, 0.0, fitted, 1);
-  }
-  scores.into(t);
-  t.params.push_back({"cpu_us_per_op", out.cpu_op_s * 1e6, x[0] * 1e6, true});
-  t.params.push_back({"cpu_ns_per_byte", out.cpu_byte_s * 1e9, x[1] * 1e9, true});
-  t.params.push_back({"collective_cpu_us_per_op", out.collective_cpu_op_s * 1e6, x[2] * 1e6, true});
-  t.params.push_back(
-      {"collective_cpu_ns_per_byte", out.collective_cpu_byte_s * 1e9, x[3] * 1e9, true});
-  t.params.push_back({"poll_cpu_fraction", out.poll_cpu_fraction, x[4], true});
-  out.cpu_op_s = x[0];
-  out.cpu_byte_s = x[1];
-  out.collective_cpu_op_s = x[2];
-  out.collective_cpu_byte_s = x[3];
-  out.poll_cpu_fraction = x[4];
+  std::vector<const CpuPoint*> all;
+  for (const auto& p : points) all.push_back(&p);
+  const auto x = fit_nonnegative<5>(
+      all,
+      [](const CpuPoint& p) {
+        const double p2p = p.collective ? 0.0 : 1.0, coll = 1 - p2p;
+        return std::array<double, 5>{p2p, p2p * p.bytes, coll, coll * p.bytes, p.seconds};
+      },
+      [](const CpuPoint&) { return 0.0; });
+  const CommCpuLaw fitted{x[0], x[1], x[2], x[3], x[4]};
+  score_comm_cpu(points, out, fitted, t);
+  out = fitted;
   return t;
+}
+
+// Each device type's own law on a transport where its ops there are of several types: one
+// shape shared by the types (a + b x bytes for a message, a' + b' x bytes for a collective
+// member), scaled per type by one factor for its messages and another for its collectives (a
+// rank that its quota pauses more often spends more per op: caches and TLBs cold again), and
+// each type's own poll fraction f. Least squares on relative error, every term >= 0, by
+// alternating the shape (the factors and fractions held) and the factors and fractions (the
+// shape held) until neither moves. A type measured at one message size extrapolates as the
+// others' sizes say; a kind of op a type has no measurement of keeps the transport's law
+// (`law`). One term per type, scored on its own ops, against the transport's law.
+std::vector<TermFit> fit_device_comm_cpu(
+    Transport transport, const std::map<std::string, std::vector<const CpuPoint*>>& by_type,
+    const CommCpuLaw& law, std::map<std::string, CommCpuLaw, std::less<>>& out) {
+  struct Scale {
+    double message = 1, collective = 1, poll = 0;
+    bool messages = false, collectives = false;
+  };
+  std::map<std::string, Scale> scale;
+  std::vector<const CpuPoint*> all;
+  for (const auto& [type, points] : by_type) {
+    Scale& k = scale[type];
+    k.poll = law.poll_fraction;
+    for (const CpuPoint* p : points) {
+      (p->collective ? k.collectives : k.messages) = true;
+      all.push_back(p);
+    }
+  }
+  CommCpuLaw shape = law;
+  for (int round = 0; round < 100; ++round) {
+    double moved = 0;
+    for (const auto& [type, points] : by_type) {
+      const auto x = fit_nonnegative<3>(
+          points,
+          [&](const CpuPoint& p) {
+            const double work = shape.seconds(p.bytes, p.collective);
+            return std::array<double, 3>{p.collective ? 0.0 : work, p.collective ? work : 0.0,
+                                         p.seconds};
+          },
+          [](const CpuPoint&) { return 0.0; });
+      Scale& k = scale[type];
+      const Scale next{k.messages ? x[0] : 1, k.collectives ? x[1] : 1, x[2], k.messages,
+                       k.collectives};
+      moved = std::max({moved, std::abs(next.message - k.message),
+                        std::abs(next.collective - k.collective), std::abs(next.poll - k.poll)});
+      k = next;
+    }
+    const auto y = fit_nonnegative<4>(
+        all,
+        [&](const CpuPoint& p) {
+          const Scale& k = scale.at(p.device_type);
+          const double m = p.collective ? 0.0 : k.message, c = p.collective ? k.collective : 0.0;
+          return std::array<double, 4>{m, m * p.bytes, c, c * p.bytes};
+        },
+        [&](const CpuPoint& p) { return scale.at(p.device_type).poll * p.seconds; });
+    shape = {y[0], y[1], y[2], y[3], 0};
+    if (moved < 1e-9) break;
+  }
+  std::vector<TermFit> terms;
+  for (const auto& [type, points] : by_type) {
+    const Scale& k = scale.at(type);
+    CommCpuLaw own = law;
+    if (k.messages) own.op_s = k.message * shape.op_s, own.byte_s = k.message * shape.byte_s;
+    if (k.collectives) {
+      own.collective_op_s = k.collective * shape.collective_op_s;
+      own.collective_byte_s = k.collective * shape.collective_byte_s;
+    }
+    own.poll_fraction = k.poll;
+    out[type] = own;
+    TermFit t;
+    t.term = "comm cpu " + std::string(to_string(transport)) + " " + type;
+    t.points = static_cast<int>(points.size());
+    std::vector<CpuPoint> mine;
+    for (const CpuPoint* p : points) {
+      t.samples += p->samples;
+      mine.push_back(*p);
+    }
+    score_comm_cpu(mine, law, own, t);
+    terms.push_back(std::move(t));
+  }
+  return terms;
 }
 
 // One collective instance: its measured time (the mean over the steps of the last member's
@@ -541,7 +640,8 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
           const auto at = std::find(devs.begin(), devs.end(), op.device) - devs.begin();
           peer = devs[static_cast<std::size_t>(at + 1) % devs.size()];
         }
-        CpuPoint p{op.bytes, 0, 0, op.kind == OpKind::kCollective, op_class(prog, id), 0};
+        CpuPoint p{op.bytes, 0,  0, op.kind == OpKind::kCollective, op_class(prog, id),
+                   0,        cluster.gpu(op.device).name};
         for (const TraceOp& e : events) {
           if (e.cpu_us < 0) continue;
           p.cpu_s += e.cpu_us * 1e-6;
@@ -597,7 +697,7 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
              "message " + std::string(to_string(op.tensor)),
              static_cast<int>(events.size()),
              0.0,
-             {pausing_share(cluster.gpu(op.peer)), pausing_share(cluster.gpu(op.device))}});
+             {&cluster.gpu(op.peer), &cluster.gpu(op.device)}});
       } else if (op.kind == OpKind::kCollective) {
         const auto& devs = prog.groups[op.group].devices;
         for (std::size_t k = 0; k < devs.size(); ++k) {
@@ -625,25 +725,36 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
                      "cannot be fitted (add a trace of a plan with a pipeline boundary or a "
                      "sequence ring over it)");
   }
-  // The CPU of communication ops on ranks under a quota, per transport: first, as the
-  // simulator charges it on their quota clocks, so the links and collectives are fitted
-  // on what it leaves (at each rank's average rate: CPU / share).
+  // The CPU of communication ops on ranks under a quota, per transport, then per device type
+  // where a transport has ops of several: first, as the simulator charges it on their quota
+  // clocks, so the links and collectives are fitted on what it leaves (at each rank's average
+  // rate: CPU / share).
   std::map<Transport, TransportCurve> cpu;
   for (const auto& [transport, points] : comm_cpu) {
     if (transport == Transport::kNominal) continue;
-    auto t = fit_comm_cpu(transport, points, cpu[transport]);
+    TransportCurve& curve = cpu[transport];
+    auto t = fit_comm_cpu(transport, points, curve.cpu);
     if (!t) return t.error();
     c.terms.push_back(std::move(*t));
+    std::map<std::string, std::vector<const CpuPoint*>> by_type;
+    for (const auto& p : points) by_type[p.device_type].push_back(&p);
+    std::erase_if(by_type, [](const auto& e) { return e.second.size() < 5; });  // too few
+    if (by_type.size() < 2) continue;  // one type: the transport's law is its own
+    for (TermFit& term : fit_device_comm_cpu(transport, by_type, curve.cpu, curve.cpu_by_device))
+      c.terms.push_back(std::move(term));
   }
-  auto cpu_at_share = [&](Transport t, double bytes, bool collective, double share) {
+  auto cpu_at_share = [&](Transport t, const GpuSpec& gpu, double bytes, bool collective) {
     auto it = cpu.find(t);
-    return it == cpu.end() || share <= 0 ? 0.0 : it->second.cpu_seconds(bytes, collective) / share;
+    const double share = pausing_share(gpu);
+    return it == cpu.end() || share <= 0
+               ? 0.0
+               : it->second.cpu_of(gpu.name).seconds(bytes, collective) / share;
   };
   for (auto& [transport, points] : links) {
     if (transport == Transport::kNominal) continue;  // overrides and nominal clusters: as given
     for (auto& p : points) {
-      p.cpu_s = cpu_at_share(transport, p.bytes, false, p.shares[0]) +
-                cpu_at_share(transport, p.bytes, false, p.shares[1]);
+      p.cpu_s = cpu_at_share(transport, *p.ends[0], p.bytes, false) +
+                cpu_at_share(transport, *p.ends[1], p.bytes, false);
     }
     auto t =
         fit_link(transport, points, start_curves.at(transport), cpu[transport], c.profile, traces);
@@ -688,7 +799,7 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
       double cpu_s = 0;  // the slowest member's CPU (the simulator holds the ring for it)
       for (int d : devs) {
         cpu_s = std::max(
-            cpu_s, cpu_at_share(*used.begin(), first.bytes, true, pausing_share(fitted.gpu(d))));
+            cpu_s, cpu_at_share(*used.begin(), fitted.gpu(d), first.bytes, true));
       }
       collectives[*used.begin()].push_back(
           {sum / static_cast<double>(per_step.size()),

@@ -3,6 +3,9 @@
 // determine a term are refused, naming it.
 #include "validation/calibrate.hpp"
 
+#include <set>
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "scenarios/testing.hpp"
@@ -36,8 +39,15 @@ Profile truth() {
   d.memory_efficiency = 0.3;
   d.kernel_overhead_s = 3e-6;
   p.set_device("CPU-core", d, "truth");
-  p.set_transport({Transport::kHost, "truth", 20e-6, {{1024, 0.6}}});
-  p.set_transport({Transport::kTcp, "truth", 80e-6, {{1024, 0.7}}});
+  for (auto [t, alpha, eta] :
+       {std::tuple{Transport::kHost, 20e-6, 0.6}, std::tuple{Transport::kTcp, 80e-6, 0.7}}) {
+    TransportCurve c;
+    c.transport = t;
+    c.source = "truth";
+    c.step_latency_s = alpha;
+    c.points = {{1024, eta}};
+    p.set_transport(c);
+  }
   return p;
 }
 
@@ -195,9 +205,86 @@ TEST(Calibrate, RecoversTheCpuThatCommunicationCostsAQuotaDevice) {
   auto again = Profile::from_json(c->profile.to_json(), "fitted.json");
   ASSERT_TRUE(again.ok()) << again.error().message;
   const TransportCurve& host = again->transports().at(Transport::kHost);
-  EXPECT_NEAR(host.cpu_seconds(1e6, false), 40e-6 + 0.5e-3, 2e-5);
-  EXPECT_NEAR(host.cpu_seconds(1e6, true), 300e-6 + 2e-3, 1e-4);
-  EXPECT_NEAR(host.poll_cpu_fraction, 0.03, 0.002);
+  EXPECT_NEAR(host.cpu.seconds(1e6, false), 40e-6 + 0.5e-3, 2e-5);
+  EXPECT_NEAR(host.cpu.seconds(1e6, true), 300e-6 + 2e-3, 1e-4);
+  EXPECT_NEAR(host.cpu.poll_fraction, 0.03, 0.002);
+  EXPECT_TRUE(host.cpu_by_device.empty());  // one device type: the transport's law is its own
+}
+
+// Where a transport carries the ops of two device types, each gets its own law: here a
+// cpu-20 rank spends twice a cpu-40 rank's CPU per op and polls at 5 % of a core, not 3 %.
+TEST(Calibrate, FitsEachDeviceTypeItsOwnCommunicationCpu) {
+  auto scenario = [](int micro_batch) {
+    return testing::tiny_scenario(R"({"version": 1, "name": "mixed-mb)" +
+                                  std::to_string(micro_batch) + R"(",
+      "cluster": {"version": 1, "name": "cpu40-cpu20",
+                  "network": {"nic_GBps": 0.125, "transport": "tcp"},
+                  "machines": [{"name": "a", "gpu": "cpu-40", "gpus": 3},
+                               {"name": "b", "gpu": "cpu-20", "gpus": 3}]},
+      "model": "tiny-llama-8l",
+      "training": {"global_batch": 8, "micro_batch": )" +
+                                  std::to_string(micro_batch) + R"(, "seq_len": 32,
+                   "attention": "dense", "precision": "fp32"}})");
+  };
+  // A TP-2 stage and a one-rank stage on each machine: messages and all-reduces over shared
+  // memory on both device types, messages over tcp from a cpu-40 to a cpu-20.
+  auto plan = [](int micro_batch) {
+    return testing::plan_from(
+        {{"version", 1},
+         {"pipelines",
+          Json::array({{{"batch", 8},
+                        {"micro_batch", micro_batch},
+                        {"stages", Json::array({{{"devices", {0, 1}}, {"layers", {0, 3}}},
+                                                {{"devices", {2}}, {"layers", {3, 4}}},
+                                                {{"devices", {3, 4}}, {"layers", {4, 6}}},
+                                                {{"devices", {5}}, {"layers", {6, 8}}}})}}})}});
+  };
+  auto law = [](bool cpu20, bool collective, double bytes) {
+    const double work = collective ? 300e-6 + 2e-9 * bytes : 40e-6 + 0.5e-9 * bytes;
+    return cpu20 ? 2 * work : work;
+  };
+  std::vector<MeasuredRun> runs;
+  for (int mb : {1, 2}) {
+    MeasuredRun r = simulated_run(scenario(mb), plan(mb), truth());
+    for (TraceOp& e : r.trace.ops) {
+      const Op& op = r.program.ops[e.op];
+      if (op.kind == OpKind::kCompute) continue;
+      const bool cpu20 = op.device >= 3;
+      e.cpu_us = (law(cpu20, op.kind == OpKind::kCollective, op.bytes) +
+                  (cpu20 ? 0.05 : 0.03) * (e.end_us - e.start_us) * 1e-6) *
+                 1e6;
+    }
+    runs.push_back(std::move(r));
+  }
+  auto c = calibrate(runs, Profile());
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  std::set<std::string> terms;
+  for (const TermFit& t : c->terms) {
+    if (t.term.rfind("comm cpu ", 0) == 0) terms.insert(t.term);
+    if (t.term.rfind("comm cpu host cpu-", 0) == 0) {
+      EXPECT_GT(t.r2, 0.999) << t.term;
+    }
+  }
+  EXPECT_EQ(terms,
+            (std::set<std::string>{"comm cpu host", "comm cpu host cpu-20", "comm cpu host cpu-40",
+                                   "comm cpu tcp", "comm cpu tcp cpu-20", "comm cpu tcp cpu-40"}));
+  auto again = Profile::from_json(c->profile.to_json(), "fitted.json");
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  const TransportCurve& host = again->transports().at(Transport::kHost);
+  for (bool cpu20 : {false, true}) {
+    const CommCpuLaw& got = host.cpu_of(cpu20 ? "cpu-20" : "cpu-40");
+    for (bool collective : {false, true}) {
+      for (double bytes : {1e4, 1e6}) {
+        EXPECT_NEAR(got.seconds(bytes, collective) / law(cpu20, collective, bytes), 1, 0.02)
+            << cpu20 << collective << bytes;
+      }
+    }
+    EXPECT_NEAR(got.poll_fraction, cpu20 ? 0.05 : 0.03, 0.002);
+  }
+  // Over tcp each end's messages: the sender a cpu-40, the receiver a cpu-20.
+  const TransportCurve& tcp = again->transports().at(Transport::kTcp);
+  EXPECT_NEAR(tcp.cpu_of("cpu-20").seconds(1e5, false) / law(true, false, 1e5), 1, 0.02);
+  EXPECT_NEAR(tcp.cpu_of("cpu-40").seconds(1e5, false) / law(false, false, 1e5), 1, 0.02);
 }
 
 TEST(Calibrate, RefusesALinkThatCarriesCollectivesButNoMessage) {
