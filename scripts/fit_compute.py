@@ -59,7 +59,7 @@ PARAMS = ["gemm_ceiling", "gemm_tile_m", "gemm_tile_n", "gemm_k_half", "gemm_m_h
           "attention_d_half",
           "attention_dense_token_traffic", "attention_dense_traffic_fwd",
           "attention_dense_traffic_bwd", "memory_efficiency",
-          "kernel_overhead_us"]
+          "kernel_overhead_us", "op_time_spread"]
 BWD_FLOPS = 2.0 / 2.5  # flash-attention benchmarks count backward as 2.5x forward; we count 2x
 E = 2  # bytes per element (fp16/bf16)
 
@@ -102,6 +102,8 @@ OVERHEAD_US = 4.0
 OVERHEAD_SOURCE = ("assumption, not fitted: no kernel-level launch-latency measurement is "
                    "collected (CUDA launch + tail of a few us); the GEMM sweeps' fixed offsets "
                    "(0.2 ms) are benchmark-harness costs, not kernel costs")
+SPREAD_SOURCE = ("structural: the simulator times each op by the model (a GPU kernel's time varies "
+                 "little); fitted by hexisim calibrate on devices under a CPU quota")
 M_HALF_SOURCE = ("structural: no row saturation on a GPU, where waves(m, n) over the tile covers "
                  "a small m (the term is a CPU BLAS's packing, fitted by hexisim calibrate)")
 
@@ -363,6 +365,7 @@ def fit_gemm(fit, data):
         fit.set(fam, "gemm_tile_n", TILE[1], TILE_SOURCE)
         fit.set(fam, "kernel_overhead_us", OVERHEAD_US, OVERHEAD_SOURCE)
         fit.set(fam, "gemm_m_half", 0.0, M_HALF_SOURCE)
+        fit.set(fam, "op_time_spread", 0.0, SPREAD_SOURCE)
         fit.set(fam, "gemm_misaligned", mis, mis_src + ("" if fam == "hopper" else
                                                          " (measured on hopper, applied to all)"))
         fit.set(fam, "gemm_k_half", k_half, k_src + ("" if fam == "ada" else

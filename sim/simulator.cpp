@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <numbers>
 #include <string_view>
 
 #include "scheduler/cost/collectives.hpp"
@@ -58,6 +61,52 @@ namespace {
 
 namespace sg4 = simgrid::s4u;
 
+// One device's stream of standard normal numbers: splitmix64 and Box-Muller, written out so
+// that the same program gives the same draws with any standard library.
+class Normals {
+ public:
+  explicit Normals(std::uint64_t seed) : state_(seed) {}
+  double next() {
+    const double u1 = (static_cast<double>(bits() >> 11) + 0.5) / 9007199254740992.0;
+    const double u2 = static_cast<double>(bits() >> 11) / 9007199254740992.0;
+    return std::sqrt(-2 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+  }
+
+ private:
+  std::uint64_t bits() {
+    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  std::uint64_t state_;
+};
+
+// Each compute op's kernel time drawn around the model's where its device type's profile has a
+// spread (DeviceProfile::op_time_spread, s): the model's time x a log-normal of mean 1 and
+// relative deviation s, one stream per device, drawn in op order. Deterministic: the same
+// program and profile give the same times.
+void spread_durations(const Program& p, const Cluster& cluster, const Profile& profile,
+                      const std::vector<double>& folded, std::vector<double>& duration) {
+  std::vector<double> spread(cluster.num_devices(), 0.0);
+  bool any = false;
+  for (int d = 0; d < cluster.num_devices(); ++d) {
+    spread[d] = profile.device(cluster.gpu(d)).op_time_spread;
+    any = any || spread[d] > 0;
+  }
+  if (!any) return;
+  std::vector<Normals> normals;
+  for (int d = 0; d < cluster.num_devices(); ++d) normals.emplace_back(0x5eed0000ULL + d);
+  for (int id = 0; id < p.num_ops(); ++id) {
+    const Op& op = p.ops[id];
+    if (op.kind != OpKind::kCompute || spread[op.device] <= 0) continue;
+    const double s2 = std::log1p(spread[op.device] * spread[op.device]);
+    const double kernels = duration[id] - folded[id];  // a folded collective keeps its time
+    duration[id] =
+        folded[id] + kernels * std::exp(std::sqrt(s2) * normals[op.device].next() - s2 / 2);
+  }
+}
+
 // Every transfer and collective must stay inside one connected part of the cluster.
 Status check_fits(const Program& p, const Cluster& cluster) {
   if (p.num_devices != cluster.num_devices()) {
@@ -105,6 +154,7 @@ Result<SimOutput> run_here(const Inputs& in) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<double> folded;
   std::vector<double> duration = compute_durations(in.program, in.cluster, in.profile, &folded);
+  spread_durations(in.program, in.cluster, in.profile, folded, duration);
   char arg0[] = "hexisim-simulate";
   char arg1[] = "--log=root.thres:critical";
   char* argv[] = {arg0, arg1, nullptr};

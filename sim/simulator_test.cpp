@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include <algorithm>
+#include <cmath>
 
 #include "scenarios/testing.hpp"
 #include "scheduler/estimate/estimate.hpp"
@@ -743,6 +744,46 @@ TEST(Simulator, TraceReadsBackOpForOpThroughTheSchema) {
     EXPECT_LE(e.end_us, out->report.iteration_time_s * 1e6 * (1 + 1e-9) + 1e-3) << "op " << e.op;
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), program->num_ops());
+}
+
+// A device type's op_time_spread draws each compute op's time around the model's: a
+// log-normal of mean 1 and that relative deviation, the same draws on every run; 0: every op
+// the model's time.
+TEST(Simulator, OpTimeSpreadDrawsEachComputeOpAroundTheModel) {
+  ProgramBuilder b(1);
+  for (int i = 0; i < 400; ++i) b.compute(0, 1e10);  // 10 ms each on the unit GPU
+  const Program program = b.build();
+  const Cluster c = unit_cluster(1, 1);
+  auto with_spread = [&](double spread) {
+    Profile p = ideal_profile();
+    DeviceProfile d = p.device(c.gpu(0));
+    d.op_time_spread = spread;
+    p.set_device(c.gpu(0).name, d, "test");
+    return p;
+  };
+  EXPECT_NEAR(run(program, c, with_spread(0)).report.iteration_time_s, 4.0, 1e-9);
+  const SimOutput a = run(program, c, with_spread(0.1), sim::Algorithm::kRing, true);
+  const SimOutput again = run(program, c, with_spread(0.1), sim::Algorithm::kRing, true);
+  EXPECT_EQ(a.report.iteration_time_s, again.report.iteration_time_s);
+  EXPECT_EQ(a.trace_json, again.trace_json);
+  // The mean of 400 draws: within 3 standard errors (1.5 %) of the model's 10 ms.
+  EXPECT_NEAR(a.report.iteration_time_s, 4.0, 0.06);
+  EXPECT_NE(a.report.iteration_time_s, 4.0);
+  auto trace = trace_from_json(Json::parse(a.trace_json), "trace.json");
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  double sum = 0, squares = 0, low = 1, high = 0;
+  for (const TraceOp& e : trace->ops) {
+    const double x = (e.end_us - e.start_us) * 1e-6 / 0.01;
+    sum += x;
+    squares += x * x;
+    low = std::min(low, x);
+    high = std::max(high, x);
+  }
+  const double n = static_cast<double>(trace->ops.size()), mean = sum / n;
+  ASSERT_EQ(n, 400);
+  EXPECT_NEAR(std::sqrt(squares / n - mean * mean), 0.1, 0.015);
+  EXPECT_LT(low, 0.85);  // a spread, not a shift
+  EXPECT_GT(high, 1.15);
 }
 
 TEST(Simulator, ProgramsWithCyclesOrTheWrongClusterAreBadInput) {

@@ -28,6 +28,7 @@ constexpr std::array<Field, kNumParams> kFields = {{
     {Param::kAttentionDenseTrafficBwd, &DeviceProfile::attention_dense_traffic_bwd},
     {Param::kMemoryEfficiency, &DeviceProfile::memory_efficiency},
     {Param::kKernelOverheadUs, &DeviceProfile::kernel_overhead_s},
+    {Param::kOpTimeSpread, &DeviceProfile::op_time_spread},
 }};
 
 constexpr std::array<ParamInfo, kNumParams> kInfos = {{
@@ -58,6 +59,8 @@ constexpr std::array<ParamInfo, kNumParams> kInfos = {{
     {Param::kMemoryEfficiency, "memory_efficiency", 1e-3, kMaxEfficiency,
      "element-wise kernels: fraction of datasheet HBM GB/s"},
     {Param::kKernelOverheadUs, "kernel_overhead_us", 0, 1e6, "us per kernel: launch + tail"},
+    {Param::kOpTimeSpread, "op_time_spread", 0, 1,
+     "compute ops: relative standard deviation of an op's time from op to op (0: none)"},
 }};
 
 constexpr std::uint32_t kAllParams = (1u << kNumParams) - 1;

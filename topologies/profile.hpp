@@ -71,8 +71,9 @@ enum class Param {
   kAttentionDenseTrafficBwd,
   kMemoryEfficiency,
   kKernelOverheadUs,
+  kOpTimeSpread,
 };
-inline constexpr int kNumParams = 16;
+inline constexpr int kNumParams = 17;
 
 struct DeviceProfile {
   // GEMM: fraction of peak tensor FLOP/s of a large aligned GEMM; tile (0: no quantisation);
@@ -98,6 +99,12 @@ struct DeviceProfile {
   double attention_dense_traffic_bwd = 1;
   double memory_efficiency = 0.80;  // element-wise kernels, fraction of HBM GB/s
   double kernel_overhead_s = 4e-6;  // s per kernel: launch + tail
+  // Compute ops' spread from op to op: the relative standard deviation of an op's time
+  // around the model's (its mean). The simulator draws each compute op's time from a
+  // log-normal of mean 1 and this deviation (sim/executor.cpp); 0 (every GPU family): each
+  // op takes the model's time. A device under a CPU quota needs it: ops of a fixed time
+  // lock into the quota's periods, real ones do not (hexisim calibrate fits it there).
+  double op_time_spread = 0;
 
   // The constant model (profile version 1): shape terms off.
   static DeviceProfile constant(double gemm, double attention, double memory, double overhead_s);

@@ -89,6 +89,9 @@ const std::vector<DefaultParam>& default_params() {
        "assumption, not fitted: no kernel-level launch-latency measurement is collected (CUDA "
        "launch + tail of a few us); the GEMM sweeps' fixed offsets (0.2 ms) are benchmark-harness "
        "costs, not kernel costs"},
+      {Architecture::kVolta, Param::kOpTimeSpread, 0.0,
+       "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
+       "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kTuring, Param::kGemmCeiling, 0.8536,
        "inherited from ampere (no kernel-level data for turing): fitted to A100-PCIe, A100-SXM (2 "
        "bf16/fp16 points): "
@@ -171,6 +174,9 @@ const std::vector<DefaultParam>& default_params() {
        "assumption, not fitted: no kernel-level launch-latency measurement is collected (CUDA "
        "launch + tail of a few us); the GEMM sweeps' fixed offsets (0.2 ms) are benchmark-harness "
        "costs, not kernel costs"},
+      {Architecture::kTuring, Param::kOpTimeSpread, 0.0,
+       "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
+       "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kAmpere, Param::kGemmCeiling, 0.8536,
        "fitted to A100-PCIe, A100-SXM (2 bf16/fp16 points): "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -245,6 +251,9 @@ const std::vector<DefaultParam>& default_params() {
        "assumption, not fitted: no kernel-level launch-latency measurement is collected (CUDA "
        "launch + tail of a few us); the GEMM sweeps' fixed offsets (0.2 ms) are benchmark-harness "
        "costs, not kernel costs"},
+      {Architecture::kAmpere, Param::kOpTimeSpread, 0.0,
+       "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
+       "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kAmpereGa10x, Param::kGemmCeiling, 0.8536,
        "inherited from ampere (the only GA10x sweep, an RTX 3080 Laptop, has unknown clocks): "
        "fitted to A100-PCIe, A100-SXM (2 bf16/fp16 points): "
@@ -309,6 +318,9 @@ const std::vector<DefaultParam>& default_params() {
        "assumption, not fitted: no kernel-level launch-latency measurement is collected (CUDA "
        "launch + tail of a few us); the GEMM sweeps' fixed offsets (0.2 ms) are benchmark-harness "
        "costs, not kernel costs"},
+      {Architecture::kAmpereGa10x, Param::kOpTimeSpread, 0.0,
+       "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
+       "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kAda, Param::kGemmCeiling, 0.9787,
        "fitted to L20 (33 bf16/fp16 points): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
@@ -376,6 +388,9 @@ const std::vector<DefaultParam>& default_params() {
        "assumption, not fitted: no kernel-level launch-latency measurement is collected (CUDA "
        "launch + tail of a few us); the GEMM sweeps' fixed offsets (0.2 ms) are benchmark-harness "
        "costs, not kernel costs"},
+      {Architecture::kAda, Param::kOpTimeSpread, 0.0,
+       "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
+       "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kHopper, Param::kGemmCeiling, 0.8512,
        "fitted to GH200-SXM (900W, 141GiB HBM3e), H100-SXM (2 bf16/fp16 points): "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -440,6 +455,9 @@ const std::vector<DefaultParam>& default_params() {
        "assumption, not fitted: no kernel-level launch-latency measurement is collected (CUDA "
        "launch + tail of a few us); the GEMM sweeps' fixed offsets (0.2 ms) are benchmark-harness "
        "costs, not kernel costs"},
+      {Architecture::kHopper, Param::kOpTimeSpread, 0.0,
+       "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
+       "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kBlackwell, Param::kGemmCeiling, 0.808,
        "fitted to B200-SXM, B300-SXM, GB200-SXM (3 bf16/fp16 points): "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -503,6 +521,9 @@ const std::vector<DefaultParam>& default_params() {
        "assumption, not fitted: no kernel-level launch-latency measurement is collected (CUDA "
        "launch + tail of a few us); the GEMM sweeps' fixed offsets (0.2 ms) are benchmark-harness "
        "costs, not kernel costs"},
+      {Architecture::kBlackwell, Param::kOpTimeSpread, 0.0,
+       "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
+       "fitted by hexisim calibrate on devices under a CPU quota"},
   };
   // END generated
   return kDefaults;

@@ -149,5 +149,34 @@ TEST(Profile, ShippedProfileRoundTripsWithSources) {
   EXPECT_EQ(back.source(g, Param::kGemmCeiling), "bench 2025");
 }
 
+// A transport's communication CPU law, and a device type's own: each key a device type
+// leaves out is the transport's; written out and read back, every type's law is whole.
+TEST(Profile, DeviceTypesHaveTheirOwnCommunicationCpuLaw) {
+  const Profile p = parse_profile(R"({"version": 2, "transports": {"host": {
+      "step_latency_us": 10, "efficiency": [[1024, 0.5]], "cpu_us_per_op": 40,
+      "collective_cpu_us_per_op": 300, "poll_cpu_fraction": 0.02,
+      "devices": {"cpu-20": {"collective_cpu_us_per_op": 600, "poll_cpu_fraction": 0.05}}}}})");
+  const TransportCurve& host = p.transports().at(Transport::kHost);
+  EXPECT_DOUBLE_EQ(host.cpu_of("cpu-40").seconds(0, true), 300e-6);
+  EXPECT_DOUBLE_EQ(host.cpu_of("cpu-20").seconds(0, true), 600e-6);
+  EXPECT_DOUBLE_EQ(host.cpu_of("cpu-20").seconds(0, false), 40e-6);  // the transport's
+  EXPECT_DOUBLE_EQ(host.cpu_of("cpu-20").poll_fraction, 0.05);
+  EXPECT_DOUBLE_EQ(host.cpu_of("cpu-40").poll_fraction, 0.02);
+  const Json written = p.to_json();
+  EXPECT_EQ(written["transports"]["host"]["devices"]["cpu-20"]["cpu_us_per_op"], 40.0);
+  EXPECT_EQ(dump_json(parse_profile(dump_json(written)).to_json()), dump_json(written));
+  for (const char* bad : {R"({"cpu-20": {"cpu_us_per_opp": 1}})",
+                          R"({"cpu-20": {"poll_cpu_fraction": 2}})", R"([1])"}) {
+    const std::string text =
+        std::string(
+            R"({"version": 2, "transports": {"host": {"step_latency_us": 10, "efficiency": [], "devices": )") +
+        bad + "}}}";
+    auto profile = Profile::from_json(*parse_json_text(text, "p.json"), "p.json");
+    ASSERT_FALSE(profile.ok()) << bad;
+    EXPECT_NE(profile.error().message.find("/transports/host/devices"), std::string::npos)
+        << profile.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace hexi

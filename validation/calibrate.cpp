@@ -416,8 +416,8 @@ void score_comm_cpu(const std::vector<CpuPoint>& points, const CommCpuLaw& befor
   scores.into(t);
   t.params.push_back({"cpu_us_per_op", before.op_s * 1e6, after.op_s * 1e6, true});
   t.params.push_back({"cpu_ns_per_byte", before.byte_s * 1e9, after.byte_s * 1e9, true});
-  t.params.push_back(
-      {"collective_cpu_us_per_op", before.collective_op_s * 1e6, after.collective_op_s * 1e6, true});
+  t.params.push_back({"collective_cpu_us_per_op", before.collective_op_s * 1e6,
+                      after.collective_op_s * 1e6, true});
   t.params.push_back({"collective_cpu_ns_per_byte", before.collective_byte_s * 1e9,
                       after.collective_byte_s * 1e9, true});
   t.params.push_back({"poll_cpu_fraction", before.poll_fraction, after.poll_fraction, true});
@@ -536,6 +536,37 @@ std::vector<TermFit> fit_device_comm_cpu(
   return terms;
 }
 
+// A run's spread of compute op times from op to op on each device type under a CPU quota:
+// the ops of one shape in one step on one device type are one group (so the machine's drift
+// between steps and rounds stays out); the rms over every op of (time / its group's mean -
+// 1), groups of 3 ops or more. Only ops whose CPU time was measured: a wall time counts the
+// quota's pauses.
+std::map<std::string, double> op_time_spread(const Program& prog, const Cluster& cluster,
+                                             const MeasuredOps& measured) {
+  std::map<std::tuple<std::string, int, int>, std::vector<double>> groups;  // type, shape, step
+  for (int id = 0; id < prog.num_ops(); ++id) {
+    const Op& op = prog.ops[id];
+    const GpuSpec& gpu = cluster.gpu(op.device);
+    if (op.kind != OpKind::kCompute || !gpu.quota_pauses()) continue;
+    for (const TraceOp& e : measured.by_op[id]) {
+      if (e.cpu_us >= 0) groups[{gpu.name, op.shape, e.step}].push_back(compute_seconds(e, gpu));
+    }
+  }
+  std::map<std::string, std::pair<double, int>> sums;  // type -> (sum of squares, ops)
+  for (const auto& [key, times] : groups) {
+    if (times.size() < 3) continue;
+    double mean = 0;
+    for (double t : times) mean += t / static_cast<double>(times.size());
+    if (mean <= 0) continue;
+    auto& [squares, n] = sums[std::get<0>(key)];
+    for (double t : times) squares += (t / mean - 1) * (t / mean - 1);
+    n += static_cast<int>(times.size());
+  }
+  std::map<std::string, double> out;
+  for (const auto& [type, sum] : sums) out[type] = std::sqrt(sum.first / sum.second);
+  return out;
+}
+
 // One collective instance: its measured time (the mean over the steps of the last member's
 // end minus the last member's start: waiting for late members left out) and the model's
 // time with the fitted links and no extra step latency.
@@ -623,11 +654,14 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
   std::map<Transport, std::string> collective_only;  // transport -> a collective on it
   std::map<Transport, TransportCurve> start_curves;
   std::map<Transport, std::vector<CpuPoint>> comm_cpu;
+  std::map<std::string, std::vector<double>> spreads;  // device type -> each run's
   for (const MeasuredRun& run : runs) {
     auto measured = measured_ops(run.program, run.trace, run.origin);
     if (!measured) return measured.error();
     const Program& prog = run.program;
     const Cluster& cluster = run.scenario.cluster;
+    for (const auto& [type, spread] : op_time_spread(prog, cluster, *measured))
+      spreads[type].push_back(spread);
     std::map<std::pair<int, std::string>, ComputePoint> shapes;  // (shape, gpu) -> point
     const auto sends = sends_by_message(prog);
     for (int id = 0; id < prog.num_ops(); ++id) {
@@ -640,8 +674,13 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
           const auto at = std::find(devs.begin(), devs.end(), op.device) - devs.begin();
           peer = devs[static_cast<std::size_t>(at + 1) % devs.size()];
         }
-        CpuPoint p{op.bytes, 0,  0, op.kind == OpKind::kCollective, op_class(prog, id),
-                   0,        cluster.gpu(op.device).name};
+        CpuPoint p{op.bytes,
+                   0,
+                   0,
+                   op.kind == OpKind::kCollective,
+                   op_class(prog, id),
+                   0,
+                   cluster.gpu(op.device).name};
         for (const TraceOp& e : events) {
           if (e.cpu_us < 0) continue;
           p.cpu_s += e.cpu_us * 1e-6;
@@ -689,15 +728,14 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
         auto given = base.transports().find(t);
         start_curves.emplace(t,
                              given != base.transports().end() ? given->second : transport_curve(t));
-        links[t].push_back(
-            {op.bytes,
-             best,
-             cluster.latency(op.peer, op.device),
-             op.bytes / cluster.bandwidth(op.peer, op.device),
-             "message " + std::string(to_string(op.tensor)),
-             static_cast<int>(events.size()),
-             0.0,
-             {&cluster.gpu(op.peer), &cluster.gpu(op.device)}});
+        links[t].push_back({op.bytes,
+                            best,
+                            cluster.latency(op.peer, op.device),
+                            op.bytes / cluster.bandwidth(op.peer, op.device),
+                            "message " + std::string(to_string(op.tensor)),
+                            static_cast<int>(events.size()),
+                            0.0,
+                            {&cluster.gpu(op.peer), &cluster.gpu(op.device)}});
       } else if (op.kind == OpKind::kCollective) {
         const auto& devs = prog.groups[op.group].devices;
         for (std::size_t k = 0; k < devs.size(); ++k) {
@@ -716,6 +754,18 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
   for (const auto& [name, entry] : compute) {
     auto t = fit_compute(*entry.first, entry.second, base, c.profile, traces);
     if (!t) return t.error();
+    // The spread from op to op: the median over the runs (one noisy run does not set it).
+    auto it = spreads.find(name);
+    if (it != spreads.end()) {
+      const double spread = median(it->second);
+      t->params.push_back(
+          {"op_time_spread", base.device(*entry.first).op_time_spread, spread, true});
+      c.profile.set_device_param(
+          name, Param::kOpTimeSpread, spread,
+          format("hexisim calibrate: rms of each compute op's time against the mean of its "
+                 "shape in its step, median over %d runs, from %s",
+                 static_cast<int>(it->second.size()), traces.c_str()));
+    }
     c.terms.push_back(std::move(*t));
   }
   for (const auto& [transport, where] : collective_only) {
@@ -798,8 +848,7 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
       const auto [bw, lat] = ring_link(fitted, devs, first.bytes);
       double cpu_s = 0;  // the slowest member's CPU (the simulator holds the ring for it)
       for (int d : devs) {
-        cpu_s = std::max(
-            cpu_s, cpu_at_share(*used.begin(), fitted.gpu(d), first.bytes, true));
+        cpu_s = std::max(cpu_s, cpu_at_share(*used.begin(), fitted.gpu(d), first.bytes, true));
       }
       collectives[*used.begin()].push_back(
           {sum / static_cast<double>(per_step.size()),

@@ -16,17 +16,34 @@
 namespace hexi::validation {
 namespace {
 
+// tiny-llama-8l at `micro_batch` on a cluster `name` of `machines` (a cluster file's
+// "machines" array) on a 1 Gbit/s tcp network.
+Scenario scenario_on(const std::string& name, const std::string& machines, int micro_batch) {
+  const std::string mb = std::to_string(micro_batch);
+  return testing::tiny_scenario(R"({"version": 1, "name": ")" + name + "-mb" + mb + R"(",
+    "cluster": {"version": 1, "name": ")" +
+                                name + R"(",
+                "network": {"nic_GBps": 0.125, "transport": "tcp"}, "machines": )" +
+                                machines +
+                                R"(},
+    "model": "tiny-llama-8l",
+    "training": {"global_batch": 8, "micro_batch": )" +
+                                mb + R"(, "seq_len": 32,
+                 "attention": "dense", "precision": "fp32"}})");
+}
+
 // Two machines of 4 CPU ranks (intra-machine links: host transport) on a tcp network.
 Scenario cpu_scenario(int micro_batch) {
-  return testing::tiny_scenario(R"({
-  "version": 1, "name": "cpu-mb)" +
-                                std::to_string(micro_batch) + R"(",
-  "cluster": {"version": 1, "name": "cpu-2x4", "network": {"nic_GBps": 0.125, "transport": "tcp"},
-              "machines": [{"name": "m", "gpu": "CPU-core", "gpus": 4, "repeat": 2}]},
-  "model": "tiny-llama-8l",
-  "training": {"global_batch": 8, "micro_batch": )" +
-                                std::to_string(micro_batch) + R"(, "seq_len": 32,
-               "attention": "dense", "precision": "fp32"}})");
+  return scenario_on("cpu-2x4", R"([{"name": "m", "gpu": "CPU-core", "gpus": 4, "repeat": 2}])",
+                     micro_batch);
+}
+
+// One pipeline of batch 8 at `micro_batch` over `stages` ({devices, layers} each).
+Plan pipeline_plan(const Json& stages, int micro_batch) {
+  return testing::plan_from(
+      {{"version", 1},
+       {"pipelines",
+        Json::array({{{"batch", 8}, {"micro_batch", micro_batch}, {"stages", stages}}})}});
 }
 
 // The profile the "measurements" come from: CPU-core slower than the defaults in every
@@ -53,14 +70,10 @@ Profile truth() {
 
 // Three pipeline stages: device 0 -> 1 over the host link, 1 -> 4 over the network.
 Plan three_stages(int micro_batch) {
-  return testing::plan_from(
-      {{"version", 1},
-       {"pipelines",
-        Json::array({{{"batch", 8},
-                      {"micro_batch", micro_batch},
-                      {"stages", Json::array({{{"devices", {0}}, {"layers", {0, 3}}},
-                                              {{"devices", {1}}, {"layers", {3, 5}}},
-                                              {{"devices", {4}}, {"layers", {5, 8}}}})}}})}});
+  return pipeline_plan(Json::array({{{"devices", {0}}, {"layers", {0, 3}}},
+                                    {{"devices", {1}}, {"layers", {3, 5}}},
+                                    {{"devices", {4}}, {"layers", {5, 8}}}}),
+                       micro_batch);
 }
 
 // A run as if measured: the simulated iteration under `profile`, repeated for 3 steps.
@@ -146,27 +159,16 @@ TEST(Calibrate, RecoversTheTimesOfTheProfileThatMadeTheTraces) {
 // byte for messages and for collectives, and the share spent polling while waiting.
 TEST(Calibrate, RecoversTheCpuThatCommunicationCostsAQuotaDevice) {
   auto scenario = [](int micro_batch) {
-    return testing::tiny_scenario(R"({"version": 1, "name": "quota-mb)" +
-                                  std::to_string(micro_batch) + R"(",
-      "cluster": {"version": 1, "name": "cpu20-2x3",
-                  "network": {"nic_GBps": 0.125, "transport": "tcp"},
-                  "machines": [{"name": "m", "gpu": "cpu-20", "gpus": 3, "repeat": 2}]},
-      "model": "tiny-llama-8l",
-      "training": {"global_batch": 8, "micro_batch": )" +
-                                  std::to_string(micro_batch) + R"(, "seq_len": 32,
-                   "attention": "dense", "precision": "fp32"}})");
+    return scenario_on("cpu20-2x3", R"([{"name": "m", "gpu": "cpu-20", "gpus": 3, "repeat": 2}])",
+                       micro_batch);
   };
   // TP-2 on machine 0 (host), TP-2 across the machines (tcp), then one rank on machine 1:
   // messages and all-reduces on both transports, of two sizes over the two runs.
   auto plan = [](int micro_batch) {
-    return testing::plan_from(
-        {{"version", 1},
-         {"pipelines",
-          Json::array({{{"batch", 8},
-                        {"micro_batch", micro_batch},
-                        {"stages", Json::array({{{"devices", {0, 1}}, {"layers", {0, 3}}},
-                                                {{"devices", {2, 3}}, {"layers", {3, 6}}},
-                                                {{"devices", {4}}, {"layers", {6, 8}}}})}}})}});
+    return pipeline_plan(Json::array({{{"devices", {0, 1}}, {"layers", {0, 3}}},
+                                      {{"devices", {2, 3}}, {"layers", {3, 6}}},
+                                      {{"devices", {4}}, {"layers", {6, 8}}}}),
+                         micro_batch);
   };
   // The law: 40 us + 0.5 ns/B a message, 300 us + 2 ns/B a collective member, 3 % of each
   // op's duration polling.
@@ -213,31 +215,22 @@ TEST(Calibrate, RecoversTheCpuThatCommunicationCostsAQuotaDevice) {
 
 // Where a transport carries the ops of two device types, each gets its own law: here a
 // cpu-20 rank spends twice a cpu-40 rank's CPU per op and polls at 5 % of a core, not 3 %.
-TEST(Calibrate, FitsEachDeviceTypeItsOwnCommunicationCpu) {
+// And each device type's compute ops get their spread from op to op (op_time_spread).
+TEST(Calibrate, FitsEachDeviceTypeItsOwnCommunicationCpuAndOpSpread) {
   auto scenario = [](int micro_batch) {
-    return testing::tiny_scenario(R"({"version": 1, "name": "mixed-mb)" +
-                                  std::to_string(micro_batch) + R"(",
-      "cluster": {"version": 1, "name": "cpu40-cpu20",
-                  "network": {"nic_GBps": 0.125, "transport": "tcp"},
-                  "machines": [{"name": "a", "gpu": "cpu-40", "gpus": 3},
-                               {"name": "b", "gpu": "cpu-20", "gpus": 3}]},
-      "model": "tiny-llama-8l",
-      "training": {"global_batch": 8, "micro_batch": )" +
-                                  std::to_string(micro_batch) + R"(, "seq_len": 32,
-                   "attention": "dense", "precision": "fp32"}})");
+    return scenario_on("cpu40-cpu20",
+                       R"([{"name": "a", "gpu": "cpu-40", "gpus": 3},
+                           {"name": "b", "gpu": "cpu-20", "gpus": 3}])",
+                       micro_batch);
   };
   // A TP-2 stage and a one-rank stage on each machine: messages and all-reduces over shared
   // memory on both device types, messages over tcp from a cpu-40 to a cpu-20.
   auto plan = [](int micro_batch) {
-    return testing::plan_from(
-        {{"version", 1},
-         {"pipelines",
-          Json::array({{{"batch", 8},
-                        {"micro_batch", micro_batch},
-                        {"stages", Json::array({{{"devices", {0, 1}}, {"layers", {0, 3}}},
-                                                {{"devices", {2}}, {"layers", {3, 4}}},
-                                                {{"devices", {3, 4}}, {"layers", {4, 6}}},
-                                                {{"devices", {5}}, {"layers", {6, 8}}}})}}})}});
+    return pipeline_plan(Json::array({{{"devices", {0, 1}}, {"layers", {0, 3}}},
+                                      {{"devices", {2}}, {"layers", {3, 4}}},
+                                      {{"devices", {3, 4}}, {"layers", {4, 6}}},
+                                      {{"devices", {5}}, {"layers", {6, 8}}}}),
+                         micro_batch);
   };
   auto law = [](bool cpu20, bool collective, double bytes) {
     const double work = collective ? 300e-6 + 2e-9 * bytes : 40e-6 + 0.5e-9 * bytes;
@@ -245,11 +238,20 @@ TEST(Calibrate, FitsEachDeviceTypeItsOwnCommunicationCpu) {
   };
   std::vector<MeasuredRun> runs;
   for (int mb : {1, 2}) {
+    std::map<std::tuple<bool, int, int>, int> seen;  // (cpu-20, shape, step) -> ops so far
     MeasuredRun r = simulated_run(scenario(mb), plan(mb), truth());
+    const auto model = compute_durations(r.program, r.scenario.cluster, truth());
     for (TraceOp& e : r.trace.ops) {
       const Op& op = r.program.ops[e.op];
-      if (op.kind == OpKind::kCompute) continue;
       const bool cpu20 = op.device >= 3;
+      if (op.kind == OpKind::kCompute) {
+        // Compute ops' CPU: the model's work, 10 % above or below it in turn among the ops
+        // of a shape in a step on a device type.
+        const double share = cpu20 ? 0.2 : 0.4;
+        const int k = seen[{cpu20, op.shape, e.step}]++;
+        e.cpu_us = model[e.op] * share * (k % 2 == 0 ? 1.1 : 0.9) * 1e6;
+        continue;
+      }
       e.cpu_us = (law(cpu20, op.kind == OpKind::kCollective, op.bytes) +
                   (cpu20 ? 0.05 : 0.03) * (e.end_us - e.start_us) * 1e-6) *
                  1e6;
@@ -281,6 +283,11 @@ TEST(Calibrate, FitsEachDeviceTypeItsOwnCommunicationCpu) {
     }
     EXPECT_NEAR(got.poll_fraction, cpu20 ? 0.05 : 0.03, 0.002);
   }
+  // The compute ops' spread from op to op, on both types.
+  for (const char* type : {"cpu-20", "cpu-40"}) {
+    EXPECT_NEAR(again->device(*testing::shipped_gpus().find(type)).op_time_spread, 0.1, 0.01)
+        << type;
+  }
   // Over tcp each end's messages: the sender a cpu-40, the receiver a cpu-20.
   const TransportCurve& tcp = again->transports().at(Transport::kTcp);
   EXPECT_NEAR(tcp.cpu_of("cpu-20").seconds(1e5, false) / law(true, false, 1e5), 1, 0.02);
@@ -289,12 +296,9 @@ TEST(Calibrate, FitsEachDeviceTypeItsOwnCommunicationCpu) {
 
 TEST(Calibrate, RefusesALinkThatCarriesCollectivesButNoMessage) {
   // TP-2 stages on machines 0 and 1: the host links carry only TP all-reduces.
-  const Plan plan = testing::plan_from(
-      {{"version", 1},
-       {"pipelines",
-        Json::array({{{"batch", 8},
-                      {"stages", Json::array({{{"devices", {0, 1}}, {"layers", {0, 4}}},
-                                              {{"devices", {4, 5}}, {"layers", {4, 8}}}})}}})}});
+  const Plan plan = pipeline_plan(Json::array({{{"devices", {0, 1}}, {"layers", {0, 4}}},
+                                               {{"devices", {4, 5}}, {"layers", {4, 8}}}}),
+                                  1);
   std::vector<MeasuredRun> runs;
   runs.push_back(simulated_run(cpu_scenario(1), plan, truth()));
   auto c = calibrate(runs, Profile());
