@@ -101,7 +101,7 @@ struct DeviceProfile {
   double kernel_overhead_s = 4e-6;  // s per kernel: launch + tail
   // Compute ops' spread from op to op: the relative standard deviation of an op's time
   // around the model's (its mean). The simulator draws each compute op's time from a
-  // log-normal of mean 1 and this deviation (sim/executor.cpp); 0 (every GPU family): each
+  // log-normal of mean 1 and this deviation (sim/simulator.cpp); 0 (every GPU family): each
   // op takes the model's time. A device under a CPU quota needs it: ops of a fixed time
   // lock into the quota's periods, real ones do not (hexisim calibrate fits it there).
   double op_time_spread = 0;

@@ -74,8 +74,8 @@ struct TransportCurve {
   double step_latency_s = 0;            // alpha: added to every step's hop latency
   std::vector<EfficiencyPoint> points;  // by increasing bytes; empty: eta 1
   // The communication CPU over this transport of every device type that has no law of its
-  // own in cpu_by_device (a cpu-20 rank, paused more often, spends more per op than a cpu-40
-  // one: calibrated per device type where the traces have its ops).
+  // own in cpu_by_device (calibrated per device type where the traces have the ops of
+  // several).
   CommCpuLaw cpu{};
   std::map<std::string, CommCpuLaw, std::less<>> cpu_by_device{};
 

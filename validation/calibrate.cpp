@@ -404,10 +404,11 @@ std::array<double, kTerms> fit_nonnegative(const std::vector<const CpuPoint*>& p
   return x;
 }
 
-void score_comm_cpu(const std::vector<CpuPoint>& points, const CommCpuLaw& before,
+void score_comm_cpu(const std::vector<const CpuPoint*>& points, const CommCpuLaw& before,
                     const CommCpuLaw& after, TermFit& t) {
   Scores scores;
-  for (const auto& p : points) {
+  for (const CpuPoint* point : points) {
+    const CpuPoint& p = *point;
     auto law = [&](const CommCpuLaw& l) {
       return l.seconds(p.bytes, p.collective) + l.poll_fraction * p.seconds;
     };
@@ -450,16 +451,16 @@ Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& p
       },
       [](const CpuPoint&) { return 0.0; });
   const CommCpuLaw fitted{x[0], x[1], x[2], x[3], x[4]};
-  score_comm_cpu(points, out, fitted, t);
+  score_comm_cpu(all, out, fitted, t);
   out = fitted;
   return t;
 }
 
 // Each device type's own law on a transport where its ops there are of several types: one
 // shape shared by the types (a + b x bytes for a message, a' + b' x bytes for a collective
-// member), scaled per type by one factor for its messages and another for its collectives (a
-// rank that its quota pauses more often spends more per op: caches and TLBs cold again), and
-// each type's own poll fraction f. Least squares on relative error, every term >= 0, by
+// member), scaled per type by one factor for its messages and another for its collectives (device
+// types need not spend alike per op; on the testbed they poll differently), and each type's
+// own poll fraction f. Least squares on relative error, every term >= 0, by
 // alternating the shape (the factors and fractions held) and the factors and fractions (the
 // shape held) until neither moves. A type measured at one message size extrapolates as the
 // others' sizes say; a kind of op a type has no measurement of keeps the transport's law
@@ -525,12 +526,8 @@ std::vector<TermFit> fit_device_comm_cpu(
     TermFit t;
     t.term = "comm cpu " + std::string(to_string(transport)) + " " + type;
     t.points = static_cast<int>(points.size());
-    std::vector<CpuPoint> mine;
-    for (const CpuPoint* p : points) {
-      t.samples += p->samples;
-      mine.push_back(*p);
-    }
-    score_comm_cpu(mine, law, own, t);
+    for (const CpuPoint* p : points) t.samples += p->samples;
+    score_comm_cpu(points, law, own, t);
     terms.push_back(std::move(t));
   }
   return terms;
