@@ -204,5 +204,44 @@ TEST(TransportSim, QuotaDevicesSpendTheirCommunicationCpu) {
   EXPECT_EQ(run(with_cpu(0, 1.5e-3, 0, "cpu-40"), true), all_reduce);
 }
 
+// An efficiency above 1 at the largest size calibrated (the testbed's shaped links pass a
+// 64 KiB burst at the veth's speed) is a burst, not a rate: a larger message moves its bytes
+// beyond the burst at the nominal rate. Fitted at 256 and 512 KiB (eta 1.0 and 1.25, a burst
+// of 0.2 x 512 KiB), a 64 MiB message takes 32 MiB / rate longer than a 32 MiB one, not
+// 32 MiB / 1.25 rate; a curve ending at or below 1 stays at its last eta.
+TEST(TransportSim, AnEfficiencyAboveOneIsABurstThatLargerMessagesOutgrow) {
+  const Cluster plain = testing::cluster_from(
+      {{"version", 1},
+       {"name", "shaped"},
+       {"network", {{"nic_GBps", 0.125}, {"transport", "tcp"}}},
+       {"machines", {{{"gpu", "cpu-20"}, {"gpus", 1}}, {{"gpu", "cpu-20"}, {"gpus", 1}}}}});
+  ASSERT_EQ(plain.transport(0, 1), Transport::kTcp);
+  auto with_curve = [&](std::vector<EfficiencyPoint> points) {
+    TransportCurve c = plain.curve(Transport::kTcp);
+    c.points = std::move(points);
+    Cluster out = plain;
+    out.set_curves({{Transport::kTcp, c}});
+    return out;
+  };
+  auto message = [](const Cluster& cl, double bytes) {
+    ProgramBuilder b(2);
+    b.send(0, 1, bytes, 0);
+    b.recv(1, 0, bytes, 0);
+    auto out = simulate(b.build(), cl, testing::tiny_model(), testing::tiny_training(1),
+                        testing::ideal_profile(), SimOptions{});
+    if (!out) throw std::runtime_error(out.error().message);
+    return out->report.iteration_time_s;
+  };
+  const double rate = 0.125e9, mib = 1 << 20;
+  const Cluster burst = with_curve({{262144, 1.0}, {524288, 1.25}});
+  EXPECT_NEAR(burst.efficiency(0, 1, 524288), 1.25, 1e-12);
+  EXPECT_NEAR(burst.efficiency(0, 1, 64 * mib), 64 * mib / (64 * mib - 0.2 * 524288), 1e-12);
+  EXPECT_NEAR(message(burst, 64 * mib) - message(burst, 32 * mib), 32 * mib / rate, 1e-9);
+  EXPECT_NEAR(message(burst, 64 * mib) - message(burst, 0.5 * mib), 63.5 * mib / rate, 1e-9);
+  const Cluster below = with_curve({{262144, 0.5}, {524288, 0.8}});
+  EXPECT_NEAR(below.efficiency(0, 1, 64 * mib), 0.8, 1e-12);
+  EXPECT_NEAR(message(below, 64 * mib) - message(below, 32 * mib), 32 * mib / (0.8 * rate), 1e-9);
+}
+
 }  // namespace
 }  // namespace hexi

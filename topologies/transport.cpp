@@ -80,7 +80,15 @@ std::string_view to_string(Transport t) {
 double TransportCurve::efficiency(double bytes) const {
   if (points.empty()) return 1.0;
   if (bytes <= points.front().bytes) return points.front().efficiency;
-  if (bytes >= points.back().bytes) return points.back().efficiency;
+  if (bytes >= points.back().bytes) {
+    // Above 1 the link moved the message faster than its sustained rate: a token bucket's
+    // burst (the testbed's HTB shapers), b = s (1 - 1/eta) bytes at the largest size s
+    // measured. A larger message has only the same burst: eta = bytes / (bytes - b) -> 1.
+    const EfficiencyPoint& last = points.back();
+    if (last.efficiency <= 1) return last.efficiency;
+    const double burst = last.bytes * (1 - 1 / last.efficiency);
+    return bytes / (bytes - burst);
+  }
   std::size_t i = 1;
   while (points[i].bytes < bytes) ++i;
   const EfficiencyPoint& a = points[i - 1];

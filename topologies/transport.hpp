@@ -90,7 +90,9 @@ struct TransportCurve {
     return false;
   }
 
-  // eta at `bytes`: linear in log2(bytes) between points, constant outside.
+  // eta at `bytes`: linear in log2(bytes) between points, constant below the first and
+  // above the last, except where the last is above 1: a token bucket's burst, which a larger
+  // message outgrows (eta -> 1; transport.cpp).
   double efficiency(double bytes) const;
 };
 
