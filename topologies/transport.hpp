@@ -42,7 +42,7 @@ std::string_view to_string(Transport t);
 
 struct EfficiencyPoint {
   double bytes = 0;       // message per step
-  double efficiency = 1;  // achieved / nominal rate at this size, (0, 1]
+  double efficiency = 1;  // achieved / nominal rate at this size, > 0 (above 1: a burst)
 };
 
 // Host CPU a device under a CPU quota (the testbed's cpu-NN ranks) spends per communication
