@@ -88,22 +88,23 @@ class Normals {
 // program and profile give the same times.
 void spread_durations(const Program& p, const Cluster& cluster, const Profile& profile,
                       const std::vector<double>& folded, std::vector<double>& duration) {
-  std::vector<double> spread(cluster.num_devices(), 0.0);
+  std::vector<double> s2(cluster.num_devices(), 0.0);  // the log's variance, per device
   bool any = false;
   for (int d = 0; d < cluster.num_devices(); ++d) {
-    spread[d] = profile.device(cluster.gpu(d)).op_time_spread;
-    any = any || spread[d] > 0;
+    const double spread = profile.device(cluster.gpu(d)).op_time_spread;
+    s2[d] = std::log1p(spread * spread);
+    any = any || spread > 0;
   }
   if (!any) return;
   std::vector<Normals> normals;
   for (int d = 0; d < cluster.num_devices(); ++d) normals.emplace_back(0x5eed0000ULL + d);
   for (int id = 0; id < p.num_ops(); ++id) {
     const Op& op = p.ops[id];
-    if (op.kind != OpKind::kCompute || spread[op.device] <= 0) continue;
-    const double s2 = std::log1p(spread[op.device] * spread[op.device]);
+    const double v = s2[op.device];
+    if (op.kind != OpKind::kCompute || v <= 0) continue;
     const double kernels = duration[id] - folded[id];  // a folded collective keeps its time
     duration[id] =
-        folded[id] + kernels * std::exp(std::sqrt(s2) * normals[op.device].next() - s2 / 2);
+        folded[id] + kernels * std::exp(std::sqrt(v) * normals[op.device].next() - v / 2);
   }
 }
 

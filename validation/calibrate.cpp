@@ -671,13 +671,10 @@ Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profil
           const auto at = std::find(devs.begin(), devs.end(), op.device) - devs.begin();
           peer = devs[static_cast<std::size_t>(at + 1) % devs.size()];
         }
-        CpuPoint p{op.bytes,
-                   0,
-                   0,
-                   op.kind == OpKind::kCollective,
-                   op_class(prog, id),
-                   0,
-                   cluster.gpu(op.device).name};
+        CpuPoint p{.bytes = op.bytes,
+                   .collective = op.kind == OpKind::kCollective,
+                   .op_class = op_class(prog, id),
+                   .device_type = cluster.gpu(op.device).name};
         for (const TraceOp& e : events) {
           if (e.cpu_us < 0) continue;
           p.cpu_s += e.cpu_us * 1e-6;
