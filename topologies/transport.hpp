@@ -92,7 +92,8 @@ struct TransportCurve {
 
   // eta at `bytes`: linear in log2(bytes) between points, constant below the first and
   // above the last, except where the last is above 1: a token bucket's burst, which a larger
-  // message outgrows (eta -> 1; transport.cpp).
+  // message outgrows (eta -> the payload's share of the shaped rate, 1448/1514 for tcp, 1
+  // for the others; transport.cpp).
   double efficiency(double bytes) const;
 };
 

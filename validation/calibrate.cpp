@@ -362,8 +362,11 @@ struct CpuPoint {
 };
 
 // Least squares on relative error of cpu_s against offset(p) + the columns of feature(p)
-// (one row per point), each coefficient >= 0: a column whose coefficient comes out
-// negative, or that no point exercises, is dropped (0) and the rest refitted.
+// (one row per point), each point weighted by its share of the measured CPU (as the compute
+// fit weighs by share of time), each coefficient >= 0: a column whose coefficient comes out
+// negative, or that no point exercises, is dropped (0) and the rest refitted. With equal
+// weights, the hundreds of 256 KiB TP all-reduces of a calibration set the per-byte cost of
+// its few gradient all-reduces 200 times their size, where the quota time goes.
 template <int kTerms, class Features, class Offset>
 std::array<double, kTerms> fit_nonnegative(const std::vector<const CpuPoint*>& points,
                                            const Features& feature, const Offset& offset) {
@@ -382,7 +385,8 @@ std::array<double, kTerms> fit_nonnegative(const std::vector<const CpuPoint*>& p
     Eigen::VectorXd b(points.size());
     for (std::size_t i = 0; i < points.size(); ++i) {
       const CpuPoint& p = *points[i];
-      const double w = 1 / std::max(p.cpu_s, 1e-6);
+      // Relative error r, weight cpu_s: the row scaled by sqrt(cpu_s) / cpu_s.
+      const double w = 1 / std::sqrt(std::max(p.cpu_s, 1e-6));
       const auto f = feature(p);
       const auto r = static_cast<Eigen::Index>(i);
       for (std::size_t c = 0; c < cols.size(); ++c)
@@ -427,9 +431,9 @@ void score_comm_cpu(const std::vector<const CpuPoint*>& points, const CommCpuLaw
 // The CPU a communication op costs a rank on a transport: a + b x bytes for a send or a
 // receive, a' + b' x bytes for a collective member, + f x duration for both (what it spends
 // polling while it waits, its sleeps backing off: engine/comm_mpi.cpp); least squares on
-// relative error, each term >= 0. The simulator charges the work, a + b x bytes
-// (CommCpuLaw::seconds), and the polls, f x the time waited (CommCpuLaw::poll_fraction), on
-// the quota clock.
+// relative error weighted by each op's share of the CPU, each term >= 0. The simulator charges the
+// work, a + b x bytes (CommCpuLaw::seconds), and the polls, f x the time waited
+// (CommCpuLaw::poll_fraction), on the quota clock.
 Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& points,
                              CommCpuLaw& out) {
   TermFit t;
@@ -460,10 +464,10 @@ Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& p
 // shape shared by the types (a + b x bytes for a message, a' + b' x bytes for a collective
 // member), scaled per type by one factor for its messages and another for its collectives (device
 // types need not spend alike per op; on the testbed they poll differently), and each type's
-// own poll fraction f. Least squares on relative error, every term >= 0, by
-// alternating the shape (the factors and fractions held) and the factors and fractions (the
-// shape held) until neither moves. A type measured at one message size extrapolates as the
-// others' sizes say; a kind of op a type has no measurement of keeps the transport's law
+// own poll fraction f. Least squares on relative error weighted by share of the CPU, every
+// term >= 0, by alternating the shape (the factors and fractions held) and the factors and
+// fractions (the shape held) until neither moves. A type measured at one message size extrapolates
+// as the others' sizes say; a kind of op a type has no measurement of keeps the transport's law
 // (`law`). One term per type, scored on its own ops, against the transport's law.
 std::vector<TermFit> fit_device_comm_cpu(
     Transport transport, const std::map<std::string, std::vector<const CpuPoint*>>& by_type,

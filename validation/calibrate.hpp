@@ -22,17 +22,19 @@
 // ranks): every send, receive and collective member with a measured CPU time (the engine's
 // process CPU time in the op, cpu backend) is a data point, its mean over the steps against
 //   cpu = a + b x bytes (sends, receives) or a' + b' x bytes (collectives) + f x duration
-// (least squares on relative error, each term >= 0; f: polling while it waits). a, b, a', b'
-// are the transport's cpu_us_per_op, cpu_ns_per_byte, collective_cpu_us_per_op and
-// collective_cpu_ns_per_byte, f its poll_cpu_fraction (TransportCurve::cpu). Where a
-// transport carries the ops of several device types (5 or more each), each type gets its
-// own law (TransportCurve::cpu_by_device, the profile's "devices"): one shape a + b x bytes,
-// a' + b' x bytes shared by the types, scaled per type by a factor for its messages and one
-// for its collectives, and the type's own f (alternating least squares); a kind of op a type
-// has no measurement of keeps the transport's terms. The simulator spends the device type's
-// law on the device's quota clock. The links and collectives below are fitted on what that
-// CPU leaves: the model of a message or a collective adds its quota devices' work at their
-// average rate (/ share): both ends of a message, the slowest member of a collective.
+// (least squares on relative error, each point weighted by its share of the measured CPU,
+// so that a few large gradient all-reduces are not outvoted by many small ops; each term
+// >= 0; f: polling while it waits). a, b, a', b' are the transport's cpu_us_per_op,
+// cpu_ns_per_byte, collective_cpu_us_per_op and collective_cpu_ns_per_byte, f its
+// poll_cpu_fraction (TransportCurve::cpu). Where a transport carries the ops of several
+// device types (5 or more each), each type gets its own law (TransportCurve::cpu_by_device,
+// the profile's "devices"): one shape a + b x bytes, a' + b' x bytes shared by the types,
+// scaled per type by a factor for its messages and one for its collectives, and the type's
+// own f (alternating least squares); a kind of op a type has no measurement of keeps the
+// transport's terms. The simulator spends the device type's law on the device's quota
+// clock. The links and collectives below are fitted on what that CPU leaves: the model of a
+// message or a collective adds its quota devices' work at their average rate (/ share): both
+// ends of a message, the slowest member of a collective.
 //
 // Links, per transport (host, tcp, ...: Cluster::transport of the pair): every received
 // message is a data point: the transfer time = the receive's end - max(the receive's
