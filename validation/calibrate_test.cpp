@@ -3,6 +3,7 @@
 // determine a term are refused, naming it.
 #include "validation/calibrate.hpp"
 
+#include <functional>
 #include <set>
 #include <tuple>
 
@@ -107,6 +108,23 @@ MeasuredRun simulated_run(Scenario sc, const Plan& plan, const Profile& profile)
           std::move(*program), std::move(measured)};
 }
 
+// The runs of `plan(mb)` on `scenario(mb)` at micro-batches 1 and 2, simulated under truth(),
+// whose communication ops spent `cpu_us(op, event)` of CPU each.
+std::vector<MeasuredRun> runs_spending(
+    const std::function<Scenario(int)>& scenario, const std::function<Plan(int)>& plan,
+    const std::function<double(const Op&, const TraceOp&)>& cpu_us) {
+  std::vector<MeasuredRun> runs;
+  for (int mb : {1, 2}) {
+    MeasuredRun r = simulated_run(scenario(mb), plan(mb), truth());
+    for (TraceOp& e : r.trace.ops) {
+      const Op& op = r.program.ops[e.op];
+      if (op.kind != OpKind::kCompute) e.cpu_us = cpu_us(op, e);
+    }
+    runs.push_back(std::move(r));
+  }
+  return runs;
+}
+
 TEST(Calibrate, RecoversTheTimesOfTheProfileThatMadeTheTraces) {
   std::vector<MeasuredRun> runs;
   for (int mb : {1, 2}) runs.push_back(simulated_run(cpu_scenario(mb), three_stages(mb), truth()));
@@ -178,15 +196,7 @@ TEST(Calibrate, RecoversTheCpuThatCommunicationCostsAQuotaDevice) {
         op.kind == OpKind::kCollective ? 300e-6 + 2e-9 * op.bytes : 40e-6 + 0.5e-9 * op.bytes;
     return (work + 0.03 * (e.end_us - e.start_us) * 1e-6) * 1e6;
   };
-  std::vector<MeasuredRun> runs;
-  for (int mb : {1, 2}) {
-    MeasuredRun r = simulated_run(scenario(mb), plan(mb), truth());
-    for (TraceOp& e : r.trace.ops) {
-      const Op& op = r.program.ops[e.op];
-      if (op.kind != OpKind::kCompute) e.cpu_us = cpu_of(op, e);
-    }
-    runs.push_back(std::move(r));
-  }
+  const std::vector<MeasuredRun> runs = runs_spending(scenario, plan, cpu_of);
   auto c = calibrate(runs, Profile());
   ASSERT_TRUE(c.ok()) << c.error().message;
   int seen = 0;
@@ -245,15 +255,7 @@ TEST(Calibrate, GivesTheFewLargeAllReducesTheirOwnCpuAmongManySmallOnes) {
     const double work = collective ? 300e-6 + 2e-9 * op.bytes : 40e-6 + 0.5e-9 * op.bytes;
     return ((tp(op) ? 2 : 1) * work + 0.03 * (e.end_us - e.start_us) * 1e-6) * 1e6;
   };
-  std::vector<MeasuredRun> runs;
-  for (int mb : {1, 2}) {
-    MeasuredRun r = simulated_run(scenario(mb), plan(mb), truth());
-    for (TraceOp& e : r.trace.ops) {
-      const Op& op = r.program.ops[e.op];
-      if (op.kind != OpKind::kCompute) e.cpu_us = cpu_of(op, e);
-    }
-    runs.push_back(std::move(r));
-  }
+  const std::vector<MeasuredRun> runs = runs_spending(scenario, plan, cpu_of);
   auto c = calibrate(runs, Profile());
   ASSERT_TRUE(c.ok()) << c.error().message;
   const CommCpuLaw& law = c->profile.transports().at(Transport::kHost).cpu;
