@@ -431,8 +431,8 @@ void score_comm_cpu(const std::vector<const CpuPoint*>& points, const CommCpuLaw
 // The CPU a communication op costs a rank on a transport: a + b x bytes for a send or a
 // receive, a' + b' x bytes for a collective member, + f x duration for both (what it spends
 // polling while it waits, its sleeps backing off: engine/comm_mpi.cpp); least squares on
-// relative error weighted by each op's share of the CPU, each term >= 0. The simulator charges the
-// work, a + b x bytes (CommCpuLaw::seconds), and the polls, f x the time waited
+// relative error weighted by each op's share of the CPU, each term >= 0. The simulator
+// charges the work, a + b x bytes (CommCpuLaw::seconds), and the polls, f x the time waited
 // (CommCpuLaw::poll_fraction), on the quota clock.
 Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& points,
                              CommCpuLaw& out) {
@@ -466,9 +466,10 @@ Result<TermFit> fit_comm_cpu(Transport transport, const std::vector<CpuPoint>& p
 // types need not spend alike per op; on the testbed they poll differently), and each type's
 // own poll fraction f. Least squares on relative error weighted by share of the CPU, every
 // term >= 0, by alternating the shape (the factors and fractions held) and the factors and
-// fractions (the shape held) until neither moves. A type measured at one message size extrapolates
-// as the others' sizes say; a kind of op a type has no measurement of keeps the transport's law
-// (`law`). One term per type, scored on its own ops, against the transport's law.
+// fractions (the shape held) until neither moves. A type measured at one message size
+// extrapolates as the others' sizes say; a kind of op a type has no measurement of keeps the
+// transport's law (`law`). One term per type, scored on its own ops, against the transport's
+// law.
 std::vector<TermFit> fit_device_comm_cpu(
     Transport transport, const std::map<std::string, std::vector<const CpuPoint*>>& by_type,
     const CommCpuLaw& law, std::map<std::string, CommCpuLaw, std::less<>>& out) {

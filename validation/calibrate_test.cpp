@@ -108,6 +108,12 @@ MeasuredRun simulated_run(Scenario sc, const Plan& plan, const Profile& profile)
           std::move(*program), std::move(measured)};
 }
 
+// The communication work of the tests' CPU law: 40 us + 0.5 ns/B a message, 300 us + 2 ns/B
+// a collective member.
+double law_work(bool collective, double bytes) {
+  return collective ? 300e-6 + 2e-9 * bytes : 40e-6 + 0.5e-9 * bytes;
+}
+
 // The runs of `plan(mb)` on `scenario(mb)` at micro-batches 1 and 2, simulated under truth(),
 // whose communication ops spent `cpu_us(op, event)` of CPU each.
 std::vector<MeasuredRun> runs_spending(
@@ -189,11 +195,9 @@ TEST(Calibrate, RecoversTheCpuThatCommunicationCostsAQuotaDevice) {
                                       {{"devices", {4}}, {"layers", {6, 8}}}}),
                          micro_batch);
   };
-  // The law: 40 us + 0.5 ns/B a message, 300 us + 2 ns/B a collective member, 3 % of each
-  // op's duration polling.
+  // The law: law_work, and 3 % of each op's duration polling.
   auto cpu_of = [](const Op& op, const TraceOp& e) {
-    const double work =
-        op.kind == OpKind::kCollective ? 300e-6 + 2e-9 * op.bytes : 40e-6 + 0.5e-9 * op.bytes;
+    const double work = law_work(op.kind == OpKind::kCollective, op.bytes);
     return (work + 0.03 * (e.end_us - e.start_us) * 1e-6) * 1e6;
   };
   const std::vector<MeasuredRun> runs = runs_spending(scenario, plan, cpu_of);
@@ -251,8 +255,7 @@ TEST(Calibrate, GivesTheFewLargeAllReducesTheirOwnCpuAmongManySmallOnes) {
     return op.kind == OpKind::kCollective && op.bytes > 32e3 && op.bytes < 1e6;
   };
   auto cpu_of = [&](const Op& op, const TraceOp& e) {
-    const bool collective = op.kind == OpKind::kCollective;
-    const double work = collective ? 300e-6 + 2e-9 * op.bytes : 40e-6 + 0.5e-9 * op.bytes;
+    const double work = law_work(op.kind == OpKind::kCollective, op.bytes);
     return ((tp(op) ? 2 : 1) * work + 0.03 * (e.end_us - e.start_us) * 1e-6) * 1e6;
   };
   const std::vector<MeasuredRun> runs = runs_spending(scenario, plan, cpu_of);
@@ -296,7 +299,7 @@ TEST(Calibrate, FitsEachDeviceTypeItsOwnCommunicationCpuAndOpSpread) {
                          micro_batch);
   };
   auto law = [](bool cpu20, bool collective, double bytes) {
-    const double work = collective ? 300e-6 + 2e-9 * bytes : 40e-6 + 0.5e-9 * bytes;
+    const double work = law_work(collective, bytes);
     return cpu20 ? 2 * work : work;
   };
   std::vector<MeasuredRun> runs;
