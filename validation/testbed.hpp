@@ -15,7 +15,7 @@
 //              of a 5 ms period (1 ms, the kernel's least quota, for cpu-20). A rank runs at
 //              full speed until its quota is spent, then is paused for the rest of the
 //              period, its messages included: bursts and pauses of milliseconds, which the
-//              simulator does not model (what that costs: validation/README.md). Sleeping
+//              simulator replays on its quota clock (sim/quota_clock.hpp). Sleeping
 //              after each op instead (the rank at its share at every moment) was tried and
 //              validated worse here: this VM's two vCPUs slow each other's GEMMs (two at
 //              once run at 0.5-0.65 of one alone), which inflates the CPU time it scales;
