@@ -8,7 +8,7 @@
 //   the backward (dP, dV, dQ, dK); the backward's recomputation of S (2d more: FlashAttention
 //   counts it) and the masked halves of diagonal tiles are work the kernel does on top.
 //   `vs_linear` = its GFLOP/s over the GFLOP/s of linear/<shape>/<s>; `vs_peak` over one
-//   core's measured fp32 FMA peak (bench/core_peak.hpp). Target (issue 14): vs_linear >= 0.5.
+//   core's measured fp32 FMA peak (bench/core_peak.hpp). Target: vs_linear >= 0.5.
 // - linear/<shape>/<s>: the engine's GEMM-bound op at hidden h, a linear layer h -> h on s
 //   tokens through the kernels the engine runs (cpu::matmul_forward, _backward_input,
 //   _backward_weight: 3 GEMMs of 2 s h^2 FLOPs).

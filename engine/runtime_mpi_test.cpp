@@ -86,7 +86,7 @@ TEST_F(MpiPlan, MatchesPyTorchOracle) {
                 cmp->evidence->to_fp32);
   }
   for (const std::string& f : cmp->failures) ADD_FAILURE() << f;
-  if (program_.sequence) {  // issue 14: the initial loss within 1e-6 relative
+  if (program_.sequence) {  // a mesh's initial loss: within 1e-6 relative of the oracle
     const double rel = std::abs(got.losses[0] - oracle->loss) / oracle->loss;
     std::printf("initial loss relative error %.1e\n", rel);
     EXPECT_LE(rel, 1e-6);

@@ -39,7 +39,7 @@ TEST(Cli, InfoJson) {
 }
 
 // The shipped compute model with a source for every value of every family, and the
-// family of every GPU type (issue 11).
+// family of every GPU type: no unsourced number.
 TEST(Cli, InfoProfileHasEverySource) {
   json j = parse_out(run_cli("info --profile --json"));
   ASSERT_EQ(j["profile"]["version"], 2);

@@ -1,5 +1,5 @@
 // Bad input through the whole command line: every case once crashed, hung, lost a file or
-// printed a silently wrong number (issue 10); now each ends with exit 2 and one message
+// printed a silently wrong number; now each ends with exit 2 and one message
 // naming the input, and nothing the command read is overwritten.
 #include <sys/stat.h>
 

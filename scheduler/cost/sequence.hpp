@@ -1,7 +1,7 @@
 #pragma once
 // Asymmetric context parallelism (a ring of uneven token shards) and head parallelism (a
 // ragged Ulysses all-to-all): the closed-form work, bytes, times and memory of one layer
-// (HexiSeq, arXiv 2605.07569; issue 13 "Cost model").
+// (HexiSeq, arXiv 2605.07569).
 //
 // Notation: S tokens of one sequence, ring ranks i with L_i tokens (even, sum S), d head
 // dim, n_q / n_kv query / kv heads, B bytes per element, B_g bytes per gradient element.

@@ -43,10 +43,10 @@ struct HexiScaleOptions {
                        // the best plan's pipelines (interleave_pipelines); 1: off
 };
 
-// Interleaved 1F1B on a found plan (issue 11): pipeline by pipeline (p >= 2 stages, its
-// micro-batches a multiple of p, 1F1B, no mesh stage), v = 2 .. `max_chunks` chunks per stage, each
-// stage of L layers dealt into v chunks of L / v (the first L mod v one more) in layer order, so
-// every device keeps its layer count; a choice is kept where the closed form is faster
+// Interleaved 1F1B on a found plan (Megatron-LM's virtual stages): pipeline by pipeline (p >= 2
+// stages, its micro-batches a multiple of p, 1F1B, no mesh stage), v = 2 .. `max_chunks` chunks per
+// stage, each stage of L layers dealt into v chunks of L / v (the first L mod v one more) in layer
+// order, so every device keeps its layer count; a choice is kept where the closed form is faster
 // and the plan fits. Returns the chunks chosen per pipeline (1: left plain).
 std::vector<int> interleave_pipelines(const CostModel& cm, ScoredPlan& best, int max_chunks);
 // One pipeline's stages as `v` chunks each (the deal above); every stage needs >= v layers.
