@@ -1,5 +1,12 @@
 #!/usr/bin/env bash
-# Fails (exit 1) listing every C++/CUDA source that clang-format (.clang-format) would change.
+# Fails (exit 1) listing every offender:
+#  - a C++/CUDA source that clang-format (.clang-format) would change;
+#  - a tracked Markdown file, or a comment in a tracked source (C++, CUDA, Python, shell,
+#    CMake, Makefile), that writes history where the rule or the reason belongs: an issue
+#    number ("issue 12", "issues 13 and 14", "#12"), a run letter ("run N", "runs M and L")
+#    or a session ordinal ("the fourteenth session"). Dates and commit hashes are fine (a
+#    RESULTS.md keys its sections by them). Markdown code blocks and inline code spans are
+#    not checked (tool output such as libFuzzer's "#4880918 DONE").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -9,4 +16,102 @@ while IFS= read -r f; do
     bad=1
   fi
 done < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' 2>/dev/null || find . -name '*.cpp' -o -name '*.hpp' -o -name '*.cu')
+
+read -r -d '' history_check <<'PY' || true
+import re, sys
+
+ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|"
+            "twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|"
+            "nineteenth|twentieth|\\d+(?:st|nd|rd|th)")
+RULES = [
+    # "issue 12", "issues 13 and 14", "issue #12", "issues 13/14", "pre-issue-18"
+    ("issue number", re.compile(r"\bissues?[\s-]*#?\d+", re.I)),
+    # a bare "#12" as a reference (not "#include", a heading, an anchor "#12-x" or a colour)
+    ("issue number", re.compile(r"(?:^|(?<=[\s(\[,;]))#\d{1,5}(?![\w-])")),
+    # "run N", "Run L rescored", "runs M and L"; not "run N times" and its kin
+    ("run letter", re.compile(
+        r"\b[Rr]uns? [A-Z]\b(?![\w'/-])(?! (?:times|steps|rounds|ranks|processes|workers|"
+        r"jobs|threads|iterations)\b)")),
+    ("session ordinal", re.compile(r"\b(?:%s)\s+session\b" % ORDINALS, re.I)),
+]
+
+C_STRING = re.compile(r'"(?:\\.|[^"\\])*"' + r"|'(?:\\.|[^'\\])'")
+HASH_STRING = re.compile(r'"(?:\\.|[^"\\])*"' + r"|'(?:\\.|[^'\\])*'")
+
+
+def markdown_text(lines):
+    fenced = False
+    for n, line in enumerate(lines, 1):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        if not fenced:
+            yield n, re.sub(r"`[^`]*`", "``", line)
+
+
+def c_comments(lines):
+    block = False
+    for n, line in enumerate(lines, 1):
+        text, rest = [], line
+        while rest:
+            if block:
+                end = rest.find("*/")
+                text.append(rest if end < 0 else rest[:end])
+                if end < 0:
+                    break
+                block, rest = False, rest[end + 2:]
+                continue
+            code = C_STRING.sub('""', rest)
+            line_c, block_c = code.find("//"), code.find("/*")
+            if line_c >= 0 and (block_c < 0 or line_c < block_c):
+                text.append(code[line_c + 2:])
+                break
+            if block_c < 0:
+                break
+            block, rest = True, code[block_c + 2:]
+        if text:
+            yield n, " ".join(text)
+
+
+def hash_comments(lines):
+    for n, line in enumerate(lines, 1):
+        code = HASH_STRING.sub('""', line)
+        m = re.search(r"(?:^|\s)#(?!!)(.*)", code)
+        if m:
+            yield n, m.group(1)
+
+
+def texts(path, lines):
+    if path.endswith(".md"):
+        return markdown_text(lines)
+    if path.endswith((".cpp", ".hpp", ".cu", ".cuh")):
+        return c_comments(lines)
+    return hash_comments(lines)
+
+
+found = 0
+for path in sys.stdin.read().split("\n"):
+    if not path:
+        continue
+    try:
+        lines = open(path, encoding="utf-8", errors="replace").read().split("\n")
+    except OSError:
+        continue
+    for n, text in texts(path, lines):
+        for what, rule in RULES:
+            m = rule.search(text)
+            if m:
+                print(f"{path}:{n}: {what} ({m.group(0).strip()!r}): write the rule or the "
+                      f"reason, not the history")
+                found += 1
+                break
+sys.exit(1 if found else 0)
+PY
+
+if ! command -v python3 >/dev/null; then
+  echo "check_format: python3 not found: the docs and comments check did not run" >&2
+  exit 1
+fi
+git ls-files '*.md' '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.py' '*.sh' 'CMakeLists.txt' \
+  '*/CMakeLists.txt' '*.cmake' 'Makefile' | python3 -c "$history_check" || bad=1
 exit $bad

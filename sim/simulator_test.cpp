@@ -392,7 +392,7 @@ SlowNetworkRun run_on_slow_network(const Plan& plan, int machines, int batch, Gr
 }
 
 TEST(Simulator, SlowBoundaryPipelineAgreesWithTheEstimate) {
-  // The issue-11 case: 2 machines of 8 A800 PCIe, Llama-2 7B, 0.5 GB/s between them,
+  // A slow stage boundary: 2 machines of 8 A800 PCIe, Llama-2 7B, 0.5 GB/s between them,
   // one pipeline of 4 TP-4 stages with one boundary on the slow NIC. Boundary
   // transfers block (FIFO channels), so the steady state pays F + B + C per
   // micro-batch on the two stages around the slow link; the closed form's timeline
