@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Compares two golden folders file by file; prints, for each file that differs, every
-JSON path whose value moved (old -> new), or the two digests for *.sha256 files.
+JSON path whose value moved (old -> new), the two digests for *.sha256 files, or the changed
+lines of a text file.
 Byte-identical files pass silently. Exit 1 when anything differs."""
+import difflib
 import json
 import os
 import sys
@@ -42,8 +44,15 @@ def main(golden_dir, new_dir):
         if old == new:
             continue
         differs = True
-        if not f.endswith(".json"):
+        if f.endswith(".sha256"):
             print(f"{name}/{f}: {old.decode().strip()} -> {new.decode().strip()}")
+            continue
+        if not f.endswith(".json"):  # text (a report): its changed lines
+            diff = list(difflib.unified_diff(old.decode().splitlines(), new.decode().splitlines(),
+                                             "golden", "new", lineterm="", n=0))
+            print(f"{name}/{f}: differs")
+            for line in diff[2:42]:
+                print(f"  {line}")
             continue
         lines = []
         walk(json.loads(old), json.loads(new), "$", lines)
