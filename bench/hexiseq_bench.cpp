@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "scheduler/hexiseq/baselines.hpp"
+#include "scheduler/scheduler.hpp"
 #include "topologies/cluster_gen.hpp"
 
 namespace hexi {

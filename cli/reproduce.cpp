@@ -455,7 +455,7 @@ Report hexiseq_report(const ResultTable& t, bool quick, const std::string& sweep
 
   out << "\n## What differs from the paper, and why\n\n"
       << "- **The baselines are hexisim's**, in the same layout format and cost model "
-         "(`scheduler/hexiseq/baselines.hpp`): ring (zig-zag Ring Attention), ulysses "
+         "(`scheduler/baselines/sequence.hpp`): ring (zig-zag Ring Attention), ulysses "
          "(DeepSpeed-Ulysses, one group), usp (every Ulysses × ring factorisation, the best "
          "taken) and megatron-cp (a2a inside machines, p2p across). Each keeps its real "
          "constraints (head divisibility, equal shards), which is where heterogeneity costs "

@@ -7,7 +7,6 @@
 
 #include "cli/advise/costs.hpp"
 #include "cli/verify.hpp"
-#include "scheduler/hexiseq/baselines.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/lower_sequence.hpp"
 #include "scheduler/scheduler.hpp"

@@ -40,7 +40,7 @@ double host_memory_bytes() {
 
 MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& device,
                                    const Scenario& scenario) {
-  if (program.sequence) {  // the mesh's own accounting (hexiseq/layout.hpp), as `hexisim seq`
+  if (program.sequence) {  // the mesh's own accounting (plan/sequence_layout.hpp), as `hexisim seq`
     for (const DeviceMemory& d :
          layout_memory(*program.sequence, scenario.model, scenario.training, scenario.cluster)) {
       if (d.device != device.device) continue;

@@ -85,7 +85,7 @@ struct SeqState {
   DeviceArray<int> pos;                     // (s) this device's token positions
   std::vector<int> host_pos;
   std::vector<int> sequence_tokens, sequence_targets;  // host, one whole sequence
-  // Sub-rings (scheduler/hexiseq/time.hpp): intervals of heads, and which intervals each
+  // Sub-rings (scheduler/plan/sequence_layout.hpp): intervals of heads, and which intervals each
   // ring message (flat from, flat to) carries, in increasing order.
   std::vector<int> bounds, interval_kv;
   std::map<std::pair<int, int>, std::vector<int>> hop_intervals;

@@ -34,7 +34,7 @@
 
 #include "engine/runtime_impl.hpp"
 #include "scheduler/cost/sequence.hpp"
-#include "scheduler/hexiseq/time.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 
 namespace hexi::engine {
 

@@ -1,6 +1,8 @@
 #include "scheduler/scheduler.hpp"
 
 #include "scheduler/baselines/baselines.hpp"
+#include "scheduler/baselines/sequence.hpp"
+#include "scheduler/hexiseq/exact.hpp"
 #include "scheduler/hexiscale/exact.hpp"
 #include "scheduler/hexiscale/hexiscale.hpp"
 
@@ -36,6 +38,40 @@ std::string scheduler_names() {
   return out;
 }
 
+const std::vector<SequenceScheduler>& sequence_schedulers() {
+  static const std::vector<SequenceScheduler> all = {
+      {"hexiseq", "HexiSeq: groupings, LP token split, per-group integer programs", run_hexiseq},
+      {"hexiseq-exact", "whole-mesh MILP per grouping, proven optimal (<= 16 devices)",
+       [](const SequenceCost& c, std::vector<int> d,
+          const HexiSeqOptions& o) -> Result<HexiSeqResult> {
+         auto e = run_hexiseq_exact(c, std::move(d), o);
+         if (!e) return e.error();
+         return e->best;
+       }},
+      {"ring", "Ring Attention: one ring, equal zig-zag shards, all heads", run_ring},
+      {"ulysses", "DeepSpeed-Ulysses: one all-to-all group, equal heads", run_ulysses},
+      {"usp", "USP: best Ulysses x ring factorisation, Ulysses on contiguous ranks", run_usp},
+      {"megatron-cp", "Megatron a2a+p2p: a2a inside machines, ring across, equal", run_megatron_cp},
+      {"hexiseq-homogeneous", "HexiSeq told every device is identical, scored for real",
+       run_hexiseq_homogeneous},
+      {"round-robin", "USP factorisations with devices dealt round-robin", run_round_robin},
+  };
+  return all;
+}
+
+const SequenceScheduler* find_sequence_scheduler(std::string_view name) {
+  for (const auto& s : sequence_schedulers()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::string all_scheduler_names() {
+  std::string out = scheduler_names();
+  for (const auto& s : sequence_schedulers()) out += ", " + s.name;
+  return out;
+}
+
 Result<SearchResult> run_scheduler(const std::string& name, const Scenario& sc,
                                    const SearchOptions& options) {
   for (const auto& s : schedulers()) {
@@ -43,15 +79,12 @@ Result<SearchResult> run_scheduler(const std::string& name, const Scenario& sc,
     if (auto st = check_schedulable(sc); !st) return st.error();
     return s.run(sc, options);
   }
-  // The sequence schedulers (scheduler/hexiseq/) plan layouts, not pipelines.
-  for (const char* seq : {"hexiseq", "hexiseq-exact", "hexiseq-homogeneous", "ring", "ulysses",
-                          "usp", "megatron-cp", "round-robin"}) {
-    if (name == seq) {
-      return bad_input("scheduler \"" + name +
-                       "\" plans sequence (context + head parallel) layouts: use `hexisim seq "
-                       "SCENARIO --scheduler " +
-                       name + "`; pipeline schedulers: " + scheduler_names());
-    }
+  // The sequence schedulers plan layouts, not pipelines.
+  if (find_sequence_scheduler(name) != nullptr) {
+    return bad_input("scheduler \"" + name +
+                     "\" plans sequence (context + head parallel) layouts: use `hexisim seq "
+                     "SCENARIO --scheduler " +
+                     name + "`; pipeline schedulers: " + scheduler_names());
   }
   return bad_input("unknown scheduler \"" + name + "\" (known: " + scheduler_names() + ")");
 }

@@ -12,11 +12,19 @@
 //   amp-like    AMP (NeurIPS'22): uniform (tp, pp, dp) + layers by dynamic programming
 //   exact       exhaustive search of HexiScale's plan space, <= 16 GPUs
 //   (scheduler/hexiscale/exact.hpp)
+//
+// The sequence schedulers lay out one long sequence over a mesh of devices (context + head
+// parallelism, a SequenceLayout scored by SequenceCost): HexiSeq (scheduler/hexiseq/) and its
+// baselines (scheduler/baselines/sequence.hpp):
+//   hexiseq, hexiseq-exact, ring, ulysses, usp, megatron-cp, hexiseq-homogeneous, round-robin
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "scheduler/estimate/sequence_time.hpp"
+#include "scheduler/hexiseq/hexiseq.hpp"
 #include "scheduler/search/search.hpp"
 
 namespace hexi {
@@ -30,6 +38,23 @@ struct SchedulerInfo {
 // All schedulers, in the order of the table above.
 const std::vector<SchedulerInfo>& schedulers();
 std::string scheduler_names();  // "hexiscale, uniform, ..."
+
+using SequenceSchedulerFn = std::function<Result<HexiSeqResult>(
+    const SequenceCost&, std::vector<int>, const HexiSeqOptions&)>;
+
+struct SequenceScheduler {
+  std::string name;
+  std::string description;
+  SequenceSchedulerFn run;
+};
+
+// hexiseq, hexiseq-exact, then the baselines above, in that order.
+const std::vector<SequenceScheduler>& sequence_schedulers();
+// The one named `name`; nullptr when there is none.
+const SequenceScheduler* find_sequence_scheduler(std::string_view name);
+
+// Every name, pipeline schedulers first: "hexiscale, uniform, ..., round-robin".
+std::string all_scheduler_names();
 
 // Runs scheduler `name` on the scenario. Bad name, a disconnected cluster or a
 // model that fits nowhere: bad input (exit 2); the message says why.

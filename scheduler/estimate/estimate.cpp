@@ -13,7 +13,7 @@
 #include <unordered_set>
 
 #include "scheduler/cost/collectives.hpp"
-#include "scheduler/hexiseq/time.hpp"
+#include "scheduler/estimate/sequence_time.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {

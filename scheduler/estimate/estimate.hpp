@@ -17,7 +17,7 @@
 //   optimizer: memory-bound Adam over the device's (ZeRO-1 sharded) state
 //   iteration = max over pipelines + DP sync + optimizer
 // A sequence mesh stage (plan.hpp): forward / backward per micro-batch (one sequence) =
-//   its layers x the mesh's layer time (hexiseq/time.hpp: token-wise, ragged all-to-alls,
+//   its layers x the mesh's layer time (estimate/sequence_time.hpp: token-wise, ragged all-to-alls,
 //   ring; forward share and the rest), + the slowest device's embedding / head for its
 //   tokens where first / last; boundaries next to it carry each mesh device's rows only
 //   (plan.hpp's mesh_boundary), a flow's time its bytes through the busier of its source's

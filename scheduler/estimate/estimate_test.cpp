@@ -8,7 +8,7 @@
 
 #include "scenarios/testing.hpp"
 #include "scheduler/cost/collectives.hpp"
-#include "scheduler/hexiseq/time.hpp"
+#include "scheduler/estimate/sequence_time.hpp"
 
 namespace hexi {
 namespace {

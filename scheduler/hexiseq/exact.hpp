@@ -1,6 +1,6 @@
 #pragma once
 // hexiseq-exact: the ground truth for the HexiSeq search on meshes of at most 16 devices
-// (issue 13; beyond the paper, whose scheduler is local coordinate descent).
+// (beyond the paper, whose scheduler is local coordinate descent).
 //
 // What it is exact over: the two meshes the search tries (every device, and the fastest GPU
 // type's alone unless idle_slow_types is off), every grouping of the family the search draws
@@ -13,8 +13,8 @@
 // s_i h_j for the all-to-all's bytes) are made linear exactly: each device's head count is
 // one-hot (binaries z_ik, h_i = sum k z_ik) and every product of a bounded integer with a
 // binary is its four McCormick inequalities, which are exact on binaries. What makes the
-// 16-device programs provable in seconds to a minute (issue 13; before, some ran past
-// 30 minutes unproven):
+// 16-device programs provable in seconds to a minute (without them some ran past 30
+// minutes unproven):
 // - valid rows the McCormick rows do not imply once z is fractional: each device's products
 //   with its head-count binaries sum to their factor (to 0 with no heads), and a group's
 //   attention work sum_i T_g h_i is T_g n_q; without them the relaxation drops attention and
@@ -24,7 +24,7 @@
 // - a start: the search's best layout for the grouping in the model (grouping_layouts;
 //   CBC), an incumbent for branch and bound to prune by. The proof is the solver's; where
 //   the start ties the optimum in the model, it is the answer.
-// Every grouping's optimum is scored by the closed form (time.hpp) and the best kept, like
+// Every grouping's optimum is scored by the closed form (estimate/sequence_time.hpp) and the best kept, like
 // the search's candidates, so hexiseq / exact measures what the hierarchical decomposition
 // (LP for T, per-group programs with the all-to-all linearised at a guess, alternated) loses.
 // The program grows with n_q (one binary per device and head count): meant for small

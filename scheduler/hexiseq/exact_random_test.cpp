@@ -1,8 +1,6 @@
-// hexiseq against hexiseq-exact on the 20 seeded random meshes of <= 16 GPUs (issue 13:
-// hexiseq >= 0.99 x exact in every case, every exact program proven optimal). 2026-11-28:
-// all 20 proven, 0.01 s to 4.0 min of exact search per mesh (the 16-GPU seeds 6 and 20: 242
-// and 65 s, where before this date they ran 47 and 65 min and still hit the 1 800 s limit of
-// some programs); table in scheduler/README.md. This binary is built always but registered
+// hexiseq against hexiseq-exact on the 20 seeded random meshes of <= 16 GPUs: hexiseq >= 0.99
+// x exact in every case, every exact program proven optimal (seconds to minutes of exact search
+// per mesh; figures in scheduler/RESULTS.md). This binary is built always but registered
 // with ctest only with -DHEXISEQ_EXACT_TESTS=ON (label slow; about 11 min on one core); run
 // one seed per process, e.g. (seed 7)
 //   build/scheduler/hexiseq/hexiseq_exact_test --gtest_filter='*RandomMesh*/6'

@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "scheduler/hexiseq/random_mesh.hpp"
-#include "scheduler/hexiseq/testing.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
 
 namespace hexi {
 namespace {

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "scheduler/hexiseq/testing.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
 
 namespace hexi {
 namespace {

@@ -1,7 +1,7 @@
 #pragma once
 // Test-only: seeded random meshes of <= 16 GPUs and the comparison of hexiseq with
-// hexiseq-exact on one (issue 13: hexiseq >= 0.99 x exact; in time: hexiseq <= exact /
-// 0.99). Both search the same meshes and grouping family with the same 64 token blocks.
+// hexiseq-exact on one (the target: hexiseq >= 0.99 x exact; in time: hexiseq <=
+// exact / 0.99). Both search the same meshes and grouping family with the same 64 token blocks.
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "scheduler/hexiseq/exact.hpp"
-#include "scheduler/hexiseq/testing.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
 
 namespace hexi::testing {
 

@@ -9,7 +9,7 @@
 // default: the scenario's training.recompute).
 // A stage may be a sequence mesh (HexiSeq) instead of a TP group: it carries
 //   "sequence": {"groups": [...], "split_kv_heads": ...}
-// (the whole-plan layout's object, scheduler/hexiseq/layout.hpp) and its devices are the
+// (the whole-plan layout's object, scheduler/plan/sequence_layout.hpp) and its devices are the
 // mesh's, group by group in rank order ("devices" may be left out; if given, it must list
 // them so). Such a stage runs each micro-batch, one sequence (its pipeline's micro_batch
 // must be 1), through its layers as the mesh runs it: token shards, ragged all-to-alls and
@@ -38,7 +38,7 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
-#include "scheduler/hexiseq/layout.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"

@@ -5,11 +5,9 @@
 #include <tuple>
 
 #include "scheduler/cost/sequence.hpp"
-#include "scheduler/hexiseq/time.hpp"
 #include "scheduler/program/builder.hpp"
 #include "scheduler/program/dp_buckets.hpp"
 #include "scheduler/program/lower.hpp"
-#include "topologies/json_input.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
@@ -723,22 +721,6 @@ Result<Program> lower_sequence(const SequenceLayout& layout, const Cluster& clus
   ProgramBuilder ops(cluster.num_devices());
   SequenceLowerer(layout, cluster, model, training, scenario, prog, ops).run();
   return prog;
-}
-
-Result<PlanFile> read_plan_file(const std::string& path) {
-  auto doc = read_json_file(path);
-  if (!doc) return doc.error();
-  PlanFile file;
-  if (doc->is_object() && doc->contains("sequence")) {
-    auto layout = layout_from_json((*doc)["sequence"], path);
-    if (!layout) return layout.error();
-    file.layout = std::move(*layout);
-    return file;
-  }
-  auto plan = plan_from_json(*doc, path);
-  if (!plan) return plan.error();
-  file.plan = std::move(*plan);
-  return file;
 }
 
 Result<Program> lower_plan_file(const PlanFile& file, const Cluster& cluster, const Model& model,

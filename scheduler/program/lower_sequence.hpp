@@ -1,5 +1,5 @@
 #pragma once
-// Lowering a sequence mesh (scheduler/hexiseq/layout.hpp) into a program (program.hpp,
+// Lowering a sequence mesh (scheduler/plan/sequence_layout.hpp) into a program (program.hpp,
 // "Sequence meshes"): per sequence and layer each device's token-wise ops on its shard, the
 // ragged Ulysses all-to-alls as pairwise sends, the ring's steps with their K/V (backward
 // also dK/dV) messages over the sub-rings of the groups' head ranges, ZeRO-3's per-layer
@@ -13,8 +13,9 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
-#include "scheduler/hexiseq/layout.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 #include "scheduler/plan/plan.hpp"
+#include "scheduler/plan/plan_file.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/program.hpp"
 #include "topologies/cluster.hpp"
@@ -57,15 +58,6 @@ double sequence_compute_ops(const SequenceLayout& layout, const Model& model,
 Result<Program> lower_sequence(const SequenceLayout& layout, const Cluster& cluster,
                                const Model& model, const TrainingConfig& training,
                                const std::string& scenario, const std::string& origin);
-
-// A plan file as the commands read it: a pipeline plan, or a sequence mesh (an object with a
-// "sequence" layout, as `hexisim seq --out` writes it).
-struct PlanFile {
-  std::optional<Plan> plan;
-  std::optional<SequenceLayout> layout;
-  int num_devices() const { return plan ? plan->num_devices() : layout->num_devices(); }
-};
-Result<PlanFile> read_plan_file(const std::string& path);
 
 // Its program: lower_plan (with `options`) or lower_sequence (always layer granularity),
 // errors naming `origin`.

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/cost/sequence.hpp"
-#include "scheduler/hexiseq/testing.hpp"
-#include "scheduler/hexiseq/time.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 
 namespace hexi {
 namespace {

@@ -96,7 +96,7 @@
 //   device's last backward op (no overlap with backward, as Megatron's default and
 //   the closed-form estimate).
 //
-// Sequence meshes (HexiSeq; scheduler/hexiseq/layout.hpp; Program::sequence). A program
+// Sequence meshes (HexiSeq; scheduler/plan/sequence_layout.hpp; Program::sequence). A program
 // lowered from a sequence layout (lower_sequence.hpp) runs global_batch sequences one after
 // another through one mesh; every device holds the whole model (ZeRO-sharded over the mesh)
 // and is pipeline 0, stage 0 of 1, TP 1, micro_batch = the sequence index. Device i of group
@@ -152,7 +152,7 @@
 
 #include "scheduler/cost/collectives.hpp"
 #include "scheduler/cost/cost_model.hpp"
-#include "scheduler/hexiseq/layout.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 #include "topologies/enum_names.hpp"
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"

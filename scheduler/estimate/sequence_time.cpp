@@ -1,4 +1,4 @@
-#include "scheduler/hexiseq/time.hpp"
+#include "scheduler/estimate/sequence_time.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "scheduler/cost/collectives.hpp"
 
 namespace hexi {
-inline namespace hexiseq {
+inline namespace estimate {
 namespace {
 
 // The NIC a device's off-machine traffic leaves and enters by: GPU g of a machine with k
@@ -424,31 +424,6 @@ double nic_time(const Cluster& c, const std::vector<int>& devices, const Eigen::
 
 }  // namespace
 
-SubRings sub_rings(const AttentionShape& a, const SequenceLayout& layout) {
-  SubRings s;
-  for (const auto& g : layout.groups) {
-    for (int first : head_offsets(g)) s.bounds.push_back(first);
-  }
-  s.bounds.push_back(a.q_heads);
-  std::sort(s.bounds.begin(), s.bounds.end());
-  s.bounds.erase(std::unique(s.bounds.begin(), s.bounds.end()), s.bounds.end());
-  const int intervals = static_cast<int>(s.bounds.size()) - 1;
-  for (int m = 0; m < intervals; ++m) {
-    s.kv.push_back(kv_heads_needed(a, s.bounds[m], s.bounds[m + 1] - s.bounds[m]));
-  }
-  for (const auto& g : layout.groups) {
-    const std::vector<int> first = head_offsets(g);
-    std::vector<int> owner(intervals, 0);
-    for (int m = 0; m < intervals; ++m) {
-      for (int r = 0; r < g.size(); ++r) {
-        if (first[r] <= s.bounds[m] && s.bounds[m] < first[r] + g.heads[r]) owner[m] = r;
-      }
-    }
-    s.owner.push_back(owner);
-  }
-  return s;
-}
-
 SequenceCost::SequenceCost(const Cluster& cluster, const Model& model,
                            const TrainingConfig& training, const Profile& profile, int grad_bytes)
     : cluster_(cluster),
@@ -709,5 +684,5 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   return it;
 }
 
-}  // namespace hexiseq
+}  // namespace estimate
 }  // namespace hexi

@@ -76,21 +76,12 @@
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
 #include "scheduler/cost/sequence.hpp"
-#include "scheduler/hexiseq/layout.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/profile.hpp"
 
 namespace hexi {
-inline namespace hexiseq {
-
-// The rings of a layout: one sub-ring per interval of the common refinement of every
-// group's head ranges, and which rank of each group holds each interval.
-struct SubRings {
-  std::vector<int> bounds;              // interval m = [bounds[m], bounds[m + 1])
-  std::vector<int> kv;                  // kv heads interval m carries (kv_heads_needed)
-  std::vector<std::vector<int>> owner;  // [group][m]: the rank holding interval m
-};
-SubRings sub_rings(const AttentionShape& a, const SequenceLayout& layout);
+inline namespace estimate {
 
 // One layer of one device (s).
 struct DeviceTime {
@@ -173,5 +164,5 @@ class SequenceCost {
   int identical_ = -1;
 };
 
-}  // namespace hexiseq
+}  // namespace estimate
 }  // namespace hexi

@@ -1,7 +1,7 @@
 #pragma once
 // Baselines for HexiSeq in the same layout format and cost model, each with its real
-// constraints (those of the open CP/HP systems they stand for), and the registry of
-// sequence schedulers.
+// constraints (those of the open CP/HP systems they stand for). They are registered with
+// every other scheduler in scheduler/scheduler.hpp.
 //
 //   ring                 Ring Attention / zig-zag: every device its own group, one ring in
 //                        device order, equal shards (S / P, mirrored), all heads each
@@ -18,23 +18,17 @@
 //                        compute and memory; real links), then scored on the real cluster
 //   round-robin          USP's factorisations with devices dealt to the groups round-robin
 //                        (group g: devices g, g + r, ...): topology-blind placement
-// Every plan is scored by time.hpp; a plan that does not fit in 95 % of some device's memory
+// Every plan is scored by estimate/sequence_time.hpp; a plan that does not fit in 95 % of some device's memory
 // is still returned, with time.fits false. Bad input when no legal layout exists (S not a
 // multiple of 2 x the ring size, no degree dividing the heads).
 
-#include <functional>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "scheduler/hexiseq/exact.hpp"
 #include "scheduler/hexiseq/hexiseq.hpp"
 
 namespace hexi {
-inline namespace hexiseq {
-
-using SequenceSchedulerFn = std::function<Result<HexiSeqResult>(
-    const SequenceCost&, std::vector<int>, const HexiSeqOptions&)>;
+inline namespace baselines {
 
 Result<HexiSeqResult> run_ring(const SequenceCost& cost, std::vector<int> devices,
                                const HexiSeqOptions& options);
@@ -49,16 +43,5 @@ Result<HexiSeqResult> run_hexiseq_homogeneous(const SequenceCost& cost, std::vec
 Result<HexiSeqResult> run_round_robin(const SequenceCost& cost, std::vector<int> devices,
                                       const HexiSeqOptions& options);
 
-struct SequenceScheduler {
-  std::string name;
-  std::string description;
-  SequenceSchedulerFn run;
-};
-
-// hexiseq, hexiseq-exact, then the baselines above, in that order.
-const std::vector<SequenceScheduler>& sequence_schedulers();
-// The one named `name`; nullptr when there is none.
-const SequenceScheduler* find_sequence_scheduler(std::string_view name);
-
-}  // namespace hexiseq
+}  // namespace baselines
 }  // namespace hexi

@@ -1,4 +1,4 @@
-#include "scheduler/hexiseq/layout.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -8,7 +8,7 @@
 #include "topologies/text.hpp"
 
 namespace hexi {
-inline namespace hexiseq {
+inline namespace plan {
 namespace {
 
 std::string gib(double bytes) {
@@ -383,5 +383,30 @@ Result<SequenceLayout> layout_from_json(const Json& sequence, const std::string&
   return load_with([&] { return read_layout(JsonNode(sequence, origin, path)); });
 }
 
-}  // namespace hexiseq
+SubRings sub_rings(const AttentionShape& a, const SequenceLayout& layout) {
+  SubRings s;
+  for (const auto& g : layout.groups) {
+    for (int first : head_offsets(g)) s.bounds.push_back(first);
+  }
+  s.bounds.push_back(a.q_heads);
+  std::sort(s.bounds.begin(), s.bounds.end());
+  s.bounds.erase(std::unique(s.bounds.begin(), s.bounds.end()), s.bounds.end());
+  const int intervals = static_cast<int>(s.bounds.size()) - 1;
+  for (int m = 0; m < intervals; ++m) {
+    s.kv.push_back(kv_heads_needed(a, s.bounds[m], s.bounds[m + 1] - s.bounds[m]));
+  }
+  for (const auto& g : layout.groups) {
+    const std::vector<int> first = head_offsets(g);
+    std::vector<int> owner(intervals, 0);
+    for (int m = 0; m < intervals; ++m) {
+      for (int r = 0; r < g.size(); ++r) {
+        if (first[r] <= s.bounds[m] && s.bounds[m] < first[r] + g.heads[r]) owner[m] = r;
+      }
+    }
+    s.owner.push_back(owner);
+  }
+  return s;
+}
+
+}  // namespace plan
 }  // namespace hexi

@@ -1,4 +1,4 @@
-#include "scheduler/mesh_pipeline.hpp"
+#include "scheduler/hexiseq/mesh_pipeline.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +9,7 @@
 #include "scheduler/search/batch_split.hpp"
 
 namespace hexi {
+inline namespace hexiseq {
 namespace {
 
 // Dense FLOP/s of a machine (its GPUs' summed datasheet TFLOP/s).
@@ -200,4 +201,5 @@ Result<MeshPipelineResult> search_mesh_pipeline(const Cluster& cluster, const Mo
   return out;
 }
 
+}  // namespace hexiseq
 }  // namespace hexi

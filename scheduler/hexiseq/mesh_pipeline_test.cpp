@@ -2,11 +2,11 @@
 // HexiSeq testbed (8 H100 + 8 A100 behind 25 GB/s, Llama 13B, 64K tokens, 8 sequences per
 // iteration) a two-stage pipeline that uses the A100s a single mesh leaves idle, its plan
 // valid and its estimate the one the search reports.
-#include "scheduler/mesh_pipeline.hpp"
+#include "scheduler/hexiseq/mesh_pipeline.hpp"
 
 #include <gtest/gtest.h>
 
-#include "scheduler/hexiseq/testing.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
 
 namespace hexi {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
-// Pipelines of sequence meshes (issue 13: HexiScale's pipelines with HexiSeq meshes as stages,
-// a combination no peer searches). A whole-cluster mesh pays its ring steps, all-to-alls and
+// Pipelines of sequence meshes (HexiScale's pipelines with HexiSeq meshes as stages, a
+// combination no peer searches). A whole-cluster mesh pays its ring steps, all-to-alls and
 // ZeRO gathers over every link of the cluster, slow NICs included; a pipeline of meshes keeps
 // each mesh inside its machines and sends only the activations across a stage boundary, at
 // the price of the pipeline's fill and drain. The search:
@@ -29,6 +29,7 @@
 #include "topologies/status.hpp"
 
 namespace hexi {
+inline namespace hexiseq {
 
 struct MeshPipelineOptions {
   HexiSeqOptions sequence;  // each stage's HexiSeq search
@@ -64,4 +65,5 @@ Result<MeshPipelineResult> search_mesh_pipeline(const Cluster& cluster, const Mo
 // each later run at least one machine. Empty when p exceeds the machines.
 std::vector<std::vector<int>> machine_runs(const Cluster& cluster, int p);
 
+}  // namespace hexiseq
 }  // namespace hexi

@@ -30,9 +30,10 @@
 #include "topologies/status.hpp"
 
 namespace hexi {
-inline namespace hexiseq {
+inline namespace plan {
 
-// A plan's devices may use at most this fraction of their memory (issue 13).
+// A plan's devices may use at most this fraction of their memory (HexiSeq's memory
+// constraint: headroom for allocator fragmentation).
 inline constexpr double kMemoryCap = 0.95;
 
 struct SequenceGroup {
@@ -131,5 +132,14 @@ Result<SequenceLayout> layout_from_json(const Json& sequence, const std::string&
 // Reads it from the node of a document already being walked (throws InputError).
 SequenceLayout read_layout(const JsonNode& node);
 
-}  // namespace hexiseq
+// The rings of a layout: one sub-ring per interval of the common refinement of every
+// group's head ranges, and which rank of each group holds each interval.
+struct SubRings {
+  std::vector<int> bounds;              // interval m = [bounds[m], bounds[m + 1])
+  std::vector<int> kv;                  // kv heads interval m carries (kv_heads_needed)
+  std::vector<std::vector<int>> owner;  // [group][m]: the rank holding interval m
+};
+SubRings sub_rings(const AttentionShape& a, const SequenceLayout& layout);
+
+}  // namespace plan
 }  // namespace hexi

@@ -2,7 +2,7 @@
 // devices reduce to the homogeneous formulas, one group is pure Ulysses, one device per
 // group is pure ring (cost/sequence's ring_time), and uneven rings never cost more than
 // ring_time's lockstep bound.
-#include "scheduler/hexiseq/time.hpp"
+#include "scheduler/estimate/sequence_time.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "scheduler/cost/collectives.hpp"
-#include "scheduler/hexiseq/testing.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
 
 namespace hexi {
 namespace {

@@ -1,5 +1,5 @@
 #pragma once
-// Test-only helpers for the HexiSeq tests: inline clusters of mixed machines, models of the
+// Test-only helpers for the sequence-layout tests (layout, closed form, searches, lowering): inline clusters of mixed machines, models of the
 // shipped catalog or small inline ones, training configs for one long sequence. Loader
 // failures throw with the loader's message (the test fails).
 

@@ -1,12 +1,12 @@
 // The sequence layout: JSON round trip, every bad input rejected with the file, the JSON
 // path, the device and the numbers (never a crash), and memory per device.
-#include "scheduler/hexiseq/layout.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "scheduler/hexiseq/testing.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
 
 namespace hexi {
 namespace {

@@ -1,10 +1,10 @@
-#include "scheduler/hexiseq/baselines.hpp"
+#include "scheduler/baselines/sequence.hpp"
 
 #include <algorithm>
 #include <numeric>
 
 namespace hexi {
-inline namespace hexiseq {
+inline namespace baselines {
 namespace {
 
 std::vector<int> all_devices(const SequenceCost& cost, std::vector<int> devices) {
@@ -164,33 +164,5 @@ Result<HexiSeqResult> run_round_robin(const SequenceCost& cost, std::vector<int>
       cost, devices, "round-robin", [&](int u) { return heads % u == 0; }, dealt);
 }
 
-const std::vector<SequenceScheduler>& sequence_schedulers() {
-  static const std::vector<SequenceScheduler> all = {
-      {"hexiseq", "HexiSeq: groupings, LP token split, per-group integer programs", run_hexiseq},
-      {"hexiseq-exact", "whole-mesh MILP per grouping, proven optimal (<= 16 devices)",
-       [](const SequenceCost& c, std::vector<int> d,
-          const HexiSeqOptions& o) -> Result<HexiSeqResult> {
-         auto e = run_hexiseq_exact(c, std::move(d), o);
-         if (!e) return e.error();
-         return e->best;
-       }},
-      {"ring", "Ring Attention: one ring, equal zig-zag shards, all heads", run_ring},
-      {"ulysses", "DeepSpeed-Ulysses: one all-to-all group, equal heads", run_ulysses},
-      {"usp", "USP: best Ulysses x ring factorisation, Ulysses on contiguous ranks", run_usp},
-      {"megatron-cp", "Megatron a2a+p2p: a2a inside machines, ring across, equal", run_megatron_cp},
-      {"hexiseq-homogeneous", "HexiSeq told every device is identical, scored for real",
-       run_hexiseq_homogeneous},
-      {"round-robin", "USP factorisations with devices dealt round-robin", run_round_robin},
-  };
-  return all;
-}
-
-const SequenceScheduler* find_sequence_scheduler(std::string_view name) {
-  for (const auto& s : sequence_schedulers()) {
-    if (s.name == name) return &s;
-  }
-  return nullptr;
-}
-
-}  // namespace hexiseq
+}  // namespace baselines
 }  // namespace hexi

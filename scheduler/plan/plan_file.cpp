@@ -1,0 +1,27 @@
+#include "scheduler/plan/plan_file.hpp"
+
+#include <utility>
+
+#include "topologies/json_input.hpp"
+
+namespace hexi {
+inline namespace plan {
+
+Result<PlanFile> read_plan_file(const std::string& path) {
+  auto doc = read_json_file(path);
+  if (!doc) return doc.error();
+  PlanFile file;
+  if (doc->is_object() && doc->contains("sequence")) {
+    auto layout = layout_from_json((*doc)["sequence"], path);
+    if (!layout) return layout.error();
+    file.layout = std::move(*layout);
+    return file;
+  }
+  auto plan = plan_from_json(*doc, path);
+  if (!plan) return plan.error();
+  file.plan = std::move(*plan);
+  return file;
+}
+
+}  // namespace plan
+}  // namespace hexi
