@@ -7,9 +7,9 @@
 #include <map>
 
 #include "cli/commands.hpp"
-#include "scheduler/scheduler.hpp"
 #include "scheduler/hexiseq/mesh_pipeline.hpp"
 #include "scheduler/program/lower_sequence.hpp"
+#include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
 #include "topologies/text.hpp"
 
@@ -289,7 +289,8 @@ int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptio
   return 0;
 }
 
-// --pipeline: pipelines of sequence meshes (scheduler/hexiseq/mesh_pipeline.hpp), every number of stages.
+// --pipeline: pipelines of sequence meshes (scheduler/hexiseq/mesh_pipeline.hpp), every number of
+// stages.
 int run_pipeline(const Scenario& sc, const SeqOptions& opt, const HexiSeqOptions& o) {
   MeshPipelineOptions po;
   po.sequence = o;

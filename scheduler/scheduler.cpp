@@ -2,9 +2,9 @@
 
 #include "scheduler/baselines/baselines.hpp"
 #include "scheduler/baselines/sequence.hpp"
-#include "scheduler/hexiseq/exact.hpp"
 #include "scheduler/hexiscale/exact.hpp"
 #include "scheduler/hexiscale/hexiscale.hpp"
+#include "scheduler/hexiseq/exact.hpp"
 
 namespace hexi {
 

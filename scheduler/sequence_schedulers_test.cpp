@@ -13,8 +13,8 @@ namespace hexi {
 namespace {
 
 using testing::catalog_model;
-using testing::mixed_cluster;
 using testing::long_context;
+using testing::mixed_cluster;
 
 const Profile kBaselinesProfile;
 

@@ -6,7 +6,8 @@
 #    number ("issue 12", "issues 13 and 14", "#12"), a run letter ("run N", "runs M and L")
 #    or a session ordinal ("the fourteenth session"). Dates and commit hashes are fine (a
 #    RESULTS.md keys its sections by them). Markdown code blocks and inline code spans are
-#    not checked (tool output such as libFuzzer's "#4880918 DONE").
+#    not checked (tool output such as libFuzzer's "#4880918 DONE");
+#  - a library link or an include against the data flow (scripts/check_layers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -114,4 +115,7 @@ if ! command -v python3 >/dev/null; then
 fi
 git ls-files '*.md' '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.py' '*.sh' 'CMakeLists.txt' \
   '*/CMakeLists.txt' '*.cmake' 'Makefile' | python3 -c "$history_check" || bad=1
+
+# The library graph follows the data flow (scripts/check_layers.py says what it checks).
+python3 scripts/check_layers.py || bad=1
 exit $bad

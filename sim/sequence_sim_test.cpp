@@ -6,8 +6,8 @@
 
 #include <cstdio>
 
-#include "scheduler/plan/sequence_testing.hpp"
 #include "scheduler/estimate/sequence_time.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
 #include "scheduler/program/lower_sequence.hpp"
 #include "sim/simulator.hpp"
 
@@ -81,8 +81,8 @@ TEST(SequenceSim, ZeroThreeBesideTheRingOnOneNicMatchesTheClosedForm) {
   // A pure ring over four machines of two H100 (one 25 GB/s NIC each), ZeRO-3 and full
   // recompute: each machine boundary carries the ring's K/V hop and ZeRO-3's gathers and
   // scatters on the same NIC (the simulator's ring collectives cross it on the GPU's rail).
-  // The closed form shares the NIC between them (estimate/sequence_time.hpp's backlog): 0.982 of the
-  // simulation, where charging the ring its NIC alone (the layer as under ZeRO-1, 9 % faster)
+  // The closed form shares the NIC between them (estimate/sequence_time.hpp's backlog): 0.982 of
+  // the simulation, where charging the ring its NIC alone (the layer as under ZeRO-1, 9 % faster)
   // was optimistic.
   const Cluster c = mixed_cluster({{"H100-SXM", 2, 4}});
   const Model m = layers("llama3-8b", 8);

@@ -18,9 +18,9 @@
 //                        compute and memory; real links), then scored on the real cluster
 //   round-robin          USP's factorisations with devices dealt to the groups round-robin
 //                        (group g: devices g, g + r, ...): topology-blind placement
-// Every plan is scored by estimate/sequence_time.hpp; a plan that does not fit in 95 % of some device's memory
-// is still returned, with time.fits false. Bad input when no legal layout exists (S not a
-// multiple of 2 x the ring size, no degree dividing the heads).
+// Every plan is scored by estimate/sequence_time.hpp; a plan that does not fit in 95 % of some
+// device's memory is still returned, with time.fits false. Bad input when no legal layout exists (S
+// not a multiple of 2 x the ring size, no degree dividing the heads).
 
 #include <string>
 #include <vector>

@@ -24,11 +24,11 @@
 // - a start: the search's best layout for the grouping in the model (grouping_layouts;
 //   CBC), an incumbent for branch and bound to prune by. The proof is the solver's; where
 //   the start ties the optimum in the model, it is the answer.
-// Every grouping's optimum is scored by the closed form (estimate/sequence_time.hpp) and the best kept, like
-// the search's candidates, so hexiseq / exact measures what the hierarchical decomposition
-// (LP for T, per-group programs with the all-to-all linearised at a guess, alternated) loses.
-// The program grows with n_q (one binary per device and head count): meant for small
-// models' head counts; `solver_time_limit_s` bounds each program and `time_budget_s` (> 0)
+// Every grouping's optimum is scored by the closed form (estimate/sequence_time.hpp) and the best
+// kept, like the search's candidates, so hexiseq / exact measures what the hierarchical
+// decomposition (LP for T, per-group programs with the all-to-all linearised at a guess,
+// alternated) loses. The program grows with n_q (one binary per device and head count): meant for
+// small models' head counts; `solver_time_limit_s` bounds each program and `time_budget_s` (> 0)
 // the whole run, the groupings not reached skipped (either way, then not proven).
 
 #include "scheduler/hexiseq/hexiseq.hpp"

@@ -1,6 +1,7 @@
 #pragma once
 // The HexiSeq search (arXiv 2605.07569):
-// a sequence layout (plan/sequence_layout.hpp) for one long sequence over a mesh of devices, hierarchically
+// a sequence layout (plan/sequence_layout.hpp) for one long sequence over a mesh of
+// devices, hierarchically
 //
 //   (1) groupings of the devices into all-to-all groups from the topology (groupings.hpp):
 //       small meshes: the whole family, its whole-domain groupings (merged or not) in full
@@ -20,8 +21,8 @@
 //       own answer until it repeats (at most 4 times); interchangeable devices are ordered
 //   (2) and (3) alternate (`rounds`, until the split repeats): the LP reads the groups' last
 //   shards and heads. Every layout, and every grouping's even split, is scored by the closed
-//   form (estimate/sequence_time.hpp) and the best that fits is kept; on meshes of <= 16 groups the best is
-//   polished by moving single blocks between groups on the closed form.
+//   form (estimate/sequence_time.hpp) and the best that fits is kept; on meshes of <= 16
+//   groups the best is polished by moving single blocks between groups on the closed form.
 //   (4) the same search over the devices of the fastest GPU type alone: slower types behind a
 //   slow link can cost more in ring steps, all-to-alls and ZeRO-3 gathers than their compute
 //   brings, and then the best layout leaves them idle.
@@ -38,10 +39,10 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/hexiseq/groupings.hpp"
-#include "scheduler/plan/sequence_layout.hpp"
-#include "scheduler/hexiseq/linear.hpp"
 #include "scheduler/estimate/sequence_time.hpp"
+#include "scheduler/hexiseq/groupings.hpp"
+#include "scheduler/hexiseq/linear.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 #include "scheduler/solver/solver.hpp"
 
 namespace hexi {

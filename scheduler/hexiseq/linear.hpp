@@ -1,11 +1,11 @@
 #pragma once
 // The linear model the HexiSeq search optimises (its LP and integer programs and the exact
-// MILP all encode it), and its value for a given layout. It follows estimate/sequence_time.hpp term by term,
-// with what an integer program cannot say replaced by bounds:
+// MILP all encode it), and its value for a given layout. It follows estimate/sequence_time.hpp term
+// by term, with what an integer program cannot say replaced by bounds:
 //
 //   device i of group g:  t_i = a_i + tau_i s_i + A_g + (1 + replay) Rf_g + Rb_g
-//   token-wise  a_i + tau_i s_i: estimate/sequence_time.hpp's kernels fitted at two shard lengths (exact for
-//               shards in the compute-bound range, where every kernel is GEMM- or
+//   token-wise  a_i + tau_i s_i: the closed form's kernels fitted at two shard lengths
+//               (exact for shards in the compute-bound range, where every kernel is GEMM- or
 //               HBM-linear; a_i is the launch overheads)
 //   all-to-all  A_g = (2 + replay) (A1_g + A2_g + 2 latency), A1 >= every device's send and
 //               receive port time of the Q, K, V all-to-all (bytes s_j (h_i + 2 kv_i) d B
@@ -16,8 +16,8 @@
 //               forward K, V receive (S - T_g) kv_i 2 d B / bw_i from the previous group
 //               (bw_i the slowest path from it) and each machine's NIC share; Rb_g the same
 //               backward (2.5 x compute; K, V, dK, dV per step; dK, dV of T_g home). The
-//               dataflow ring of estimate/sequence_time.hpp is at least this (the model is its lower bound
-//               when compute and transfers overlap perfectly)
+//               dataflow ring of estimate/sequence_time.hpp is at least this (the model is its
+//               lower bound when compute and transfers overlap perfectly)
 //   memory      m0_i + m_s s_i + m_u T_g (2 h_i + 2 kv_i) + m_r T_max kv_i <= 95 % of it:
 //               plan/sequence_layout.hpp's memory exactly (activations, logits, all-to-all and ring
 //               buffers are linear in these products under flash attention)
@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/plan/sequence_layout.hpp"
 #include "scheduler/estimate/sequence_time.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 
 namespace hexi {
 inline namespace hexiseq {

@@ -1,7 +1,7 @@
 #pragma once
-// Test-only helpers for the sequence-layout tests (layout, closed form, searches, lowering): inline clusters of mixed machines, models of the
-// shipped catalog or small inline ones, training configs for one long sequence. Loader
-// failures throw with the loader's message (the test fails).
+// Test-only helpers for the sequence-layout tests (layout, closed form, searches, lowering): inline
+// clusters of mixed machines, models of the shipped catalog or small inline ones, training configs
+// for one long sequence. Loader failures throw with the loader's message (the test fails).
 
 #include <cstdint>
 #include <stdexcept>

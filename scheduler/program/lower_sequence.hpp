@@ -13,9 +13,9 @@
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
-#include "scheduler/plan/sequence_layout.hpp"
 #include "scheduler/plan/plan.hpp"
 #include "scheduler/plan/plan_file.hpp"
+#include "scheduler/plan/sequence_layout.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/program.hpp"
 #include "topologies/cluster.hpp"

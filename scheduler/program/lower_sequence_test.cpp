@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/cost/sequence.hpp"
-#include "scheduler/plan/sequence_testing.hpp"
 #include "scheduler/plan/sequence_layout.hpp"
+#include "scheduler/plan/sequence_testing.hpp"
 
 namespace hexi {
 namespace {
