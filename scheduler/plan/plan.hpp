@@ -98,7 +98,7 @@ struct MeshMessage {
 };
 // The messages of the boundary `from` -> `to` (either direction: activations forward,
 // their gradients back) where one side is a mesh stage: into a mesh, mesh device i (flat
-// index, group by group) gets its front and back rows (hexiseq::device_tokens) from TP rank
+// index, group by group) gets its front and back rows (plan::device_tokens) from TP rank
 // i * ts / n of the other stage, which holds the whole sequence; out of a mesh, every mesh
 // device sends its front and back rows to every TP rank (which then holds the whole
 // sequence: no all-gather); mesh to mesh, each destination device gets the part of its front
@@ -118,7 +118,7 @@ std::string plan_text(const Plan& plan);
 // and are used at most once, stages cover [0, L) exactly with no gaps or overlaps,
 // batch shares sum to the global batch in whole micro-batches, TP degrees divide the
 // heads (or an explicit head_split); a mesh stage's layout is structurally valid
-// (hexiseq::validate_structure: tokens summing to seq_len...), its pipeline has micro_batch
+// (plan::validate_structure: tokens summing to seq_len...), its pipeline has micro_batch
 // 1 and is not interleaved. Errors name
 // `origin` and the JSON path.
 // Memory is checked by the estimate (it needs the cost model), see estimate.hpp.
