@@ -66,7 +66,7 @@ void BM_Search(benchmark::State& state, const std::string& scheduler, const Json
         sc->scheduler_options = options;
       }
       if (sc) {
-        auto r = run_scheduler(scheduler, *sc, {});
+        auto r = run_pipeline_scheduler(scheduler, *sc, {});
         if (r)
           rep = {r->search_time_s, r->estimate.tokens_per_s, r->candidates, 1,
                  r->estimate.feasible ? 1 : 0};

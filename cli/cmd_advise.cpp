@@ -1,14 +1,14 @@
 // hexisim advise ADVISE.json [--json] [--max-plans N] [--simulate N]: what to buy (or rent):
 // the Pareto front of tokens/s against cost over the mixes of machines a request allows,
-// and the marginal value of each machine type added to what is owned (cli/advise/search.hpp).
+// and the marginal value of each machine type added to what is owned (studies/advise_search.hpp).
 // Progress goes to stderr; stdout is the same bytes for the same request.
 
 #include <chrono>
 #include <cmath>
 #include <iostream>
 
-#include "cli/advise/search.hpp"
 #include "cli/commands.hpp"
+#include "studies/advise_search.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi::cli {
@@ -161,7 +161,7 @@ void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostrea
 
 int run_advise_command(const AdviseOptions& opt) {
   const auto start = std::chrono::steady_clock::now();
-  auto catalogs = load_catalogs();
+  auto catalogs = load_shipped_catalogs();
   if (!catalogs) return report(catalogs.error());
   auto request = load_advise(opt.file, catalogs->gpus, catalogs->models);
   if (!request) return report(request.error());

@@ -45,7 +45,7 @@ void print_calibration(const validation::Calibration& c, std::ostream& out) {
 }
 
 int run_calibrate(const CalibrateOptions& opt) {
-  auto catalogs = load_catalogs();
+  auto catalogs = load_shipped_catalogs();
   if (!catalogs) return report(catalogs.error());
   Profile base;
   if (!opt.base.empty()) {

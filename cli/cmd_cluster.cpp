@@ -116,7 +116,7 @@ struct ShowOptions {
 };
 
 int run_show(const ShowOptions& opt) {
-  auto catalogs = load_catalogs();
+  auto catalogs = load_shipped_catalogs();
   if (!catalogs) return report(catalogs.error());
   auto cluster = load_cluster(opt.file, catalogs->gpus);
   if (!cluster) return report(cluster.error());
@@ -137,7 +137,7 @@ struct GenOptions {
 
 int run_gen(const GenOptions& opt) {
   if (auto st = check_output_file("--out", opt.out, {}); !st) return report(st.error());
-  auto catalogs = load_catalogs();
+  auto catalogs = load_shipped_catalogs();
   if (!catalogs) return report(catalogs.error());
   auto mix = parse_mix(opt.mix, catalogs->gpus);
   if (!mix) return report(mix.error());

@@ -73,7 +73,7 @@ int print_profile(const GpuCatalog& gpus, bool json) {
 }
 
 int run_info(const InfoOptions& opt) {
-  auto catalogs = load_catalogs();
+  auto catalogs = load_shipped_catalogs();
   if (!catalogs) return report(catalogs.error());
   if (opt.profile) return print_profile(catalogs->gpus, opt.json);
   Json gpus = Json::array(), models = Json::array(), clusters = Json::array(),

@@ -6,8 +6,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
-#include "cli/verify.hpp"
 #include "scheduler/scheduler.hpp"
+#include "studies/planning.hpp"
 
 namespace hexi::cli {
 namespace {
@@ -68,7 +68,6 @@ int run_plan(const PlanOptions& opt) {
   so.seed = opt.seed.value_or(sc->seed);
   so.time_budget_s = opt.time_budget_s;
   so.progress = print_search_progress;
-  so.runners_up = opt.verify.value_or(default_verify(*sc));
   const std::string name = opt.scheduler.empty() ? sc->scheduler : opt.scheduler;
   if (!opt.options.empty()) {
     auto json = parse_json_text(opt.options, "--options");
@@ -79,10 +78,8 @@ int run_plan(const PlanOptions& opt) {
     sc->scheduler_options = std::move(*json);
     sc->scheduler_options_origin = "--options";
   }
-  auto result = run_scheduler(name, *sc, so);
+  auto result = plan_pipeline(name, *sc, so, opt.verify);
   if (!result) return report(result.error());
-  std::cerr << "hexisim: " << result->summary() << "\n";  // what the search did, in one line
-  if (auto st = verify_with_simulator(*sc, *result); !st) return report(st.error());
   if (auto st = validate_plan(result->plan, sc->cluster, sc->model, sc->training, name); !st) {
     return report(failure("internal error: " + st.error().message));
   }
@@ -111,7 +108,8 @@ void add_plan_command(CLI::App& app, Runner& run) {
       ->required();
   add_profile_option(cmd, opt->profile);
   cmd->add_option("--scheduler", opt->scheduler,
-                  "Scheduler: " + scheduler_names() + " (default: the scenario's \"scheduler\")");
+                  "Scheduler: " + scheduler_names(SchedulerKind::kPipeline) +
+                      " (default: the scenario's \"scheduler\")");
   cmd->add_option("--seed", opt->seed, "Random seed (default: the scenario's \"seed\")")
       ->check(unsigned_64());
   cmd->add_option("--options", opt->options,

@@ -1,5 +1,5 @@
 // hexisim reproduce hexiscale|hexiseq [--quick] [--out DIR] [--jobs N]: runs a paper's
-// experiment grid (a shipped sweep file, cli/reproduce.hpp) as a resumable sweep, then writes
+// experiment grid (a shipped sweep file, studies/reproduce.hpp) as a resumable sweep, then writes
 // DIR/report.md (tables beside the paper's published figures) and its figures, and prints the
 // report.
 
@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "cli/commands.hpp"
-#include "cli/reproduce.hpp"
-#include "cli/sweep_run.hpp"
+#include "studies/reproduce.hpp"
+#include "studies/sweep_run.hpp"
 
 namespace hexi::cli {
 namespace {
@@ -57,7 +57,10 @@ int run_reproduce(const ReproduceOptions& o) {
   run.out = o.out.empty() ? fs::path("out/reproduce") / (o.paper + (o.quick ? "-quick" : ""))
                           : fs::path(o.out);
   run.jobs = o.jobs > 0 ? o.jobs : default_jobs();
-  if (const int code = run_sweep_local(*ctx, run); code != 0) return code;
+  auto summary = run_sweep_local(*ctx, run);
+  if (!summary) return report(summary.error());
+  print_sweep_summary(*summary, false);
+  if (summary->interrupted) return 130;
 
   auto store = ResultStore::open(run.out);
   if (!store) return report(store.error());

@@ -36,9 +36,7 @@ struct SeqOptions {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string scheduler_list() {
-  std::string out;
-  for (const auto& s : sequence_schedulers()) out += (out.empty() ? "" : ", ") + s.name;
-  return out;
+  return scheduler_names(SchedulerKind::kSequence);
 }
 
 Json result_json(const std::string& name, const HexiSeqResult& r) {
@@ -180,76 +178,121 @@ void print_simulation(const SeqSimulation& s, std::ostream& out) {
   table.print(out);
 }
 
-int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptions& o,
-                const std::vector<int>& devices, bool json, bool simulated) {
-  struct Row {
-    std::string name;
-    std::optional<HexiSeqResult> result;
-    std::string error;
-    std::optional<SeqSimulation> sim;
-  };
-  std::vector<Row> rows;
-  for (const auto& s : sequence_schedulers()) {
-    if (s.name == "hexiseq-exact" && static_cast<int>(devices.size()) > kExactMaxDevices) {
+// One row of --compare: a sequence scheduler's layout (or why it has none), and with
+// --simulate its simulation.
+struct CompareRow {
+  std::string name;
+  std::optional<HexiSeqResult> result;
+  std::string error;
+  std::optional<SeqSimulation> sim;
+};
+
+// Every sequence scheduler of the registry on the scenario (hexiseq-exact skipped above its
+// size limit).
+std::vector<CompareRow> compare_rows(const Scenario& sc, const SchedulerOptions& o) {
+  std::vector<CompareRow> rows;
+  for (const auto& s : schedulers()) {
+    if (s.kind != SchedulerKind::kSequence) continue;
+    if (s.name == "hexiseq-exact" && sc.cluster.num_devices() > kExactMaxDevices) {
       rows.push_back({s.name, std::nullopt,
                       "skipped: more than " + std::to_string(kExactMaxDevices) + " GPUs",
                       std::nullopt});
       continue;
     }
     std::cerr << "hexisim: seq: " << s.name << "...\n";
-    auto r = s.run(cost, devices, o);
+    auto r = s.run(sc, o);
     if (r) {
-      rows.push_back({s.name, std::move(*r), "", std::nullopt});
+      rows.push_back({s.name, std::move(*r->sequence), "", std::nullopt});
     } else {
       rows.push_back({s.name, std::nullopt, r.error().message, std::nullopt});
     }
   }
-  // With --simulate, every fitting layout simulated (layouts alike simulated once).
-  if (simulated) {
-    std::map<std::string, SeqSimulation> done;
-    for (auto& row : rows) {
-      if (!row.result || !row.result->time.fits) continue;
-      const std::string key = to_json(row.result->layout).dump();
-      if (!done.count(key)) {
-        std::cerr << "hexisim: seq: simulating " << row.name << "'s layout...\n";
-        auto s = simulate_layout(sc, *row.result, "");
-        if (!s) {
-          row.error = s.error().message;
-          continue;
-        }
-        done.emplace(key, std::move(*s));
+  return rows;
+}
+
+// With --simulate, every fitting layout simulated (layouts alike simulated once).
+void simulate_rows(const Scenario& sc, std::vector<CompareRow>& rows) {
+  std::map<std::string, SeqSimulation> done;
+  for (auto& row : rows) {
+    if (!row.result || !row.result->time.fits) continue;
+    const std::string key = to_json(row.result->layout).dump();
+    if (!done.count(key)) {
+      std::cerr << "hexisim: seq: simulating " << row.name << "'s layout...\n";
+      auto s = simulate_layout(sc, *row.result, "");
+      if (!s) {
+        row.error = s.error().message;
+        continue;
       }
-      row.sim = done.at(key);
+      done.emplace(key, std::move(*s));
     }
+    row.sim = done.at(key);
   }
-  // The strongest baseline: the fastest fitting layout of a scheduler not named hexiseq*
-  // (closed form; and simulated).
-  double best_baseline = 0, best_simulated = 0;
+}
+
+// The strongest baseline: the fastest fitting layout of a scheduler not named hexiseq*
+// (tokens/s, closed form and simulated; 0 where none).
+struct BestBaseline {
+  double closed = 0, simulated = 0;
+};
+BestBaseline best_baseline(const std::vector<CompareRow>& rows) {
+  BestBaseline best;
   for (const auto& row : rows) {
     if (row.result && row.result->time.fits && row.name.rfind("hexiseq", 0) != 0) {
-      best_baseline = std::max(best_baseline, row.result->time.tokens_per_s);
-      if (row.sim) best_simulated = std::max(best_simulated, row.sim->report.tokens_per_s);
+      best.closed = std::max(best.closed, row.result->time.tokens_per_s);
+      if (row.sim) best.simulated = std::max(best.simulated, row.sim->report.tokens_per_s);
     }
   }
-  if (json) {
-    Json out = {{"scenario", sc.name}, {"schedulers", Json::array()}};
-    for (const auto& row : rows) {
-      Json j = row.result ? result_json(row.name, *row.result)
-                          : Json{{"scheduler", row.name}, {"error", row.error}};
-      if (row.result && best_baseline > 0) {
-        j["vs_best_baseline"] = row.result->time.tokens_per_s / best_baseline;
-      }
-      if (row.sim) {
-        j["simulated"] = simulation_json(*row.sim);
-        if (best_simulated > 0) {
-          j["simulated"]["vs_best_baseline"] = row.sim->report.tokens_per_s / best_simulated;
-        }
-      }
-      out["schedulers"].push_back(std::move(j));
+  return best;
+}
+
+void print_compare_json(const Scenario& sc, const std::vector<CompareRow>& rows,
+                        const BestBaseline& best) {
+  Json out = {{"scenario", sc.name}, {"schedulers", Json::array()}};
+  for (const auto& row : rows) {
+    Json j = row.result ? result_json(row.name, *row.result)
+                        : Json{{"scheduler", row.name}, {"error", row.error}};
+    if (row.result && best.closed > 0) {
+      j["vs_best_baseline"] = row.result->time.tokens_per_s / best.closed;
     }
-    print_json(out);
-    return 0;
+    if (row.sim) {
+      j["simulated"] = simulation_json(*row.sim);
+      if (best.simulated > 0) {
+        j["simulated"]["vs_best_baseline"] = row.sim->report.tokens_per_s / best.simulated;
+      }
+    }
+    out["schedulers"].push_back(std::move(j));
   }
+  print_json(out);
+}
+
+std::vector<std::string> compare_cells(const CompareRow& row, const BestBaseline& best,
+                                       bool simulated, std::size_t columns) {
+  if (!row.result) {
+    std::vector<std::string> cells(columns, "-");
+    cells.front() = row.name;
+    cells.back() = row.error.substr(0, 60);
+    return cells;
+  }
+  const HexiSeqResult& r = *row.result;
+  std::vector<std::string> cells = {
+      row.name,
+      std::to_string(r.layout.groups.size()),
+      fmt(r.time.iteration_s, 3),
+      fmt(r.time.tokens_per_s, 0),
+      best.closed > 0 ? fmt(r.time.tokens_per_s / best.closed, 3) + "x" : "-",
+      r.time.fits ? "yes" : "NO"};
+  if (simulated) {
+    cells.push_back(row.sim ? fmt(row.sim->report.iteration_time_s, 3) : "-");
+    cells.push_back(row.sim && best.simulated > 0
+                        ? fmt(row.sim->report.tokens_per_s / best.simulated, 3) + "x"
+                        : "-");
+  }
+  cells.push_back(fmt(r.search_time_s, 3));
+  return cells;
+}
+
+void print_compare_table(const Scenario& sc, const std::vector<CompareRow>& rows,
+                         const BestBaseline& best, bool simulated) {
   std::cout << "scenario " << sc.name << ": " << sc.model.name << ", one sequence of "
             << sc.training.seq_len << " tokens over " << sc.cluster.num_devices() << " GPUs\n";
   std::vector<std::string> header = {"scheduler", "groups",           "iteration s",
@@ -259,45 +302,31 @@ int run_compare(const Scenario& sc, const SequenceCost& cost, const HexiSeqOptio
   }
   header.push_back("search s");
   Table table(header);
-  for (const auto& row : rows) {
-    if (!row.result) {
-      std::vector<std::string> cells(header.size(), "-");
-      cells.front() = row.name;
-      cells.back() = row.error.substr(0, 60);
-      table.add(cells);
-      continue;
-    }
-    const HexiSeqResult& r = *row.result;
-    std::vector<std::string> cells = {
-        row.name,
-        std::to_string(r.layout.groups.size()),
-        fmt(r.time.iteration_s, 3),
-        fmt(r.time.tokens_per_s, 0),
-        best_baseline > 0 ? fmt(r.time.tokens_per_s / best_baseline, 3) + "x" : "-",
-        r.time.fits ? "yes" : "NO"};
-    if (simulated) {
-      cells.push_back(row.sim ? fmt(row.sim->report.iteration_time_s, 3) : "-");
-      cells.push_back(row.sim && best_simulated > 0
-                          ? fmt(row.sim->report.tokens_per_s / best_simulated, 3) + "x"
-                          : "-");
-    }
-    cells.push_back(fmt(r.search_time_s, 3));
-    table.add(cells);
-  }
+  for (const auto& row : rows) table.add(compare_cells(row, best, simulated, header.size()));
   table.print(std::cout);
   std::cout << "best baseline: the fastest layout that fits of ring, ulysses, usp, megatron-cp "
                "and round-robin\n";
+}
+
+int run_compare(const Scenario& sc, const SchedulerOptions& o, bool json, bool simulated) {
+  std::vector<CompareRow> rows = compare_rows(sc, o);
+  if (simulated) simulate_rows(sc, rows);
+  const BestBaseline best = best_baseline(rows);
+  if (json) {
+    print_compare_json(sc, rows, best);
+  } else {
+    print_compare_table(sc, rows, best, simulated);
+  }
   return 0;
 }
 
 // --pipeline: pipelines of sequence meshes (scheduler/hexiseq/mesh_pipeline.hpp), every number of
 // stages.
-int run_pipeline(const Scenario& sc, const SeqOptions& opt, const HexiSeqOptions& o) {
-  MeshPipelineOptions po;
-  po.sequence = o;
-  po.max_stages = opt.max_stages;
-  auto r = search_mesh_pipeline(sc.cluster, sc.model, sc.training, sc.profile, po);
-  if (!r) return report(r.error());
+int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) {
+  o.max_stages = opt.max_stages;
+  auto found = run_scheduler("mesh-pipeline", sc, o);
+  if (!found) return report(found.error());
+  const MeshPipelineResult* r = &*found->hybrid;
   if (!opt.out.empty()) {
     if (auto st = write_file(opt.out, to_json(r->plan).dump(2) + "\n"); !st)
       return report(st.error());
@@ -363,103 +392,126 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, const HexiSeqOptions
   return 0;
 }
 
-int run_seq(const SeqOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario, opt.profile);
-  if (!sc) return report(sc.error());
-  HexiSeqOptions o;
+// The registry's options from the flags: --solver for both HexiSeq backends, --time-budget.
+Result<SchedulerOptions> scheduler_options(const SeqOptions& opt) {
+  SchedulerOptions o;
   if (!opt.solver.empty()) {
     auto backend = kBackendNames.parse(opt.solver);
     if (!backend) {
-      return report(bad_input("--solver: unknown solver \"" + opt.solver + "\"; expected " +
-                              kBackendNames.list()));
+      return bad_input("--solver: unknown solver \"" + opt.solver + "\"; expected " +
+                       kBackendNames.list());
     }
-    o.backend = o.exact_backend = *backend;
+    o.sequence.backend = o.sequence.exact_backend = *backend;
   }
-  o.time_budget_s = opt.time_budget_s;
-  SequenceCost cost(sc->cluster, sc->model, sc->training, sc->profile);
-  std::vector<int> devices(sc->cluster.num_devices());
-  for (int d = 0; d < sc->cluster.num_devices(); ++d) devices[d] = d;
+  o.sequence.time_budget_s = opt.time_budget_s;
+  return o;
+}
+
+// The output files may be written (none is an input), and the flags go together.
+Status check_outputs(const Scenario& sc, const SeqOptions& opt) {
   if (!opt.out.empty()) {
-    if (auto st = check_output_file("--out", opt.out, command_inputs(*sc, {opt.layout})); !st)
-      return report(st.error());
+    if (auto st = check_output_file("--out", opt.out, command_inputs(sc, {opt.layout})); !st)
+      return st.error();
   }
   if (!opt.sim_out.empty()) {
     for (const char* file : {"report.json", "trace.json"}) {
       if (auto st = check_output_file("--sim-out", opt.sim_out + "/" + file,
-                                      command_inputs(*sc, {opt.layout}));
+                                      command_inputs(sc, {opt.layout}));
           !st)
-        return report(st.error());
+        return st.error();
     }
   }
   if (opt.compare && !opt.sim_out.empty()) {
-    return report(bad_input("--compare and --sim-out: reports are written for one layout"));
+    return bad_input("--compare and --sim-out: reports are written for one layout");
   }
-  if (opt.pipeline) {
-    if (opt.compare || !opt.layout.empty() || opt.simulate || !opt.sim_out.empty() ||
-        opt.scheduler != "hexiseq") {
-      return report(
-          bad_input("--pipeline searches pipelines of HexiSeq meshes: not with "
-                    "--compare, --layout, --simulate, --sim-out or --scheduler"));
-    }
-    return run_pipeline(*sc, opt, o);
+  if (opt.pipeline && (opt.compare || !opt.layout.empty() || opt.simulate || !opt.sim_out.empty() ||
+                       opt.scheduler != "hexiseq")) {
+    return bad_input(
+        "--pipeline searches pipelines of HexiSeq meshes: not with "
+        "--compare, --layout, --simulate, --sim-out or --scheduler");
   }
-  if (opt.compare) return run_compare(*sc, cost, o, devices, opt.json, opt.simulate);
+  return {};
+}
 
-  HexiSeqResult result;
-  std::string name = opt.scheduler;
-  if (!opt.layout.empty()) {
-    auto doc = read_json_file(opt.layout);
-    if (!doc) return report(doc.error());
-    const Json* node =
-        doc->is_object() && doc->contains("sequence") ? &(*doc)["sequence"] : nullptr;
-    if (!node) {
-      return report(bad_input(opt.layout + ": expected an object with a \"sequence\" layout "
-                                           "(as `hexisim seq --out` writes)"));
-    }
-    auto layout = layout_from_json(*node, opt.layout);
-    if (!layout) return report(layout.error());
-    if (auto st = validate(*layout, sc->model, sc->training, sc->cluster, opt.layout); !st)
-      return report(st.error());
-    result.layout = std::move(*layout);
-    result.time = cost.iteration(result.layout);
-    result.grouping = "from " + opt.layout;
-    name = "layout";
-  } else {
-    const SequenceScheduler* s = find_sequence_scheduler(opt.scheduler);
-    if (!s) {
-      return report(bad_input("--scheduler: unknown sequence scheduler \"" + opt.scheduler +
-                              "\"; expected one of " + scheduler_list()));
-    }
-    auto r = s->run(cost, devices, o);
-    if (!r) return report(r.error());
-    result = std::move(*r);
+// --layout FILE: the layout read, validated and scored by the closed form.
+Result<HexiSeqResult> layout_of_file(const Scenario& sc, const std::string& file) {
+  auto doc = read_json_file(file);
+  if (!doc) return doc.error();
+  const Json* node = doc->is_object() && doc->contains("sequence") ? &(*doc)["sequence"] : nullptr;
+  if (!node) {
+    return bad_input(file +
+                     ": expected an object with a \"sequence\" layout "
+                     "(as `hexisim seq --out` writes)");
   }
+  auto layout = layout_from_json(*node, file);
+  if (!layout) return layout.error();
+  if (auto st = validate(*layout, sc.model, sc.training, sc.cluster, file); !st) return st.error();
+  HexiSeqResult result;
+  result.layout = std::move(*layout);
+  result.time =
+      SequenceCost(sc.cluster, sc.model, sc.training, sc.profile).iteration(result.layout);
+  result.grouping = "from " + file;
+  return result;
+}
+
+// --scheduler NAME: a sequence scheduler of the registry.
+Result<HexiSeqResult> layout_of_scheduler(const Scenario& sc, const std::string& name,
+                                          const SchedulerOptions& o) {
+  const SchedulerInfo* s = find_scheduler(name);
+  if (!s || s->kind != SchedulerKind::kSequence) {
+    return bad_input("--scheduler: unknown sequence scheduler \"" + name + "\"; expected one of " +
+                     scheduler_list());
+  }
+  auto r = s->run(sc, o);
+  if (!r) return r.error();
+  return std::move(*r->sequence);
+}
+
+// One layout: written with --out, simulated with --simulate / --sim-out, printed.
+Status show_layout(const Scenario& sc, const SeqOptions& opt, const std::string& name,
+                   const HexiSeqResult& result) {
   if (!std::isfinite(result.time.iteration_s) || !(result.time.iteration_s > 0)) {
-    return report(failure("internal error: the layout's iteration time is " +
-                          std::to_string(result.time.iteration_s) + " s (please report it)"));
+    return failure("internal error: the layout's iteration time is " +
+                   std::to_string(result.time.iteration_s) + " s (please report it)");
   }
   if (!opt.out.empty()) {
     Json plan = {{"version", 1}, {"scheduler", name}, {"sequence", to_json(result.layout)}};
-    if (auto st = write_file(opt.out, plan.dump(2) + "\n"); !st) return report(st.error());
+    if (auto st = write_file(opt.out, plan.dump(2) + "\n"); !st) return st.error();
   }
   std::optional<SeqSimulation> sim;
   if (opt.simulate || !opt.sim_out.empty()) {
-    auto s = simulate_layout(*sc, result, opt.sim_out);
-    if (!s) return report(s.error());
+    auto s = simulate_layout(sc, result, opt.sim_out);
+    if (!s) return s.error();
     sim = std::move(*s);
   }
   if (opt.json) {
     Json out = result_json(name, result);
-    out["scenario"] = sc->name;
+    out["scenario"] = sc.name;
     if (sim) out["simulated"] = simulation_json(*sim);
     print_json(out);
-  } else {
-    print_layout(*sc, name, result, std::cout);
-    if (sim) print_simulation(*sim, std::cout);
-    if (!opt.sim_out.empty()) {
-      std::cout << "wrote " << opt.sim_out << "/report.json and " << opt.sim_out << "/trace.json\n";
-    }
+    return {};
   }
+  print_layout(sc, name, result, std::cout);
+  if (sim) print_simulation(*sim, std::cout);
+  if (!opt.sim_out.empty()) {
+    std::cout << "wrote " << opt.sim_out << "/report.json and " << opt.sim_out << "/trace.json\n";
+  }
+  return {};
+}
+
+int run_seq(const SeqOptions& opt) {
+  auto sc = load_scenario_arg(opt.scenario, opt.profile);
+  if (!sc) return report(sc.error());
+  auto o = scheduler_options(opt);
+  if (!o) return report(o.error());
+  if (auto st = check_outputs(*sc, opt); !st) return report(st.error());
+  if (opt.pipeline) return run_pipeline(*sc, opt, *o);
+  if (opt.compare) return run_compare(*sc, *o, opt.json, opt.simulate);
+  auto result = opt.layout.empty() ? layout_of_scheduler(*sc, opt.scheduler, *o)
+                                   : layout_of_file(*sc, opt.layout);
+  if (!result) return report(result.error());
+  const std::string name = opt.layout.empty() ? opt.scheduler : "layout";
+  if (auto st = show_layout(*sc, opt, name, *result); !st) return report(st.error());
   return 0;
 }
 

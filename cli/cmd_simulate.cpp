@@ -12,13 +12,13 @@
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
-#include "cli/verify.hpp"
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/lower_sequence.hpp"
 #include "scheduler/program/trace_schema.hpp"
 #include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
+#include "studies/planning.hpp"
 #include "topologies/enum_names.hpp"
 #include "validation/trace_compare.hpp"
 
@@ -202,12 +202,10 @@ Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, PlanSource
   SearchOptions so;
   so.seed = opt.seed.value_or(sc.seed);
   so.progress = print_search_progress;
-  so.runners_up = opt.verify.value_or(default_verify(sc));
   const bool flag = !opt.scheduler.empty();
   const std::string scheduler = flag ? opt.scheduler : sc.scheduler;
-  auto found = run_scheduler(scheduler, sc, so);
+  auto found = plan_pipeline(scheduler, sc, so, opt.verify);
   if (!found) return found.error();
-  if (auto st = verify_with_simulator(sc, *found); !st) return st.error();
   source = PlanSource::of_search(scheduler, flag, found->search_time_s);
   std::cerr << "planned with " << scheduler << " in " << fmt(found->search_time_s, 2) << " s\n";
   return std::move(found->plan);

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "cli/sweep_run.hpp"
+#include "studies/sweep_run.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi::cli {
@@ -52,7 +52,10 @@ int run_sweep(const SweepOptions& opt) {
   run.jobs = opt.jobs;
   run.retry_failed = opt.retry_failed;
   run.json = opt.json;
-  return run_sweep_context(*ctx, run);
+  auto summary = run_sweep_context(*ctx, run);
+  if (!summary) return report(summary.error());
+  if (summary->parent) print_sweep_summary(*summary, opt.json);
+  return summary->interrupted ? 130 : 0;
 }
 
 std::string metrics_help() {

@@ -30,7 +30,7 @@ std::string nfdelay_path() {
 }
 
 Result<validation::TestbedLayout> layout(const std::string& cluster) {
-  auto catalogs = load_catalogs();
+  auto catalogs = load_shipped_catalogs();
   if (!catalogs) return catalogs.error();
   auto c = load_cluster(cluster, catalogs->gpus);
   if (!c) return c.error();

@@ -34,82 +34,82 @@ std::vector<std::string> train_args(const std::string& exe, const validation::Su
           "--trace", trace,   "--backend", r.backend, "--json"};
 }
 
-int run_validate(const ValidateOptions& opt) {
-  auto catalogs = load_catalogs();
-  if (!catalogs) return report(catalogs.error());
+// The suite with the flags' steps and rounds (one round with --quick).
+Result<validation::Suite> load_suite(const ValidateOptions& opt) {
+  auto catalogs = load_shipped_catalogs();
+  if (!catalogs) return catalogs.error();
   auto suite = validation::load_suite(opt.suite, opt.quick, catalogs->gpus, catalogs->models);
-  if (!suite) return report(suite.error());
+  if (!suite) return suite.error();
   if (opt.steps > 0) suite->steps = opt.steps;
   if (opt.rounds > 0) {
     suite->rounds = opt.rounds;
   } else if (opt.quick) {
     suite->rounds = 1;
   }
-  if (Status s = check_output_folder("--out", opt.out); !s) return report(s.error());
-  const std::string exe = this_executable();
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  validation::Launcher launch;
-  const bool cpu_suite = suite->backend == "cpu";
-  if (opt.rescore) {
-    // Nothing runs: every run's trace must be in --out already, from an earlier validate.
-    std::cerr << "hexisim: note: --rescore: no run is started; the traces in " << opt.out
-              << " are calibrated and scored\n";
-    launch = [](const validation::SuiteRun& r, int, const std::string& trace,
-                const std::string&) -> Result<int> {
-      if (fs::exists(trace)) return 0;
-      return bad_input("--rescore: no trace of run \"" + r.name + "\" at " + trace +
-                       " (run the suite into that folder first, without --rescore, with as "
-                       "many --rounds)");
-    };
-  } else if (opt.local) {
-    if (cpu_suite) {
-      std::cerr << "hexisim: note: --local runs the ranks with plain mpirun on this machine: no "
-                   "shaped links, no CPU quotas (the measurements are not of the suite's "
-                   "cluster)\n";
-    }
-    launch = [exe](const validation::SuiteRun& r, int steps, const std::string& trace,
-                   const std::string& log) {
-      // A one-device run is one process: `hexisim train` needs no mpirun for it.
-      if (r.devices == 1) return validation::run_logged(train_args(exe, r, steps, trace), log);
-      std::vector<std::string> args = {"mpirun", "--oversubscribe", "-np",
-                                       std::to_string(r.devices)};
-      for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
-      return validation::run_logged(args, log);
-    };
-  } else if (!cpu_suite) {
-    return report(bad_input(opt.suite + ": the suite runs the " + suite->backend +
-                            " backend, and the testbed realises CPU clusters only: run it with "
-                            "--local on a machine that has the suite's hardware"));
-  } else {
-    auto up = validation::run_logged({exe, "testbed", "up", suite->cluster},
-                                     (fs::path(opt.out) / "testbed-up.log").string());
-    if (!up) return report(up.error());
-    if (*up != 0) {
-      return report(failure("hexisim testbed up " + suite->cluster + " failed (exit " +
-                            std::to_string(*up) + "; its output: " + opt.out +
-                            "/testbed-up.log); --local runs without the testbed"));
-    }
-    launch = [exe, cluster = suite->cluster](const validation::SuiteRun& r, int steps,
-                                             const std::string& trace, const std::string& log) {
-      std::vector<std::string> args = {exe, "testbed", "run", cluster, "--plan", r.plan, "--"};
-      for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
-      return validation::run_logged(args, log);
-    };
+  return suite;
+}
+
+// --rescore: nothing runs; every run's trace must be in --out already.
+validation::Launcher rescore_launcher(const ValidateOptions& opt) {
+  std::cerr << "hexisim: note: --rescore: no run is started; the traces in " << opt.out
+            << " are calibrated and scored\n";
+  return [](const validation::SuiteRun& r, int, const std::string& trace,
+            const std::string&) -> Result<int> {
+    if (fs::exists(trace)) return 0;
+    return bad_input("--rescore: no trace of run \"" + r.name + "\" at " + trace +
+                     " (run the suite into that folder first, without --rescore, with as "
+                     "many --rounds)");
+  };
+}
+
+// --local: plain mpirun on this machine (one process for a one-device run).
+validation::Launcher local_launcher(const std::string& exe, bool cpu_suite) {
+  if (cpu_suite) {
+    std::cerr << "hexisim: note: --local runs the ranks with plain mpirun on this machine: no "
+                 "shaped links, no CPU quotas (the measurements are not of the suite's "
+                 "cluster)\n";
   }
-  auto rep = validation::validate(*suite, launch, opt.out,
-                                  [](const std::string& line) { std::cerr << line << "\n"; });
-  if (!opt.local && !opt.rescore && !opt.keep_testbed) {
-    (void)validation::run_logged({exe, "testbed", "down"},
-                                 (fs::path(opt.out) / "testbed-down.log").string());
+  return [exe](const validation::SuiteRun& r, int steps, const std::string& trace,
+               const std::string& log) {
+    if (r.devices == 1) return validation::run_logged(train_args(exe, r, steps, trace), log);
+    std::vector<std::string> args = {"mpirun", "--oversubscribe", "-np", std::to_string(r.devices)};
+    for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
+    return validation::run_logged(args, log);
+  };
+}
+
+// The testbed brought up, each run launched inside it.
+Result<validation::Launcher> testbed_launcher(const std::string& exe, const ValidateOptions& opt,
+                                              const validation::Suite& suite) {
+  if (suite.backend != "cpu") {
+    return bad_input(opt.suite + ": the suite runs the " + suite.backend +
+                     " backend, and the testbed realises CPU clusters only: run it with "
+                     "--local on a machine that has the suite's hardware");
   }
-  if (!rep) return report(rep.error());
+  auto up = validation::run_logged({exe, "testbed", "up", suite.cluster},
+                                   (fs::path(opt.out) / "testbed-up.log").string());
+  if (!up) return up.error();
+  if (*up != 0) {
+    return failure("hexisim testbed up " + suite.cluster + " failed (exit " + std::to_string(*up) +
+                   "; its output: " + opt.out +
+                   "/testbed-up.log); --local runs without the testbed");
+  }
+  return validation::Launcher([exe, cluster = suite.cluster](const validation::SuiteRun& r,
+                                                             int steps, const std::string& trace,
+                                                             const std::string& log) {
+    std::vector<std::string> args = {exe, "testbed", "run", cluster, "--plan", r.plan, "--"};
+    for (auto& a : train_args(exe, r, steps, trace)) args.push_back(a);
+    return validation::run_logged(args, log);
+  });
+}
+
+// report.json, report.md and (unless --no-plot) the plots in --out; the report printed.
+Status write_report(const ValidateOptions& opt, const validation::ValidationReport& rep) {
   const fs::path out(opt.out);
-  Json j = validation::to_json(*rep);
-  if (Status s = write_file((out / "report.json").string(), dump_json(j, 2) + "\n"); !s)
-    return report(s.error());
-  if (Status s = write_file((out / "report.md").string(), validation::to_markdown(*rep)); !s)
-    return report(s.error());
+  Json j = validation::to_json(rep);
+  if (Status s = write_file((out / "report.json").string(), dump_json(j, 2) + "\n"); !s) return s;
+  if (Status s = write_file((out / "report.md").string(), validation::to_markdown(rep)); !s)
+    return s;
   if (!opt.no_plot) {
     for (const char* ext : {"png", "svg"}) {
       auto rc = run_python({(data_root() / "scripts" / "plot.py").string(),
@@ -124,9 +124,37 @@ int run_validate(const ValidateOptions& opt) {
   if (opt.json) {
     print_json(j);
   } else {
-    std::cout << validation::to_markdown(*rep) << "\nreport: " << (out / "report.md").string()
+    std::cout << validation::to_markdown(rep) << "\nreport: " << (out / "report.md").string()
               << ", " << (out / "report.json").string() << "\n";
   }
+  return {};
+}
+
+int run_validate(const ValidateOptions& opt) {
+  auto suite = load_suite(opt);
+  if (!suite) return report(suite.error());
+  if (Status s = check_output_folder("--out", opt.out); !s) return report(s.error());
+  const std::string exe = this_executable();
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  validation::Launcher launch;
+  if (opt.rescore) {
+    launch = rescore_launcher(opt);
+  } else if (opt.local) {
+    launch = local_launcher(exe, suite->backend == "cpu");
+  } else {
+    auto testbed = testbed_launcher(exe, opt, *suite);
+    if (!testbed) return report(testbed.error());
+    launch = std::move(*testbed);
+  }
+  auto rep = validation::validate(*suite, launch, opt.out,
+                                  [](const std::string& line) { std::cerr << line << "\n"; });
+  if (!opt.local && !opt.rescore && !opt.keep_testbed) {
+    (void)validation::run_logged({exe, "testbed", "down"},
+                                 (fs::path(opt.out) / "testbed-down.log").string());
+  }
+  if (!rep) return report(rep.error());
+  if (Status s = write_report(opt, *rep); !s) return report(s.error());
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "studies/sweep_run.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi::cli {
@@ -21,16 +22,8 @@ int report(const Error& error) {
   return exit_code(error);
 }
 
-Result<Catalogs> load_catalogs() {
-  auto gpus = GpuCatalog::load_shipped();
-  if (!gpus) return gpus.error();
-  auto models = ModelCatalog::load_shipped();
-  if (!models) return models.error();
-  return Catalogs{std::move(*gpus), std::move(*models)};
-}
-
 Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& profile) {
-  auto catalogs = load_catalogs();
+  auto catalogs = load_shipped_catalogs();
   if (!catalogs) return catalogs.error();
   auto s = load_scenario(ref, catalogs->gpus, catalogs->models);
   if (!s || profile.empty()) return s;
@@ -89,14 +82,6 @@ std::string fmt(double value, int decimals) {
   return fixed(value, decimals);
 }
 
-std::string grouped(double v, int decimals) {
-  std::string s = fmt(std::abs(v), decimals);
-  const std::size_t dot = s.find('.');
-  for (std::size_t i = dot == std::string::npos ? s.size() : dot; i > 3; i -= 3)
-    s.insert(i - 3, ",");
-  return (v < 0 ? "-" : "") + s;
-}
-
 std::string this_executable() {
   std::error_code ec;
   const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -121,6 +106,30 @@ Result<int> run_python(const std::vector<std::string>& args) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+void print_sweep_summary(const SweepSummary& s, bool json) {
+  if (json) {
+    print_json({{"sweep", s.sweep},
+                {"points", s.points},
+                {"done", s.done},
+                {"failed", s.failed},
+                {"computed", s.computed},
+                {"skipped", s.done - s.computed},
+                {"interrupted", s.interrupted},
+                {"wall_time_s", s.wall_time_s},
+                {"workers", s.workers},
+                {"results", s.jsonl.string()},
+                {"csv", s.csv.string()}});
+    return;
+  }
+  std::cout << (s.interrupted ? "interrupted: " : "done: ") << s.done << "/" << s.points
+            << " points";
+  if (s.failed > 0) std::cout << " (" << s.failed << " failed: see the error column)";
+  std::cout << "; " << s.computed << " computed in " << fmt(s.wall_time_s, 1) << " s on "
+            << s.workers << "\n";
+  if (s.interrupted) std::cout << "rerun the same command to compute the other points\n";
+  std::cout << "wrote " << s.jsonl.string() << " and " << s.csv.string() << "\n";
 }
 
 }  // namespace hexi::cli

@@ -16,6 +16,12 @@
 #include "topologies/paths.hpp"
 #include "topologies/status.hpp"
 
+namespace hexi {
+inline namespace studies {
+struct SweepSummary;  // studies/sweep_run.hpp
+}  // namespace studies
+}  // namespace hexi
+
 namespace hexi::cli {
 
 // What a parsed subcommand runs; returns the process exit code.
@@ -23,13 +29,6 @@ using Runner = std::function<int()>;
 
 // Prints "hexisim: error: <message>" to stderr; returns 2 (bad input) or 1 (failure).
 int report(const Error& error);
-
-// Loads the shipped GPU and model catalogs (or reports why not).
-struct Catalogs {
-  GpuCatalog gpus;
-  ModelCatalog models;
-};
-Result<Catalogs> load_catalogs();
 
 // Loads a scenario by name or path with the shipped catalogs; with a `profile` file, that
 // profile replaces the scenario's (--profile).
@@ -48,6 +47,9 @@ std::vector<std::filesystem::path> command_inputs(const Scenario& scenario,
 // Output paths are checked before the work with check_output_file.
 Status write_file(const std::string& path, const std::string& text);
 
+// The end of a sweep's run: one JSON object, or the done/failed counts and the files written.
+void print_sweep_summary(const SweepSummary& summary, bool json);
+
 // A plain aligned text table.
 class Table {
  public:
@@ -62,8 +64,6 @@ class Table {
 
 // Fixed-point formatting: fmt(3.14159, 2) == "3.14".
 std::string fmt(double value, int decimals);
-// With thousands separators: grouped(1234567.8) == "1,234,568".
-std::string grouped(double value, int decimals = 0);
 
 // The path of this hexisim executable (/proc/self/exe; "hexisim" when unreadable).
 std::string this_executable();

@@ -166,4 +166,12 @@ JsonNode Scenario::scheduler_options_node() const {
   return {scheduler_options, file.string(), "/scheduler"};
 }
 
+Result<ShippedCatalogs> load_shipped_catalogs() {
+  auto gpus = GpuCatalog::load_shipped();
+  if (!gpus) return gpus.error();
+  auto models = ModelCatalog::load_shipped();
+  if (!models) return models.error();
+  return ShippedCatalogs{std::move(*gpus), std::move(*models)};
+}
+
 }  // namespace hexi

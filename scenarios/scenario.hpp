@@ -44,6 +44,13 @@ struct Scenario {
 
 // Loads a scenario by file path or by shipped name. Relative cluster / plan paths are
 // resolved against the scenario's folder; bare names against the shipped folders.
+// The shipped GPU and model catalogs (topologies/gpus.json, scenarios/models.json).
+struct ShippedCatalogs {
+  GpuCatalog gpus;
+  ModelCatalog models;
+};
+Result<ShippedCatalogs> load_shipped_catalogs();
+
 Result<Scenario> load_scenario(const std::string& name_or_path, const GpuCatalog& catalog,
                                const ModelCatalog& models);
 Result<Scenario> scenario_from_json(const Json& json, const std::filesystem::path& file,

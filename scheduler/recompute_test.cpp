@@ -243,13 +243,13 @@ TEST(RecomputeSearch, PerStageSpaceContainsTheScenarioSpace) {
 TEST(RecomputeSearch, HexiScaleOptionKeepsTheScenarioRecompute) {
   Scenario sc = shipped_scenario("hexiscale-setting1-llama2-13b");
   sc.scheduler_options = {{"recompute", "scenario"}};
-  auto r = run_scheduler("hexiscale", sc, SearchOptions{});
+  auto r = run_pipeline_scheduler("hexiscale", sc, SearchOptions{});
   ASSERT_TRUE(r.ok()) << r.error().message;
   for (const auto& p : r->plan.pipelines) {
     for (const auto& s : p.stages) EXPECT_FALSE(s.recompute.has_value());
   }
   sc.scheduler_options = {{"recompute", "sometimes"}};
-  auto bad = run_scheduler("hexiscale", sc, SearchOptions{});
+  auto bad = run_pipeline_scheduler("hexiscale", sc, SearchOptions{});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().kind, ErrorKind::kBadInput);
   EXPECT_NE(bad.error().message.find("recompute"), std::string::npos) << bad.error().message;
@@ -298,9 +298,9 @@ TEST(RecomputeSearch, HexiScaleNearTheOptimumOnConsumerClusters) {
     const Json cluster = consumer_cluster(i);
     auto sc = make_scenario(cluster, "llama2-13b", {{"global_batch", 32}, {"seq_len", 4096}});
     ASSERT_TRUE(sc.ok()) << sc.error().message;
-    auto hx = run_scheduler("hexiscale", *sc, {});
+    auto hx = run_pipeline_scheduler("hexiscale", *sc, {});
     if (!hx) continue;  // does not fit this draw
-    auto ex = run_scheduler("exact", *sc, {});
+    auto ex = run_pipeline_scheduler("exact", *sc, {});
     ASSERT_TRUE(ex.ok()) << ex.error().message;
     ASSERT_EQ(ex->notes[0].rfind("proven optimal", 0), 0u) << ex->notes[0];
     const double ratio = hx->estimate.tokens_per_s / ex->estimate.tokens_per_s;

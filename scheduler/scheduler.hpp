@@ -1,8 +1,10 @@
 #pragma once
-// One interface for every scheduler: a name, a scenario and options in; a Plan,
-// its closed-form Estimate and how the search went out. Every scheduler's plan is
-// judged by the same CostModel (scheduler/estimate/estimate.hpp), whatever it used to choose.
+// The one registry of every scheduler, with one call shape: a name, a scenario and options
+// in; the plan document and its closed-form estimate out. Every list of scheduler names (the
+// CLI's errors and --help, sweep axes, reproduce, benchmarks) comes from here.
 //
+// Pipeline schedulers: a Plan of pipelines of TP stages, judged by the same CostModel
+// (scheduler/estimate/estimate.hpp) whatever they used to choose.
 //   hexiscale   HexiScale: METIS phase 1, per-pipeline phase 2, exact batch/layer
 //               splits, iterative refinement (scheduler/hexiscale/)
 //   uniform     Megatron TP x PP x DP grid ignoring heterogeneity (scheduler/baselines/)
@@ -11,54 +13,82 @@
 //   metis-like  Metis (ATC'24): type-ordered stages, uniform (dp, tp), power-of-two groups
 //   amp-like    AMP (NeurIPS'22): uniform (tp, pp, dp) + layers by dynamic programming
 //   exact       exhaustive search of HexiScale's plan space, <= 16 GPUs
-//   (scheduler/hexiscale/exact.hpp)
-//
-// The sequence schedulers lay out one long sequence over a mesh of devices (context + head
-// parallelism, a SequenceLayout scored by SequenceCost): HexiSeq (scheduler/hexiseq/) and its
-// baselines (scheduler/baselines/sequence.hpp):
+//               (scheduler/hexiscale/exact.hpp)
+// Sequence schedulers: one long sequence laid out over a mesh of every device (context + head
+// parallelism: a SequenceLayout scored by SequenceCost, scheduler/estimate/sequence_time.hpp):
+// HexiSeq (scheduler/hexiseq/) and its baselines (scheduler/baselines/sequence.hpp):
 //   hexiseq, hexiseq-exact, ring, ulysses, usp, megatron-cp, hexiseq-homogeneous, round-robin
+// Hybrid schedulers: a Plan whose stages are sequence meshes:
+//   mesh-pipeline  pipelines of HexiSeq meshes (scheduler/hexiseq/mesh_pipeline.hpp)
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "scenarios/scenario.hpp"
 #include "scheduler/estimate/sequence_time.hpp"
 #include "scheduler/hexiseq/hexiseq.hpp"
+#include "scheduler/hexiseq/mesh_pipeline.hpp"
+#include "scheduler/plan/plan_file.hpp"
 #include "scheduler/search/search.hpp"
+#include "topologies/enum_names.hpp"
 
 namespace hexi {
+
+enum class SchedulerKind { kPipeline, kSequence, kHybrid };
+inline constexpr auto kSchedulerKindNames =
+    enum_names<SchedulerKind>({{SchedulerKind::kPipeline, "pipeline"},
+                               {SchedulerKind::kSequence, "sequence"},
+                               {SchedulerKind::kHybrid, "hybrid"}});
+
+// Every scheduler's options; each reads those of its kind.
+struct SchedulerOptions {
+  SearchOptions search;     // pipeline schedulers
+  HexiSeqOptions sequence;  // sequence schedulers, and each mesh of a hybrid one
+  int max_stages = 0;       // mesh-pipeline: at most this many stages (0: one per machine)
+};
+
+// What a scheduler returns: the plan document (a pipeline plan, or a sequence layout), its
+// closed-form estimate, and the account of the search that found it (one of the three, by
+// kind).
+struct Scheduled {
+  std::string scheduler;
+  SchedulerKind kind = SchedulerKind::kPipeline;
+  PlanFile document;
+  double iteration_time_s = 0;  // the closed form's
+  double tokens_per_s = 0;
+  bool fits = true;  // every device within its memory
+  double search_time_s = 0;
+  std::optional<SearchResult> pipeline;
+  std::optional<HexiSeqResult> sequence;
+  std::optional<MeshPipelineResult> hybrid;
+};
 
 struct SchedulerInfo {
   std::string name;
   std::string description;
-  std::function<Result<SearchResult>(const Scenario&, const SearchOptions&)> run;
+  SchedulerKind kind = SchedulerKind::kPipeline;
+  std::function<Result<Scheduled>(const Scenario&, const SchedulerOptions&)> run;
 };
 
-// All schedulers, in the order of the table above.
+// Every scheduler: the pipeline ones in the order of the table above, then the sequence
+// ones, then the hybrid one.
 const std::vector<SchedulerInfo>& schedulers();
-std::string scheduler_names();  // "hexiscale, uniform, ..."
-
-using SequenceSchedulerFn = std::function<Result<HexiSeqResult>(
-    const SequenceCost&, std::vector<int>, const HexiSeqOptions&)>;
-
-struct SequenceScheduler {
-  std::string name;
-  std::string description;
-  SequenceSchedulerFn run;
-};
-
-// hexiseq, hexiseq-exact, then the baselines above, in that order.
-const std::vector<SequenceScheduler>& sequence_schedulers();
 // The one named `name`; nullptr when there is none.
-const SequenceScheduler* find_sequence_scheduler(std::string_view name);
+const SchedulerInfo* find_scheduler(std::string_view name);
+// "hexiscale, uniform, ...": the names of one kind, or every name.
+std::string scheduler_names(std::optional<SchedulerKind> kind = std::nullopt);
 
-// Every name, pipeline schedulers first: "hexiscale, uniform, ..., round-robin".
-std::string all_scheduler_names();
+// Runs scheduler `name` on the scenario. Bad name, a disconnected cluster or a model that
+// fits nowhere: bad input (exit 2); the message says why.
+Result<Scheduled> run_scheduler(const std::string& name, const Scenario& scenario,
+                                const SchedulerOptions& options);
 
-// Runs scheduler `name` on the scenario. Bad name, a disconnected cluster or a
-// model that fits nowhere: bad input (exit 2); the message says why.
-Result<SearchResult> run_scheduler(const std::string& name, const Scenario& scenario,
-                                   const SearchOptions& options);
+// The same for a pipeline scheduler, its search's account out (`hexisim plan`, `simulate`,
+// the tests): bad input naming the command for a scheduler of another kind.
+Result<SearchResult> run_pipeline_scheduler(const std::string& name, const Scenario& scenario,
+                                            const SearchOptions& options);
 
 }  // namespace hexi

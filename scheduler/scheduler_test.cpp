@@ -32,8 +32,9 @@ TEST(Search, EverySchedulerGivesAValidPlanOnEveryShippedScenario) {
     Scenario sc = shipped_scenario(name);
     if (sc.scheduler == "hexiseq") continue;  // long-context scenarios: `hexisim seq`
     for (const auto& s : schedulers()) {
+      if (s.kind != SchedulerKind::kPipeline) continue;
       if (s.name == "exact" && sc.cluster.num_devices() > kExactMaxGpus) continue;
-      auto r = run_scheduler(s.name, sc, options_for(sc, s.name));
+      auto r = run_pipeline_scheduler(s.name, sc, options_for(sc, s.name));
       if (!r) {
         // Only a baseline that cannot place the model may fail, and it must say so.
         EXPECT_NE(s.name, "hexiscale") << name << ": " << r.error().message;
@@ -57,7 +58,7 @@ TEST(Search, HexiScaleBeatsOrMatchesTheHandPlan) {
   auto hand = load_plan(*sc.plan);
   ASSERT_TRUE(hand.ok());
   CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
-  auto r = run_scheduler("hexiscale", sc, {});
+  auto r = run_pipeline_scheduler("hexiscale", sc, {});
   ASSERT_TRUE(r.ok());
   EXPECT_GE(r->estimate.tokens_per_s, cm.estimate(*hand).tokens_per_s);
 }
@@ -67,8 +68,8 @@ TEST(Search, SameSeedSamePlanBytes) {
   for (const char* s : {"hexiscale", "random", "flashflex", "metis-like"}) {
     SearchOptions o;
     o.seed = 7;
-    auto a = run_scheduler(s, sc, o);
-    auto b = run_scheduler(s, sc, o);
+    auto a = run_pipeline_scheduler(s, sc, o);
+    auto b = run_pipeline_scheduler(s, sc, o);
     ASSERT_TRUE(a.ok() && b.ok()) << s;
     EXPECT_EQ(plan_text(a->plan), plan_text(b->plan)) << s;
   }
@@ -85,7 +86,7 @@ TEST(Search, HexiScaleGivesTheSamePlanBytesWithOneOrTwoThreads) {
     std::string modes[2];
     for (int threads : {1, 2}) {
       sc.scheduler_options = {{"threads", threads}, {"device_level_max", device_level_max}};
-      auto r = run_scheduler("hexiscale", sc, {});
+      auto r = run_pipeline_scheduler("hexiscale", sc, {});
       ASSERT_TRUE(r.ok()) << device_level_max << ": " << r.error().message;
       EXPECT_FALSE(r->budget_exhausted);
       plans[threads - 1] = plan_text(r->plan);
@@ -102,8 +103,8 @@ TEST(Search, HexiScaleKeepsItsRunnersUpWithoutChangingItsBest) {
   SearchOptions plain;
   SearchOptions keeping;
   keeping.runners_up = 4;
-  auto a = run_scheduler("hexiscale", sc, plain);
-  auto b = run_scheduler("hexiscale", sc, keeping);
+  auto a = run_pipeline_scheduler("hexiscale", sc, plain);
+  auto b = run_pipeline_scheduler("hexiscale", sc, keeping);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(a->runners_up.empty());
   EXPECT_EQ(plan_text(a->plan), plan_text(b->plan));  // keeping them changes nothing
@@ -126,7 +127,7 @@ TEST(Search, TimeBudgetIsRespected) {
   Scenario sc = shipped_scenario("mix-1024-llama2-70b");
   SearchOptions o;
   o.time_budget_s = 0.5;
-  auto r = run_scheduler("hexiscale", sc, o);
+  auto r = run_pipeline_scheduler("hexiscale", sc, o);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->budget_exhausted);
   // Stops at the first check after the budget: one candidate evaluation late at most.
@@ -138,7 +139,7 @@ TEST(Search, ModelThatFitsNowhereIsBadInputWithTheNumbers) {
   auto sc = make_scenario(cluster_json("two-t4", {{"T4", 2}}), "llama2-70b", {{"global_batch", 8}});
   ASSERT_TRUE(sc.ok());
   for (const char* s : {"hexiscale", "uniform", "exact"}) {
-    auto r = run_scheduler(s, *sc, {});
+    auto r = run_pipeline_scheduler(s, *sc, {});
     ASSERT_FALSE(r.ok()) << s;
     EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
     EXPECT_NE(r.error().message.find("needs at least"), std::string::npos) << r.error().message;
@@ -151,7 +152,7 @@ TEST(Search, ModelThatFitsInTotalButNoStageSaysSo) {
   auto sc = make_scenario(cluster_json("3080ti", {{"RTX3080Ti", 8}, {"RTX3080Ti", 8}}), "llama-30b",
                           {{"global_batch", 16}, {"seq_len", 2048}});
   ASSERT_TRUE(sc.ok());
-  auto r = run_scheduler("hexiscale", *sc, {});
+  auto r = run_pipeline_scheduler("hexiscale", *sc, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
   EXPECT_NE(r.error().message.find("GiB"), std::string::npos) << r.error().message;
@@ -163,7 +164,7 @@ TEST(Search, DisconnectedClusterIsBadInput) {
   c["network"]["spine"] = false;
   auto sc = make_scenario(c, "llama2-7b", {{"global_batch", 16}});
   ASSERT_TRUE(sc.ok()) << sc.error().message;
-  auto r = run_scheduler("hexiscale", *sc, {});
+  auto r = run_pipeline_scheduler("hexiscale", *sc, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
   EXPECT_NE(r.error().message.find("disconnected"), std::string::npos) << r.error().message;
@@ -171,7 +172,7 @@ TEST(Search, DisconnectedClusterIsBadInput) {
 
 TEST(Search, UnknownSchedulerIsBadInputListingTheNames) {
   Scenario sc = shipped_scenario("testbed-h100-a100-llama2-13b");
-  auto r = run_scheduler("hexiscal", sc, {});
+  auto r = run_pipeline_scheduler("hexiscal", sc, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
   EXPECT_NE(r.error().message.find("hexiscale, uniform, random"), std::string::npos)
@@ -180,7 +181,7 @@ TEST(Search, UnknownSchedulerIsBadInputListingTheNames) {
 
 TEST(Search, ExactRefusesLargeClusters) {
   Scenario sc = shipped_scenario("hexiscale-setting1-llama2-7b");
-  auto r = run_scheduler("exact", sc, {});
+  auto r = run_pipeline_scheduler("exact", sc, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
 }
@@ -189,7 +190,7 @@ TEST(Search, BadSchedulerOptionsAreBadInput) {
   auto sc = make_scenario(cluster_json("opt", {{"A100", 8}}), "llama2-7b", {{"global_batch", 16}});
   ASSERT_TRUE(sc.ok());
   sc->scheduler_options = {{"tua", 3}};
-  auto r = run_scheduler("hexiscale", *sc, {});
+  auto r = run_pipeline_scheduler("hexiscale", *sc, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
   EXPECT_NE(r.error().message.find("tua"), std::string::npos) << r.error().message;

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <set>
+#include <string>
 
 #include "scheduler/plan/sequence_testing.hpp"
 #include "scheduler/scheduler.hpp"
@@ -45,27 +48,79 @@ TEST(HexiSeqBaselines, HexiSeqIsNeverSlowerThanAnyBaseline) {
   };
   for (const Case& sc : scenarios) {
     const Cluster c = mixed_cluster(sc.machines);
-    SequenceCost cost(c, catalog_model(sc.model), with_full_recompute(sc.seq), kBaselinesProfile);
+    Scenario scenario;
+    scenario.cluster = c;
+    scenario.model = catalog_model(sc.model);
+    scenario.training = with_full_recompute(sc.seq);
+    scenario.profile = kBaselinesProfile;
+    SequenceCost cost(c, scenario.model, scenario.training, kBaselinesProfile);
     auto ours = run_hexiseq(cost, {}, {});
     ASSERT_TRUE(ours.ok()) << ours.error().message;
     ASSERT_TRUE(ours->time.fits);
     std::printf("%s, %s, S = %d: hexiseq %.3f s (%s, %.2f s search)\n", sc.name, sc.model, sc.seq,
                 ours->time.iteration_s, ours->grouping.c_str(), ours->search_time_s);
     double strongest = kInfinity;
-    for (const SequenceScheduler& s : sequence_schedulers()) {
+    for (const SchedulerInfo& s : schedulers()) {
+      if (s.kind != SchedulerKind::kSequence) continue;
       if (s.name == "hexiseq" || s.name == "hexiseq-exact") continue;
-      auto theirs = s.run(cost, {}, {});
-      ASSERT_TRUE(theirs.ok()) << s.name << ": " << theirs.error().message;
-      std::printf("  %-20s %8.3f s  %s%s\n", s.name.c_str(), theirs->time.iteration_s,
-                  theirs->grouping.c_str(), theirs->time.fits ? "" : "  (does not fit)");
-      if (!theirs->time.fits) continue;
-      EXPECT_LE(ours->time.iteration_s, theirs->time.iteration_s * (1 + 1e-12))
+      auto scheduled = s.run(scenario, {});
+      ASSERT_TRUE(scheduled.ok()) << s.name << ": " << scheduled.error().message;
+      const HexiSeqResult& theirs = *scheduled->sequence;
+      std::printf("  %-20s %8.3f s  %s%s\n", s.name.c_str(), theirs.time.iteration_s,
+                  theirs.grouping.c_str(), theirs.time.fits ? "" : "  (does not fit)");
+      if (!theirs.time.fits) continue;
+      EXPECT_LE(ours->time.iteration_s, theirs.time.iteration_s * (1 + 1e-12))
           << sc.name << ": " << s.name;
-      strongest = std::min(strongest, theirs->time.iteration_s);
+      strongest = std::min(strongest, theirs.time.iteration_s);
     }
     std::printf("  speedup over the strongest baseline: %.3fx\n",
                 strongest / ours->time.iteration_s);
   }
+}
+
+// The one registry: every kind through one call shape, each name once, the document and
+// the estimate the kind's own account holds.
+TEST(Registry, EverySchedulerOnceWithOneCallShape) {
+  std::set<std::string> names;
+  std::map<SchedulerKind, int> kinds;
+  for (const SchedulerInfo& s : schedulers()) {
+    EXPECT_TRUE(names.insert(s.name).second) << s.name;
+    EXPECT_FALSE(s.description.empty()) << s.name;
+    ++kinds[s.kind];
+  }
+  EXPECT_EQ(kinds[SchedulerKind::kPipeline], 7);
+  EXPECT_EQ(kinds[SchedulerKind::kSequence], 8);
+  EXPECT_EQ(kinds[SchedulerKind::kHybrid], 1);
+  EXPECT_EQ(scheduler_names(SchedulerKind::kSequence),
+            "hexiseq, hexiseq-exact, ring, ulysses, usp, megatron-cp, hexiseq-homogeneous, "
+            "round-robin");
+
+  Scenario sc;
+  sc.cluster = mixed_cluster({{"H100-SXM", 2, 1}, {"A100-SXM-80GB", 2, 1}});
+  sc.model = testing::small_model();
+  sc.training = long_context(8192);
+  auto ring = run_scheduler("ring", sc, {});
+  ASSERT_TRUE(ring.ok()) << ring.error().message;
+  EXPECT_EQ(ring->kind, SchedulerKind::kSequence);
+  ASSERT_TRUE(ring->sequence && ring->document.layout && !ring->document.plan);
+  EXPECT_EQ(to_json(*ring->document.layout), to_json(ring->sequence->layout));
+  EXPECT_EQ(ring->iteration_time_s, ring->sequence->time.iteration_s);
+  EXPECT_EQ(ring->tokens_per_s, ring->sequence->time.tokens_per_s);
+
+  // A sequence or hybrid scheduler where a pipeline one is expected: bad input naming the
+  // command that runs it.
+  auto seq = run_pipeline_scheduler("hexiseq", sc, {});
+  ASSERT_FALSE(seq.ok());
+  EXPECT_EQ(seq.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(seq.error().message.find("hexisim seq SCENARIO --scheduler hexiseq"), std::string::npos)
+      << seq.error().message;
+  auto hybrid = run_pipeline_scheduler("mesh-pipeline", sc, {});
+  ASSERT_FALSE(hybrid.ok());
+  EXPECT_NE(hybrid.error().message.find("--pipeline"), std::string::npos) << hybrid.error().message;
+  auto unknown = run_scheduler("ringg", sc, {});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("round-robin, mesh-pipeline"), std::string::npos)
+      << unknown.error().message;
 }
 
 }  // namespace

@@ -42,7 +42,6 @@ FOLDER_LIBRARY = {
     "engine": "hexi_engine",
     "validation": "hexi_validation",
     "studies": "hexi_studies",
-    "cli/advise": "hexi_advise",
     "cli": "hexi_cli_core",
 }
 
@@ -58,7 +57,7 @@ LAYERS = [
     ["hexi_hexiscale", "hexi_hexiseq", "hexi_validation"],
     ["hexi_baselines"],
     ["hexi_scheduler"],
-    ["hexi_studies", "hexi_advise"],
+    ["hexi_studies"],
     ["hexi_cli_core", "hexi_cli"],
 ]
 

@@ -7,7 +7,7 @@
     plot.py REPORT.json --kind breakdown [--by gpu|stage|pipeline|device] --out FILE [--title]
     plot.py REPORT.json --kind validation --out FILE [--title]
 
-RESULTS.jsonl is a sweep's results file (cli/sweep_point.hpp): one JSON row per point with
+RESULTS.jsonl is a sweep's results file (studies/sweep_point.hpp): one JSON row per point with
 its axis values under "point" and its metrics under "metrics". AXIS and METRIC name either
 (e.g. --x num_gpus --y tokens_per_s). Kinds:
   line     the mean of METRIC per value of a numeric x, one line per --by group

@@ -1,6 +1,7 @@
 #include "topologies/text.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <sstream>
@@ -13,6 +14,14 @@ std::string fixed(double value, int decimals) {
   out.precision(decimals);
   out << value;
   return out.str();
+}
+
+std::string grouped(double v, int decimals) {
+  std::string s = fixed(std::abs(v), decimals);
+  const std::size_t dot = s.find('.');
+  for (std::size_t i = dot == std::string::npos ? s.size() : dot; i > 3; i -= 3)
+    s.insert(i - 3, ",");
+  return (v < 0 ? "-" : "") + s;
 }
 
 std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t seed) {

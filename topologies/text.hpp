@@ -9,6 +9,8 @@ namespace hexi {
 
 // Fixed-point text: fixed(3.14159, 2) == "3.14".
 std::string fixed(double value, int decimals);
+// With thousands separators: grouped(1234567.8) == "1,234,568".
+std::string grouped(double value, int decimals = 0);
 
 // FNV-1a 64 of the bytes: a stable digest across builds and machines (file checks, not
 // security), and the same as 16 lowercase hex digits.

@@ -57,7 +57,7 @@ struct EstimatedPlan {
   Estimate estimate;
 };
 
-// One plan a verification simulated (cli/verify.hpp): its rank by the closed form (0: the
+// One plan a verification simulated (studies/planning.hpp): its rank by the closed form (0: the
 // search's best) and both throughputs.
 struct VerifiedPlan {
   int rank = 0;

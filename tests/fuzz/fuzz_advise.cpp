@@ -1,7 +1,7 @@
 // libFuzzer target: advise requests (advise_from_json with the shipped catalogs), as if in
 // scenarios/advise/ (a relative price book resolves as a shipped request's does).
 
-#include "cli/advise/request.hpp"
+#include "studies/advise_request.hpp"
 #include "tests/fuzz/fuzz.hpp"
 #include "topologies/paths.hpp"
 

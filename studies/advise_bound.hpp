@@ -29,7 +29,7 @@
 #include "topologies/profile.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 
 // The largest fraction of peak any GEMM or attention kernel of `m` reaches under `p`.
 double best_efficiency(const DeviceProfile& p, const Model& m);
@@ -47,5 +47,5 @@ double tokens_per_s_bound(const GpuSpec& gpu, const Profile& profile, const Mode
 double layer_tokens_per_s_bound(const GpuSpec& gpu, const Profile& profile, const Model& m,
                                 const TrainingConfig& t);
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

@@ -6,14 +6,14 @@
 #include <cmath>
 #include <map>
 
-#include "cli/advise/bound.hpp"
-#include "cli/advise/costs.hpp"
-#include "cli/advise/planner.hpp"
-#include "cli/advise/request.hpp"
-#include "cli/advise/search.hpp"
 #include "scenarios/testing.hpp"
 #include "scheduler/cost/cost_model.hpp"
 #include "scheduler/estimate/estimate.hpp"
+#include "studies/advise_bound.hpp"
+#include "studies/advise_costs.hpp"
+#include "studies/advise_planner.hpp"
+#include "studies/advise_request.hpp"
+#include "studies/advise_search.hpp"
 #include "topologies/paths.hpp"
 
 namespace hexi {

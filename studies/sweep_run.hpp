@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "cli/sweep_point.hpp"
-#include "cli/sweep_pool.hpp"
-#include "cli/sweep_store.hpp"
+#include "studies/sweep_point.hpp"
+#include "studies/sweep_pool.hpp"
+#include "studies/sweep_store.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 
 struct SweepRunOptions {
   std::filesystem::path out;  // the results folder
@@ -86,24 +87,38 @@ std::unique_ptr<WorkerPool> make_pool(const SweepContext& ctx, int jobs,
 // A sweep file loaded with the catalogs and the vocabulary of this build.
 Result<SweepContext> load_sweep_context(const std::string& file);
 
+// How a run of a sweep ended (the parent's, or MPI rank 0's, view; `parent` false on the
+// other ranks).
+struct SweepSummary {
+  bool parent = true;
+  std::string sweep;
+  int points = 0, done = 0, failed = 0, computed = 0;
+  bool interrupted = false;  // SIGINT / SIGTERM: rerun to compute the rest
+  double wall_time_s = 0;
+  std::string workers;  // "2 local workers", "4 MPI ranks x 2 workers"
+  std::filesystem::path jsonl, csv;
+};
+
 // Computes the sweep's missing points into opt.out on local worker processes (the parent
-// appends their rows), reporting errors on stderr. Returns the exit code (130 when
-// interrupted).
-int run_sweep_local(const SweepContext& ctx, const SweepRunOptions& opt);
+// appends their rows; progress on stderr, the opening line on stdout unless opt.json).
+Result<SweepSummary> run_sweep_local(const SweepContext& ctx, const SweepRunOptions& opt);
 
 // run_sweep_mpi under an MPI launcher, else run_sweep_local.
-int run_sweep_context(const SweepContext& ctx, const SweepRunOptions& opt);
+Result<SweepSummary> run_sweep_context(const SweepContext& ctx, const SweepRunOptions& opt);
 
 // The MPI world size the launcher announces (OpenMPI's mpirun, or PMI under srun), 1 when
 // not launched by one.
 int launcher_world_size();
 
 // The sweep across MPI ranks: rank 0 hands points out (and computes with its own
-// workers) and is the only writer. Returns the exit code.
-int run_sweep_mpi(const SweepContext& ctx, const SweepRunOptions& opt);
+// workers) and is the only writer. A failure no rank can recover from aborts the MPI job
+// (after the message on stderr).
+Result<SweepSummary> run_sweep_mpi(const SweepContext& ctx, const SweepRunOptions& opt);
 
-// The end of a run, on stdout: done/failed counts and the files written.
-void print_summary(const SweepContext& ctx, const SweepRecorder& rec, const SweepRunOptions& opt,
-                   double wall_s, const std::string& where, bool interrupted);
+// The end of a run: done/failed counts and the files written.
+SweepSummary sweep_summary(const SweepContext& ctx, const SweepRecorder& rec,
+                           const SweepRunOptions& opt, double wall_s, const std::string& where,
+                           bool interrupted);
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

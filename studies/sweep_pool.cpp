@@ -1,4 +1,4 @@
-#include "cli/sweep_pool.hpp"
+#include "studies/sweep_pool.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,7 +11,8 @@
 #include <csignal>
 #include <cstring>
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 namespace {
 
 // Writes all of `text`; false on an error (EPIPE: the reader is gone).
@@ -205,4 +206,5 @@ void WorkerPool::stop() {
   }
 }
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

@@ -1,13 +1,14 @@
-#include "cli/reproduce.hpp"
+#include "studies/reproduce.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <tuple>
 
-#include "cli/common.hpp"
+#include "topologies/text.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 namespace {
 
 double mean(const std::map<std::int64_t, double>& values) {
@@ -18,7 +19,7 @@ double mean(const std::map<std::int64_t, double>& values) {
 }
 
 std::string times(double ratio) {
-  return ratio > 0 && std::isfinite(ratio) ? fmt(ratio, 2) + "×" : "-";
+  return ratio > 0 && std::isfinite(ratio) ? fixed(ratio, 2) + "×" : "-";
 }
 
 // A markdown table.
@@ -212,9 +213,9 @@ Report hexiscale_report(const ResultTable& t, bool quick, const std::string& swe
         rs = times(h_sim.back());
       }
       const Measure* any_hom = hu != nullptr ? hu : hh;
-      homog.add({s.cluster, model_label(s), hx ? fmt(hx->peak_pflops, 2) : "-",
+      homog.add({s.cluster, model_label(s), hx ? fixed(hx->peak_pflops, 2) : "-",
                  tokens_cell(hx, false), tokens_cell(hx, true), hom.cluster,
-                 any_hom ? fmt(any_hom->peak_pflops, 2) : "-", best > 0 ? grouped(best) : "-",
+                 any_hom ? fixed(any_hom->peak_pflops, 2) : "-", best > 0 ? grouped(best) : "-",
                  best_sim > 0 ? grouped(best_sim) : "-", r, rs});
     }
   }
@@ -264,7 +265,7 @@ Report hexiscale_report(const ResultTable& t, bool quick, const std::string& swe
     const Measure* hx = t.find(s, "hexiscale");
     const double best = best_of(t, s, {"flashflex", "metis-like", "amp-like", "uniform"}, false);
     scale.add({s.cluster, hx ? std::to_string(hx->num_gpus) : "-",
-               hx && !hx->search_s.empty() ? fmt(hx->search_mean(), 2) : "-",
+               hx && !hx->search_s.empty() ? fixed(hx->search_mean(), 2) : "-",
                tokens_cell(hx, false), tokens_cell(t.find(s, "flashflex"), false),
                tokens_cell(t.find(s, "metis-like"), false),
                tokens_cell(t.find(s, "amp-like"), false), tokens_cell(t.find(s, "uniform"), false),
@@ -424,8 +425,8 @@ Report hexiseq_report(const ResultTable& t, bool quick, const std::string& sweep
         p_sim.push_back(hq->simulated_mean() / best_sim);
         rs = times(p_sim.back());
       }
-      pairs.add({s.cluster, hq ? fmt(hq->peak_pflops, 2) : "-", tokens_cell(hq, false),
-                 tokens_cell(hq, true), hom.cluster, any_hom ? fmt(any_hom->peak_pflops, 2) : "-",
+      pairs.add({s.cluster, hq ? fixed(hq->peak_pflops, 2) : "-", tokens_cell(hq, false),
+                 tokens_cell(hq, true), hom.cluster, any_hom ? fixed(any_hom->peak_pflops, 2) : "-",
                  best > 0 ? grouped(best) : "-", best_sim > 0 ? grouped(best_sim) : "-", r, rs});
     }
   }
@@ -446,7 +447,7 @@ Report hexiseq_report(const ResultTable& t, bool quick, const std::string& sweep
     for (const Setting& s : t.settings_of(c.cluster)) {
       const Measure* hq = t.find(s, "hexiseq");
       search.add({s.cluster, hq ? std::to_string(hq->num_gpus) : "-", model_label(s),
-                  hq && !hq->search_s.empty() ? fmt(hq->search_mean(), 2) : "-",
+                  hq && !hq->search_s.empty() ? fixed(hq->search_mean(), 2) : "-",
                   hq ? grouped(hq->candidates) : "-"});
     }
   }
@@ -574,4 +575,5 @@ Report reproduce_report(const std::string& paper, const ResultTable& table, bool
   return rep;
 }
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

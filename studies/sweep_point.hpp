@@ -18,7 +18,8 @@
 #include "scenarios/sweep.hpp"
 #include "topologies/json_input.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 
 // A metric a sweep may keep ("metrics" in the sweep file), in CSV column order.
 struct SweepMetric {
@@ -47,4 +48,5 @@ std::string run_point(const SweepContext& ctx, const SweepPoint& p);
 std::string error_row(const SweepContext& ctx, const SweepPoint& p, const Error& error,
                       double wall_s);
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

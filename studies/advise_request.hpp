@@ -34,7 +34,7 @@
 #include "topologies/status.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 
 enum class Pricing {
   kPurchase,  // machines bought at purchase prices: cost = capex, budget "capex_usd"
@@ -112,5 +112,5 @@ Result<AdviseRequest> advise_from_json(const Json& json, const std::filesystem::
 Result<AdviseRequest> load_advise(const std::filesystem::path& path, const GpuCatalog& catalog,
                                   const ModelCatalog& models);
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

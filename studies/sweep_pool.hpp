@@ -19,7 +19,8 @@
 
 #include "topologies/status.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 
 class WorkerPool {
  public:
@@ -79,4 +80,5 @@ class WorkerPool {
 // Seconds on the steady clock (for wall times and ETAs).
 double steady_seconds();
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

@@ -34,12 +34,12 @@
 #include <string>
 #include <vector>
 
-#include "cli/advise/costs.hpp"
-#include "cli/advise/planner.hpp"
-#include "cli/advise/request.hpp"
+#include "studies/advise_costs.hpp"
+#include "studies/advise_planner.hpp"
+#include "studies/advise_request.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 
 // Per machine type: what one GPU adds to the bound, and to the usable memory; the memory
 // any plan needs.
@@ -113,5 +113,5 @@ std::string buy_label(const AdviseRequest& r, const std::vector<int>& buy);
 // every planned candidate.
 Json to_json(const AdviseRequest& r, const AdviseResult& result);
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

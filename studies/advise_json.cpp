@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "cli/advise/search.hpp"
+#include "studies/advise_search.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 namespace {
 
 // A double, or null when it is not finite (JSON has no infinity).
@@ -133,5 +133,5 @@ Json to_json(const AdviseRequest& r, const AdviseResult& res) {
   return out;
 }
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

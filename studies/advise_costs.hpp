@@ -17,10 +17,10 @@
 #include <optional>
 #include <vector>
 
-#include "cli/advise/request.hpp"
+#include "studies/advise_request.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 
 struct MixCost {
   double capex_usd = 0;     // machines bought (purchase pricing); 0 when renting
@@ -54,5 +54,5 @@ struct PointMetrics {
 // The metrics of a mix that trains at `tokens_per_s` (> 0).
 PointMetrics point_metrics(const MixCost& cost, double tokens_per_s, const Workload& workload);
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

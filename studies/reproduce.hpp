@@ -12,7 +12,8 @@
 
 #include "topologies/json_input.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 
 // The papers `reproduce` knows, and their sweep files (relative to the data root).
 struct Paper {
@@ -82,4 +83,5 @@ struct Report {
 Report reproduce_report(const std::string& paper, const ResultTable& table, bool quick,
                         const std::string& sweep_file, const std::string& command);
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

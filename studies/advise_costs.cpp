@@ -1,7 +1,7 @@
-#include "cli/advise/costs.hpp"
+#include "studies/advise_costs.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 
 MixCost& MixCost::operator+=(const MixCost& o) {
   capex_usd += o.capex_usd;
@@ -54,5 +54,5 @@ PointMetrics point_metrics(const MixCost& cost, double tokens_per_s, const Workl
   return m;
 }
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

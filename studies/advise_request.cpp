@@ -1,10 +1,10 @@
-#include "cli/advise/request.hpp"
+#include "studies/advise_request.hpp"
 
 #include "scheduler/hexiseq/hexiseq.hpp"
 #include "topologies/cluster.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 namespace {
 
 namespace fs = std::filesystem;
@@ -281,5 +281,5 @@ Result<AdviseRequest> load_advise(const fs::path& path, const GpuCatalog& catalo
   return advise_from_json(*json, path, catalog, models);
 }
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

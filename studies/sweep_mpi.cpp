@@ -19,13 +19,19 @@
 #include <iostream>
 #include <optional>
 
-#include "cli/common.hpp"
-#include "cli/sweep_run.hpp"
 #include "engine/check.hpp"
 #include "engine/comm_mpi.hpp"
+#include "studies/sweep_run.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 namespace {
+
+// A message no caller will see returned (the MPI job is about to abort, or the error after
+// the one returned), on stderr as the CLI writes errors.
+void print_error(const Error& e) {
+  std::cerr << "hexisim: error: " << e.message << "\n";
+}
 
 enum Tag : int { kRequest = 1, kTask = 2, kStop = 3, kResult = 4, kDone = 5 };
 
@@ -169,15 +175,14 @@ Status stop_everyone(int ranks) {
   return {};
 }
 
-int rank0(const SweepContext& ctx, const SweepRunOptions& opt, WorkerPool& pool, int ranks,
-          std::unique_ptr<ResultStore>& store_slot) {
+Result<SweepSummary> rank0(const SweepContext& ctx, const SweepRunOptions& opt, WorkerPool& pool,
+                           int ranks, std::unique_ptr<ResultStore>& store_slot) {
   install_interrupt_handlers();
   auto store = ResultStore::open(opt.out);
   Result<Resume> todo = store ? resume(ctx, **store, opt.retry_failed) : store.error();
   if (!todo) {
-    const int code = report(todo.error());
-    if (auto st = stop_everyone(ranks); !st) report(st.error());
-    return code;
+    if (auto st = stop_everyone(ranks); !st) print_error(st.error());
+    return todo.error();
   }
   store_slot = std::move(*store);
   const std::string where = std::to_string(ranks) + " MPI ranks x " + std::to_string(pool.size()) +
@@ -192,40 +197,42 @@ int rank0(const SweepContext& ctx, const SweepRunOptions& opt, WorkerPool& pool,
   SweepRecorder rec(ctx, *store_slot, std::move(*todo));
   const double start = steady_seconds();
   if (auto st = coordinate(ctx, pool, rec, pending, ranks); !st) {
-    report(st.error());
+    print_error(st.error());
     engine::MpiSession::abort(1);
   }
   rec.progress().finish();
-  if (auto st = rec.write_csv(opt.out); !st) return report(st.error());
-  print_summary(ctx, rec, opt, steady_seconds() - start, where, interrupted());
-  return interrupted() ? 130 : 0;
+  if (auto st = rec.write_csv(opt.out); !st) return st.error();
+  return sweep_summary(ctx, rec, opt, steady_seconds() - start, where, interrupted());
 }
 
 }  // namespace
 
-int run_sweep_mpi(const SweepContext& ctx, const SweepRunOptions& opt) {
+Result<SweepSummary> run_sweep_mpi(const SweepContext& ctx, const SweepRunOptions& opt) {
   std::unique_ptr<ResultStore> store;  // rank 0's, opened after MPI_Init
   auto pool = make_pool(ctx, opt.jobs, [&store] {
     if (store) store->close_in_child();
   });
-  if (auto st = pool->start(); !st) return report(st.error());
+  if (auto st = pool->start(); !st) return st.error();
   auto session = engine::MpiSession::init(nullptr, nullptr);
-  if (!session) return report(session.error());
+  if (!session) return session.error();
   auto world = world_rank_and_size();
-  if (!world) return report(world.error());
+  if (!world) return world.error();
   const auto [rank, ranks] = *world;
   if (rank == 0) {
-    const int code = rank0(ctx, opt, *pool, ranks, store);
+    auto summary = rank0(ctx, opt, *pool, ranks, store);
     pool->stop();
-    return code;
+    return summary;
   }
   std::signal(SIGPIPE, SIG_IGN);
   if (auto st = serve(ctx, *pool); !st) {
-    report(st.error());
+    print_error(st.error());
     engine::MpiSession::abort(1);
   }
   pool->stop();
-  return 0;
+  SweepSummary worker;
+  worker.parent = false;
+  return worker;
 }
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "cli/advise/request.hpp"
 #include "scheduler/plan/plan.hpp"
+#include "studies/advise_request.hpp"
 #include "topologies/cluster.hpp"
 #include "topologies/profile.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 
 struct MixPlan {
   bool ok = false;
@@ -86,5 +86,5 @@ class MixPlanner : public MixEvaluator {
 // "24 pipelines x 3-5 stages, TP 1/2/8, full recompute on 6 stages".
 std::string plan_summary(const Plan& plan, const TrainingConfig& training);
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

@@ -1,13 +1,15 @@
-#include "cli/verify.hpp"
+#include "studies/planning.hpp"
 
 #include <chrono>
 #include <iostream>
 #include <utility>
 
-#include "cli/common.hpp"
 #include "scheduler/program/lower.hpp"
+#include "scheduler/scheduler.hpp"
+#include "topologies/text.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 
 int default_verify(const Scenario& scenario) {
   return scenario.cluster.num_devices() <= kVerifyMaxGpus ? kDefaultVerify : 0;
@@ -59,8 +61,8 @@ Status verify_with_simulator(const Scenario& sc, SearchResult& r) {
     const VerifiedPlan &was = r.verified[0], &now = r.verified[chosen];
     r.notes.push_back("verify: the closed form's plan " + std::to_string(chosen + 1) + " of " +
                       std::to_string(n) + " simulates fastest (" +
-                      fmt(now.simulated_tokens_per_s, 0) + " tokens/s against " +
-                      fmt(was.simulated_tokens_per_s, 0) +
+                      fixed(now.simulated_tokens_per_s, 0) + " tokens/s against " +
+                      fixed(was.simulated_tokens_per_s, 0) +
                       " for the closed form's best) and is returned");
     std::swap(r.plan, r.runners_up[chosen - 1].plan);
     std::swap(r.estimate, r.runners_up[chosen - 1].estimate);
@@ -70,4 +72,15 @@ Status verify_with_simulator(const Scenario& sc, SearchResult& r) {
   return {};
 }
 
-}  // namespace hexi::cli
+Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& sc,
+                                   SearchOptions options, std::optional<int> verify) {
+  options.runners_up = verify.value_or(default_verify(sc));
+  auto r = run_pipeline_scheduler(name, sc, options);
+  if (!r) return r.error();
+  std::cerr << "hexisim: " << r->summary() << "\n";  // what the search did, in one line
+  if (auto st = verify_with_simulator(sc, *r); !st) return st.error();
+  return r;
+}
+
+}  // namespace studies
+}  // namespace hexi

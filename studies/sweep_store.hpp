@@ -17,7 +17,8 @@
 #include "topologies/json_input.hpp"
 #include "topologies/status.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 
 class ResultStore {
  public:
@@ -61,4 +62,5 @@ class ResultStore {
 // the wall and search times (the only columns that differ between runs).
 std::string results_csv(const std::vector<Json>& rows, const std::vector<std::string>& metrics);
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

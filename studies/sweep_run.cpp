@@ -1,4 +1,4 @@
-#include "cli/sweep_run.hpp"
+#include "studies/sweep_run.hpp"
 
 #include <unistd.h>
 
@@ -10,11 +10,12 @@
 #include <map>
 #include <set>
 
-#include "cli/common.hpp"
+#include "scenarios/scenario.hpp"
 #include "topologies/paths.hpp"
 #include "topologies/text.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
@@ -212,37 +213,25 @@ int launcher_world_size() {
   return 1;
 }
 
-void print_summary(const SweepContext& ctx, const SweepRecorder& rec, const SweepRunOptions& opt,
-                   double wall_s, const std::string& where, bool was_interrupted) {
-  const int total = static_cast<int>(ctx.sweep.points.size());
-  const int done = static_cast<int>(rec.rows().size());
-  const int failed = count_failed(rec.rows());
-  const std::string jsonl = (opt.out / "results.jsonl").string();
-  const std::string csv = (opt.out / "results.csv").string();
-  if (opt.json) {
-    print_json({{"sweep", ctx.sweep.name},
-                {"points", total},
-                {"done", done},
-                {"failed", failed},
-                {"computed", rec.computed()},
-                {"skipped", done - rec.computed()},
-                {"interrupted", was_interrupted},
-                {"wall_time_s", wall_s},
-                {"workers", where},
-                {"results", jsonl},
-                {"csv", csv}});
-    return;
-  }
-  std::cout << (was_interrupted ? "interrupted: " : "done: ") << done << "/" << total << " points";
-  if (failed > 0) std::cout << " (" << failed << " failed: see the error column)";
-  std::cout << "; " << rec.computed() << " computed in " << fmt(wall_s, 1) << " s on " << where
-            << "\n";
-  if (was_interrupted) std::cout << "rerun the same command to compute the other points\n";
-  std::cout << "wrote " << jsonl << " and " << csv << "\n";
+SweepSummary sweep_summary(const SweepContext& ctx, const SweepRecorder& rec,
+                           const SweepRunOptions& opt, double wall_s, const std::string& where,
+                           bool was_interrupted) {
+  SweepSummary s;
+  s.sweep = ctx.sweep.name;
+  s.points = static_cast<int>(ctx.sweep.points.size());
+  s.done = static_cast<int>(rec.rows().size());
+  s.failed = count_failed(rec.rows());
+  s.computed = rec.computed();
+  s.interrupted = was_interrupted;
+  s.wall_time_s = wall_s;
+  s.workers = where;
+  s.jsonl = opt.out / "results.jsonl";
+  s.csv = opt.out / "results.csv";
+  return s;
 }
 
 Result<SweepContext> load_sweep_context(const std::string& file) {
-  auto catalogs = load_catalogs();
+  auto catalogs = load_shipped_catalogs();
   if (!catalogs) return catalogs.error();
   auto sweep = load_sweep(file, catalogs->gpus, catalogs->models, sweep_vocabulary());
   if (!sweep) return sweep.error();
@@ -251,17 +240,17 @@ Result<SweepContext> load_sweep_context(const std::string& file) {
   return SweepContext{std::move(*sweep), fnv1a64_hex(dump_json(*gpus))};
 }
 
-int run_sweep_local(const SweepContext& ctx, const SweepRunOptions& opt) {
+Result<SweepSummary> run_sweep_local(const SweepContext& ctx, const SweepRunOptions& opt) {
   install_interrupt_handlers();
   auto store = ResultStore::open(opt.out);
-  if (!store) return report(store.error());
+  if (!store) return store.error();
   if (!store.value()->dropped().empty()) {
     std::cerr << "hexisim: note: " << store.value()->path().string()
               << " ended in a partial row (an interrupted write: \"" << store.value()->dropped()
               << "...\"); dropped it, its point is computed again\n";
   }
   auto todo = resume(ctx, **store, opt.retry_failed);
-  if (!todo) return report(todo.error());
+  if (!todo) return todo.error();
   const std::vector<int> points = todo->todo;
   const int jobs = std::max(1, std::min<int>(opt.jobs, static_cast<int>(points.size())));
   const std::string where = std::to_string(jobs) + " local worker" + (jobs > 1 ? "s" : "");
@@ -276,30 +265,30 @@ int run_sweep_local(const SweepContext& ctx, const SweepRunOptions& opt) {
   auto pool = make_pool(ctx, jobs, [s] { s->close_in_child(); });
   const double start = steady_seconds();
   if (!points.empty()) {
-    if (auto st = pool->start(); !st) return report(st.error());
+    if (auto st = pool->start(); !st) return st.error();
   }
   std::size_t next = 0;
   while (!interrupted() && (next < points.size() || pool->busy() > 0)) {
     while (pool->idle() > 0 && next < points.size()) {
-      if (auto st = pool->submit(points[next++]); !st) return report(st.error());
+      if (auto st = pool->submit(points[next++]); !st) return st.error();
     }
     auto done = pool->wait(1000);
-    if (!done) return report(done.error());
+    if (!done) return done.error();
     for (const auto& d : *done) {
-      if (auto st = rec.add(d); !st) return report(st.error());
+      if (auto st = rec.add(d); !st) return st.error();
     }
     rec.progress().tick();
   }
   pool->stop();
   rec.progress().finish();
-  if (auto st = rec.write_csv(opt.out); !st) return report(st.error());
-  print_summary(ctx, rec, opt, steady_seconds() - start, where, interrupted());
-  return interrupted() ? 130 : 0;
+  if (auto st = rec.write_csv(opt.out); !st) return st.error();
+  return sweep_summary(ctx, rec, opt, steady_seconds() - start, where, interrupted());
 }
 
-int run_sweep_context(const SweepContext& ctx, const SweepRunOptions& opt) {
+Result<SweepSummary> run_sweep_context(const SweepContext& ctx, const SweepRunOptions& opt) {
   if (launcher_world_size() > 1) return run_sweep_mpi(ctx, opt);
   return run_sweep_local(ctx, opt);
 }
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

@@ -1,4 +1,4 @@
-#include "cli/sweep_store.hpp"
+#include "studies/sweep_store.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -14,7 +14,8 @@
 #include "scenarios/sweep.hpp"
 #include "topologies/paths.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 namespace {
 
 namespace fs = std::filesystem;
@@ -195,4 +196,5 @@ std::string results_csv(const std::vector<Json>& rows, const std::vector<std::st
   return out;
 }
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

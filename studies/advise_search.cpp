@@ -1,16 +1,16 @@
-#include "cli/advise/search.hpp"
+#include "studies/advise_search.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 
-#include "cli/advise/bound.hpp"
 #include "scheduler/search/search.hpp"
+#include "studies/advise_bound.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -674,5 +674,5 @@ std::string buy_label(const AdviseRequest& r, const std::vector<int>& buy) {
   return s.empty() ? "owned only" : s;
 }
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

@@ -7,10 +7,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "cli/reproduce.hpp"
+#include "studies/reproduce.hpp"
 #include "topologies/paths.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 namespace {
 
 Json row(const std::string& cluster, const std::string& model, const std::string& scheduler,
@@ -145,4 +146,5 @@ TEST(Reproduce, ShippedSweepsCoverTheirReports) {
 }
 
 }  // namespace
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

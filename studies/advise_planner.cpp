@@ -1,4 +1,4 @@
-#include "cli/advise/planner.hpp"
+#include "studies/advise_planner.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -15,7 +15,7 @@
 #include "sim/simulator.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 
 struct MixPlanner::Planned {
   MixPlan result;
@@ -187,7 +187,7 @@ MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_
   }
   SearchOptions so;
   so.seed = request_.search.seed;
-  auto r = run_scheduler("hexiscale", sc, so);
+  auto r = run_pipeline_scheduler("hexiscale", sc, so);
   if (!r) return failed(r.error());
   out.result = planned(r->estimate.feasible, "plan", r->estimate.tokens_per_s,
                        plan_summary(r->plan, sc.training));
@@ -400,5 +400,5 @@ Result<double> MixPlanner::simulate(const std::vector<int>& n) {
   return out->report.tokens_per_s;
 }
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

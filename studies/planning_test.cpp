@@ -1,7 +1,7 @@
 // verify_with_simulator on hand-made search results: the simulator's fastest plan is returned
 // whatever the closed form's ranking said, with the figures and a note; nothing to do without
 // runners-up.
-#include "cli/verify.hpp"
+#include "studies/planning.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,8 @@
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/plan/plan.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 namespace {
 
 Plan parse_plan(const char* text) {
@@ -76,4 +77,5 @@ TEST(Verify, ReturnsTheFastestSimulatedPlanWhateverTheClosedFormRanked) {
 }
 
 }  // namespace
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

@@ -1,19 +1,20 @@
-#include "cli/sweep_point.hpp"
+#include "studies/sweep_point.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <exception>
 #include <optional>
 
-#include "cli/advise/costs.hpp"
-#include "cli/verify.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/lower_sequence.hpp"
 #include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
+#include "studies/advise_costs.hpp"
+#include "studies/planning.hpp"
 #include "topologies/text.hpp"
 
-namespace hexi::cli {
+namespace hexi {
+inline namespace studies {
 namespace {
 
 // What the whole cluster costs under a price book, machine by machine as `advise` prices
@@ -285,7 +286,7 @@ Json kept_metrics(const SweepContext& ctx, const Outcome& o) {
 // over the whole cluster, lowered and simulated at layer or stage fidelity (one program for
 // both: a sequence mesh has no per-layer stage to coarsen).
 Result<Json> compute_sequence(const SweepContext& ctx, const SweepPoint& p, const Scenario& sc,
-                              const SequenceScheduler& scheduler, Timing& timing,
+                              const SchedulerInfo& scheduler, Timing& timing,
                               std::string& plan_digest) {
   auto options = load_with([&] {
     HexiSeqOptions o;
@@ -293,12 +294,14 @@ Result<Json> compute_sequence(const SweepContext& ctx, const SweepPoint& p, cons
     return read_hexiseq_options(JsonNode(sc.scheduler_options, sc.scheduler_options_origin), o);
   });
   if (!options) return options.error();
-  SequenceCost cost(sc.cluster, sc.model, sc.training, sc.profile);
-  auto found = scheduler.run(cost, {}, *options);
-  if (!found) return found.error();
+  SchedulerOptions so;
+  so.sequence = *options;
+  auto scheduled = scheduler.run(sc, so);
+  if (!scheduled) return scheduled.error();
+  const HexiSeqResult* found = &*scheduled->sequence;
   timing.search_s = found->search_time_s;
   plan_digest = fnv1a64_hex(dump_json(to_json(found->layout)));
-  Outcome o{sc, nullptr, &*found, std::nullopt, std::nullopt};
+  Outcome o{sc, nullptr, found, std::nullopt, std::nullopt};
   if (auto st = price(ctx, p, o); !st) return st.error();
   if (p.fidelity != Fidelity::kClosedForm) {
     auto sim =
@@ -315,13 +318,14 @@ Result<Json> compute(const SweepContext& ctx, const SweepPoint& p, Timing& timin
                      std::string& plan_digest) {
   auto sc = point_scenario(ctx.sweep, p);
   if (!sc) return sc.error();
-  if (const SequenceScheduler* seq = find_sequence_scheduler(sc->scheduler)) {
+  if (const SchedulerInfo* seq = find_scheduler(sc->scheduler);
+      seq != nullptr && seq->kind == SchedulerKind::kSequence) {
     return compute_sequence(ctx, p, *sc, *seq, timing, plan_digest);
   }
   SearchOptions so;
   so.seed = p.seed;
   so.time_budget_s = ctx.sweep.time_budget_s;
-  auto found = run_scheduler(sc->scheduler, *sc, so);
+  auto found = run_pipeline_scheduler(sc->scheduler, *sc, so);
   if (!found) return found.error();
   timing.search_s = found->search_time_s;
   if (auto st = validate_plan(found->plan, sc->cluster, sc->model, sc->training, sc->scheduler);
@@ -371,8 +375,10 @@ const std::vector<SweepMetric>& sweep_metrics() {
 
 SweepVocabulary sweep_vocabulary() {
   SweepVocabulary v;
-  for (const auto& s : schedulers()) v.schedulers.push_back(s.name);
-  for (const auto& s : sequence_schedulers()) v.schedulers.push_back(s.name);
+  // Pipeline and sequence schedulers (a pipeline of meshes is no sweep axis yet).
+  for (const auto& s : schedulers()) {
+    if (s.kind != SchedulerKind::kHybrid) v.schedulers.push_back(s.name);
+  }
   for (const auto& m : sweep_metrics()) v.metrics.emplace_back(m.name);
   return v;
 }
@@ -417,4 +423,5 @@ std::string error_row(const SweepContext& ctx, const SweepPoint& p, const Error&
   return dump_json(row);
 }
 
-}  // namespace hexi::cli
+}  // namespace studies
+}  // namespace hexi

@@ -1,4 +1,4 @@
-#include "cli/advise/bound.hpp"
+#include "studies/advise_bound.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -6,7 +6,7 @@
 #include "scheduler/cost/cost_model.hpp"
 
 namespace hexi {
-inline namespace advise {
+inline namespace studies {
 namespace {
 
 double compute_flops(const std::vector<Kernel>& ks) {
@@ -60,5 +60,5 @@ double layer_tokens_per_s_bound(const GpuSpec& gpu, const Profile& profile, cons
   return static_cast<double>(b) * t.seq_len / (m.layers * best);
 }
 
-}  // namespace advise
+}  // namespace studies
 }  // namespace hexi

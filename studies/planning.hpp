@@ -1,0 +1,45 @@
+#pragma once
+// The planning call: a pipeline scheduler of the registry (scheduler/scheduler.hpp), then its
+// plans re-ranked with the simulator (`hexisim plan --verify K`, `hexisim simulate` when it
+// searches): the search's best plan and its K runners-up by the closed form are lowered at
+// stage fidelity and simulated; the fastest simulated one is returned, so the plan is the
+// simulator's best of the closed form's top K + 1, not the closed form's alone. Where the
+// closed form and the simulator agree (most plans, within 3 %) the best plan stays; where they
+// disagree (slow or shared links) the simulator decides.
+
+#include <optional>
+#include <string>
+
+#include "scenarios/scenario.hpp"
+#include "scheduler/program/program.hpp"
+#include "scheduler/search/search.hpp"
+#include "sim/simulator.hpp"
+#include "topologies/status.hpp"
+
+namespace hexi {
+inline namespace studies {
+
+// Runners-up verified by default: kDefaultVerify up to kVerifyMaxGpus GPUs, none above
+// (stage-fidelity simulations of larger clusters take seconds each).
+inline constexpr int kDefaultVerify = 8;
+inline constexpr int kVerifyMaxGpus = 256;
+int default_verify(const Scenario& scenario);
+
+// One iteration of a lowered program simulated without a trace (a lowering's error passed on):
+// what verification and the sweep's points need of the simulator.
+Result<SimReport> simulate_untraced(const Scenario& scenario, const Result<Program>& program);
+
+// Simulates r.plan and r.runners_up (in order); when a runner-up simulates faster, it
+// becomes r.plan (ties keep the better closed form). Fills r.verified, r.verified_chosen,
+// r.verified_fidelity and r.verify_time_s, adds a note when the plan changed, and empties
+// r.runners_up. Nothing to do when r has no runners-up.
+Status verify_with_simulator(const Scenario& scenario, SearchResult& r);
+
+// The planning call for pipeline plans: scheduler `name` on the scenario with `options`
+// (its runners_up replaced by `verify`, default_verify(scenario) when unset), then
+// verify_with_simulator. Bad input for an unknown name or a scheduler of another kind.
+Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& scenario,
+                                   SearchOptions options, std::optional<int> verify = {});
+
+}  // namespace studies
+}  // namespace hexi
