@@ -346,13 +346,13 @@ Program read_program_json(const JsonNode& root) {
   p.seq_len = static_cast<int>(root.integer_in("seq_len", 1, INT32_MAX));
   p.zero_stage = static_cast<int>(root.integer_in("zero_stage", 0, 3));
   if (auto sq = root.find("sequence")) {
-    p.sequence = hexiseq::read_layout(*sq);
+    p.sequence = read_layout(*sq);
   } else if (p.zero_stage > 1) {
     root.at("zero_stage").fail("0 or 1 (ZeRO 2 and 3 are for sequence meshes)");
   }
   if (auto meshes = root.find("meshes")) {
     for (std::size_t i = 0; i < meshes->size(); ++i)
-      p.meshes.push_back(hexiseq::read_layout(meshes->at(i)));
+      p.meshes.push_back(read_layout(meshes->at(i)));
   }
   p.model_digest = root.str_or("model_digest", "");
   p.training_digest = root.str_or("training_digest", "");
