@@ -351,8 +351,7 @@ Program read_program_json(const JsonNode& root) {
     root.at("zero_stage").fail("0 or 1 (ZeRO 2 and 3 are for sequence meshes)");
   }
   if (auto meshes = root.find("meshes")) {
-    for (std::size_t i = 0; i < meshes->size(); ++i)
-      p.meshes.push_back(read_layout(meshes->at(i)));
+    for (std::size_t i = 0; i < meshes->size(); ++i) p.meshes.push_back(read_layout(meshes->at(i)));
   }
   p.model_digest = root.str_or("model_digest", "");
   p.training_digest = root.str_or("training_digest", "");
