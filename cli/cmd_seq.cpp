@@ -7,6 +7,7 @@
 #include <map>
 
 #include "cli/commands.hpp"
+#include "scheduler/hexiseq/exact.hpp"
 #include "scheduler/hexiseq/mesh_pipeline.hpp"
 #include "scheduler/program/lower_sequence.hpp"
 #include "scheduler/scheduler.hpp"
