@@ -231,6 +231,10 @@ struct RankRuntime::Impl {
   Status seq_send(const Op& op);
   Status seq_recv(const Op& op);
   Result<std::vector<Piece>> seq_pieces(const Op& op, bool sending);
+  // seq_pieces' steps with the peer at flat index `peer_flat`: the Ulysses all-to-all's
+  // tensors, and the sub-ring hops' K, V (or dK, dV).
+  Result<std::vector<Piece>> seq_all_to_all_pieces(const Op& op, bool sending, int peer_flat);
+  Result<std::vector<Piece>> seq_ring_pieces(const Op& op, bool sending, int peer_flat);
   Status seq_expand(const float* kv, int block_tokens, float* expanded);
   const float* seq_block(int layer, int step, bool values);
   int seq_visiting(int group, int step) const;

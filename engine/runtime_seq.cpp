@@ -438,6 +438,24 @@ Result<std::vector<Piece>> RankRuntime::Impl::seq_pieces(const Op& op, bool send
     return -1;
   }();
   if (peer_flat < 0) return failure("device " + std::to_string(op.peer) + " is not in the mesh");
+  auto out = op.tensor == TensorKind::kKv || op.tensor == TensorKind::kKvGrad
+                 ? seq_ring_pieces(op, sending, peer_flat)
+                 : seq_all_to_all_pieces(op, sending, peer_flat);
+  if (!out) return out;
+  std::size_t elements = 0;
+  for (const Piece& pc : *out) elements += pc.rows * pc.cols;
+  if (static_cast<double>(elements * sizeof(float)) != op.bytes) {
+    return failure("the message holds " + std::to_string(elements * sizeof(float)) +
+                   " bytes of the layout, the program counts " + std::to_string(op.bytes));
+  }
+  return out;
+}
+
+// The Ulysses all-to-all's pieces with member `peer_flat`: this device's columns of the
+// peer's heads (n rows of its shard), or the peer's rows (its shard) of this device's heads.
+Result<std::vector<Piece>> RankRuntime::Impl::seq_all_to_all_pieces(const Op& op, bool sending,
+                                                                    int peer_flat) {
+  SeqState& q = *seq;
   const SeqMember& me = q.members[q.me];
   const SeqMember& peer = q.members[peer_flat];
   const int sl = seq_saved(op), d = dims.head_dim();
@@ -447,88 +465,76 @@ Result<std::vector<Piece>> RankRuntime::Impl::seq_pieces(const Op& op, bool send
   const std::size_t ph = sz(peer.heads) * dd, pk = sz(peer.kv) * dd;
   const std::size_t ph0 = sz(peer.head_begin) * dd, pk0 = sz(peer.kv_begin) * dd;
   const std::size_t prow = sz(peer.row), ps = sz(peer.shard);
-  std::vector<Piece> out;
   switch (op.tensor) {
     case TensorKind::kQkv:
       if (sending) {
-        out = {{q.q_loc.get() + ph0, nq, n, ph},
-               {q.k_loc.get() + pk0, nkv, n, pk},
-               {q.v_loc.get() + pk0, nkv, n, pk}};
-      } else {
-        out = {{at_layer(q.q_grp, sl, T * hq) + prow * hq, hq, ps, hq},
-               {at_layer(q.k_grp, sl, T * hk) + prow * hk, hk, ps, hk},
-               {at_layer(q.v_grp, sl, T * hk) + prow * hk, hk, ps, hk}};
+        return std::vector<Piece>{{q.q_loc.get() + ph0, nq, n, ph},
+                                  {q.k_loc.get() + pk0, nkv, n, pk},
+                                  {q.v_loc.get() + pk0, nkv, n, pk}};
       }
-      break;
+      return std::vector<Piece>{{at_layer(q.q_grp, sl, T * hq) + prow * hq, hq, ps, hq},
+                                {at_layer(q.k_grp, sl, T * hk) + prow * hk, hk, ps, hk},
+                                {at_layer(q.v_grp, sl, T * hk) + prow * hk, hk, ps, hk}};
     case TensorKind::kAttnOut:
-      if (sending) {
-        out = {{at_layer(q.out_grp, sl, T * hq) + prow * hq, hq, ps, hq}};
-      } else {
-        out = {{at_layer(q.att, sl, n * nq) + ph0, nq, n, ph}};
-      }
-      break;
+      if (sending)
+        return std::vector<Piece>{{at_layer(q.out_grp, sl, T * hq) + prow * hq, hq, ps, hq}};
+      return std::vector<Piece>{{at_layer(q.att, sl, n * nq) + ph0, nq, n, ph}};
     case TensorKind::kAttnOutGrad:
-      if (sending) {
-        out = {{q.datt.get() + ph0, nq, n, ph}};
-      } else {
-        out = {{q.dout_grp.get() + prow * hq, hq, ps, hq}};
-      }
-      break;
+      if (sending) return std::vector<Piece>{{q.datt.get() + ph0, nq, n, ph}};
+      return std::vector<Piece>{{q.dout_grp.get() + prow * hq, hq, ps, hq}};
     case TensorKind::kQkvGrad:
       if (sending) {
-        out = {{q.dq_grp.get() + prow * hq, hq, ps, hq},
-               {q.dk_own.get() + prow * hk, hk, ps, hk},
-               {q.dv_own.get() + prow * hk, hk, ps, hk}};
-      } else {
-        // Replicated kv heads: every holder's partial dK, dV is summed.
-        out = {{q.dq_loc.get() + ph0, nq, n, ph},
-               {q.dk_loc.get() + pk0, nkv, n, pk, true},
-               {q.dv_loc.get() + pk0, nkv, n, pk, true}};
+        return std::vector<Piece>{{q.dq_grp.get() + prow * hq, hq, ps, hq},
+                                  {q.dk_own.get() + prow * hk, hk, ps, hk},
+                                  {q.dv_own.get() + prow * hk, hk, ps, hk}};
       }
-      break;
-    case TensorKind::kKv:
-    case TensorKind::kKvGrad: {
-      const bool gradient = op.tensor == TensorKind::kKvGrad;
-      const int p = static_cast<int>(q.tokens.size()), k = op.step;
-      const int from = sending ? q.me : peer_flat, to = sending ? peer_flat : q.me;
-      auto it = q.hop_intervals.find({from, to});
-      if (it == q.hop_intervals.end() || k < 0 || k >= p)
-        return failure("no sub-ring hop from device " + std::to_string(q.members[from].device) +
-                       " to device " + std::to_string(q.members[to].device));
-      const std::size_t Tb = sz(q.tokens[seq_visiting(q.members[from].group, k)]);
-      const std::size_t tm = sz(q.max_tokens);
-      for (const int m : it->second) {
-        const std::size_t width = sz(q.interval_kv[m]) * dd;
-        const std::size_t col = sz(q.bounds[m] / q.ratio - me.kv_begin) * dd;
-        if (gradient && (sending || k + 1 < p)) {
-          // An interval's accumulator: the step's (sending) or the next step's (receiving).
-          const float* acc =
-              q.grad_blocks[(sending ? k : k + 1) % 2][q.slot_of_interval.at(m)].get();
-          out.push_back({const_cast<float*>(acc), width, Tb, width});
-          out.push_back({const_cast<float*>(acc) + tm * width, width, Tb, width});
-        } else if (gradient) {
-          // The last pass: its own block's complete dK, dV of the interval.
-          out.push_back({q.dk_own.get() + col, hk, Tb, width, true});
-          out.push_back({q.dv_own.get() + col, hk, Tb, width, true});
-        } else if (sending) {
-          out.push_back({const_cast<float*>(seq_block(sl, k, false)) + col, hk, Tb, width});
-          out.push_back({const_cast<float*>(seq_block(sl, k, true)) + col, hk, Tb, width});
-        } else {
-          float* next = q.kv_blocks[(k + 1) % 2].get();
-          out.push_back({next + col, hk, Tb, width});
-          out.push_back({next + tm * hk + col, hk, Tb, width});
-        }
-      }
-      break;
-    }
+      // Replicated kv heads: every holder's partial dK, dV is summed.
+      return std::vector<Piece>{{q.dq_loc.get() + ph0, nq, n, ph},
+                                {q.dk_loc.get() + pk0, nkv, n, pk, true},
+                                {q.dv_loc.get() + pk0, nkv, n, pk, true}};
     default:
       return failure("not a sequence-mesh tensor");
   }
-  std::size_t elements = 0;
-  for (const Piece& pc : out) elements += pc.rows * pc.cols;
-  if (static_cast<double>(elements * sizeof(float)) != op.bytes) {
-    return failure("the message holds " + std::to_string(elements * sizeof(float)) +
-                   " bytes of the layout, the program counts " + std::to_string(op.bytes));
+}
+
+// A sub-ring hop's pieces with member `peer_flat` at step op.step: per interval of the hop,
+// the K, V block (or the dK, dV accumulator) columns of that interval's kv heads.
+Result<std::vector<Piece>> RankRuntime::Impl::seq_ring_pieces(const Op& op, bool sending,
+                                                              int peer_flat) {
+  SeqState& q = *seq;
+  const SeqMember& me = q.members[q.me];
+  const int sl = seq_saved(op);
+  const std::size_t dd = sz(dims.head_dim()), hk = sz(me.kv) * dd;
+  const bool gradient = op.tensor == TensorKind::kKvGrad;
+  const int p = static_cast<int>(q.tokens.size()), k = op.step;
+  const int from = sending ? q.me : peer_flat, to = sending ? peer_flat : q.me;
+  auto it = q.hop_intervals.find({from, to});
+  if (it == q.hop_intervals.end() || k < 0 || k >= p)
+    return failure("no sub-ring hop from device " + std::to_string(q.members[from].device) +
+                   " to device " + std::to_string(q.members[to].device));
+  const std::size_t Tb = sz(q.tokens[seq_visiting(q.members[from].group, k)]);
+  const std::size_t tm = sz(q.max_tokens);
+  std::vector<Piece> out;
+  for (const int m : it->second) {
+    const std::size_t width = sz(q.interval_kv[m]) * dd;
+    const std::size_t col = sz(q.bounds[m] / q.ratio - me.kv_begin) * dd;
+    if (gradient && (sending || k + 1 < p)) {
+      // An interval's accumulator: the step's (sending) or the next step's (receiving).
+      const float* acc = q.grad_blocks[(sending ? k : k + 1) % 2][q.slot_of_interval.at(m)].get();
+      out.push_back({const_cast<float*>(acc), width, Tb, width});
+      out.push_back({const_cast<float*>(acc) + tm * width, width, Tb, width});
+    } else if (gradient) {
+      // The last pass: its own block's complete dK, dV of the interval.
+      out.push_back({q.dk_own.get() + col, hk, Tb, width, true});
+      out.push_back({q.dv_own.get() + col, hk, Tb, width, true});
+    } else if (sending) {
+      out.push_back({const_cast<float*>(seq_block(sl, k, false)) + col, hk, Tb, width});
+      out.push_back({const_cast<float*>(seq_block(sl, k, true)) + col, hk, Tb, width});
+    } else {
+      float* next = q.kv_blocks[(k + 1) % 2].get();
+      out.push_back({next + col, hk, Tb, width});
+      out.push_back({next + tm * hk + col, hk, Tb, width});
+    }
   }
   return out;
 }

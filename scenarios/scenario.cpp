@@ -63,48 +63,84 @@ Result<Cluster> load_cluster(const std::string& ref, const GpuCatalog& catalog,
   return Cluster::load(*p, catalog);
 }
 
-Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
-                                    const GpuCatalog& catalog, const ModelCatalog& models) {
-  const std::string origin = file.string();
-  const fs::path dir = file.parent_path();
-  // The cluster and profile files report their own errors (naming their own file).
-  std::optional<Error> nested_error;
-  auto scenario = load_with([&]() -> Scenario {
-    JsonNode root(json, origin);
-    root.allow_only({"version", "name", "description", "cluster", "model", "training", "scheduler",
-                     "seed", "plan", "profile"});
-    root.require_version(1);
-    Scenario s;
-    s.file = file;
-    if (!file.empty()) s.inputs.push_back(file);
-    s.name = root.str("name");
-    s.description = root.str_or("description", "");
-    auto cluster = root.at("cluster");
+namespace {
+
+// A scenario file's fields in named steps, each reading its part of `root` into the
+// scenario; load_with turns a field's InputError into the Error. The cluster and profile
+// files report their own errors (naming their own file): those are kept in nested_error_.
+class ScenarioReader {
+ public:
+  ScenarioReader(const fs::path& file, const GpuCatalog& catalog, const ModelCatalog& models)
+      : file_(file),
+        origin_(file.string()),
+        dir_(file.parent_path()),
+        catalog_(catalog),
+        models_(models) {}
+
+  Result<Scenario> read(const Json& json) {
+    auto scenario = load_with([&]() -> Scenario {
+      JsonNode root(json, origin_);
+      root.allow_only({"version", "name", "description", "cluster", "model", "training",
+                       "scheduler", "seed", "plan", "profile"});
+      root.require_version(1);
+      Scenario s;
+      s.file = file_;
+      if (!file_.empty()) s.inputs.push_back(file_);
+      s.name = root.str("name");
+      s.description = root.str_or("description", "");
+      set_cluster(root.at("cluster"), s);
+      set_model(root.at("model"), s);
+      set_training(root, s);
+      set_scheduler(root, s);
+      if (auto seed = root.find("seed"))
+        s.seed = static_cast<std::uint64_t>(seed->integer_in(0, INT64_MAX));
+      if (auto plan = root.find("plan")) {
+        fs::path p = plan->str();
+        s.plan = p.is_relative() ? dir_ / p : p;
+        s.inputs.push_back(*s.plan);
+      }
+      if (auto profile = root.find("profile")) set_profile(*profile, s);
+      return s;
+    });
+    if (!scenario && nested_error_) return *nested_error_;
+    return scenario;
+  }
+
+ private:
+  // A shipped cluster's name, a cluster file's path, or an inline cluster object.
+  void set_cluster(const JsonNode& cluster, Scenario& s) {
     Result<Cluster> loaded = bad_input("");
     if (cluster.json().is_string()) {
       s.cluster_ref = cluster.str();
-      loaded = load_cluster(s.cluster_ref, catalog, dir);
-      s.inputs.push_back(cluster_file(s.cluster_ref, dir));
+      loaded = load_cluster(s.cluster_ref, catalog_, dir_);
+      s.inputs.push_back(cluster_file(s.cluster_ref, dir_));
     } else if (cluster.json().is_object()) {
       s.cluster_ref = "<inline>";
-      loaded = Cluster::from_json(cluster.json(), origin + " (cluster)", catalog);
+      loaded = Cluster::from_json(cluster.json(), origin_ + " (cluster)", catalog_);
     } else {
       cluster.fail("a cluster name, a cluster file path, or an inline cluster object");
     }
     if (!loaded) {
-      nested_error = loaded.error();
+      nested_error_ = loaded.error();
       throw InputError(loaded.error().message);
     }
     s.cluster = std::move(*loaded);
-    auto model = root.at("model");
+  }
+
+  // A model of the catalog by name, or an inline model.
+  void set_model(const JsonNode& model, Scenario& s) const {
     if (model.json().is_string()) {
-      const Model* m = models.find(model.str());
+      const Model* m = models_.find(model.str());
       if (m == nullptr)
-        model.fail("a model from the catalog (" + models.names() + ") or an inline model");
+        model.fail("a model from the catalog (" + models_.names() + ") or an inline model");
       s.model = *m;
     } else {
       s.model = read_model(model);
     }
+  }
+
+  // The training config, its sequence no longer than the model's.
+  static void set_training(const JsonNode& root, Scenario& s) {
     const auto training = root.find("training");
     if (training) s.training = read_training(*training);
     if (s.training.seq_len > s.model.max_seq) {
@@ -114,6 +150,10 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
       if (training && training->has("seq_len")) training->at("seq_len").fail_message(why);
       root.fail_message(why + " (the default seq_len; set \"training\": {\"seq_len\": ...})");
     }
+  }
+
+  // A scheduler's name, or an object of its name and options.
+  static void set_scheduler(const JsonNode& root, Scenario& s) {
     if (auto sched = root.find("scheduler")) {
       if (sched->json().is_string()) {
         s.scheduler = sched->str();
@@ -123,28 +163,34 @@ Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
         s.scheduler_options.erase("name");
       }
     }
-    if (auto seed = root.find("seed"))
-      s.seed = static_cast<std::uint64_t>(seed->integer_in(0, INT64_MAX));
-    if (auto plan = root.find("plan")) {
-      fs::path p = plan->str();
-      s.plan = p.is_relative() ? dir / p : p;
-      s.inputs.push_back(*s.plan);
+  }
+
+  // A profile file (relative to the scenario's folder), used for the scenario's cluster.
+  void set_profile(const JsonNode& profile, Scenario& s) {
+    fs::path p = profile.str();
+    if (p.is_relative()) p = dir_ / p;
+    s.inputs.push_back(p);
+    auto loaded_profile = Profile::load(p);
+    if (!loaded_profile) {
+      nested_error_ = loaded_profile.error();
+      throw InputError(loaded_profile.error().message);
     }
-    if (auto profile = root.find("profile")) {
-      fs::path p = profile->str();
-      if (p.is_relative()) p = dir / p;
-      s.inputs.push_back(p);
-      auto loaded_profile = Profile::load(p);
-      if (!loaded_profile) {
-        nested_error = loaded_profile.error();
-        throw InputError(loaded_profile.error().message);
-      }
-      use_profile(s, std::move(*loaded_profile));
-    }
-    return s;
-  });
-  if (!scenario && nested_error) return *nested_error;
-  return scenario;
+    use_profile(s, std::move(*loaded_profile));
+  }
+
+  const fs::path& file_;
+  const std::string origin_;
+  const fs::path dir_;
+  const GpuCatalog& catalog_;
+  const ModelCatalog& models_;
+  std::optional<Error> nested_error_;
+};
+
+}  // namespace
+
+Result<Scenario> scenario_from_json(const Json& json, const fs::path& file,
+                                    const GpuCatalog& catalog, const ModelCatalog& models) {
+  return ScenarioReader(file, catalog, models).read(json);
 }
 
 void use_profile(Scenario& s, Profile profile) {

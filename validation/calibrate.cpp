@@ -176,89 +176,131 @@ std::string traces_text(const std::vector<MeasuredRun>& runs) {
   return out;
 }
 
-Result<TermFit> fit_compute(const GpuSpec& gpu, const std::vector<ComputePoint>& points,
-                            const Profile& base, Profile& out, const std::string& traces) {
-  const DeviceProfile start = base.device(gpu);
-  std::vector<double> weight;  // each point's share of the measured time
-  double total = 0;
-  for (const auto& p : points) total += p.measured_s * p.ops;
-  for (const auto& p : points) weight.push_back(p.measured_s * p.ops / total);
-  auto profile_at = [&](const std::vector<Param>& params, const Eigen::VectorXd& x) {
-    DeviceProfile d = start;
+// The compute fit of one device type, in named steps: weigh the points by their share of the
+// measured time, keep the candidates the data can see, least squares in log space from the
+// base profile, score before and after and record the fitted parameters.
+class ComputeFit {
+ public:
+  ComputeFit(const GpuSpec& gpu, const std::vector<ComputePoint>& points, const Profile& base)
+      : gpu_(gpu), points_(points), start_(base.device(gpu)) {}
+
+  Result<TermFit> run(Profile& out, const std::string& traces) {
+    weigh();
+    choose_params();
+    TermFit t;
+    t.term = "compute " + gpu_.name;
+    t.points = static_cast<int>(points_.size());
+    for (const auto& p : points_) t.samples += p.samples;
+    if (params_.empty()) {
+      return bad_input(t.term + ": no device-model parameter changes the time of its " +
+                       std::to_string(points_.size()) + " measured shapes");
+    }
+    const DeviceProfile fitted = profile_at(params_, fit());
+    score(fitted, t);
+    record(fitted, out, traces, t);
+    return t;
+  }
+
+ private:
+  // Each point's share of the measured time.
+  void weigh() {
+    double total = 0;
+    for (const auto& p : points_) total += p.measured_s * p.ops;
+    for (const auto& p : points_) weight_.push_back(p.measured_s * p.ops / total);
+  }
+
+  DeviceProfile profile_at(const std::vector<Param>& params, const Eigen::VectorXd& x) const {
+    DeviceProfile d = start_;
     for (std::size_t j = 0; j < params.size(); ++j) d.set(params[j], std::exp(x[j]));
     return d;
-  };
-  auto log_ratios = [&](const DeviceProfile& d) {
-    Eigen::VectorXd r(points.size());
-    for (std::size_t i = 0; i < points.size(); ++i)
-      r[i] = std::log(model_time(points[i], gpu, d) / points[i].measured_s);
-    return r;
-  };
-  // Which candidates the data can see: d log t / d log p at the start (seeded) values.
-  std::vector<Param> all;
-  Eigen::VectorXd x_all(std::size(kCandidates));
-  for (std::size_t j = 0; j < std::size(kCandidates); ++j) {
-    all.push_back(kCandidates[j].param);
-    const double v = start.get(kCandidates[j].param);
-    x_all[j] = std::log(v > 0 ? v : kCandidates[j].seed);
   }
-  const Eigen::VectorXd r_all = log_ratios(profile_at(all, x_all));
-  std::vector<Param> params;
-  std::vector<double> x0v, lov, hiv;
-  for (std::size_t j = 0; j < all.size(); ++j) {
-    Eigen::VectorXd xs = x_all;
-    xs[j] += kDerivStep;
-    const double sensitivity =
-        ((log_ratios(profile_at(all, xs)) - r_all) / kDerivStep).cwiseAbs().maxCoeff();
-    if (sensitivity < kExercised) continue;
-    const ParamInfo& info = param_info(all[j]);
-    params.push_back(all[j]);
-    x0v.push_back(x_all[j]);
-    lov.push_back(std::log(std::max(info.min, 1e-6)));
-    hiv.push_back(std::log(info.max));
-  }
-  TermFit t;
-  t.term = "compute " + gpu.name;
-  t.points = static_cast<int>(points.size());
-  for (const auto& p : points) t.samples += p.samples;
-  if (params.empty()) {
-    return bad_input(t.term + ": no device-model parameter changes the time of its " +
-                     std::to_string(points.size()) + " measured shapes");
-  }
-  const Eigen::Index n = static_cast<Eigen::Index>(params.size());
-  Eigen::VectorXd x0 = Eigen::Map<Eigen::VectorXd>(x0v.data(), n);
-  Eigen::VectorXd lo = Eigen::Map<Eigen::VectorXd>(lov.data(), n);
-  Eigen::VectorXd hi = Eigen::Map<Eigen::VectorXd>(hiv.data(), n);
-  x0 = x0.cwiseMax(lo).cwiseMin(hi);
-  const Residuals residuals = [&](const Eigen::VectorXd& x) {
-    Eigen::VectorXd r(points.size() + params.size());
-    const Eigen::VectorXd lr = log_ratios(profile_at(params, x));
-    for (std::size_t i = 0; i < points.size(); ++i) r[i] = std::sqrt(weight[i]) * lr[i];
-    for (Eigen::Index j = 0; j < n; ++j)
-      r[static_cast<Eigen::Index>(points.size()) + j] = std::sqrt(kRidge) * (x[j] - x0[j]);
-    return r;
-  };
-  const Eigen::VectorXd x = least_squares(residuals, x0, lo, hi);
-  const DeviceProfile fitted = profile_at(params, x);
 
-  Scores scores;
-  for (std::size_t i = 0; i < points.size(); ++i) {
-    const ComputePoint& p = points[i];
-    scores.add(p.op_class, p.measured_s, model_time(p, gpu, start), model_time(p, gpu, fitted),
-               weight[i], p.ops);
+  Eigen::VectorXd log_ratios(const DeviceProfile& d) const {
+    Eigen::VectorXd r(points_.size());
+    for (std::size_t i = 0; i < points_.size(); ++i)
+      r[i] = std::log(model_time(points_[i], gpu_, d) / points_[i].measured_s);
+    return r;
   }
-  scores.into(t);
-  const std::string source = format(
-      "hexisim calibrate: least squares on %d measured shapes (%d op instances) from %s; "
-      "R^2 %.4f, time-weighted rms error %.1f %%",
-      t.points, t.samples, traces.c_str(), t.r2, 100 * t.rms_rel);
-  for (const auto& c : kCandidates) {
-    const bool fitted_here = std::find(params.begin(), params.end(), c.param) != params.end();
-    t.params.push_back({std::string(param_info(c.param).name), start.get(c.param),
-                        fitted.get(c.param), fitted_here});
-    if (fitted_here) out.set_device_param(gpu.name, c.param, fitted.get(c.param), source);
+
+  // Which candidates the data can see: d log t / d log p at the start (seeded) values.
+  void choose_params() {
+    std::vector<Param> all;
+    Eigen::VectorXd x_all(std::size(kCandidates));
+    for (std::size_t j = 0; j < std::size(kCandidates); ++j) {
+      all.push_back(kCandidates[j].param);
+      const double v = start_.get(kCandidates[j].param);
+      x_all[j] = std::log(v > 0 ? v : kCandidates[j].seed);
+    }
+    const Eigen::VectorXd r_all = log_ratios(profile_at(all, x_all));
+    for (std::size_t j = 0; j < all.size(); ++j) {
+      Eigen::VectorXd xs = x_all;
+      xs[j] += kDerivStep;
+      const double sensitivity =
+          ((log_ratios(profile_at(all, xs)) - r_all) / kDerivStep).cwiseAbs().maxCoeff();
+      if (sensitivity < kExercised) continue;
+      const ParamInfo& info = param_info(all[j]);
+      params_.push_back(all[j]);
+      x0v_.push_back(x_all[j]);
+      lov_.push_back(std::log(std::max(info.min, 1e-6)));
+      hiv_.push_back(std::log(info.max));
+    }
   }
-  return t;
+
+  // The chosen parameters' fitted values (log space): weighted log ratios, pulled towards
+  // the start by the ridge.
+  Eigen::VectorXd fit() const {
+    const Eigen::Index n = static_cast<Eigen::Index>(params_.size());
+    Eigen::VectorXd x0 = Eigen::Map<const Eigen::VectorXd>(x0v_.data(), n);
+    const Eigen::VectorXd lo = Eigen::Map<const Eigen::VectorXd>(lov_.data(), n);
+    const Eigen::VectorXd hi = Eigen::Map<const Eigen::VectorXd>(hiv_.data(), n);
+    x0 = x0.cwiseMax(lo).cwiseMin(hi);
+    const Residuals residuals = [&](const Eigen::VectorXd& x) {
+      Eigen::VectorXd r(points_.size() + params_.size());
+      const Eigen::VectorXd lr = log_ratios(profile_at(params_, x));
+      for (std::size_t i = 0; i < points_.size(); ++i) r[i] = std::sqrt(weight_[i]) * lr[i];
+      for (Eigen::Index j = 0; j < n; ++j)
+        r[static_cast<Eigen::Index>(points_.size()) + j] = std::sqrt(kRidge) * (x[j] - x0[j]);
+      return r;
+    };
+    return least_squares(residuals, x0, lo, hi);
+  }
+
+  void score(const DeviceProfile& fitted, TermFit& t) const {
+    Scores scores;
+    for (std::size_t i = 0; i < points_.size(); ++i) {
+      const ComputePoint& p = points_[i];
+      scores.add(p.op_class, p.measured_s, model_time(p, gpu_, start_), model_time(p, gpu_, fitted),
+                 weight_[i], p.ops);
+    }
+    scores.into(t);
+  }
+
+  // Every candidate before and after into the term; the fitted ones into `out`.
+  void record(const DeviceProfile& fitted, Profile& out, const std::string& traces,
+              TermFit& t) const {
+    const std::string source = format(
+        "hexisim calibrate: least squares on %d measured shapes (%d op instances) from %s; "
+        "R^2 %.4f, time-weighted rms error %.1f %%",
+        t.points, t.samples, traces.c_str(), t.r2, 100 * t.rms_rel);
+    for (const auto& c : kCandidates) {
+      const bool fitted_here = std::find(params_.begin(), params_.end(), c.param) != params_.end();
+      t.params.push_back({std::string(param_info(c.param).name), start_.get(c.param),
+                          fitted.get(c.param), fitted_here});
+      if (fitted_here) out.set_device_param(gpu_.name, c.param, fitted.get(c.param), source);
+    }
+  }
+
+  const GpuSpec& gpu_;
+  const std::vector<ComputePoint>& points_;
+  const DeviceProfile start_;
+  std::vector<double> weight_;           // each point's share of the measured time
+  std::vector<Param> params_;            // the candidates the data can see
+  std::vector<double> x0v_, lov_, hiv_;  // theirs: start, bounds (log space)
+};
+
+Result<TermFit> fit_compute(const GpuSpec& gpu, const std::vector<ComputePoint>& points,
+                            const Profile& base, Profile& out, const std::string& traces) {
+  return ComputeFit(gpu, points, base).run(out, traces);
 }
 
 // One message: its transfer time (s) and what the model needs.
@@ -647,220 +689,310 @@ Result<MeasuredRun> load_measured_run(const std::string& trace_file, const GpuCa
                      std::move(*trace)};
 }
 
-Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profile& base) {
-  if (runs.empty()) return bad_input("no trace to calibrate from");
-  const std::string traces = traces_text(runs);
+namespace {
+
+// The calibration of a profile from measured runs, in named steps: gather each run's points
+// (compute shapes, messages, the CPU of communication ops, the transports collectives use),
+// fit compute per device type, check every collective transport has messages, fit the
+// communication CPU, then the links (on what that CPU leaves), then the collectives against
+// the fitted links.
+class Calibrator {
+ public:
+  Calibrator(const std::vector<MeasuredRun>& runs, const Profile& base)
+      : runs_(runs), base_(base), traces_(traces_text(runs)) {
+    c_.profile = base;
+    for (const auto& r : runs) c_.traces.push_back(r.origin);
+  }
+
+  Result<Calibration> run() {
+    for (const MeasuredRun& run : runs_) {
+      if (Status s = gather(run); !s) return s.error();
+    }
+    if (Status s = fit_compute_terms(); !s) return s.error();
+    if (Status s = check_collective_links(); !s) return s.error();
+    if (Status s = fit_comm_cpu_terms(); !s) return s.error();
+    if (Status s = fit_link_terms(); !s) return s.error();
+    std::map<Transport, std::vector<CollectivePoint>> collectives;
+    for (const MeasuredRun& run : runs_) {
+      if (Status s = gather_collectives(run, collectives); !s) return s.error();
+    }
+    for (const auto& [transport, points] : collectives) {
+      if (c_.profile.transports().count(transport) == 0) continue;
+      c_.terms.push_back(fit_collectives(transport, points, c_.profile));
+    }
+    return std::move(c_);
+  }
+
+ private:
   // Compute points by device type, merged per (run, shape); link points by transport.
-  std::map<std::string, std::pair<const GpuSpec*, std::vector<ComputePoint>>> compute;
-  std::map<Transport, std::vector<LinkPoint>> links;
-  std::map<Transport, std::string> collective_only;  // transport -> a collective on it
-  std::map<Transport, TransportCurve> start_curves;
-  std::map<Transport, std::vector<CpuPoint>> comm_cpu;
-  std::map<std::string, std::vector<double>> spreads;  // device type -> each run's
-  for (const MeasuredRun& run : runs) {
+  Status gather(const MeasuredRun& run) {
     auto measured = measured_ops(run.program, run.trace, run.origin);
     if (!measured) return measured.error();
     const Program& prog = run.program;
     const Cluster& cluster = run.scenario.cluster;
     for (const auto& [type, spread] : op_time_spread(prog, cluster, *measured))
-      spreads[type].push_back(spread);
+      spreads_[type].push_back(spread);
     std::map<std::pair<int, std::string>, ComputePoint> shapes;  // (shape, gpu) -> point
     const auto sends = sends_by_message(prog);
     for (int id = 0; id < prog.num_ops(); ++id) {
       const Op& op = prog.ops[id];
       const auto& events = measured->by_op[id];
-      if (op.kind != OpKind::kCompute && cluster.gpu(op.device).quota_pauses()) {
-        int peer = op.peer;
-        if (op.kind == OpKind::kCollective) {
-          const auto& devs = prog.groups[op.group].devices;
-          const auto at = std::find(devs.begin(), devs.end(), op.device) - devs.begin();
-          peer = devs[static_cast<std::size_t>(at + 1) % devs.size()];
-        }
-        CpuPoint p{.bytes = op.bytes,
-                   .collective = op.kind == OpKind::kCollective,
-                   .op_class = op_class(prog, id),
-                   .device_type = cluster.gpu(op.device).name};
-        for (const TraceOp& e : events) {
-          if (e.cpu_us < 0) continue;
-          p.cpu_s += e.cpu_us * 1e-6;
-          p.seconds += (e.end_us - e.start_us) * 1e-6;
-          ++p.samples;
-        }
-        if (p.samples > 0 && peer != op.device && op.bytes > 0) {
-          p.cpu_s /= p.samples;
-          p.seconds /= p.samples;
-          comm_cpu[cluster.transport(op.device, peer)].push_back(p);
-        }
-      }
+      if (op.kind != OpKind::kCompute && cluster.gpu(op.device).quota_pauses())
+        add_cpu_point(prog, cluster, id, events);
       if (op.kind == OpKind::kCompute) {
-        const GpuSpec& gpu = cluster.gpu(op.device);
-        ComputePoint& p = shapes[{op.shape, gpu.name}];
-        double sum = 0;
-        for (const TraceOp& e : events) sum += compute_seconds(e, gpu);
-        // Running mean over ops of the shape (each op's mean over the steps).
-        p.measured_s =
-            (p.measured_s * p.ops + sum / static_cast<double>(events.size())) / (p.ops + 1);
-        p.ops += 1;
-        p.samples += static_cast<int>(events.size());
-        p.kernels = &prog.shapes[op.shape].kernels;
-        p.op_class = op_class(prog, id);
-        compute[gpu.name].first = &gpu;
+        add_compute_point(prog, cluster, id, events, shapes);
       } else if (op.kind == OpKind::kRecv) {
         auto it = sends.find({op.peer, op.device, op.tag});
         if (it == sends.end()) continue;
-        const auto& sent = measured->by_op[it->second];
-        double best = 0;
-        int n = 0;
-        // Only where the receive was posted before the send started: its end is then the
-        // arrival. A receive posted later may find the message there already (an eager send,
-        // the testbed's TCP up to 4 MiB), and its own time says nothing about the link.
-        for (const TraceOp& e : events) {
-          for (const TraceOp& s : sent) {
-            if (s.step != e.step || e.start_us > s.start_us) continue;
-            const double took = (e.end_us - s.start_us) * 1e-6;
-            best = n == 0 ? took : std::min(best, took);
-            ++n;
-          }
-        }
-        if (best <= 0) continue;
-        const Transport t = cluster.transport(op.peer, op.device);
-        auto given = base.transports().find(t);
-        start_curves.emplace(t,
-                             given != base.transports().end() ? given->second : transport_curve(t));
-        links[t].push_back({op.bytes,
-                            best,
-                            cluster.latency(op.peer, op.device),
-                            op.bytes / cluster.bandwidth(op.peer, op.device),
-                            "message " + std::string(to_string(op.tensor)),
-                            static_cast<int>(events.size()),
-                            0.0,
-                            {&cluster.gpu(op.peer), &cluster.gpu(op.device)}});
+        add_link_point(cluster, op, events, measured->by_op[it->second]);
       } else if (op.kind == OpKind::kCollective) {
-        const auto& devs = prog.groups[op.group].devices;
-        for (std::size_t k = 0; k < devs.size(); ++k) {
-          const int next = devs[(k + 1) % devs.size()];
-          if (next == devs[k]) continue;
-          collective_only.emplace(cluster.transport(devs[k], next),
-                                  op_class(prog, id) + " in " + run.origin);
-        }
+        note_collective(run, id);
       }
     }
-    for (auto& [key, point] : shapes) compute[key.second].second.push_back(point);
+    for (auto& [key, point] : shapes) compute_[key.second].second.push_back(point);
+    return {};
   }
-  Calibration c;
-  c.profile = base;
-  for (const auto& r : runs) c.traces.push_back(r.origin);
-  for (const auto& [name, entry] : compute) {
-    auto t = fit_compute(*entry.first, entry.second, base, c.profile, traces);
-    if (!t) return t.error();
-    // The spread from op to op: the median over the runs (one noisy run does not set it).
-    auto it = spreads.find(name);
-    if (it != spreads.end()) {
-      const double spread = median(it->second);
-      t->params.push_back(
-          {"op_time_spread", base.device(*entry.first).op_time_spread, spread, true});
-      c.profile.set_device_param(
-          name, Param::kOpTimeSpread, spread,
-          format("hexisim calibrate: rms of each compute op's time against the mean of its "
-                 "shape in its step, median over %d runs, from %s",
-                 static_cast<int>(it->second.size()), traces.c_str()));
+
+  // A communication op on a device with a CPU quota: its CPU and duration, mean over the
+  // steps that measured its CPU, by the transport to its peer (a collective: the next member).
+  void add_cpu_point(const Program& prog, const Cluster& cluster, int id,
+                     const std::vector<TraceOp>& events) {
+    const Op& op = prog.ops[id];
+    int peer = op.peer;
+    if (op.kind == OpKind::kCollective) {
+      const auto& devs = prog.groups[op.group].devices;
+      const auto at = std::find(devs.begin(), devs.end(), op.device) - devs.begin();
+      peer = devs[static_cast<std::size_t>(at + 1) % devs.size()];
     }
-    c.terms.push_back(std::move(*t));
+    CpuPoint p{.bytes = op.bytes,
+               .collective = op.kind == OpKind::kCollective,
+               .op_class = op_class(prog, id),
+               .device_type = cluster.gpu(op.device).name};
+    for (const TraceOp& e : events) {
+      if (e.cpu_us < 0) continue;
+      p.cpu_s += e.cpu_us * 1e-6;
+      p.seconds += (e.end_us - e.start_us) * 1e-6;
+      ++p.samples;
+    }
+    if (p.samples > 0 && peer != op.device && op.bytes > 0) {
+      p.cpu_s /= p.samples;
+      p.seconds /= p.samples;
+      comm_cpu_[cluster.transport(op.device, peer)].push_back(p);
+    }
   }
-  for (const auto& [transport, where] : collective_only) {
-    if (transport == Transport::kNominal || links.count(transport) != 0) continue;
-    return bad_input("link " + std::string(to_string(transport)) + " carries " + where +
-                     " but no point-to-point message in the traces: its latency and bandwidth "
-                     "cannot be fitted (add a trace of a plan with a pipeline boundary or a "
-                     "sequence ring over it)");
+
+  void add_compute_point(const Program& prog, const Cluster& cluster, int id,
+                         const std::vector<TraceOp>& events,
+                         std::map<std::pair<int, std::string>, ComputePoint>& shapes) {
+    const Op& op = prog.ops[id];
+    const GpuSpec& gpu = cluster.gpu(op.device);
+    ComputePoint& p = shapes[{op.shape, gpu.name}];
+    double sum = 0;
+    for (const TraceOp& e : events) sum += compute_seconds(e, gpu);
+    // Running mean over ops of the shape (each op's mean over the steps).
+    p.measured_s = (p.measured_s * p.ops + sum / static_cast<double>(events.size())) / (p.ops + 1);
+    p.ops += 1;
+    p.samples += static_cast<int>(events.size());
+    p.kernels = &prog.shapes[op.shape].kernels;
+    p.op_class = op_class(prog, id);
+    compute_[gpu.name].first = &gpu;
   }
+
+  // A received message (`events`) and its send (`sent`): the fastest arrival over the steps.
+  void add_link_point(const Cluster& cluster, const Op& op, const std::vector<TraceOp>& events,
+                      const std::vector<TraceOp>& sent) {
+    double best = 0;
+    int n = 0;
+    // Only where the receive was posted before the send started: its end is then the
+    // arrival. A receive posted later may find the message there already (an eager send,
+    // the testbed's TCP up to 4 MiB), and its own time says nothing about the link.
+    for (const TraceOp& e : events) {
+      for (const TraceOp& s : sent) {
+        if (s.step != e.step || e.start_us > s.start_us) continue;
+        const double took = (e.end_us - s.start_us) * 1e-6;
+        best = n == 0 ? took : std::min(best, took);
+        ++n;
+      }
+    }
+    if (best <= 0) return;
+    const Transport t = cluster.transport(op.peer, op.device);
+    auto given = base_.transports().find(t);
+    start_curves_.emplace(t,
+                          given != base_.transports().end() ? given->second : transport_curve(t));
+    links_[t].push_back({op.bytes,
+                         best,
+                         cluster.latency(op.peer, op.device),
+                         op.bytes / cluster.bandwidth(op.peer, op.device),
+                         "message " + std::string(to_string(op.tensor)),
+                         static_cast<int>(events.size()),
+                         0.0,
+                         {&cluster.gpu(op.peer), &cluster.gpu(op.device)}});
+  }
+
+  // The transports a collective's ring crosses, each with a collective on it.
+  void note_collective(const MeasuredRun& run, int id) {
+    const Program& prog = run.program;
+    const Cluster& cluster = run.scenario.cluster;
+    const auto& devs = prog.groups[prog.ops[id].group].devices;
+    for (std::size_t k = 0; k < devs.size(); ++k) {
+      const int next = devs[(k + 1) % devs.size()];
+      if (next == devs[k]) continue;
+      collective_only_.emplace(cluster.transport(devs[k], next),
+                               op_class(prog, id) + " in " + run.origin);
+    }
+  }
+
+  Status fit_compute_terms() {
+    for (const auto& [name, entry] : compute_) {
+      auto t = fit_compute(*entry.first, entry.second, base_, c_.profile, traces_);
+      if (!t) return t.error();
+      // The spread from op to op: the median over the runs (one noisy run does not set it).
+      auto it = spreads_.find(name);
+      if (it != spreads_.end()) {
+        const double spread = median(it->second);
+        t->params.push_back(
+            {"op_time_spread", base_.device(*entry.first).op_time_spread, spread, true});
+        c_.profile.set_device_param(
+            name, Param::kOpTimeSpread, spread,
+            format("hexisim calibrate: rms of each compute op's time against the mean of its "
+                   "shape in its step, median over %d runs, from %s",
+                   static_cast<int>(it->second.size()), traces_.c_str()));
+      }
+      c_.terms.push_back(std::move(*t));
+    }
+    return {};
+  }
+
+  Status check_collective_links() const {
+    for (const auto& [transport, where] : collective_only_) {
+      if (transport == Transport::kNominal || links_.count(transport) != 0) continue;
+      return bad_input("link " + std::string(to_string(transport)) + " carries " + where +
+                       " but no point-to-point message in the traces: its latency and "
+                       "bandwidth cannot be fitted (add a trace of a plan with a pipeline "
+                       "boundary or a sequence ring over it)");
+    }
+    return {};
+  }
+
   // The CPU of communication ops on ranks under a quota, per transport, then per device type
   // where a transport has ops of several: first, as the simulator charges it on their quota
   // clocks, so the links and collectives are fitted on what it leaves (at each rank's average
   // rate: CPU / share).
-  std::map<Transport, TransportCurve> cpu;
-  for (const auto& [transport, points] : comm_cpu) {
-    if (transport == Transport::kNominal) continue;
-    TransportCurve& curve = cpu[transport];
-    auto t = fit_comm_cpu(transport, points, curve.cpu);
-    if (!t) return t.error();
-    c.terms.push_back(std::move(*t));
-    std::map<std::string, std::vector<const CpuPoint*>> by_type;
-    for (const auto& p : points) by_type[p.device_type].push_back(&p);
-    std::erase_if(by_type, [](const auto& e) { return e.second.size() < 5; });  // too few
-    if (by_type.size() < 2) continue;  // one type: the transport's law is its own
-    for (TermFit& term : fit_device_comm_cpu(transport, by_type, curve.cpu, curve.cpu_by_device))
-      c.terms.push_back(std::move(term));
+  Status fit_comm_cpu_terms() {
+    for (const auto& [transport, points] : comm_cpu_) {
+      if (transport == Transport::kNominal) continue;
+      TransportCurve& curve = cpu_[transport];
+      auto t = fit_comm_cpu(transport, points, curve.cpu);
+      if (!t) return t.error();
+      c_.terms.push_back(std::move(*t));
+      std::map<std::string, std::vector<const CpuPoint*>> by_type;
+      for (const auto& p : points) by_type[p.device_type].push_back(&p);
+      std::erase_if(by_type, [](const auto& e) { return e.second.size() < 5; });  // too few
+      if (by_type.size() < 2) continue;  // one type: the transport's law is its own
+      for (TermFit& term : fit_device_comm_cpu(transport, by_type, curve.cpu, curve.cpu_by_device))
+        c_.terms.push_back(std::move(term));
+    }
+    return {};
   }
-  auto cpu_at_share = [&](Transport t, const GpuSpec& gpu, double bytes, bool collective) {
-    auto it = cpu.find(t);
+
+  // The fitted CPU of a communication op on `gpu`, at its quota's average rate (0 where no
+  // quota pauses it or no law was fitted).
+  double cpu_at_share(Transport t, const GpuSpec& gpu, double bytes, bool collective) const {
+    auto it = cpu_.find(t);
     const double share = pausing_share(gpu);
-    return it == cpu.end() || share <= 0
+    return it == cpu_.end() || share <= 0
                ? 0.0
                : it->second.cpu_of(gpu.name).seconds(bytes, collective) / share;
-  };
-  for (auto& [transport, points] : links) {
-    if (transport == Transport::kNominal) continue;  // overrides and nominal clusters: as given
-    for (auto& p : points) {
-      p.cpu_s = cpu_at_share(transport, *p.ends[0], p.bytes, false) +
-                cpu_at_share(transport, *p.ends[1], p.bytes, false);
-    }
-    auto t =
-        fit_link(transport, points, start_curves.at(transport), cpu[transport], c.profile, traces);
-    if (!t) return t.error();
-    c.terms.push_back(std::move(*t));
   }
+
+  Status fit_link_terms() {
+    for (auto& [transport, points] : links_) {
+      if (transport == Transport::kNominal) continue;  // overrides and nominal clusters: as given
+      for (auto& p : points) {
+        p.cpu_s = cpu_at_share(transport, *p.ends[0], p.bytes, false) +
+                  cpu_at_share(transport, *p.ends[1], p.bytes, false);
+      }
+      auto t = fit_link(transport, points, start_curves_.at(transport), cpu_[transport], c_.profile,
+                        traces_);
+      if (!t) return t.error();
+      c_.terms.push_back(std::move(*t));
+    }
+    return {};
+  }
+
   // Collectives, against the fitted links: per transport (rings on one transport only).
-  std::map<Transport, std::vector<CollectivePoint>> collectives;
-  for (const MeasuredRun& run : runs) {
+  Status gather_collectives(const MeasuredRun& run,
+                            std::map<Transport, std::vector<CollectivePoint>>& out) {
     auto measured = measured_ops(run.program, run.trace, run.origin);
     if (!measured) return measured.error();
     Cluster fitted = run.scenario.cluster;
-    fitted.set_curves(c.profile.transports());
+    fitted.set_curves(c_.profile.transports());
     std::map<std::pair<int, int>, std::vector<int>> instances;  // (group, instance) -> ops
     for (int id = 0; id < run.program.num_ops(); ++id) {
       const Op& op = run.program.ops[id];
       if (op.kind == OpKind::kCollective && op.collective != Collective::kAllToAll)
         instances[{op.group, op.instance}].push_back(id);
     }
-    for (const auto& [key, ops] : instances) {
-      const Op& first = run.program.ops[ops.front()];
-      const auto& devs = run.program.groups[first.group].devices;
-      const int n = static_cast<int>(devs.size());
-      if (n < 2 || first.bytes <= 0) continue;
-      std::set<Transport> used;
-      for (int k = 0; k < n; ++k) used.insert(fitted.transport(devs[k], devs[(k + 1) % n]));
-      if (used.size() != 1 || *used.begin() == Transport::kNominal) continue;
-      std::map<int, std::pair<double, double>> per_step;  // step -> (last start, last end)
-      for (int id : ops) {
-        for (const TraceOp& e : measured->by_op[id]) {
-          auto [it, fresh] = per_step.try_emplace(e.step, e.start_us, e.end_us);
-          if (!fresh) {
-            it->second.first = std::max(it->second.first, e.start_us);
-            it->second.second = std::max(it->second.second, e.end_us);
-          }
+    for (const auto& [key, ops] : instances) add_collective(run, fitted, *measured, ops, out);
+    return {};
+  }
+
+  // One collective instance (its members' ops) as a point of its transport's fit.
+  void add_collective(const MeasuredRun& run, const Cluster& fitted, const MeasuredOps& measured,
+                      const std::vector<int>& ops,
+                      std::map<Transport, std::vector<CollectivePoint>>& out) const {
+    const Op& first = run.program.ops[ops.front()];
+    const auto& devs = run.program.groups[first.group].devices;
+    const int n = static_cast<int>(devs.size());
+    if (n < 2 || first.bytes <= 0) return;
+    std::set<Transport> used;
+    for (int k = 0; k < n; ++k) used.insert(fitted.transport(devs[k], devs[(k + 1) % n]));
+    if (used.size() != 1 || *used.begin() == Transport::kNominal) return;
+    std::map<int, std::pair<double, double>> per_step;  // step -> (last start, last end)
+    for (int id : ops) {
+      for (const TraceOp& e : measured.by_op[id]) {
+        auto [it, fresh] = per_step.try_emplace(e.step, e.start_us, e.end_us);
+        if (!fresh) {
+          it->second.first = std::max(it->second.first, e.start_us);
+          it->second.second = std::max(it->second.second, e.end_us);
         }
       }
-      if (per_step.empty()) continue;
-      double sum = 0;
-      for (const auto& [step, span] : per_step) sum += (span.second - span.first) * 1e-6;
-      const auto [bw, lat] = ring_link(fitted, devs, first.bytes);
-      double cpu_s = 0;  // the slowest member's CPU (the simulator holds the ring for it)
-      for (int d : devs) {
-        cpu_s = std::max(cpu_s, cpu_at_share(*used.begin(), fitted.gpu(d), first.bytes, true));
-      }
-      collectives[*used.begin()].push_back(
-          {sum / static_cast<double>(per_step.size()),
-           cpu_s + collective_time(first.collective, first.bytes, n, bw, lat),
-           latency_steps(first.collective, n), op_class(run.program, ops.front()),
-           static_cast<int>(per_step.size() * ops.size())});
     }
+    if (per_step.empty()) return;
+    double sum = 0;
+    for (const auto& [step, span] : per_step) sum += (span.second - span.first) * 1e-6;
+    const auto [bw, lat] = ring_link(fitted, devs, first.bytes);
+    double cpu_s = 0;  // the slowest member's CPU (the simulator holds the ring for it)
+    for (int d : devs) {
+      cpu_s = std::max(cpu_s, cpu_at_share(*used.begin(), fitted.gpu(d), first.bytes, true));
+    }
+    out[*used.begin()].push_back(
+        {sum / static_cast<double>(per_step.size()),
+         cpu_s + collective_time(first.collective, first.bytes, n, bw, lat),
+         latency_steps(first.collective, n), op_class(run.program, ops.front()),
+         static_cast<int>(per_step.size() * ops.size())});
   }
-  for (const auto& [transport, points] : collectives) {
-    if (c.profile.transports().count(transport) == 0) continue;
-    c.terms.push_back(fit_collectives(transport, points, c.profile));
-  }
-  return c;
+
+  const std::vector<MeasuredRun>& runs_;
+  const Profile& base_;
+  const std::string traces_;
+  Calibration c_;
+  // gather(): compute points per device type, link points and the start curves per
+  // transport, a collective on each transport, communication CPU points, op time spreads.
+  std::map<std::string, std::pair<const GpuSpec*, std::vector<ComputePoint>>> compute_;
+  std::map<Transport, std::vector<LinkPoint>> links_;
+  std::map<Transport, std::string> collective_only_;  // transport -> a collective on it
+  std::map<Transport, TransportCurve> start_curves_;
+  std::map<Transport, std::vector<CpuPoint>> comm_cpu_;
+  std::map<std::string, std::vector<double>> spreads_;  // device type -> each run's
+  std::map<Transport, TransportCurve> cpu_;             // fit_comm_cpu_terms(): the CPU laws
+};
+
+}  // namespace
+
+Result<Calibration> calibrate(const std::vector<MeasuredRun>& runs, const Profile& base) {
+  if (runs.empty()) return bad_input("no trace to calibrate from");
+  return Calibrator(runs, base).run();
 }
 
 Json to_json(const Calibration& c) {

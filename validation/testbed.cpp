@@ -380,39 +380,19 @@ Status testbed_up(const TestbedLayout& t, const std::string& nfdelay,
   return {};
 }
 
-Result<int> testbed_run(const TestbedLayout& t, const std::vector<int>& devices,
-                        const std::vector<std::string>& argv) {
-  if (testbed_current() != t.cluster) {
-    const std::string up = testbed_current();
-    return bad_input("the testbed of " + t.cluster + " is not up" +
-                     (up.empty() ? std::string() : " (" + up + "'s is)") +
-                     ": run hexisim testbed up " + t.cluster);
-  }
-  if (devices.empty()) return bad_input("no device to run on");
-  std::vector<int> per_machine(t.machines.size(), 0);
-  std::string list;
-  int last = -1;
-  for (int d : devices) {
-    if (d < 0 || d >= static_cast<int>(t.ranks.size()) || d <= last)
-      return bad_input(format("device %d: expected increasing device ids of %s (0..%zu)", d,
-                              t.cluster.c_str(), t.ranks.size() - 1));
-    last = d;
-    ++per_machine[t.ranks[d].machine];
-    list += (list.empty() ? "" : ",") + std::to_string(d);
-  }
-  std::string hosts;
-  for (std::size_t m = 0; m < t.machines.size(); ++m) {
-    if (per_machine[m] > 0)
-      hosts += t.machines[m].name + " slots=" + std::to_string(per_machine[m]) + "\n";
-  }
-  const fs::path hostfile = fs::path(kRunDir) / ("hosts-" + std::to_string(::getpid()));
-  if (Status s = write_text(hostfile, hosts); !s) return s.error();
+namespace {
+
+// The mpirun command that starts `ranks` ranks of `argv` from `hostfile` inside the switch's
+// namespace, on devices `list` (comma-separated), over the testbed's subnet.
+std::vector<std::string> mpirun_command(const fs::path& hostfile, std::size_t ranks,
+                                        const std::string& list,
+                                        const std::vector<std::string>& argv) {
   std::vector<std::string> args = in_ns(kSwitch, {"mpirun",
                                                   "--allow-run-as-root",
                                                   "--hostfile",
                                                   hostfile.string(),
                                                   "-np",
-                                                  std::to_string(devices.size()),
+                                                  std::to_string(ranks),
                                                   "--map-by",
                                                   "slot",
                                                   "--bind-to",
@@ -455,6 +435,23 @@ Result<int> testbed_run(const TestbedLayout& t, const std::vector<int>& devices,
                                                   "OPENBLAS_NUM_THREADS=1",
                                                   std::string(kRunDir) + "/rank"});
   for (const auto& a : argv) args.push_back(a);
+  return args;
+}
+
+// The mpirun hostfile of `devices`: each machine with its ranks as slots.
+std::string hostfile_text(const TestbedLayout& t, const std::vector<int>& devices) {
+  std::vector<int> per_machine(t.machines.size(), 0);
+  for (int d : devices) ++per_machine[t.ranks[d].machine];
+  std::string hosts;
+  for (std::size_t m = 0; m < t.machines.size(); ++m) {
+    if (per_machine[m] > 0)
+      hosts += t.machines[m].name + " slots=" + std::to_string(per_machine[m]) + "\n";
+  }
+  return hosts;
+}
+
+// Runs `args` and waits for it: its exit status (128 + the signal that ended it).
+Result<int> spawn_and_wait(const std::vector<std::string>& args) {
   std::vector<char*> cargv;
   for (const auto& a : args) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -464,63 +461,95 @@ Result<int> testbed_run(const TestbedLayout& t, const std::vector<int>& devices,
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  fs::remove(hostfile);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-Result<Json> testbed_status(const TestbedLayout& t, const std::string& hexisim) {
-  if (testbed_current() != t.cluster)
-    return bad_input("the testbed of " + t.cluster + " is not up: run hexisim testbed up " +
-                     t.cluster);
-  Json links = Json::array();
-  static const std::regex rtt("= ([0-9.]+)/([0-9.]+)/([0-9.]+)");
-  static const std::regex bits("\"bits_per_second\":\\s*([0-9.e+]+)");
-  for (std::size_t a = 0; a < t.machines.size(); ++a) {
-    for (std::size_t b = a + 1; b < t.machines.size(); ++b) {
-      const TestbedMachine& ma = t.machines[a];
-      const TestbedMachine& mb = t.machines[b];
-      std::string out;
-      run(in_ns(ma.ns, {"ping", "-c", "20", "-i", "0.02", "-q", mb.ip}), &out);
-      std::smatch m;
-      const double one_way_us =
-          std::regex_search(out, m, rtt) ? std::stod(m[1].str()) * 1e3 / 2 : -1;  // min rtt / 2
-      double expected_us = 0;
-      for (const auto& f : t.flows) {
-        if (f.from == static_cast<int>(a) && f.to == static_cast<int>(b)) expected_us = f.delay_us;
-      }
-      // iperf3: a one-off server in b's namespace, the client in a's.
-      std::vector<std::string> server = in_ns(mb.ns, {"iperf3", "-s", "-1", "-p", "5299"});
-      std::vector<char*> sargv;
-      for (const auto& s : server) sargv.push_back(const_cast<char*>(s.c_str()));
-      sargv.push_back(nullptr);
-      posix_spawn_file_actions_t fa;
-      posix_spawn_file_actions_init(&fa);
-      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-      posix_spawn_file_actions_adddup2(&fa, 1, 2);
-      pid_t spid = 0;
-      const int src = posix_spawnp(&spid, sargv[0], &fa, nullptr, sargv.data(), environ);
-      posix_spawn_file_actions_destroy(&fa);
-      double measured_bps = -1;
-      if (src == 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        run(in_ns(ma.ns, {"iperf3", "-c", mb.ip, "-p", "5299", "-t", "2", "-J"}), &out);
-        // The last bits_per_second in the JSON is the receiver's sum.
-        for (std::sregex_iterator it(out.begin(), out.end(), bits), end; it != end; ++it)
-          measured_bps = std::stod((*it)[1].str());
-        ::kill(spid, SIGTERM);
-        int st = 0;
-        ::waitpid(spid, &st, 0);
-      }
-      const double expected_bps = std::min(ma.rate_bps, mb.rate_bps);
-      links.push_back({{"from", ma.name},
-                       {"to", mb.name},
-                       {"latency_us", one_way_us},
-                       {"expected_latency_us", expected_us},
-                       {"throughput_Mbps", measured_bps / 1e6},
-                       {"expected_Mbps", expected_bps / 1e6}});
-    }
+}  // namespace
+
+Result<int> testbed_run(const TestbedLayout& t, const std::vector<int>& devices,
+                        const std::vector<std::string>& argv) {
+  if (testbed_current() != t.cluster) {
+    const std::string up = testbed_current();
+    return bad_input("the testbed of " + t.cluster + " is not up" +
+                     (up.empty() ? std::string() : " (" + up + "'s is)") +
+                     ": run hexisim testbed up " + t.cluster);
   }
-  // GEMM rates: one unconstrained core, then every rank at once under its quota.
+  if (devices.empty()) return bad_input("no device to run on");
+  std::string list;
+  int last = -1;
+  for (int d : devices) {
+    if (d < 0 || d >= static_cast<int>(t.ranks.size()) || d <= last)
+      return bad_input(format("device %d: expected increasing device ids of %s (0..%zu)", d,
+                              t.cluster.c_str(), t.ranks.size() - 1));
+    last = d;
+    list += (list.empty() ? "" : ",") + std::to_string(d);
+  }
+  const fs::path hostfile = fs::path(kRunDir) / ("hosts-" + std::to_string(::getpid()));
+  if (Status s = write_text(hostfile, hostfile_text(t, devices)); !s) return s.error();
+  auto status = spawn_and_wait(mpirun_command(hostfile, devices.size(), list, argv));
+  if (status) fs::remove(hostfile);
+  return status;
+}
+
+namespace {
+
+// iperf3 from a to b (bits/s; -1 where its server did not start): a one-off server in b's
+// namespace, the client in a's.
+double iperf_bps(const TestbedMachine& ma, const TestbedMachine& mb) {
+  std::vector<std::string> server = in_ns(mb.ns, {"iperf3", "-s", "-1", "-p", "5299"});
+  std::vector<char*> sargv;
+  for (const auto& s : server) sargv.push_back(const_cast<char*>(s.c_str()));
+  sargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t spid = 0;
+  const int src = posix_spawnp(&spid, sargv[0], &fa, nullptr, sargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  double measured_bps = -1;
+  if (src == 0) {
+    static const std::regex bits("\"bits_per_second\":\\s*([0-9.e+]+)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::string out;
+    run(in_ns(ma.ns, {"iperf3", "-c", mb.ip, "-p", "5299", "-t", "2", "-J"}), &out);
+    // The last bits_per_second in the JSON is the receiver's sum.
+    for (std::sregex_iterator it(out.begin(), out.end(), bits), end; it != end; ++it)
+      measured_bps = std::stod((*it)[1].str());
+    ::kill(spid, SIGTERM);
+    int st = 0;
+    ::waitpid(spid, &st, 0);
+  }
+  return measured_bps;
+}
+
+// One machine pair's link as measured: the one-way latency (half the least ping round trip)
+// and iperf3's throughput from a to b, beside what the testbed set.
+Json measure_link(const TestbedLayout& t, std::size_t a, std::size_t b) {
+  static const std::regex rtt("= ([0-9.]+)/([0-9.]+)/([0-9.]+)");
+  const TestbedMachine& ma = t.machines[a];
+  const TestbedMachine& mb = t.machines[b];
+  std::string out;
+  run(in_ns(ma.ns, {"ping", "-c", "20", "-i", "0.02", "-q", mb.ip}), &out);
+  std::smatch m;
+  const double one_way_us =
+      std::regex_search(out, m, rtt) ? std::stod(m[1].str()) * 1e3 / 2 : -1;  // min rtt / 2
+  double expected_us = 0;
+  for (const auto& f : t.flows) {
+    if (f.from == static_cast<int>(a) && f.to == static_cast<int>(b)) expected_us = f.delay_us;
+  }
+  const double measured_bps = iperf_bps(ma, mb);
+  const double expected_bps = std::min(ma.rate_bps, mb.rate_bps);
+  return {{"from", ma.name},
+          {"to", mb.name},
+          {"latency_us", one_way_us},
+          {"expected_latency_us", expected_us},
+          {"throughput_Mbps", measured_bps / 1e6},
+          {"expected_Mbps", expected_bps / 1e6}};
+}
+
+// GEMM rates: one unconstrained core, then every rank at once under its quota.
+Json gemm_rates(const TestbedLayout& t, const std::string& hexisim, double& reference) {
   auto gemm = [&](const std::string& cgroup_dir, const std::string& out_file) {
     const std::string cmd =
         (cgroup_dir.empty() ? "" : "echo $$ > " + cgroup_dir + "/cgroup.procs && ") + "exec " +
@@ -535,7 +564,7 @@ Result<Json> testbed_status(const TestbedLayout& t, const std::string& hexisim) 
   };
   const std::string ref_file = std::string(kRunDir) + "/gemm-ref";
   run(gemm("", ref_file));
-  const double reference = read_rate(ref_file);
+  reference = read_rate(ref_file);
   std::vector<pid_t> pids;
   for (const TestbedRank& r : t.ranks) {
     auto args = gemm((cgroup_root() / ("d" + std::to_string(r.device))).string(),
@@ -560,6 +589,21 @@ Result<Json> testbed_status(const TestbedLayout& t, const std::string& hexisim) 
                      {"share", r.share},
                      {"measured_share", reference > 0 ? rate / reference : -1}});
   }
+  return ranks;
+}
+
+}  // namespace
+
+Result<Json> testbed_status(const TestbedLayout& t, const std::string& hexisim) {
+  if (testbed_current() != t.cluster)
+    return bad_input("the testbed of " + t.cluster + " is not up: run hexisim testbed up " +
+                     t.cluster);
+  Json links = Json::array();
+  for (std::size_t a = 0; a < t.machines.size(); ++a) {
+    for (std::size_t b = a + 1; b < t.machines.size(); ++b) links.push_back(measure_link(t, a, b));
+  }
+  double reference = -1;
+  Json ranks = gemm_rates(t, hexisim, reference);
   return Json{
       {"cluster", t.cluster}, {"one_core_gflops", reference}, {"links", links}, {"ranks", ranks}};
 }

@@ -246,125 +246,175 @@ Result<MeasuredRun> join_rounds(std::vector<MeasuredRun> rounds) {
   return out;
 }
 
+namespace {
+
+// A suite's validation, in named steps: every run on the engine, suite.rounds times,
+// interleaved (measure); each run's rounds joined; calibration on the calibration runs only,
+// its profile written; every validation run simulated with both profiles; the summary.
+class Validation {
+ public:
+  Validation(const Suite& suite, const Launcher& launch, const fs::path& out_dir,
+             const std::function<void(const std::string&)>& log)
+      : suite_(suite), launch_(launch), out_dir_(out_dir), log_(log) {}
+
+  Result<ValidationReport> run() {
+    std::error_code ec;
+    fs::create_directories(out_dir_, ec);
+    if (ec) return failure(out_dir_.string() + ": cannot create the folder: " + ec.message());
+    auto gpus = GpuCatalog::load_shipped();
+    if (!gpus) return gpus.error();
+    auto models = ModelCatalog::load_shipped();
+    if (!models) return models.error();
+    if (Status s = measure(*gpus, *models); !s) return s.error();
+    if (Status s = join(); !s) return s.error();
+    if (Status s = calibrate_on_runs(); !s) return s.error();
+    if (Status s = simulate_runs(); !s) return s.error();
+    summarise();
+    return std::move(rep_);
+  }
+
+ private:
+  // 1. Every run on the engine, suite.rounds times, interleaved.
+  Status measure(const GpuCatalog& gpus, const ModelCatalog& models) {
+    const int per_round = static_cast<int>(suite_.calibration.size() + suite_.validation.size());
+    const int total = suite_.rounds * per_round;
+    int done = 0;
+    for (int k = 0; k < suite_.rounds; ++k) {
+      for (const auto* list : {&suite_.calibration, &suite_.validation}) {
+        for (const SuiteRun& r : *list) {
+          if (Status s = measure_round(r, k, ++done, total, gpus, models); !s) return s;
+        }
+      }
+    }
+    return {};
+  }
+
+  // Round k of run r, the done-th of `total` runs.
+  Status measure_round(const SuiteRun& r, int k, int done, int total, const GpuCatalog& gpus,
+                       const ModelCatalog& models) {
+    const std::string stem = round_stem(r.name, k);
+    const std::string trace = (out_dir_ / (stem + ".trace.json")).string();
+    const std::string logfile = (out_dir_ / (stem + ".log")).string();
+    log_(format("[%d/%d] ", done, total) + r.name +
+         (suite_.rounds > 1 ? format(" (round %d of %d)", k + 1, suite_.rounds) : "") +
+         ": hexisim train on " + std::to_string(r.devices) + " ranks, " +
+         std::to_string(suite_.steps) + " steps");
+    auto rc = launch_(r, suite_.steps, trace, logfile);
+    if (!rc) return rc.error();
+    if (*rc != 0) {
+      return failure(r.name + ": hexisim train exited with status " + std::to_string(*rc) +
+                     " (its output: " + logfile + ")");
+    }
+    auto m = load_measured_run(trace, gpus, models);
+    if (!m) return m.error();
+    auto ops = measured_ops(m->program, m->trace, m->origin);
+    if (!ops) return ops.error();
+    round_medians_[r.name].push_back(median(ops->step_seconds));
+    rounds_[r.name].push_back(std::move(*m));
+    return {};
+  }
+
+  Status join() {
+    for (auto& [name, runs] : rounds_) {
+      auto joined = join_rounds(std::move(runs));
+      if (!joined) return joined.error();
+      measured_.emplace(name, std::move(*joined));
+    }
+    return {};
+  }
+
+  // 2. Calibrate on the calibration runs only; the profile written.
+  Status calibrate_on_runs() {
+    std::vector<MeasuredRun> cal;
+    for (const SuiteRun& r : suite_.calibration) cal.push_back(measured_.at(r.name));
+    log_("calibrating on " + std::to_string(cal.size()) + " traces");
+    auto c = calibrate(cal, Profile());
+    if (!c) return c.error();
+    rep_.suite = suite_.name;
+    rep_.rounds = suite_.rounds;
+    rep_.calibration = std::move(*c);
+    rep_.profile_file = (out_dir_ / "profile.json").string();
+    Json p = rep_.calibration.profile.to_json();
+    p["comment"] = "fitted by hexisim validate (suite " + suite_.name + ")";
+    return write_file_atomically(rep_.profile_file, dump_json(p, 2) + "\n");
+  }
+
+  // 3. Simulate every validation run with both profiles.
+  Status simulate_runs() {
+    const Profile defaults;
+    for (const SuiteRun& r : suite_.validation) {
+      log_("simulating " + r.name);
+      const MeasuredRun& m = measured_.at(r.name);
+      auto cal_cmp = simulated(m, rep_.calibration.profile);
+      if (!cal_cmp) return cal_cmp.error();
+      auto def_cmp = simulated(m, defaults);
+      if (!def_cmp) return def_cmp.error();
+      RunResult rr;
+      rr.name = r.name;
+      rr.what = r.what;
+      rr.trace = m.origin;
+      auto ops = measured_ops(m.program, m.trace, m.origin);
+      if (!ops) return ops.error();
+      rr.measured_s = median(ops->step_seconds);
+      rr.measured_min_s = *std::min_element(ops->step_seconds.begin(), ops->step_seconds.end());
+      rr.measured_max_s = *std::max_element(ops->step_seconds.begin(), ops->step_seconds.end());
+      rr.steps_used = static_cast<int>(ops->step_seconds.size());
+      if (suite_.rounds > 1) rr.round_measured_s = round_medians_.at(r.name);
+      rr.simulated_s = cal_cmp->simulated_iteration_s;
+      rr.simulated_default_s = def_cmp->simulated_iteration_s;
+      rr.classes = std::move(*cal_cmp);
+      rep_.runs.push_back(std::move(rr));
+    }
+    return {};
+  }
+
+  // 4. Summary.
+  void summarise() {
+    const Errors e = errors(rep_.runs, true), d = errors(rep_.runs, false);
+    rep_.mape = e.mape;
+    rep_.max_error = e.max;
+    rep_.mape_default = d.mape;
+    rep_.max_error_default = d.max;
+    std::vector<std::string> names;
+    std::vector<double> meas, sim, sim_default;
+    for (const auto& r : rep_.runs) {
+      names.push_back(r.name);
+      meas.push_back(r.measured_s);
+      sim.push_back(r.simulated_s);
+      sim_default.push_back(r.simulated_default_s);
+    }
+    rep_.ranking = kendall_tau(names, meas, sim);
+    if (suite_.rounds > 1) rep_.reproducibility = reproducibility(rep_.runs, suite_.rounds);
+    rep_.ranking_default = kendall_tau(names, meas, sim_default);
+    if (suite_.compare) {
+      auto find = [&](const std::string& n) {
+        return *std::find_if(rep_.runs.begin(), rep_.runs.end(),
+                             [&](const RunResult& r) { return r.name == n; });
+      };
+      const RunResult& plan = find(suite_.compare->first);
+      const RunResult& base = find(suite_.compare->second);
+      rep_.compare = suite_.compare;
+      rep_.compare_measured = base.measured_s / plan.measured_s;
+      rep_.compare_simulated = base.simulated_s / plan.simulated_s;
+    }
+  }
+
+  const Suite& suite_;
+  const Launcher& launch_;
+  const fs::path& out_dir_;
+  const std::function<void(const std::string&)>& log_;
+  std::map<std::string, std::vector<MeasuredRun>> rounds_;    // per run, its rounds
+  std::map<std::string, std::vector<double>> round_medians_;  // each round's measured median
+  std::map<std::string, MeasuredRun> measured_;               // per run, its rounds joined
+  ValidationReport rep_;
+};
+
+}  // namespace
+
 Result<ValidationReport> validate(const Suite& suite, const Launcher& launch,
                                   const fs::path& out_dir,
                                   const std::function<void(const std::string&)>& log) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) return failure(out_dir.string() + ": cannot create the folder: " + ec.message());
-  auto gpus = GpuCatalog::load_shipped();
-  if (!gpus) return gpus.error();
-  auto models = ModelCatalog::load_shipped();
-  if (!models) return models.error();
-
-  // 1. Every run on the engine, suite.rounds times, interleaved.
-  const int per_round = static_cast<int>(suite.calibration.size() + suite.validation.size());
-  const int total = suite.rounds * per_round;
-  int done = 0;
-  std::map<std::string, std::vector<MeasuredRun>> rounds;
-  std::map<std::string, std::vector<double>> round_medians;  // each round's measured median
-  for (int k = 0; k < suite.rounds; ++k) {
-    for (const auto* list : {&suite.calibration, &suite.validation}) {
-      for (const SuiteRun& r : *list) {
-        const std::string stem = round_stem(r.name, k);
-        const std::string trace = (out_dir / (stem + ".trace.json")).string();
-        const std::string logfile = (out_dir / (stem + ".log")).string();
-        log(format("[%d/%d] ", ++done, total) + r.name +
-            (suite.rounds > 1 ? format(" (round %d of %d)", k + 1, suite.rounds) : "") +
-            ": hexisim train on " + std::to_string(r.devices) + " ranks, " +
-            std::to_string(suite.steps) + " steps");
-        auto rc = launch(r, suite.steps, trace, logfile);
-        if (!rc) return rc.error();
-        if (*rc != 0) {
-          return failure(r.name + ": hexisim train exited with status " + std::to_string(*rc) +
-                         " (its output: " + logfile + ")");
-        }
-        auto m = load_measured_run(trace, *gpus, *models);
-        if (!m) return m.error();
-        auto ops = measured_ops(m->program, m->trace, m->origin);
-        if (!ops) return ops.error();
-        round_medians[r.name].push_back(median(ops->step_seconds));
-        rounds[r.name].push_back(std::move(*m));
-      }
-    }
-  }
-  std::map<std::string, MeasuredRun> measured;
-  for (auto& [name, runs] : rounds) {
-    auto joined = join_rounds(std::move(runs));
-    if (!joined) return joined.error();
-    measured.emplace(name, std::move(*joined));
-  }
-  // 2. Calibrate on the calibration runs only.
-  std::vector<MeasuredRun> cal;
-  for (const SuiteRun& r : suite.calibration) cal.push_back(measured.at(r.name));
-  log("calibrating on " + std::to_string(cal.size()) + " traces");
-  auto c = calibrate(cal, Profile());
-  if (!c) return c.error();
-  ValidationReport rep;
-  rep.suite = suite.name;
-  rep.rounds = suite.rounds;
-  rep.calibration = std::move(*c);
-  rep.profile_file = (out_dir / "profile.json").string();
-  {
-    Json p = rep.calibration.profile.to_json();
-    p["comment"] = "fitted by hexisim validate (suite " + suite.name + ")";
-    auto st = write_file_atomically(rep.profile_file, dump_json(p, 2) + "\n");
-    if (!st) return st.error();
-  }
-  // 3. Simulate every validation run with both profiles.
-  const Profile defaults;
-  for (const SuiteRun& r : suite.validation) {
-    log("simulating " + r.name);
-    const MeasuredRun& m = measured.at(r.name);
-    auto cal_cmp = simulated(m, rep.calibration.profile);
-    if (!cal_cmp) return cal_cmp.error();
-    auto def_cmp = simulated(m, defaults);
-    if (!def_cmp) return def_cmp.error();
-    RunResult rr;
-    rr.name = r.name;
-    rr.what = r.what;
-    rr.trace = m.origin;
-    auto ops = measured_ops(m.program, m.trace, m.origin);
-    if (!ops) return ops.error();
-    rr.measured_s = median(ops->step_seconds);
-    rr.measured_min_s = *std::min_element(ops->step_seconds.begin(), ops->step_seconds.end());
-    rr.measured_max_s = *std::max_element(ops->step_seconds.begin(), ops->step_seconds.end());
-    rr.steps_used = static_cast<int>(ops->step_seconds.size());
-    if (suite.rounds > 1) rr.round_measured_s = round_medians.at(r.name);
-    rr.simulated_s = cal_cmp->simulated_iteration_s;
-    rr.simulated_default_s = def_cmp->simulated_iteration_s;
-    rr.classes = std::move(*cal_cmp);
-    rep.runs.push_back(std::move(rr));
-  }
-  // 4. Summary.
-  const Errors e = errors(rep.runs, true), d = errors(rep.runs, false);
-  rep.mape = e.mape;
-  rep.max_error = e.max;
-  rep.mape_default = d.mape;
-  rep.max_error_default = d.max;
-  std::vector<std::string> names;
-  std::vector<double> meas, sim, sim_default;
-  for (const auto& r : rep.runs) {
-    names.push_back(r.name);
-    meas.push_back(r.measured_s);
-    sim.push_back(r.simulated_s);
-    sim_default.push_back(r.simulated_default_s);
-  }
-  rep.ranking = kendall_tau(names, meas, sim);
-  if (suite.rounds > 1) rep.reproducibility = reproducibility(rep.runs, suite.rounds);
-  rep.ranking_default = kendall_tau(names, meas, sim_default);
-  if (suite.compare) {
-    auto find = [&](const std::string& n) {
-      return *std::find_if(rep.runs.begin(), rep.runs.end(),
-                           [&](const RunResult& r) { return r.name == n; });
-    };
-    const RunResult& plan = find(suite.compare->first);
-    const RunResult& base = find(suite.compare->second);
-    rep.compare = suite.compare;
-    rep.compare_measured = base.measured_s / plan.measured_s;
-    rep.compare_simulated = base.simulated_s / plan.simulated_s;
-  }
-  return rep;
+  return Validation(suite, launch, out_dir, log).run();
 }
 
 Json to_json(const ValidationReport& r) {

@@ -223,12 +223,6 @@ Eigen::MatrixXd ulysses_output_bytes(const AttentionShape& a, const UlyssesGroup
   return bytes;
 }
 
-SharedNic shared_nic(double ring_bytes, int flows, double backlog, double Bps) {
-  if (flows <= 0 || ring_bytes <= 0) return {0.0, 0.0};
-  const double moved = std::clamp(ring_bytes / flows, 0.0, std::max(backlog, 0.0));
-  return {(ring_bytes + moved) / Bps, moved};
-}
-
 double all_to_all_time(const Eigen::MatrixXd& bytes, const Eigen::MatrixXd& bandwidth_Bps,
                        const Eigen::MatrixXd& latency_s) {
   const Eigen::Index n = bytes.rows();

@@ -141,17 +141,6 @@ std::vector<int> group_kv_heads(const AttentionShape& a, const std::vector<int>&
 Eigen::MatrixXd ulysses_qkv_bytes(const AttentionShape& a, const UlyssesGroup& g);
 Eigen::MatrixXd ulysses_output_bytes(const AttentionShape& a, const UlyssesGroup& g);
 
-// One NIC direction shared, max-min fairly (as the simulator's network model), by `flows`
-// ring flows carrying `ring_bytes` in all (equal parts) and one more flow with `backlog`
-// bytes left (ZeRO-3's collective on its own stream): every flow gets 1 / (flows + 1) of
-// `Bps` until one ends. The ring flows take (ring_bytes + moved) / Bps, where the backlog
-// moves min(backlog, ring_bytes / flows) meanwhile.
-struct SharedNic {
-  double ring_s = 0;       // s, the ring flows' time
-  double moved_bytes = 0;  // the backlog's bytes moved meanwhile
-};
-SharedNic shared_nic(double ring_bytes, int flows, double backlog, double Bps);
-
 // Time (s) of one all-to-all with bytes(src, dst) over per-pair bandwidths bw(src, dst)
 // (bytes/s, the cluster's single-flow path bottleneck) and latencies. Model: a device's
 // flows share its port, so its sends take sum_j bytes(i, j) / bw(i, j) back to back and its

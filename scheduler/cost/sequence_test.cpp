@@ -290,22 +290,6 @@ TEST(Sequence, AllToAllTimeIsTheSlowestDevicesPort) {
   EXPECT_DOUBLE_EQ(all_to_all_time(b3, bw3, Eigen::MatrixXd::Zero(3, 3)), 0.2);
 }
 
-TEST(Sequence, SharedNicGivesEveryFlowItsFairShare) {
-  // A 10 GB/s NIC, two ring flows of 50 MB beside a 1 GB backlog: three flows at 3.33 GB/s,
-  // the ring's end after 15 ms (50 MB / 3.33 GB/s), the backlog 50 MB further.
-  SharedNic s = shared_nic(100e6, 2, 1e9, 10e9);
-  EXPECT_DOUBLE_EQ(s.ring_s, 0.015);
-  EXPECT_DOUBLE_EQ(s.moved_bytes, 50e6);
-  // A 20 MB backlog ends first (after 6 ms at 3.33 GB/s); the ring's remaining 60 MB then
-  // take the whole NIC: 12 ms, the 120 MB at 10 GB/s.
-  s = shared_nic(100e6, 2, 20e6, 10e9);
-  EXPECT_DOUBLE_EQ(s.ring_s, 0.012);
-  EXPECT_DOUBLE_EQ(s.moved_bytes, 20e6);
-  // No backlog: the ring alone, 10 ms. No ring flow: nothing moves beside it.
-  EXPECT_DOUBLE_EQ(shared_nic(100e6, 2, 0, 10e9).ring_s, 0.01);
-  EXPECT_DOUBLE_EQ(shared_nic(0, 0, 1e9, 10e9).moved_bytes, 0.0);
-}
-
 TEST(Sequence, ModelStatesByZeroStage) {
   // 1e9 parameters, bf16, 4 shards: 16 GB replicated; ZeRO-1 4 + 12/4 = 7 GB; ZeRO-2
   // 2 + 14/4 = 5.5 GB; ZeRO-3 16/4 = 4 GB.

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "scheduler/cost/collectives.hpp"
+#include "scheduler/cost/fluid.hpp"
 #include "scheduler/estimate/sequence_time.hpp"
 #include "topologies/text.hpp"
 
@@ -201,10 +202,10 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
     double bw = flow_link_Bps(flows, k);
     int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
     if (ma != mb) {
-      bw = std::min(bw, cluster_.machines()[ma].nic_Bps /
-                            sharing(mine.out, busy != nullptr ? &busy->out : nullptr, ma));
-      bw = std::min(bw, cluster_.machines()[mb].nic_Bps /
-                            sharing(mine.in, busy != nullptr ? &busy->in : nullptr, mb));
+      bw = std::min(bw, fair_share(cluster_.machines()[ma].nic_Bps,
+                                   sharing(mine.out, busy != nullptr ? &busy->out : nullptr, ma)));
+      bw = std::min(bw, fair_share(cluster_.machines()[mb].nic_Bps,
+                                   sharing(mine.in, busy != nullptr ? &busy->in : nullptr, mb)));
     }
     bw *= cluster_.efficiency(a, b, message);  // the sender's (largest) message
     worst = std::max(worst, p2p_time(message, bw, cluster_.step_latency(a, b)));
@@ -285,76 +286,6 @@ std::string gib(double bytes) {
 }  // namespace
 
 namespace {
-
-// Max-min fair rates over NIC directions, as the simulator's network model shares links:
-// every flow's rate rises together until a NIC direction it crosses is full or it reaches its
-// own cap; those flows keep that rate and the others go on rising with what is left (a flow
-// held back at one NIC leaves its share of the others to the rest). Used by the shared
-// pipeline timeline's boundary transfers and by the DP sync's rings.
-struct FairFlow {
-  double cap = 0;                                             // bytes/s alone
-  const std::vector<std::pair<int, double>>* nics = nullptr;  // (NIC direction, its flows there)
-  double rate = 0;                                            // bytes/s per flow: solve()
-};
-
-class MaxMinFair {
- public:
-  explicit MaxMinFair(std::vector<double> capacity)
-      : capacity_(std::move(capacity)), left_(capacity_.size()), rising_(capacity_.size(), 0) {}
-
-  void solve(std::vector<FairFlow*>& flows) {
-    used_.clear();
-    for (FairFlow* f : flows) {
-      f->rate = -1;  // rising
-      for (auto [nic, n] : *f->nics) {
-        if (rising_[nic] == 0) {
-          used_.push_back(nic);
-          left_[nic] = capacity_[nic];
-        }
-        rising_[nic] += n;
-      }
-    }
-    double level = 0;  // the rate every rising flow has reached
-    std::size_t open = flows.size();
-    while (open > 0) {
-      // The next constraint to bind: a NIC direction full, or a flow at its cap.
-      double next = std::numeric_limits<double>::infinity();
-      for (int n : used_) {
-        if (rising_[n] > 1e-12) next = std::min(next, level + left_[n] / rising_[n]);
-      }
-      for (const FairFlow* f : flows) {
-        if (f->rate < 0) next = std::min(next, f->cap);
-      }
-      if (std::isinf(next)) {  // flows with neither a cap nor a NIC
-        for (FairFlow* f : flows) f->rate = f->rate < 0 ? next : f->rate;
-        break;
-      }
-      for (int n : used_) left_[n] -= (next - level) * rising_[n];
-      level = next;
-      for (FairFlow* f : flows) {
-        if (f->rate >= 0) continue;
-        bool bound = f->cap <= level;
-        for (auto [nic, n] : *f->nics) bound = bound || left_[nic] <= 1e-9 * capacity_[nic];
-        if (!bound) continue;
-        f->rate = level;
-        for (auto [nic, n] : *f->nics) rising_[nic] -= n;
-        --open;
-      }
-    }
-    for (int n : used_) rising_[n] = 0;
-  }
-
- private:
-  std::vector<double> capacity_, left_, rising_;
-  std::vector<int> used_;  // the NIC directions of the flows solve() was given
-};
-
-// Each machine's NIC directions (2 m: out, 2 m + 1: in), their summed rate.
-std::vector<double> nic_directions(const Cluster& cluster) {
-  std::vector<double> out;
-  for (const Machine& m : cluster.machines()) out.insert(out.end(), 2, m.nic_Bps);
-  return out;
-}
 
 // The DP gradient sync of a plan, in named steps. A device's gradients fall into
 // pieces, each reduced with the same stages of the other pipelines (as the lowering's
@@ -475,20 +406,20 @@ class DpSync {
   };
 
   // A ring's pass (rings_end_s()): its time alone, its NIC directions (empty: inside one
-  // machine) and its flow there; once running, what is left of it (1 at the start) at
-  // updated_s, how fast that goes and when it ends at that rate.
+  // machine) and its flow there; once running, what is left of it (1 at the start, the
+  // fraction of its pass) as the fluid model runs it, and when it ends at its rate.
   static constexpr double kNever = std::numeric_limits<double>::infinity();
   struct Job {
     Ring* ring = nullptr;
     double seconds = 0;
     std::vector<std::pair<int, double>> nics;
     FairFlow flow;
-    double left = 1;
-    double updated_s = 0;
-    double rate = 0;  // of `left` per second
+    FluidWork work{1, 0, 0};  // its pass left, per second
     double end_s = kNever;
-    bool offered = false;  // in `ready` or started
+    bool offered = false;  // in `ready_` or started
   };
+  using Event = std::pair<double, std::size_t>;  // (time, job)
+  using Queue = std::priority_queue<Event, std::vector<Event>, std::greater<>>;
 
   void build_rings(const Estimate& est) {
     const double e = cm_.training().bytes_per_element();
@@ -556,9 +487,40 @@ class DpSync {
   // lowering reduce-scatters every bucket, steps the optimizer, then all-gathers every bucket:
   // two passes, each half of the all-reduce. An off-machine ring crosses each of its machines'
   // NICs once each way (its members on one machine are adjacent) and shares them max-min fairly
-  // with the other rings running there, at most at its own rate: a fluid model, so that rings
-  // slowed by their NICs hold up the rings that wait for their members. When the last ends.
+  // with the other rings running there, at most at its own rate: a fluid model (fluid.hpp), so
+  // that rings slowed by their NICs hold up the rings that wait for their members. When the
+  // last ends. Named steps: the passes' jobs, each device's queue of them, then events (ends
+  // first, then starts) until none is left, the rates of the rings through NICs solved again
+  // whenever one of them starts or ends.
   double rings_end_s() {
+    make_jobs();
+    make_queues();
+    avail_ = finish_;
+    ready_ = Queue();
+    ends_ = Queue();
+    for (std::size_t d = 0; d < finish_.size(); ++d) {
+      if (head_[d] < queue_begin_[d + 1]) offer(queue_[head_[d]]);
+    }
+    MaxMinFair share(nic_directions(cm_.cluster()));
+    crossing_.clear();
+    double end = 0;
+    for (;;) {
+      while (!ends_.empty() && jobs_[ends_.top().second].end_s != ends_.top().first) ends_.pop();
+      const double next_start = ready_.empty() ? kNever : ready_.top().first;
+      const double next_end = ends_.empty() ? kNever : ends_.top().first;
+      if (next_start == kNever && next_end == kNever) break;
+      const double now = std::min(next_start, next_end);
+      // Ends first: the members they free may start the next jobs now.
+      const bool ended = end_jobs(now, end);
+      const bool started = start_jobs(now);
+      if (ended || started) rerate(now, share);
+    }
+    return end;
+  }
+
+  // Every ring once per pass, in issue order: its share of the pass's time and, off-machine,
+  // its NIC directions (each of its machines', out and in) and its flow's cap there.
+  void make_jobs() {
     const int passes = ring_passes();
     jobs_.clear();
     for (int pass = 0; pass < passes; ++pass) {
@@ -581,8 +543,11 @@ class DpSync {
       }
     }
     for (Job& job : jobs_) job.flow.nics = &job.nics;
-    // Per device its jobs in order (queue_[queue_begin_[d] ..]); a job starts once it heads
-    // every member's queue, when its last member is free.
+  }
+
+  // Per device its jobs in order (queue_[queue_begin_[d] ..]); a job starts once it heads
+  // every member's queue, when its last member is free.
+  void make_queues() {
     const std::size_t devices = finish_.size();
     queue_begin_.assign(devices + 1, 0);
     for (const Job& job : jobs_) {
@@ -595,87 +560,83 @@ class DpSync {
       for (int d : jobs_[j].ring->members) queue_[head_[d]++] = j;
     }
     head_.assign(queue_begin_.begin(), queue_begin_.end() - 1);
-    avail_ = finish_;
-    using Event = std::pair<double, std::size_t>;  // (time, job)
-    using Queue = std::priority_queue<Event, std::vector<Event>, std::greater<>>;
-    Queue ready;  // jobs that head their members' queues, by start
-    Queue ends;   // running jobs by their expected end (stale entries: not the job's end_s)
-    auto offer = [&](std::size_t j) {
-      if (jobs_[j].offered) return;
-      double start = 0;
-      for (int d : jobs_[j].ring->members) {
-        if (head_[d] == queue_begin_[d + 1] || queue_[head_[d]] != j) return;
-        start = std::max(start, avail_[d]);
-      }
-      jobs_[j].offered = true;
-      ready.emplace(start, j);
-    };
-    for (std::size_t d = 0; d < devices; ++d) {
-      if (head_[d] < queue_begin_[d + 1]) offer(queue_[head_[d]]);
+  }
+
+  // Job j into ready_ once it heads every member's queue, at its last member's free time.
+  void offer(std::size_t j) {
+    if (jobs_[j].offered) return;
+    double start = 0;
+    for (int d : jobs_[j].ring->members) {
+      if (head_[d] == queue_begin_[d + 1] || queue_[head_[d]] != j) return;
+      start = std::max(start, avail_[d]);
     }
-    MaxMinFair share(nic_directions(cm_.cluster()));
-    std::vector<std::size_t> crossing;  // running jobs through NICs
-    std::vector<FairFlow*> flows;
-    double end = 0;
-    for (;;) {
-      while (!ends.empty() && jobs_[ends.top().second].end_s != ends.top().first) ends.pop();
-      const double next_start = ready.empty() ? kNever : ready.top().first;
-      const double next_end = ends.empty() ? kNever : ends.top().first;
-      if (next_start == kNever && next_end == kNever) break;
-      const double now = std::min(next_start, next_end);
-      bool changed = false;
-      // Ends first: the members they free may start the next jobs now.
-      while (!ends.empty() && ends.top().first <= now) {
-        const std::size_t j = ends.top().second;
-        ends.pop();
-        if (jobs_[j].end_s != now) continue;  // stale
-        Job& job = jobs_[j];
-        job.end_s = kNever;
-        end = std::max(end, now);
-        if (!job.nics.empty()) {
-          changed = true;
-          crossing.erase(std::find(crossing.begin(), crossing.end(), j));
-        }
-        for (int d : job.ring->members) {
-          avail_[d] = now;
-          ++head_[d];
-        }
-        for (int d : job.ring->members) {
-          if (head_[d] < queue_begin_[d + 1]) offer(queue_[head_[d]]);
-        }
+    jobs_[j].offered = true;
+    ready_.emplace(start, j);
+  }
+
+  // The running jobs that end at `now` (the latest end so far into `end`): their members
+  // free, the jobs next in their queues offered. Whether one of them crossed NICs.
+  bool end_jobs(double now, double& end) {
+    bool changed = false;
+    while (!ends_.empty() && ends_.top().first <= now) {
+      const std::size_t j = ends_.top().second;
+      ends_.pop();
+      if (jobs_[j].end_s != now) continue;  // stale
+      Job& job = jobs_[j];
+      job.end_s = kNever;
+      end = std::max(end, now);
+      if (!job.nics.empty()) {
+        changed = true;
+        crossing_.erase(std::find(crossing_.begin(), crossing_.end(), j));
       }
-      while (!ready.empty() && ready.top().first <= now) {
-        const std::size_t j = ready.top().second;
-        ready.pop();
-        Job& job = jobs_[j];
-        job.updated_s = now;
-        job.rate = job.seconds > 0 ? 1 / job.seconds : kNever;
-        if (job.nics.empty()) {
-          job.end_s = now + job.seconds;
-          ends.emplace(job.end_s, j);
-        } else {
-          crossing.push_back(j);
-          changed = true;
-        }
+      for (int d : job.ring->members) {
+        avail_[d] = now;
+        ++head_[d];
       }
-      if (!changed) continue;
-      // New rates for the rings through NICs: what each has left, its new rate and end.
-      flows.clear();
-      for (std::size_t j : crossing) {
-        Job& job = jobs_[j];
-        job.left -= job.rate * (now - job.updated_s);
-        job.updated_s = now;
-        flows.push_back(&job.flow);
-      }
-      share.solve(flows);
-      for (std::size_t j : crossing) {
-        Job& job = jobs_[j];
-        job.rate = job.flow.rate / (job.flow.cap * job.seconds);
-        job.end_s = now + std::max(0.0, job.left) / job.rate;
-        ends.emplace(job.end_s, j);
+      for (int d : job.ring->members) {
+        if (head_[d] < queue_begin_[d + 1]) offer(queue_[head_[d]]);
       }
     }
-    return end;
+    return changed;
+  }
+
+  // The ready jobs that start at `now`: inside one machine at their own rate to their end,
+  // through NICs among the crossing jobs (their rate is set by rerate()). Whether one of them
+  // crosses NICs.
+  bool start_jobs(double now) {
+    bool changed = false;
+    while (!ready_.empty() && ready_.top().first <= now) {
+      const std::size_t j = ready_.top().second;
+      ready_.pop();
+      Job& job = jobs_[j];
+      job.work.updated_s = now;
+      job.work.rate = job.seconds > 0 ? 1 / job.seconds : kNever;
+      if (job.nics.empty()) {
+        job.end_s = now + job.seconds;
+        ends_.emplace(job.end_s, j);
+      } else {
+        crossing_.push_back(j);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  // New rates for the rings through NICs: what each has left, its new rate and end.
+  void rerate(double now, MaxMinFair& share) {
+    flows_.clear();
+    for (std::size_t j : crossing_) {
+      Job& job = jobs_[j];
+      job.work.advance_to(now);
+      flows_.push_back(&job.flow);
+    }
+    share.solve(flows_);
+    for (std::size_t j : crossing_) {
+      Job& job = jobs_[j];
+      job.work.rate = job.flow.rate / (job.flow.cap * job.seconds);
+      job.end_s = job.work.end_s(now);
+      ends_.emplace(job.end_s, j);
+    }
   }
 
   // A device's gradient pieces, appended to `out`: (key layer, parameters). Consecutive
@@ -937,10 +898,15 @@ class DpSync {
   std::vector<double> piece_s_;           // per piece in pieces_: its all-reduce time
   std::map<std::pair<int, long long>, Ring> rings_;  // build_rings()
   // rings_end_s(): the rings' passes in order, per device its jobs (queue_ from
-  // queue_begin_[d]), the next of them and when it is free.
+  // queue_begin_[d]), the next of them and when it is free; the jobs that head their
+  // members' queues by start, the running ones by their expected end (stale entries: not
+  // the job's end_s), the running ones through NICs and their flows.
   std::vector<Job> jobs_;
   std::vector<std::size_t> queue_, queue_begin_, head_;
   std::vector<double> avail_;
+  Queue ready_, ends_;
+  std::vector<std::size_t> crossing_;
+  std::vector<FairFlow*> flows_;
   std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
   std::vector<int> last_holder_;                       // piece_links(): per pipeline
   std::vector<HolderLink> last_link_;
@@ -1036,7 +1002,8 @@ struct NicUse {
 }  // namespace
 
 // The pipelines of a plan run together, event by event, with boundary transfers
-// sharing NICs as they overlap in time (a fluid model with max-min fair rates, rates()).
+// sharing NICs as they overlap in time (the fluid model of fluid.hpp: max-min fair rates,
+// rates()).
 // The same semantics as schedule.hpp's timeline otherwise (one compute at a time per stage,
 // FIFO channels, sends not waited for). Used where boundary flows of different classes
 // share a NIC.
@@ -1082,7 +1049,7 @@ class SharedTimeline {
       start_ready(now);
       const double next = next_event(now);
       if (std::isinf(next)) break;
-      advance(now, next);
+      advance(next);
       now = next;
     }
     for (std::size_t i = 0; i < pipes_.size(); ++i) {
@@ -1096,8 +1063,7 @@ class SharedTimeline {
     Link link;
     int next = 0;                           // next message to transfer
     bool sending = false;                   // a message in its data phase
-    double remaining = 0;                   // bytes per flow left of it
-    double rate = 0;                        // bytes/s per flow now
+    FluidWork work;                         // bytes per flow left of it, bytes/s per flow
     std::vector<double> produced, arrived;  // per micro-batch (-1: not yet)
   };
   struct Pipe {
@@ -1141,7 +1107,8 @@ class SharedTimeline {
         const bool previous = j == 0 || (c.arrived[j - 1] >= 0 && c.arrived[j - 1] <= now);
         if (c.produced[j] < 0 || c.produced[j] > now || !previous) continue;
         c.sending = true;
-        c.remaining = c.link.flow_bytes;
+        c.work.left = c.link.flow_bytes;
+        c.work.updated_s = now;
       }
     }
     rates();
@@ -1161,7 +1128,7 @@ class SharedTimeline {
     fair_of_.clear();
     for (FairFlow& f : fair_) fair_of_.push_back(&f);
     share_.solve(fair_of_);
-    for (std::size_t i = 0; i < sending_.size(); ++i) sending_[i]->rate = fair_[i].rate;
+    for (std::size_t i = 0; i < sending_.size(); ++i) sending_[i]->work.rate = fair_[i].rate;
   }
 
   double next_event(double now) const {
@@ -1171,7 +1138,7 @@ class SharedTimeline {
         if (q.busy[s]) next = std::min(next, q.free[s]);
       }
       for (const Channel& c : q.channels) {
-        if (c.sending) next = std::min(next, now + c.remaining / c.rate);
+        if (c.sending) next = std::min(next, c.work.end_s(now));
         // A message that arrives later lets its consumer start.
         for (int j = std::max(0, c.next - 1); j < c.next; ++j) {
           if (c.arrived[j] > now) next = std::min(next, c.arrived[j]);
@@ -1181,13 +1148,13 @@ class SharedTimeline {
     return next;
   }
 
-  void advance(double now, double to) {
-    const double dt = to - now;
+  // The sending channels' transfers from now (every one's work is as of now) to `to`.
+  void advance(double to) {
     for (Pipe& q : pipes_) {
       for (Channel& c : q.channels) {
         if (!c.sending) continue;
-        c.remaining -= c.rate * dt;
-        if (c.remaining <= 1e-9 * c.link.flow_bytes) {
+        c.work.advance_to(to);
+        if (c.work.left <= 1e-9 * c.link.flow_bytes) {
           c.sending = false;
           c.arrived[c.next] = to + c.link.fixed_s;
           ++c.next;
@@ -1232,145 +1199,193 @@ SizedFlows mesh_flows(const Cluster& cluster, const Stage& from, const Stage& to
   return f;
 }
 
-// Boundary transfers share NICs over time. Channels of pipelines that run in step (same
-// boundary position and direction, same stage count and micro-batches: e.g. a uniform
-// grid, or HexiScale's replicated pipelines) transfer at the same instants and share a
-// NIC fully; any other channel through it (another boundary, the other direction, a
-// pipeline of another shape) is counted with the fraction of time it is busy. That
-// fraction comes from the pipelines' timelines, which depend on the transfer times: a
-// few fixed-point rounds, starting from in-step sharing only.
-void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
-  std::vector<Channel> ch;
-  std::vector<BoundaryFlow> flows;
-  std::vector<NicUse> nics;
-  std::map<std::tuple<int, bool, int, int, int>, int> classes;
-  std::unordered_map<long long, int> slots;  // (class, NIC direction) -> slot
-  const long long directions = 2 * static_cast<long long>(cluster_.machines().size());
-  for (int pi = 0; pi < static_cast<int>(plan.pipelines.size()); ++pi) {
-    const Pipeline& p = plan.pipelines[pi];
-    const int stages = static_cast<int>(p.stages.size());
-    for (int s = 0; s + 1 < stages; ++s) {
-      for (bool back : {false, true}) {
-        Channel c;
-        c.pipeline = pi;
-        c.stage = s;
-        c.back = back;
-        const auto key = std::make_tuple(s, back, stages, p.micro_batches(), p.micro_batch);
-        c.cls = classes.emplace(key, static_cast<int>(classes.size())).first->second;
-        const Stage& from_stage = p.stages[back ? s + 1 : s];
-        const Stage& to_stage = p.stages[back ? s : s + 1];
-        const auto& to = to_stage.devices;
-        c.bytes = hidden_bytes(model_, training_, p.micro_batch);
-        const bool mesh = from_stage.mesh() || to_stage.mesh();
-        SizedFlows sized;
-        if (mesh) {
-          sized = mesh_flows(cluster_, from_stage, to_stage,
-                             static_cast<double>(model_.hidden) * training_.bytes_per_element());
-        } else {
-          BoundaryFlows b = boundary_flows(from_stage.devices, to, c.bytes);
-          sized.pairs = std::move(b.flows);
-          const double message = b.message;
-          for (std::size_t k = 0; k < sized.pairs.size(); ++k) {
-            sized.bytes.push_back(message);
-            sized.rate_Bps.push_back(flow_link_Bps(sized.pairs, k));
-          }
-        }
-        const std::vector<std::pair<int, int>>& pairs = sized.pairs;
-        c.flows_begin = flows.size();
-        c.nics_begin = nics.size();
-        for (std::size_t k = 0; k < pairs.size(); ++k) {
-          const auto [a, b] = pairs[k];
-          const int ma = cluster_.devices()[a].machine, mb = cluster_.devices()[b].machine;
-          flows.push_back({ma, mb, sized.bytes[k], sized.rate_Bps[k],
-                           cluster_.efficiency(a, b, sized.bytes[k]), cluster_.step_latency(a, b)});
-          if (ma == mb) continue;
-          for (const int nic : {2 * ma, 2 * mb + 1}) {
-            auto use = std::find_if(nics.begin() + static_cast<long>(c.nics_begin), nics.end(),
-                                    [&](const NicUse& u) { return u.nic == nic; });
-            if (use == nics.end()) {
-              const long long id = static_cast<long long>(c.cls) * directions + nic;
-              const int slot = slots.emplace(id, static_cast<int>(slots.size())).first->second;
-              nics.push_back({nic, 0.0, slot});
-              use = nics.end() - 1;
-            }
-            use->flows += 1;
-          }
-        }
-        c.flows_end = flows.size();
-        c.nics_end = nics.size();
-        if (boundary_gathers(to) && !mesh) {
-          auto [bw, lat] = ring_link(cluster_, to, c.bytes);
-          c.gather_s = collective_time(Collective::kAllGather, c.bytes, static_cast<int>(to.size()),
-                                       bw, lat);
-        }
-        ch.push_back(c);
+namespace {
+
+// CostModel::boundary_times' channels and their fixed point, in named steps: every
+// boundary's two channels with their flows and NIC uses (add_channel); the in-step flows per
+// (class, NIC direction) and whether any NIC carries two classes; then rounds of: the busy
+// flows per NIC, each channel's transfer time under that load, the pipelines' timelines, each
+// channel's busy fraction.
+class BoundaryChannels {
+ public:
+  BoundaryChannels(const CostModel& cm, const Plan& plan)
+      : cm_(cm), directions_(2 * static_cast<long long>(cm.cluster().machines().size())) {
+    for (int pi = 0; pi < static_cast<int>(plan.pipelines.size()); ++pi) {
+      const Pipeline& p = plan.pipelines[pi];
+      for (int s = 0; s + 1 < static_cast<int>(p.stages.size()); ++s) {
+        for (bool back : {false, true}) add_channel(p, pi, s, back);
       }
     }
+    count_in_step();
   }
-  auto uses = [&](const Channel& c) {
-    return std::span<const NicUse>(nics.data() + c.nics_begin, nics.data() + c.nics_end);
-  };
-  // Per (class, NIC direction) and per NIC direction: flows, and flows weighted by their
-  // busy fraction (summed over the channels in order).
-  std::vector<double> in_step(slots.size(), 0.0);
-  for (const Channel& c : ch) {
-    for (const NicUse& u : uses(c)) in_step[u.slot] += 1.0 * u.flows;
+
+  // Whether any NIC carries channels of two classes.
+  bool mixed() const { return mixed_; }
+  std::size_t size() const { return ch_.size(); }
+
+  // The fixed point's rounds (one where no NIC mixes classes): send_s, grad_s and the
+  // pipelines' timelines into `pes`. The most busy flows of other classes at a channel's NIC
+  // in the last round.
+  double fixed_point(std::vector<PipelineEstimate>& pes) {
+    const int rounds = mixed_ ? 4 : 1;
+    double overlap = 0;
+    busy_cls_.resize(slots_.size());
+    busy_all_.resize(static_cast<std::size_t>(directions_));
+    for (int round = 0; round < rounds; ++round) {
+      overlap = 0;
+      count_busy();
+      for (Channel& c : ch_) {
+        for (const NicUse& u : uses(c))
+          overlap = std::max(overlap, busy_all_[u.nic] - busy_cls_[u.slot]);
+        c.time_s = transfer_s(c);
+        StageEstimate& se = pes[c.pipeline].stages[c.stage];
+        (c.back ? se.grad_s : se.send_s) = c.time_s;
+      }
+      timelines(pes);
+      for (Channel& c : ch_) {
+        const PipelineEstimate& pe = pes[c.pipeline];
+        c.busy = pe.time_s > 0 ? std::min(1.0, pe.micro_batches * c.time_s / pe.time_s) : 0.0;
+      }
+    }
+    return overlap;
   }
-  bool mixed = false;  // does any NIC carry channels of two classes?
-  {
-    std::vector<int> first(static_cast<std::size_t>(directions), -1);
-    for (const Channel& c : ch) {
+
+ private:
+  // Channel (pipeline pi, boundary stage s, direction): its class, flows (mesh_flows next to
+  // a mesh stage; boundary_flows otherwise), NIC uses and the receiving group's all-gather.
+  void add_channel(const Pipeline& p, int pi, int s, bool back) {
+    const Cluster& cluster = cm_.cluster();
+    const int stages = static_cast<int>(p.stages.size());
+    Channel c;
+    c.pipeline = pi;
+    c.stage = s;
+    c.back = back;
+    const auto key = std::make_tuple(s, back, stages, p.micro_batches(), p.micro_batch);
+    c.cls = classes_.emplace(key, static_cast<int>(classes_.size())).first->second;
+    const Stage& from_stage = p.stages[back ? s + 1 : s];
+    const Stage& to_stage = p.stages[back ? s : s + 1];
+    const auto& to = to_stage.devices;
+    c.bytes = hidden_bytes(cm_.model(), cm_.training(), p.micro_batch);
+    const bool mesh = from_stage.mesh() || to_stage.mesh();
+    SizedFlows sized;
+    if (mesh) {
+      sized =
+          mesh_flows(cluster, from_stage, to_stage,
+                     static_cast<double>(cm_.model().hidden) * cm_.training().bytes_per_element());
+    } else {
+      CostModel::BoundaryFlows b = cm_.boundary_flows(from_stage.devices, to, c.bytes);
+      sized.pairs = std::move(b.flows);
+      const double message = b.message;
+      for (std::size_t k = 0; k < sized.pairs.size(); ++k) {
+        sized.bytes.push_back(message);
+        sized.rate_Bps.push_back(cm_.flow_link_Bps(sized.pairs, k));
+      }
+    }
+    add_flows(c, sized);
+    if (cm_.boundary_gathers(to) && !mesh) {
+      auto [bw, lat] = ring_link(cluster, to, c.bytes);
+      c.gather_s =
+          collective_time(Collective::kAllGather, c.bytes, static_cast<int>(to.size()), bw, lat);
+    }
+    ch_.push_back(c);
+  }
+
+  // The channel's flows (their fixed parts) and, off-machine, their NIC directions with the
+  // slot of (its class, that direction).
+  void add_flows(Channel& c, const SizedFlows& sized) {
+    const Cluster& cluster = cm_.cluster();
+    const std::vector<std::pair<int, int>>& pairs = sized.pairs;
+    c.flows_begin = flows_.size();
+    c.nics_begin = nics_.size();
+    for (std::size_t k = 0; k < pairs.size(); ++k) {
+      const auto [a, b] = pairs[k];
+      const int ma = cluster.devices()[a].machine, mb = cluster.devices()[b].machine;
+      flows_.push_back({ma, mb, sized.bytes[k], sized.rate_Bps[k],
+                        cluster.efficiency(a, b, sized.bytes[k]), cluster.step_latency(a, b)});
+      if (ma == mb) continue;
+      for (const int nic : {2 * ma, 2 * mb + 1}) {
+        auto use = std::find_if(nics_.begin() + static_cast<long>(c.nics_begin), nics_.end(),
+                                [&](const NicUse& u) { return u.nic == nic; });
+        if (use == nics_.end()) {
+          const long long id = static_cast<long long>(c.cls) * directions_ + nic;
+          const int slot = slots_.emplace(id, static_cast<int>(slots_.size())).first->second;
+          nics_.push_back({nic, 0.0, slot});
+          use = nics_.end() - 1;
+        }
+        use->flows += 1;
+      }
+    }
+    c.flows_end = flows_.size();
+    c.nics_end = nics_.size();
+  }
+
+  std::span<const NicUse> uses(const Channel& c) const {
+    return std::span<const NicUse>(nics_.data() + c.nics_begin, nics_.data() + c.nics_end);
+  }
+
+  // Per (class, NIC direction): its flows (summed over the channels in order); whether any
+  // NIC carries channels of two classes.
+  void count_in_step() {
+    in_step_.assign(slots_.size(), 0.0);
+    for (const Channel& c : ch_) {
+      for (const NicUse& u : uses(c)) in_step_[u.slot] += 1.0 * u.flows;
+    }
+    std::vector<int> first(static_cast<std::size_t>(directions_), -1);
+    for (const Channel& c : ch_) {
       for (const NicUse& u : uses(c)) {
         if (first[u.nic] < 0) first[u.nic] = c.cls;
-        mixed |= first[u.nic] != c.cls;
+        mixed_ |= first[u.nic] != c.cls;
       }
     }
   }
-  const int rounds = mixed ? 4 : 1;
-  double overlap = 0;  // the most busy flows of other classes at a channel's NIC
-  std::vector<double> busy_cls(slots.size()), busy_all(static_cast<std::size_t>(directions));
-  for (int round = 0; round < rounds; ++round) {
-    overlap = 0;
-    std::fill(busy_cls.begin(), busy_cls.end(), 0.0);
-    std::fill(busy_all.begin(), busy_all.end(), 0.0);
-    for (const Channel& c : ch) {
+
+  // Per (class, NIC direction) and per NIC direction: flows weighted by their busy fraction
+  // (summed over the channels in order).
+  void count_busy() {
+    std::fill(busy_cls_.begin(), busy_cls_.end(), 0.0);
+    std::fill(busy_all_.begin(), busy_all_.end(), 0.0);
+    for (const Channel& c : ch_) {
       for (const NicUse& u : uses(c)) {
-        busy_cls[u.slot] += c.busy * u.flows;
-        busy_all[u.nic] += c.busy * u.flows;
+        busy_cls_[u.slot] += c.busy * u.flows;
+        busy_all_[u.nic] += c.busy * u.flows;
       }
     }
-    for (Channel& c : ch) {
-      // Flows sharing a NIC with this channel's: in step, its class's; the others, their
-      // busy share (only at this channel's own NICs: transfer_s looks at no other).
-      auto sharing = [&](int nic) {
-        for (const NicUse& u : uses(c)) {
-          if (u.nic != nic) continue;
-          const double others = busy_all[u.nic] - busy_cls[u.slot];
-          return std::max(u.flows, in_step[u.slot] + others);
-        }
-        return 1.0;  // not reached: every off-machine flow's NICs are listed
-      };
-      for (const NicUse& u : uses(c))
-        overlap = std::max(overlap, busy_all[u.nic] - busy_cls[u.slot]);
-      // transfer_s with that load, from the flows' fixed parts.
-      double worst = 0;
-      for (std::size_t f = c.flows_begin; f < c.flows_end; ++f) {
-        const BoundaryFlow& flow = flows[f];
-        double bw = flow.link_Bps;
-        if (flow.from_machine != flow.to_machine) {
-          bw = std::min(
-              bw, cluster_.machines()[flow.from_machine].nic_Bps / sharing(2 * flow.from_machine));
-          bw = std::min(
-              bw, cluster_.machines()[flow.to_machine].nic_Bps / sharing(2 * flow.to_machine + 1));
-        }
-        bw *= flow.efficiency;
-        worst = std::max(worst, p2p_time(flow.bytes, bw, flow.latency_s));
-      }
-      c.time_s = worst + c.gather_s;
-      StageEstimate& se = pes[c.pipeline].stages[c.stage];
-      (c.back ? se.grad_s : se.send_s) = c.time_s;
+  }
+
+  // Flows sharing NIC direction `nic` with channel c's: in step, its class's; the others,
+  // their busy share (only at this channel's own NICs: transfer_s looks at no other).
+  double sharing(const Channel& c, int nic) const {
+    for (const NicUse& u : uses(c)) {
+      if (u.nic != nic) continue;
+      const double others = busy_all_[u.nic] - busy_cls_[u.slot];
+      return std::max(u.flows, in_step_[u.slot] + others);
     }
-    // Pipelines with the same stage times and micro-batches (replicas) share a timeline.
+    return 1.0;  // not reached: every off-machine flow's NICs are listed
+  }
+
+  // CostModel::transfer_s with that load, from the flows' fixed parts: the slowest flow
+  // (each at its link and its fair share of both NICs) and the receiving group's all-gather.
+  double transfer_s(const Channel& c) const {
+    const Cluster& cluster = cm_.cluster();
+    double worst = 0;
+    for (std::size_t f = c.flows_begin; f < c.flows_end; ++f) {
+      const BoundaryFlow& flow = flows_[f];
+      double bw = flow.link_Bps;
+      if (flow.from_machine != flow.to_machine) {
+        bw = std::min(bw, fair_share(cluster.machines()[flow.from_machine].nic_Bps,
+                                     sharing(c, 2 * flow.from_machine)));
+        bw = std::min(bw, fair_share(cluster.machines()[flow.to_machine].nic_Bps,
+                                     sharing(c, 2 * flow.to_machine + 1)));
+      }
+      bw *= flow.efficiency;
+      worst = std::max(worst, p2p_time(flow.bytes, bw, flow.latency_s));
+    }
+    return worst + c.gather_s;
+  }
+
+  // Each pipeline's timeline from its stages; pipelines with the same stage times and
+  // micro-batches (replicas) share a timeline.
+  void timelines(std::vector<PipelineEstimate>& pes) const {
     std::map<std::pair<int, std::vector<double>>, const PipelineEstimate*> done;
     for (PipelineEstimate& pe : pes) {
       std::vector<double> key;
@@ -1386,21 +1401,42 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
         pe.finish_s = it->second->finish_s;
         continue;
       }
-      PipelineTimeline timeline = pipeline_timeline(pe.stages, pe.micro_batches, pe.chunks);
+      PipelineTimeline timeline = cm_.pipeline_timeline(pe.stages, pe.micro_batches, pe.chunks);
       pe.time_s = timeline.time_s;
       pe.bottleneck_s = timeline.period_s;
       pe.finish_s = std::move(timeline.finish_s);
     }
-    for (Channel& c : ch) {
-      const PipelineEstimate& pe = pes[c.pipeline];
-      c.busy = pe.time_s > 0 ? std::min(1.0, pe.micro_batches * c.time_s / pe.time_s) : 0.0;
-    }
   }
+
+  const CostModel& cm_;
+  const long long directions_;  // NIC directions: 2 per machine
+  std::vector<Channel> ch_;
+  std::vector<BoundaryFlow> flows_;
+  std::vector<NicUse> nics_;
+  std::map<std::tuple<int, bool, int, int, int>, int> classes_;
+  std::unordered_map<long long, int> slots_;  // (class, NIC direction) -> slot
+  bool mixed_ = false;
+  std::vector<double> in_step_;              // per slot: count_in_step()
+  std::vector<double> busy_cls_, busy_all_;  // per slot, per NIC direction: count_busy()
+};
+
+}  // namespace
+
+// Boundary transfers share NICs over time. Channels of pipelines that run in step (same
+// boundary position and direction, same stage count and micro-batches: e.g. a uniform
+// grid, or HexiScale's replicated pipelines) transfer at the same instants and share a
+// NIC fully; any other channel through it (another boundary, the other direction, a
+// pipeline of another shape) is counted with the fraction of time it is busy. That
+// fraction comes from the pipelines' timelines, which depend on the transfer times: a
+// few fixed-point rounds, starting from in-step sharing only.
+void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
+  BoundaryChannels channels(*this, plan);
+  const double overlap = channels.fixed_point(pes);
   // Where other classes' flows are (nearly) never there, sharing changes (almost)
   // nothing. The shared timeline visits every stage and channel at each of its events:
   // only where that stays cheap (searches estimate thousands of plans); larger plans
   // keep the fixed point.
-  if (!mixed || overlap < kSharedTimelineMinOverlap) return;
+  if (!channels.mixed() || overlap < kSharedTimelineMinOverlap) return;
   // The shared timeline runs plain pipelines of TP stages only: interleaved plans and plans
   // with a mesh stage keep the fixed point.
   if (plan.has_mesh()) return;
@@ -1413,7 +1449,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
   }
   double stages = 0;
   for (const PipelineEstimate& pe : pes) stages += static_cast<double>(pe.stages.size());
-  if (events * (stages + static_cast<double>(ch.size())) <= kSharedTimelineWork) {
+  if (events * (stages + static_cast<double>(channels.size())) <= kSharedTimelineWork) {
     shared_timeline(plan, pes);
   }
 }

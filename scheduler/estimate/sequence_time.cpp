@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "scheduler/cost/collectives.hpp"
+#include "scheduler/cost/fluid.hpp"
 
 namespace hexi {
 inline namespace estimate {
@@ -277,10 +278,10 @@ class RingModel {
   }
 
   // The backlog's bytes move at the NIC's full rate while the ring's hops leave it free, and
-  // share it max-min fairly with them: a NIC whose m ring flows carry R bytes this step beside
-  // a backlog b takes (R + min(b, R / m)) / bandwidth for them, the backlog moving min(b, R /
-  // m) meanwhile (each of the m + 1 flows gets 1 / (m + 1) of the NIC until one ends). Turns
-  // nic_out_ / nic_in_ (the ring's bytes alone, s) into those times.
+  // share it max-min fairly with them (fluid.hpp's shared_nic): a NIC whose m ring flows carry R
+  // bytes this step beside a backlog b takes (R + min(b, R / m)) / bandwidth for them, the backlog
+  // moving min(b, R / m) meanwhile (each of the m + 1 flows gets 1 / (m + 1) of the NIC until one
+  // ends). Turns nic_out_ / nic_in_ (the ring's bytes alone, s) into those times.
   void share_with_backlog(const std::vector<double>& posted) const {
     const std::size_t slots = nic_Bps_.size();
     flows_out_.assign(slots, 0);
@@ -489,79 +490,108 @@ std::vector<double> SequenceCost::ring_end_s(const SequenceLayout& layout, bool 
   return RingModel(*this, layout, backward).run();
 }
 
-LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
-  const double replay = training_.recompute == Recompute::kFull ? 1.0 : 0.0;
+namespace {
+
+// SequenceCost::layer in named steps: each group's all-to-alls; the rings' ends (beside
+// ZeRO-3's collectives where they share the NICs); each device's time from its group's.
+class LayerModel {
+ public:
+  LayerModel(const SequenceCost& cost, const SequenceLayout& layout)
+      : cost_(cost),
+        layout_(layout),
+        replay_(cost.training().recompute == Recompute::kFull ? 1.0 : 0.0) {}
+
+  LayerTime run() {
+    all_to_alls();
+    ring_ends();
+    LayerTime out;
+    std::size_t flat = 0;
+    for (int g = 0; g < static_cast<int>(layout_.groups.size()); ++g) add_group(g, flat, out);
+    return out;
+  }
+
+ private:
   // token_wise_s by (GPU, tokens, forward only): devices of one type with equal shards
   // repeat across a layout, and the kernel list behind each value is long.
-  std::map<std::tuple<const GpuSpec*, std::int64_t, bool>, double> token_wise;
-  auto token_wise_of = [&](int d, std::int64_t tokens, bool forward_only) {
-    const auto key = std::make_tuple(&gpu(d), tokens, forward_only);
-    const auto it = token_wise.find(key);
-    if (it != token_wise.end()) return it->second;
-    return token_wise[key] = token_wise_s(d, tokens, forward_only);
-  };
-  // Each group's all-to-alls, forward + backward (+ replay) and forward only.
-  std::vector<double> a2a, a2a_forward;
-  for (const SequenceGroup& g : layout.groups) {
-    a2a.push_back(ulysses_s(g));
-    a2a_forward.push_back(ulysses_s(g, true));
+  double token_wise_of(int d, std::int64_t tokens, bool forward_only) {
+    const auto key = std::make_tuple(&cost_.gpu(d), tokens, forward_only);
+    const auto it = token_wise_.find(key);
+    if (it != token_wise_.end()) return it->second;
+    return token_wise_[key] = cost_.token_wise_s(d, tokens, forward_only);
   }
-  const RingModel forward_ring(*this, layout, false), backward_ring(*this, layout, true);
-  std::vector<double> forward, replayed, backward;  // ring ends, layout order
-  if (training_.zero_stage >= 3 && layout.groups.size() > 1) {
-    // ZeRO-3's collectives share the ring's NICs (the lowering's DP stream, issued ahead).
-    // The forward ring runs beside a layer's gather, which moves alone while the NICs are
-    // free before it: the token-wise work between two forward rings and, for groups inside
-    // one machine, their all-to-alls (`before`). The replay and the backward rings run
-    // beside a scatter and a gather, issued at the replay: before the replay ring, the
-    // Q, K, V all-to-all leaves the NICs free (about half the forward's all-to-all time);
-    // between the two rings the post-attention work of both passes, the output and dO
-    // all-to-alls (`between`). Each NIC's window is the longest of its ring hops' ends: a
-    // ring's transfers start once both ends have reached it.
+
+  // Each group's all-to-alls, forward + backward (+ replay) and forward only.
+  void all_to_alls() {
+    for (const SequenceGroup& g : layout_.groups) {
+      a2a_.push_back(cost_.ulysses_s(g));
+      a2a_forward_.push_back(cost_.ulysses_s(g, true));
+    }
+  }
+
+  void ring_ends() {
+    const RingModel forward_ring(cost_, layout_, false), backward_ring(cost_, layout_, true);
+    if (cost_.training().zero_stage >= 3 && layout_.groups.size() > 1) {
+      ring_ends_beside_zero(forward_ring, backward_ring);
+    } else {
+      forward_ = forward_ring.run();
+      replayed_ = forward_;
+      backward_ = backward_ring.run();
+    }
+  }
+
+  // ZeRO-3's collectives share the ring's NICs (the lowering's DP stream, issued ahead).
+  // The forward ring runs beside a layer's gather, which moves alone while the NICs are
+  // free before it: the token-wise work between two forward rings and, for groups inside
+  // one machine, their all-to-alls (`before`). The replay and the backward rings run
+  // beside a scatter and a gather, issued at the replay: before the replay ring, the
+  // Q, K, V all-to-all leaves the NICs free (about half the forward's all-to-all time);
+  // between the two rings the post-attention work of both passes, the output and dO
+  // all-to-alls (`between`). Each NIC's window is the longest of its ring hops' ends: a
+  // ring's transfers start once both ends have reached it.
+  void ring_ends_beside_zero(const RingModel& forward_ring, const RingModel& backward_ring) {
+    const Cluster& cluster = cost_.cluster();
     std::vector<double> before, qkv, between;  // layout order
-    for (std::size_t g = 0; g < layout.groups.size(); ++g) {
-      const SequenceGroup& group = layout.groups[g];
-      const double free_a2a = one_machine(cluster_, group.devices) ? a2a_forward[g] : 0.0;
+    for (std::size_t g = 0; g < layout_.groups.size(); ++g) {
+      const SequenceGroup& group = layout_.groups[g];
+      const double free_a2a = one_machine(cluster, group.devices) ? a2a_forward_[g] : 0.0;
       for (int r = 0; r < group.size(); ++r) {
         const double all = token_wise_of(group.devices[r], group.shards[r], false);
         const double fwd = token_wise_of(group.devices[r], group.shards[r], true);
         before.push_back(fwd + free_a2a);
-        qkv.push_back(replay * free_a2a / 2);
-        between.push_back(all - fwd + free_a2a * (replay > 0 ? 1.0 : 0.5));
+        qkv.push_back(replay_ * free_a2a / 2);
+        between.push_back(all - fwd + free_a2a * (replay_ > 0 ? 1.0 : 0.5));
       }
     }
-    const double bytes = training_.bytes_per_element() * model_.layer_params();
-    const ZeroWindows windows{before, qkv, between, replay > 0};
-    beside_zero(forward_ring, backward_ring, layout.devices(), bytes,
-                ring_link(cluster_, layout.devices(), bytes).first, windows, forward, replayed,
-                backward);
-  } else {
-    forward = forward_ring.run();
-    replayed = forward;
-    backward = backward_ring.run();
+    const double bytes = cost_.training().bytes_per_element() * cost_.model().layer_params();
+    const ZeroWindows windows{before, qkv, between, replay_ > 0};
+    beside_zero(forward_ring, backward_ring, layout_.devices(), bytes,
+                ring_link(cluster, layout_.devices(), bytes).first, windows, forward_, replayed_,
+                backward_);
   }
-  LayerTime out;
-  std::size_t flat = 0;
-  for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
-    const SequenceGroup& group = layout.groups[g];
+
+  // Group g's devices (from flat index `flat` on, advanced past them) into `out`: each its
+  // token-wise work, its group's all-to-alls and the group's slowest ring ends.
+  void add_group(int g, std::size_t& flat, LayerTime& out) {
+    const AttentionShape& attention = cost_.attention();
+    const SequenceGroup& group = layout_.groups[g];
     const std::size_t first = flat;
     double fwd = 0, again = 0, bwd = 0;
     for (int r = 0; r < group.size(); ++r, ++flat) {
-      fwd = std::max(fwd, forward[flat]);
-      if (replay > 0) again = std::max(again, replayed[flat]);
-      bwd = std::max(bwd, backward[flat]);
+      fwd = std::max(fwd, forward_[flat]);
+      if (replay_ > 0) again = std::max(again, replayed_[flat]);
+      bwd = std::max(bwd, backward_[flat]);
     }
     for (int r = 0; r < group.size(); ++r) {
       const int d = group.devices[r];
-      const std::int64_t pairs = mirrored_rank_pairs(training_.seq_len, group.tokens);
-      const double busy = (1 + replay) *
-                              attention_forward_flops(pairs, group.heads[r], attention_.head_dim) /
-                              attention_flops_s(d, false) +
-                          attention_backward_flops(pairs, group.heads[r], attention_.head_dim) /
-                              attention_flops_s(d, true);
-      DeviceTime dt{d,   g, r, token_wise_of(d, group.shards[r], false), a2a[g], fwd + again + bwd,
+      const std::int64_t pairs = mirrored_rank_pairs(cost_.training().seq_len, group.tokens);
+      const double busy = (1 + replay_) *
+                              attention_forward_flops(pairs, group.heads[r], attention.head_dim) /
+                              cost_.attention_flops_s(d, false) +
+                          attention_backward_flops(pairs, group.heads[r], attention.head_dim) /
+                              cost_.attention_flops_s(d, true);
+      DeviceTime dt{d,   g, r, token_wise_of(d, group.shards[r], false), a2a_[g], fwd + again + bwd,
                     busy};
-      dt.forward_s = token_wise_of(d, group.shards[r], true) + a2a_forward[g] + fwd;
+      dt.forward_s = token_wise_of(d, group.shards[r], true) + a2a_forward_[g] + fwd;
       out.forward_s = std::max(out.forward_s, dt.forward_s);
       if (out.devices.empty() || dt.total_s() > out.time_s) {
         out.time_s = dt.total_s();
@@ -570,7 +600,19 @@ LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
       out.devices.push_back(dt);
     }
   }
-  return out;
+
+  const SequenceCost& cost_;
+  const SequenceLayout& layout_;
+  const double replay_;  // 1 under full recompute: the forward ring runs again
+  std::map<std::tuple<const GpuSpec*, std::int64_t, bool>, double> token_wise_;
+  std::vector<double> a2a_, a2a_forward_;              // per group: all_to_alls()
+  std::vector<double> forward_, replayed_, backward_;  // ring ends, layout order
+};
+
+}  // namespace
+
+LayerTime SequenceCost::layer(const SequenceLayout& layout) const {
+  return LayerModel(*this, layout).run();
 }
 
 double SequenceCost::nic_layer_s(const SequenceLayout& layout) const {

@@ -191,95 +191,157 @@ GroupGuess guess_of(const LinearModel& lm, const SequenceGroup& g) {
   return out;
 }
 
+namespace {
+
+// split_tokens' linear program, in named steps: per group its blocks variable T_g, its
+// ring's longest group Tmax, its time variables, then each device's rows and each machine's
+// NIC rows (linear in T_g with the shard fractions and heads at their guesses); the groups'
+// tokens summing to the sequence; solved.
+class TokenProgram {
+ public:
+  TokenProgram(const LinearModel& lm, const std::vector<GroupTerms>& terms,
+               const std::vector<int>& counts, const std::vector<GroupGuess>& guesses,
+               std::int64_t block)
+      : lm_(lm),
+        terms_(terms),
+        counts_(counts),
+        guesses_(guesses),
+        b_(static_cast<double>(block)),
+        S_(static_cast<double>(lm.sequence())),
+        gamma_(lm.grad_ratio()),
+        has_ring_(std::accumulate(counts.begin(), counts.end(), 0) > 1) {}
+
+  std::optional<std::vector<double>> solve(const HexiSeqOptions& options, double* model_s) {
+    t_ = add_continuous(p_, "t", 1);
+    tmax_ = add_continuous(p_, "Tmax");
+    Constraint sum{"tokens", {}, Sense::kEqual, S_ / b_};
+    const int groups = static_cast<int>(terms_.size());
+    for (int g = 0; g < groups; ++g) add_group(g, sum);
+    p_.add_constraint(sum);
+    drop_repeated_rows(p_);
+    const Solution s = hexi::solve(p_, options.backend, options.solver_time_limit_s);
+    if (!s.has_values()) return std::nullopt;
+    std::vector<double> tokens;
+    for (int g = 0; g < groups; ++g) tokens.push_back(s.values[tg_[g]]);
+    if (model_s) *model_s = s.objective / kMs;
+    return tokens;
+  }
+
+ private:
+  // What a group's rows share: its prefix, time variables, shard fractions sigma_i (shard /
+  // T_g) and q_i (heads + 2 kv) at the guess.
+  struct Group {
+    int g = 0;
+    std::string pre;
+    GroupVars v;
+    std::vector<double> frac, q;
+  };
+
+  void add_group(int g, Constraint& sum) {
+    Group c{g, "g" + std::to_string(g) + ".", {}, {}, {}};
+    tg_.push_back(p_.add_variable({c.pre + "T", 0, S_ / b_, false, 0}));
+    sum.terms.push_back({tg_[g], static_cast<double>(counts_[g])});
+    if (has_ring_) add_at_least(p_, c.pre + "Tmax", tmax_, {{tg_[g], 1}});
+    const GroupTerms& gt = terms_[g];
+    const GroupGuess& gs = guesses_[g];
+    c.v = add_group_vars(p_, c.pre);
+    const int n = static_cast<int>(gt.devices.size());
+    double total = 0;
+    for (double s : gs.shards) total += s;
+    for (double s : gs.shards) c.frac.push_back(total > 0 ? s / total : 1.0 / n);
+    c.q = q_of(gs);
+    for (int i = 0; i < n; ++i) add_device(c, i);
+    for (int m = 0; m < static_cast<int>(gt.machines.size()); ++m) add_machine(c, m);
+  }
+
+  void add_device(const Group& c, int i) {
+    const int g = c.g;
+    const GroupTerms& gt = terms_[g];
+    const GroupGuess& gs = guesses_[g];
+    const GroupVars& v = c.v;
+    const std::vector<double>& frac = c.frac;
+    const double b = b_, S = S_;
+    const DeviceTerms& d = gt.devices[i];
+    const std::string di = c.pre + std::to_string(i);
+    add_device_time(p_, lm_, gt, i, t_, {tg_[g], -kMs * d.token_s * frac[i] * b}, v);
+    // All-to-all ports (linear in T_g for fixed fractions and heads).
+    add_at_least(p_, di + "qkv.in", v.a1,
+                 {{tg_[g], kMs * b * c.q[i] * others(frac, gt.pair_s, i, false)}});
+    add_at_least(p_, di + "qkv.out", v.a1,
+                 {{tg_[g], kMs * b * frac[i] * others(c.q, gt.pair_s, i, true)}});
+    add_at_least(p_, di + "o.out", v.a2,
+                 {{tg_[g], kMs * b * gs.heads[i] * others(frac, gt.pair_s, i, true)}});
+    add_at_least(p_, di + "o.in", v.a2,
+                 {{tg_[g], kMs * b * frac[i] * others(gs.heads, gt.pair_s, i, false)}});
+    // Ring: compute, and the K/V receive of the other groups' tokens.
+    add_at_least(p_, di + "ring.f", v.rf, {{tg_[g], kMs * d.attention_s * b * gs.heads[i]}});
+    add_at_least(p_, di + "ring.b", v.rb,
+                 {{tg_[g], kMs * d.attention_backward_s * b * gs.heads[i]}});
+    const double ring = kMs * gt.ring_s[i] * gs.kv[i];
+    add_at_least(p_, di + "kv.f", v.rf, {{tg_[g], -b * ring}}, S * ring);
+    add_at_least(p_, di + "kv.b", v.rb, {{tg_[g], -b * ring}}, S * (1 + gamma_) * ring);
+    // Memory (GiB).
+    p_.add_constraint({di + "memory",
+                       {{tg_[g], (d.memory_token * frac[i] * b +
+                                  lm_.memory_ulysses() * b * (2 * gs.heads[i] + 2 * gs.kv[i])) /
+                                     kGiB},
+                        {tmax_, lm_.memory_ring() * b * gs.kv[i] / kGiB}},
+                       Sense::kLessEqual,
+                       (d.memory_limit - d.memory_fixed) / kGiB});
+  }
+
+  // Machine entry m's NIC: the all-to-alls' off-machine traffic, and the ring's K/V.
+  void add_machine(const Group& c, int m) {
+    const int g = c.g;
+    const GroupTerms& gt = terms_[g];
+    const GroupGuess& gs = guesses_[g];
+    const std::vector<double>& frac = c.frac;
+    const std::vector<double>& q = c.q;
+    const int n = static_cast<int>(gt.devices.size());
+    const double b = b_, S = S_;
+    const double nic = kMs * gt.nic_s[m] * b;
+    double out_qkv = 0, in_qkv = 0, out_o = 0, in_o = 0, kv = 0;
+    for (int i = 0; i < n; ++i) {
+      if (gt.devices[i].machine != gt.machines[m]) continue;
+      out_qkv += frac[i] * off_machine(gt, q, m);
+      in_qkv += q[i] * off_machine(gt, frac, m);
+      out_o += gs.heads[i] * off_machine(gt, frac, m);
+      in_o += frac[i] * off_machine(gt, gs.heads, m);
+      kv += gs.kv[i];
+    }
+    if (gt.machines.size() > 1) {
+      const std::string dm = c.pre + "nic" + std::to_string(m);
+      add_at_least(p_, dm + ".qkv", c.v.a1, {{tg_[g], nic * std::max(out_qkv, in_qkv)}});
+      add_at_least(p_, dm + ".o", c.v.a2, {{tg_[g], nic * std::max(out_o, in_o)}});
+    }
+    if (gt.ring_nic[m]) {
+      const double ring = 2 * kMs * gt.nic_s[m] * kv;
+      add_at_least(p_, c.pre + "ringnic.f", c.v.rf, {{tg_[g], -b * ring}}, S * ring);
+      add_at_least(p_, c.pre + "ringnic.b", c.v.rb, {{tg_[g], -b * ring}}, S * (1 + gamma_) * ring);
+    }
+  }
+
+  const LinearModel& lm_;
+  const std::vector<GroupTerms>& terms_;
+  const std::vector<int>& counts_;
+  const std::vector<GroupGuess>& guesses_;
+  const double b_, S_;   // the block and the sequence (tokens)
+  const double gamma_;   // LinearModel::grad_ratio
+  const bool has_ring_;  // more than one group
+  Problem p_;
+  int t_ = 0, tmax_ = 0;
+  std::vector<int> tg_;  // per group: its T_g (blocks)
+};
+
+}  // namespace
+
 std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
                                                 const std::vector<GroupTerms>& terms,
                                                 const std::vector<int>& counts,
                                                 const std::vector<GroupGuess>& guesses,
                                                 std::int64_t block, const HexiSeqOptions& options,
                                                 double* model_s) {
-  const int groups = static_cast<int>(terms.size());
-  const double b = static_cast<double>(block), S = static_cast<double>(lm.sequence());
-  const double gamma = lm.grad_ratio();
-  const bool has_ring = std::accumulate(counts.begin(), counts.end(), 0) > 1;
-  Problem p;
-  const int t = add_continuous(p, "t", 1);
-  const int tmax = add_continuous(p, "Tmax");
-  Constraint sum{"tokens", {}, Sense::kEqual, S / b};
-  std::vector<int> tg;
-  for (int g = 0; g < groups; ++g) {
-    const std::string pre = "g" + std::to_string(g) + ".";
-    tg.push_back(p.add_variable({pre + "T", 0, S / b, false, 0}));
-    sum.terms.push_back({tg[g], static_cast<double>(counts[g])});
-    if (has_ring) add_at_least(p, pre + "Tmax", tmax, {{tg[g], 1}});
-    const GroupTerms& gt = terms[g];
-    const GroupGuess& gs = guesses[g];
-    const GroupVars v = add_group_vars(p, pre);
-    const int n = static_cast<int>(gt.devices.size());
-    double total = 0;
-    for (double s : gs.shards) total += s;
-    std::vector<double> frac;  // sigma_i: shard / T_g
-    for (double s : gs.shards) frac.push_back(total > 0 ? s / total : 1.0 / n);
-    const std::vector<double> q = q_of(gs);
-    for (int i = 0; i < n; ++i) {
-      const DeviceTerms& d = gt.devices[i];
-      const std::string di = pre + std::to_string(i);
-      add_device_time(p, lm, gt, i, t, {tg[g], -kMs * d.token_s * frac[i] * b}, v);
-      // All-to-all ports (linear in T_g for fixed fractions and heads).
-      add_at_least(p, di + "qkv.in", v.a1,
-                   {{tg[g], kMs * b * q[i] * others(frac, gt.pair_s, i, false)}});
-      add_at_least(p, di + "qkv.out", v.a1,
-                   {{tg[g], kMs * b * frac[i] * others(q, gt.pair_s, i, true)}});
-      add_at_least(p, di + "o.out", v.a2,
-                   {{tg[g], kMs * b * gs.heads[i] * others(frac, gt.pair_s, i, true)}});
-      add_at_least(p, di + "o.in", v.a2,
-                   {{tg[g], kMs * b * frac[i] * others(gs.heads, gt.pair_s, i, false)}});
-      // Ring: compute, and the K/V receive of the other groups' tokens.
-      add_at_least(p, di + "ring.f", v.rf, {{tg[g], kMs * d.attention_s * b * gs.heads[i]}});
-      add_at_least(p, di + "ring.b", v.rb,
-                   {{tg[g], kMs * d.attention_backward_s * b * gs.heads[i]}});
-      const double ring = kMs * gt.ring_s[i] * gs.kv[i];
-      add_at_least(p, di + "kv.f", v.rf, {{tg[g], -b * ring}}, S * ring);
-      add_at_least(p, di + "kv.b", v.rb, {{tg[g], -b * ring}}, S * (1 + gamma) * ring);
-      // Memory (GiB).
-      p.add_constraint({di + "memory",
-                        {{tg[g], (d.memory_token * frac[i] * b +
-                                  lm.memory_ulysses() * b * (2 * gs.heads[i] + 2 * gs.kv[i])) /
-                                     kGiB},
-                         {tmax, lm.memory_ring() * b * gs.kv[i] / kGiB}},
-                        Sense::kLessEqual,
-                        (d.memory_limit - d.memory_fixed) / kGiB});
-    }
-    for (int m = 0; m < static_cast<int>(gt.machines.size()); ++m) {
-      const double nic = kMs * gt.nic_s[m] * b;
-      double out_qkv = 0, in_qkv = 0, out_o = 0, in_o = 0, kv = 0;
-      for (int i = 0; i < n; ++i) {
-        if (gt.devices[i].machine != gt.machines[m]) continue;
-        out_qkv += frac[i] * off_machine(gt, q, m);
-        in_qkv += q[i] * off_machine(gt, frac, m);
-        out_o += gs.heads[i] * off_machine(gt, frac, m);
-        in_o += frac[i] * off_machine(gt, gs.heads, m);
-        kv += gs.kv[i];
-      }
-      if (gt.machines.size() > 1) {
-        const std::string dm = pre + "nic" + std::to_string(m);
-        add_at_least(p, dm + ".qkv", v.a1, {{tg[g], nic * std::max(out_qkv, in_qkv)}});
-        add_at_least(p, dm + ".o", v.a2, {{tg[g], nic * std::max(out_o, in_o)}});
-      }
-      if (gt.ring_nic[m]) {
-        const double ring = 2 * kMs * gt.nic_s[m] * kv;
-        add_at_least(p, pre + "ringnic.f", v.rf, {{tg[g], -b * ring}}, S * ring);
-        add_at_least(p, pre + "ringnic.b", v.rb, {{tg[g], -b * ring}}, S * (1 + gamma) * ring);
-      }
-    }
-  }
-  p.add_constraint(sum);
-  drop_repeated_rows(p);
-  const Solution s = solve(p, options.backend, options.solver_time_limit_s);
-  if (!s.has_values()) return std::nullopt;
-  std::vector<double> tokens;
-  for (int g = 0; g < groups; ++g) tokens.push_back(s.values[tg[g]]);
-  if (model_s) *model_s = s.objective / kMs;
-  return tokens;
+  return TokenProgram(lm, terms, counts, guesses, block).solve(options, model_s);
 }
 
 // The guess averaged over each class of interchangeable ranks (the program is then
@@ -301,103 +363,147 @@ GroupGuess symmetric(const GroupGuess& g, const std::vector<int>& classes) {
   return out;
 }
 
-std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms& gt,
-                                         const std::vector<int>& devices, std::int64_t tokens,
-                                         std::int64_t ring_block, const GroupGuess& asked,
-                                         std::int64_t block, const HexiSeqOptions& options) {
-  const std::vector<int> classes = interchangeable(gt);
-  const GroupGuess guess = symmetric(asked, classes);
-  const int n = static_cast<int>(devices.size());
-  const int nq = lm.cost().attention().q_heads, nkv = lm.cost().attention().kv_heads;
-  const int r = lm.heads_per_kv();
-  const double b = static_cast<double>(block), T = static_cast<double>(tokens);
-  const double S = static_cast<double>(lm.sequence());
-  const double gamma = lm.grad_ratio();
-  const double fwd_tokens = S - T, bwd_tokens = (S - T) * (1 + gamma) + T * gamma;
-  Problem p;
-  const int t = add_continuous(p, "t", 1);
-  const GroupVars v = add_group_vars(p, "");
-  std::vector<int> x, h, kv;
-  Constraint all_tokens{"tokens", {}, Sense::kEqual, T / b};
-  Constraint all_heads{"heads", {}, Sense::kEqual, static_cast<double>(nq)};
-  for (int i = 0; i < n; ++i) {
-    const std::string di = std::to_string(i);
-    x.push_back(add_integer(p, "x" + di, T / b));
-    h.push_back(add_integer(p, "h" + di, nq));
-    kv.push_back(add_integer(p, "kv" + di, nkv));
-    all_tokens.terms.push_back({x[i], 1});
-    all_heads.terms.push_back({h[i], 1});
-    if (options.split_kv_heads) {
-      const int used = p.add_variable({"u" + di, 0, 1, true, 0});
-      add_at_least(p, "kv.cover" + di, kv[i], {{h[i], 1.0 / r}});
-      add_at_least(p, "kv.one" + di, kv[i], {{used, 1}});
-      add_at_least(p, "used" + di, used, {{h[i], 1.0 / nq}});
-    } else {
-      p.add_constraint(
-          {"kv.whole" + di, {{h[i], 1}, {kv[i], -static_cast<double>(r)}}, Sense::kEqual, 0});
-    }
+namespace {
+
+// solve_group's integer program, in named steps: per device its blocks x_i, heads h_i and
+// kv heads kv_i (covering its heads: whole GQA groups, or any kv head its heads touch); the
+// symmetry rows of interchangeable ranks; per device its time, all-to-all ports, ring and
+// memory; per machine its NICs' all-to-all and ring traffic (products of shards and heads
+// to first order at the guess); solved, the heads aligned to kv boundaries.
+class GroupProgram {
+ public:
+  GroupProgram(const LinearModel& lm, const GroupTerms& gt, const std::vector<int>& devices,
+               std::int64_t tokens, std::int64_t ring_block, const GroupGuess& asked,
+               std::int64_t block)
+      : lm_(lm),
+        gt_(gt),
+        devices_(devices),
+        tokens_(tokens),
+        ring_block_(ring_block),
+        block_(block),
+        classes_(interchangeable(gt)),
+        guess_(symmetric(asked, classes_)),
+        q_(q_of(guess_)),
+        n_(static_cast<int>(devices.size())),
+        r_(lm.heads_per_kv()),
+        b_(static_cast<double>(block)),
+        T_(static_cast<double>(tokens)) {
+    const double S = static_cast<double>(lm.sequence());
+    const double gamma = lm.grad_ratio();
+    fwd_tokens_ = S - T_;
+    bwd_tokens_ = (S - T_) * (1 + gamma) + T_ * gamma;
   }
-  p.add_constraint(all_tokens);
-  p.add_constraint(all_heads);
+
+  std::optional<SequenceGroup> solve(const HexiSeqOptions& options) {
+    t_ = add_continuous(p_, "t", 1);
+    v_ = add_group_vars(p_, "");
+    add_shares(options.split_kv_heads);
+    add_symmetry();
+    for (int i = 0; i < n_; ++i) add_device(i);
+    for (int m = 0; m < static_cast<int>(gt_.machines.size()); ++m) add_machine(m);
+    p_.relative_gap = options.mip_gap;
+    const Solution s = hexi::solve(p_, options.backend, options.solver_time_limit_s);
+    if (!s.has_values()) return std::nullopt;
+    SequenceGroup g{devices_, tokens_, {}, {}};
+    for (int i = 0; i < n_; ++i) {
+      g.shards.push_back(block_ * std::llround(s.values[x_[i]]));
+      g.heads.push_back(static_cast<int>(std::lround(s.values[h_[i]])));
+    }
+    align_heads(g, r_);
+    return g;
+  }
+
+ private:
+  // x_i, h_i, kv_i of every device, the tokens and heads they share out.
+  void add_shares(bool split_kv_heads) {
+    const int nq = lm_.cost().attention().q_heads, nkv = lm_.cost().attention().kv_heads;
+    Constraint all_tokens{"tokens", {}, Sense::kEqual, T_ / b_};
+    Constraint all_heads{"heads", {}, Sense::kEqual, static_cast<double>(nq)};
+    for (int i = 0; i < n_; ++i) {
+      const std::string di = std::to_string(i);
+      x_.push_back(add_integer(p_, "x" + di, T_ / b_));
+      h_.push_back(add_integer(p_, "h" + di, nq));
+      kv_.push_back(add_integer(p_, "kv" + di, nkv));
+      all_tokens.terms.push_back({x_[i], 1});
+      all_heads.terms.push_back({h_[i], 1});
+      if (split_kv_heads) {
+        const int used = p_.add_variable({"u" + di, 0, 1, true, 0});
+        add_at_least(p_, "kv.cover" + di, kv_[i], {{h_[i], 1.0 / r_}});
+        add_at_least(p_, "kv.one" + di, kv_[i], {{used, 1}});
+        add_at_least(p_, "used" + di, used, {{h_[i], 1.0 / nq}});
+      } else {
+        p_.add_constraint(
+            {"kv.whole" + di, {{h_[i], 1}, {kv_[i], -static_cast<double>(r_)}}, Sense::kEqual, 0});
+      }
+    }
+    p_.add_constraint(all_tokens);
+    p_.add_constraint(all_heads);
+  }
+
   // Symmetry: each interchangeable rank at least the next one of its class, (heads, shard)
   // lexicographically.
-  for (int i = 0; i < n; ++i) {
-    for (int j = i + 1; j < n; ++j) {
-      if (classes[j] != classes[i]) continue;
-      const double lex = T / b + 1;
-      p.add_constraint({"order" + std::to_string(i),
-                        {{h[i], lex}, {x[i], 1}, {h[j], -lex}, {x[j], -1}},
-                        Sense::kGreaterEqual,
-                        0});
-      break;
+  void add_symmetry() {
+    for (int i = 0; i < n_; ++i) {
+      for (int j = i + 1; j < n_; ++j) {
+        if (classes_[j] != classes_[i]) continue;
+        const double lex = T_ / b_ + 1;
+        p_.add_constraint({"order" + std::to_string(i),
+                           {{h_[i], lex}, {x_[i], 1}, {h_[j], -lex}, {x_[j], -1}},
+                           Sense::kGreaterEqual,
+                           0});
+        break;
+      }
     }
   }
-  const std::vector<double> q = q_of(guess);
+
   // The all-to-all's bytes s_j q_i, first order at the guess (both factors may move).
-  auto qkv = [&](Linearised& l, double w, int from, int to) {
-    product(l, w, x[from], guess.shards[from], h[to], kv[to], q[to], b);
-  };
-  auto out = [&](Linearised& l, double w, int from, int to) {
-    product(l, w, x[from], guess.shards[from], h[to], -1, guess.heads[to], b);
-  };
-  for (int i = 0; i < n; ++i) {
-    const DeviceTerms& d = gt.devices[i];
-    const std::string di = std::to_string(i);
-    add_device_time(p, lm, gt, i, t, {x[i], -kMs * d.token_s * b}, v);
-    Linearised recv_qkv, send_qkv, send_o, recv_o;
-    for (int j = 0; j < n; ++j) {
-      if (j == i) continue;
-      qkv(recv_qkv, kMs * gt.pair_s[j][i], j, i);  // j's tokens of i's heads
-      qkv(send_qkv, kMs * gt.pair_s[i][j], i, j);
-      out(send_o, kMs * gt.pair_s[i][j], j, i);  // i's heads of j's tokens
-      out(recv_o, kMs * gt.pair_s[j][i], i, j);
-    }
-    add_at_least(p, "qkv.in" + di, v.a1, recv_qkv.terms, recv_qkv.rhs);
-    add_at_least(p, "qkv.out" + di, v.a1, send_qkv.terms, send_qkv.rhs);
-    add_at_least(p, "o.out" + di, v.a2, send_o.terms, send_o.rhs);
-    add_at_least(p, "o.in" + di, v.a2, recv_o.terms, recv_o.rhs);
-    add_at_least(p, "ring.f" + di, v.rf, {{h[i], kMs * d.attention_s * T}});
-    add_at_least(p, "ring.b" + di, v.rb, {{h[i], kMs * d.attention_backward_s * T}});
-    add_at_least(p, "kv.f" + di, v.rf, {{kv[i], kMs * fwd_tokens * gt.ring_s[i]}});
-    add_at_least(p, "kv.b" + di, v.rb, {{kv[i], kMs * bwd_tokens * gt.ring_s[i]}});
-    p.add_constraint({"memory" + di,
-                      {{x[i], d.memory_token * b / kGiB},
-                       {h[i], lm.memory_ulysses() * T * 2 / kGiB},
-                       {kv[i], (lm.memory_ulysses() * T * 2 +
-                                lm.memory_ring() * static_cast<double>(ring_block)) /
-                                   kGiB}},
-                      Sense::kLessEqual,
-                      (d.memory_limit - d.memory_fixed) / kGiB});
+  void qkv(Linearised& l, double w, int from, int to) const {
+    product(l, w, x_[from], guess_.shards[from], h_[to], kv_[to], q_[to], b_);
   }
-  for (int m = 0; m < static_cast<int>(gt.machines.size()); ++m) {
-    const double nic = kMs * gt.nic_s[m];
+  void out(Linearised& l, double w, int from, int to) const {
+    product(l, w, x_[from], guess_.shards[from], h_[to], -1, guess_.heads[to], b_);
+  }
+
+  void add_device(int i) {
+    const DeviceTerms& d = gt_.devices[i];
+    const std::string di = std::to_string(i);
+    add_device_time(p_, lm_, gt_, i, t_, {x_[i], -kMs * d.token_s * b_}, v_);
+    Linearised recv_qkv, send_qkv, send_o, recv_o;
+    for (int j = 0; j < n_; ++j) {
+      if (j == i) continue;
+      qkv(recv_qkv, kMs * gt_.pair_s[j][i], j, i);  // j's tokens of i's heads
+      qkv(send_qkv, kMs * gt_.pair_s[i][j], i, j);
+      out(send_o, kMs * gt_.pair_s[i][j], j, i);  // i's heads of j's tokens
+      out(recv_o, kMs * gt_.pair_s[j][i], i, j);
+    }
+    add_at_least(p_, "qkv.in" + di, v_.a1, recv_qkv.terms, recv_qkv.rhs);
+    add_at_least(p_, "qkv.out" + di, v_.a1, send_qkv.terms, send_qkv.rhs);
+    add_at_least(p_, "o.out" + di, v_.a2, send_o.terms, send_o.rhs);
+    add_at_least(p_, "o.in" + di, v_.a2, recv_o.terms, recv_o.rhs);
+    add_at_least(p_, "ring.f" + di, v_.rf, {{h_[i], kMs * d.attention_s * T_}});
+    add_at_least(p_, "ring.b" + di, v_.rb, {{h_[i], kMs * d.attention_backward_s * T_}});
+    add_at_least(p_, "kv.f" + di, v_.rf, {{kv_[i], kMs * fwd_tokens_ * gt_.ring_s[i]}});
+    add_at_least(p_, "kv.b" + di, v_.rb, {{kv_[i], kMs * bwd_tokens_ * gt_.ring_s[i]}});
+    p_.add_constraint({"memory" + di,
+                       {{x_[i], d.memory_token * b_ / kGiB},
+                        {h_[i], lm_.memory_ulysses() * T_ * 2 / kGiB},
+                        {kv_[i], (lm_.memory_ulysses() * T_ * 2 +
+                                  lm_.memory_ring() * static_cast<double>(ring_block_)) /
+                                     kGiB}},
+                       Sense::kLessEqual,
+                       (d.memory_limit - d.memory_fixed) / kGiB});
+  }
+
+  // Machine entry m's NICs: the all-to-alls' off-machine traffic each way, and the ring's.
+  void add_machine(int m) {
+    const double nic = kMs * gt_.nic_s[m];
     Linearised out_qkv, in_qkv, out_o, in_o;
     std::vector<Term> ring;
-    for (int i = 0; i < n; ++i) {
-      if (gt.devices[i].machine != gt.machines[m]) continue;
-      ring.push_back({kv[i], 2 * nic});
-      for (int j = 0; j < n; ++j) {
-        if (gt.devices[j].machine == gt.machines[m]) continue;
+    for (int i = 0; i < n_; ++i) {
+      if (gt_.devices[i].machine != gt_.machines[m]) continue;
+      ring.push_back({kv_[i], 2 * nic});
+      for (int j = 0; j < n_; ++j) {
+        if (gt_.devices[j].machine == gt_.machines[m]) continue;
         qkv(out_qkv, nic, i, j);
         qkv(in_qkv, nic, j, i);
         out(out_o, nic, j, i);
@@ -405,30 +511,44 @@ std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms
       }
     }
     const std::string dm = "nic" + std::to_string(m);
-    if (gt.machines.size() > 1) {
-      add_at_least(p, dm + ".qkv.out", v.a1, out_qkv.terms, out_qkv.rhs);
-      add_at_least(p, dm + ".qkv.in", v.a1, in_qkv.terms, in_qkv.rhs);
-      add_at_least(p, dm + ".o.out", v.a2, out_o.terms, out_o.rhs);
-      add_at_least(p, dm + ".o.in", v.a2, in_o.terms, in_o.rhs);
+    if (gt_.machines.size() > 1) {
+      add_at_least(p_, dm + ".qkv.out", v_.a1, out_qkv.terms, out_qkv.rhs);
+      add_at_least(p_, dm + ".qkv.in", v_.a1, in_qkv.terms, in_qkv.rhs);
+      add_at_least(p_, dm + ".o.out", v_.a2, out_o.terms, out_o.rhs);
+      add_at_least(p_, dm + ".o.in", v_.a2, in_o.terms, in_o.rhs);
     }
-    if (gt.ring_nic[m]) {
+    if (gt_.ring_nic[m]) {
       std::vector<Term> f = ring, bk = ring;
-      for (auto& term : f) term.coefficient *= fwd_tokens;
-      for (auto& term : bk) term.coefficient *= bwd_tokens;
-      add_at_least(p, dm + ".ring.f", v.rf, f);
-      add_at_least(p, dm + ".ring.b", v.rb, bk);
+      for (auto& term : f) term.coefficient *= fwd_tokens_;
+      for (auto& term : bk) term.coefficient *= bwd_tokens_;
+      add_at_least(p_, dm + ".ring.f", v_.rf, f);
+      add_at_least(p_, dm + ".ring.b", v_.rb, bk);
     }
   }
-  p.relative_gap = options.mip_gap;
-  const Solution s = solve(p, options.backend, options.solver_time_limit_s);
-  if (!s.has_values()) return std::nullopt;
-  SequenceGroup g{devices, tokens, {}, {}};
-  for (int i = 0; i < n; ++i) {
-    g.shards.push_back(block * std::llround(s.values[x[i]]));
-    g.heads.push_back(static_cast<int>(std::lround(s.values[h[i]])));
-  }
-  align_heads(g, r);
-  return g;
+
+  const LinearModel& lm_;
+  const GroupTerms& gt_;
+  const std::vector<int>& devices_;
+  const std::int64_t tokens_, ring_block_, block_;
+  const std::vector<int> classes_;          // interchangeable ranks
+  const GroupGuess guess_;                  // the asked guess, symmetric over each class
+  const std::vector<double> q_;             // heads + 2 kv at the guess
+  const int n_, r_;                         // devices; query heads per kv head
+  const double b_, T_;                      // the block and the group's tokens
+  double fwd_tokens_ = 0, bwd_tokens_ = 0;  // the other groups' tokens each ring pass receives
+  Problem p_;
+  int t_ = 0;
+  GroupVars v_;
+  std::vector<int> x_, h_, kv_;
+};
+
+}  // namespace
+
+std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms& gt,
+                                         const std::vector<int>& devices, std::int64_t tokens,
+                                         std::int64_t ring_block, const GroupGuess& asked,
+                                         std::int64_t block, const HexiSeqOptions& options) {
+  return GroupProgram(lm, gt, devices, tokens, ring_block, asked, block).solve(options);
 }
 
 void align_heads(SequenceGroup& g, int r) {
