@@ -78,7 +78,7 @@ int run_plan(const PlanOptions& opt) {
     sc->scheduler_options = std::move(*json);
     sc->scheduler_options_origin = "--options";
   }
-  auto result = plan_pipeline(name, *sc, so, opt.verify);
+  auto result = plan_pipeline(name, *sc, so, opt.verify, print_planning_note);
   if (!result) return report(result.error());
   if (auto st = validate_plan(result->plan, sc->cluster, sc->model, sc->training, name); !st) {
     return report(failure("internal error: " + st.error().message));

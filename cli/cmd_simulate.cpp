@@ -204,7 +204,7 @@ Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, PlanSource
   so.progress = print_search_progress;
   const bool flag = !opt.scheduler.empty();
   const std::string scheduler = flag ? opt.scheduler : sc.scheduler;
-  auto found = plan_pipeline(scheduler, sc, so, opt.verify);
+  auto found = plan_pipeline(scheduler, sc, so, opt.verify, print_planning_note);
   if (!found) return found.error();
   source = PlanSource::of_search(scheduler, flag, found->search_time_s);
   std::cerr << "planned with " << scheduler << " in " << fmt(found->search_time_s, 2) << " s\n";

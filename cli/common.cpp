@@ -132,4 +132,8 @@ void print_sweep_summary(const SweepSummary& s, bool json) {
   std::cout << "wrote " << s.jsonl.string() << " and " << s.csv.string() << "\n";
 }
 
+void print_planning_note(const std::string& line) {
+  std::cerr << "hexisim: " << line << "\n";
+}
+
 }  // namespace hexi::cli

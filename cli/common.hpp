@@ -47,6 +47,9 @@ std::vector<std::filesystem::path> command_inputs(const Scenario& scenario,
 // Output paths are checked before the work with check_output_file.
 Status write_file(const std::string& path, const std::string& text);
 
+// A line of the planning call's log (studies/planning.hpp) on stderr: "hexisim: LINE".
+void print_planning_note(const std::string& line);
+
 // The end of a sweep's run: one JSON object, or the done/failed counts and the files written.
 void print_sweep_summary(const SweepSummary& summary, bool json);
 

@@ -13,6 +13,7 @@
 #include "scheduler/search/batch_split.hpp"
 #include "scheduler/search/search.hpp"
 #include "sim/simulator.hpp"
+#include "studies/planning.hpp"
 
 namespace hexi {
 inline namespace studies {
@@ -187,7 +188,8 @@ MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_
   }
   SearchOptions so;
   so.seed = request_.search.seed;
-  auto r = run_pipeline_scheduler("hexiscale", sc, so);
+  // The planning call `hexisim plan` makes: the same plan for the same mix and seed.
+  auto r = plan_pipeline("hexiscale", sc, so);
   if (!r) return failed(r.error());
   out.result = planned(r->estimate.feasible, "plan", r->estimate.tokens_per_s,
                        plan_summary(r->plan, sc.training));
@@ -239,7 +241,95 @@ const MixPlanner::Group& MixPlanner::plan_part(const std::vector<int>& n, int mi
   return *slot;
 }
 
-// The parts' plans put together on the cluster of `n` (see the header).
+namespace {
+
+// Each part's summed peak FLOP/s.
+std::vector<double> part_peaks(const AdviseRequest& request,
+                               const std::vector<std::vector<int>>& parts) {
+  std::vector<double> peak;
+  for (const auto& g : parts) {
+    double p = 0;
+    for (std::size_t i = 0; i < g.size(); ++i)
+      p += g[i] * request.types[i].gpus * request.types[i].gpu.flops();
+    peak.push_back(p);
+  }
+  return peak;
+}
+
+// The batch's micro-batches over the parts by their tokens/s (else by peak), each part at
+// least one per pipeline of its plan; empty when no split gives every part that.
+std::vector<int> part_shares(const std::vector<double>& rate, const std::vector<double>& peak,
+                             const std::vector<int>& pipelines, int micro_batches) {
+  auto fits = [&](const std::vector<int>& share) {
+    if (share.empty()) return false;
+    for (std::size_t j = 0; j < pipelines.size(); ++j) {
+      if (share[j] < pipelines[j]) return false;
+    }
+    return true;
+  };
+  std::vector<int> share = proportional_split(rate, micro_batches);
+  if (!fits(share)) share = proportional_split(peak, micro_batches);
+  if (!fits(share)) return {};
+  return share;
+}
+
+}  // namespace
+
+// Each part planned for its share of the batch by peak (equal parts: the same share, one plan).
+Result<std::vector<const MixPlanner::Group*>> MixPlanner::plan_parts(
+    const std::vector<std::vector<int>>& parts, int micro_batches,
+    const std::vector<double>& peak) {
+  double total_peak = 0;
+  for (double p : peak) total_peak += p;
+  std::vector<const Group*> planned;
+  for (std::size_t j = 0; j < parts.size(); ++j) {
+    const int mb = std::max(1, static_cast<int>(micro_batches * peak[j] / total_peak));
+    const Group& g = plan_part(parts[j], mb);
+    if (!g.ok) return failure("part " + mix_label(request_, parts[j]) + ": " + g.error);
+    planned.push_back(&g);
+  }
+  return planned;
+}
+
+// Each part's pipelines on the whole cluster: a part's machines of a type are the next ones of
+// that type in the whole cluster; its share of micro-batches split over its pipelines as its
+// plan split them.
+Result<Plan> MixPlanner::place_parts(const std::vector<int>& n, const Cluster& whole,
+                                     const std::vector<std::vector<int>>& parts,
+                                     const std::vector<const Group*>& planned,
+                                     const std::vector<int>& share, int micro_batch) const {
+  const std::vector<int> first = first_machine(n);
+  std::vector<int> cursor(n.size(), 0);  // machines of each type handed out so far
+  Plan plan;
+  plan.scheduler = "hexiscale";
+  for (std::size_t j = 0; j < parts.size(); ++j) {
+    auto pc = cluster(parts[j]);
+    if (!pc) return pc.error();
+    std::vector<int> global;  // local machine m of the part -> global machine
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      for (int m = 0; m < parts[j][i]; ++m) global.push_back(first[i] + cursor[i] + m);
+      cursor[i] += parts[j][i];
+    }
+    std::vector<double> weight;
+    for (const auto& p : planned[j]->plan.pipelines) weight.push_back(p.micro_batches());
+    const std::vector<int> batches = proportional_split(weight, share[j]);
+    for (std::size_t p = 0; p < planned[j]->plan.pipelines.size(); ++p) {
+      Pipeline pipe = planned[j]->plan.pipelines[p];
+      pipe.batch = batches[p] * micro_batch;
+      for (auto& st : pipe.stages) {
+        for (int& d : st.devices) {
+          const int lm = machine_of(*pc, d);
+          d = whole.machines()[global[lm]].first_device + (d - pc->machines()[lm].first_device);
+        }
+      }
+      plan.pipelines.push_back(std::move(pipe));
+    }
+  }
+  return plan;
+}
+
+// The parts' plans put together on the cluster of `n` (see the header): the batch split over
+// the parts by their tokens/s, and over each part's pipelines as its plan split it.
 MixPlanner::Group MixPlanner::combine(const std::vector<int>& n,
                                       const std::vector<std::vector<int>>& parts,
                                       int micro_batches) {
@@ -252,88 +342,42 @@ MixPlanner::Group MixPlanner::combine(const std::vector<int>& n,
     out.error = whole.error().message;
     return out;
   }
-  std::vector<double> peak;
-  double total_peak = 0;
-  for (const auto& g : parts) {
-    double p = 0;
-    for (std::size_t i = 0; i < g.size(); ++i)
-      p += g[i] * request_.types[i].gpus * request_.types[i].gpu.flops();
-    peak.push_back(p);
-    total_peak += p;
+  const std::vector<double> peak = part_peaks(request_, parts);
+  auto planned = plan_parts(parts, micro_batches, peak);
+  if (!planned) {
+    out.error = planned.error().message;
+    return out;
   }
-  // Each part planned for its share of the batch by peak (equal parts: the same share, one
-  // plan), then the batch split over the parts by their tokens/s, and over each part's
-  // pipelines as its plan split it.
-  std::vector<const Group*> planned;
   std::vector<double> rate;
-  for (std::size_t j = 0; j < parts.size(); ++j) {
-    const int mb = std::max(1, static_cast<int>(micro_batches * peak[j] / total_peak));
-    const Group& g = plan_part(parts[j], mb);
-    if (!g.ok) {
-      out.error = "part " + mix_label(request_, parts[j]) + ": " + g.error;
-      return out;
-    }
-    planned.push_back(&g);
-    rate.push_back(g.tokens_per_s);
+  std::vector<int> pipelines;
+  for (const Group* g : *planned) {
+    rate.push_back(g->tokens_per_s);
+    pipelines.push_back(static_cast<int>(g->plan.pipelines.size()));
+    out.groups += g->groups;
   }
-  auto fits = [&](const std::vector<int>& share) {
-    if (share.empty()) return false;
-    for (std::size_t j = 0; j < parts.size(); ++j) {
-      if (share[j] < static_cast<int>(planned[j]->plan.pipelines.size())) return false;
-    }
-    return true;
-  };
-  std::vector<int> share = proportional_split(rate, micro_batches);
-  if (!fits(share)) share = proportional_split(peak, micro_batches);
-  if (!fits(share)) {
+  const std::vector<int> share = part_shares(rate, peak, pipelines, micro_batches);
+  if (share.empty()) {
+    out.groups = 0;
     out.error = "too few micro-batches (" + std::to_string(micro_batches) + ") for the " +
                 "pipelines of " + std::to_string(parts.size()) + " parts";
     return out;
   }
-  const std::vector<int> first = first_machine(n);
-  std::vector<int> cursor(n.size(), 0);  // machines of each type handed out so far
-  Plan plan;
-  plan.scheduler = "hexiscale";
-  for (std::size_t j = 0; j < parts.size(); ++j) {
-    auto pc = cluster(parts[j]);
-    if (!pc) {
-      out.error = pc.error().message;
-      return out;
-    }
-    // Local machine m of the part -> global machine: the part's machines of a type are the
-    // next ones of that type in the whole cluster.
-    std::vector<int> global;
-    for (std::size_t i = 0; i < n.size(); ++i) {
-      for (int m = 0; m < parts[j][i]; ++m) global.push_back(first[i] + cursor[i] + m);
-      cursor[i] += parts[j][i];
-    }
-    std::vector<double> weight;
-    for (const auto& p : planned[j]->plan.pipelines) weight.push_back(p.micro_batches());
-    const std::vector<int> batches = proportional_split(weight, share[j]);
-    for (std::size_t p = 0; p < planned[j]->plan.pipelines.size(); ++p) {
-      Pipeline pipe = planned[j]->plan.pipelines[p];
-      pipe.batch = batches[p] * t.micro_batch;
-      for (auto& st : pipe.stages) {
-        for (int& d : st.devices) {
-          const int lm = machine_of(*pc, d);
-          d = whole->machines()[global[lm]].first_device + (d - pc->machines()[lm].first_device);
-        }
-      }
-      plan.pipelines.push_back(std::move(pipe));
-    }
-    out.groups += planned[j]->groups;
+  auto plan = place_parts(n, *whole, parts, *planned, share, t.micro_batch);
+  if (!plan) {
+    out.error = plan.error().message;
+    return out;
   }
-  plan.comment = "advise: " + std::to_string(out.groups) + " groups of at most " +
-                 std::to_string(request_.search.plan_gpus) + " GPUs, each planned by HexiScale";
-  if (auto st = validate_plan(plan, *whole, request_.model, t, "advise group plan"); !st) {
+  plan->comment = "advise: " + std::to_string(out.groups) + " groups of at most " +
+                  std::to_string(request_.search.plan_gpus) + " GPUs, each planned by HexiScale";
+  if (auto st = validate_plan(*plan, *whole, request_.model, t, "advise group plan"); !st) {
     out.error = "internal error: " + st.error().message;
     return out;
   }
-  const Estimate e = CostModel(*whole, request_.model, t, profile_).estimate(plan);
+  const Estimate e = CostModel(*whole, request_.model, t, profile_).estimate(*plan);
   out.ok = e.feasible;
   if (!e.feasible) out.error = "the groups' plan does not fit in memory";
   out.tokens_per_s = e.tokens_per_s;
-  out.plan = std::move(plan);
+  out.plan = std::move(*plan);
   return out;
 }
 

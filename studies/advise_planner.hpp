@@ -74,6 +74,14 @@ class MixPlanner : public MixEvaluator {
   const Group& plan_part(const std::vector<int>& machines, int micro_batches);
   Group combine(const std::vector<int>& machines, const std::vector<std::vector<int>>& parts,
                 int micro_batches);
+  // combine's steps: each part planned for its share of the batch by peak FLOP/s; the parts'
+  // pipelines placed on the whole cluster with `share[j]` micro-batches for part j.
+  Result<std::vector<const Group*>> plan_parts(const std::vector<std::vector<int>>& parts,
+                                               int micro_batches, const std::vector<double>& peak);
+  Result<Plan> place_parts(const std::vector<int>& machines, const Cluster& whole,
+                           const std::vector<std::vector<int>>& parts,
+                           const std::vector<const Group*>& planned, const std::vector<int>& share,
+                           int micro_batch) const;
 
   const AdviseRequest& request_;
   const GpuCatalog& catalog_;

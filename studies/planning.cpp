@@ -1,7 +1,6 @@
 #include "studies/planning.hpp"
 
 #include <chrono>
-#include <iostream>
 #include <utility>
 
 #include "scheduler/program/lower.hpp"
@@ -40,12 +39,14 @@ Result<double> simulated_tokens_per_s(const Scenario& sc, const Plan& plan, int 
 
 }  // namespace
 
-Status verify_with_simulator(const Scenario& sc, SearchResult& r) {
+Status verify_with_simulator(const Scenario& sc, SearchResult& r, const PlanningLog& log) {
   if (r.runners_up.empty()) return {};
   const auto start = std::chrono::steady_clock::now();
   const int n = static_cast<int>(r.runners_up.size()) + 1;
-  std::cerr << "hexisim: verifying the " << n
-            << " best plans by the closed form with the simulator (stage fidelity)...\n";
+  if (log) {
+    log("verifying the " + std::to_string(n) +
+        " best plans by the closed form with the simulator (stage fidelity)...");
+  }
   r.verified.clear();
   int chosen = 0;
   for (int rank = 0; rank < n; ++rank) {
@@ -73,12 +74,13 @@ Status verify_with_simulator(const Scenario& sc, SearchResult& r) {
 }
 
 Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& sc,
-                                   SearchOptions options, std::optional<int> verify) {
+                                   SearchOptions options, std::optional<int> verify,
+                                   const PlanningLog& log) {
   options.runners_up = verify.value_or(default_verify(sc));
   auto r = run_pipeline_scheduler(name, sc, options);
   if (!r) return r.error();
-  std::cerr << "hexisim: " << r->summary() << "\n";  // what the search did, in one line
-  if (auto st = verify_with_simulator(sc, *r); !st) return st.error();
+  if (log) log(r->summary());  // what the search did, in one line
+  if (auto st = verify_with_simulator(sc, *r, log); !st) return st.error();
   return r;
 }
 

@@ -7,6 +7,7 @@
 // closed form and the simulator agree (most plans, within 3 %) the best plan stays; where they
 // disagree (slow or shared links) the simulator decides.
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -33,13 +34,21 @@ Result<SimReport> simulate_untraced(const Scenario& scenario, const Result<Progr
 // becomes r.plan (ties keep the better closed form). Fills r.verified, r.verified_chosen,
 // r.verified_fidelity and r.verify_time_s, adds a note when the plan changed, and empties
 // r.runners_up. Nothing to do when r has no runners-up.
-Status verify_with_simulator(const Scenario& scenario, SearchResult& r);
+// What the planning call says it does, one line at a time (the CLI prints them on stderr;
+// sweeps and advise pass none).
+using PlanningLog = std::function<void(const std::string&)>;
 
-// The planning call for pipeline plans: scheduler `name` on the scenario with `options`
-// (its runners_up replaced by `verify`, default_verify(scenario) when unset), then
-// verify_with_simulator. Bad input for an unknown name or a scheduler of another kind.
+Status verify_with_simulator(const Scenario& scenario, SearchResult& r,
+                             const PlanningLog& log = {});
+
+// The planning call for pipeline plans, the one `hexisim plan`, `simulate` (when it
+// searches), every sweep point and advise make, so that they agree by construction: scheduler
+// `name` on the scenario with `options` (its runners_up replaced by `verify`,
+// default_verify(scenario) when unset), then verify_with_simulator. Bad input for an unknown
+// name or a scheduler of another kind.
 Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& scenario,
-                                   SearchOptions options, std::optional<int> verify = {});
+                                   SearchOptions options, std::optional<int> verify = {},
+                                   const PlanningLog& log = {});
 
 }  // namespace studies
 }  // namespace hexi

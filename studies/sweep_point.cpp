@@ -125,7 +125,8 @@ Json of_plan(const Outcome& o, F get) {
   return o.search ? Json(get(*o.search)) : Json();
 }
 
-// Every metric, in CSV column order: closed form, plan, cluster, simulation.
+// Every metric, in CSV column order: closed form, plan, cluster, simulation. One table (a
+// name, what it means and how it is read off a point's outcome per row), so one function.
 const std::vector<MetricDef>& metric_defs() {
   static const std::vector<MetricDef> defs = {
       {{"tokens_per_s", "tokens/s, closed form"},
@@ -325,7 +326,8 @@ Result<Json> compute(const SweepContext& ctx, const SweepPoint& p, Timing& timin
   SearchOptions so;
   so.seed = p.seed;
   so.time_budget_s = ctx.sweep.time_budget_s;
-  auto found = run_pipeline_scheduler(sc->scheduler, *sc, so);
+  // The planning call `hexisim plan` makes: the same plan for the same scenario and seed.
+  auto found = plan_pipeline(sc->scheduler, *sc, so);
   if (!found) return found.error();
   timing.search_s = found->search_time_s;
   if (auto st = validate_plan(found->plan, sc->cluster, sc->model, sc->training, sc->scheduler);
