@@ -69,11 +69,12 @@ int run_reproduce(const ReproduceOptions& o) {
   store->reset();  // releases DIR/.lock
   const ResultTable table(rows->rows);
   const std::string command = "hexisim reproduce " + o.paper + (o.quick ? " --quick" : "");
-  Report rep = reproduce_report(o.paper, table, o.quick, rel, command);
-  if (o.figures) rep.markdown += draw_figures(rep, run.out);
+  auto rep = reproduce_report(o.paper, table, o.quick, rel, command);
+  if (!rep) return report(rep.error());
+  if (o.figures) rep->markdown += draw_figures(*rep, run.out);
   const fs::path md = run.out / "report.md";
-  if (auto st = write_file(md.string(), rep.markdown); !st) return report(st.error());
-  std::cout << "\n" << rep.markdown << "\nwrote " << md.string() << "\n";
+  if (auto st = write_file(md.string(), rep->markdown); !st) return report(st.error());
+  std::cout << "\n" << rep->markdown << "\nwrote " << md.string() << "\n";
   return 0;
 }
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <tuple>
 
+#include "studies/report_text.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
@@ -97,24 +97,40 @@ std::string model_label(const Setting& s) {
   return s.model + ", " + std::to_string(s.seq_len / 1024) + "K";
 }
 
-std::string head(const std::string& title, const ResultTable& t, const std::string& sweep_file,
-                 const std::string& command) {
-  std::ostringstream out;
-  out << "# " << title << ", reproduced with hexisim\n\n"
-      << "`" << command << "`: " << t.rows() << " points of `" << sweep_file << "`"
-      << (t.errors().empty()
-              ? ""
-              : " (" + std::to_string(t.errors().size()) + " failed: their errors are at the end)")
-      << "; every row is in `results.jsonl` and `results.csv` beside this report.\n\n"
-      << "Every number in the tables is hexisim's: each scheduler's plan, its tokens/s from the "
-         "closed-form cost model (**closed**) and from the SimGrid simulation of the same plan "
-         "(**sim**, where the point was simulated). The papers' figures are quoted beside them "
-         "with their source. hexisim was never fitted to them: its device profiles and "
-         "transports are fitted to kernel- and collective-level measurements "
-         "(`topologies/README.md`), and the papers' end-to-end tables are a blind test. "
-         "(OOM): the plan does not fit in memory under hexisim's model; it never counts as the "
-         "best.\n";
-  return out.str();
+// A table section: its heading and the paper's figures (fragment `intro`), hexisim's table,
+// then what hexisim measured (fragment `result`, filled with `values`).
+void table_section(TextWriter& w, const std::string& intro, const Markdown& table,
+                   const std::string& result, const Fill& values) {
+  w.raw("\n").fragment(intro).raw("\n\n").raw(table.text()).raw("\n").fill(result, values);
+  w.raw("\n");
+}
+
+// The report's head: the command, the sweep and how to read the tables.
+void head(TextWriter& w, const ResultTable& t, const std::string& sweep_file,
+          const std::string& command) {
+  const std::string failed =
+      t.errors().empty() ? ""
+                         : w.text("head.failed", {{"failed", std::to_string(t.errors().size())}});
+  w.fill("head", {{"command", command},
+                  {"rows", std::to_string(t.rows())},
+                  {"sweep_file", sweep_file},
+                  {"failed_note", failed}});
+  w.raw("\n");
+}
+
+// What differs from the paper and why; the bullet on --quick when the grid was the quick one.
+void differs(TextWriter& w, bool quick) {
+  w.raw("\n").fragment("differs").raw("\n");
+  if (quick) w.fragment("differs.quick").raw("\n");
+}
+
+// The failures, so that a missing cell is explained.
+void failed_points(TextWriter& w, const ResultTable& t) {
+  if (t.errors().empty()) return;
+  w.raw("\n").fragment("failed.intro").raw("\n\n");
+  for (const auto& [key, message] : t.errors()) {
+    w.fill("failed.point", {{"key", key}, {"message", message}}).raw("\n");
+  }
 }
 
 // ---- HexiScale ---------------------------------------------------------------------------
@@ -133,101 +149,111 @@ const std::vector<std::string> kHexiScaleBaselines = {"uniform",   "random",    
                                                       "flashflex", "metis-like", "amp-like"};
 const std::vector<std::string> kPaperBaselines = {"metis-like", "amp-like"};  // Metis, AMP
 
-Report hexiscale_report(const ResultTable& t, bool quick, const std::string& sweep_file,
-                        const std::string& command) {
-  Report rep;
-  std::ostringstream out;
-  out << head("HexiScale (arXiv 2409.01143)", t, sweep_file, command);
+// num / den as a cell, kept in `acc`; "-" when either was not measured.
+std::string ratio_cell(double num, double den, std::vector<double>& acc) {
+  if (!(num > 0) || !(den > 0)) return "-";
+  acc.push_back(num / den);
+  return times(num / den);
+}
 
-  // 1. Heterogeneity-aware baselines on the same clusters.
-  out << "\n## 1. HexiScale against the heterogeneity-aware baselines, same clusters\n\n"
-      << "**Paper** (abstract of arXiv 2409.01143): \"compared to state-of-the-art heterogeneous "
-         "baselines running on the same heterogeneous clusters, HexiScale delivers 1.5× to 2.4× "
-         "higher throughput\" (Metis, AMP and Espresso, on settings 1–3).\n\n";
+// Section 1's ratios over the settings: against Metis and AMP (the paper's), and against the
+// best of every baseline.
+struct BaselineRatios {
+  std::vector<double> paper_closed, paper_sim, all_closed, all_sim;
+  bool stand_in = false;  // a baseline without a simulation stood in with its closed form
+};
+
+std::vector<std::string> baselines_row(const ResultTable& t, const HeteroSetting& hs,
+                                       const Setting& s, BaselineRatios& r) {
+  const Measure* hx = t.find(s, "hexiscale");
+  std::vector<std::string> row = {s.cluster, model_label(s), hs.gpus, tokens_cell(hx, false),
+                                  tokens_cell(hx, true)};
+  for (const auto& b : kHexiScaleBaselines) row.push_back(tokens_cell(t.find(s, b), false));
+  const bool ok = hx != nullptr && hx->ok();
+  const double hx_closed = ok ? hx->closed_mean() : 0;
+  const double hx_sim = ok ? hx->simulated_mean() : 0;
+  const double paper_best = best_of(t, s, kPaperBaselines, false);
+  const double paper_best_sim = best_of(t, s, kPaperBaselines, true, &r.stand_in);
+  const double best = best_of(t, s, kHexiScaleBaselines, false);
+  const double best_sim = best_of(t, s, kHexiScaleBaselines, true, &r.stand_in);
+  row.push_back(ratio_cell(hx_closed, paper_best, r.paper_closed));
+  row.push_back(ratio_cell(hx_sim, paper_best_sim, r.paper_sim));
+  row.push_back(ratio_cell(hx_closed, best, r.all_closed));
+  row.push_back(ratio_cell(hx_sim, best_sim, r.all_sim));
+  return row;
+}
+
+// 1. Heterogeneity-aware baselines on the same clusters.
+void hexiscale_baselines(const ResultTable& t, TextWriter& w) {
   std::vector<std::string> header = {"setting", "model", "GPUs", "HexiScale closed", "sim"};
   for (const auto& b : kHexiScaleBaselines) header.push_back(b + " closed");
   header.insert(header.end(), {"vs metis/amp closed", "sim", "vs best baseline closed", "sim"});
   Markdown table(header);
-  std::vector<double> paper_closed, paper_sim, all_closed, all_sim;
-  bool stand_in = false;
+  BaselineRatios r;
   for (const auto& hs : kHexiScaleSettings) {
-    for (const Setting& s : t.settings_of(hs.cluster)) {
-      const Measure* hx = t.find(s, "hexiscale");
-      std::vector<std::string> row = {s.cluster, model_label(s), hs.gpus, tokens_cell(hx, false),
-                                      tokens_cell(hx, true)};
-      for (const auto& b : kHexiScaleBaselines) row.push_back(tokens_cell(t.find(s, b), false));
-      const bool ok = hx != nullptr && hx->ok();
-      const double paper_best = best_of(t, s, kPaperBaselines, false);
-      const double paper_best_sim = best_of(t, s, kPaperBaselines, true, &stand_in);
-      const double best = best_of(t, s, kHexiScaleBaselines, false);
-      const double best_sim = best_of(t, s, kHexiScaleBaselines, true, &stand_in);
-      const double hx_sim = ok ? hx->simulated_mean() : 0;
-      const auto ratio = [&](double num, double den, std::vector<double>& acc) {
-        if (!(num > 0) || !(den > 0)) return std::string("-");
-        acc.push_back(num / den);
-        return times(num / den);
-      };
-      row.push_back(ratio(ok ? hx->closed_mean() : 0, paper_best, paper_closed));
-      row.push_back(ratio(hx_sim, paper_best_sim, paper_sim));
-      row.push_back(ratio(ok ? hx->closed_mean() : 0, best, all_closed));
-      row.push_back(ratio(hx_sim, best_sim, all_sim));
-      table.add(row);
-    }
+    for (const Setting& s : t.settings_of(hs.cluster)) table.add(baselines_row(t, hs, s, r));
   }
-  out << table.text() << "\n"
-      << "**hexisim**: HexiScale over the best of metis-like and amp-like (Metis and AMP as "
-         "re-implemented here): "
-      << spread(paper_closed) << " closed form, " << spread(paper_sim)
-      << " simulated. Over the best of every baseline: " << spread(all_closed) << " closed, "
-      << spread(all_sim) << " simulated."
-      << (stand_in ? " (A baseline without a simulation stands in with its closed form.)" : "")
-      << "\n";
+  table_section(w, "baselines.intro", table, "baselines.result",
+                {{"paper_closed", spread(r.paper_closed)},
+                 {"paper_sim", spread(r.paper_sim)},
+                 {"all_closed", spread(r.all_closed)},
+                 {"all_sim", spread(r.all_sim)},
+                 {"stand_in", r.stand_in ? w.text("baselines.stand_in") : ""}});
+}
 
-  // 2. Homogeneous clusters of about the same FLOPS.
-  out << "\n## 2. Heterogeneous clusters against homogeneous ones of about the same FLOPS\n\n"
-      << "**Paper** (arXiv 2409.01143, evaluation): HexiScale on each heterogeneous setting "
-         "against Megatron, Galvatron and FSDP on A800 PCIe clusters of about the same total "
-         "FLOPS (+1.36 %, −1.59 %, −4.67 %): \"up to 1.01× throughput and an average "
-         "throughput gap of 0.83×\".\n\n";
+// A heterogeneous setting against its homogeneous cluster (the better of uniform and
+// HexiScale on it); the ratios kept in `closed` and `sim`.
+std::vector<std::string> homogeneous_row(const ResultTable& t, const HeteroSetting& hs,
+                                         const Setting& s, std::vector<double>& closed,
+                                         std::vector<double>& sim) {
+  Setting hom = s;
+  hom.cluster = hs.homogeneous;
+  const Measure* hx = t.find(s, "hexiscale");
+  const Measure* hu = t.find(hom, "uniform");
+  const Measure* hh = t.find(hom, "hexiscale");
+  const double best = best_of(t, hom, {"uniform", "hexiscale"}, false);
+  const double best_sim = best_of(t, hom, {"uniform", "hexiscale"}, true);
+  const bool ok = hx != nullptr && hx->ok();
+  std::string r = "-", rs = "-";
+  if (ok && best > 0) {
+    closed.push_back(hx->closed_mean() / best);
+    r = times(closed.back());
+  }
+  if (ok && hx->simulated_mean() > 0 && best_sim > 0) {
+    sim.push_back(hx->simulated_mean() / best_sim);
+    rs = times(sim.back());
+  }
+  const Measure* any_hom = hu != nullptr ? hu : hh;
+  return {s.cluster,
+          model_label(s),
+          hx ? fixed(hx->peak_pflops, 2) : "-",
+          tokens_cell(hx, false),
+          tokens_cell(hx, true),
+          hom.cluster,
+          any_hom ? fixed(any_hom->peak_pflops, 2) : "-",
+          best > 0 ? grouped(best) : "-",
+          best_sim > 0 ? grouped(best_sim) : "-",
+          r,
+          rs};
+}
+
+// 2. Homogeneous clusters of about the same FLOPS.
+void hexiscale_homogeneous(const ResultTable& t, TextWriter& w) {
   Markdown homog({"setting", "model", "peak PFLOP/s", "HexiScale closed", "sim",
                   "homogeneous cluster", "peak PFLOP/s", "best of uniform, HexiScale closed", "sim",
                   "hetero / homogeneous closed", "sim"});
-  std::vector<double> h_closed, h_sim;
+  std::vector<double> closed, sim;
   for (const auto& hs : kHexiScaleSettings) {
     for (const Setting& s : t.settings_of(hs.cluster)) {
-      Setting hom = s;
-      hom.cluster = hs.homogeneous;
-      const Measure* hx = t.find(s, "hexiscale");
-      const Measure* hu = t.find(hom, "uniform");
-      const Measure* hh = t.find(hom, "hexiscale");
-      const double best = best_of(t, hom, {"uniform", "hexiscale"}, false);
-      const double best_sim = best_of(t, hom, {"uniform", "hexiscale"}, true);
-      const bool ok = hx != nullptr && hx->ok();
-      std::string r = "-", rs = "-";
-      if (ok && best > 0) {
-        h_closed.push_back(hx->closed_mean() / best);
-        r = times(h_closed.back());
-      }
-      if (ok && hx->simulated_mean() > 0 && best_sim > 0) {
-        h_sim.push_back(hx->simulated_mean() / best_sim);
-        rs = times(h_sim.back());
-      }
-      const Measure* any_hom = hu != nullptr ? hu : hh;
-      homog.add({s.cluster, model_label(s), hx ? fixed(hx->peak_pflops, 2) : "-",
-                 tokens_cell(hx, false), tokens_cell(hx, true), hom.cluster,
-                 any_hom ? fixed(any_hom->peak_pflops, 2) : "-", best > 0 ? grouped(best) : "-",
-                 best_sim > 0 ? grouped(best_sim) : "-", r, rs});
+      homog.add(homogeneous_row(t, hs, s, closed, sim));
     }
   }
-  out << homog.text() << "\n**hexisim**: heterogeneous / homogeneous " << spread(h_closed)
-      << " closed form, " << spread(h_sim) << " simulated. (Peak PFLOP/s from hexisim's GPU "
-      << "catalog: dense bf16 tensor peaks, which differ from the paper's per-GPU figures; see "
-         "`scenarios/README.md`.)\n";
+  table_section(w, "homogeneous.intro", homog, "homogeneous.result",
+                {{"closed", spread(closed)}, {"sim", spread(sim)}});
+}
 
-  // 3. Random graph partitioning.
-  out << "\n## 3. HexiScale's search against random graph partitioning\n\n"
-      << "**Paper** (arXiv 2409.01143, algorithm evaluation): against a random graph partition "
-         "algorithm, \"1.3× – 3.3× higher estimated throughput\" (its own cost model's).\n\n";
+// 3. Random graph partitioning.
+void hexiscale_random(const ResultTable& t, TextWriter& w) {
   Markdown rnd({"setting", "model", "HexiScale closed", "ff-random closed", "HexiScale / ff-random",
                 "random closed", "HexiScale / random"});
   std::vector<double> ff, rd;
@@ -245,23 +271,25 @@ Report hexiscale_report(const ResultTable& t, bool quick, const std::string& swe
                ratio(f, ff), tokens_cell(r, false), ratio(r, rd)});
     }
   }
-  out << rnd.text() << "\n**hexisim** (closed form, the estimate every search optimises): "
-      << "over ff-random " << spread(ff) << "; over random " << spread(rd) << ".\n";
+  table_section(w, "random.intro", rnd, "random.result",
+                {{"ff_random", spread(ff)}, {"random", spread(rd)}});
+}
 
-  // 4. The search at scale.
-  out << "\n## 4. The search at scale (Llama-2 70B, equal mixes of A100, RTX 4090, RTX 3090 and "
-         "A6000 machines)\n\n"
-      << "**Paper**: \"HexiScale's scheduling time for large clusters remain manageable\" (no "
-         "figure in the sources we have). The reference implementation, run unmodified on these "
-         "machines, took 31 s at 128 GPUs and 483 s at 1 024 (wall time, ~94 % of it Python).\n\n";
-  Markdown scale({"cluster", "GPUs", "HexiScale search s", "HexiScale closed", "flashflex closed",
-                  "metis-like closed", "amp-like closed", "uniform closed",
-                  "HexiScale / best baseline"});
+// The settings of the search at scale: Llama-2 70B on the 128- to 1 024-GPU mixes.
+std::vector<Setting> scaling_settings(const ResultTable& t) {
   std::vector<Setting> scaling;
   for (const char* c : {"mix-128-4types", "mix-256-4types", "mix-512-4types", "mix-1024-4types"}) {
     for (const Setting& s : t.settings_of(c)) scaling.push_back(s);
   }
-  for (const Setting& s : scaling) {
+  return scaling;
+}
+
+// 4. The search at scale.
+void hexiscale_scale(const ResultTable& t, TextWriter& w) {
+  Markdown scale({"cluster", "GPUs", "HexiScale search s", "HexiScale closed", "flashflex closed",
+                  "metis-like closed", "amp-like closed", "uniform closed",
+                  "HexiScale / best baseline"});
+  for (const Setting& s : scaling_settings(t)) {
     const Measure* hx = t.find(s, "hexiscale");
     const double best = best_of(t, s, {"flashflex", "metis-like", "amp-like", "uniform"}, false);
     scale.add({s.cluster, hx ? std::to_string(hx->num_gpus) : "-",
@@ -271,52 +299,40 @@ Report hexiscale_report(const ResultTable& t, bool quick, const std::string& swe
                tokens_cell(t.find(s, "amp-like"), false), tokens_cell(t.find(s, "uniform"), false),
                hx && hx->ok() && best > 0 ? times(hx->closed_mean() / best) : "-"});
   }
-  out << scale.text() << "\nSearch times are wall-clock seconds of this run (they vary with "
-      << "the machine's load; everything else in this report is the same on every run).\n";
+  table_section(w, "scale.intro", scale, "scale.note", {});
+}
 
-  out << "\n## What differs from the paper, and why\n\n"
-      << "- **The baselines are re-implementations under one cost model.** metis-like, "
-         "amp-like and flashflex search the plan spaces of Metis, AMP and the FlashFlex "
-         "reference implementation (`scheduler/README.md`), but every plan is scored by "
-         "hexisim's cost model and run by the same simulated runtime. The paper ran the "
-         "original systems, whose own cost-model errors and runtime overheads are part of its "
-         "1.5–2.4×; here a baseline loses only through the plans it cannot express, so smaller "
-         "gaps are expected.\n"
-      << "- **The homogeneous baseline is the stronger of a Megatron-style uniform grid and "
-         "HexiScale itself** on the same A800 PCIe cluster files, not measured Megatron, "
-         "Galvatron or FSDP runs.\n"
-      << "- **Networks are assumed.** The paper does not state its settings' fabric; the "
-         "shipped cluster files give each machine one 100 Gbit/s NIC on one switch and PCIe "
-         "inside consumer machines (`scenarios/README.md`). Achieved rates follow public "
-         "collective measurements (`topologies/README.md`).\n"
-      << "- **Random partitioning.** The paper's figure compares its own estimates; here "
-         "ff-random is the reference implementation's random partition followed by its phase 2, "
-         "and random is hexisim's own random search over HexiScale's plan space, both judged by "
-         "hexisim's closed form.\n";
-  if (quick) {
-    out << "- **--quick** runs each random scheduler with one seed and the search at 128 GPUs "
-           "only; the full run (`hexisim reproduce hexiscale`) takes five seeds and 128 to "
-           "1 024 GPUs.\n";
-  }
-
+// The figures: tokens/s per scheduler for each model, and the search time against cluster size
+// when the sweep has more than one size.
+std::vector<Figure> hexiscale_figures(const ResultTable& t, TextWriter& w) {
+  std::vector<Figure> figures;
   for (const char* model : {"llama2-7b", "llama2-13b", "llama-30b"}) {
     const std::string file = std::string("schedulers-") + model + ".png";
-    rep.figures.push_back(
+    figures.push_back(
         {{"--x", "cluster", "--y", "tokens_per_s", "--by", "scheduler", "--kind", "bar", "--where",
           std::string("model=") + model, "--where", "fidelity=stage", "--title",
-          std::string("tokens/s by scheduler, ") + model + " (closed form)"},
+          w.text("figure.schedulers.title", {{"model", model}})},
          file,
-         std::string("Closed-form tokens/s of every scheduler, ") + model});
+         w.text("figure.schedulers.caption", {{"model", model}})});
   }
-  if (scaling.size() > 1) {
-    rep.figures.push_back({{"--x", "num_gpus", "--y", "search_time_s", "--by", "scheduler",
-                            "--kind", "line", "--log-y", "--where", "model=llama2-70b", "--title",
-                            "search time (s) by GPUs, Llama-2 70B"},
-                           "search-time.png",
-                           "Search time against cluster size"});
+  if (scaling_settings(t).size() > 1) {
+    figures.push_back(
+        {{"--x", "num_gpus", "--y", "search_time_s", "--by", "scheduler", "--kind", "line",
+          "--log-y", "--where", "model=llama2-70b", "--title", w.text("figure.search_time.title")},
+         "search-time.png",
+         w.text("figure.search_time.caption")});
   }
-  rep.markdown = out.str();
-  return rep;
+  return figures;
+}
+
+// The HexiScale report's sections after its head; returns its figures.
+std::vector<Figure> hexiscale_report(const ResultTable& t, bool quick, TextWriter& w) {
+  hexiscale_baselines(t, w);
+  hexiscale_homogeneous(t, w);
+  hexiscale_random(t, w);
+  hexiscale_scale(t, w);
+  differs(w, quick);
+  return hexiscale_figures(t, w);
 }
 
 // ---- HexiSeq -----------------------------------------------------------------------------
@@ -338,110 +354,113 @@ const SeqCluster kHexiSeqClusters[] = {
 const std::vector<std::string> kSeqPaperBaselines = {"ring", "ulysses", "usp"};
 const std::vector<std::string> kSeqBaselines = {"ring", "ulysses", "usp", "megatron-cp"};
 
-Report hexiseq_report(const ResultTable& t, bool quick, const std::string& sweep_file,
-                      const std::string& command) {
-  Report rep;
-  std::ostringstream out;
-  out << head("HexiSeq (arXiv 2605.07569)", t, sweep_file, command);
+// Section 1's ratios by cluster role (testbed, simulation, pair).
+struct StrongestRatios {
+  std::map<std::string, std::vector<double>> closed, sim;
+  bool stand_in = false;  // a baseline without a simulation stood in with its closed form
+};
 
-  out << "\n## 1. HexiSeq against the strongest context/head-parallel baseline\n\n"
-      << "**Paper** (arXiv 2605.07569, abstract): over the strongest of Ring Attention, "
-         "DeepSpeed-Ulysses and USP, \"1.11× on average and up to 1.19× on mixed H100–A100 "
-         "testbeds, and 1.36× on average and up to 1.72× in simulations with 32–128 GPUs "
-         "spanning up to four GPU models\".\n\n";
+std::vector<std::string> strongest_row(const ResultTable& t, const SeqCluster& c, const Setting& s,
+                                       StrongestRatios& ratios) {
+  const Measure* hq = t.find(s, "hexiseq");
+  const bool ok = hq != nullptr && hq->ok();
+  std::vector<std::string> row = {s.cluster, c.gpus, model_label(s), tokens_cell(hq, false),
+                                  tokens_cell(hq, true)};
+  for (const auto& b : kSeqBaselines) row.push_back(tokens_cell(t.find(s, b), false));
+  const double best = best_of(t, s, kSeqPaperBaselines, false);
+  const double best_all = best_of(t, s, kSeqBaselines, false);
+  std::string r = "-", rs = "-", ra = "-";
+  if (ok && best > 0) {
+    ratios.closed[c.role].push_back(hq->closed_mean() / best);
+    r = times(ratios.closed[c.role].back());
+  }
+  if (ok && hq->simulated_mean() > 0) {
+    const double best_sim = best_of(t, s, kSeqPaperBaselines, true, &ratios.stand_in);
+    if (best_sim > 0) {
+      ratios.sim[c.role].push_back(hq->simulated_mean() / best_sim);
+      rs = times(ratios.sim[c.role].back());
+    }
+  }
+  if (ok && best_all > 0) ra = times(hq->closed_mean() / best_all);
+  row.insert(row.end(), {r, rs, ra});
+  return row;
+}
+
+// 1. HexiSeq against the strongest context/head-parallel baseline.
+void hexiseq_strongest(const ResultTable& t, TextWriter& w) {
   std::vector<std::string> header = {"cluster", "GPUs", "model, context", "HexiSeq closed", "sim"};
   for (const auto& b : kSeqBaselines) header.push_back(b + " closed");
   header.insert(header.end(), {"vs ring/ulysses/usp closed", "sim", "vs megatron-cp too, closed"});
   Markdown table(header);
-  std::map<std::string, std::vector<double>> closed_by_role, sim_by_role;
-  bool stand_in = false;
+  StrongestRatios r;
   for (const auto& c : kHexiSeqClusters) {
-    for (const Setting& s : t.settings_of(c.cluster)) {
-      const Measure* hq = t.find(s, "hexiseq");
-      const bool ok = hq != nullptr && hq->ok();
-      std::vector<std::string> row = {s.cluster, c.gpus, model_label(s), tokens_cell(hq, false),
-                                      tokens_cell(hq, true)};
-      for (const auto& b : kSeqBaselines) row.push_back(tokens_cell(t.find(s, b), false));
-      const double best = best_of(t, s, kSeqPaperBaselines, false);
-      const double best_all = best_of(t, s, kSeqBaselines, false);
-      std::string r = "-", rs = "-", ra = "-";
-      if (ok && best > 0) {
-        closed_by_role[c.role].push_back(hq->closed_mean() / best);
-        r = times(closed_by_role[c.role].back());
-      }
-      if (ok && hq->simulated_mean() > 0) {
-        const double best_sim = best_of(t, s, kSeqPaperBaselines, true, &stand_in);
-        if (best_sim > 0) {
-          sim_by_role[c.role].push_back(hq->simulated_mean() / best_sim);
-          rs = times(sim_by_role[c.role].back());
-        }
-      }
-      if (ok && best_all > 0) ra = times(hq->closed_mean() / best_all);
-      row.insert(row.end(), {r, rs, ra});
-      table.add(row);
-    }
+    for (const Setting& s : t.settings_of(c.cluster)) table.add(strongest_row(t, c, s, r));
   }
-  out << table.text() << "\n**hexisim**, HexiSeq over the strongest of ring, ulysses and usp: "
-      << "on the H100+A100 testbed " << spread(closed_by_role["testbed"]) << " closed form, "
-      << spread(sim_by_role["testbed"]) << " simulated (paper: 1.11× mean, 1.19× max); on the "
-      << "32–128-GPU simulation clusters " << spread(closed_by_role["simulation"])
-      << " closed form, " << spread(sim_by_role["simulation"])
-      << " simulated (paper: 1.36× mean, 1.72× max); on the heterogeneous sides of the FLOP "
-         "pairs "
-      << spread(closed_by_role["pair"]) << " closed form."
-      << (stand_in ? " (A baseline without a simulation stands in with its closed form: "
-                     "Ulysses over one group of 56 or more GPUs is not simulated, its "
-                     "all-to-alls alone are millions of flows.)"
-                   : "")
-      << "\n";
+  table_section(w, "strongest.intro", table, "strongest.result",
+                {{"testbed_closed", spread(r.closed["testbed"])},
+                 {"testbed_sim", spread(r.sim["testbed"])},
+                 {"simulation_closed", spread(r.closed["simulation"])},
+                 {"simulation_sim", spread(r.sim["simulation"])},
+                 {"pair_closed", spread(r.closed["pair"])},
+                 {"stand_in", r.stand_in ? w.text("strongest.stand_in") : ""}});
+}
 
-  out << "\n## 2. FLOP-comparable pairs\n\n"
-      << "**Paper**: on FLOP-comparable pairs (48 H100 + 8 A100 against 152 A100; 52 H100 + "
-         "4 A100 + 8 A800 against 168 A100), HexiSeq on the heterogeneous cluster reaches "
-         "\"throughput close to the strongest homogeneous baseline\": within 3 % (summary of "
-         "arXiv 2605.07569), ≈ 99.5 % (secondary summaries of the full text).\n\n";
+// Section 2's ratios, heterogeneous over homogeneous.
+struct PairRatios {
+  std::vector<double> closed, sim;
+  bool stand_in = false;  // on the homogeneous side, a closed form stood in
+};
+
+std::vector<std::string> pair_row(const ResultTable& t, const SeqCluster& c, const Setting& s,
+                                  PairRatios& ratios) {
+  static const std::vector<std::string> every = {"hexiseq", "ring", "ulysses", "usp",
+                                                 "megatron-cp"};
+  Setting hom = s;
+  hom.cluster = c.homogeneous;
+  const Measure* hq = t.find(s, "hexiseq");
+  const Measure* any_hom = t.find(hom, "hexiseq");
+  const double best = best_of(t, hom, every, false);
+  const double best_sim = best_of(t, hom, every, true, &ratios.stand_in);
+  const bool ok = hq != nullptr && hq->ok();
+  std::string r = "-", rs = "-";
+  if (ok && best > 0) {
+    ratios.closed.push_back(hq->closed_mean() / best);
+    r = times(ratios.closed.back());
+  }
+  if (ok && hq->simulated_mean() > 0 && best_sim > 0) {
+    ratios.sim.push_back(hq->simulated_mean() / best_sim);
+    rs = times(ratios.sim.back());
+  }
+  return {s.cluster,
+          hq ? fixed(hq->peak_pflops, 2) : "-",
+          tokens_cell(hq, false),
+          tokens_cell(hq, true),
+          hom.cluster,
+          any_hom ? fixed(any_hom->peak_pflops, 2) : "-",
+          best > 0 ? grouped(best) : "-",
+          best_sim > 0 ? grouped(best_sim) : "-",
+          r,
+          rs};
+}
+
+// 2. FLOP-comparable pairs: the heterogeneous cluster against the homogeneous one.
+void hexiseq_pairs(const ResultTable& t, TextWriter& w) {
   Markdown pairs({"heterogeneous", "peak PFLOP/s", "HexiSeq closed", "sim", "homogeneous",
                   "peak PFLOP/s", "best on it closed", "sim", "hetero / homogeneous closed",
                   "sim"});
-  std::vector<double> p_closed, p_sim;
-  bool pair_stand_in = false;
-  const std::vector<std::string> every = {"hexiseq", "ring", "ulysses", "usp", "megatron-cp"};
+  PairRatios r;
   for (const auto& c : kHexiSeqClusters) {
     if (c.homogeneous == nullptr) continue;
-    for (const Setting& s : t.settings_of(c.cluster)) {
-      Setting hom = s;
-      hom.cluster = c.homogeneous;
-      const Measure* hq = t.find(s, "hexiseq");
-      const Measure* any_hom = t.find(hom, "hexiseq");
-      const double best = best_of(t, hom, every, false);
-      const double best_sim = best_of(t, hom, every, true, &pair_stand_in);
-      const bool ok = hq != nullptr && hq->ok();
-      std::string r = "-", rs = "-";
-      if (ok && best > 0) {
-        p_closed.push_back(hq->closed_mean() / best);
-        r = times(p_closed.back());
-      }
-      if (ok && hq->simulated_mean() > 0 && best_sim > 0) {
-        p_sim.push_back(hq->simulated_mean() / best_sim);
-        rs = times(p_sim.back());
-      }
-      pairs.add({s.cluster, hq ? fixed(hq->peak_pflops, 2) : "-", tokens_cell(hq, false),
-                 tokens_cell(hq, true), hom.cluster, any_hom ? fixed(any_hom->peak_pflops, 2) : "-",
-                 best > 0 ? grouped(best) : "-", best_sim > 0 ? grouped(best_sim) : "-", r, rs});
-    }
+    for (const Setting& s : t.settings_of(c.cluster)) pairs.add(pair_row(t, c, s, r));
   }
-  out << pairs.text() << "\n**hexisim**: heterogeneous / homogeneous " << spread(p_closed)
-      << " closed form, " << spread(p_sim) << " simulated."
-      << (pair_stand_in && !p_sim.empty()
-              ? " (On the homogeneous side, a scheduler without a simulation stands "
-                "in with its closed form.)"
-              : "")
-      << "\n";
+  table_section(w, "pairs.intro", pairs, "pairs.result",
+                {{"closed", spread(r.closed)},
+                 {"sim", spread(r.sim)},
+                 {"stand_in", r.stand_in && !r.sim.empty() ? w.text("pairs.stand_in") : ""}});
+}
 
-  out << "\n## 3. Search time\n\n"
-      << "**Paper**: the scheduler \"runs in < 0.5 s for a 128-GPU cluster\" (summary of arXiv "
-         "2605.07569); 9.0 s at 128 GPUs and 444 s at 1 024 in secondary summaries of the full "
-         "text.\n\n";
+// 3. Search time.
+void hexiseq_search(const ResultTable& t, TextWriter& w) {
   Markdown search({"cluster", "GPUs", "model, context", "HexiSeq search s", "layouts scored"});
   for (const auto& c : kHexiSeqClusters) {
     for (const Setting& s : t.settings_of(c.cluster)) {
@@ -451,47 +470,19 @@ Report hexiseq_report(const ResultTable& t, bool quick, const std::string& sweep
                   hq ? grouped(hq->candidates) : "-"});
     }
   }
-  out << search.text() << "\nWall-clock seconds of this run, with GLPK as the solver and as "
-      << "many searches at once as `--jobs`; they vary with the machine's load.\n";
+  table_section(w, "search.intro", search, "search.note", {});
+}
 
-  out << "\n## What differs from the paper, and why\n\n"
-      << "- **The baselines are hexisim's**, in the same layout format and cost model "
-         "(`scheduler/baselines/sequence.hpp`): ring (zig-zag Ring Attention), ulysses "
-         "(DeepSpeed-Ulysses, one group), usp (every Ulysses × ring factorisation, the best "
-         "taken) and megatron-cp (a2a inside machines, p2p across). Each keeps its real "
-         "constraints (head divisibility, equal shards), which is where heterogeneity costs "
-         "them. They spread the sequence over every GPU; HexiSeq also searches the mesh of the "
-         "fastest GPU type alone and leaves the others idle where they cost more (in ZeRO-3 "
-         "gathers and ring steps over slow links) than they bring, as on the testbed.\n"
-      << "- **The workload.** One sequence per iteration, ZeRO-3 and full recompute on the "
-         "1M-context Llama variants of the model catalog; the paper's testbed used GPT-style "
-         "3B–13B models at global batch 8, and its exact simulation settings are known only "
-         "from secondary summaries of the paper.\n"
-      << "- **The FLOP pairs are matched by peak FLOPS.** hexisim's device profile, fitted to "
-         "public FlashAttention measurements, gives Hopper's attention kernels a smaller share "
-         "of their peak than Ampere's (`hexisim info --profile`: forward and backward "
-         "efficiencies per architecture); long-context layers are attention-bound, so the "
-         "H100-heavy side computes less per peak FLOP than the A100 side, whatever the layout "
-         "(with every device busy all layer and no communication, 0.85x: "
-         "`scheduler/README.md`, FLOP-matched pairs).\n"
-      << "- **hexisim's HexiSeq solves integer programs** (GLPK here) where the paper's "
-         "scheduler uses coordinate descent; both aim at the same layouts.\n"
-      << "- **Simulated runs** move every ring step and all-to-all through SimGrid's flows; "
-         "where the closed form and the simulation disagree, the simulation's figure is the one "
-         "to trust (`scheduler/README.md` lists what the closed form simplifies).\n";
-  if (quick) {
-    out << "- **--quick** takes each cluster at one context length and simulates only up to 32 "
-           "GPUs; the full run (`hexisim reproduce hexiseq`) takes several context lengths and "
-           "simulates every layout but Ulysses over 56 or more GPUs.\n";
-  }
-
-  rep.figures.push_back(
-      {{"--x", "cluster", "--y", "tokens_per_s", "--by", "scheduler", "--kind", "bar", "--log-y",
-        "--title", "tokens/s by scheduler (closed form; mean over context lengths)"},
-       "schedulers.png",
-       "Closed-form tokens/s of every sequence scheduler per cluster"});
-  rep.markdown = out.str();
-  return rep;
+// The HexiSeq report's sections after its head; returns its figures.
+std::vector<Figure> hexiseq_report(const ResultTable& t, bool quick, TextWriter& w) {
+  hexiseq_strongest(t, w);
+  hexiseq_pairs(t, w);
+  hexiseq_search(t, w);
+  differs(w, quick);
+  return {{{"--x", "cluster", "--y", "tokens_per_s", "--by", "scheduler", "--kind", "bar",
+            "--log-y", "--title", w.text("figure.schedulers.title")},
+           "schedulers.png",
+           w.text("figure.schedulers.caption")}};
 }
 
 }  // namespace
@@ -562,16 +553,23 @@ std::vector<Setting> ResultTable::settings_of(const std::string& cluster) const 
   return out;
 }
 
-Report reproduce_report(const std::string& paper, const ResultTable& table, bool quick,
-                        const std::string& sweep_file, const std::string& command) {
-  Report rep = paper == "hexiseq" ? hexiseq_report(table, quick, sweep_file, command)
-                                  : hexiscale_report(table, quick, sweep_file, command);
-  // The failures, so that a missing cell is explained.
-  if (!table.errors().empty()) {
-    std::string text = "\n## Failed points\n\n";
-    for (const auto& [key, message] : table.errors()) text += "- `" + key + "`: " + message + "\n";
-    rep.markdown += text;
-  }
+std::string reproduce_text_file(const std::string& paper) {
+  return "scenarios/reproduce/" + paper + ".md";
+}
+
+Result<Report> reproduce_report(const std::string& paper, const ResultTable& table, bool quick,
+                                const std::string& sweep_file, const std::string& command) {
+  auto text = ReportText::load(reproduce_text_file(paper));
+  if (!text) return text.error();
+  TextWriter w(*text);
+  head(w, table, sweep_file, command);
+  Report rep;
+  rep.figures =
+      paper == "hexiseq" ? hexiseq_report(table, quick, w) : hexiscale_report(table, quick, w);
+  failed_points(w, table);
+  auto markdown = w.finish();
+  if (!markdown) return markdown.error();
+  rep.markdown = std::move(*markdown);
   return rep;
 }
 

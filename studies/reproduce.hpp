@@ -2,7 +2,9 @@
 // `hexisim reproduce PAPER`: the papers' experiment grids as shipped sweep files
 // (scenarios/sweeps/reproduce-<paper>[-quick].json) and the report written from their rows:
 // tables of hexisim's numbers with the papers' published figures beside them (quoted with
-// their source, never fitted to), and what differs and why.
+// their source, never fitted to), and what differs and why. The report's prose and the
+// papers' quotes are data (scenarios/reproduce/<paper>.md, read by studies/report_text.hpp);
+// the code computes the tables and the numbers it fills in.
 
 #include <cstdint>
 #include <map>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "topologies/json_input.hpp"
+#include "topologies/status.hpp"
 
 namespace hexi {
 inline namespace studies {
@@ -22,6 +25,8 @@ struct Paper {
 };
 const std::vector<Paper>& reproducible_papers();
 std::string reproduce_sweep_file(const std::string& paper, bool quick);
+// The report's prose (named fragments with placeholders), relative to the data root.
+std::string reproduce_text_file(const std::string& paper);
 
 // One experiment setting: a cluster (label) and a workload.
 struct Setting {
@@ -79,9 +84,10 @@ struct Report {
 };
 
 // The report of a finished (or partly finished) reproduction; `sweep_file` and `command` are
-// quoted in its head.
-Report reproduce_report(const std::string& paper, const ResultTable& table, bool quick,
-                        const std::string& sweep_file, const std::string& command);
+// quoted in its head. An error (naming the file and the fragment) when the report's text
+// cannot be read or lacks a fragment or placeholder the report needs.
+Result<Report> reproduce_report(const std::string& paper, const ResultTable& table, bool quick,
+                                const std::string& sweep_file, const std::string& command);
 
 }  // namespace studies
 }  // namespace hexi

@@ -3,7 +3,11 @@
 // reproduce sweep file covers every cell its report reads.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -66,8 +70,9 @@ TEST(Reproduce, HexiScaleRatiosAgainstTheBaselinesThatFit) {
   const ResultTable table(rows);
   EXPECT_EQ(table.rows(), 9u);
   ASSERT_EQ(table.errors().size(), 1u);
-  const Report rep = reproduce_report("hexiscale", table, true, "f.json", "hexisim reproduce");
-  const std::string& md = rep.markdown;
+  const auto rep = reproduce_report("hexiscale", table, true, "f.json", "hexisim reproduce");
+  ASSERT_TRUE(rep) << rep.error().message;
+  const std::string& md = rep->markdown;
   // Table 1: vs metis/amp 12 000 / 10 000 closed, 11 000 / 10 000 simulated; vs every
   // baseline the same (flashflex does not fit, random's mean is 9 000).
   const std::string t1 = line_of(md, s1);
@@ -90,13 +95,48 @@ TEST(Reproduce, HexiSeqStandsInClosedFormForBaselinesNotSimulated) {
       row(c, "llama-70b-1m", "hexiseq", 9000, 8000), row(c, "llama-70b-1m", "ring", 6000, 5000),
       row(c, "llama-70b-1m", "ulysses", 6400),  // closed form only: stands in
       row(c, "llama-70b-1m", "usp", 6000, 5000), row(c, "llama-70b-1m", "megatron-cp", 7500)};
-  const Report rep = reproduce_report("hexiseq", ResultTable(rows), false, "f.json", "cmd");
-  const std::string t1 = line_of(rep.markdown, c);
+  const auto rep = reproduce_report("hexiseq", ResultTable(rows), false, "f.json", "cmd");
+  ASSERT_TRUE(rep) << rep.error().message;
+  const std::string t1 = line_of(rep->markdown, c);
   // Closed: 9 000 / 6 400 (megatron-cp is not one of the paper's three); simulated: 8 000 /
   // 6 400 (ulysses' closed form stands in, above the others' 5 000); with megatron-cp 1.20×.
   EXPECT_NE(t1.find("| 1.41× | 1.25× | 1.20× |"), std::string::npos) << t1;
-  EXPECT_NE(rep.markdown.find("stands in with its closed form"), std::string::npos);
-  ASSERT_EQ(rep.figures.size(), 1u);
+  EXPECT_NE(rep->markdown.find("stands in with its closed form"), std::string::npos);
+  ASSERT_EQ(rep->figures.size(), 1u);
+}
+
+// A report whose text lacks a fragment it needs is an error naming the file and the fragment,
+// neither a crash nor a report with a hole.
+TEST(Reproduce, TextWithoutAFragmentIsAnErrorNamingIt) {
+  namespace fs = std::filesystem;
+  std::ifstream in(data_root() / reproduce_text_file("hexiseq"));
+  ASSERT_TRUE(in);
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const std::string marker = "<!-- fragment: pairs.result -->";
+  ASSERT_NE(s.find(marker), std::string::npos);
+  s.replace(s.find(marker), marker.size(), "<!-- fragment: pairs.renamed -->");
+  const fs::path root =
+      fs::temp_directory_path() / ("hexisim-reproduce-text-" + std::to_string(::getpid()));
+  fs::create_directories(root / "scenarios/reproduce");
+  std::ofstream(root / "scenarios/reproduce/hexiseq.md") << s;
+
+  const char* env = std::getenv("HEXISIM_ROOT");
+  const std::string before = env != nullptr ? env : "";
+  ::setenv("HEXISIM_ROOT", root.c_str(), 1);
+  const auto rep = reproduce_report("hexiseq", ResultTable({}), false, "f.json", "cmd");
+  if (env != nullptr) {
+    ::setenv("HEXISIM_ROOT", before.c_str(), 1);
+  } else {
+    ::unsetenv("HEXISIM_ROOT");
+  }
+  fs::remove_all(root);
+  ASSERT_FALSE(rep);
+  EXPECT_NE(rep.error().message.find("scenarios/reproduce/hexiseq.md: fragment \"pairs.result\": "
+                                     "no such fragment"),
+            std::string::npos)
+      << rep.error().message;
 }
 
 // Every cell the reports read is a point of the shipped sweeps: rows made from each file's
@@ -121,8 +161,9 @@ TEST(Reproduce, ShippedSweepsCoverTheirReports) {
         r["point"]["global_batch"] = p.at("global_batch");
         rows.push_back(r);
       }
-      const Report rep = reproduce_report(paper.name, ResultTable(rows), quick, file, "cmd");
-      std::istringstream md(rep.markdown);
+      const auto rep = reproduce_report(paper.name, ResultTable(rows), quick, file, "cmd");
+      ASSERT_TRUE(rep) << rep.error().message;
+      std::istringstream md(rep->markdown);
       std::string line;
       int table_rows = 0;
       while (std::getline(md, line)) {
@@ -139,7 +180,7 @@ TEST(Reproduce, ShippedSweepsCoverTheirReports) {
       EXPECT_GT(table_rows, 5) << file;
       // The full runs simulate every table's settings.
       if (!quick) {
-        EXPECT_EQ(rep.markdown.find("no setting measured"), std::string::npos) << file;
+        EXPECT_EQ(rep->markdown.find("no setting measured"), std::string::npos) << file;
       }
     }
   }
