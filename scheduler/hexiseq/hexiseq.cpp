@@ -133,6 +133,7 @@ std::optional<std::int64_t> token_block(std::int64_t sequence, int devices,
 
 std::vector<std::int64_t> round_blocks(const std::vector<double>& t, std::int64_t total) {
   const std::size_t n = t.size();
+  if (total < static_cast<std::int64_t>(n)) return {};
   std::vector<std::int64_t> out(n);
   std::int64_t sum = 0;
   for (std::size_t g = 0; g < n; ++g) {
@@ -759,7 +760,7 @@ class Search {
       std::vector<double> per_group;
       for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
       const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
-      if (blocks == last) break;  // converged
+      if (blocks.empty() || blocks == last) break;  // fewer blocks than groups, or converged
       last = blocks;
       std::vector<GroupGuess> group_guesses;
       for (int g = 0; g < p; ++g) group_guesses.push_back(guesses[cls[g]]);

@@ -141,7 +141,8 @@ std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
                                                 double* model_s = nullptr);
 
 // T_g in whole blocks >= 1 summing to `total`: floors, then each block left to the group
-// whose blocks / T_g grows the least (min-max rounding; ties to the lower index).
+// whose blocks / T_g grows the least (min-max rounding; ties to the lower index). Empty when
+// `total` is below the number of groups (no group may go without a block).
 std::vector<std::int64_t> round_blocks(const std::vector<double>& blocks, std::int64_t total);
 
 // Stage 3: one group's shards and heads for T_g = `tokens` (ring blocks up to `ring_block`

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "scheduler/hexiseq/exact.hpp"
 #include "scheduler/plan/sequence_testing.hpp"
 
 namespace hexi {
@@ -201,6 +202,35 @@ TEST(HexiSeqSearch, BadInput) {
   auto e = run_hexiseq(odd, {}, {});
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.error().message.find("S = 4097 must be even"), std::string::npos);
+}
+
+// Fewer token blocks than groups: round_blocks cannot give every group one and says so (it
+// used to take a block from a group past the end and corrupt the heap); the searches on a
+// mixed mesh of 4 GPUs at 2 to 8 tokens return a layout of S tokens or bad input, never crash.
+TEST(HexiSeqSearch, FewerBlocksThanGroupsIsALayoutOrBadInput) {
+  EXPECT_TRUE(round_blocks({1.0, 1.0, 1.0}, 2).empty());
+  EXPECT_EQ(round_blocks({1.0, 1.0, 1.0}, 3), (std::vector<std::int64_t>{1, 1, 1}));
+  EXPECT_EQ(round_blocks({0.2, 0.2}, 2), (std::vector<std::int64_t>{1, 1}));
+  const Cluster c = mixed_cluster({{"A100-SXM-80GB", 2, 1}, {"H100-SXM", 2, 1}});
+  for (int seq : {2, 4, 6, 8}) {
+    SequenceCost cost(c, testing::small_model(), long_context(seq), Profile{});
+    for (bool identical : {false, true}) {
+      HexiSeqOptions o;
+      o.identical_devices = identical;
+      auto r = run_hexiseq(cost, {}, o);
+      if (!r) {
+        EXPECT_EQ(r.error().kind, ErrorKind::kBadInput) << seq << ": " << r.error().message;
+        continue;
+      }
+      std::int64_t tokens = 0;
+      for (const auto& g : r->layout.groups) tokens += g.tokens;
+      EXPECT_EQ(tokens, seq);
+    }
+    auto e = run_hexiseq_exact(cost, {}, {});
+    if (!e) {
+      EXPECT_EQ(e.error().kind, ErrorKind::kBadInput) << seq << ": " << e.error().message;
+    }
+  }
 }
 
 }  // namespace
