@@ -15,6 +15,20 @@ using PipelineFn = Result<SearchResult> (*)(const Scenario&, const SearchOptions
 using SequenceFn = Result<HexiSeqResult> (*)(const SequenceCost&, std::vector<int>,
                                              const HexiSeqOptions&);
 
+// A plan document and its closed-form estimate (pipeline and hybrid schedulers).
+Scheduled of_plan(const std::string& name, SchedulerKind kind, const Plan& plan,
+                  const Estimate& estimate, double search_time_s) {
+  Scheduled s;
+  s.scheduler = name;
+  s.kind = kind;
+  s.document.plan = plan;
+  s.iteration_time_s = estimate.iteration_time_s;
+  s.tokens_per_s = estimate.tokens_per_s;
+  s.fits = estimate.feasible;
+  s.search_time_s = search_time_s;
+  return s;
+}
+
 // A pipeline search: the scenario checked first (a disconnected cluster, a model that fits
 // nowhere), its plan and estimate the document.
 SchedulerInfo pipeline(std::string name, std::string description, PipelineFn fn) {
@@ -22,14 +36,8 @@ SchedulerInfo pipeline(std::string name, std::string description, PipelineFn fn)
     if (auto st = check_schedulable(sc); !st) return st.error();
     auto r = fn(sc, o.search);
     if (!r) return r.error();
-    Scheduled s;
-    s.scheduler = r->scheduler;
-    s.kind = SchedulerKind::kPipeline;
-    s.document.plan = r->plan;
-    s.iteration_time_s = r->estimate.iteration_time_s;
-    s.tokens_per_s = r->estimate.tokens_per_s;
-    s.fits = r->estimate.feasible;
-    s.search_time_s = r->search_time_s;
+    Scheduled s =
+        of_plan(r->scheduler, SchedulerKind::kPipeline, r->plan, r->estimate, r->search_time_s);
     s.pipeline = std::move(*r);
     return s;
   };
@@ -73,14 +81,8 @@ Result<Scheduled> run_mesh_pipeline(const Scenario& sc, const SchedulerOptions& 
   po.max_stages = o.max_stages;
   auto r = search_mesh_pipeline(sc.cluster, sc.model, sc.training, sc.profile, po);
   if (!r) return r.error();
-  Scheduled s;
-  s.scheduler = "mesh-pipeline";
-  s.kind = SchedulerKind::kHybrid;
-  s.document.plan = r->plan;
-  s.iteration_time_s = r->estimate.iteration_time_s;
-  s.tokens_per_s = r->estimate.tokens_per_s;
-  s.fits = r->estimate.feasible;
-  s.search_time_s = r->search_time_s;
+  Scheduled s =
+      of_plan("mesh-pipeline", SchedulerKind::kHybrid, r->plan, r->estimate, r->search_time_s);
   s.hybrid = std::move(*r);
   return s;
 }

@@ -18,14 +18,9 @@ namespace {
 using testing::catalog_model;
 using testing::long_context;
 using testing::mixed_cluster;
+using testing::with_full_recompute;
 
 const Profile kBaselinesProfile;
-
-TrainingConfig with_full_recompute(int seq) {
-  TrainingConfig t = long_context(seq);
-  t.recompute = Recompute::kFull;
-  return t;
-}
 
 struct Case {
   const char* name;

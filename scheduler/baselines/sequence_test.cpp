@@ -10,16 +10,10 @@ namespace hexi {
 namespace {
 
 using testing::catalog_model;
-using testing::long_context;
 using testing::mixed_cluster;
+using testing::with_full_recompute;
 
 const Profile kBaselinesProfile;
-
-TrainingConfig with_full_recompute(int seq) {
-  TrainingConfig t = long_context(seq);
-  t.recompute = Recompute::kFull;
-  return t;
-}
 
 TEST(HexiSeqBaselines, EvenSplits) {
   EXPECT_EQ(even_split(20, 3), (std::vector<std::int64_t>{8, 6, 6}));  // 10 pairs: 4, 3, 3

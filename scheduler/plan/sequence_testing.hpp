@@ -69,4 +69,11 @@ inline TrainingConfig long_context(int seq, int global_batch = 1) {
   return t;
 }
 
+// long_context(seq) under full activation recompute (what the baselines' tests compare on).
+inline TrainingConfig with_full_recompute(int seq) {
+  TrainingConfig t = long_context(seq);
+  t.recompute = Recompute::kFull;
+  return t;
+}
+
 }  // namespace hexi::testing
