@@ -1,8 +1,10 @@
 #include "validation/trace_compare.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace hexi::validation {
 double median(std::vector<double> v) {
@@ -80,20 +82,23 @@ Result<MeasuredOps> measured_ops(const Program& program, const Trace& measured,
                                  const std::string& origin) {
   const int num_ops = program.num_ops();
   MeasuredOps m;
+  std::set<int> steps;  // the steps the trace holds (a resumed run's need not start at 0)
   for (const TraceOp& e : measured.ops) {
     if (e.op < 0 || e.op >= num_ops) {
       return bad_input(origin + ": op " + std::to_string(e.op) +
                        " is not an op of the simulated program (" + std::to_string(num_ops) +
                        " ops): was the trace measured on another plan or scenario?");
     }
-    m.steps = std::max(m.steps, e.step + 1);
+    if (e.step >= 0) steps.insert(e.step);
   }
-  if (m.steps == 0) return bad_input(origin + ": no op of a training step in the trace");
+  if (steps.empty()) return bad_input(origin + ": no op of a training step in the trace");
+  m.steps = static_cast<int>(steps.size());
   m.first = m.steps >= 3 ? 1 : 0;  // the first step warms up
+  const int first_step = *std::next(steps.begin(), m.first);
   m.by_op.resize(num_ops);
-  std::vector<Span> step_span(m.steps);
+  std::map<int, Span> step_span;  // by step, ascending
   for (const TraceOp& e : measured.ops) {
-    if (e.step < m.first) continue;
+    if (e.step < first_step) continue;
     m.by_op[e.op].push_back(e);
     step_span[e.step].add(e);
   }
@@ -103,7 +108,7 @@ Result<MeasuredOps> measured_ops(const Program& program, const Trace& measured,
                        ") was not measured: the trace is not of the simulated program");
     }
   }
-  for (int s = m.first; s < m.steps; ++s) m.step_seconds.push_back(step_span[s].seconds());
+  for (const auto& [step, span] : step_span) m.step_seconds.push_back(span.seconds());
   return m;
 }
 

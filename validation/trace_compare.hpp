@@ -39,8 +39,8 @@ struct TraceComparison {
 // A measured trace sorted by program op: every op's events over the steps used (the first
 // left out when there are at least three), and each used step's span.
 struct MeasuredOps {
-  int steps = 0;                            // steps in the trace
-  int first = 0;                            // the first step used
+  int steps = 0;                            // steps in the trace (they may skip numbers)
+  int first = 0;                            // how many of them are not used (the warm-up)
   std::vector<std::vector<TraceOp>> by_op;  // per program op id, one event per used step
   std::vector<double> step_seconds;         // per used step: first op start to last op end
 };

@@ -91,6 +91,27 @@ TEST(TraceCompare, MeasuredTwiceAsLongIsTwiceAsLongPerClass) {
   EXPECT_EQ(j["classes"].size(), c->classes.size());
 }
 
+// A resumed run's trace numbers its steps from where it resumed, as high as an int goes: the
+// same steps compare the same (no vector indexed by step: a step of 10^9 used to allocate a
+// billion spans, 2^31 - 2 to overflow).
+TEST(TraceCompare, StepsMayStartAnywhere) {
+  const SimulatedRun run = simulated_run();
+  const Trace from_zero = measured_from(run.simulated, 4, 2.0);
+  for (int offset : {1000, 1000000000, 2147483646 - 3}) {
+    Trace shifted = from_zero;
+    for (TraceOp& e : shifted.ops) e.step += offset;
+    auto a = measured_ops(run.program, from_zero, "a");
+    auto b = measured_ops(run.program, shifted, "b");
+    ASSERT_TRUE(a.ok() && b.ok()) << offset;
+    EXPECT_EQ(b->steps, 4);
+    EXPECT_EQ(b->first, 1);
+    EXPECT_EQ(a->step_seconds, b->step_seconds) << offset;
+    for (int op = 0; op < run.program.num_ops(); ++op) {
+      ASSERT_EQ(a->by_op[op].size(), b->by_op[op].size()) << op;
+    }
+  }
+}
+
 TEST(TraceCompare, ATraceOfAnotherProgramIsRefused) {
   const SimulatedRun run = simulated_run();
   Trace measured = measured_from(run.simulated, 2, 1.0);

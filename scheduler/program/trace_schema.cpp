@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -11,6 +12,10 @@
 namespace hexi {
 inline namespace program {
 namespace {
+
+// Op ids, device ids (pid), event ids and steps are ints: larger values are bad input, not
+// wrapped. A step is at most one below the largest so that step + 1 still counts steps.
+constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max() - 1;
 
 // A JSON string literal (quoted, escaped; bytes that are not UTF-8 become U+FFFD): names
 // come from cluster files and may hold quotes, backslashes or anything else.
@@ -123,8 +128,8 @@ Result<Trace> trace_from_json(const Json& json, const std::string& origin) {
       const std::string ph = ev.str("ph");
       const auto args = ev.find("args");
       if (ph == "e") {
-        const auto key = std::make_pair(static_cast<int>(ev.at("pid").integer()),
-                                        static_cast<int>(ev.at("id").integer()));
+        const auto key = std::make_pair(static_cast<int>(ev.at("pid").integer_in(0, kMaxId)),
+                                        static_cast<int>(ev.at("id").integer_in(0, kMaxId)));
         auto it = open.find(key);
         if (it == open.end()) ev.fail_message("an \"e\" event without its \"b\" (pid, id)");
         t.ops[it->second].end_us = ev.at("ts").number();
@@ -133,16 +138,18 @@ Result<Trace> trace_from_json(const Json& json, const std::string& origin) {
       }
       if ((ph != "X" && ph != "b") || !args || !args->has("op")) continue;
       TraceOp op;
-      op.op = static_cast<int>(args->at("op").integer_in(0, 1LL << 40));
-      op.device = static_cast<int>(ev.at("pid").integer());
+      op.op = static_cast<int>(args->at("op").integer_in(0, kMaxId));
+      op.device = static_cast<int>(ev.at("pid").integer_in(0, kMaxId));
       op.start_us = ev.at("ts").number();
       op.end_us = ph == "X" ? op.start_us + ev.at("dur").number() : op.start_us;
-      op.step = static_cast<int>(args->integer_or("step", -1, 1LL << 40, -1));
+      op.step = static_cast<int>(args->integer_or("step", -1, kMaxId, -1));
       if (auto b = args->find("bytes")) op.bytes = b->number();
       if (auto v = args->find("posted_us")) op.posted_us = v->number();
       if (auto v = args->find("folded_us")) op.folded_us = v->number();
       if (auto v = args->find("cpu_us")) op.cpu_us = v->number();
-      if (ph == "b") open[{op.device, static_cast<int>(ev.at("id").integer())}] = t.ops.size();
+      if (ph == "b") {
+        open[{op.device, static_cast<int>(ev.at("id").integer_in(0, kMaxId))}] = t.ops.size();
+      }
       t.ops.push_back(op);
     }
     if (!open.empty()) {

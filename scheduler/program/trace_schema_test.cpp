@@ -101,6 +101,32 @@ TEST(TraceSchema, UnpairedAsyncEventsAreBadInput) {
   EXPECT_NE(b.error().message.find("op 4 on device 0"), std::string::npos) << b.error().message;
 }
 
+// Op ids, devices, event ids and steps are ints: a value past the largest is bad input naming
+// its JSON path (it used to wrap, and a step of 2^31 - 1 made the comparison index a vector
+// at a negative size).
+TEST(TraceSchema, IdsAndStepsPastAnIntAreBadInput) {
+  for (const char* args : {R"({"op": 2147483653})", R"({"op": 1, "step": 2147483647})",
+                           R"({"op": 1, "step": 4294967296})"}) {
+    const Json doc = Json::parse(
+        std::string(R"({"traceEvents": [{"name": "x", "ph": "X", "pid": 0, "tid": 1, "ts": 2, )") +
+        R"("dur": 1, "args": )" + args + "}]}");
+    auto t = trace_from_json(doc, "t.json");
+    ASSERT_FALSE(t.ok()) << args;
+    EXPECT_EQ(t.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(t.error().message.find("t.json"), std::string::npos) << t.error().message;
+    EXPECT_NE(t.error().message.find("/traceEvents/0/args/"), std::string::npos)
+        << t.error().message;
+  }
+  const Json pid = Json::parse(
+      R"({"traceEvents": [{"name": "x", "ph": "X", "pid": 4294967296, "tid": 1, "ts": 2, "dur": 1, "args": {"op": 1}}]})");
+  EXPECT_FALSE(trace_from_json(pid, "t.json").ok());
+  const Json largest = Json::parse(
+      R"({"traceEvents": [{"name": "x", "ph": "X", "pid": 0, "tid": 1, "ts": 2, "dur": 1, "args": {"op": 1, "step": 2147483646}}]})");
+  auto ok = trace_from_json(largest, "t.json");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->ops.at(0).step, 2147483646);
+}
+
 // Names come from cluster files: a quote, a backslash or 600 characters used to give
 // invalid JSON (a 512-byte printf buffer, no escaping).
 TEST(TraceSchema, AnyGpuNameGivesValidJson) {
