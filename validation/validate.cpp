@@ -39,6 +39,12 @@ std::vector<SuiteRun> read_runs(const JsonNode& list, const fs::path& dir, const
     node.allow_only({"name", "what", "scenario", "plan"});
     SuiteRun r;
     r.name = node.str("name");
+    // The name names the run's files in --out (traces, logs): a file name, never a path.
+    if (r.name.empty() || r.name == "." || r.name == ".." ||
+        r.name.find_first_of(std::string("/\\\0", 3)) != std::string::npos) {
+      node.at("name").fail(
+          "a file name (no '/', not '.' or '..'): it names the run's files in --out");
+    }
     r.what = node.find("what") ? node.str("what") : "";
     const std::string sc = node.str("scenario");
     r.scenario = looks_like_path(sc) ? (dir / sc).string() : sc;

@@ -93,6 +93,19 @@ TEST(CliValidate, RefusesASuiteThatValidatesOnWhatItFitted) {
   r = run_cli("validate " + (dir / "suite.json").string() + " --out " + (dir / "o").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("not the suite's cluster"), std::string::npos) << r.err;
+  // A run's name names its files in --out: a path would write outside it.
+  for (const char* name : {"../escape", "/tmp/abs", "..", ""}) {
+    write_text(dir / "suite.json",
+               std::string(R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4",
+      "calibration": [{"name": ")") +
+                   name + R"(", "scenario": "tiny-llama-8l-cpu", "plan": "plan.json"}],
+      "validation": [{"name": "b", "scenario": "tiny-llama-8l-cpu", "plan": "plan.json"}]})");
+    r = run_cli("validate " + (dir / "suite.json").string() + " --out " + (dir / "o").string());
+    EXPECT_EQ(r.code, 2) << name;
+    EXPECT_NE(r.err.find("/calibration/0/name"), std::string::npos) << name << ": " << r.err;
+    EXPECT_NE(r.err.find("a file name"), std::string::npos) << name << ": " << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "escape"));
 }
 
 // A suite of one-device runs with --local: each run is one `hexisim train` process (no
