@@ -2,6 +2,7 @@
 // whole cluster (HexiSeq, scheduler/hexiseq/): plan it with HexiSeq or a baseline, evaluate
 // a layout file, or compare every sequence scheduler on the scenario.
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -316,6 +317,14 @@ int run_compare(const Scenario& sc, const SchedulerOptions& o, bool json, bool s
     print_compare_json(sc, rows, best);
   } else {
     print_compare_table(sc, rows, best, simulated);
+  }
+  // Printed either way; a scenario no scheduler can lay out in memory is bad input.
+  const bool any_fits = std::any_of(rows.begin(), rows.end(), [](const CompareRow& r) {
+    return r.result && r.result->time.fits;
+  });
+  if (!any_fits) {
+    return report(bad_input(sc.name + ": no sequence scheduler found a layout that fits in "
+                                      "memory (each one's reason above)"));
   }
   return 0;
 }

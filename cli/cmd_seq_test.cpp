@@ -23,6 +23,22 @@ const char* kScenario = R"({"version": 1, "name": "seq-small",
   "training": {"global_batch": 1, "seq_len": 16384, "zero_stage": 3, "recompute": "full"},
   "scheduler": "hexiseq"})";
 
+// --compare where no scheduler's layout fits (Llama 13B on two 16 GiB T4): the table, then
+// bad input (it used to exit 0).
+TEST(CliSeq, CompareExitsTwoWhenNothingFits) {
+  auto dir = scratch_dir("seq-nothing-fits");
+  const auto sc = dir / "s.json";
+  json scenario = json::parse(kScenario);
+  scenario["cluster"]["machines"] = json::array({{{"name", "t"}, {"gpu", "T4"}, {"gpus", 2}}});
+  write_text(sc, scenario.dump());
+  auto r = run_cli("seq " + sc.string() + " --compare");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.out.find("ring"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("no sequence scheduler found a layout that fits"), std::string::npos)
+      << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSeq, PlansWritesAndReevaluatesTheSameLayout) {
   auto dir = scratch_dir("seq");
   const auto sc = dir / "s.json", a = dir / "a.json", b = dir / "b.json";
