@@ -212,8 +212,9 @@ TEST(HexiSeqSearch, FewerBlocksThanGroupsIsALayoutOrBadInput) {
   EXPECT_EQ(round_blocks({1.0, 1.0, 1.0}, 3), (std::vector<std::int64_t>{1, 1, 1}));
   EXPECT_EQ(round_blocks({0.2, 0.2}, 2), (std::vector<std::int64_t>{1, 1}));
   const Cluster c = mixed_cluster({{"A100-SXM-80GB", 2, 1}, {"H100-SXM", 2, 1}});
+  const Profile profile;  // the cost keeps a reference: it outlives the loop
   for (int seq : {2, 4, 6, 8}) {
-    SequenceCost cost(c, testing::small_model(), long_context(seq), Profile{});
+    SequenceCost cost(c, testing::small_model(), long_context(seq), profile);
     for (bool identical : {false, true}) {
       HexiSeqOptions o;
       o.identical_devices = identical;
