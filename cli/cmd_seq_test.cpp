@@ -24,7 +24,7 @@ const char* kScenario = R"({"version": 1, "name": "seq-small",
   "scheduler": "hexiseq"})";
 
 // --compare where no scheduler's layout fits (Llama 13B on two 16 GiB T4): the table, then
-// bad input (it used to exit 0).
+// bad input, so that a script sees the scenario cannot be laid out.
 TEST(CliSeq, CompareExitsTwoWhenNothingFits) {
   auto dir = scratch_dir("seq-nothing-fits");
   const auto sc = dir / "s.json";

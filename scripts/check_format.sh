@@ -2,11 +2,11 @@
 # Fails (exit 1) listing every offender:
 #  - a C++/CUDA source that clang-format (.clang-format) would change;
 #  - a tracked Markdown file, or a comment in a tracked source (C++, CUDA, Python, shell,
-#    CMake, Makefile), that writes history where the rule or the reason belongs: an issue
-#    number ("issue 12", "issues 13 and 14", "#12"), a run letter ("run N", "runs M and L")
-#    or a session ordinal ("the fourteenth session"). Dates and commit hashes are fine (a
-#    RESULTS.md keys its sections by them). Markdown code blocks and inline code spans are
-#    not checked (tool output such as libFuzzer's "#4880918 DONE");
+#    CMake, Makefile), that writes history where the rule or the reason belongs: the word
+#    issue followed by a number, a hash sign followed by a number, the word run followed by
+#    one capital letter, or an ordinal before the word session. Dates and commit hashes are
+#    fine (a RESULTS.md keys its sections by them). Markdown code blocks and inline code spans
+#    are not checked (tool output such as libFuzzer's progress lines);
 #  - a library link or an include against the data flow (scripts/check_layers.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,11 +25,13 @@ ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|el
             "twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|"
             "nineteenth|twentieth|\\d+(?:st|nd|rd|th)")
 RULES = [
-    # "issue 12", "issues 13 and 14", "issue #12", "issues 13/14", "pre-issue-18"
+    # the word issue (or issues), optionally a hyphen or a hash sign, then digits
     ("issue number", re.compile(r"\bissues?[\s-]*#?\d+", re.I)),
-    # a bare "#12" as a reference (not "#include", a heading, an anchor "#12-x" or a colour)
+    # a bare hash sign and digits as a reference (not an include, a heading, an anchor or a
+    # colour)
     ("issue number", re.compile(r"(?:^|(?<=[\s(\[,;]))#\d{1,5}(?![\w-])")),
-    # "run N", "Run L rescored", "runs M and L"; not "run N times" and its kin
+    # run or runs, then one capital letter as a name; not a count word after it (times,
+    # steps, ...)
     ("run letter", re.compile(
         r"\b[Rr]uns? [A-Z]\b(?![\w'/-])(?! (?:times|steps|rounds|ranks|processes|workers|"
         r"jobs|threads|iterations)\b)")),

@@ -92,8 +92,7 @@ TEST(TraceCompare, MeasuredTwiceAsLongIsTwiceAsLongPerClass) {
 }
 
 // A resumed run's trace numbers its steps from where it resumed, as high as an int goes: the
-// same steps compare the same (no vector indexed by step: a step of 10^9 used to allocate a
-// billion spans, 2^31 - 2 to overflow).
+// same steps compare the same, at any offset (nothing is indexed by step number).
 TEST(TraceCompare, StepsMayStartAnywhere) {
   const SimulatedRun run = simulated_run();
   const Trace from_zero = measured_from(run.simulated, 4, 2.0);

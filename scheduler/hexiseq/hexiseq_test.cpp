@@ -204,9 +204,9 @@ TEST(HexiSeqSearch, BadInput) {
   EXPECT_NE(e.error().message.find("S = 4097 must be even"), std::string::npos);
 }
 
-// Fewer token blocks than groups: round_blocks cannot give every group one and says so (it
-// used to take a block from a group past the end and corrupt the heap); the searches on a
-// mixed mesh of 4 GPUs at 2 to 8 tokens return a layout of S tokens or bad input, never crash.
+// Fewer token blocks than groups: round_blocks cannot give every group one and says so (an
+// empty split, never a block taken from past the end); the searches on a mixed mesh of 4 GPUs
+// at 2 to 8 tokens return a layout of S tokens or bad input, never crash.
 TEST(HexiSeqSearch, FewerBlocksThanGroupsIsALayoutOrBadInput) {
   EXPECT_TRUE(round_blocks({1.0, 1.0, 1.0}, 2).empty());
   EXPECT_EQ(round_blocks({1.0, 1.0, 1.0}, 3), (std::vector<std::int64_t>{1, 1, 1}));

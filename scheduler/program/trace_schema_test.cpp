@@ -102,8 +102,7 @@ TEST(TraceSchema, UnpairedAsyncEventsAreBadInput) {
 }
 
 // Op ids, devices, event ids and steps are ints: a value past the largest is bad input naming
-// its JSON path (it used to wrap, and a step of 2^31 - 1 made the comparison index a vector
-// at a negative size).
+// its JSON path, never wrapped (and a step leaves room for step + 1).
 TEST(TraceSchema, IdsAndStepsPastAnIntAreBadInput) {
   for (const char* args : {R"({"op": 2147483653})", R"({"op": 1, "step": 2147483647})",
                            R"({"op": 1, "step": 4294967296})"}) {
