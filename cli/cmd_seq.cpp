@@ -36,10 +36,6 @@ struct SeqOptions {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string scheduler_list() {
-  return scheduler_names(SchedulerKind::kSequence);
-}
-
 Json result_json(const std::string& name, const HexiSeqResult& r) {
   Json memory = Json::array();
   for (const auto& m : r.time.memory) {
@@ -469,7 +465,7 @@ Result<HexiSeqResult> layout_of_scheduler(const Scenario& sc, const std::string&
   const SchedulerInfo* s = find_scheduler(name);
   if (!s || s->kind != SchedulerKind::kSequence) {
     return bad_input("--scheduler: unknown sequence scheduler \"" + name + "\"; expected one of " +
-                     scheduler_list());
+                     scheduler_names(SchedulerKind::kSequence));
   }
   auto r = s->run(sc, o);
   if (!r) return r.error();
@@ -535,8 +531,9 @@ void add_seq_command(CLI::App& app, Runner& run) {
   cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
       ->required();
   add_profile_option(cmd, opt->profile);
-  cmd->add_option("--scheduler", opt->scheduler,
-                  "Sequence scheduler: " + scheduler_list() + " (default: hexiseq)");
+  cmd->add_option(
+      "--scheduler", opt->scheduler,
+      "Sequence scheduler: " + scheduler_names(SchedulerKind::kSequence) + " (default: hexiseq)");
   cmd->add_flag("--compare", opt->compare,
                 "Run every sequence scheduler and compare them with the best baseline");
   cmd->add_option("--layout", opt->layout,

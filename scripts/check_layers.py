@@ -154,7 +154,7 @@ def closure(targets, name, seen=None):
 def main():
     verbose = "-v" in sys.argv
     targets = read_targets()
-    headers = [h for h in tracked("*.hpp") + tracked("*.cuh")]
+    headers = tracked("*.hpp") + tracked("*.cuh")
     layer_of = {lib: i for i, layer in enumerate(LAYERS) for lib in layer}
     problems = []
     for t in sorted(targets.values(), key=lambda t: t.name):

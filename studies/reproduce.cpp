@@ -201,6 +201,34 @@ void hexiscale_baselines(const ResultTable& t, TextWriter& w) {
                  {"stand_in", r.stand_in ? w.text("baselines.stand_in") : ""}});
 }
 
+// The cells of a heterogeneous cluster's scheduler (`ours`) set against the best tokens/s
+// on its homogeneous twin (`best`, `best_sim`; `any_hom` for its peak): peak, tokens/s
+// closed and simulated, the twin's name, peak and best, and the two ratios, which are also
+// kept in `closed` and `sim`.
+std::vector<std::string> versus_cells(const Measure* ours, const std::string& hom_cluster,
+                                      const Measure* any_hom, double best, double best_sim,
+                                      std::vector<double>& closed, std::vector<double>& sim) {
+  const bool ok = ours != nullptr && ours->ok();
+  std::string r = "-", rs = "-";
+  if (ok && best > 0) {
+    closed.push_back(ours->closed_mean() / best);
+    r = times(closed.back());
+  }
+  if (ok && ours->simulated_mean() > 0 && best_sim > 0) {
+    sim.push_back(ours->simulated_mean() / best_sim);
+    rs = times(sim.back());
+  }
+  return {ours ? fixed(ours->peak_pflops, 2) : "-",
+          tokens_cell(ours, false),
+          tokens_cell(ours, true),
+          hom_cluster,
+          any_hom ? fixed(any_hom->peak_pflops, 2) : "-",
+          best > 0 ? grouped(best) : "-",
+          best_sim > 0 ? grouped(best_sim) : "-",
+          r,
+          rs};
+}
+
 // A heterogeneous setting against its homogeneous cluster (the better of uniform and
 // HexiScale on it); the ratios kept in `closed` and `sim`.
 std::vector<std::string> homogeneous_row(const ResultTable& t, const HeteroSetting& hs,
@@ -208,33 +236,15 @@ std::vector<std::string> homogeneous_row(const ResultTable& t, const HeteroSetti
                                          std::vector<double>& sim) {
   Setting hom = s;
   hom.cluster = hs.homogeneous;
-  const Measure* hx = t.find(s, "hexiscale");
   const Measure* hu = t.find(hom, "uniform");
   const Measure* hh = t.find(hom, "hexiscale");
-  const double best = best_of(t, hom, {"uniform", "hexiscale"}, false);
-  const double best_sim = best_of(t, hom, {"uniform", "hexiscale"}, true);
-  const bool ok = hx != nullptr && hx->ok();
-  std::string r = "-", rs = "-";
-  if (ok && best > 0) {
-    closed.push_back(hx->closed_mean() / best);
-    r = times(closed.back());
+  std::vector<std::string> row = {s.cluster, model_label(s)};
+  for (auto& cell : versus_cells(t.find(s, "hexiscale"), hom.cluster, hu != nullptr ? hu : hh,
+                                 best_of(t, hom, {"uniform", "hexiscale"}, false),
+                                 best_of(t, hom, {"uniform", "hexiscale"}, true), closed, sim)) {
+    row.push_back(std::move(cell));
   }
-  if (ok && hx->simulated_mean() > 0 && best_sim > 0) {
-    sim.push_back(hx->simulated_mean() / best_sim);
-    rs = times(sim.back());
-  }
-  const Measure* any_hom = hu != nullptr ? hu : hh;
-  return {s.cluster,
-          model_label(s),
-          hx ? fixed(hx->peak_pflops, 2) : "-",
-          tokens_cell(hx, false),
-          tokens_cell(hx, true),
-          hom.cluster,
-          any_hom ? fixed(any_hom->peak_pflops, 2) : "-",
-          best > 0 ? grouped(best) : "-",
-          best_sim > 0 ? grouped(best_sim) : "-",
-          r,
-          rs};
+  return row;
 }
 
 // 2. Homogeneous clusters of about the same FLOPS.
@@ -417,30 +427,14 @@ std::vector<std::string> pair_row(const ResultTable& t, const SeqCluster& c, con
                                                  "megatron-cp"};
   Setting hom = s;
   hom.cluster = c.homogeneous;
-  const Measure* hq = t.find(s, "hexiseq");
-  const Measure* any_hom = t.find(hom, "hexiseq");
   const double best = best_of(t, hom, every, false);
   const double best_sim = best_of(t, hom, every, true, &ratios.stand_in);
-  const bool ok = hq != nullptr && hq->ok();
-  std::string r = "-", rs = "-";
-  if (ok && best > 0) {
-    ratios.closed.push_back(hq->closed_mean() / best);
-    r = times(ratios.closed.back());
+  std::vector<std::string> row = {s.cluster};
+  for (auto& cell : versus_cells(t.find(s, "hexiseq"), hom.cluster, t.find(hom, "hexiseq"), best,
+                                 best_sim, ratios.closed, ratios.sim)) {
+    row.push_back(std::move(cell));
   }
-  if (ok && hq->simulated_mean() > 0 && best_sim > 0) {
-    ratios.sim.push_back(hq->simulated_mean() / best_sim);
-    rs = times(ratios.sim.back());
-  }
-  return {s.cluster,
-          hq ? fixed(hq->peak_pflops, 2) : "-",
-          tokens_cell(hq, false),
-          tokens_cell(hq, true),
-          hom.cluster,
-          any_hom ? fixed(any_hom->peak_pflops, 2) : "-",
-          best > 0 ? grouped(best) : "-",
-          best_sim > 0 ? grouped(best_sim) : "-",
-          r,
-          rs};
+  return row;
 }
 
 // 2. FLOP-comparable pairs: the heterogeneous cluster against the homogeneous one.
