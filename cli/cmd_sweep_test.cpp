@@ -3,6 +3,7 @@
 // moments with no row lost or duplicated, the same metrics whatever --jobs or MPI ranks,
 // bad input, and figures.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,6 +132,27 @@ TEST(CliSweep, ResumesAfterATornRow) {
   EXPECT_EQ(after.substr(0, kept.size()), kept);  // the whole rows are kept as they were
   EXPECT_EQ(outcomes(dir).size(), 16u);
   EXPECT_EQ(rows_of(dir).size(), 16u);
+  fs::remove_all(dir);
+}
+
+// A results.jsonl that is no regular file (a FIFO would block the resume's read forever, a
+// link send the rows elsewhere) is refused at once, and left as it is.
+TEST(CliSweep, ResultsThatAreNoRegularFileAreRefused) {
+  const auto dir = scratch_dir("sweep-fifo");
+  ASSERT_EQ(::mkfifo((dir / "results.jsonl").c_str(), 0600), 0);
+  auto r = run_cli("sweep " + kTiny + " --out " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find((dir / "results.jsonl").string() + ": is no regular file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::is_fifo(dir / "results.jsonl"));
+  fs::remove(dir / "results.jsonl");
+  write_text(dir / "elsewhere.jsonl", "");
+  fs::create_symlink("elsewhere.jsonl", dir / "results.jsonl");
+  r = run_cli("sweep " + kTiny + " --out " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("results.jsonl: is a link"), std::string::npos) << r.err;
+  EXPECT_EQ(read_text(dir / "elsewhere.jsonl"), "");
   fs::remove_all(dir);
 }
 
@@ -501,6 +523,33 @@ TEST(CliPlot, LinesAndGroupedBarsFromSweepResults) {
   EXPECT_NE(r.err.find("--y speed: no row has it"), std::string::npos) << r.err;
   r = run_cli("plot " + (dir / "nothing").string() + " --x cluster --y mfu");
   EXPECT_EQ(r.code, 2);
+  fs::remove_all(dir);
+}
+
+// A row that is not UTF-8 is bad input naming its line, never a Python traceback; a figure
+// goes where --out leads (a link's file, the link kept), through a temporary.
+TEST(CliPlot, DamagedRowsAndLinkedOutputs) {
+  if (!have_matplotlib()) GTEST_SKIP() << "python3-matplotlib is not installed (scripts/setup.sh)";
+  const auto dir = scratch_dir("plot-damaged");
+  ASSERT_EQ(run_cli("sweep " + kTiny + " --out " + dir.string()).code, 0);
+  std::string text = read_text(dir / "results.jsonl");
+  text.insert(text.find('\n') + 5, "\xff");
+  write_text(dir / "bad.jsonl", text);
+  auto r = run_cli("plot " + (dir / "bad.jsonl").string() + " --x global_batch --y mfu --out " +
+                   (dir / "b.png").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("bad.jsonl: line 2: byte 5 is not UTF-8 text"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Traceback"), std::string::npos) << r.err;
+  write_text(dir / "real.png", "");
+  fs::create_symlink("real.png", dir / "fig.png");
+  r = run_cli("plot " + dir.string() + " --x global_batch --y mfu --out " +
+              (dir / "fig.png").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir / "fig.png"));
+  EXPECT_EQ(read_text(dir / "real.png").substr(1, 3), "PNG");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
   fs::remove_all(dir);
 }
 

@@ -1,6 +1,7 @@
 #include "engine/checkpoint_files.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <fstream>
 
 #include "engine/check.hpp"
+#include "topologies/paths.hpp"
 
 namespace hexi::engine {
 
@@ -29,7 +31,8 @@ fs::path manifest_path(const fs::path& dir) {
 
 namespace {
 
-constexpr const char* kManifestTemp = "manifest.json.tmp";
+// Temporaries are these prefixes and a random suffix (create_temporary).
+constexpr const char* kManifestTemp = "manifest.json.tmp-";
 constexpr std::size_t kMaxHeaderBytes = 1 << 16;  // a header line is ~200 bytes
 constexpr std::uintmax_t kMaxManifestBytes = std::uintmax_t{1} << 28;
 constexpr std::size_t kChunk = std::size_t{1} << 26;       // 64 MiB written between signs of life
@@ -58,26 +61,34 @@ struct Written {
   Fnv1a digest;
 };
 
-// Creates (or truncates) `path`, writes `pieces`, fsyncs and closes it: a save point after
-// each piece and after the fsync.
-Result<Written> write_synced(const fs::path& path, const std::vector<Bytes>& pieces,
-                             SavePoints& points) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return failure(path.string() + ": cannot open for writing: " + errno_text());
-  Written w;
+// Creates a new temporary file in `dir` (create_temporary: an unpredictable name starting
+// with `prefix`), writes `pieces`, fsyncs and closes it: a save point after each piece and
+// after the fsync. Returns its name with its size and digest.
+struct Temporary {
+  fs::path path;
+  Written written;
+};
+Result<Temporary> write_synced(const fs::path& dir, const std::string& prefix,
+                               const std::vector<Bytes>& pieces, SavePoints& points) {
+  auto file = create_temporary(dir, prefix, 0644);
+  if (!file.ok()) return failure(dir.string() + ": cannot create a file: " + file.error().message);
+  const int fd = file->fd;
+  const fs::path& path = file->path;
+  Temporary t{path, {}};
   Status s;
   for (Bytes piece : pieces) {
     s = write_all(fd, path, piece, points);
     if (!s.ok()) break;
-    w.digest.update(piece.data(), piece.size());
-    w.bytes += piece.size();
+    t.written.digest.update(piece.data(), piece.size());
+    t.written.bytes += piece.size();
     points.passed();
   }
   if (s.ok() && ::fsync(fd) != 0) s = failure(path.string() + ": fsync failed: " + errno_text());
   if (::close(fd) != 0 && s.ok()) s = failure(path.string() + ": close failed: " + errno_text());
+  if (!s.ok()) ::unlink(path.c_str());
   HEXI_TRY(s);
   points.passed();
-  return w;
+  return t;
 }
 
 // Makes the folder's entries (a rename) durable.
@@ -107,8 +118,9 @@ Status rename_synced(const fs::path& from, const fs::path& to, const fs::path& d
 // Files this code writes (device files, their temporaries, the manifest's temporary) that
 // `manifest` does not name: the previous checkpoint's and those of interrupted saves.
 bool stale(const std::string& name, const CheckpointManifest& manifest) {
-  const bool ours = name == kManifestTemp || (name.starts_with("device-") &&
-                                              (name.ends_with(".ckpt") || name.ends_with(".tmp")));
+  const bool ours = name.starts_with("manifest.json.tmp") ||
+                    (name.starts_with("device-") &&
+                     (name.ends_with(".ckpt") || name.find(".ckpt.tmp") != std::string::npos));
   return ours && std::none_of(manifest.files.begin(), manifest.files.end(),
                               [&](const ManifestFile& f) { return f.file == name; });
 }
@@ -216,6 +228,56 @@ Status read_section(std::ifstream& in, std::vector<float>& out, std::int64_t cou
 
 }  // namespace
 
+CheckpointLock& CheckpointLock::operator=(CheckpointLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    exclusive_ = other.exclusive_;
+  }
+  return *this;
+}
+
+CheckpointLock::~CheckpointLock() {
+  if (fd_ < 0) return;
+  if (exclusive_) (void)::ftruncate(fd_, 0);  // no pid of a job that has ended
+  ::close(fd_);
+}
+
+Result<CheckpointLock> CheckpointLock::take(std::string_view flag, const fs::path& dir,
+                                            bool exclusive) {
+  const fs::path path = dir / ".hexisim-lock";
+  const std::string who = std::string(flag) + " " + dir.string() + ": ";
+  std::error_code ec;
+  if (!exclusive && !fs::is_directory(dir, ec)) return CheckpointLock();  // the reader says why
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && !exclusive && (errno == EACCES || errno == EROFS || errno == EPERM)) {
+    fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return CheckpointLock();
+  }
+  if (fd < 0) return bad_input(who + "cannot open its lock file .hexisim-lock: " + errno_text());
+  CheckpointLock lock(fd, false);  // exclusive once held: only then its pid is ours to clear
+  if (::flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return failure(who + "cannot lock the folder: " + errno_text());
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    const std::string holder =
+        n > 0 ? "hexisim train, pid " + std::string(pid, static_cast<std::size_t>(n))
+              : "a job resuming from it";
+    return bad_input(who + "another job is using this checkpoint folder (" + holder +
+                     "); two jobs on one folder would delete or mix each other's "
+                     "checkpoints: wait for it to end, or give another folder");
+  }
+  if (exclusive) {
+    lock.exclusive_ = true;
+    const std::string pid = std::to_string(::getpid());
+    if (::ftruncate(fd, 0) != 0 ||
+        ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+      return failure(who + "cannot write its lock file .hexisim-lock: " + errno_text());
+    }
+  }
+  return lock;
+}
+
 Result<ManifestFile> write_device_file(const fs::path& dir, const CheckpointHeader& header,
                                        std::initializer_list<std::span<const float>> sections,
                                        SavePoints& points) {
@@ -227,22 +289,20 @@ Result<ManifestFile> write_device_file(const fs::path& dir, const CheckpointHead
   const std::string line = to_text(header) + "\n";
   std::vector<Bytes> pieces = {std::as_bytes(std::span(line))};
   for (auto s : sections) pieces.push_back(std::as_bytes(s));
-  const fs::path temp = dir / (stem + ".ckpt.tmp");
-  auto written = write_synced(temp, pieces, points);
-  HEXI_TRY(written);
-  ManifestFile entry{header.device, stem + "." + written->digest.hex() + ".ckpt", written->bytes,
-                     written->digest.hex()};
-  HEXI_TRY(rename_synced(temp, dir / entry.file, dir, points));
+  auto temp = write_synced(dir, stem + ".ckpt.tmp-", pieces, points);
+  HEXI_TRY(temp);
+  const Written& w = temp->written;
+  ManifestFile entry{header.device, stem + "." + w.digest.hex() + ".ckpt", w.bytes, w.digest.hex()};
+  HEXI_TRY(rename_synced(temp->path, dir / entry.file, dir, points));
   return entry;
 }
 
 Status publish_manifest(const fs::path& dir, const CheckpointManifest& manifest,
                         SavePoints& points) {
   const std::string text = to_text(manifest);
-  const fs::path temp = dir / kManifestTemp;
-  auto written = write_synced(temp, {std::as_bytes(std::span(text))}, points);
-  HEXI_TRY(written);
-  HEXI_TRY(rename_synced(temp, manifest_path(dir), dir, points));
+  auto temp = write_synced(dir, kManifestTemp, {std::as_bytes(std::span(text))}, points);
+  HEXI_TRY(temp);
+  HEXI_TRY(rename_synced(temp->path, manifest_path(dir), dir, points));
   return remove_stale(dir, manifest, points);
 }
 

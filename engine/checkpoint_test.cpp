@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -264,6 +265,49 @@ TEST_F(CheckpointFiles, SaveReplacesThePreviousCheckpointAndLeavesOnlyItsFiles) 
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
   EXPECT_EQ(names.size(), 1u + Generation::kDevices);  // the manifest and one file per device
+}
+
+// One job saves to a folder at a time, and never to one another job resumes from; jobs
+// resuming from one folder share it. Refused at once, naming the holder.
+TEST_F(CheckpointFiles, OneJobAtATimeSavesToAFolder) {
+  fs::create_directories(dir_);
+  auto saving = CheckpointLock::take("--save", dir_, true);
+  ASSERT_TRUE(saving.ok()) << saving.error().message;
+  for (bool exclusive : {true, false}) {
+    auto second = CheckpointLock::take("--save", dir_, exclusive);
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(second.error().message.find("another job is using this checkpoint folder "
+                                          "(hexisim train, pid " +
+                                          std::to_string(getpid()) + ")"),
+              std::string::npos)
+        << second.error().message;
+  }
+  { CheckpointLock ended = std::move(*saving); }
+  auto reader = CheckpointLock::take("--resume", dir_, false);
+  auto another_reader = CheckpointLock::take("--resume", dir_, false);
+  ASSERT_TRUE(reader.ok() && another_reader.ok());
+  auto writer = CheckpointLock::take("--save", dir_, true);
+  ASSERT_FALSE(writer.ok());
+  EXPECT_NE(writer.error().message.find("(a job resuming from it)"), std::string::npos)
+      << writer.error().message;
+  EXPECT_TRUE(CheckpointLock::take("--resume", dir_ / "absent", false).ok());
+}
+
+// A save's temporaries are never links planted under a predictable name.
+TEST_F(CheckpointFiles, APlantedLinkIsNeverWrittenThrough) {
+  fs::create_directories(dir_);
+  const fs::path victim = dir_.string() + "-victim";
+  std::ofstream(victim) << "precious";
+  for (int d = 0; d < Generation::kDevices; ++d) {
+    fs::create_symlink(victim, dir_ / ("device-" + std::to_string(d) + ".step-2.ckpt.tmp"));
+  }
+  fs::create_symlink(victim, dir_ / "manifest.json.tmp");
+  save(dir_, old_);
+  EXPECT_EQ(loaded(dir_, {old_})->steps, 2);
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious");
+  fs::remove(victim);
 }
 
 TEST_F(CheckpointFiles, RefusesAFolderWithoutManifest) {

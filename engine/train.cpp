@@ -10,6 +10,7 @@
 #include <span>
 
 #include "engine/check.hpp"
+#include "engine/checkpoint_files.hpp"
 #include "engine/comm_fake.hpp"
 #include "engine/comm_mpi.hpp"
 #ifdef HEXISIM_HAVE_CUDA
@@ -38,6 +39,7 @@ struct Job {
   std::unique_ptr<DataSource> data;
   std::unique_ptr<Backend> backend;
   Fault fault;
+  CheckpointLock save_lock, resume_lock;  // rank 0's, for the whole job
 };
 
 void print_error(const std::string& message) {
@@ -63,9 +65,23 @@ std::span<const DeviceLayout> devices_on_this_host(const Program& p, int world_s
 
 // Outputs that cannot be written: refused before hours of training, not after. Every rank
 // writes its checkpoint file; only rank 0 writes the trace, which may not replace an input.
-Status check_outputs(const TrainOptions& o, const Job& job, int world_rank) {
+// Rank 0 holds the checkpoint folders for the whole job: the one it saves to alone, the one
+// it resumes from shared (CheckpointLock).
+Status check_outputs(const TrainOptions& o, Job& job, int world_rank) {
   if (!o.save.empty()) HEXI_TRY(check_output_folder("--save", o.save));
-  if (o.trace.empty() || world_rank != 0) return {};
+  if (world_rank != 0) return {};
+  if (!o.save.empty()) {
+    auto lock = CheckpointLock::take("--save", o.save, true);
+    HEXI_TRY(lock);
+    job.save_lock = std::move(*lock);
+  }
+  std::error_code ec;
+  if (!o.resume.empty() && (o.save.empty() || !std::filesystem::equivalent(o.resume, o.save, ec))) {
+    auto lock = CheckpointLock::take("--resume", o.resume, false);
+    HEXI_TRY(lock);
+    job.resume_lock = std::move(*lock);
+  }
+  if (o.trace.empty()) return {};
   std::vector<std::filesystem::path> inputs = job.scenario.inputs;
   inputs.emplace_back(job.plan_path);
   if (!o.corpus.empty()) inputs.emplace_back(o.corpus);
@@ -225,12 +241,7 @@ Status write_trace(Communicator& world, const TrainOptions& o, const Job& job, i
                 {"backend", job.backend->describe()},
                 {"steps", steps.size()},
                 {"measured", true}};
-  FILE* f = std::fopen(o.trace.c_str(), "wb");
-  if (f == nullptr) return failure(o.trace + ": cannot open the trace file for writing");
-  const std::string doc = trace_document(*all, other);
-  const bool ok = std::fwrite(doc.data(), 1, doc.size(), f) == doc.size();
-  if (std::fclose(f) != 0 || !ok) return failure(o.trace + ": write failed");
-  return {};
+  return write_file_atomically(o.trace, trace_document(*all, other));
 }
 
 // Rank 0's manifest of the device files every rank wrote (their entries, in rank order).

@@ -5,7 +5,10 @@
 // plans that do not fit are refused before the first step; a save killed at any point
 // leaves the previous or the new checkpoint; damaged checkpoints are refused.
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -70,6 +73,11 @@ int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
   return n;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -328,6 +336,33 @@ TEST(TrainRobustness, UnwritableSaveFolderFailsBeforeTheFirstStep) {
   expect_clean_failure(o, "--save /proc/x/ckpt: cannot create the folder");
   EXPECT_EQ(o.code, 2);
   EXPECT_EQ(o.output.find("loss"), std::string::npos) << o.output;
+}
+
+// A second job saving to a folder another job holds fails before its first step, naming
+// the holder, and leaves the folder as it was; once the holder ends, the same command runs.
+TEST(TrainRobustness, ASecondJobOnACheckpointFolderIsRefused) {
+  const std::string dir = temp("held"), args = "tiny-llama-cpu --plan " + plan("tiny-single") +
+                                               " --steps 2 --save " + dir;
+  ASSERT_EQ(train(0, args).code, 0);
+  const std::string manifest = read_text(dir + "/manifest.json");
+  const int fd = ::open((dir + "/.hexisim-lock").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // as the other job's rank 0 holds it
+  ASSERT_EQ(::pwrite(fd, "4242", 4, 0), 4);
+  for (const std::string& second : {args + " --resume " + dir, args}) {
+    Outcome o = train(0, second);
+    expect_clean_failure(o, "--save " + dir +
+                                ": another job is using this checkpoint folder (hexisim "
+                                "train, pid 4242)");
+    EXPECT_EQ(o.code, 2);
+    EXPECT_EQ(o.output.find("loss"), std::string::npos) << o.output;
+    EXPECT_EQ(read_text(dir + "/manifest.json"), manifest);
+  }
+  Outcome reader = train(0, "tiny-llama-cpu --plan " + plan("tiny-single") +
+                                " --steps 1 --resume " + dir + " --save " + temp("elsewhere"));
+  expect_clean_failure(reader, "--resume " + dir + ": another job is using this checkpoint");
+  ::close(fd);
+  EXPECT_EQ(train(0, args + " --resume " + dir).code, 0);
 }
 
 // The tiny Llama with one micro-batch of 65 536 sequences: `hexisim estimate` puts device 0

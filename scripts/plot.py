@@ -34,8 +34,12 @@ Exit codes: 0, 2 for bad input (unknown field, unreadable file), 1 when matplotl
 """
 
 import argparse
+import io
 import json
+import os
+import stat
 import sys
+import tempfile
 
 
 def fail(message, code=2):
@@ -45,19 +49,22 @@ def fail(message, code=2):
 
 def load_rows(path):
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         fail(f"{path}: cannot read: {e.strerror}")
-    lines = text.split("\n")
-    if lines and lines[-1] != "":
+    lines = data.split(b"\n")
+    if lines and lines[-1] != b"":
         lines = lines[:-1]  # a torn last row (an interrupted write): the sweep drops it too
     rows = []
     for n, line in enumerate(lines, 1):
         if not line:
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            fail(f"{path}: line {n}: byte {e.start + 1} is not UTF-8 text (a sweep writes "
+                 "UTF-8 JSON rows; the file is damaged)")
         except ValueError:
             fail(f"{path}: line {n}: expected a sweep result row (JSON)")
         if not isinstance(row, dict) or "point" not in row:
@@ -306,9 +313,70 @@ def pyplot():
     return plt
 
 
+def output_target(path):
+    """Where writing `path` lands, links followed (at most 40); fails on a dangling link or
+    on what is no file to write: a folder, a block device, a socket."""
+    target = path
+    for _ in range(41):
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            if target != path:
+                fail(f"--out {path}: is a link to {target}, which does not exist")
+            return target, None
+        except OSError as e:
+            fail(f"--out {path}: {e.strerror}")
+        if stat.S_ISLNK(st.st_mode):
+            target = os.path.join(os.path.dirname(target), os.readlink(target))
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            fail(f"--out {path}: is a folder, expected a file path")
+        if stat.S_ISBLK(st.st_mode):
+            fail(f"--out {path}: is a block device; refusing to write to it")
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            fail(f"--out {path}: is no regular file, character device or FIFO")
+        return target, st
+    fail(f"--out {path}: too many levels of links")
+
+
+def write_output(path, data):
+    """The rules of every hexisim output (topologies/paths.hpp): a character device or FIFO
+    is written in place; a new or regular file is replaced whole through a temporary of an
+    unpredictable name (mkstemp: O_EXCL, never a planted link) renamed over it, keeping a
+    replaced file's mode; a link leads to the file written."""
+    target, st = output_target(path)
+    try:
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            with open(target, "wb") as f:
+                f.write(data)
+            return
+        folder = os.path.dirname(target) or "."
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(target) + ".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if st is not None:
+                    os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode))
+                else:
+                    mask = os.umask(0)
+                    os.umask(mask)
+                    os.fchmod(f.fileno(), 0o644 & ~mask)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        fail(f"--out {path}: cannot write: {e.strerror}", code=1)
+
+
 def save(fig, out):
     meta = {"Date": None} if out.endswith(".svg") else {}
-    fig.savefig(out, dpi=110, metadata=meta)
+    image = io.BytesIO()
+    fig.savefig(image, format=out[-3:], dpi=110, metadata=meta)
+    write_output(out, image.getvalue())
 
 
 def main():

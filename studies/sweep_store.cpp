@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,7 +54,7 @@ Result<std::unique_ptr<ResultStore>> ResultStore::open(const fs::path& dir) {
   s->dir_ = dir;
   s->path_ = dir / "results.jsonl";
   const fs::path lock = dir / ".lock";
-  s->lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  s->lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (s->lock_fd_ < 0) return failure(lock.string() + ": cannot open: " + errno_text());
   if (::flock(s->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     return bad_input("--out " + dir.string() +
@@ -77,8 +78,14 @@ void ResultStore::close_in_child() {
 }
 
 Status ResultStore::read() {
-  std::error_code ec;
-  if (!fs::exists(path_, ec)) return {};
+  struct stat info {};
+  if (::lstat(path_.c_str(), &info) != 0) return {};  // a new sweep
+  if (!S_ISREG(info.st_mode)) {
+    return bad_input(path_.string() + ": is " +
+                     (S_ISLNK(info.st_mode) ? "a link" : "no regular file") +
+                     "; a sweep appends its rows to a regular file of its own (a FIFO would "
+                     "block the resume, a link send rows elsewhere): move it away");
+  }
   std::ifstream in(path_, std::ios::binary);
   if (!in) return failure(path_.string() + ": cannot read: " + errno_text());
   std::ostringstream text;
@@ -115,7 +122,7 @@ Status ResultStore::open_for_append() {
   if (fd_ >= 0) ::close(fd_);
   std::error_code ec;
   const bool fresh = !fs::exists(path_, ec);
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0) return failure(path_.string() + ": cannot open for appending: " + errno_text());
   if (fresh) fsync_dir(dir_);
   return {};

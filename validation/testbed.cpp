@@ -60,10 +60,36 @@ fs::path cgroup_root() {
                      : fs::path("/sys/fs/cgroup/cpu") / kCgroupName;
 }
 
+// kRunDir, created mode 0700 if absent: a folder of this user's that nobody else can plant
+// a file or link in (the testbed runs as root). Failure when the name is a link or another
+// user's folder.
+Status make_run_dir() {
+  std::error_code ec;
+  fs::create_directories(kRunDir, ec);
+  struct stat st {};
+  if (::lstat(kRunDir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+    return failure(std::string(kRunDir) +
+                   ": not a folder of this user's (a link, or another user's); remove it");
+  }
+  if (::chmod(kRunDir, 0700) != 0) {
+    return failure(std::string(kRunDir) + ": cannot make it private: " + std::strerror(errno));
+  }
+  return {};
+}
+
 // Runs argv, its stdout and stderr into *output; the exit status (127: not started).
 int run(const std::vector<std::string>& args, std::string* output = nullptr) {
-  fs::create_directories(kRunDir);
-  const std::string tmp = std::string(kRunDir) + "/cmd-" + std::to_string(::getpid()) + ".out";
+  if (Status s = make_run_dir(); !s) {
+    if (output != nullptr) *output = s.error().message;
+    return 127;
+  }
+  auto file = create_temporary(kRunDir, "cmd-");
+  if (!file) {
+    if (output != nullptr) *output = file.error().message;
+    return 127;
+  }
+  ::close(file->fd);
+  const std::string tmp = file->path.string();
   auto rc = run_logged(args, tmp);
   if (output != nullptr) {
     std::ifstream in(tmp);
@@ -82,11 +108,10 @@ std::string joined(const std::vector<std::string>& args) {
 }
 
 Status write_text(const fs::path& path, const std::string& text, bool executable = false) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return failure(path.string() + ": cannot write");
-  if (executable) ::chmod(path.c_str(), 0755);
+  if (Status s = write_file_atomically(path, text); !s) return s;
+  if (executable && ::chmod(path.c_str(), 0755) != 0) {
+    return failure(path.string() + ": cannot make it executable: " + std::strerror(errno));
+  }
   return {};
 }
 
@@ -143,7 +168,8 @@ exec "$@"
 Result<int> run_logged(const std::vector<std::string>& args, const std::string& log) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW,
+                                   0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -316,7 +342,7 @@ Status testbed_up(const TestbedLayout& t, const std::string& nfdelay,
                      "libnetfilter-queue-dev: scripts/setup.sh, then rebuild)");
   }
   if (Status s = testbed_down(log); !s) return s;
-  fs::create_directories(kRunDir);
+  if (Status s = make_run_dir(); !s) return s;
   auto cmds = testbed_up_commands(t, nfdelay);
   const std::vector<std::string> delayer = cmds.back();
   cmds.pop_back();
@@ -332,7 +358,8 @@ Status testbed_up(const TestbedLayout& t, const std::string& nfdelay,
     const std::string logfile = std::string(kRunDir) + "/nfdelay.log";
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, logfile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, logfile.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
