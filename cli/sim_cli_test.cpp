@@ -109,6 +109,29 @@ TEST(SimCli, BadProgramsExitTwoNamingOpIds) {
   r = run_cli("simulate " + scenario + " --program " + (dir / "wrong.json").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("lowered for 16 devices"), std::string::npos) << r.err;
+  // Flops or bytes no training step has: a time beyond the simulator's limit (a trace's
+  // nanoseconds would overflow 64 bits), refused before any output is written.
+  for (const char* field : {"flops", "bytes"}) {
+    json huge = good;
+    if (std::string(field) == "flops") {
+      for (auto& shape : huge["shapes"]) {
+        for (auto& k : shape["kernels"]) k["flops"] = k["flops"].get<double>() > 0 ? 1e300 : 0.0;
+      }
+    } else {
+      for (auto& device : huge["devices"]) {
+        for (auto& op : device["ops"]) {
+          if (op.contains("bytes")) op["bytes"] = 1e300;
+        }
+      }
+    }
+    const auto file = dir / (std::string("huge-") + field + ".json");
+    write_text(file, huge.dump());
+    r = run_cli("simulate " + scenario + " --program " + file.string() + " --out " +
+                (dir / "huge-out").string());
+    EXPECT_EQ(r.code, 2) << field;
+    EXPECT_NE(r.err.find("beyond the simulator's limit of 1e+09 s"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "huge-out" / "trace.json")) << field;
+  }
 }
 
 TEST(SimCli, PlansThatDoNotMatchAndUnknownSchedulersExitTwo) {

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iomanip>
 #include <numbers>
+#include <sstream>
 #include <string_view>
 
 #include "scheduler/cost/collectives.hpp"
@@ -147,6 +149,26 @@ struct Inputs {
 };
 
 // Runs SimGrid in this process (once per process).
+// Simulated times stay below kMaxSimulatedSeconds (about 31.7 years): a trace writes whole
+// nanoseconds in 64 bits (up to 292 years) and tables print seconds in fixed notation. An
+// op or an iteration longer than that is no training step's (a program whose flops or
+// bytes were edited to 1e300): bad input naming the longest op.
+constexpr double kMaxSimulatedSeconds = 1e9;
+
+Status check_simulated_time(const Program& program, const std::vector<double>& times,
+                            std::string_view what) {
+  int longest = -1;
+  for (std::size_t i = 0; i < times.size(); ++i) {
+    if (longest < 0 || !(times[i] <= times[longest])) longest = static_cast<int>(i);
+  }
+  if (longest < 0 || times[longest] <= kMaxSimulatedSeconds) return {};
+  std::ostringstream why;
+  why << "op " << longest << " (" << op_label(program, longest) << ") " << what << " "
+      << std::setprecision(3) << times[longest] << " s, beyond the simulator's limit of "
+      << kMaxSimulatedSeconds << " s (31.7 years): its flops or bytes are not a training step's";
+  return bad_input(why.str());
+}
+
 Result<SimOutput> run_here(const Inputs& in) {
   static bool used = false;
   if (used)
@@ -156,6 +178,7 @@ Result<SimOutput> run_here(const Inputs& in) {
   std::vector<double> folded;
   std::vector<double> duration = compute_durations(in.program, in.cluster, in.profile, &folded);
   spread_durations(in.program, in.cluster, in.profile, folded, duration);
+  if (auto st = check_simulated_time(in.program, duration, "takes"); !st) return st.error();
   char arg0[] = "hexisim-simulate";
   char arg1[] = "--log=root.thres:critical";
   char* argv[] = {arg0, arg1, nullptr};
@@ -189,6 +212,7 @@ Result<SimOutput> run_here(const Inputs& in) {
                    " ops never completed (" + ids + (r.unfinished.size() > 12 ? ", ..." : "") +
                    ")");
   }
+  if (auto st = check_simulated_time(in.program, r.end, "ends at"); !st) return st.error();
   sim::RunInputs run{in.program, in.cluster, in.model,         in.training,
                      duration,   folded,     platform.links(), &platform};
   SimOutput out;

@@ -1,10 +1,13 @@
 #include "validation/trace_compare.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <iomanip>
 #include <iterator>
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 namespace hexi::validation {
 double median(std::vector<double> v) {
@@ -26,6 +29,12 @@ struct Span {
   }
   double seconds() const { return end > begin ? (end - begin) * 1e-6 : 0.0; }
 };
+
+std::string bytes_text(double bytes) {
+  std::ostringstream out;
+  out << std::setprecision(15) << bytes;
+  return out.str();
+}
 
 }  // namespace
 
@@ -81,6 +90,14 @@ Result<TraceComparison> compare_traces(const Program& program, const Trace& simu
 Result<MeasuredOps> measured_ops(const Program& program, const Trace& measured,
                                  const std::string& origin) {
   const int num_ops = program.num_ops();
+  const Json& other = measured.other_data;
+  if (other.contains("scenario") && other["scenario"].is_string() && !program.scenario.empty() &&
+      other["scenario"].get<std::string>() != program.scenario) {
+    return bad_input(origin + ": measured under scenario " + other["scenario"].get<std::string>() +
+                     ", not " + program.scenario +
+                     " (a scenario's precision, batch and model make its program): compare it "
+                     "with the scenario it was measured under");
+  }
   MeasuredOps m;
   std::set<int> steps;  // the steps the trace holds (a resumed run's need not start at 0)
   for (const TraceOp& e : measured.ops) {
@@ -88,6 +105,14 @@ Result<MeasuredOps> measured_ops(const Program& program, const Trace& measured,
       return bad_input(origin + ": op " + std::to_string(e.op) +
                        " is not an op of the simulated program (" + std::to_string(num_ops) +
                        " ops): was the trace measured on another plan or scenario?");
+    }
+    const Op& op = program.ops[e.op];
+    if (op.kind != OpKind::kCompute && e.bytes > 0 && std::abs(e.bytes - op.bytes) > 0.5) {
+      return bad_input(origin + ": op " + std::to_string(e.op) + " (" + op_label(program, e.op) +
+                       ") moved " + bytes_text(e.bytes) + " bytes, the simulated program's " +
+                       bytes_text(op.bytes) +
+                       ": the trace was measured under another scenario (precision, batch or "
+                       "model)");
     }
     if (e.step >= 0) steps.insert(e.step);
   }

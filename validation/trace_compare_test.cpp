@@ -26,6 +26,7 @@ SimulatedRun simulated_run() {
                       {"stages", Json::array({{{"devices", {0, 1}}, {"layers", {0, 4}}},
                                               {{"devices", {4, 5}}, {"layers", {4, 8}}}})}}})}});
   LowerOptions lo;
+  lo.scenario = sc.name;
   auto program = lower_plan(plan, sc.cluster, sc.model, sc.training, lo, "<plan>");
   if (!program) throw std::runtime_error(program.error().message);
   SimOptions so;
@@ -128,6 +129,39 @@ TEST(TraceCompare, ATraceOfAnotherProgramIsRefused) {
   c = compare_traces(run.program, run.simulated, Trace{}, "measured.json");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message.find("no op of a training step"), std::string::npos);
+}
+
+// The same plan measured under another scenario (an fp32 run against a bf16 scenario, with
+// the same ops but half the bytes; or one named otherwise) is another program: refused.
+TEST(TraceCompare, ATraceOfAnotherScenarioIsRefused) {
+  const SimulatedRun run = simulated_run();
+  const Trace measured = measured_from(run.simulated, 2, 1.0);
+  ASSERT_TRUE(measured_ops(run.program, measured, "m").ok());
+  Trace fp32 = measured;
+  int doubled = 0;
+  for (TraceOp& e : fp32.ops) {
+    if (run.program.ops[e.op].kind == OpKind::kCompute || e.bytes <= 0) continue;
+    e.bytes *= 2;
+    ++doubled;
+  }
+  ASSERT_GT(doubled, 0);
+  auto c = measured_ops(run.program, fp32, "fp32.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(c.error().message.find("the trace was measured under another scenario"),
+            std::string::npos)
+      << c.error().message;
+  ASSERT_FALSE(run.program.scenario.empty());
+  Trace named = measured;
+  named.other_data["scenario"] = run.program.scenario + "-bf16";
+  c = measured_ops(run.program, named, "named.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("named.json: measured under scenario " + run.program.scenario +
+                                   "-bf16, not " + run.program.scenario),
+            std::string::npos)
+      << c.error().message;
+  named.other_data["scenario"] = run.program.scenario;
+  EXPECT_TRUE(measured_ops(run.program, named, "m").ok());
 }
 
 }  // namespace
