@@ -73,7 +73,8 @@ TEST(CliSeq, SimulatesTheLayoutBesideTheClosedForm) {
   ASSERT_TRUE(j.contains("simulated"));
   const json& sim = j["simulated"];
   EXPECT_GT(sim["iteration_time_s"].get<double>(), 0);
-  EXPECT_NEAR(sim["closed_form_over_simulated"].get<double>(), 1.0, 0.15);
+  // The closed form and the simulation of this USP layout: 1.0137 observed, held within 2x.
+  EXPECT_NEAR(sim["closed_form_over_simulated"].get<double>(), 1.0, 0.028);
   EXPECT_EQ(sim["devices"].size(), 8u);
   EXPECT_TRUE(std::filesystem::exists(out / "report.json"));
   EXPECT_TRUE(std::filesystem::exists(out / "trace.json"));

@@ -291,7 +291,13 @@ TEST(CliSweep, SimulatedPointsCarryTheSimulatorsMetrics) {
     const bool simulated = row["point"]["fidelity"] == "stage";
     EXPECT_EQ(row["metrics"].contains("sim_tokens_per_s"), simulated) << row.dump();
     if (simulated) {
-      EXPECT_NEAR(row["metrics"]["sim_vs_estimate"].get<double>(), 1.0, 0.2);
+      // sim_vs_estimate is the closed form's tokens/s over the simulated one; the two agree
+      // within 2x the observed 8.1e-6.
+      const json& m = row["metrics"];
+      const double ratio = m["sim_vs_estimate"].get<double>();
+      EXPECT_NEAR(ratio, m["tokens_per_s"].get<double>() / m["sim_tokens_per_s"].get<double>(),
+                  1e-12);
+      EXPECT_NEAR(ratio, 1.0, 1.6e-5) << row.dump();
     }
   }
   fs::remove_all(dir);
@@ -324,7 +330,11 @@ TEST(CliSweep, SequenceSchedulersPlanLayouts) {
   EXPECT_EQ(ring["sequence_groups"], 16);               // one device per ring group
   EXPECT_GT(hq["tokens_per_s"].get<double>(), ring["tokens_per_s"].get<double>());
   EXPECT_FALSE(hq.contains("sim_tokens_per_s"));
-  EXPECT_NEAR(ring["sim_vs_estimate"].get<double>(), 1.0, 0.2) << ring.dump();
+  // The closed form and the stage-fidelity simulation of the ring layout: 1.0073 observed,
+  // held within 2x that.
+  EXPECT_NEAR(ring["sim_vs_estimate"].get<double>(),
+              ring["tokens_per_s"].get<double>() / ring["sim_tokens_per_s"].get<double>(), 1e-12);
+  EXPECT_NEAR(ring["sim_vs_estimate"].get<double>(), 1.0, 0.015) << ring.dump();
   EXPECT_NE(by["bad"]["error"]["message"].get<std::string>().find("/rounds: expected an integer"),
             std::string::npos)
       << by["bad"].dump();

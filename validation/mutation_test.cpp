@@ -6,11 +6,12 @@
 // number, and each stage agrees with the next.
 //
 // Closed form vs simulator: random plans are far from what a search returns (a TP-8 stage
-// beside a one-GPU stage, one micro-batch per pipeline), and on them the two disagree by
-// up to ~3.5x (the closed form's 1F1B and boundary terms; the 3 % agreement holds on
-// searched plans, scripts/closed_form_check.py). The bound here, 10x, catches gross errors (a
-// unit slip, a lost stage, a program that does not run what the plan says); the worst
-// ratio is printed so that tightening shows.
+// beside a one-GPU stage, one micro-batch per pipeline), and on them the two disagree more
+// than on searched plans (3 %, scripts/closed_form_check.py): the closed form's 1F1B and
+// boundary terms. The seeds are fixed, so each scenario's worst ratio is a known number; its
+// bound is that ratio's distance from 1 doubled (observed worst ratios in the calls below),
+// which catches a unit slip, a lost stage or a program that does not run what the plan says,
+// and a model change that moves the worst case must move the bound in the same commit.
 
 #include <gtest/gtest.h>
 
@@ -104,9 +105,15 @@ Plan random_plan(Rng& rng, const Scenario& sc) {
 }
 
 struct Checked {
+  double bound = 1;        // the largest max(sim/closed, closed/sim) allowed
   double worst_ratio = 1;  // max over plans of max(sim/closed, closed/sim)
   int plans = 0;
 };
+
+// The bound of a worst ratio observed at `observed`: its distance from 1, doubled.
+double doubled(double observed) {
+  return 1 + 2 * (observed - 1);
+}
 
 // Estimate, lower at `granularity`, check and simulate one plan; returns sim / closed.
 double estimate_lower_simulate(const Scenario& sc, const Plan& plan, Granularity granularity,
@@ -141,14 +148,18 @@ void record(Checked& c, double ratio, const std::string& what) {
   const double off = std::max(ratio, 1 / ratio);
   c.worst_ratio = std::max(c.worst_ratio, off);
   ++c.plans;
-  EXPECT_LT(off, 10.0) << what << ": simulator / closed form = " << ratio;
+  EXPECT_LE(off, c.bound) << what << ": simulator / closed form = " << ratio;
 }
 
 TEST(Mutation, RandomPlansOnPaperScaleClusters) {
-  for (const char* name : {"hexiscale-setting1-llama2-7b", "hexiscale-setting2-llama2-13b"}) {
+  const std::pair<const char*, double> cases[] = {
+      {"hexiscale-setting1-llama2-7b", doubled(2.530)},
+      {"hexiscale-setting2-llama2-13b", doubled(1.446)}};
+  for (const auto& [name, bound] : cases) {
     const Scenario sc = testing::shipped_scenario(name);
     Rng rng(2026);
     Checked c;
+    c.bound = bound;
     for (int i = 0; i < 12; ++i) {
       const Plan plan = random_plan(rng, sc);
       const std::string what = std::string(name) + " plan " + std::to_string(i);
@@ -169,6 +180,7 @@ TEST(Mutation, RandomPlansRunInTheEngineLikeTheReference) {
       engine::run_reference(sc.model, sc.training.global_batch, *corpus, opt, 2);
   Rng rng(7);
   Checked c;
+  c.bound = doubled(1.018);
   for (int i = 0; i < 10; ++i) {
     const Plan plan = random_plan(rng, sc);
     const std::string what = "tiny plan " + std::to_string(i) + ": " + plan_text(plan);
