@@ -114,6 +114,42 @@ TEST(Cli, EstimateDefaultScenario) {
   EXPECT_NE(text.out.find("tokens/s"), std::string::npos);
 }
 
+// --profile replaces the device model in every command that models time, not only in
+// simulate: a GEMM ceiling of 0.1 makes plan's, estimate's and seq's iterations slower (the
+// same plan, estimated, by its GEMM-bound share); a bad profile is bad input naming the file.
+TEST(Cli, ProfileFlagReachesPlanEstimateAndSeq) {
+  auto dir = scratch_dir("profile-flag");
+  const auto slow = dir / "slow.json", bad = dir / "bad.json", plan = dir / "plan.json";
+  write_text(slow, R"({"version": 2, "default": {"gemm_ceiling": {"value": 0.1,
+                     "source": "a slow GEMM for this test"}}})");
+  write_text(bad, R"({"version": 2, "default": {"gemm_ceiling": {"value": 0.1}}})");
+  const std::string sc = "testbed-h100-a100-llama2-13b";
+  auto time_of = [](const testing::CliResult& r, const char* where) {
+    EXPECT_EQ(r.code, 0) << r.err;
+    const json j = json::parse(r.out);
+    return where[0] ? j[where]["iteration_time_s"].get<double>()
+                    : j["iteration_time_s"].get<double>();
+  };
+  const double planned =
+      time_of(run_cli("plan " + sc + " --json --out " + plan.string()), "estimate");
+  const double planned_slow =
+      time_of(run_cli("plan " + sc + " --json --profile " + slow.string()), "estimate");
+  EXPECT_GT(planned_slow, 2 * planned);
+  const std::string est = "estimate " + sc + " --plan " + plan.string() + " --json";
+  EXPECT_DOUBLE_EQ(time_of(run_cli(est), ""), planned);
+  EXPECT_GT(time_of(run_cli(est + " --profile " + slow.string()), ""), 2 * planned);
+  const std::string seq = "seq " + sc + " --scheduler ring --json";
+  EXPECT_GT(time_of(run_cli(seq + " --profile " + slow.string()), ""),
+            1.5 * time_of(run_cli(seq), ""));
+  for (const std::string& command : {est, seq, "plan " + sc}) {
+    auto r = run_cli(command + " --profile " + bad.string());
+    EXPECT_EQ(r.code, 2) << command;
+    EXPECT_NE(r.err.find(bad.string() + ": /default/gemm_ceiling: missing required field"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST(Cli, EveryCommandHasHelp) {
   for (const char* cmd : {"--help", "info --help", "cluster --help", "cluster show --help",
                           "cluster gen --help", "estimate --help"}) {
