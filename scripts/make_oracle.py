@@ -50,9 +50,11 @@ BATCH, SEQ, DATA_SEED = 2, 32, 7
 # --model: the model of scenarios/models.json and the sequence length. tiny-llama-seq has 8
 # query heads on 4 kv heads, for the engine's sequence meshes (uneven head splits 5:2:1,
 # shards 5:3:2 of 40 tokens in whole mirrored blocks of 2); the same code, init and data
-# seed, written to kernels/testdata/tiny_llama_seq_oracle.bin.
+# seed, written to kernels/testdata/tiny_llama_seq_oracle.bin. tiny-llama-8l (8 layers,
+# sequence 64) is the model of the deeper pipeline plans (tiny-llama-8l-cpu).
 MODELS = {
     "tiny-llama": (DIMS, SEQ),
+    "tiny-llama-8l": (dict(DIMS, layers=8), 64),
     "tiny-llama-seq": (dict(DIMS, layers=2, heads=8, kv_heads=4), 40),
 }
 ADAMW = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
