@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -31,6 +33,29 @@ void fsync_dir(const fs::path& dir) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
+}
+
+// HEXISIM_SWEEP_FAULT (sweep_store.hpp): the row to kill at (0: never) and how.
+struct SweepFault {
+  int row = 0;
+  bool mid_row = false;
+};
+
+SweepFault sweep_fault() {
+  static const SweepFault fault = [] {
+    SweepFault f;
+    const char* v = std::getenv("HEXISIM_SWEEP_FAULT");
+    if (v == nullptr) return f;
+    const std::string text = v;
+    for (const char* kind : {"after-row=", "mid-row="}) {
+      if (text.rfind(kind, 0) == 0) {
+        f.row = std::atoi(text.c_str() + std::strlen(kind));
+        f.mid_row = kind[0] == 'm';
+      }
+    }
+    return f;
+  }();
+  return fault;
 }
 
 std::string csv_field(const std::string& s) {
@@ -130,17 +155,23 @@ Status ResultStore::open_for_append() {
 
 Status ResultStore::append(const std::string& row) {
   const std::string line = row + "\n";
+  const SweepFault fault = sweep_fault();
+  ++appended_;
+  const bool kill_now = fault.row == appended_;
   // One write() of the whole line: O_APPEND puts it at the end in one piece. A short
   // write (a full disk) leaves a torn line that the next open() drops.
   ssize_t n = -1;
+  const std::size_t length = kill_now && fault.mid_row ? line.size() / 2 : line.size();
   do {
-    n = ::write(fd_, line.data(), line.size());
+    n = ::write(fd_, line.data(), length);
   } while (n < 0 && errno == EINTR);
+  if (kill_now && fault.mid_row) std::raise(SIGKILL);
   if (n != static_cast<ssize_t>(line.size())) {
     return failure(path_.string() +
                    ": cannot append a row: " + (n < 0 ? errno_text() : "short write (disk full?)"));
   }
   if (::fsync(fd_) != 0) return failure(path_.string() + ": fsync failed: " + errno_text());
+  if (kill_now) std::raise(SIGKILL);
   return {};
 }
 

@@ -8,6 +8,10 @@
 // loss, a full disk) can leave a torn last line. Opening the store drops such a line (the
 // file is rewritten without it, atomically, before anything is appended) and the point is
 // computed again. DIR/.lock (flock) keeps a second sweep from writing the same folder.
+//
+// Fault injection (tests): HEXISIM_SWEEP_FAULT=after-row=N raises SIGKILL right after the
+// N-th row this process appends is durable; mid-row=N writes the first half of the N-th row,
+// then raises SIGKILL (a torn last line). Rows and kills at exact points, not at moments.
 
 #include <filesystem>
 #include <memory>
@@ -55,6 +59,7 @@ class ResultStore {
   int fd_ = -1;  // results.jsonl, O_APPEND
   std::vector<Json> rows_;
   std::string dropped_;
+  int appended_ = 0;  // rows this process appended (HEXISIM_SWEEP_FAULT counts them)
 };
 
 // RFC 4180 CSV of rows (any order; written sorted by "index"): the point's axes, "status"
