@@ -19,7 +19,7 @@ case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_JOBS=${FUZZ_JOBS:-2}
 ALL_TARGETS="cluster gpu_catalog model_catalog training scenario plan program profile trace mix
-  checkpoint_header checkpoint_manifest sweep price_book advise"
+  checkpoint_header checkpoint_manifest sweep price_book advise seq measured sweep_store suite"
 FUZZ_TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 BIN=$BUILD/tests/fuzz
 
@@ -66,7 +66,8 @@ for t in $FUZZ_TARGETS; do
 done
 
 # Seeds: shipped files per format, plus what fuzz_seeds builds from them (programs, traces,
-# a profile, mix specs, checkpoint headers and manifests).
+# a profile, mix specs, checkpoint headers and manifests, sequence problems, measured traces,
+# sweep rows and the validation suites).
 seed() {  # seed TARGET FILE...
   mkdir -p "$BUILD/fuzz-seeds/$1"
   local t=$1

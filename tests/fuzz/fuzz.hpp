@@ -5,10 +5,13 @@
 // finding; a crash, a sanitizer report, a timeout or running out of memory is, and so
 // is a broken property checked here (e.g. a round trip that changes bytes).
 
+#include <stdlib.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +63,25 @@ inline Json reparse(const std::string& text, std::string_view what) {
 inline void check_same_bytes(const std::string& first, const std::string& second,
                              std::string_view what) {
   if (first != second) fail(what, "first:\n" + first + "\nsecond:\n" + second);
+}
+
+// This process's own folder (under the temporary folder, named `prefix` and a unique suffix),
+// for loaders that read only from files: created on the first call (later calls return it,
+// whatever their prefix) and removed at exit. Never destroyed before the exit handler that
+// removes it runs.
+inline const std::filesystem::path& process_dir(std::string_view prefix) {
+  static const std::filesystem::path* dir = [&] {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / (std::string(prefix) + "-XXXXXX")).string();
+    if (::mkdtemp(pattern.data()) == nullptr) fail("mkdtemp failed", pattern);
+    auto* made = new std::filesystem::path(pattern);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(*dir, ec);
+    });
+    return made;
+  }();
+  return *dir;
 }
 
 // The shipped GPU catalog, loaded on first use.
