@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -242,8 +244,16 @@ Result<MeasuredRun> join_rounds(std::vector<MeasuredRun> rounds) {
     int last = 0;
     for (const TraceOp& e : r.trace.ops) {
       if (e.step < 1) continue;  // the round's first step warms up again
+      // A joined step is an int with room for one more (the trace reader's bound on a step).
+      const std::int64_t step = std::int64_t{next} + e.step - 1;
+      if (step >= std::numeric_limits<int>::max()) {
+        return bad_input(r.origin + ": step " + std::to_string(e.step) +
+                         ", numbered on after the " + std::to_string(next) +
+                         " steps of the rounds before it, is past " +
+                         std::to_string(std::numeric_limits<int>::max() - 1));
+      }
       TraceOp joined = e;
-      joined.step = next + e.step - 1;
+      joined.step = static_cast<int>(step);
       out.trace.ops.push_back(joined);
       last = std::max(last, e.step);
     }
