@@ -59,6 +59,20 @@ TEST(CliCalibrate, FitsTracesOfTrainAndSimulateReadsTheProfile) {
   EXPECT_EQ(p["version"], 2);
   EXPECT_TRUE(p["devices"].contains("CPU-core"));
   EXPECT_TRUE(p["transports"].contains("host"));
+  // --base: the fit starts from that profile and keeps what the traces say nothing of (a
+  // hopper GEMM ceiling here; the traces are of CPU-core ranks), and fits the rest.
+  const auto base = dir / "base.json";
+  write_text(base, R"({"version": 2, "architectures": {"hopper": {"gemm_ceiling":
+                   {"value": 0.123, "source": "the base of this test"}}}})");
+  const auto rebased = dir / "rebased.json";
+  auto b = run_cli("calibrate" + traces + " --base " + base.string() + " --out " +
+                   rebased.string() + " --json");
+  ASSERT_EQ(b.code, 0) << b.err;
+  const json q = json::parse(read_text(rebased));
+  EXPECT_EQ(q["architectures"]["hopper"]["gemm_ceiling"]["value"], 0.123) << q.dump();
+  ASSERT_TRUE(p["architectures"]["hopper"].contains("gemm_ceiling")) << p.dump();
+  EXPECT_NE(p["architectures"]["hopper"]["gemm_ceiling"]["value"], 0.123);
+  EXPECT_EQ(q["devices"]["CPU-core"], p["devices"]["CPU-core"]);  // the same fit
   // The profile changes what the simulator says of the same plan.
   const std::string sim =
       "simulate tiny-llama-8l-cpu --plan " + (dir / "plan1.json").string() + " --no-trace --json";
