@@ -846,6 +846,7 @@ TEST(Simulator, MeshStagePlanAgreesWithTheEstimate) {
     std::printf(
         "llama2-7b/8 layers, %s: simulated %.4f s, closed form %.4f s (sim / closed %.4f)\n", label,
         sim, e.iteration_time_s, sim / e.iteration_time_s);
+    // 0.968-1.005 observed over the three cases: within 2x the worst deviation (3.2 %).
     EXPECT_NEAR(sim, e.iteration_time_s, 0.05 * e.iteration_time_s) << label;
     // The mesh devices' memory: the same accounting as the estimate's (mesh_stage_memory).
     int meshed = 0;

@@ -85,19 +85,23 @@ TEST(PipelineCurve, TimesTrackTheEstimateOfRealizedPlans) {
       many.pipelines.push_back({{{static_cast<int>(m), ms[m].num_gpus, 1}}});
     }
     int checked = 0;
+    double worst = 0;  // the largest |curve - estimate| / curve
     for (const PlanSpec* spec : {&one, &many}) {
       auto scored = ev.evaluate(*spec, "test");
       if (!scored) continue;  // does not fit: nothing to compare
       const int d = static_cast<int>(spec->pipelines.size());
       for (int p = 0; p < d; ++p) {
         const double t = ev.curve(*spec, p, d)->time(scored->plan.pipelines[p].micro_batches());
-        EXPECT_NEAR(t, scored->estimate.pipelines[p].time_s, 0.05 * t) << name << " pipeline " << p;
+        // 3.7 % at most observed (setting 1's one pipeline over every machine): within 2x.
+        EXPECT_NEAR(t, scored->estimate.pipelines[p].time_s, 0.074 * t)
+            << name << " pipeline " << p;
+        worst = std::max(worst, std::abs(t - scored->estimate.pipelines[p].time_s) / t);
       }
       EXPECT_TRUE(scored->estimate.feasible) << name;
       ++checked;
     }
     EXPECT_GT(checked, 0) << name;
-    std::printf("  %s: %d plan(s) checked\n", name, checked);
+    std::printf("  %s: %d plan(s) checked, worst deviation %.4f\n", name, checked, worst);
   }
 }
 
