@@ -204,6 +204,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out")
     args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
     libs = [l for l in args.libraries.split(",") if l]
     for lib in libs:
         if lib not in LIBRARIES:
