@@ -65,7 +65,8 @@ std::vector<SuiteRun> read_runs(const JsonNode& list, const fs::path& dir, const
   return out;
 }
 
-// The runs of `all` named in `names` (a "quick" list), in its order.
+// The runs of `all` named in `names` (a "quick" list), in its order, each once (a run's name
+// names its files in --out).
 std::vector<SuiteRun> pick(const std::vector<SuiteRun>& all, const JsonNode& names) {
   names.require_array();
   std::vector<SuiteRun> out;
@@ -73,6 +74,9 @@ std::vector<SuiteRun> pick(const std::vector<SuiteRun>& all, const JsonNode& nam
     const std::string n = names.at(i).str();
     auto it = std::find_if(all.begin(), all.end(), [&](const SuiteRun& r) { return r.name == n; });
     if (it == all.end()) names.at(i).fail_message("no run named \"" + n + "\" in the suite");
+    if (std::any_of(out.begin(), out.end(), [&](const SuiteRun& r) { return r.name == n; })) {
+      names.at(i).fail_message("run \"" + n + "\" is listed twice");
+    }
     out.push_back(*it);
   }
   return out;
