@@ -13,6 +13,7 @@
 #include "scheduler/plan/testing.hpp"
 #include "scheduler/program/lower.hpp"
 #include "sim/simulator.hpp"
+#include "validation/validate.hpp"
 
 namespace hexi::validation {
 namespace {
@@ -380,6 +381,31 @@ TEST(Calibrate, RefusesMessagesOfOneSize) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message.find("need messages of at least two sizes"), std::string::npos)
       << c.error().message;
+}
+
+// Rounds of one run are joined into one trace, each round's steps numbered on after the
+// rounds before it: a step that would pass an int (2^31 - 2 after three steps) is bad input
+// naming the trace, not a signed overflow.
+TEST(JoinRounds, StepsNumberedPastAnIntAreBadInput) {
+  auto round = [](const std::string& origin, std::vector<int> steps) {
+    MeasuredRun r;
+    r.origin = origin;
+    r.plan_file = "plan.json";
+    for (int s : steps) r.trace.ops.push_back(TraceOp{0, 0, 0, 1, s});
+    return r;
+  };
+  auto ok = join_rounds({round("a", {0, 1, 2}), round("b", {0, 1, 2})});
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  std::set<int> steps;
+  for (const TraceOp& e : ok->trace.ops) steps.insert(e.step);
+  EXPECT_EQ(steps, (std::set<int>{0, 1, 2, 3, 4}));  // b's warm-up step left out
+  auto bad = join_rounds({round("a", {0, 1, 2}), round("b", {0, 2147483646})});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(bad.error().message.find("b: step 2147483646, numbered on after the 3 steps of the "
+                                     "rounds before it, is past 2147483646"),
+            std::string::npos)
+      << bad.error().message;
 }
 
 }  // namespace

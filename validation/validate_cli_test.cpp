@@ -120,6 +120,18 @@ TEST(CliValidate, RefusesASuiteThatValidatesOnWhatItFitted) {
     EXPECT_NE(r.err.find("a file name"), std::string::npos) << name << ": " << r.err;
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "escape"));
+  // A quick list naming a run twice would run it twice under one name (its files in --out
+  // overwritten): refused.
+  write_text(dir / "plan2.json", three_stages(2));
+  write_text(dir / "suite.json", R"({"version": 1, "name": "s", "cluster": "tiny-cpu-2x4",
+    "calibration": [{"name": "a", "scenario": "tiny-llama-8l-cpu", "plan": "plan.json"}],
+    "validation": [{"name": "b", "scenario": "tiny-llama-8l-cpu", "plan": "plan2.json"}],
+    "quick": {"calibration": ["a", "a"], "validation": ["b"]}})");
+  r = run_cli("validate " + (dir / "suite.json").string() + " --quick --out " +
+              (dir / "o").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/quick/calibration/1: run \"a\" is listed twice"), std::string::npos)
+      << r.err;
 }
 
 // A suite of one-device runs with --local: each run is one `hexisim train` process (no
