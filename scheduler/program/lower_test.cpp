@@ -349,6 +349,27 @@ TEST(DpBuckets, EqualLayoutsGiveOneBucketPerRankCoveringEveryParameter) {
   EXPECT_DOUBLE_EQ(std::accumulate(b.owned_params.begin(), b.owned_params.end(), 0.0), m.params());
 }
 
+// A GPT-style model (biases, LayerNorm with its bias, GELU MLP, learned positions, tied
+// embeddings): its buckets cover every parameter too, biases and norms included.
+TEST(DpBuckets, AGptStyleModelIsCoveredToo) {
+  Model m = tiny_model();
+  m.bias = true;
+  m.layer_norm = true;
+  m.learned_positions = true;
+  m.tied_embeddings = true;
+  m.mlp = MlpKind::kGelu;
+  for (int zero : {0, 1}) {
+    DpBuckets b = plan_dp_buckets(uniform_plan(2, 2, 2, 4, 4), m, zero, 8);
+    double covered = 0;
+    for (const auto& bk : b.buckets) covered += bk.elements;
+    EXPECT_DOUBLE_EQ(covered, m.params()) << "ZeRO " << zero;
+    if (zero == 1) {
+      EXPECT_DOUBLE_EQ(std::accumulate(b.owned_params.begin(), b.owned_params.end(), 0.0),
+                       m.params());
+    }
+  }
+}
+
 TEST(DpBuckets, DifferentTpDegreesSplitTheSmallerShard) {
   // Pipeline A: TP 2 (devices 0, 1); pipeline B: TP 4 (2..5), kv heads 2 < 4 (replicated in B).
   Model m = tiny_model(2, 2);
