@@ -422,6 +422,15 @@ TEST(Lower, StageGranularityFusesAndFoldsIntraMachineTp) {
       EXPECT_EQ(p.folds[op.folded].count, 2 * 2 + 1);
     }
   }
+  // The folds survive the program file, the first (index 0) included.
+  ASSERT_FALSE(p.folds.empty());
+  const std::string text = program_text(p);
+  auto back = program_from_json(Json::parse(text), "<round trip>");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(program_text(*back), text);
+  int first_fold = 0;
+  for (const Op& op : back->ops) first_fold += op.kind == OpKind::kCompute && op.folded == 0;
+  EXPECT_GT(first_fold, 0);
 }
 
 TEST(Lower, GPipeAndManyShapesStayAcyclic) {
