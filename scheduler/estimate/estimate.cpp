@@ -523,6 +523,9 @@ class DpSync {
   void make_jobs() {
     const int passes = ring_passes();
     jobs_.clear();
+    // Per machine: the job that last listed its NICs (one pass over a ring's members).
+    std::vector<std::size_t> listed(cm_.cluster().machines().size(),
+                                    std::numeric_limits<std::size_t>::max());
     for (int pass = 0; pass < passes; ++pass) {
       for (auto& [key, ring] : rings_) {
         Job job;
@@ -531,8 +534,8 @@ class DpSync {
         if (ring.wire > 0 && job.seconds > 0) {
           for (int d : ring.members) {
             const int m = machine(d);
-            if (std::none_of(job.nics.begin(), job.nics.end(),
-                             [&](const auto& n) { return n.first == 2 * m; })) {
+            if (listed[m] != jobs_.size()) {
+              listed[m] = jobs_.size();
               job.nics.emplace_back(2 * m, 1.0);
               job.nics.emplace_back(2 * m + 1, 1.0);
             }
