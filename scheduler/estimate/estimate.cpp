@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <queue>
 #include <span>
 #include <tuple>
@@ -924,9 +925,25 @@ class DpSync {
     return machine_only;
   }
 
+  // A device's all-reduce of a piece run hierarchically (without ZeRO, holders aligned in
+  // machine blocks): its time, or none. Devices whose stages hold the same share of the piece
+  // see the same holders (aligned_members): their blocks are found once, and the time once per
+  // bytes, so that a ring of thousands of members costs its members once, not once each.
+  std::optional<double> hierarchical_s(const DeviceEstimate& de, int layer, double bytes) {
+    const int own = first_stage_[de.pipeline] + de.stage;
+    const auto [lo, hi] = share(own, de.tp_rank);
+    const BlockKey key{layer, de.tp_rank, stages_[own]->tp(), lo, hi};
+    auto [blocks, fresh] = blocks_.try_emplace(key);
+    if (fresh) blocks->second = hierarchical_blocks(aligned_members(de, layer));
+    if (blocks->second.empty()) return std::nullopt;
+    auto [time, unknown] = block_s_.try_emplace({key, bytes}, 0.0);
+    if (unknown) time->second = hierarchical_all_reduce_time(cm_.cluster(), blocks->second, bytes);
+    return time->second;
+  }
+
   // The time of a device's pieces, one after another (s); each piece's into piece_s.
   double device_sync_s(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
-                       const std::vector<PieceLinks>& links, double* piece_s) const {
+                       const std::vector<PieceLinks>& links, double* piece_s) {
     const double e = cm_.training().bytes_per_element();
     double total = 0;
     for (std::size_t k = 0; k < pieces.size(); ++k) {
@@ -934,8 +951,8 @@ class DpSync {
       // Without ZeRO, holders that form machine blocks all-reduce hierarchically, as the
       // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
       if (cm_.training().zero_stage == 0) {
-        if (const auto blocks = hierarchical_blocks(aligned_members(de, layer)); !blocks.empty()) {
-          piece_s[k] = hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
+        if (const auto t = hierarchical_s(de, layer, e * params)) {
+          piece_s[k] = *t;
           total += piece_s[k];
           continue;
         }
@@ -989,8 +1006,13 @@ class DpSync {
   std::vector<FairFlow*> flows_;
   std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
   std::map<std::pair<int, int>, int> differ_;          // same_holders()
-  std::unordered_map<int, PieceHolders> holders_;      // per piece: holders_of()
-  std::vector<int> last_holder_;                       // piece_links(): per pipeline
+  // hierarchical_s(): per (piece, TP rank, TP degree, share) its machine blocks, and per
+  // bytes their all-reduce time.
+  using BlockKey = std::tuple<int, int, int, double, double>;
+  std::map<BlockKey, std::vector<std::vector<int>>> blocks_;
+  std::map<std::pair<BlockKey, double>, double> block_s_;
+  std::unordered_map<int, PieceHolders> holders_;  // per piece: holders_of()
+  std::vector<int> last_holder_;                   // piece_links(): per pipeline
   std::vector<HolderLink> last_link_;
   // peer_link(): the links from machine row_machine_ to each machine, valid where the
   // machine's tag is row_tag_; one_ holds a link that is not kept.
