@@ -33,8 +33,9 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
     std::cout << "verified: " << r.verified.size() << " best plans by the closed form simulated at "
               << r.verified_fidelity << " fidelity in " << fmt(r.verify_time_s, 2)
               << " s; returned: the closed form's "
-              << (r.verified_chosen == 0 ? std::string("best")
-                                         : "plan " + std::to_string(r.verified_chosen + 1))
+              << (r.verified[r.verified_chosen].rank == 0
+                      ? std::string("best")
+                      : "plan " + std::to_string(r.verified[r.verified_chosen].rank + 1))
               << ", " << fmt(r.verified[r.verified_chosen].simulated_tokens_per_s, 0)
               << " tokens/s simulated\n";
   }

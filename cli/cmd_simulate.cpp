@@ -247,6 +247,13 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
     return Work{std::move(*program), std::nullopt,
                 PlanSource::of_file(PlanOrigin::kProgramFile, opt.program)};
   }
+  // Every pipeline plan lowers to at least this many ops: refused before any search.
+  if (auto st = check_program_size(
+          sc.model, sc.training,
+          opt.fidelity == "stage" ? Granularity::kStage : Granularity::kLayer, "simulate");
+      !st) {
+    return st.error();
+  }
   PlanSource source;
   auto plan = plan_for(sc, opt, source);
   if (!plan) return plan.error();

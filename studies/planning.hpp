@@ -21,7 +21,8 @@ namespace hexi {
 inline namespace studies {
 
 // Runners-up verified by default: kDefaultVerify up to kVerifyMaxGpus GPUs, none above
-// (stage-fidelity simulations of larger clusters take seconds each).
+// (stage-fidelity simulations of larger clusters take seconds each), and none where every
+// plan's program would exceed what the lowering materialises (check_program_size, lower.hpp).
 inline constexpr int kDefaultVerify = 8;
 inline constexpr int kVerifyMaxGpus = 256;
 int default_verify(const Scenario& scenario);
@@ -33,7 +34,9 @@ Result<SimReport> simulate_untraced(const Scenario& scenario, const Result<Progr
 // Simulates r.plan and r.runners_up (in order); when a runner-up simulates faster, it
 // becomes r.plan (ties keep the better closed form). Fills r.verified, r.verified_chosen,
 // r.verified_fidelity and r.verify_time_s, adds a note when the plan changed, and empties
-// r.runners_up. Nothing to do when r has no runners-up.
+// r.runners_up. Nothing to do when r has no runners-up. A plan whose program would exceed
+// kMaxProgramComputeOps (lower.hpp) is not simulated, with a note: a runner-up is left out;
+// r.plan itself means no verification.
 // What the planning call says it does, one line at a time (the CLI prints them on stderr;
 // sweeps and advise pass none).
 using PlanningLog = std::function<void(const std::string&)>;
@@ -45,7 +48,9 @@ Status verify_with_simulator(const Scenario& scenario, SearchResult& r,
 // searches), every sweep point and advise make, so that they agree by construction: scheduler
 // `name` on the scenario with `options` (its runners_up replaced by `verify`,
 // default_verify(scenario) when unset), then verify_with_simulator. Bad input for an unknown
-// name or a scheduler of another kind.
+// name or a scheduler of another kind, and, before the search, for a `verify` > 0 that no
+// plan's program allows (check_program_size); unset, such a verification is skipped with a
+// note.
 Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& scenario,
                                    SearchOptions options, std::optional<int> verify = {},
                                    const PlanningLog& log = {});

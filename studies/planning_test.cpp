@@ -1,6 +1,7 @@
 // verify_with_simulator on hand-made search results: the simulator's fastest plan is returned
 // whatever the closed form's ranking said, with the figures and a note; nothing to do without
-// runners-up.
+// runners-up; plans whose programs exceed the lowering's limit are not simulated, and a
+// verification no plan allows is refused before the search (or skipped by default).
 #include "studies/planning.hpp"
 
 #include <gtest/gtest.h>
@@ -74,6 +75,88 @@ TEST(Verify, ReturnsTheFastestSimulatedPlanWhateverTheClosedFormRanked) {
   ASSERT_TRUE(verify_with_simulator(sc, none).ok());
   EXPECT_TRUE(none.verified.empty());
   EXPECT_FALSE(none.to_json().contains("verify"));
+}
+
+// tiny-llama-cpu with 2^22 sequences: one plan of 2^22 micro-batches over 4 stages (2^25
+// compute ops at stage fidelity, over the lowering's 2^24) and one of 8 micro-batches of
+// 2^16 sequences per pipeline (128 ops).
+const char* kDeepHuge = R"({"version": 1, "pipelines": [{"batch": 4194304, "stages": [
+  {"devices": [0], "layers": [0, 1]}, {"devices": [1], "layers": [1, 2]},
+  {"devices": [2], "layers": [2, 3]}, {"devices": [3], "layers": [3, 4]}]}]})";
+
+Plan wide_huge() {
+  Plan p = parse_plan(kWide);
+  for (Pipeline& pipe : p.pipelines) {
+    pipe.micro_batch = 1 << 16;
+    pipe.batch = 1 << 19;
+  }
+  return p;
+}
+
+TEST(Verify, PlansWhoseProgramsExceedTheLoweringsLimitAreNotSimulated) {
+  Scenario sc = testing::shipped_scenario("tiny-llama-cpu");
+  sc.training.global_batch = 1 << 22;
+  CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+  const Plan deep = parse_plan(kDeepHuge), wide = wide_huge();
+  ASSERT_TRUE(validate_plan(deep, sc.cluster, sc.model, sc.training, "deep").ok());
+  ASSERT_TRUE(validate_plan(wide, sc.cluster, sc.model, sc.training, "wide").ok());
+
+  // A runner-up over the limit is left out, with a note; the others are verified.
+  SearchResult r;
+  r.plan = wide;
+  r.estimate = cm.estimate(wide);
+  r.runners_up.push_back({deep, cm.estimate(deep)});
+  auto st = verify_with_simulator(sc, r);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  ASSERT_EQ(r.verified.size(), 1u);
+  EXPECT_EQ(r.verified[0].rank, 0);
+  EXPECT_EQ(r.verified_chosen, 0);
+  EXPECT_EQ(plan_text(r.plan), plan_text(wide));
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("1 of the 1 runners-up lower to more than the 1.68e+07"),
+            std::string::npos)
+      << r.notes[0];
+
+  // The closed form's best over the limit: nothing to compare with, returned unverified.
+  SearchResult s;
+  s.plan = deep;
+  s.estimate = cm.estimate(deep);
+  s.runners_up.push_back({wide, cm.estimate(wide)});
+  st = verify_with_simulator(sc, s);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  EXPECT_TRUE(s.verified.empty());
+  EXPECT_TRUE(s.runners_up.empty());
+  EXPECT_EQ(plan_text(s.plan), plan_text(deep));
+  ASSERT_EQ(s.notes.size(), 1u);
+  EXPECT_NE(s.notes[0].find("the closed form's best plan lowers to at least 3.36e+07 compute ops"),
+            std::string::npos)
+      << s.notes[0];
+  EXPECT_NE(s.notes[0].find("returned without verification"), std::string::npos) << s.notes[0];
+}
+
+TEST(Verify, AVerificationNoPlanAllowsIsRefusedBeforeTheSearchOrSkippedByDefault) {
+  // 2^24 sequences in micro-batches of 1: every plan lowers to at least 2^25 ops.
+  Scenario sc = testing::shipped_scenario("tiny-llama-cpu");
+  sc.training.global_batch = 1 << 24;
+  EXPECT_EQ(default_verify(sc), 0);
+  // Refused before the scheduler is even looked up (a name no registry holds).
+  auto refused = plan_pipeline("no-such-scheduler", sc, SearchOptions{}, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(refused.error().message.find("--verify 2: training.global_batch 16777216 / "
+                                         "micro_batch 1 micro-batches lower to at least 3.36e+07"),
+            std::string::npos)
+      << refused.error().message;
+  auto skipped = plan_pipeline("uniform", sc, SearchOptions{});
+  ASSERT_TRUE(skipped.ok()) << skipped.error().message;
+  EXPECT_TRUE(skipped->verified.empty());
+  ASSERT_FALSE(skipped->notes.empty());
+  EXPECT_NE(skipped->notes.back().find("verify: not run: training.global_batch 16777216"),
+            std::string::npos)
+      << skipped->notes.back();
+  // A batch every plan lowers within the limit keeps the default.
+  sc.training.global_batch = 8;
+  EXPECT_EQ(default_verify(sc), kDefaultVerify);
 }
 
 }  // namespace

@@ -60,8 +60,10 @@ inline ScratchDir scratch_dir(const std::string& name) {
 }
 
 // `args` is appended to the executable path as shell words (tests quote their own).
-// Runs it from the folder `cwd` (empty: this process's current folder).
-inline CliResult run_cli_in(const std::filesystem::path& cwd, const std::string& args) {
+// Runs it from the folder `cwd` (empty: this process's current folder), after the shell
+// words `prefix` (limits, an environment: "ulimit -v 1048576; ").
+inline CliResult run_cli_in(const std::filesystem::path& cwd, const std::string& args,
+                            const std::string& prefix = "") {
   const char* bin = std::getenv("HEXISIM_BIN");
   CliResult r;
   if (bin == nullptr) {
@@ -71,7 +73,8 @@ inline CliResult run_cli_in(const std::filesystem::path& cwd, const std::string&
   auto dir = std::filesystem::temp_directory_path();
   auto out = dir / ("hexisim-cli-" + std::to_string(::getpid()) + ".out");
   auto err = dir / ("hexisim-cli-" + std::to_string(::getpid()) + ".err");
-  std::string cmd = std::string(bin) + " " + args + " >" + out.string() + " 2>" + err.string();
+  std::string cmd =
+      prefix + std::string(bin) + " " + args + " >" + out.string() + " 2>" + err.string();
   if (!cwd.empty()) cmd = "cd '" + cwd.string() + "' && " + cmd;
   int status = std::system(cmd.c_str());
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -196,6 +196,79 @@ TEST(Hardening, HugeClustersAndProgramsAreRefusedUpFront) {
   expect_refused(run_cli("simulate " + args), "use a larger micro_batch", "simulate");
 }
 
+// Llama-2 7B on 4 A100s and 4 RTX 4090s with 2^24 sequences in micro-batches of 1: the
+// largest batch a scenario takes, more micro-batches than any program may hold.
+void write_huge_batch(const std::filesystem::path& dir) {
+  write_text(dir / "c.json", R"({"version": 1, "name": "c8", "network": {"nic_GBps": 25},
+    "machines": [{"gpu": "A100-SXM-80GB", "gpus": 4}, {"gpu": "RTX4090", "gpus": 4}]})");
+  write_text(dir / "s.json", R"({"version": 1, "name": "s", "cluster": "c.json",
+    "model": "llama2-7b", "scheduler": "hexiscale",
+    "training": {"global_batch": 16777216, "micro_batch": 1, "seq_len": 4096}})");
+}
+
+TEST(Hardening, AHugeBatchIsSearchedInMemoryThatDoesNotGrowWithIt) {
+  // The search's timelines and batch split cost what a few thousand micro-batches cost: under
+  // a 1 GiB address space the plan is found (the timelines of 2^24 micro-batches alone would
+  // take gigabytes). `timeout` only ends a run that would otherwise outlive the test.
+  auto dir = scratch_dir("hugebatch");
+  write_huge_batch(dir);
+  auto r = testing::run_cli_in({}, "plan " + (dir / "s.json").string() + " --verify 0 --json",
+                               "ulimit -v 1048576; OPENBLAS_NUM_THREADS=1 timeout 300 ");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json out = json::parse(r.out);
+  long long batch = 0;
+  for (const auto& p : out["plan"]["pipelines"]) batch += p["batch"].get<long long>();
+  EXPECT_EQ(batch, 16777216);
+  EXPECT_TRUE(out["estimate"]["feasible"].get<bool>());
+}
+
+TEST(Hardening, SimulatingMoreMicroBatchesThanAProgramHoldsIsRefusedBeforeTheSearch) {
+  auto dir = scratch_dir("hugebatch-verify");
+  write_huge_batch(dir);
+  const std::string s = (dir / "s.json").string();
+  // Asked for: refused before the search (no search line on stderr).
+  auto r = run_cli("plan " + s + " --verify 2");
+  expect_refused(r,
+                 "--verify 2: training.global_batch 16777216 / micro_batch 1 micro-batches "
+                 "lower to at least 3.36e+07 compute ops whatever the plan; hexisim "
+                 "materialises at most 1.68e+07: use a larger micro_batch",
+                 "plan --verify 2");
+  EXPECT_EQ(r.err.find("candidates"), std::string::npos) << r.err;
+  r = run_cli("simulate " + s);
+  expect_refused(r, "simulate: training.global_batch 16777216 / micro_batch 1", "simulate");
+  EXPECT_NE(r.err.find("at layer fidelity whatever the plan"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("candidates"), std::string::npos) << r.err;
+  // By default: the plan, verified by nobody, and a note saying why.
+  r = run_cli("plan " + s);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: verify: not run: training.global_batch 16777216"), std::string::npos)
+      << r.out;
+}
+
+TEST(Hardening, UniformGridsOfTensOfThousandsOfPipelinesAreEstimatedInLinearTime) {
+  // 32 768 A100s, 2^15 sequences: uniform's grids reach 32 768 one-GPU pipelines, each GPU
+  // syncing with one holder in every other pipeline. A device's links to the holders on other
+  // machines come from the machines' set at once, and a ring's hierarchical all-reduce (ZeRO
+  // 0) is timed once for its members, so each estimate is linear in the GPUs, the whole search
+  // a few CPU seconds where a loop over the holders per device takes minutes: a CPU-time limit
+  // (ulimit -t, not wall-clock time) of 60 s tells them apart.
+  auto dir = scratch_dir("uniform32k");
+  write_text(dir / "c.json", R"({"version": 1, "name": "a100-32k", "network": {"nic_GBps": 25},
+    "machines": [{"gpu": "A100-SXM-80GB", "gpus": 8, "repeat": 4096}]})");
+  for (int zero : {1, 0}) {
+    write_text(dir / "s.json", R"({"version": 1, "name": "s", "cluster": "c.json",
+      "model": "llama2-7b", "scheduler": "uniform", "training": {"global_batch": 32768,
+      "micro_batch": 1, "seq_len": 4096, "zero_stage": )" +
+                                   std::to_string(zero) + "}}");
+    auto r = testing::run_cli_in({}, "plan " + (dir / "s.json").string() + " --json",
+                                 "ulimit -t 60; OPENBLAS_NUM_THREADS=1 ");
+    ASSERT_EQ(r.code, 0) << "zero " << zero << ": " << r.err;
+    const json out = json::parse(r.out);
+    EXPECT_EQ(out["candidates"].get<int>(), 288) << "every valid grid estimated";
+    EXPECT_TRUE(out["estimate"]["feasible"].get<bool>()) << "zero " << zero;
+  }
+}
+
 TEST(Hardening, ProgramsOnlySimulateWithTheirOwnModelAndBatch) {
   auto dir = scratch_dir("digest");
   const std::string prog = (dir / "prog.json").string();

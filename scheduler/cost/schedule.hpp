@@ -19,7 +19,8 @@
 // in flight), i.e. a slow boundary costs F + B + C per micro-batch on its two
 // stages, not max(F + B, C): sends are not hidden behind the next micro-batch's
 // compute when the receiver is still busy with its own backward. The timeline is
-// computed exactly, event by event: O(p * m).
+// computed event by event, O(p * m), up to kTimelineExactMicroBatches micro-batches, and
+// from its periodic steady state beyond (below).
 //
 // Interleaved 1F1B (Megatron-LM's virtual pipeline stages; Narayanan et al. 2021, "Efficient
 // large-scale language model training on GPU clusters using Megatron-LM", section 2.2.2):
@@ -86,6 +87,15 @@ struct PipelineTimeline {
   double period_s = 0;           // lambda above (1F1B; GPipe: the same bound)
 };
 
+// Up to kTimelineExactMicroBatches micro-batches (more for pipelines of hundreds of stages) a
+// timeline is run event by event. Beyond, its cost does not grow with the micro-batches: 1F1B
+// and interleaved 1F1B reach a steady state that repeats every c micro-batches shifted by the
+// same time; a run of about that many finds c and the shift, checking that every event
+// repeats over a window, and the timeline of m is that of a run of m' ≡ m (mod c) shifted by
+// (m - m') / c shifts, exact in real arithmetic. GPipe repeats every micro-batch in each of
+// its two phases: the run of M extended by the difference between the runs of M and M - 1.
+inline constexpr int kTimelineExactMicroBatches = 8192;
+
 PipelineTimeline pipeline_timeline(const std::vector<StageTimes>& stages, int micro_batches,
                                    PipelineSchedule schedule);
 // An interleaved pipeline: `stages` are its virtual stages (k = c * p + r, p = size / chunks
@@ -94,6 +104,13 @@ PipelineTimeline pipeline_timeline(const std::vector<StageTimes>& stages, int mi
 // boundary. chunks == 1: the plain timeline above under 1F1B.
 PipelineTimeline interleaved_timeline(const std::vector<StageTimes>& stages, int micro_batches,
                                       int chunks);
+
+// The reference the two above are tested against: every micro-batch event by event, whatever
+// their count (O(p * m) time and memory).
+PipelineTimeline pipeline_timeline_events(const std::vector<StageTimes>& stages, int micro_batches,
+                                          PipelineSchedule schedule);
+PipelineTimeline interleaved_timeline_events(const std::vector<StageTimes>& stages,
+                                             int micro_batches, int chunks);
 
 // lambda above: the steady-state time per micro-batch.
 double pipeline_period(const std::vector<StageTimes>& stages);

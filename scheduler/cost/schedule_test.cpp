@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <random>
 
 namespace hexi {
 namespace {
@@ -177,6 +179,105 @@ TEST(Schedule, InterleavedUnevenChunksRunAtTheSlowestGroupsPace) {
   const auto plain = equal_stages(4, 1.0, 2.0, 0.25);
   EXPECT_DOUBLE_EQ(interleaved_timeline(plain, 6, 1).time_s,
                    pipeline_timeline(plain, 6, PipelineSchedule::k1F1B).time_s);
+}
+
+// Stages with durations drawn from [0.1, 1) s (backwards up to 4x the forward), half the cases
+// with boundaries up to 3 s: slow links, uneven stages, several critical cycles.
+std::vector<StageTimes> random_stages(std::mt19937& rng, int stages) {
+  std::uniform_real_distribution<double> u(0.1, 1.0);
+  const bool links = rng() % 2 == 0;
+  std::vector<StageTimes> st(static_cast<std::size_t>(stages));
+  for (StageTimes& s : st) {
+    s.forward_s = u(rng);
+    s.backward_s = 4 * s.forward_s * u(rng);
+    if (links) {
+      s.send_s = u(rng) * (rng() % 3 == 0 ? 3.0 : 0.3);
+      s.grad_s = rng() % 2 == 0 ? s.send_s : s.send_s * u(rng);
+    }
+  }
+  st.back().send_s = st.back().grad_s = 0;
+  return st;
+}
+
+// Within 1e-9 of the reference, time and every stage's finish: the event times themselves are
+// sums of up to 4 p m rounded durations.
+void expect_same_timeline(const PipelineTimeline& got, const PipelineTimeline& want,
+                          const std::string& what) {
+  EXPECT_NEAR(got.time_s, want.time_s, 1e-9 * want.time_s) << what;
+  ASSERT_EQ(got.finish_s.size(), want.finish_s.size()) << what;
+  for (std::size_t s = 0; s < want.finish_s.size(); ++s)
+    EXPECT_NEAR(got.finish_s[s], want.finish_s[s], 1e-9 * want.time_s) << what << " stage " << s;
+  EXPECT_EQ(got.period_s, want.period_s) << what;
+}
+
+TEST(Schedule, BeyondTheExactCountATimelineIsItsSteadyStateExtended) {
+  // Random pipelines with more micro-batches than are run event by event: the steady state
+  // found in a run of about kTimelineExactMicroBatches, extended, is the event-by-event
+  // timeline, for 1F1B (cycles of 1 to 4 micro-batches occur), GPipe and interleaved 1F1B.
+  std::mt19937 rng(7);
+  const int big = kTimelineExactMicroBatches;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 8);
+    const int m = big + 1 + static_cast<int>(rng() % (3 * big));
+    const auto st = random_stages(rng, p);
+    for (PipelineSchedule s : {PipelineSchedule::k1F1B, PipelineSchedule::kGPipe}) {
+      expect_same_timeline(pipeline_timeline(st, m, s), pipeline_timeline_events(st, m, s),
+                           std::string(s == PipelineSchedule::kGPipe ? "gpipe" : "1f1b") +
+                               " p=" + std::to_string(p) + " m=" + std::to_string(m));
+    }
+    const int groups = 2 + static_cast<int>(rng() % 4), chunks = 2 + trial % 2;
+    const auto virt = random_stages(rng, groups * chunks);
+    const int blocks = big / groups + 1 + static_cast<int>(rng() % 1000);
+    expect_same_timeline(interleaved_timeline(virt, blocks * groups, chunks),
+                         interleaved_timeline_events(virt, blocks * groups, chunks),
+                         "interleaved p=" + std::to_string(groups) + " v=" +
+                             std::to_string(chunks) + " m=" + std::to_string(blocks * groups));
+  }
+  // The slow boundary above alternates 5 and 11 per micro-batch (a cycle of 2): both parities.
+  const auto slow = equal_stages(2, 1.0, 2.0, 5.0);
+  for (int m : {big + 1, big + 2, 5 * big + 1}) {
+    expect_same_timeline(pipeline_timeline(slow, m, PipelineSchedule::k1F1B),
+                         pipeline_timeline_events(slow, m, PipelineSchedule::k1F1B),
+                         "slow boundary m=" + std::to_string(m));
+  }
+}
+
+TEST(Schedule, ManyMicroBatchesCostWhatTheSteadyStateCosts) {
+  // 2^24 micro-batches: (m + p - 1)(F + B) on equal stages without communication, and the
+  // interleaved order's peak in flight is the same as for a few blocks.
+  const int m = 1 << 24;
+  for (PipelineSchedule s : {PipelineSchedule::k1F1B, PipelineSchedule::kGPipe}) {
+    const PipelineTimeline t = pipeline_timeline(equal_stages(8, 1.0, 2.0, 0.0), m, s);
+    EXPECT_NEAR(t.time_s, (m + 7) * 3.0, 1e-12 * t.time_s);
+  }
+  std::vector<StageTimes> st(16, StageTimes{0.5, 1.0, 0, 0});
+  const PipelineTimeline t = interleaved_timeline(st, m, 2);
+  EXPECT_NEAR(t.time_s, (m + 7.0 / 2) * 3.0, 1e-12 * t.time_s);
+  EXPECT_EQ(interleaved_in_flight(0, 8, 2, m), interleaved_in_flight(0, 8, 2, 64));
+}
+
+TEST(Schedule, InterleavedInFlightIsThePeakOfTheWholeOrder) {
+  // The definition, over the whole order, against the bounded prefix the function reads.
+  for (int groups = 1; groups <= 6; ++groups) {
+    for (int chunks = 1; chunks <= 4; ++chunks) {
+      for (int rank = 0; rank < groups; ++rank) {
+        for (int m = 1; m <= 6 * groups + 3; ++m) {
+          std::vector<int> now(static_cast<std::size_t>(chunks), 0), peak = now;
+          int alive = 0, most = 0;
+          for (const ChunkStep& step : interleaved_order(rank, groups, chunks, m)) {
+            now[static_cast<std::size_t>(step.chunk)] += step.forward ? 1 : -1;
+            alive += step.forward ? 1 : -1;
+            if (alive > most) {
+              most = alive;
+              peak = now;
+            }
+          }
+          EXPECT_EQ(interleaved_in_flight(rank, groups, chunks, m), peak)
+              << "groups " << groups << " chunks " << chunks << " rank " << rank << " m " << m;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <queue>
 #include <span>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include "scheduler/cost/collectives.hpp"
 #include "scheduler/cost/fluid.hpp"
 #include "scheduler/estimate/sequence_time.hpp"
+#include "topologies/machine_set_links.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
@@ -523,6 +525,9 @@ class DpSync {
   void make_jobs() {
     const int passes = ring_passes();
     jobs_.clear();
+    // Per machine: the job that last listed its NICs (one pass over a ring's members).
+    std::vector<std::size_t> listed(cm_.cluster().machines().size(),
+                                    std::numeric_limits<std::size_t>::max());
     for (int pass = 0; pass < passes; ++pass) {
       for (auto& [key, ring] : rings_) {
         Job job;
@@ -531,8 +536,8 @@ class DpSync {
         if (ring.wire > 0 && job.seconds > 0) {
           for (int d : ring.members) {
             const int m = machine(d);
-            if (std::none_of(job.nics.begin(), job.nics.end(),
-                             [&](const auto& n) { return n.first == 2 * m; })) {
+            if (listed[m] != jobs_.size()) {
+              listed[m] = jobs_.size();
               job.nics.emplace_back(2 * m, 1.0);
               job.nics.emplace_back(2 * m + 1, 1.0);
             }
@@ -644,7 +649,7 @@ class DpSync {
   // pipeline holds in one stage are one piece, as the lowering keeps a bucket open while its
   // holder set stays. A piece's key is its last part's first layer (-1: the embedding alone,
   // `layers`: ends with the head), where the lowering, going from the head down, meets it.
-  void pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) const {
+  void pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) {
     const std::size_t begin = out.size();
     split_pieces(de, out);
     std::size_t kept = begin;
@@ -659,12 +664,16 @@ class DpSync {
     out.resize(kept);
   }
 
-  // Whether every pipeline but `own` holds the pieces starting at layers a and b in one stage.
-  bool same_holders(int own, int a, int b) const {
-    for (int q = 0; q < dp_; ++q) {
-      if (q != own && holder_of(q, a) != holder_of(q, b)) return false;
+  // Whether every pipeline but `own` holds the pieces starting at layers a and b in one stage:
+  // the pipelines where they differ are found once per (a, b) (-1: none, -2: several).
+  bool same_holders(int own, int a, int b) {
+    auto [it, fresh] = differ_.try_emplace({a, b}, -1);
+    if (fresh) {
+      for (int q = 0; q < dp_ && it->second != -2; ++q) {
+        if (holder_of(q, a) != holder_of(q, b)) it->second = it->second == -1 ? q : -2;
+      }
     }
-    return true;
+    return it->second == -1 || it->second == own;
   }
 
   // pieces() before merging: the embedding, runs of layers in which no stage starts, the head.
@@ -799,11 +808,83 @@ class DpSync {
     double latency_s = 0;
   };
 
+  // A piece's holders by where they are: the machines of those on one machine (their links
+  // from a machine, MachineSetLinks), the pipelines of those on each machine, and those whose
+  // stage spans machines.
+  struct PieceHolders {
+    MachineSetLinks far;
+    std::unordered_map<int, std::vector<int>> on_machine;
+    std::vector<int> spanning;
+  };
+
+  const PieceHolders& holders_of(int layer) {
+    auto it = holders_.find(layer);
+    if (it != holders_.end()) return it->second;
+    std::vector<int> machines;
+    std::unordered_map<int, std::vector<int>> on_machine;
+    std::vector<int> spanning;
+    for (int q = 0; q < dp_; ++q) {
+      const int h = holder_of(q, layer);
+      if (stage_machine_[h] >= 0) {
+        machines.push_back(stage_machine_[h]);
+        on_machine[stage_machine_[h]].push_back(q);
+      } else {
+        spanning.push_back(q);
+      }
+    }
+    PieceHolders ph{MachineSetLinks(cm_.cluster(), machines), std::move(on_machine),
+                    std::move(spanning)};
+    return holders_.emplace(layer, std::move(ph)).first->second;
+  }
+
+  // piece_links() without overrides, holder by holder only on the device's machine and across
+  // machines, the holders each on another machine at once (MachineSetLinks: the same least
+  // and largest as peer_link over them, in time independent of their number).
+  bool piece_links_by_machine(const DeviceEstimate& de,
+                              std::span<const std::pair<int, double>> pieces,
+                              std::vector<PieceLinks>& out) {
+    const Cluster& c = cm_.cluster();
+    const int m = machine(de.device);
+    const Transport network = c.nominal_rates() ? Transport::kNominal : c.network_transport();
+    bool machine_only = true;
+    out.clear();
+    for (auto [layer, params] : pieces) {
+      PieceLinks pl;
+      pl.slowest.fill(std::numeric_limits<double>::infinity());
+      auto add = [&](const HolderLink& link) {
+        double& s = pl.slowest[static_cast<std::size_t>(link.transport)];
+        s = std::min(s, link.bandwidth_Bps);
+        pl.latency_s = std::max(pl.latency_s, link.latency_s);
+      };
+      const PieceHolders& ph = holders_of(layer);
+      if (const PairLink far = ph.far.from(m); !std::isinf(far.bandwidth_Bps)) {
+        // A ring's step across machines, summed as peer_link sums it.
+        const double step_s =
+            far.latency_s + c.curve(network).step_latency_s + c.collective_extra_latency(network);
+        add({far.bandwidth_Bps, step_s, network});
+      }
+      auto near = [&](int q) {
+        if (q == de.pipeline) return;
+        const int h = holder_of(q, layer);
+        add(holder_link(de.device, h));
+        for (int d : stages_[h]->devices) machine_only = machine_only && machine(d) != m;
+      };
+      if (auto it = ph.on_machine.find(m); it != ph.on_machine.end()) {
+        for (int q : it->second) near(q);
+      }
+      for (int q : ph.spanning) near(q);
+      out.push_back(pl);
+    }
+    return machine_only;
+  }
+
   // The PieceLinks of each of a device's pieces into `out`; true when they depend on the
   // device only through its machine (no device-level overrides, and no holder on its
   // machine: the links are then the same for every rank of its stage).
   bool piece_links(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
                    std::vector<PieceLinks>& out) {
+    if (cm_.cluster().device_overrides().empty() && cm_.cluster().machine_overrides().empty())
+      return piece_links_by_machine(de, pieces, out);
     const int m = machine(de.device);
     const bool overrides_free = cm_.cluster().device_overrides().empty();
     bool machine_only = overrides_free;
@@ -844,9 +925,25 @@ class DpSync {
     return machine_only;
   }
 
+  // A device's all-reduce of a piece run hierarchically (without ZeRO, holders aligned in
+  // machine blocks): its time, or none. Devices whose stages hold the same share of the piece
+  // see the same holders (aligned_members): their blocks are found once, and the time once per
+  // bytes, so that a ring of thousands of members costs its members once, not once each.
+  std::optional<double> hierarchical_s(const DeviceEstimate& de, int layer, double bytes) {
+    const int own = first_stage_[de.pipeline] + de.stage;
+    const auto [lo, hi] = share(own, de.tp_rank);
+    const BlockKey key{layer, de.tp_rank, stages_[own]->tp(), lo, hi};
+    auto [blocks, fresh] = blocks_.try_emplace(key);
+    if (fresh) blocks->second = hierarchical_blocks(aligned_members(de, layer));
+    if (blocks->second.empty()) return std::nullopt;
+    auto [time, unknown] = block_s_.try_emplace({key, bytes}, 0.0);
+    if (unknown) time->second = hierarchical_all_reduce_time(cm_.cluster(), blocks->second, bytes);
+    return time->second;
+  }
+
   // The time of a device's pieces, one after another (s); each piece's into piece_s.
   double device_sync_s(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
-                       const std::vector<PieceLinks>& links, double* piece_s) const {
+                       const std::vector<PieceLinks>& links, double* piece_s) {
     const double e = cm_.training().bytes_per_element();
     double total = 0;
     for (std::size_t k = 0; k < pieces.size(); ++k) {
@@ -854,8 +951,8 @@ class DpSync {
       // Without ZeRO, holders that form machine blocks all-reduce hierarchically, as the
       // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
       if (cm_.training().zero_stage == 0) {
-        if (const auto blocks = hierarchical_blocks(aligned_members(de, layer)); !blocks.empty()) {
-          piece_s[k] = hierarchical_all_reduce_time(cm_.cluster(), blocks, e * params);
+        if (const auto t = hierarchical_s(de, layer, e * params)) {
+          piece_s[k] = *t;
           total += piece_s[k];
           continue;
         }
@@ -908,7 +1005,14 @@ class DpSync {
   std::vector<std::size_t> crossing_;
   std::vector<FairFlow*> flows_;
   std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
-  std::vector<int> last_holder_;                       // piece_links(): per pipeline
+  std::map<std::pair<int, int>, int> differ_;          // same_holders()
+  // hierarchical_s(): per (piece, TP rank, TP degree, share) its machine blocks, and per
+  // bytes their all-reduce time.
+  using BlockKey = std::tuple<int, int, int, double, double>;
+  std::map<BlockKey, std::vector<std::vector<int>>> blocks_;
+  std::map<std::pair<BlockKey, double>, double> block_s_;
+  std::unordered_map<int, PieceHolders> holders_;  // per piece: holders_of()
+  std::vector<int> last_holder_;                   // piece_links(): per pipeline
   std::vector<HolderLink> last_link_;
   // peer_link(): the links from machine row_machine_ to each machine, valid where the
   // machine's tag is row_tag_; one_ holds a link that is not kept.

@@ -340,5 +340,58 @@ TEST_F(Fixture, MeshStageTakesTheSequenceClosedForm) {
   EXPECT_EQ(e.devices[0].dp_sync_s, 0);
 }
 
+// The DP sync of many pipelines over three leaves (oversubscribed uplinks, NICs of 12.5 and
+// 25 GB/s): holders on other machines are taken a machine set at once, the others one by
+// one, and the estimate is the one of the loop over every holder, which a device-pair
+// override (between two spare GPUs no plan uses) selects. Stages of one or two GPUs, one TP
+// group across two machines, uneven layer splits: every kind of holder.
+TEST(DpSyncMachineSets, EstimateAsTheLoopOverEveryHolder) {
+  const std::string machines = R"("machines": [
+      {"name": "a", "gpu": "A100", "gpus": 4, "repeat": 4},
+      {"name": "r", "gpu": "RTX4090", "gpus": 4, "repeat": 3, "nic_GBps": 12.5},
+      {"name": "s", "gpu": "A100", "gpus": 2, "repeat": 2},
+      {"name": "spare", "gpu": "RTX4090", "gpus": 2}])";
+  const std::string plan_text = R"({"version": 1, "pipelines": [
+      {"batch": 4, "stages": [{"devices": [0, 1], "layers": [0, 4]}, {"devices": [2, 3], "layers": [4, 8]}]},
+      {"batch": 4, "stages": [{"devices": [4, 5], "layers": [0, 4]}, {"devices": [6, 7], "layers": [4, 8]}]},
+      {"batch": 4, "stages": [{"devices": [8, 9], "layers": [0, 3]}, {"devices": [10, 11], "layers": [3, 8]}]},
+      {"batch": 4, "stages": [{"devices": [12, 13, 14, 15], "layers": [0, 8]}]},
+      {"batch": 2, "stages": [{"devices": [16], "layers": [0, 2]}, {"devices": [17], "layers": [2, 4]},
+                              {"devices": [18], "layers": [4, 6]}, {"devices": [19], "layers": [6, 8]}]},
+      {"batch": 2, "stages": [{"devices": [20, 21], "layers": [0, 5]}, {"devices": [22, 23], "layers": [5, 8]}]},
+      {"batch": 2, "stages": [{"devices": [24], "layers": [0, 4]}, {"devices": [25], "layers": [4, 8]}]},
+      {"batch": 2, "stages": [{"devices": [26, 27], "layers": [0, 8]}]},
+      {"batch": 4, "stages": [{"devices": [28, 30], "layers": [0, 8]}]},
+      {"batch": 4, "stages": [{"devices": [29], "layers": [0, 3]}, {"devices": [31], "layers": [3, 8]}]}]})";
+  for (const char* rates : {"nominal", "achieved"}) {
+    for (int zero : {0, 1}) {
+      const std::string training = R"(, "model": "tiny-llama-8l", "training": {"global_batch": 32,
+          "micro_batch": 1, "seq_len": 64, "zero_stage": )" +
+                                   std::to_string(zero) + "}}";
+      const std::string network = R"("network": {"nic_GBps": 25, "machines_per_leaf": 3,
+          "oversubscription": 2, "rates": ")" +
+                                  std::string(rates) + R"("})";
+      const Scenario by_sets = testing::tiny_scenario(
+          R"({"version": 1, "name": "sets", "cluster": {"version": 1, "name": "c", )" + network +
+          ", " + machines + "}" + training);
+      const Scenario by_loop = testing::tiny_scenario(
+          R"({"version": 1, "name": "loop", "cluster": {"version": 1, "name": "c", )" + network +
+          ", " + machines +
+          R"(, "overrides": [{"devices": [32, 33], "GBps": 5, "latency_us": 50}]})" + training);
+      auto plan = plan_from_json(Json::parse(plan_text), "p.json");
+      ASSERT_TRUE(plan.ok()) << plan.error().message;
+      ASSERT_TRUE(validate_plan(*plan, by_sets.cluster, by_sets.model, by_sets.training, "p").ok());
+      const Estimate a =
+          CostModel(by_sets.cluster, by_sets.model, by_sets.training, by_sets.profile)
+              .estimate(*plan);
+      const Estimate b =
+          CostModel(by_loop.cluster, by_loop.model, by_loop.training, by_loop.profile)
+              .estimate(*plan);
+      EXPECT_GT(a.dp_sync_s + a.devices[0].dp_sync_s, 0.0);
+      EXPECT_EQ(a.to_json().dump(), b.to_json().dump()) << rates << " zero " << zero;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hexi

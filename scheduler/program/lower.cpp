@@ -627,6 +627,26 @@ double min_compute_ops(const Plan& plan, Granularity granularity) {
   return ops;
 }
 
+double least_compute_ops(const Model& model, const TrainingConfig& training,
+                         Granularity granularity) {
+  const double micro_batches = static_cast<double>(training.global_batch) / training.micro_batch;
+  return 2.0 * micro_batches * (granularity == Granularity::kLayer ? model.layers : 1);
+}
+
+Status check_program_size(const Model& model, const TrainingConfig& training,
+                          Granularity granularity, const std::string& what) {
+  const double ops = least_compute_ops(model, training, granularity);
+  if (ops <= kMaxProgramComputeOps) return {};
+  const bool layer = granularity == Granularity::kLayer;
+  return bad_input(what + ": training.global_batch " + std::to_string(training.global_batch) +
+                   " / micro_batch " + std::to_string(training.micro_batch) +
+                   " micro-batches lower to at least " + format("%.3g", ops) + " compute ops" +
+                   (layer ? " at layer fidelity" : "") +
+                   " whatever the plan; hexisim materialises at most " +
+                   format("%.3g", kMaxProgramComputeOps) + ": use a larger micro_batch" +
+                   (layer ? " or stage fidelity" : ""));
+}
+
 Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model& model,
                            const TrainingConfig& training, const LowerOptions& options,
                            const std::string& plan_origin) {

@@ -35,6 +35,17 @@ inline constexpr double kMaxProgramComputeOps = double{1 << 24};
 // granularity. Counted in doubles (a global batch of 2^24 must not overflow).
 double min_compute_ops(const Plan& plan, Granularity granularity);
 
+// The fewest compute ops of any plan's program for this training config: every micro-batch
+// runs a forward and a backward on at least one device (per layer at layer granularity).
+double least_compute_ops(const Model& model, const TrainingConfig& training,
+                         Granularity granularity);
+
+// Bad input when every plan's program would exceed kMaxProgramComputeOps, naming
+// training.global_batch, training.micro_batch, the ops and the limit: what needs a program
+// (`what`: "--verify 8", "simulate") checks it before any search.
+Status check_program_size(const Model& model, const TrainingConfig& training,
+                          Granularity granularity, const std::string& what);
+
 // Validates the plan against the cluster, model and training config (bad input
 // naming `plan_origin` when they do not match), refuses a program over
 // kMaxProgramComputeOps, then lowers it.

@@ -2,7 +2,10 @@
 // Splitting the global batch across pipelines in whole micro-batches (HexiScale
 // phase 3): start in proportion to each pipeline's throughput, then move one
 // micro-batch at a time from the slowest pipeline to the one that would finish
-// earliest with it, while that lowers the slowest time.
+// earliest with it, while that lowers the slowest time. The micro-batches of a share the
+// slowest pipeline cannot run at all (it fits fewer in memory than the proportional start
+// gave it) go at once, where those single moves would put them: the result is the same and
+// the cost does not grow with the global batch.
 //
 // Each pipeline time T_p(m) is nondecreasing in m, so this local search ends at
 // the exact minimum of max_p T_p(m_p) over all splits with m_p >= 1: at the end,
