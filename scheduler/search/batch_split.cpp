@@ -102,7 +102,7 @@ BatchSplit split_micro_batches(const std::vector<const PipelineCurve*>& curves, 
       if (curves[p]->time(m[p]) > curves[slow]->time(m[slow])) slow = p;
     }
     if (m[slow] <= 1) break;
-    // A share the slowest cannot run at all (its bottleneck at the even share was infinite)
+    // A share the slowest cannot run at all (its bottleneck at the even share is infinite)
     // is handed out at once, as the single moves would: the cost does not grow with it.
     if (curves[slow]->time(m[slow]) == kInfeasible) {
       const int runs = std::max(1, curves[slow]->max_micro_batches_below(kInfeasible, m[slow]));
