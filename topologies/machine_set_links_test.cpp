@@ -14,7 +14,7 @@
 namespace hexi {
 namespace {
 
-Cluster parse(const std::string& text) {
+Cluster parse_links_cluster(const std::string& text) {
   auto json = parse_json_text(text, "inline.json");
   EXPECT_TRUE(json.ok());
   auto c = Cluster::from_json(*json, "inline.json", testing::shipped_gpus());
@@ -53,7 +53,7 @@ void expect_as_the_loop(const Cluster& c, std::mt19937& rng) {
 TEST(MachineSetLinks, AreTheLoopOverTheSet) {
   // Four leaves of three machines, oversubscribed 3:1: NICs of 12.5 to 50 GB/s, PCIe of 16
   // (RTX 4090) and 32 (A100) GB/s, so that each of the terms is the least somewhere.
-  const Cluster c = parse(R"({"version": 1, "name": "t",
+  const Cluster c = parse_links_cluster(R"({"version": 1, "name": "t",
     "network": {"nic_GBps": 25, "machines_per_leaf": 3, "oversubscription": 3},
     "machines": [
       {"name": "a", "gpu": "A100", "gpus": 8, "repeat": 4, "nic_GBps": 50},
@@ -64,7 +64,7 @@ TEST(MachineSetLinks, AreTheLoopOverTheSet) {
 }
 
 TEST(MachineSetLinks, LeavesWithoutASpineHaveNoPath) {
-  const Cluster c = parse(R"({"version": 1, "name": "t",
+  const Cluster c = parse_links_cluster(R"({"version": 1, "name": "t",
     "network": {"nic_GBps": 25, "machines_per_leaf": 2, "spine": false},
     "machines": [{"name": "a", "gpu": "A100", "gpus": 2, "repeat": 5}]})");
   std::mt19937 rng(5);

@@ -848,7 +848,9 @@ class DpSync {
     const Transport network = c.nominal_rates() ? Transport::kNominal : c.network_transport();
     bool machine_only = true;
     out.clear();
-    for (auto [layer, params] : pieces) {
+    for (const auto& piece : pieces) {
+      // A named copy: clang 14 does not let lambdas capture a structured binding.
+      const int layer = piece.first;
       PieceLinks pl;
       pl.slowest.fill(std::numeric_limits<double>::infinity());
       auto add = [&](const HolderLink& link) {
