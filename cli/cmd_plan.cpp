@@ -1,8 +1,9 @@
 // hexisim plan SCENARIO [--scheduler NAME] [--seed N] [--out FILE] [--time-budget S]
-//                       [--verify K] [--explain] [--json]: searches a plan (the contract: README
-//                       command table).
+//                       [--verify K] [--explain] [--compare] [--json]: searches a plan (the
+//                       contract: README command table).
 
 #include <iostream>
+#include <map>
 
 #include "cli/commands.hpp"
 #include "cli/plan_report.hpp"
@@ -22,8 +23,87 @@ struct PlanOptions {
   double time_budget_s = 0;
   std::optional<int> verify;  // default: default_verify(scenario)
   bool explain = false;
+  bool compare = false;
   bool json = false;
 };
+
+// Every scheduler the default plan compared: closed form, simulated, GPUs, time; the one
+// returned marked.
+void print_compared(const SearchResult& r) {
+  std::cout << "schedulers compared (the plan returned: *):\n";
+  Table t({"scheduler", "tokens/s", "simulated", "GPUs", "time s", "note"});
+  for (const ComparedScheduler& c : r.compared) {
+    if (!c.error.empty()) {
+      t.add({"  " + c.scheduler, "-", "-", "-", fmt(c.search_time_s, 2), c.error});
+      continue;
+    }
+    t.add({(c.scheduler == r.scheduler ? "* " : "  ") + c.scheduler, fmt(c.tokens_per_s, 0),
+           c.simulated_tokens_per_s > 0 ? fmt(c.simulated_tokens_per_s, 0) : "-",
+           std::to_string(c.gpus), fmt(c.search_time_s, 2), c.fits ? "" : "does not fit"});
+  }
+  t.print(std::cout);
+}
+
+// One line: the plan returned against the best other scheduler, by what decided.
+void print_margin(const SearchResult& r) {
+  const ComparedScheduler* self = nullptr;
+  const ComparedScheduler* other = nullptr;
+  bool simulated = true;
+  for (const ComparedScheduler& c : r.compared) {
+    if (c.error.empty()) simulated = simulated && c.simulated_tokens_per_s > 0;
+  }
+  auto score = [&](const ComparedScheduler& c) {
+    return simulated ? c.simulated_tokens_per_s : c.tokens_per_s;
+  };
+  for (const ComparedScheduler& c : r.compared) {
+    if (!c.error.empty()) continue;
+    if (c.scheduler == r.scheduler) {
+      self = &c;
+    } else if (!other || score(c) > score(*other)) {
+      other = &c;
+    }
+  }
+  if (!self) return;
+  std::cout << "best of " << r.compared.size() << " schedulers ("
+            << (simulated ? "simulated" : "closed form") << "): " << r.scheduler << "'s plan";
+  if (other) {
+    std::cout << ", " << fmt(100.0 * (score(*self) / score(*other) - 1), 1) << " % over the next, "
+              << other->scheduler << " (" << fmt(score(*other), 0) << " tokens/s)";
+  }
+  std::cout << (r.compared.size() > 1 ? " (--compare lists every one)" : "") << "\n";
+}
+
+// The GPUs the plan leaves idle, by type, and what the best plan on all of them gives.
+void print_idle(const Scenario& sc, const SearchResult& r) {
+  const Cluster& c = sc.cluster;
+  std::vector<bool> used(c.num_devices(), false);
+  for (const auto& p : r.plan.pipelines) {
+    for (const auto& s : p.stages) {
+      for (int d : s.devices) used[d] = true;
+    }
+  }
+  std::map<std::string, int> idle;
+  int total = 0;
+  for (int d = 0; d < c.num_devices(); ++d) {
+    if (used[d]) continue;
+    ++idle[c.gpu_types()[c.machines()[c.devices()[d].machine].gpu_type].name];
+    ++total;
+  }
+  if (total == 0) return;
+  std::string list;
+  for (const auto& [type, n] : idle)
+    list += (list.empty() ? "" : ", ") + std::to_string(n) + " " + type;
+  std::cout << "idle: the plan leaves " << total << " of " << c.num_devices() << " GPUs idle ("
+            << list << "): using them slows the iteration";
+  if (r.all_gpus) {
+    std::cout << "; the best plan found on every GPU gives "
+              << fmt(r.all_gpus->estimate.tokens_per_s, 0) << " tokens/s by the closed form ("
+              << r.all_gpus->plan.comment << ")";
+  } else {
+    std::cout << "; no plan on every GPU was found that fits";
+  }
+  std::cout << "\n";
+}
 
 void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& opt) {
   std::cout << "scheduler " << r.scheduler << ": " << r.candidates << " candidates in "
@@ -39,8 +119,11 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
               << ", " << fmt(r.verified[r.verified_chosen].simulated_tokens_per_s, 0)
               << " tokens/s simulated\n";
   }
+  if (!r.compared.empty()) print_margin(r);
+  if (opt.compare) print_compared(r);
   if (!r.plan.comment.empty()) std::cout << r.plan.comment << "\n";
   for (const auto& n : r.notes) std::cout << "note: " << n << "\n";
+  print_idle(sc, r);
   print_estimate_summary(sc, r.estimate, std::cout);
   if (opt.explain) {
     std::cout << "search: " << r.summary() << "\n";
@@ -69,13 +152,19 @@ int run_plan(const PlanOptions& opt) {
   so.seed = opt.seed.value_or(sc->seed);
   so.time_budget_s = opt.time_budget_s;
   so.progress = print_search_progress;
-  const std::string name = opt.scheduler.empty() ? sc->scheduler : opt.scheduler;
+  if (opt.compare && !opt.scheduler.empty() && opt.scheduler != kBestPlan) {
+    return report(
+        bad_input("--compare lists every scheduler the default plan runs; drop "
+                  "--scheduler " +
+                  opt.scheduler + " (it runs that scheduler alone)"));
+  }
+  const std::string name = opt.scheduler.empty() ? std::string(kBestPlan) : opt.scheduler;
   if (!opt.options.empty()) {
     auto json = parse_json_text(opt.options, "--options");
     if (!json) return report(json.error());
     if (!json->is_object())
       return report(bad_input("--options: expected a JSON object, e.g. '{\"seeds\": 4}'"));
-    sc->scheduler = name;  // the options are for the scheduler being run
+    if (name != kBestPlan) sc->scheduler = name;  // the options are for the scheduler run
     sc->scheduler_options = std::move(*json);
     sc->scheduler_options_origin = "--options";
   }
@@ -109,8 +198,9 @@ void add_plan_command(CLI::App& app, Runner& run) {
       ->required();
   add_profile_option(cmd, opt->profile);
   cmd->add_option("--scheduler", opt->scheduler,
-                  "Scheduler: " + scheduler_names(SchedulerKind::kPipeline) +
-                      " (default: the scenario's \"scheduler\")");
+                  "Run one scheduler alone: " + scheduler_names(SchedulerKind::kPipeline) +
+                      " (default: " + std::string(kBestPlan) +
+                      ", every scheduler but exact, each verified, the fastest returned)");
   cmd->add_option("--seed", opt->seed, "Random seed (default: the scenario's \"seed\")")
       ->check(unsigned_64());
   cmd->add_option("--options", opt->options,
@@ -133,6 +223,9 @@ void add_plan_command(CLI::App& app, Runner& run) {
       "--explain", opt->explain,
       "Per pipeline: devices by type, stages, TP degrees, layers, batch share, stage compute and "
       "communication time, memory headroom");
+  cmd->add_flag("--compare", opt->compare,
+                "Print every scheduler the default plan ran: tokens/s (closed form, simulated), "
+                "GPUs used, time");
   cmd->add_flag("--json", opt->json,
                 "Print one JSON object (plan, estimate, search_time_s, scheduler, ...)");
   cmd->callback([&run, opt] { run = [opt] { return run_plan(*opt); }; });

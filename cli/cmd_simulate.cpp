@@ -203,11 +203,15 @@ Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, PlanSource
   so.seed = opt.seed.value_or(sc.seed);
   so.progress = print_search_progress;
   const bool flag = !opt.scheduler.empty();
-  const std::string scheduler = flag ? opt.scheduler : sc.scheduler;
+  const std::string scheduler = flag ? opt.scheduler : std::string(kBestPlan);
   auto found = plan_pipeline(scheduler, sc, so, opt.verify, print_planning_note);
   if (!found) return found.error();
-  source = PlanSource::of_search(scheduler, flag, found->search_time_s);
-  std::cerr << "planned with " << scheduler << " in " << fmt(found->search_time_s, 2) << " s\n";
+  source = PlanSource::of_search(found->scheduler, flag, found->search_time_s);
+  std::cerr << "planned with " << found->scheduler
+            << (found->compared.empty()
+                    ? ""
+                    : " (the best of " + std::to_string(found->compared.size()) + " schedulers)")
+            << " in " << fmt(found->search_time_s, 2) << " s\n";
   return std::move(found->plan);
 }
 

@@ -31,7 +31,8 @@ Scheduled of_plan(const std::string& name, SchedulerKind kind, const Plan& plan,
 
 // A pipeline search: the scenario checked first (a disconnected cluster, a model that fits
 // nowhere), its plan and estimate the document.
-SchedulerInfo pipeline(std::string name, std::string description, PipelineFn fn) {
+SchedulerInfo pipeline(std::string name, std::string description, PipelineFn fn,
+                       bool in_best = true, int best_max_gpus = 0) {
   auto run = [fn](const Scenario& sc, const SchedulerOptions& o) -> Result<Scheduled> {
     if (auto st = check_schedulable(sc); !st) return st.error();
     auto r = fn(sc, o.search);
@@ -41,7 +42,8 @@ SchedulerInfo pipeline(std::string name, std::string description, PipelineFn fn)
     s.pipeline = std::move(*r);
     return s;
   };
-  return {std::move(name), std::move(description), SchedulerKind::kPipeline, run};
+  return {std::move(name), std::move(description), SchedulerKind::kPipeline, run,
+          in_best,         best_max_gpus};
 }
 
 Scheduled from_layout(const std::string& name, HexiSeqResult r) {
@@ -101,11 +103,11 @@ const std::vector<SchedulerInfo>& schedulers() {
                run_uniform),
       pipeline("random",
                "random device partitions, then HexiScale's phase 2 (best of the iterations)",
-               run_random),
+               run_random, true, 128),
       pipeline("flashflex",
                "the FlashFlex reference: even batch, memory-proportional layers, TP menus, "
                "fudge-factor cost",
-               run_flashflex),
+               run_flashflex, true, 256),
       pipeline("metis-like",
                "Metis (ATC'24): type-ordered stages, uniform (dp, tp), power-of-two groups",
                run_metis_like),
@@ -114,7 +116,7 @@ const std::vector<SchedulerInfo>& schedulers() {
                run_amp_like),
       pipeline("exact",
                "exhaustive search of HexiScale's plan space (<= 16 GPUs), branch and bound",
-               run_exact),
+               run_exact, false),
       sequence("hexiseq", "HexiSeq: groupings, LP token split, per-group integer programs",
                run_hexiseq),
       sequence("hexiseq-exact", "whole-mesh MILP per grouping, proven optimal (<= 16 devices)",
@@ -147,6 +149,15 @@ std::string scheduler_names(std::optional<SchedulerKind> kind) {
   for (const auto& s : schedulers()) {
     if (kind && s.kind != *kind) continue;
     out += (out.empty() ? "" : ", ") + s.name;
+  }
+  return out;
+}
+
+std::vector<std::string> best_plan_schedulers(int gpus) {
+  std::vector<std::string> out;
+  for (const auto& s : schedulers()) {
+    if (s.in_best && (gpus == 0 || s.best_max_gpus == 0 || gpus <= s.best_max_gpus))
+      out.push_back(s.name);
   }
   return out;
 }

@@ -71,7 +71,16 @@ struct SchedulerInfo {
   std::string description;
   SchedulerKind kind = SchedulerKind::kPipeline;
   std::function<Result<Scheduled>(const Scenario&, const SchedulerOptions&)> run;
+  // Run by the default planning call (kBestPlan): HexiScale and every baseline but the
+  // exhaustive one, each up to `best_max_gpus` GPUs (0: any), above which its search costs a
+  // large part of HexiScale's.
+  bool in_best = false;
+  int best_max_gpus = 0;
 };
+
+// The name that asks the planning call (studies/planning.hpp) for the best plan of every
+// scheduler marked in_best, each verified, rather than one scheduler's.
+inline constexpr std::string_view kBestPlan = "best";
 
 // Every scheduler: the pipeline ones in the order of the table above, then the sequence
 // ones, then the hybrid one.
@@ -80,6 +89,9 @@ const std::vector<SchedulerInfo>& schedulers();
 const SchedulerInfo* find_scheduler(std::string_view name);
 // "hexiscale, uniform, ...": the names of one kind, or every name.
 std::string scheduler_names(std::optional<SchedulerKind> kind = std::nullopt);
+// The schedulers marked in_best that run on a cluster of `gpus` GPUs (0: every one marked),
+// in registry order.
+std::vector<std::string> best_plan_schedulers(int gpus = 0);
 
 // Runs scheduler `name` on the scenario. Bad name, a disconnected cluster or a model that
 // fits nowhere: bad input (exit 2); the message says why.

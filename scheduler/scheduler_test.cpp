@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "scheduler/hexiscale/exact.hpp"
@@ -194,6 +195,52 @@ TEST(Search, BadSchedulerOptionsAreBadInput) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
   EXPECT_NE(r.error().message.find("tua"), std::string::npos) << r.error().message;
+}
+
+// A fast machine that holds the model and a slow one behind a thin link: any plan on the
+// slow GPUs sends activations or gradients over the link, so the best plan leaves them idle
+// and says what the best plan on every GPU gives.
+TEST(Search, HexiScaleLeavesASlowMachineIdleWhereItDragsTheJob) {
+  Json c = cluster_json("fast-and-slow", {{"A100-SXM-80GB", 8}, {"T4", 4}}, 0.1);
+  auto sc = make_scenario(c, testing::small_model(2048),
+                          {{"global_batch", 32}, {"micro_batch", 1}, {"seq_len", 2048}});
+  ASSERT_TRUE(sc.ok()) << sc.error().message;
+  auto r = run_pipeline_scheduler("hexiscale", *sc, {});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->plan.num_devices(), 8) << r->plan.comment;
+  for (const auto& p : r->plan.pipelines) {
+    for (const auto& stage : p.stages) {
+      for (int d : stage.devices) EXPECT_LT(d, 8) << "a T4 in the plan: " << r->plan.comment;
+    }
+  }
+  ASSERT_TRUE(r->all_gpus.has_value());
+  EXPECT_EQ(r->all_gpus->plan.num_devices(), 12);
+  EXPECT_LT(r->all_gpus->estimate.tokens_per_s, r->estimate.tokens_per_s);
+  // Where every GPU is used, there is no alternative to report.
+  auto full =
+      make_scenario(cluster_json("fast", {{"A100-SXM-80GB", 8}}, 0.1), testing::small_model(2048),
+                    {{"global_batch", 32}, {"micro_batch", 1}, {"seq_len", 2048}});
+  ASSERT_TRUE(full.ok());
+  auto f = run_pipeline_scheduler("hexiscale", *full, {});
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->plan.num_devices(), 8);
+  EXPECT_FALSE(f->all_gpus.has_value());
+}
+
+// The default planning call's schedulers: HexiScale and every baseline but the exhaustive one.
+TEST(Search, TheBestPlanRunsHexiScaleAndEveryCheapBaseline) {
+  const std::vector<std::string> best = best_plan_schedulers();
+  EXPECT_EQ(best.front(), "hexiscale");
+  EXPECT_EQ(std::count(best.begin(), best.end(), "exact"), 0);
+  for (const auto& s : schedulers()) {
+    const bool in_best = s.kind == SchedulerKind::kPipeline && s.name != "exact";
+    EXPECT_EQ(std::count(best.begin(), best.end(), s.name), in_best ? 1 : 0) << s.name;
+  }
+  // On large clusters the baselines whose searches cost about as much as HexiScale's stay out.
+  const std::vector<std::string> large = best_plan_schedulers(4096);
+  EXPECT_EQ(large.front(), "hexiscale");
+  EXPECT_EQ(std::count(large.begin(), large.end(), "random"), 0);
+  EXPECT_EQ(std::count(large.begin(), large.end(), "uniform"), 1);
 }
 
 }  // namespace

@@ -157,7 +157,8 @@ Status MixPlanner::check_options() const {
   return {};
 }
 
-// HexiScale (or HexiSeq) on the whole cluster of mix `n`, with `micro_batches` of the
+// The default planning call (the best of HexiScale and the cheap baselines; HexiSeq for long
+// context) on the whole cluster of mix `n`, with `micro_batches` of the
 // training config's micro-batch as its global batch.
 MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_batches) const {
   Planned out;
@@ -189,7 +190,7 @@ MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_
   SearchOptions so;
   so.seed = request_.search.seed;
   // The planning call `hexisim plan` makes: the same plan for the same mix and seed.
-  auto r = plan_pipeline("hexiscale", sc, so);
+  auto r = plan_pipeline(std::string(kBestPlan), sc, so);
   if (!r) return failed(r.error());
   out.result = planned(r->estimate.feasible, "plan", r->estimate.tokens_per_s,
                        plan_summary(r->plan, sc.training));

@@ -1,5 +1,6 @@
 #include "studies/planning.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -105,9 +106,108 @@ Status verify_with_simulator(const Scenario& sc, SearchResult& r, const Planning
   return {};
 }
 
+namespace {
+
+Result<SearchResult> plan_one(const std::string& name, const Scenario& sc, SearchOptions options,
+                              std::optional<int> verify, const PlanningLog& log);
+
+// What a compared scheduler's plan simulates at: from its own verification, else simulated here
+// when verification runs (0 when it does not, or the plan is too large to simulate).
+Result<double> simulated_for_comparison(const Scenario& sc, const SearchResult& r, bool verifying) {
+  if (r.verified_chosen >= 0) return r.verified[r.verified_chosen].simulated_tokens_per_s;
+  if (!verifying || !simulable(r.plan)) return 0.0;
+  return simulated_tokens_per_s(sc, r.plan, 0);
+}
+
+Result<SearchResult> plan_best(const Scenario& sc, const SearchOptions& options,
+                               std::optional<int> verify, const PlanningLog& log) {
+  const bool verifying = verify.value_or(default_verify(sc)) > 0;
+  std::vector<ComparedScheduler> compared;
+  std::vector<SearchResult> results;  // per entry of `compared` (empty where it failed)
+  std::optional<Error> first_error;
+  const std::vector<std::string> names = best_plan_schedulers(sc.cluster.num_devices());
+  std::string left_out;
+  for (const std::string& name : best_plan_schedulers()) {
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      left_out += (left_out.empty() ? "" : ", ") + name;
+  }
+  for (const std::string& name : names) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = plan_one(name, sc, options, verify, log);
+    ComparedScheduler c;
+    c.scheduler = name;
+    if (r) {
+      auto simulated = simulated_for_comparison(sc, *r, verifying);
+      if (!simulated) return simulated.error();
+      c.tokens_per_s = r->estimate.tokens_per_s;
+      c.simulated_tokens_per_s = *simulated;
+      c.gpus = r->plan.num_devices();
+      c.fits = r->estimate.feasible;
+    } else {
+      // The scenario's own scheduler failing (its options, say) is the answer, as it would be
+      // run alone; another's failure is listed.
+      if (name == sc.scheduler) return r.error();
+      if (!first_error) first_error = r.error();
+      c.error = r.error().message;
+    }
+    c.search_time_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    compared.push_back(c);
+    results.push_back(r ? std::move(*r) : SearchResult{});
+  }
+  // Simulated throughput where every plan found was simulated, else the closed form's; plans
+  // that fit before those that do not; ties keep the first in registry order (HexiScale).
+  bool all_simulated = true;
+  for (const auto& c : compared) {
+    all_simulated = all_simulated && (!c.error.empty() || c.simulated_tokens_per_s > 0);
+  }
+  auto score = [&](const ComparedScheduler& c) {
+    return all_simulated ? c.simulated_tokens_per_s : c.tokens_per_s;
+  };
+  int chosen = -1, all_gpus = -1;
+  const int n = static_cast<int>(compared.size());
+  for (int i = 0; i < n; ++i) {
+    const ComparedScheduler& c = compared[i];
+    if (!c.error.empty()) continue;
+    if (chosen < 0 || std::make_pair(c.fits, score(c)) >
+                          std::make_pair(compared[chosen].fits, score(compared[chosen])))
+      chosen = i;
+  }
+  if (chosen < 0) return *first_error;
+  for (int i = 0; i < n; ++i) {
+    const ComparedScheduler& c = compared[i];
+    if (c.error.empty() && c.fits && c.gpus == sc.cluster.num_devices() &&
+        (all_gpus < 0 || score(c) > score(compared[all_gpus])))
+      all_gpus = i;
+  }
+  SearchResult out = std::move(results[chosen]);
+  out.compared = std::move(compared);
+  if (!left_out.empty()) {
+    out.notes.push_back("best of the schedulers: " + left_out + " not run on " +
+                        std::to_string(sc.cluster.num_devices()) +
+                        " GPUs (their searches cost a large part of HexiScale's there)");
+  }
+  if (out.plan.num_devices() < sc.cluster.num_devices() && all_gpus >= 0) {
+    const SearchResult& full = results[all_gpus];
+    if (!out.all_gpus || full.estimate.tokens_per_s > out.all_gpus->estimate.tokens_per_s)
+      out.all_gpus = EstimatedPlan{full.plan, full.estimate};
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& sc,
                                    SearchOptions options, std::optional<int> verify,
                                    const PlanningLog& log) {
+  if (name == kBestPlan) return plan_best(sc, options, verify, log);
+  return plan_one(name, sc, std::move(options), verify, log);
+}
+
+namespace {
+
+Result<SearchResult> plan_one(const std::string& name, const Scenario& sc, SearchOptions options,
+                              std::optional<int> verify, const PlanningLog& log) {
   // A verification no plan's program allows is refused when asked for, skipped with a note
   // by default, before the search either way.
   if (verify && *verify > 0) {
@@ -130,6 +230,8 @@ Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& sc,
   if (auto st = verify_with_simulator(sc, *r, log); !st) return st.error();
   return r;
 }
+
+}  // namespace
 
 }  // namespace studies
 }  // namespace hexi

@@ -51,6 +51,15 @@ Status verify_with_simulator(const Scenario& scenario, SearchResult& r,
 // name or a scheduler of another kind, and, before the search, for a `verify` > 0 that no
 // plan's program allows (check_program_size); unset, such a verification is skipped with a
 // note.
+//
+// `name` kBestPlan ("best", the default of `hexisim plan`): every scheduler marked in_best
+// (HexiScale and the cheap baselines, scheduler/scheduler.hpp) runs so, one after another; the
+// plan returned is the fastest simulated where every plan was simulated (the closed form's
+// fastest otherwise), so that it is never behind a registered baseline. r.compared lists each
+// scheduler's outcome; a scheduler that finds no plan is listed with its error, but the
+// scenario's own "scheduler" failing (bad options, say) is returned, as when it runs alone, and
+// so is the first error when none finds a plan. Where the plan returned leaves GPUs idle and
+// another scheduler's plan runs on all of them, r.all_gpus is the fastest such plan.
 Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& scenario,
                                    SearchOptions options, std::optional<int> verify = {},
                                    const PlanningLog& log = {});

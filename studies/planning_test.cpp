@@ -9,6 +9,7 @@
 #include "scenarios/testing.hpp"
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/plan/plan.hpp"
+#include "scheduler/scheduler.hpp"
 
 namespace hexi {
 inline namespace studies {
@@ -157,6 +158,64 @@ TEST(Verify, AVerificationNoPlanAllowsIsRefusedBeforeTheSearchOrSkippedByDefault
   // A batch every plan lowers within the limit keeps the default.
   sc.training.global_batch = 8;
   EXPECT_EQ(default_verify(sc), kDefaultVerify);
+}
+
+// The default planning call: every scheduler marked in_best runs; the plan returned is the
+// fastest simulated one (the closed form's fastest when verification is off), and the JSON
+// lists each with the one returned marked. One scheduler alone lists itself.
+void expect_best_of_all(const SearchResult& r, bool simulated) {
+  ASSERT_EQ(r.compared.size(), best_plan_schedulers(8).size());
+  const ComparedScheduler* chosen = nullptr;
+  for (const ComparedScheduler& c : r.compared) {
+    if (c.scheduler == r.scheduler) chosen = &c;
+  }
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_DOUBLE_EQ(chosen->tokens_per_s, r.estimate.tokens_per_s);
+  for (const ComparedScheduler& c : r.compared) {
+    ASSERT_TRUE(c.error.empty()) << c.scheduler << ": " << c.error;
+    EXPECT_EQ(c.simulated_tokens_per_s > 0, simulated) << c.scheduler;
+    if (simulated) {
+      EXPECT_GE(chosen->simulated_tokens_per_s, c.simulated_tokens_per_s) << c.scheduler;
+    } else {
+      EXPECT_GE(chosen->tokens_per_s, c.tokens_per_s) << c.scheduler;
+    }
+  }
+  const Json j = r.to_json();
+  ASSERT_EQ(j["candidates"].size(), r.compared.size());
+  int marked = 0;
+  for (const auto& c : j["candidates"]) {
+    if (c["chosen"].get<bool>()) {
+      ++marked;
+      EXPECT_EQ(c["scheduler"], r.scheduler);
+    }
+  }
+  EXPECT_EQ(marked, 1);
+}
+
+TEST(BestPlan, IsTheFastestOfEverySchedulerItRan) {
+  const Scenario sc = testing::shipped_scenario("tiny-llama-cpu");
+  auto verified = plan_pipeline(std::string(kBestPlan), sc, SearchOptions{});
+  ASSERT_TRUE(verified.ok()) << verified.error().message;
+  expect_best_of_all(*verified, true);
+  auto closed_form = plan_pipeline(std::string(kBestPlan), sc, SearchOptions{}, 0);
+  ASSERT_TRUE(closed_form.ok()) << closed_form.error().message;
+  expect_best_of_all(*closed_form, false);
+
+  auto alone = plan_pipeline("uniform", sc, SearchOptions{});
+  ASSERT_TRUE(alone.ok());
+  EXPECT_TRUE(alone->compared.empty());
+  const Json j = alone->to_json();
+  ASSERT_EQ(j["candidates"].size(), 1u);
+  EXPECT_EQ(j["candidates"][0]["scheduler"], "uniform");
+  EXPECT_TRUE(j["candidates"][0]["chosen"].get<bool>());
+}
+
+TEST(BestPlan, AClusterNoSchedulerCanPlanIsBadInputWithTheFirstError) {
+  Scenario sc = testing::shipped_scenario("tiny-llama-cpu");
+  sc.training.zero_stage = 3;  // pipeline plans run ZeRO 0-1
+  auto r = plan_pipeline(std::string(kBestPlan), sc, SearchOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::kBadInput);
 }
 
 }  // namespace

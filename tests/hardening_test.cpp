@@ -260,11 +260,12 @@ TEST(Hardening, UniformGridsOfTensOfThousandsOfPipelinesAreEstimatedInLinearTime
       "model": "llama2-7b", "scheduler": "uniform", "training": {"global_batch": 32768,
       "micro_batch": 1, "seq_len": 4096, "zero_stage": )" +
                                    std::to_string(zero) + "}}");
-    auto r = testing::run_cli_in({}, "plan " + (dir / "s.json").string() + " --json",
-                                 "ulimit -t 60; OPENBLAS_NUM_THREADS=1 ");
+    auto r =
+        testing::run_cli_in({}, "plan " + (dir / "s.json").string() + " --scheduler uniform --json",
+                            "ulimit -t 60; OPENBLAS_NUM_THREADS=1 ");
     ASSERT_EQ(r.code, 0) << "zero " << zero << ": " << r.err;
     const json out = json::parse(r.out);
-    EXPECT_EQ(out["candidates"].get<int>(), 288) << "every valid grid estimated";
+    EXPECT_EQ(out["search"]["candidates"].get<int>(), 288) << "every valid grid estimated";
     EXPECT_TRUE(out["estimate"]["feasible"].get<bool>()) << "zero " << zero;
   }
 }

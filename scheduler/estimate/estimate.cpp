@@ -181,6 +181,11 @@ void CostModel::count_off_machine(const std::vector<std::pair<int, int>>& flows,
   }
 }
 
+void CostModel::add_nic_flows(const std::vector<int>& src, const std::vector<int>& dst,
+                              double bytes, NicFlows& f) const {
+  count_off_machine(boundary_flows(src, dst, bytes).flows, f);
+}
+
 double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
                              const NicFlows* busy) const {
   const int td = static_cast<int>(dst.size());

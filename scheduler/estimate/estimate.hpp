@@ -151,6 +151,10 @@ class CostModel {
   };
   BoundaryFlows boundary_flows(const std::vector<int>& src, const std::vector<int>& dst,
                                double bytes) const;
+  // Adds the off-machine flows of moving `bytes` from TP group `src` to `dst` to `f`, per NIC
+  // direction (what transfer_s's `busy` counts).
+  void add_nic_flows(const std::vector<int>& src, const std::vector<int>& dst, double bytes,
+                     NicFlows& f) const;
   // Whether the receiving group all-gathers its pieces (several ranks, no sequence
   // parallelism: under it the ranks keep their token shards).
   bool boundary_gathers(const std::vector<int>& dst) const;

@@ -125,9 +125,10 @@ void ExactSearch::bounds(int d) {
     PlanSpec one{{types_[t].spec}};
     capacity_[t] = ev_.curve(one, 0, d)->max_micro_batches_below(limit, micro - (d - 1));
   }
-  // table[r][k]: the most micro-batches k pipelines covering exactly r can run.
+  // table[r][k]: the most micro-batches k pipelines within the devices r can run (the
+  // devices they leave idle included).
   table_.assign(static_cast<std::size_t>(states_) * (d + 1), -1);
-  table_[0] = 0;
+  for (int r = 0; r < states_; ++r) table_[static_cast<std::size_t>(r) * (d + 1)] = 0;
   for (int k = 1; k <= d; ++k) {
     for (int r = 1; r < states_; ++r) {
       long best = -1;
@@ -161,7 +162,7 @@ void ExactSearch::dfs(std::size_t from, int remaining, int left, long served) {
   if ((stats_.nodes & 1023) == 0 && clock_.out_of_time()) stopped_ = true;
   if (stopped_) return;
   if (left == 0) {
-    if (remaining == 0) leaf();
+    leaf();  // the devices still `remaining` are left idle
     return;
   }
   const int micro = ev_.micro_batches();

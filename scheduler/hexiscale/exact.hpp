@@ -2,7 +2,8 @@
 // Exact search (ground truth for HexiScale) over the plan space of plan_space.hpp,
 // for clusters of at most 16 GPUs, under the same cost model.
 //
-// What it is exact over: every plan that uses all devices, whose pipelines visit
+// What it is exact over: every plan on a subset of the devices (all of them or fewer; the
+// rest idle), whose pipelines visit
 // each machine at most once in one contiguous segment of TP groups of one degree
 // (any valid degree dividing the segment; any number of pipelines; any order of
 // segments), with devices handed out canonically, the batch split that minimises
@@ -12,7 +13,7 @@
 // time (pipelines + DP sync + optimizer); ties within 1e-9 are equal.
 //
 // How: for each D (1 .. the most pipelines memory allows), enumerate multisets of
-// D "pipeline types" (per-machine counts, degrees, segment order) that cover the
+// D "pipeline types" (per-machine counts, degrees, segment order) within the
 // cluster, depth first, with branch and bound:
 //   * T* = the best iteration time so far (HexiScale's plan to start with);
 //   * n_t = the most micro-batches type t can run in less than T* (its exact

@@ -113,12 +113,15 @@ Error no_feasible_plan(const Scenario& sc, const std::string& scheduler) {
 std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
                                            SearchClock& clock, std::uint64_t seed,
                                            std::string* mode, std::vector<SpecResult>* runners_up,
-                                           int keep) {
+                                           int keep, std::optional<SpecResult>* all_gpus) {
   HexiScaleSearch search(ev, options, clock, seed);
   if (mode) *mode = search.mode();
   if (runners_up) search.keep_runners_up(keep);
   auto best = search.run();
   if (runners_up) *runners_up = search.runners_up();
+  if (all_gpus && best && search.best_all_gpus() &&
+      best->scored.plan.num_devices() < ev.cost_model().cluster().num_devices())
+    *all_gpus = search.best_all_gpus();
   return best;
 }
 
@@ -130,8 +133,9 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   SearchClock clock("hexiscale", options);
   SearchResult out;
   std::vector<SpecResult> runners_up;
-  auto best =
-      hexiscale_search(ev, *hx, clock, options.seed, &out.mode, &runners_up, options.runners_up);
+  std::optional<SpecResult> all_gpus;
+  auto best = hexiscale_search(ev, *hx, clock, options.seed, &out.mode, &runners_up,
+                               options.runners_up, &all_gpus);
   if (!best) return no_feasible_plan(sc, "hexiscale");
   std::string interleaving;
   if (hx->interleave > 1) {
@@ -145,6 +149,11 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   out.plan = std::move(best->scored.plan);
   out.plan.comment = "hexiscale: " + describe(best->spec, sc.cluster) + interleaving;
   out.estimate = std::move(best->scored.estimate);
+  if (all_gpus) {
+    all_gpus->scored.plan.comment = "hexiscale: " + describe(all_gpus->spec, sc.cluster);
+    out.all_gpus =
+        EstimatedPlan{std::move(all_gpus->scored.plan), std::move(all_gpus->scored.estimate)};
+  }
   for (SpecResult& r : runners_up) {
     r.scored.plan.comment = "hexiscale: " + describe(r.spec, sc.cluster);
     out.runners_up.push_back({std::move(r.scored.plan), std::move(r.scored.estimate)});

@@ -8,6 +8,10 @@
 //   swap      the segments of two machines of different classes between pipelines
 //   exchange  some devices of one machine for as many of another between two
 //             pipelines (powers of two; device-level partitions only)
+//   idle      some devices of one machine left out of every pipeline (the same counts as
+//             transfer), and idle devices of one machine put back into a pipeline: where
+//             a slow GPU type (or a machine behind a slow network) slows the iteration more
+//             than its FLOPs speed it up, the plan runs without it
 // Moves are small descriptors applied on demand: a plan of hundreds of pipelines
 // has hundreds of thousands of neighbours.
 #include <algorithm>
@@ -51,25 +55,41 @@ Assignment apply_move(const Assignment& a, const Move& mv) {
       b[mv.p][mv.m2] += mv.n2;
       b[mv.q][mv.m1] += mv.n1;
       break;
+    case Move::kIdle:
+      take(b[mv.p], mv.m1, mv.n1);
+      break;
+    case Move::kUse:
+      b[mv.p][mv.m1] += mv.n1;
+      break;
   }
   drop_empty(b);
   return b;
 }
+
+namespace {
+
+// The GPU counts a move takes out of `count`: powers of two, all but a power of two, and
+// all of them (all of them only, for whole machines).
+std::vector<int> move_counts(int count, bool whole_machines) {
+  std::vector<int> deltas;
+  if (!whole_machines) {
+    for (int x = 1; x < count; x *= 2) {
+      deltas.push_back(x);
+      if (count - x != x && (count - x) & (count - x - 1)) deltas.push_back(count - x);
+    }
+  }
+  deltas.push_back(count);
+  return deltas;
+}
+
+}  // namespace
 
 std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a, bool whole_machines) const {
   std::vector<Move> out;
   const int d = static_cast<int>(a.size());
   for (int p = 0; p < d; ++p) {
     for (auto [m, count] : a[p]) {
-      std::vector<int> deltas;
-      if (!whole_machines) {
-        for (int x = 1; x < count; x *= 2) {
-          deltas.push_back(x);
-          if (count - x != x && (count - x) & (count - x - 1)) deltas.push_back(count - x);
-        }
-      }
-      deltas.push_back(count);
-      for (int delta : deltas) {
+      for (int delta : move_counts(count, whole_machines)) {
         for (int q = 0; q <= d; ++q) {
           if (q == p || (q == d && delta == count && a[p].size() == 1)) continue;
           out.push_back({Move::kTransfer, p, q, m, delta, 0, 0});
@@ -89,6 +109,30 @@ std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a, bool whole_ma
           out.push_back({Move::kSwap, p, q, m1, n1, m2, n2});
         }
       }
+    }
+  }
+  // Idle moves: leave GPUs out (never the last GPUs of the plan), or put idle ones back.
+  const Cluster& c = ev_.cost_model().cluster();
+  std::vector<int> idle(c.machines().size());
+  for (std::size_t m = 0; m < idle.size(); ++m) idle[m] = c.machines()[m].num_gpus;
+  int used = 0;
+  for (const auto& p : a) {
+    for (auto [m, count] : p) {
+      idle[m] -= count;
+      used += count;
+    }
+  }
+  for (int p = 0; p < d; ++p) {
+    for (auto [m, count] : a[p]) {
+      for (int delta : move_counts(count, whole_machines)) {
+        if (delta < used) out.push_back({Move::kIdle, p, 0, m, delta, 0, 0});
+      }
+    }
+  }
+  for (int m = 0; m < static_cast<int>(idle.size()); ++m) {
+    if (idle[m] == 0) continue;
+    for (int delta : move_counts(idle[m], whole_machines)) {
+      for (int p = 0; p < d; ++p) out.push_back({Move::kUse, p, 0, m, delta, 0, 0});
     }
   }
   if (whole_machines) return out;

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <numeric>
 
 namespace hexi {
 inline namespace hexiscale {
@@ -61,23 +62,27 @@ HexiScaleSearch::HexiScaleSearch(SpecEvaluator& ev, const HexiScaleOptions& opti
     workers_.back()->builder.share_cache(builder_);
     workers_.back()->wide_builder.share_cache(wide_builder_);
   }
-  total_flops_ = c.peak_flops();
 }
 
-int HexiScaleSearch::expected_micro_batches(const std::map<int, int>& pipeline) const {
+double HexiScaleSearch::peak_flops(const std::map<int, int>& pipeline) const {
   const Cluster& c = ev_.cost_model().cluster();
   double flops = 0;
   for (auto [m, n] : pipeline) flops += n * c.gpu_types()[c.machines()[m].gpu_type].flops();
-  return std::max(1, static_cast<int>(std::lround(ev_.micro_batches() * flops / total_flops_)));
+  return flops;
 }
 
 PlanSpec HexiScaleSearch::build(PipelineBuilder& builder, const Assignment& a) const {
   PlanSpec spec;
   const int dp = static_cast<int>(a.size());
+  // Micro-batches in proportion to each pipeline's peak FLOP/s among the GPUs used.
+  double used = 0;
+  for (const auto& p : a) used += peak_flops(p);
   for (const auto& p : a) {
     std::vector<Unit> units;
     for (auto [m, n] : p) units.push_back({m, n});
-    spec.pipelines.push_back(builder.build(units, dp, expected_micro_batches(p)));
+    const int expected =
+        std::max(1, static_cast<int>(std::lround(ev_.micro_batches() * peak_flops(p) / used)));
+    spec.pipelines.push_back(builder.build(units, dp, expected));
   }
   return spec;
 }
@@ -179,6 +184,14 @@ HexiScaleSearch::Worker::Worker(const CostModel& model, const HexiScaleOptions& 
   builder.set_wide(wide);
 }
 
+bool HexiScaleSearch::uses_every_gpu(const Assignment& a) const {
+  int used = 0;
+  for (const auto& p : a) {
+    for (auto [m, n] : p) used += n;
+  }
+  return used == ev_.cost_model().cluster().num_devices();
+}
+
 bool HexiScaleSearch::splits_machines(const Assignment& a) const {
   const Cluster& c = ev_.cost_model().cluster();
   for (const auto& p : a) {
@@ -271,6 +284,9 @@ double HexiScaleSearch::record(const Assignment& a, const std::string& sig, Outc
   seen.estimated = seen.estimated || o.estimated;
   for (double tokens : o.counted) clock_.count(tokens);
   if (keep_ > 0 && o.best) keep(sig, *o.best);
+  if (o.best && uses_every_gpu(a) &&
+      (!best_all_gpus_ || o.best->scored.objective() < best_all_gpus_->scored.objective()))
+    best_all_gpus_ = *o.best;
   if (o.best && o.best->scored.objective() < best_objective()) {
     best_ = std::move(o.best);
     best_assignment_ = a;
@@ -439,6 +455,37 @@ std::optional<SpecResult> HexiScaleSearch::run() {
     const double objective = consider(a);
     if (device_seeds_ && objective != kInfeasible) elite_.emplace_back(objective, a);
   }
+  // The same two on fewer machines, the fastest GPUs first: without the slowest types (one
+  // more type left idle each time), and on the fastest 1, 2, 4, ... machines. Where a slow
+  // type, or any GPU beyond a few machines, costs more over a slow network than its FLOPs
+  // bring (a DP sync or a pipeline boundary on a thin link), the plan on fewer GPUs is a start
+  // the refinement cannot reach by leaving one machine idle at a time (each step alone may
+  // cost more than it saves). The best of them is kept as a refinement start.
+  std::vector<int> fastest(c.machines().size());
+  std::iota(fastest.begin(), fastest.end(), 0);
+  auto type_flops = [&](int m) { return c.gpu_types()[c.machines()[m].gpu_type].flops(); };
+  std::stable_sort(fastest.begin(), fastest.end(),
+                   [&](int x, int y) { return type_flops(x) > type_flops(y); });
+  std::vector<std::size_t> prefixes;
+  for (std::size_t k = 1; k < fastest.size(); k *= 2) prefixes.push_back(k);
+  for (std::size_t k = 1; k < fastest.size(); ++k) {
+    if (c.machines()[fastest[k]].gpu_type != c.machines()[fastest[k - 1]].gpu_type)
+      prefixes.push_back(k);
+  }
+  std::sort(prefixes.begin(), prefixes.end());
+  prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());
+  for (std::size_t k : prefixes) {
+    Assignment fewer_per_machine, fewer_all(1);
+    for (std::size_t i = 0; i < k; ++i) {
+      const int m = fastest[i];
+      fewer_per_machine.push_back({{m, c.machines()[m].num_gpus}});
+      fewer_all[0][m] = c.machines()[m].num_gpus;
+    }
+    for (const Assignment& a : {fewer_all, fewer_per_machine}) {
+      const double objective = consider(a);
+      if (objective != kInfeasible) subset_starts_.emplace_back(objective, a);
+    }
+  }
   sweep();
   if (!options_.refine || !best_) return best_;
   clock_.begin("refinement");
@@ -452,6 +499,12 @@ std::optional<SpecResult> HexiScaleSearch::run() {
     if (starts.size() >= kEliteStarts) break;
     if (std::find(starts.begin(), starts.end(), a) == starts.end()) starts.push_back(a);
   }
+  // The best start that leaves a type idle, besides the elite of the sweep.
+  std::stable_sort(subset_starts_.begin(), subset_starts_.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (!subset_starts_.empty() &&
+      std::find(starts.begin(), starts.end(), subset_starts_.front().second) == starts.end())
+    starts.push_back(subset_starts_.front().second);
   for (const auto& s : starts) {
     if (clock_.out_of_time()) break;
     refine(s, per_machine_);

@@ -20,10 +20,10 @@ inline namespace hexiscale {
 using Assignment = std::vector<std::map<int, int>>;
 
 // A refinement move (refine.cpp): devices of machine m1 (n1 of them) from
-// pipeline p to q (q == size: a new pipeline); merge q into p; or n1 of m1 in p
-// against n2 of m2 in q.
+// pipeline p to q (q == size: a new pipeline); merge q into p; n1 of m1 in p
+// against n2 of m2 in q; n1 of m1 in p left idle; or n1 idle GPUs of m1 into p.
 struct Move {
-  enum Kind { kTransfer, kMerge, kSwap } kind = kTransfer;
+  enum Kind { kTransfer, kMerge, kSwap, kIdle, kUse } kind = kTransfer;
   int p = 0, q = 0, m1 = 0, n1 = 0, m2 = 0, n2 = 0;
 };
 Assignment apply_move(const Assignment& a, const Move& move);
@@ -38,6 +38,8 @@ class HexiScaleSearch {
   // run(); 0: none kept).
   void keep_runners_up(int keep) { keep_ = keep; }
   std::vector<SpecResult> runners_up() const;
+  // The best plan found that runs on every GPU (none when no such plan fits).
+  const std::optional<SpecResult>& best_all_gpus() const { return best_all_gpus_; }
   // "device-level", "machine-level + device refinement" or "machine-level".
   std::string mode() const;
 
@@ -83,6 +85,7 @@ class HexiScaleSearch {
   }
   // Whether some pipeline takes part of a machine (a device-level candidate).
   bool splits_machines(const Assignment& a) const;
+  bool uses_every_gpu(const Assignment& a) const;
   // Phase 2 for every pipeline of an assignment.
   PlanSpec build(PipelineBuilder& builder, const Assignment& a) const;
   void sweep();                          // phase 1 over D, cut modes and seeds
@@ -91,7 +94,7 @@ class HexiScaleSearch {
   // number of GPUs (and GPUs of different kinds are exchanged).
   void refine(Assignment start, bool whole_machines);
   std::vector<Move> neighbours(const Assignment& a, bool whole_machines) const;
-  int expected_micro_batches(const std::map<int, int>& pipeline) const;
+  double peak_flops(const std::map<int, int>& pipeline) const;
   int threads_ = 1;
   std::vector<std::unique_ptr<Worker>> workers_;  // threads 1.. (thread 0: ev_, builder_)
   // The spec with every pipeline's segments in one common order of machine classes.
@@ -111,9 +114,9 @@ class HexiScaleSearch {
   bool device_seeds_ = false;     // ... and device-level seeds and refinement follow
   std::vector<Unit> units_;
   std::vector<Unit> device_units_;  // one per GPU
-  double total_flops_ = 0;
   std::optional<SpecResult> best_;
   Assignment best_assignment_;
+  std::optional<SpecResult> best_all_gpus_;
   // The best `keep_ + 1` distinct assignments' plans (the best among them), by objective.
   struct Kept {
     double objective = kInfeasible;
@@ -123,7 +126,8 @@ class HexiScaleSearch {
   int keep_ = 0;
   std::vector<Kept> kept_;
   void keep(const std::string& signature, const SpecResult& result);
-  std::vector<std::pair<double, Assignment>> elite_;  // best per D, for refinement starts
+  std::vector<std::pair<double, Assignment>> elite_;          // best per D, for refinement starts
+  std::vector<std::pair<double, Assignment>> subset_starts_;  // plans on the fastest machines
   struct Seen {
     double slowest = kInfeasible;    // slowest pipeline: a lower bound of the objective
     double objective = kInfeasible;  // when estimated in full (else kInfeasible)

@@ -211,7 +211,28 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
     std::lock_guard lock(caches_->mutex);
     caches_->stages.emplace(key, out.back());
   }
+  share_nics(groups, out);
   return out;
+}
+
+void SpecEvaluator::share_nics(const std::vector<std::vector<int>>& groups,
+                               std::vector<std::vector<StageTerms>>& options) const {
+  // Two boundaries through one NIC direction need three stages (activations forward and
+  // gradients back leave a machine through one NIC: one stage's, another's).
+  const int k = static_cast<int>(groups.size());
+  if (k < 3) return;
+  const double bytes = hidden_bytes(cm_.model(), cm_.training(), cm_.training().micro_batch);
+  NicFlows all;
+  for (int i = 0; i + 1 < k; ++i) {
+    cm_.add_nic_flows(groups[i], groups[i + 1], bytes, all);
+    cm_.add_nic_flows(groups[i + 1], groups[i], bytes, all);
+  }
+  for (int i = 0; i + 1 < k; ++i) {
+    const double shared = std::max(cm_.transfer_s(groups[i], groups[i + 1], bytes, &all),
+                                   cm_.transfer_s(groups[i + 1], groups[i], bytes, &all));
+    if (!(shared > options[i].front().send_s)) continue;
+    for (StageTerms& t : options[i]) t.send_s = shared;
+  }
 }
 
 BatchSplit SpecEvaluator::split(const PlanSpec& spec) {

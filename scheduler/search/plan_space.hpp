@@ -108,6 +108,11 @@ class SpecEvaluator {
   std::vector<std::vector<int>> stages_of(const PlanSpec& spec, int p) const;
   // stage_options() of every TP group of a pipeline, cached by machine class.
   std::vector<std::vector<StageTerms>> options(const std::vector<std::vector<int>>& groups, int dp);
+  // Each boundary's send at the rate its NICs give when every boundary of the pipeline sends
+  // at once, both ways (the estimate's NIC sharing, at its busiest): a machine in the middle of
+  // a pipeline carries activations forward and gradients back through one NIC direction.
+  void share_nics(const std::vector<std::vector<int>>& groups,
+                  std::vector<std::vector<StageTerms>>& options) const;
   struct KeyHash {
     template <typename Ints>
     std::size_t operator()(const Ints& k) const {

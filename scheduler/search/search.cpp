@@ -37,10 +37,41 @@ Json SearchResult::to_json() const {
                  {"candidates", candidates},
                  {"phases", phase_list},
                  {"stopped", stop_reason()}};
-  Json out = {{"scheduler", scheduler},   {"search_time_s", search_time_s},
-              {"candidates", candidates}, {"budget_exhausted", budget_exhausted},
-              {"notes", notes},           {"trace", points},
+  Json compared_list = Json::array();
+  auto entry = [](const ComparedScheduler& c, bool chosen) {
+    Json e = {{"scheduler", c.scheduler},
+              {"chosen", chosen},
+              {"tokens_per_s", c.tokens_per_s},
+              {"simulated_tokens_per_s",
+               c.simulated_tokens_per_s > 0 ? Json(c.simulated_tokens_per_s) : Json(nullptr)},
+              {"gpus", c.gpus},
+              {"fits", c.fits},
+              {"search_time_s", c.search_time_s}};
+    if (!c.error.empty()) e["error"] = c.error;
+    return e;
+  };
+  for (const ComparedScheduler& c : compared)
+    compared_list.push_back(entry(c, c.scheduler == scheduler));
+  if (compared.empty()) {
+    ComparedScheduler self{
+        scheduler,        "", estimate.tokens_per_s, 0, plan.num_devices(), search_time_s,
+        estimate.feasible};
+    if (verified_chosen >= 0)
+      self.simulated_tokens_per_s = verified[verified_chosen].simulated_tokens_per_s;
+    compared_list.push_back(entry(self, true));
+  }
+  Json out = {{"scheduler", scheduler},
+              {"search_time_s", search_time_s},
+              {"candidates", compared_list},
+              {"budget_exhausted", budget_exhausted},
+              {"notes", notes},
+              {"trace", points},
               {"search", search}};
+  if (all_gpus) {
+    out["all_gpus"] = {{"tokens_per_s", all_gpus->estimate.tokens_per_s},
+                       {"gpus", all_gpus->plan.num_devices()},
+                       {"comment", all_gpus->plan.comment}};
+  }
   if (!verified.empty()) {
     Json plans = Json::array();
     for (const VerifiedPlan& v : verified) {

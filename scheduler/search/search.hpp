@@ -65,12 +65,29 @@ struct VerifiedPlan {
   double simulated_tokens_per_s = 0;
 };
 
+// One scheduler the planning call ran when it compared several (studies/planning.hpp).
+struct ComparedScheduler {
+  std::string scheduler;
+  std::string error;                  // why it returned no plan (empty: it did)
+  double tokens_per_s = 0;            // its plan's closed form
+  double simulated_tokens_per_s = 0;  // its plan simulated (0: not simulated)
+  int gpus = 0;                       // GPUs its plan runs on
+  double search_time_s = 0;           // its search and verification
+  bool fits = false;
+};
+
 struct SearchResult {
   std::string scheduler;
   Plan plan;
   Estimate estimate;
   // The next best plans by the closed form (SearchOptions::runners_up of them at most).
   std::vector<EstimatedPlan> runners_up;
+  // Where `plan` leaves GPUs idle: the best plan the search found that runs on every GPU
+  // (empty when it found none, or keeps no such record).
+  std::optional<EstimatedPlan> all_gpus;
+  // When the planning call compared schedulers: each one's outcome, in the order run
+  // (`scheduler` names the one returned); empty when one scheduler ran alone.
+  std::vector<ComparedScheduler> compared;
   // When the plans were re-ranked with the simulator: each plan simulated, the one returned
   // (index into `verified`) and at which fidelity; empty when not verified.
   std::vector<VerifiedPlan> verified;
@@ -89,8 +106,8 @@ struct SearchResult {
   std::string stop_reason() const { return budget_exhausted ? "budget" : "converged"; }
   // One line: scheduler, mode, candidates, time per phase, why it stopped.
   std::string summary() const;
-  // {scheduler, search_time_s, candidates, ..., trace, search: {mode, candidates, phases,
-  // stopped}}
+  // {scheduler, search_time_s, candidates (the schedulers compared, or this one), ..., trace,
+  // search: {mode, candidates (plans evaluated), phases, stopped}}
   Json to_json() const;
 };
 
