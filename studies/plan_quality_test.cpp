@@ -1,0 +1,170 @@
+#include "studies/plan_quality.hpp"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "scenarios/testing.hpp"
+#include "studies/random_scenarios.hpp"
+#include "topologies/text.hpp"
+
+namespace hexi {
+namespace {
+
+PlannerOutcome outcome(const std::string& name, double tokens_per_s, bool fits = true) {
+  PlannerOutcome o;
+  o.scheduler = name;
+  o.tokens_per_s = tokens_per_s;
+  o.fits = fits;
+  return o;
+}
+
+ClusterQuality cluster(const std::string& transport, double hexiscale,
+                       std::vector<PlannerOutcome> baselines) {
+  ClusterQuality q;
+  q.transport = transport;
+  q.hexiscale = outcome("hexiscale", hexiscale, hexiscale > 0);
+  q.baselines = std::move(baselines);
+  return q;
+}
+
+TEST(PlanQuality, RatiosAreAgainstTheBestBaselineWhosePlanFits) {
+  // uniform's 1200 tokens/s plan does not fit: the best that fits is amp-like's 1000.
+  ClusterQuality q =
+      cluster("tcp", 990,
+              {outcome("uniform", 1200, false), outcome("random", 800), outcome("amp-like", 1000)});
+  ASSERT_NE(q.best_baseline(), nullptr);
+  EXPECT_EQ(q.best_baseline()->scheduler, "amp-like");
+  EXPECT_DOUBLE_EQ(*q.ratio_to_best_baseline(), 0.99);
+  EXPECT_FALSE(q.ratio_to_exact());
+  q.exact = outcome("exact", 1100);
+  EXPECT_DOUBLE_EQ(*q.ratio_to_exact(), 0.9);
+  // An error is no plan: it never counts.
+  PlannerOutcome failed = outcome("metis-like", 5000);
+  failed.error = "no plan";
+  q.baselines.push_back(failed);
+  EXPECT_EQ(q.best_baseline()->scheduler, "amp-like");
+}
+
+TEST(PlanQuality, SummaryCountsEachKindAndAll) {
+  const std::vector<ClusterQuality> clusters = {
+      cluster("tcp", 1000, {outcome("uniform", 1000)}),      // 1.0
+      cluster("tcp", 940, {outcome("uniform", 1000)}),       // 0.94: below every
+      cluster("tcp", 0, {outcome("uniform", 0, false)}),     // infeasible
+      cluster("rdma", 1200, {outcome("uniform", 1000)}),     // 1.2
+      cluster("rdma", 500, {outcome("uniform", 0, false)}),  // HexiScale alone fits
+      cluster("rdma", 980, {outcome("uniform", 1000)}),      // 0.98: not >= 0.99
+  };
+  const QualitySummary s = summarize_plan_quality(clusters, {});
+  ASSERT_EQ(s.groups.size(), 3u);
+  const QualityGroup& rdma = s.groups[0];
+  const QualityGroup& tcp = s.groups[1];
+  const QualityGroup& all = s.groups[2];
+  EXPECT_EQ(rdma.kind, "rdma");
+  EXPECT_EQ(tcp.kind, "tcp");
+  EXPECT_EQ(all.kind, "all");
+  EXPECT_EQ(tcp.clusters, 3);
+  EXPECT_EQ(tcp.infeasible, 1);
+  EXPECT_EQ(tcp.below_every, 1);
+  EXPECT_DOUBLE_EQ(tcp.min_ratio(), 0.94);
+  EXPECT_DOUBLE_EQ(tcp.median_ratio(), 0.97);        // (0.94 + 1.0) / 2
+  EXPECT_DOUBLE_EQ(tcp.share_at_least_most(), 0.5);  // 1 of 2 feasible
+  EXPECT_EQ(rdma.only_hexiscale, 1);
+  EXPECT_EQ(rdma.below_every, 0);
+  EXPECT_DOUBLE_EQ(rdma.median_ratio(), 1.09);            // (0.98 + 1.2) / 2
+  EXPECT_DOUBLE_EQ(rdma.share_at_least_most(), 2.0 / 3);  // 1.2 and HexiScale alone
+  EXPECT_EQ(all.clusters, 6);
+  EXPECT_EQ(all.ratios.size(), 4u);
+  EXPECT_DOUBLE_EQ(all.median_ratio(), 0.99);  // (0.98 + 1.0) / 2
+  EXPECT_FALSE(tcp.meets(s.targets));
+  EXPECT_FALSE(rdma.meets(s.targets));
+  EXPECT_FALSE(s.met);
+}
+
+TEST(PlanQuality, PlanShapeGroupsPipelinesByStageDegrees) {
+  Plan plan;
+  auto pipeline = [](std::vector<int> tps) {
+    Pipeline p;
+    for (int t : tps) {
+      Stage s;
+      s.devices.assign(t, 0);
+      p.stages.push_back(s);
+    }
+    return p;
+  };
+  EXPECT_EQ(plan_shape(plan), "-");
+  plan.pipelines = {pipeline({8, 8}), pipeline({4, 2, 2}), pipeline({8, 8})};
+  EXPECT_EQ(plan_shape(plan), "2x[8 8] 1x[4 2 2]");
+}
+
+// Runs every planner on the random scenarios of seeds 1..`seeds` within `limits` (the exact
+// search up to 8 GPUs: above, one cluster can take minutes) and holds HexiScale to the targets:
+// >= 0.95 x the best baseline on every feasible cluster and >= 0.99 x on 95 % of them, >= 0.97
+// x the exact optimum where it ran. Returns the feasible clusters (no planner's plan fits on
+// the others). Clusters below 0.99 are listed on stdout.
+int expect_targets(int seeds, const RandomScenarioLimits& limits) {
+  const QualityTargets targets;
+  PlanQualityOptions options;
+  options.exact_max_gpus = 8;
+  std::vector<ClusterQuality> all;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    auto sc =
+        random_user_scenario(seed, limits, testing::shipped_gpus(), testing::shipped_models());
+    if (!sc) {
+      ADD_FAILURE() << sc.error().message;
+      return 0;
+    }
+    ClusterQuality q = measure_plan_quality(*sc, options);
+    q.seed = seed;
+    const std::string what = "seed " + std::to_string(seed) + " (" + sc->description + ")";
+    const std::string hexiscale = fixed(q.hexiscale.feasible_tokens_per_s(), 0) + " tokens/s";
+    if (auto r = q.ratio_to_best_baseline()) {
+      const PlannerOutcome& best = *q.best_baseline();
+      EXPECT_GE(*r, targets.every) << what << ": hexiscale " << hexiscale << ", " << best.scheduler
+                                   << " " << fixed(best.tokens_per_s, 0);
+      if (*r < targets.most)
+        std::cout << what << ": hexiscale / " << best.scheduler << " = " << fixed(*r, 4) << "\n";
+    } else if (q.feasible()) {
+      EXPECT_TRUE(q.hexiscale.feasible()) << what << ": only the exact search's plan fits";
+    }
+    if (auto r = q.ratio_to_exact()) {
+      EXPECT_GE(*r, targets.exact)
+          << what << ": hexiscale " << hexiscale << ", exact " << fixed(q.exact->tokens_per_s, 0);
+    }
+    all.push_back(std::move(q));
+  }
+  const QualitySummary s = summarize_plan_quality(all, targets);
+  const QualityGroup& pooled = s.groups.back();
+  std::string per_kind;
+  for (const QualityGroup& g : s.groups) {
+    per_kind += " " + g.kind + " " + std::to_string(g.at_least_most) + " of " +
+                std::to_string(g.clusters - g.infeasible);
+  }
+  EXPECT_GE(pooled.share_at_least_most(), targets.share)
+      << "clusters where hexiscale >= " << fixed(targets.most, 2)
+      << " x the best baseline:" << per_kind;
+  return pooled.clusters - pooled.infeasible;
+}
+
+// 24 clusters of 8 to 16 GPUs of 2 to 4 types, Llama 7B to 13B, every batch
+// (studies/random_scenarios.hpp). bench/plan_quality runs the same on 100 clusters of 12 to 90
+// GPUs and every model.
+TEST(PlanQuality, HexiScaleMeetsTheTargetsOnSmallRandomClusters) {
+  RandomScenarioLimits limits;
+  limits.min_gpus = 8;
+  limits.max_gpus = 16;
+  limits.max_model_params = 14e9;
+  EXPECT_GE(expect_targets(24, limits), 20);
+}
+
+// 16 clusters of 4 to 8 GPUs: the exact search runs on every one.
+TEST(PlanQuality, HexiScaleMeetsTheTargetsOnTinyRandomClusters) {
+  RandomScenarioLimits limits;
+  limits.min_gpus = 4;
+  limits.max_gpus = 8;
+  limits.max_model_params = 14e9;
+  EXPECT_GE(expect_targets(16, limits), 12);
+}
+
+}  // namespace
+}  // namespace hexi
