@@ -474,17 +474,26 @@ std::optional<SpecResult> HexiScaleSearch::run() {
   }
   std::sort(prefixes.begin(), prefixes.end());
   prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());
+  // Each GPU of those machines its own pipeline too (data parallelism alone, where the model
+  // fits one GPU), and of every machine; a start for the refinement that moves single GPUs.
+  prefixes.push_back(fastest.size());
   for (std::size_t k : prefixes) {
-    Assignment fewer_per_machine, fewer_all(1);
+    Assignment fewer_per_machine, fewer_all(1), fewer_per_gpu;
     for (std::size_t i = 0; i < k; ++i) {
       const int m = fastest[i];
       fewer_per_machine.push_back({{m, c.machines()[m].num_gpus}});
       fewer_all[0][m] = c.machines()[m].num_gpus;
+      for (int g = 0; g < c.machines()[m].num_gpus; ++g) fewer_per_gpu.push_back({{m, 1}});
     }
-    for (const Assignment& a : {fewer_all, fewer_per_machine}) {
-      const double objective = consider(a);
-      if (objective != kInfeasible) subset_starts_.emplace_back(objective, a);
+    if (k < fastest.size()) {
+      for (const Assignment& a : {fewer_all, fewer_per_machine}) {
+        const double objective = consider(a);
+        if (objective != kInfeasible) subset_starts_.emplace_back(objective, a);
+      }
     }
+    const double objective = consider(fewer_per_gpu);
+    if (!per_machine_ && objective != kInfeasible)
+      subset_starts_.emplace_back(objective, fewer_per_gpu);
   }
   sweep();
   if (!options_.refine || !best_) return best_;
