@@ -131,8 +131,9 @@ TEST(Search, TimeBudgetIsRespected) {
   auto r = run_pipeline_scheduler("hexiscale", sc, o);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->budget_exhausted);
-  // Stops at the first check after the budget: one candidate evaluation late at most.
-  EXPECT_LT(r->search_time_s, 0.5 + 3.0);
+  // Stops at the first check after the budget, whatever the machine's speed: every loop checks
+  // before its next batch (0 measured; 16, two threads' batches of refinement moves, at most).
+  EXPECT_LE(r->candidates_after_budget, 16) << r->summary();
   EXPECT_TRUE(validate_plan(r->plan, sc.cluster, sc.model, sc.training, "budget").ok());
 }
 

@@ -36,7 +36,8 @@ Json SearchResult::to_json() const {
   Json search = {{"mode", mode},
                  {"candidates", candidates},
                  {"phases", phase_list},
-                 {"stopped", stop_reason()}};
+                 {"stopped", stop_reason()},
+                 {"candidates_after_budget", candidates_after_budget}};
   Json compared_list = Json::array();
   auto entry = [](const ComparedScheduler& c, bool chosen) {
     Json e = {{"scheduler", c.scheduler},
@@ -144,6 +145,7 @@ double SearchClock::elapsed_s() const {
 
 bool SearchClock::out_of_time() const {
   if (options_.time_budget_s <= 0 || elapsed_s() < options_.time_budget_s) return false;
+  if (!stopped_by_budget_) candidates_at_budget_ = candidates_;
   stopped_by_budget_ = true;
   return true;
 }
@@ -189,6 +191,7 @@ void SearchClock::finish(SearchResult& result) const {
   result.candidates = candidates_;
   result.trace = trace_;
   result.budget_exhausted = stopped_by_budget_;
+  result.candidates_after_budget = stopped_by_budget_ ? candidates_ - candidates_at_budget_ : 0;
 }
 
 }  // namespace search

@@ -95,12 +95,13 @@ struct SearchResult {
   std::string verified_fidelity;
   double verify_time_s = 0;
   double search_time_s = 0;
-  long candidates = 0;             // plans (or pipeline structures) evaluated
-  bool budget_exhausted = false;   // stopped by the time budget, not by convergence
-  std::vector<TracePoint> trace;   // improvements of the best plan
-  std::vector<std::string> notes;  // what the scheduler wants the user to know
-  std::string mode;                // how it searched, e.g. "device-level" (may be empty)
-  std::vector<PhaseTime> phases;   // in order; empty when the search has no phases
+  long candidates = 0;               // plans (or pipeline structures) evaluated
+  bool budget_exhausted = false;     // stopped by the time budget, not by convergence
+  long candidates_after_budget = 0;  // evaluated once the search saw its budget spent
+  std::vector<TracePoint> trace;     // improvements of the best plan
+  std::vector<std::string> notes;    // what the scheduler wants the user to know
+  std::string mode;                  // how it searched, e.g. "device-level" (may be empty)
+  std::vector<PhaseTime> phases;     // in order; empty when the search has no phases
 
   // Why it stopped: "budget" (the time budget cut it short) or "converged".
   std::string stop_reason() const { return budget_exhausted ? "budget" : "converged"; }
@@ -146,6 +147,7 @@ class SearchClock {
   long candidates_ = 0;
   double best_ = 0;
   mutable bool stopped_by_budget_ = false;
+  mutable long candidates_at_budget_ = 0;  // candidates when the budget was first seen spent
   std::vector<TracePoint> trace_;
   struct PhaseStart {
     std::string name;
