@@ -6,8 +6,11 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <numeric>
 
 #include "cli/commands.hpp"
+#include "scheduler/baselines/sequence.hpp"
+#include "scheduler/cost/cost_model.hpp"
 #include "scheduler/hexiseq/exact.hpp"
 #include "scheduler/hexiseq/mesh_pipeline.hpp"
 #include "scheduler/program/lower_sequence.hpp"
@@ -30,7 +33,8 @@ struct SeqOptions {
   bool compare = false;
   bool simulate = false;
   bool json = false;
-  bool pipeline = false;  // --pipeline
+  bool pipeline = false;   // --pipeline
+  bool every_gpu = false;  // --every-gpu
   int max_stages = 0;
 };
 
@@ -69,6 +73,7 @@ Json result_json(const std::string& name, const HexiSeqResult& r) {
               {"devices", devices},
               {"memory", memory},
               {"sequence", to_json(r.layout)}};
+  if (r.zero_stage >= 0) out["zero_stage"] = r.zero_stage;
   if (r.proven) {
     out["proven"] = *r.proven;
     out["gap"] = r.exact_gap;
@@ -89,7 +94,8 @@ void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResu
   }
   out << "scenario " << sc.name << ": " << sc.model.name << ", one sequence of "
       << sc.training.seq_len << " tokens over " << sc.cluster.num_devices() << " GPUs ("
-      << sc.cluster.name() << "), " << sc.training.global_batch << " per iteration\n";
+      << sc.cluster.name() << "), " << sc.training.global_batch << " per iteration, ZeRO-"
+      << training_of(sc.training, r).zero_stage << "\n";
   out << name << ": " << t.layer.devices.size() << " devices in " << r.layout.groups.size()
       << " groups (" << r.grouping << "); " << r.candidates << " layouts scored, " << r.solves
       << " LPs / integer programs, " << fmt(r.search_time_s, 3) << " s"
@@ -126,14 +132,15 @@ struct SeqSimulation {
 
 Result<SeqSimulation> simulate_layout(const Scenario& sc, const HexiSeqResult& r,
                                       const std::string& out_dir) {
-  auto program = lower_sequence(r.layout, sc.cluster, sc.model, sc.training, sc.name, "the layout");
+  const TrainingConfig training = training_of(sc.training, r);
+  auto program = lower_sequence(r.layout, sc.cluster, sc.model, training, sc.name, "the layout");
   if (!program) return program.error();
   std::cerr << "hexisim: seq: simulating " << program->num_ops() << " ops on "
             << program->devices.size() << " devices...\n";
   SimOptions so;
   so.scenario = sc.name;
   so.trace = !out_dir.empty();
-  auto out = simulate(*program, sc.cluster, sc.model, sc.training, sc.profile, so);
+  auto out = simulate(*program, sc.cluster, sc.model, training, sc.profile, so);
   if (!out) return out.error();
   if (!out_dir.empty()) {
     if (auto st = write_file(out_dir + "/report.json", out->report_json); !st) return st.error();
@@ -176,32 +183,49 @@ void print_simulation(const SeqSimulation& s, std::ostream& out) {
 }
 
 // One row of --compare: a sequence scheduler's layout (or why it has none), and with
-// --simulate its simulation.
+// --simulate its simulation. `every_gpu`: run with idle_slow_types off (every layout over
+// every GPU, as the HexiSeq paper ran its baselines).
 struct CompareRow {
   std::string name;
+  bool every_gpu = false;
   std::optional<HexiSeqResult> result;
   std::string error;
   std::optional<SeqSimulation> sim;
+
+  std::string label() const { return every_gpu ? name + " (every GPU)" : name; }
+  bool baseline() const { return name.rfind("hexiseq", 0) != 0; }
+  bool fits() const { return result && result->time.fits; }
 };
 
 // Every sequence scheduler of the registry on the scenario (hexiseq-exact skipped above its
-// size limit).
+// size limit); hexiseq and each baseline a second time on every GPU where the cluster has GPU
+// subsets to leave idle.
 std::vector<CompareRow> compare_rows(const Scenario& sc, const SchedulerOptions& o) {
+  std::vector<int> all(sc.cluster.num_devices());
+  std::iota(all.begin(), all.end(), 0);
+  const bool subsets = baseline_subsets(sc.cluster, all).size() > 1;
   std::vector<CompareRow> rows;
   for (const auto& s : schedulers()) {
     if (s.kind != SchedulerKind::kSequence) continue;
     if (s.name == "hexiseq-exact" && sc.cluster.num_devices() > kExactMaxDevices) {
-      rows.push_back({s.name, std::nullopt,
+      rows.push_back({s.name, false, std::nullopt,
                       "skipped: more than " + std::to_string(kExactMaxDevices) + " GPUs",
                       std::nullopt});
       continue;
     }
-    std::cerr << "hexisim: seq: " << s.name << "...\n";
-    auto r = s.run(sc, o);
-    if (r) {
-      rows.push_back({s.name, std::move(*r->sequence), "", std::nullopt});
-    } else {
-      rows.push_back({s.name, std::nullopt, r.error().message, std::nullopt});
+    for (bool every : {false, true}) {
+      CompareRow row{s.name, every, std::nullopt, "", std::nullopt};
+      if (every && (!subsets || !(row.baseline() || s.name == "hexiseq"))) continue;
+      std::cerr << "hexisim: seq: " << row.label() << "...\n";
+      SchedulerOptions so = o;
+      so.sequence.idle_slow_types = o.sequence.idle_slow_types && !every;
+      auto r = s.run(sc, so);
+      if (r) {
+        row.result = std::move(*r->sequence);
+      } else {
+        row.error = r.error().message;
+      }
+      rows.push_back(std::move(row));
     }
   }
   return rows;
@@ -211,10 +235,11 @@ std::vector<CompareRow> compare_rows(const Scenario& sc, const SchedulerOptions&
 void simulate_rows(const Scenario& sc, std::vector<CompareRow>& rows) {
   std::map<std::string, SeqSimulation> done;
   for (auto& row : rows) {
-    if (!row.result || !row.result->time.fits) continue;
-    const std::string key = to_json(row.result->layout).dump();
+    if (!row.fits()) continue;
+    const std::string key = to_json(row.result->layout).dump() + "@zero" +
+                            std::to_string(training_of(sc.training, *row.result).zero_stage);
     if (!done.count(key)) {
-      std::cerr << "hexisim: seq: simulating " << row.name << "'s layout...\n";
+      std::cerr << "hexisim: seq: simulating " << row.label() << "'s layout...\n";
       auto s = simulate_layout(sc, *row.result, "");
       if (!s) {
         row.error = s.error().message;
@@ -226,35 +251,82 @@ void simulate_rows(const Scenario& sc, std::vector<CompareRow>& rows) {
   }
 }
 
-// The strongest baseline: the fastest fitting layout of a scheduler not named hexiseq*
-// (tokens/s, closed form and simulated; 0 where none).
+// The strongest baseline of one kind (the fastest fitting layout of a scheduler not named
+// hexiseq*), closed form and simulated; none where no baseline fits.
 struct BestBaseline {
-  double closed = 0, simulated = 0;
+  const CompareRow* closed = nullptr;
+  const CompareRow* simulated = nullptr;
+  double closed_tps() const { return closed ? closed->result->time.tokens_per_s : 0; }
+  double simulated_tps() const { return simulated ? simulated->sim->report.tokens_per_s : 0; }
 };
-BestBaseline best_baseline(const std::vector<CompareRow>& rows) {
+// `every_gpu`: of the rows on every GPU (the paper's definition; the default rows where the
+// cluster has no subsets), else of the rows with the same freedoms as hexiseq.
+BestBaseline best_baseline(const std::vector<CompareRow>& rows, bool every_gpu) {
+  const bool any_every =
+      std::any_of(rows.begin(), rows.end(), [](const CompareRow& r) { return r.every_gpu; });
   BestBaseline best;
   for (const auto& row : rows) {
-    if (row.result && row.result->time.fits && row.name.rfind("hexiseq", 0) != 0) {
-      best.closed = std::max(best.closed, row.result->time.tokens_per_s);
-      if (row.sim) best.simulated = std::max(best.simulated, row.sim->report.tokens_per_s);
-    }
+    if (!row.baseline() || !row.fits() || row.every_gpu != (every_gpu && any_every)) continue;
+    if (row.result->time.tokens_per_s > best.closed_tps()) best.closed = &row;
+    if (row.sim && row.sim->report.tokens_per_s > best.simulated_tps()) best.simulated = &row;
   }
   return best;
 }
 
+struct CompareBest {
+  BestBaseline same, every;
+};
+
+// Model TFLOP/s per GPU of a layout: over the GPUs it uses, and over the cluster's.
+std::pair<double, double> tflops_per_gpu(const Scenario& sc, const HexiSeqResult& r) {
+  const double tflops = model_flops(sc.model, sc.training) / r.time.iteration_s / 1e12;
+  return {tflops / r.layout.num_devices(), tflops / sc.cluster.num_devices()};
+}
+
+Json best_json(const BestBaseline& b) {
+  Json j = Json::object();
+  if (b.closed) {
+    j["closed_form"] = {{"scheduler", b.closed->label()},
+                        {"grouping", b.closed->result->grouping},
+                        {"tokens_per_s", b.closed_tps()}};
+  }
+  if (b.simulated) {
+    j["simulated"] = {{"scheduler", b.simulated->label()},
+                      {"grouping", b.simulated->result->grouping},
+                      {"tokens_per_s", b.simulated_tps()}};
+  }
+  return j;
+}
+
 void print_compare_json(const Scenario& sc, const std::vector<CompareRow>& rows,
-                        const BestBaseline& best) {
-  Json out = {{"scenario", sc.name}, {"schedulers", Json::array()}};
+                        const CompareBest& best) {
+  Json out = {{"scenario", sc.name},
+              {"num_gpus", sc.cluster.num_devices()},
+              {"best_baseline", best_json(best.same)},
+              {"best_every_gpu_baseline", best_json(best.every)},
+              {"schedulers", Json::array()}};
   for (const auto& row : rows) {
     Json j = row.result ? result_json(row.name, *row.result)
                         : Json{{"scheduler", row.name}, {"error", row.error}};
-    if (row.result && best.closed > 0) {
-      j["vs_best_baseline"] = row.result->time.tokens_per_s / best.closed;
+    j["every_gpu"] = row.every_gpu;
+    if (row.result) {
+      const auto [used, all] = tflops_per_gpu(sc, *row.result);
+      j["zero_stage"] = training_of(sc.training, *row.result).zero_stage;
+      j["gpus_used"] = row.result->layout.num_devices();
+      j["model_tflops_per_used_gpu"] = used;
+      j["model_tflops_per_cluster_gpu"] = all;
+      if (best.same.closed)
+        j["vs_best_baseline"] = row.result->time.tokens_per_s / best.same.closed_tps();
+      if (best.every.closed) {
+        j["vs_best_every_gpu_baseline"] = row.result->time.tokens_per_s / best.every.closed_tps();
+      }
     }
     if (row.sim) {
       j["simulated"] = simulation_json(*row.sim);
-      if (best.simulated > 0) {
-        j["simulated"]["vs_best_baseline"] = row.sim->report.tokens_per_s / best.simulated;
+      const double tps = row.sim->report.tokens_per_s;
+      if (best.same.simulated) j["simulated"]["vs_best_baseline"] = tps / best.same.simulated_tps();
+      if (best.every.simulated) {
+        j["simulated"]["vs_best_every_gpu_baseline"] = tps / best.every.simulated_tps();
       }
     }
     out["schedulers"].push_back(std::move(j));
@@ -262,63 +334,95 @@ void print_compare_json(const Scenario& sc, const std::vector<CompareRow>& rows,
   print_json(out);
 }
 
-std::vector<std::string> compare_cells(const CompareRow& row, const BestBaseline& best,
-                                       bool simulated, std::size_t columns) {
+std::string ratio(double num, double den) {
+  return den > 0 ? fmt(num / den, 3) + "x" : "-";
+}
+
+std::vector<std::string> compare_cells(const Scenario& sc, const CompareRow& row,
+                                       const CompareBest& best, bool simulated,
+                                       std::size_t columns) {
   if (!row.result) {
     std::vector<std::string> cells(columns, "-");
-    cells.front() = row.name;
+    cells.front() = row.label();
     cells.back() = row.error.substr(0, 60);
     return cells;
   }
   const HexiSeqResult& r = *row.result;
+  const auto [used, all] = tflops_per_gpu(sc, r);
+  const double tps = r.time.tokens_per_s;
   std::vector<std::string> cells = {
-      row.name,
-      std::to_string(r.layout.groups.size()),
+      row.label(),
+      std::to_string(r.layout.num_devices()),
+      std::to_string(training_of(sc.training, r).zero_stage),
+      r.grouping.size() > 40 ? r.grouping.substr(0, 37) + "..." : r.grouping,
       fmt(r.time.iteration_s, 3),
-      fmt(r.time.tokens_per_s, 0),
-      best.closed > 0 ? fmt(r.time.tokens_per_s / best.closed, 3) + "x" : "-",
+      fmt(tps, 0),
+      fmt(used, 1),
+      fmt(all, 1),
+      ratio(tps, best.same.closed_tps()),
+      ratio(tps, best.every.closed_tps()),
       r.time.fits ? "yes" : "NO"};
   if (simulated) {
+    const double sim = row.sim ? row.sim->report.tokens_per_s : 0;
     cells.push_back(row.sim ? fmt(row.sim->report.iteration_time_s, 3) : "-");
-    cells.push_back(row.sim && best.simulated > 0
-                        ? fmt(row.sim->report.tokens_per_s / best.simulated, 3) + "x"
-                        : "-");
+    cells.push_back(row.sim ? ratio(sim, best.same.simulated_tps()) : "-");
+    cells.push_back(row.sim ? ratio(sim, best.every.simulated_tps()) : "-");
   }
   cells.push_back(fmt(r.search_time_s, 3));
   return cells;
 }
 
+void print_best(const std::string& what, const BestBaseline& b, std::ostream& out) {
+  out << what << ": ";
+  if (!b.closed) {
+    out << "none fits\n";
+    return;
+  }
+  out << b.closed->label() << " (" << b.closed->result->grouping << "), " << fmt(b.closed_tps(), 0)
+      << " tokens/s closed form";
+  if (b.simulated) {
+    out << "; simulated " << b.simulated->label() << " (" << b.simulated->result->grouping << "), "
+        << fmt(b.simulated_tps(), 0) << " tokens/s";
+  }
+  out << "\n";
+}
+
 void print_compare_table(const Scenario& sc, const std::vector<CompareRow>& rows,
-                         const BestBaseline& best, bool simulated) {
-  std::cout << "scenario " << sc.name << ": " << sc.model.name << ", one sequence of "
-            << sc.training.seq_len << " tokens over " << sc.cluster.num_devices() << " GPUs\n";
-  std::vector<std::string> header = {"scheduler", "groups",           "iteration s",
-                                     "tokens/s",  "vs best baseline", "fits"};
+                         const CompareBest& best, bool simulated) {
+  std::cout << "scenario " << sc.name << ": " << sc.model.name << ", " << sc.training.global_batch
+            << " sequence(s) of " << sc.training.seq_len << " tokens per iteration over "
+            << sc.cluster.num_devices() << " GPUs\n";
+  std::vector<std::string> header = {
+      "scheduler",        "GPUs",     "ZeRO",    "configuration",     "iteration s", "tokens/s",
+      "TFLOP/s/GPU used", "/GPU all", "vs best", "vs best every-GPU", "fits"};
   if (simulated) {
-    header.insert(header.end(), {"simulated s", "simulated vs best"});
+    header.insert(header.end(), {"simulated s", "sim vs best", "sim vs every-GPU"});
   }
   header.push_back("search s");
   Table table(header);
-  for (const auto& row : rows) table.add(compare_cells(row, best, simulated, header.size()));
+  for (const auto& row : rows) table.add(compare_cells(sc, row, best, simulated, header.size()));
   table.print(std::cout);
-  std::cout << "best baseline: the fastest layout that fits of ring, ulysses, usp, megatron-cp "
-               "and round-robin\n";
+  print_best(
+      "best baseline, same freedoms as hexiseq (each GPU type alone, the fastest "
+      "machines or all; every degree and placement; each ZeRO stage)",
+      best.same, std::cout);
+  print_best("best baseline on every GPU (the HexiSeq paper's definition)", best.every, std::cout);
+  std::cout << "TFLOP/s/GPU: model FLOPs per second over the GPUs the layout uses (used) and "
+               "over all "
+            << sc.cluster.num_devices() << " of the cluster (all)\n";
 }
 
 int run_compare(const Scenario& sc, const SchedulerOptions& o, bool json, bool simulated) {
   std::vector<CompareRow> rows = compare_rows(sc, o);
   if (simulated) simulate_rows(sc, rows);
-  const BestBaseline best = best_baseline(rows);
+  const CompareBest best{best_baseline(rows, false), best_baseline(rows, true)};
   if (json) {
     print_compare_json(sc, rows, best);
   } else {
     print_compare_table(sc, rows, best, simulated);
   }
   // Printed either way; a scenario no scheduler can lay out in memory is bad input.
-  const bool any_fits = std::any_of(rows.begin(), rows.end(), [](const CompareRow& r) {
-    return r.result && r.result->time.fits;
-  });
-  if (!any_fits) {
+  if (std::none_of(rows.begin(), rows.end(), [](const CompareRow& r) { return r.fits(); })) {
     return report(bad_input(sc.name + ": no sequence scheduler found a layout that fits in "
                                       "memory (each one's reason above)"));
   }
@@ -351,6 +455,8 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) 
     return per_stage(p, [](const Stage& s) { return s.devices.size(); });
   };
   const int best = static_cast<int>(r->plan.pipelines.front().stages.size());
+  // Pipeline plans model ZeRO 0 and 1 (the registry lowers a higher stage to 1).
+  const int zero = std::min(sc.training.zero_stage, kMaxPlanZeroStage);
   if (opt.json) {
     Json tried = Json::array();
     for (const auto& c : r->tried) {
@@ -366,6 +472,7 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) 
     }
     print_json({{"scenario", sc.name},
                 {"stages", best},
+                {"zero_stage", zero},
                 {"iteration_time_s", r->estimate.iteration_time_s},
                 {"tokens_per_s", r->estimate.tokens_per_s},
                 {"search_time_s", r->search_time_s},
@@ -390,6 +497,11 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) 
   table.print(std::cout);
   std::cout << "1 stage: the whole cluster as one mesh; each stage's mesh is HexiSeq's over its "
                "machines\n";
+  if (zero != sc.training.zero_stage) {
+    std::cout << "ZeRO-" << zero << ": pipeline plans model ZeRO 0 and 1, the scenario asks for "
+              << sc.training.zero_stage << " (simulate the plan with training.zero_stage " << zero
+              << ")\n";
+  }
   if (!opt.out.empty()) {
     std::cout << "wrote " << opt.out << " (simulate it: hexisim simulate " << opt.scenario
               << " --plan " << opt.out << ")\n";
@@ -409,6 +521,7 @@ Result<SchedulerOptions> scheduler_options(const SeqOptions& opt) {
     o.sequence.backend = o.sequence.exact_backend = *backend;
   }
   o.sequence.time_budget_s = opt.time_budget_s;
+  o.sequence.idle_slow_types = !opt.every_gpu;
   return o;
 }
 
@@ -425,6 +538,9 @@ Status check_outputs(const Scenario& sc, const SeqOptions& opt) {
           !st)
         return st.error();
     }
+  }
+  if (opt.compare && opt.every_gpu) {
+    return bad_input("--compare and --every-gpu: --compare runs each scheduler both ways");
   }
   if (opt.compare && !opt.sim_out.empty()) {
     return bad_input("--compare and --sim-out: reports are written for one layout");
@@ -560,6 +676,9 @@ void add_seq_command(CLI::App& app, Runner& run) {
   cmd->add_option("--max-stages", opt->max_stages,
                   "With --pipeline: at most this many stages (default: one per machine)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--every-gpu", opt->every_gpu,
+                "Lay the sequence over every GPU: no GPU subsets (HexiSeq's fastest-type mesh, "
+                "a baseline's GPU types and fastest machines) are tried");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->callback([&run, opt] { run = [opt] { return run_seq(*opt); }; });
 }

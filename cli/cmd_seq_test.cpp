@@ -67,13 +67,15 @@ TEST(CliSeq, SimulatesTheLayoutBesideTheClosedForm) {
   auto dir = scratch_dir("seq-sim");
   const auto sc = dir / "s.json", out = dir / "sim";
   write_text(sc, kScenario);
-  auto r = run_cli("seq " + sc.string() + " --scheduler usp --json --sim-out " + out.string());
+  // On every GPU, USP's contiguous twin (a2a groups on consecutive devices).
+  auto r = run_cli("seq " + sc.string() + " --scheduler megatron-cp --every-gpu --json --sim-out " +
+                   out.string());
   ASSERT_EQ(r.code, 0) << r.err;
   json j = json::parse(r.out);
   ASSERT_TRUE(j.contains("simulated"));
   const json& sim = j["simulated"];
   EXPECT_GT(sim["iteration_time_s"].get<double>(), 0);
-  // The closed form and the simulation of this USP layout: 1.0137 observed, held within 2x.
+  // The closed form and the simulation of this layout: 1.014 observed, held within 2x.
   EXPECT_NEAR(sim["closed_form_over_simulated"].get<double>(), 1.0, 0.028);
   EXPECT_EQ(sim["devices"].size(), 8u);
   EXPECT_TRUE(std::filesystem::exists(out / "report.json"));
@@ -110,13 +112,24 @@ TEST(CliSeq, CompareRunsEveryBaselineAndHexiSeqIsNeverSlower) {
     if (s.contains("proven") && s["proven"].get<bool>()) {
       EXPECT_EQ(s["gap"], 0.0);
     }
-    if (name == "hexiseq") hexiseq = s["tokens_per_s"];
-    if (name.rfind("hexiseq", 0) != 0) {
+    const bool every = s["every_gpu"].get<bool>();
+    EXPECT_LE(s["gpus_used"].get<int>(), 8) << name;
+    if (every) {
+      EXPECT_EQ(s["gpus_used"].get<int>(), 8) << name;  // 8 divides the 40 heads
+    }
+    if (name == "hexiseq" && !every) hexiseq = s["tokens_per_s"];
+    if (name.rfind("hexiseq", 0) != 0 && !every) {
       best_baseline = std::max(best_baseline, s["tokens_per_s"].get<double>());
     }
   }
   ASSERT_GT(best_baseline, 0);
+  // HexiSeq against the strongest baseline given its freedoms (GPU subsets here: the H100
+  // machine alone), and the paper's definition: the strongest on every GPU, far weaker here.
   EXPECT_GE(hexiseq, best_baseline * (1 - 1e-9));
+  EXPECT_DOUBLE_EQ(j["best_baseline"]["closed_form"]["tokens_per_s"].get<double>(), best_baseline);
+  const double every_best = j["best_every_gpu_baseline"]["closed_form"]["tokens_per_s"];
+  EXPECT_LT(every_best, best_baseline);
+  EXPECT_TRUE(j["best_baseline"].contains("simulated"));
   std::filesystem::remove_all(dir);
 }
 
@@ -173,11 +186,13 @@ TEST(CliSeq, PipelineOfMeshesWritesAPlanTheSimulatorAgreesWith) {
   EXPECT_EQ(k["tried"][0], j["tried"][0]);
   EXPECT_DOUBLE_EQ(k["iteration_time_s"].get<double>(),
                    j["tried"][0]["iteration_time_s"].get<double>());
-  // ZeRO-3 (kScenario as it is) and flags that plan one layout: exit 2.
+  // ZeRO-3 (kScenario as it is): the pipelines are planned under ZeRO-1, and say so.
   write_text(sc, kScenario);
   auto zero3 = run_cli("seq " + sc.string() + " --pipeline");
-  EXPECT_EQ(zero3.code, 2);
-  EXPECT_NE(zero3.err.find("zero_stage 3"), std::string::npos) << zero3.err;
+  EXPECT_EQ(zero3.code, 0) << zero3.err;
+  EXPECT_NE(zero3.out.find("ZeRO-1: pipeline plans model ZeRO 0 and 1"), std::string::npos)
+      << zero3.out;
+  // Flags that plan one layout: exit 2.
   auto mixed = run_cli("seq " + sc.string() + " --pipeline --compare");
   EXPECT_EQ(mixed.code, 2);
   EXPECT_NE(mixed.err.find("--pipeline"), std::string::npos) << mixed.err;

@@ -358,7 +358,8 @@ TEST(CliSweep, SequenceSchedulersPlanLayouts) {
     "points": [
       {"cluster": "hexiseq-testbed-h100-a100", "model": "llama-13b-1m",
        "scheduler": {"name": "hexiseq", "solver": "glpk", "label": "hexiseq"}},
-      {"cluster": "hexiseq-testbed-h100-a100", "model": "llama-13b-1m", "scheduler": "ring",
+      {"cluster": "hexiseq-testbed-h100-a100", "model": "llama-13b-1m",
+       "scheduler": {"name": "ring", "idle_slow_types": false, "label": "ring"},
        "fidelity": "stage"},
       {"cluster": "hexiseq-testbed-h100-a100", "model": "llama-13b-1m",
        "scheduler": {"name": "hexiseq", "rounds": 0, "label": "bad"}}]})");

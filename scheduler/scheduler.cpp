@@ -1,5 +1,6 @@
 #include "scheduler/scheduler.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "scheduler/baselines/baselines.hpp"
@@ -59,13 +60,67 @@ Scheduled from_layout(const std::string& name, HexiSeqResult r) {
   return s;
 }
 
-// A sequence layout over every device of the scenario's cluster, scored with its profile.
+// The ZeRO stages a sequence scheduler's layouts are scored under: the training config's, and
+// with `every` also 2 and 3 below it. Stages 1 and 2 take the same time in the closed form
+// (one gradient all-reduce after the sequence; the optimizer on a 1 / n share) and stage 2
+// holds less, so stage 1 is tried only where it is the config's own.
+std::vector<int> zero_stages(const TrainingConfig& t, bool every) {
+  if (!every || t.zero_stage < 2) return {t.zero_stage};
+  std::vector<int> out = {2};
+  if (t.zero_stage >= 3) out.push_back(3);
+  return out;
+}
+
+// Whether the model states under `t` leave some device of the whole mesh room (ring layout,
+// equal shards): a stage that fails this has no layout over these devices at all.
+bool states_fit_somewhere(const Scenario& sc, const TrainingConfig& t) {
+  std::vector<std::vector<int>> ring;
+  for (int d = 0; d < sc.cluster.num_devices(); ++d) ring.push_back({d});
+  if (t.seq_len < 2 * sc.cluster.num_devices()) return true;  // the scheduler says why not
+  const SequenceLayout l = even_layout(ring, t.seq_len, sc.model.heads);
+  for (const DeviceMemory& m : layout_memory(l, sc.model, t, sc.cluster)) {
+    const double room = kMemoryCap * sc.cluster.gpu(m.device).memory_bytes();
+    if (m.mesh.states.total() + m.mesh.reserve <= room) return true;
+  }
+  return false;
+}
+
+// Of two layouts, whether `a` is the better: fitting first, then the shorter iteration.
+bool better_layout(const HexiSeqResult& a, const std::optional<HexiSeqResult>& b) {
+  if (!b) return true;
+  if (a.time.fits != b->time.fits) return a.time.fits;
+  return a.time.iteration_s < b->time.iteration_s;
+}
+
+// A sequence layout over every device of the scenario's cluster, scored with its profile,
+// the best over zero_stages() (search times summed; a time budget shared).
 SchedulerInfo sequence(const std::string& name, std::string description, SequenceFn fn) {
   auto run = [name, fn](const Scenario& sc, const SchedulerOptions& o) -> Result<Scheduled> {
-    SequenceCost cost(sc.cluster, sc.model, sc.training, sc.profile);
-    auto r = fn(cost, {}, o.sequence);
-    if (!r) return r.error();
-    return from_layout(name, std::move(*r));
+    std::optional<HexiSeqResult> best;
+    std::optional<Error> error;
+    HexiSeqOptions so = o.sequence;
+    double searched = 0;
+    for (int stage : zero_stages(sc.training, so.zero_stages)) {
+      TrainingConfig t = sc.training;
+      t.zero_stage = stage;
+      if (stage != sc.training.zero_stage && !states_fit_somewhere(sc, t)) continue;
+      if (o.sequence.time_budget_s > 0) {
+        so.time_budget_s = o.sequence.time_budget_s - searched;
+        if (so.time_budget_s <= 0) break;
+      }
+      SequenceCost cost(sc.cluster, sc.model, t, sc.profile);
+      auto r = fn(cost, {}, so);
+      if (!r) {
+        if (!error || stage == sc.training.zero_stage) error = r.error();
+        continue;
+      }
+      r->zero_stage = stage;
+      searched += r->search_time_s;
+      if (better_layout(*r, best)) best = std::move(*r);
+    }
+    if (!best) return *error;
+    best->search_time_s = searched;
+    return from_layout(name, std::move(*best));
   };
   return {name, std::move(description), SchedulerKind::kSequence, run};
 }
@@ -81,7 +136,10 @@ Result<Scheduled> run_mesh_pipeline(const Scenario& sc, const SchedulerOptions& 
   MeshPipelineOptions po;
   po.sequence = o.sequence;
   po.max_stages = o.max_stages;
-  auto r = search_mesh_pipeline(sc.cluster, sc.model, sc.training, sc.profile, po);
+  // Pipeline plans model ZeRO 0 and 1: with zero_stages, the highest of them the config allows.
+  TrainingConfig t = sc.training;
+  if (o.sequence.zero_stages) t.zero_stage = std::min(t.zero_stage, kMaxPlanZeroStage);
+  auto r = search_mesh_pipeline(sc.cluster, sc.model, t, sc.profile, po);
   if (!r) return r.error();
   Scheduled s =
       of_plan("mesh-pipeline", SchedulerKind::kHybrid, r->plan, r->estimate, r->search_time_s);

@@ -33,6 +33,7 @@ ENTRIES=(
 SEQ_ENTRIES=(
   "tiny-seq-cpu:sim"
   "hexiseq-testbed-llama-13b-64k:sim"
+  "hexiseq-paper-testbed-llama-13b-64k:sim"
   "hexiseq-32-3types-llama-13b-128k:sim"
   "hexiseq-56-h100-a100-llama-70b-512k:sim"
   "hexiseq-64-4types-llama-70b-256k:sim"

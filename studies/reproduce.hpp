@@ -44,6 +44,10 @@ struct Measure {
   double candidates = 0;                     // plans (layouts) the search scored
   int num_gpus = 0;
   double peak_pflops = 0;
+  int gpus_used = 0;          // GPUs the plan or layout uses
+  double mfu = 0;             // model FLOPs over the whole cluster's peak, closed form
+  int zero_stage = -1;        // the ZeRO stage it was scored under (-1: not recorded)
+  std::string configuration;  // a sequence layout's configuration (grouping, GPU subset)
 
   bool ok() const { return !closed.empty() && !infeasible; }  // measured and fits
   double closed_mean() const;

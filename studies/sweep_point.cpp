@@ -186,6 +186,14 @@ const std::vector<MetricDef>& metric_defs() {
       {{"sequence_groups", "all-to-all groups on the context-parallel ring; sequence layouts"},
        [](const Outcome& o) { return o.layout ? Json(o.layout->layout.groups.size()) : Json(); }},
       {{"gpus_used", "GPUs the plan uses"}, [](const Outcome& o) { return Json(o.gpus_used()); }},
+      {{"configuration",
+        "the sequence layout's configuration: grouping, degrees, GPU subset; sequence layouts"},
+       [](const Outcome& o) { return o.layout ? Json(o.layout->grouping) : Json(); }},
+      {{"zero_stage", "the ZeRO stage the plan or layout is scored under"},
+       [](const Outcome& o) {
+         return Json(o.layout ? training_of(o.scenario.training, *o.layout).zero_stage
+                              : o.scenario.training.zero_stage);
+       }},
       {{"candidates", "plans (or layouts) the search evaluated"},
        [](const Outcome& o) {
          return Json(o.search ? o.search->candidates : o.layout->candidates);
@@ -305,9 +313,12 @@ Result<Json> compute_sequence(const SweepContext& ctx, const SweepPoint& p, cons
   Outcome o{sc, nullptr, found, std::nullopt, std::nullopt};
   if (auto st = price(ctx, p, o); !st) return st.error();
   if (p.fidelity != Fidelity::kClosedForm) {
-    auto sim =
-        simulate_untraced(sc, lower_sequence(found->layout, sc.cluster, sc.model, sc.training,
-                                             sc.name, scheduler.name + " layout"));
+    // Simulated under the ZeRO stage the layout was scored under.
+    Scenario staged = sc;
+    staged.training = training_of(sc.training, *found);
+    auto sim = simulate_untraced(
+        staged, lower_sequence(found->layout, sc.cluster, sc.model, staged.training, sc.name,
+                               scheduler.name + " layout"));
     if (!sim) return sim.error();
     timing.sim_s = sim->wall_time_s;
     o.sim = std::move(*sim);

@@ -1053,13 +1053,14 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   static constexpr std::string_view kKeys[] = {
       "solver",           "time_budget_s", "rounds",        "block_tokens",        "split_kv_heads",
       "exhaustive_limit", "screen",        "largest_merge", "solver_time_limit_s", "mip_gap",
-      "idle_slow_types",  "lp_screen"};
+      "idle_slow_types",  "lp_screen",     "zero_stages"};
   for (const auto& [key, value] : node.json().items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
     node.at(key).fail_message("unknown HexiSeq option \"" + key +
                               "\" (known: solver, time_budget_s, rounds, block_tokens, "
                               "split_kv_heads, exhaustive_limit, screen, largest_merge, "
-                              "solver_time_limit_s, mip_gap, idle_slow_types, lp_screen)");
+                              "solver_time_limit_s, mip_gap, idle_slow_types, lp_screen, "
+                              "zero_stages)");
   }
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());
@@ -1081,7 +1082,14 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   if (auto g = node.find("mip_gap")) o.mip_gap = g->number_in(0, 0.5);
   o.idle_slow_types = node.boolean_or("idle_slow_types", o.idle_slow_types);
   o.lp_screen = node.boolean_or("lp_screen", o.lp_screen);
+  o.zero_stages = node.boolean_or("zero_stages", o.zero_stages);
   return o;
+}
+
+TrainingConfig training_of(const TrainingConfig& training, const HexiSeqResult& result) {
+  TrainingConfig t = training;
+  if (result.zero_stage >= 0) t.zero_stage = result.zero_stage;
+  return t;
 }
 
 namespace {

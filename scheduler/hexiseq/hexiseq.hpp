@@ -65,9 +65,17 @@ struct HexiSeqOptions {
   // spend the time limit proving it (on the 32-GPU mix at 512K, two programs hit 10 s each),
   // and a time limit's answer depends on the machine. hexiseq-exact proves its programs.
   double mip_gap = 1e-3;
-  bool idle_slow_types = true;  // also search the mesh of the fastest GPU type alone
-  bool lp_screen = true;        // large meshes: skip a grouping's integer programs when its first
-                                // LP already puts it at or above the best layout found
+  // May leave GPUs idle: HexiSeq also searches the mesh of the fastest GPU type alone, and
+  // each baseline (baselines/sequence.hpp) also tries each GPU type alone and the fastest
+  // machines. Off: every layout spreads over every device (the HexiSeq paper's baselines).
+  bool idle_slow_types = true;
+  bool lp_screen = true;  // large meshes: skip a grouping's integer programs when its first
+                          // LP already puts it at or above the best layout found
+  // Through the scheduler registry (scheduler/scheduler.hpp): every ZeRO stage from 1 to the
+  // training config's is tried and the fastest layout that fits kept (a lower stage holds
+  // more model states but replaces ZeRO-3's per-layer gathers by one gradient all-reduce).
+  // Off: the training config's stage only.
+  bool zero_stages = true;
   // hexiseq-exact's whole-mesh MILPs: large, where CBC's cuts pay (a "solver" named in the
   // options or on the command line sets both backends).
   Backend exact_backend = Backend::kCbc;
@@ -76,8 +84,9 @@ struct HexiSeqOptions {
 // The options of a JSON object (a sweep's scheduler entry, an advise request's
 // "hexiseq_options"): "solver" ("cbc" | "glpk": both backends), "time_budget_s", "rounds",
 // "block_tokens", "split_kv_heads", "exhaustive_limit", "screen", "largest_merge",
-// "solver_time_limit_s", "mip_gap", "idle_slow_types", "lp_screen", each optional over
-// `defaults`. Throws InputError naming the path (load_with() turns it into bad input).
+// "solver_time_limit_s", "mip_gap", "idle_slow_types", "lp_screen", "zero_stages", each
+// optional over `defaults`. Throws InputError naming the path (load_with() turns it into bad
+// input).
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
 
 struct HexiSeqResult {
@@ -91,7 +100,11 @@ struct HexiSeqResult {
   // hexiseq-exact: whether every program was solved to optimality (or proven infeasible).
   std::optional<bool> proven = std::nullopt;
   double exact_gap = 0;  // hexiseq-exact: the largest relative gap of a program not proven
+  int zero_stage = -1;   // the ZeRO stage `time` was scored under; -1: the training config's
 };
+
+// The training config a result was scored under (its ZeRO stage).
+TrainingConfig training_of(const TrainingConfig& training, const HexiSeqResult& result);
 
 // The search over `devices` (empty: every device of the cluster). Bad input (exit 2) when S
 // is odd or not a multiple of the block, or when no layout fits in memory (the message
