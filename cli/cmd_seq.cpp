@@ -13,9 +13,11 @@
 #include "scheduler/cost/cost_model.hpp"
 #include "scheduler/hexiseq/exact.hpp"
 #include "scheduler/hexiseq/mesh_pipeline.hpp"
+#include "scheduler/program/lower.hpp"
 #include "scheduler/program/lower_sequence.hpp"
 #include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
+#include "studies/planning.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi::cli {
@@ -24,7 +26,7 @@ namespace {
 struct SeqOptions {
   std::string scenario;
   std::string profile;  // --profile
-  std::string scheduler = "hexiseq";
+  std::string scheduler = "best";
   std::string layout;
   std::string solver;  // empty: each scheduler's default
   std::string out;
@@ -431,14 +433,18 @@ int run_compare(const Scenario& sc, const SchedulerOptions& o, bool json, bool s
 
 // --pipeline: pipelines of sequence meshes (scheduler/hexiseq/mesh_pipeline.hpp), every number of
 // stages.
-int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) {
-  o.max_stages = opt.max_stages;
-  auto found = run_scheduler("mesh-pipeline", sc, o);
-  if (!found) return report(found.error());
-  const MeshPipelineResult* r = &*found->hybrid;
+// What the default scheduler chose from: each candidate's name, tokens/s and fit.
+struct Chosen {
+  Json rows = Json::array();
+  std::string line;  // "best of ...: NAME (... tokens/s)"
+};
+
+// The plan of a pipeline of meshes, printed (or as JSON); with the default scheduler, what it
+// was chosen from. --simulate lowers it at stage granularity under its ZeRO stage.
+Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const MeshPipelineResult* r,
+                     const Chosen* chosen) {
   if (!opt.out.empty()) {
-    if (auto st = write_file(opt.out, to_json(r->plan).dump(2) + "\n"); !st)
-      return report(st.error());
+    if (auto st = write_file(opt.out, to_json(r->plan).dump(2) + "\n"); !st) return st.error();
   }
   // "a,b,..": one number per stage of the plan's pipeline.
   const auto per_stage = [](const Plan& p, auto number) {
@@ -457,6 +463,19 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) 
   const int best = static_cast<int>(r->plan.pipelines.front().stages.size());
   // Pipeline plans model ZeRO 0 and 1 (the registry lowers a higher stage to 1).
   const int zero = std::min(sc.training.zero_stage, kMaxPlanZeroStage);
+  std::optional<SimReport> sim;
+  if (opt.simulate) {
+    Scenario staged = sc;
+    staged.training.zero_stage = zero;
+    LowerOptions lo;
+    lo.granularity = Granularity::kStage;
+    lo.scenario = sc.name;
+    std::cerr << "hexisim: seq: simulating the pipeline of meshes...\n";
+    auto s = simulate_untraced(staged, lower_plan(r->plan, sc.cluster, sc.model, staged.training,
+                                                  lo, "the pipeline of meshes"));
+    if (!s) return s.error();
+    sim = std::move(*s);
+  }
   if (opt.json) {
     Json tried = Json::array();
     for (const auto& c : r->tried) {
@@ -470,16 +489,28 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) 
       if (!c.problem.empty()) j["problem"] = c.problem;
       tried.push_back(std::move(j));
     }
-    print_json({{"scenario", sc.name},
+    Json out = {{"scenario", sc.name},
                 {"stages", best},
                 {"zero_stage", zero},
                 {"iteration_time_s", r->estimate.iteration_time_s},
                 {"tokens_per_s", r->estimate.tokens_per_s},
                 {"search_time_s", r->search_time_s},
                 {"tried", tried},
-                {"plan", to_json(r->plan)}});
-    return 0;
+                {"plan", to_json(r->plan)}};
+    if (sim) {
+      out["simulated"] = {
+          {"iteration_time_s", sim->iteration_time_s},
+          {"tokens_per_s", sim->tokens_per_s},
+          {"closed_form_over_simulated", r->estimate.iteration_time_s / sim->iteration_time_s}};
+    }
+    if (chosen) {
+      out["scheduler"] = "mesh-pipeline";
+      out["best_of"] = chosen->rows;
+    }
+    print_json(out);
+    return {};
   }
+  if (chosen) std::cout << chosen->line << "\n";
   std::cout << "scenario " << sc.name << ": " << sc.model.name << ", " << sc.training.global_batch
             << " sequences of " << sc.training.seq_len << " tokens per iteration over "
             << sc.cluster.num_devices() << " GPUs; pipelines of sequence meshes, "
@@ -502,10 +533,23 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) 
               << sc.training.zero_stage << " (simulate the plan with training.zero_stage " << zero
               << ")\n";
   }
+  if (sim) {
+    std::cout << "simulated: " << fmt(sim->iteration_time_s, 3) << " s per iteration, "
+              << fmt(sim->tokens_per_s, 0) << " tokens/s; closed form "
+              << fmt(r->estimate.iteration_time_s / sim->iteration_time_s, 3) << " x simulated\n";
+  }
   if (!opt.out.empty()) {
     std::cout << "wrote " << opt.out << " (simulate it: hexisim simulate " << opt.scenario
               << " --plan " << opt.out << ")\n";
   }
+  return {};
+}
+
+int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) {
+  o.max_stages = opt.max_stages;
+  auto found = run_scheduler("mesh-pipeline", sc, o);
+  if (!found) return report(found.error());
+  if (auto st = show_pipeline(sc, opt, &*found->hybrid, nullptr); !st) return report(st.error());
   return 0;
 }
 
@@ -546,7 +590,7 @@ Status check_outputs(const Scenario& sc, const SeqOptions& opt) {
     return bad_input("--compare and --sim-out: reports are written for one layout");
   }
   if (opt.pipeline && (opt.compare || !opt.layout.empty() || opt.simulate || !opt.sim_out.empty() ||
-                       opt.scheduler != "hexiseq")) {
+                       (opt.scheduler != "hexiseq" && opt.scheduler != "best"))) {
     return bad_input(
         "--pipeline searches pipelines of HexiSeq meshes: not with "
         "--compare, --layout, --simulate, --sim-out or --scheduler");
@@ -580,8 +624,8 @@ Result<HexiSeqResult> layout_of_scheduler(const Scenario& sc, const std::string&
                                           const SchedulerOptions& o) {
   const SchedulerInfo* s = find_scheduler(name);
   if (!s || s->kind != SchedulerKind::kSequence) {
-    return bad_input("--scheduler: unknown sequence scheduler \"" + name + "\"; expected one of " +
-                     scheduler_names(SchedulerKind::kSequence));
+    return bad_input("--scheduler: unknown sequence scheduler \"" + name +
+                     "\"; expected best or one of " + scheduler_names(SchedulerKind::kSequence));
   }
   auto r = s->run(sc, o);
   if (!r) return r.error();
@@ -590,7 +634,7 @@ Result<HexiSeqResult> layout_of_scheduler(const Scenario& sc, const std::string&
 
 // One layout: written with --out, simulated with --simulate / --sim-out, printed.
 Status show_layout(const Scenario& sc, const SeqOptions& opt, const std::string& name,
-                   const HexiSeqResult& result) {
+                   const HexiSeqResult& result, const Chosen* chosen = nullptr) {
   if (!std::isfinite(result.time.iteration_s) || !(result.time.iteration_s > 0)) {
     return failure("internal error: the layout's iteration time is " +
                    std::to_string(result.time.iteration_s) + " s (please report it)");
@@ -609,15 +653,86 @@ Status show_layout(const Scenario& sc, const SeqOptions& opt, const std::string&
     Json out = result_json(name, result);
     out["scenario"] = sc.name;
     if (sim) out["simulated"] = simulation_json(*sim);
+    if (chosen) out["best_of"] = chosen->rows;
     print_json(out);
     return {};
   }
+  if (chosen) std::cout << chosen->line << "\n";
   print_layout(sc, name, result, std::cout);
   if (sim) print_simulation(*sim, std::cout);
   if (!opt.sim_out.empty()) {
     std::cout << "wrote " << opt.sim_out << "/report.json and " << opt.sim_out << "/trace.json\n";
   }
   return {};
+}
+
+// The one-mesh schedulers the default runs: HexiSeq and the baselines with its freedoms (each
+// scores its configurations in the closed form: milliseconds).
+const char* const kBestLayoutSchedulers[] = {"hexiseq", "ring", "ulysses", "usp", "megatron-cp"};
+
+bool faster(bool fits, double tokens_per_s, bool best_fits, double best_tokens_per_s) {
+  if (fits != best_fits) return fits;
+  return tokens_per_s > best_tokens_per_s * (1 + 1e-9);
+}
+
+// The default (--scheduler best): the fastest fitting of kBestLayoutSchedulers' layouts and,
+// with several sequences per iteration to fill one, the pipelines of meshes; ties keep the
+// earlier (hexiseq first).
+Status run_best(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) {
+  Chosen chosen;
+  std::optional<HexiSeqResult> best;
+  std::string best_name;
+  std::optional<Error> first_error;
+  std::string names;
+  for (const char* name : kBestLayoutSchedulers) {
+    names += std::string(names.empty() ? "" : ", ") + name;
+    std::cerr << "hexisim: seq: " << name << "...\n";
+    auto r = find_scheduler(name)->run(sc, o);
+    if (!r) {
+      chosen.rows.push_back({{"scheduler", name}, {"error", r.error().message}});
+      if (!first_error) first_error = r.error();
+      continue;
+    }
+    HexiSeqResult& h = *r->sequence;
+    chosen.rows.push_back({{"scheduler", name},
+                           {"grouping", h.grouping},
+                           {"tokens_per_s", h.time.tokens_per_s},
+                           {"fits", h.time.fits}});
+    if (!best ||
+        faster(h.time.fits, h.time.tokens_per_s, best->time.fits, best->time.tokens_per_s)) {
+      best = std::move(h);
+      best_name = name;
+    }
+  }
+  std::optional<MeshPipelineResult> pipeline;
+  if (sc.training.global_batch > 1) {
+    names += " and pipelines of meshes";
+    std::cerr << "hexisim: seq: pipelines of meshes...\n";
+    o.max_stages = opt.max_stages;
+    auto r = run_scheduler("mesh-pipeline", sc, o);
+    if (r) {
+      pipeline = std::move(*r->hybrid);
+      chosen.rows.push_back({{"scheduler", "mesh-pipeline"},
+                             {"stages", pipeline->plan.pipelines.front().stages.size()},
+                             {"tokens_per_s", pipeline->estimate.tokens_per_s},
+                             {"fits", pipeline->estimate.feasible}});
+    } else {
+      chosen.rows.push_back({{"scheduler", "mesh-pipeline"}, {"error", r.error().message}});
+    }
+  }
+  if (!best && !pipeline) return *first_error;
+  const bool pipelined =
+      pipeline && (!best || faster(pipeline->estimate.feasible, pipeline->estimate.tokens_per_s,
+                                   best->time.fits, best->time.tokens_per_s));
+  const double tps = pipelined ? pipeline->estimate.tokens_per_s : best->time.tokens_per_s;
+  chosen.line = "best of " + names + ": " + (pipelined ? "a pipeline of meshes" : best_name) +
+                ", " + fmt(tps, 0) + " tokens/s";
+  if (chosen.rows.front().contains("tokens_per_s") && (pipelined || best_name != "hexiseq")) {
+    chosen.line +=
+        " (hexiseq: " + fmt(chosen.rows.front()["tokens_per_s"].get<double>(), 0) + " tokens/s)";
+  }
+  if (pipelined) return show_pipeline(sc, opt, &*pipeline, &chosen);
+  return show_layout(sc, opt, best_name, *best, &chosen);
 }
 
 int run_seq(const SeqOptions& opt) {
@@ -628,6 +743,10 @@ int run_seq(const SeqOptions& opt) {
   if (auto st = check_outputs(*sc, opt); !st) return report(st.error());
   if (opt.pipeline) return run_pipeline(*sc, opt, *o);
   if (opt.compare) return run_compare(*sc, *o, opt.json, opt.simulate);
+  if (opt.layout.empty() && opt.scheduler == "best") {
+    if (auto st = run_best(*sc, opt, *o); !st) return report(st.error());
+    return 0;
+  }
   auto result = opt.layout.empty() ? layout_of_scheduler(*sc, opt.scheduler, *o)
                                    : layout_of_file(*sc, opt.layout);
   if (!result) return report(result.error());
@@ -649,7 +768,9 @@ void add_seq_command(CLI::App& app, Runner& run) {
   add_profile_option(cmd, opt->profile);
   cmd->add_option(
       "--scheduler", opt->scheduler,
-      "Sequence scheduler: " + scheduler_names(SchedulerKind::kSequence) + " (default: hexiseq)");
+      "Sequence scheduler: best (the default: the fastest of hexiseq, ring, ulysses, usp, "
+      "megatron-cp and, with several sequences per iteration, pipelines of meshes), " +
+          scheduler_names(SchedulerKind::kSequence));
   cmd->add_flag("--compare", opt->compare,
                 "Run every sequence scheduler and compare them with the best baseline");
   cmd->add_option("--layout", opt->layout,

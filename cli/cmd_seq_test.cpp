@@ -63,6 +63,35 @@ TEST(CliSeq, PlansWritesAndReevaluatesTheSameLayout) {
   std::filesystem::remove_all(dir);
 }
 
+// The default returns the fastest of HexiSeq, the baselines with its freedoms and, with
+// several sequences per iteration, the pipelines of meshes: on the paper's testbed (8
+// sequences), a pipeline of two meshes, simulated close to its closed form.
+TEST(CliSeq, DefaultIsTheBestOfHexiSeqTheBaselinesAndPipelines) {
+  auto dir = scratch_dir("seq-best");
+  const auto sc = dir / "s.json";
+  write_text(sc, kScenario);
+  auto one = run_cli("seq " + sc.string() + " --json");  // one sequence: no pipeline
+  ASSERT_EQ(one.code, 0) << one.err;
+  json j = json::parse(one.out);
+  ASSERT_EQ(j["best_of"].size(), 5u);
+  double fastest = 0;
+  for (const auto& row : j["best_of"]) fastest = std::max(fastest, row.value("tokens_per_s", 0.0));
+  EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), fastest);
+  EXPECT_EQ(j["scheduler"], "hexiseq");  // ties keep hexiseq (ring on the H100s ties it here)
+  auto eight = run_cli("seq hexiseq-paper-testbed-llama-13b-64k --simulate --json");
+  ASSERT_EQ(eight.code, 0) << eight.err;
+  j = json::parse(eight.out);
+  ASSERT_EQ(j["best_of"].size(), 6u);
+  EXPECT_EQ(j["scheduler"], "mesh-pipeline");
+  EXPECT_EQ(j["stages"], 2);
+  for (const auto& row : j["best_of"]) {
+    EXPECT_LE(row.value("tokens_per_s", 0.0), j["tokens_per_s"].get<double>()) << row.dump();
+  }
+  // 1.008 observed.
+  EXPECT_NEAR(j["simulated"]["closed_form_over_simulated"].get<double>(), 1.0, 0.03);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSeq, SimulatesTheLayoutBesideTheClosedForm) {
   auto dir = scratch_dir("seq-sim");
   const auto sc = dir / "s.json", out = dir / "sim";

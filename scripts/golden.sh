@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Golden outputs of whole scenarios: for each entry below, the plan a scheduler finds,
 # its closed-form estimate, the digest of the lowered program, the simulated report
-# and the digest of the simulated trace; for each SEQ entry, `hexisim seq --json` (the
-# layout, its closed form and, with sim, the simulated iteration; with pipeline, the
-# pipeline of meshes); for each ADVISE entry, `hexisim advise --json`; for each REPRODUCE
+# and the digest of the simulated trace; for each SEQ entry, `hexisim seq --json` (HexiSeq's
+# layout, its closed form and, with sim, the simulated iteration; with best, the default's
+# choice, simulated; with pipeline, the pipeline of meshes); for each ADVISE entry, `hexisim advise --json`; for each REPRODUCE
 # entry, the report `hexisim reproduce PAPER` writes from the recorded rows of a --quick
 # sweep (tests/golden/reproduce--PAPER-quick/results.jsonl, an input: the tables, not the
 # search). Wall-clock fields (search_time_s, verify_time_s, wall_time_s) are left out. `check` (ctest golden_test) fails with a JSON
@@ -33,7 +33,7 @@ ENTRIES=(
 SEQ_ENTRIES=(
   "tiny-seq-cpu:sim"
   "hexiseq-testbed-llama-13b-64k:sim"
-  "hexiseq-paper-testbed-llama-13b-64k:sim"
+  "hexiseq-paper-testbed-llama-13b-64k:best"
   "hexiseq-32-3types-llama-13b-128k:sim"
   "hexiseq-56-h100-a100-llama-70b-512k:sim"
   "hexiseq-64-4types-llama-70b-256k:sim"
@@ -88,7 +88,9 @@ produce_seq() {
   local scenario=$1 mode=$2 dir=$3 flags=""
   mkdir -p "$dir"
   case "$mode" in
-    sim) flags="--simulate" ;;
+    sim) flags="--scheduler hexiseq --simulate" ;;
+    layout) flags="--scheduler hexiseq" ;;
+    best) flags="--simulate" ;;
     pipeline) flags="--pipeline" ;;
   esac
   (cd "$ROOT" && "$BIN" seq "$scenario" $flags --json) | timeless >"$dir/seq.json"
