@@ -93,13 +93,15 @@ bool better_layout(const HexiSeqResult& a, const std::optional<HexiSeqResult>& b
 }
 
 // A sequence layout over every device of the scenario's cluster, scored with its profile,
-// the best over zero_stages() (search times summed; a time budget shared).
+// the best over zero_stages() (search times, layouts scored and programs solved summed; a
+// time budget shared).
 SchedulerInfo sequence(const std::string& name, std::string description, SequenceFn fn) {
   auto run = [name, fn](const Scenario& sc, const SchedulerOptions& o) -> Result<Scheduled> {
     std::optional<HexiSeqResult> best;
     std::optional<Error> error;
     HexiSeqOptions so = o.sequence;
     double searched = 0;
+    long candidates = 0, solves = 0;
     for (int stage : zero_stages(sc.training, so.zero_stages)) {
       TrainingConfig t = sc.training;
       t.zero_stage = stage;
@@ -116,10 +118,14 @@ SchedulerInfo sequence(const std::string& name, std::string description, Sequenc
       }
       r->zero_stage = stage;
       searched += r->search_time_s;
+      candidates += r->candidates;
+      solves += r->solves;
       if (better_layout(*r, best)) best = std::move(*r);
     }
     if (!best) return *error;
     best->search_time_s = searched;
+    best->candidates = candidates;
+    best->solves = solves;
     return from_layout(name, std::move(*best));
   };
   return {name, std::move(description), SchedulerKind::kSequence, run};

@@ -403,6 +403,8 @@ class GroupProgram {
     for (int i = 0; i < n_; ++i) add_device(i);
     for (int m = 0; m < static_cast<int>(gt_.machines.size()); ++m) add_machine(m);
     p_.relative_gap = options.mip_gap;
+    p_.node_limit = options.mip_node_limit;
+    p_.node_limit_gap = options.mip_node_limit_gap;
     const Solution s = hexi::solve(p_, options.backend, options.solver_time_limit_s);
     if (!s.has_values()) return std::nullopt;
     SequenceGroup g{devices_, tokens_, {}, {}};
@@ -1051,16 +1053,18 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   node.require_object();
   static constexpr std::string_view kKeys[] = {
-      "solver",           "time_budget_s", "rounds",        "block_tokens",        "split_kv_heads",
-      "exhaustive_limit", "screen",        "largest_merge", "solver_time_limit_s", "mip_gap",
-      "idle_slow_types",  "lp_screen",     "zero_stages"};
+      "solver",       "time_budget_s",  "rounds",
+      "block_tokens", "split_kv_heads", "exhaustive_limit",
+      "screen",       "largest_merge",  "solver_time_limit_s",
+      "mip_gap",      "mip_node_limit", "idle_slow_types",
+      "lp_screen",    "zero_stages"};
   for (const auto& [key, value] : node.json().items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
     node.at(key).fail_message("unknown HexiSeq option \"" + key +
                               "\" (known: solver, time_budget_s, rounds, block_tokens, "
                               "split_kv_heads, exhaustive_limit, screen, largest_merge, "
-                              "solver_time_limit_s, mip_gap, idle_slow_types, lp_screen, "
-                              "zero_stages)");
+                              "solver_time_limit_s, mip_gap, mip_node_limit, mip_node_limit_gap, "
+                              "idle_slow_types, lp_screen, zero_stages)");
   }
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());
@@ -1080,6 +1084,8 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   o.largest_merge = std::max<std::size_t>(1, count("largest_merge", o.largest_merge));
   if (auto t = node.find("solver_time_limit_s")) o.solver_time_limit_s = t->number_in(0.01, 1e5);
   if (auto g = node.find("mip_gap")) o.mip_gap = g->number_in(0, 0.5);
+  o.mip_node_limit = node.integer_or("mip_node_limit", 0, std::int64_t{1} << 30, o.mip_node_limit);
+  if (auto g = node.find("mip_node_limit_gap")) o.mip_node_limit_gap = g->number_in(0, 1);
   o.idle_slow_types = node.boolean_or("idle_slow_types", o.idle_slow_types);
   o.lp_screen = node.boolean_or("lp_screen", o.lp_screen);
   o.zero_stages = node.boolean_or("zero_stages", o.zero_stages);

@@ -65,6 +65,14 @@ struct HexiSeqOptions {
   // spend the time limit proving it (on the 32-GPU mix at 512K, two programs hit 10 s each),
   // and a time limit's answer depends on the machine. hexiseq-exact proves its programs.
   double mip_gap = 1e-3;
+  // ... or, past this many branch-and-bound nodes (0: no limit), once its best layout is
+  // within mip_node_limit_gap of the bound: a few programs of meshes with uneven GQA head
+  // groups take thousands of nodes to close the last 0.1 % (1.4 s of the 2.9 s search of
+  // hexiseq-64-4types-llama-70b-256k). With 100 nodes and 2 % every shipped scenario keeps its
+  // layout (at 5 %, tiny-seq-cpu loses 0.4 %). A node count, unlike a clock, is the same on
+  // every machine. hexiseq-exact proves its own programs.
+  long mip_node_limit = 100;
+  double mip_node_limit_gap = 0.02;
   // May leave GPUs idle: HexiSeq also searches the mesh of the fastest GPU type alone, and
   // each baseline (baselines/sequence.hpp) also tries each GPU type alone and the fastest
   // machines. Off: every layout spreads over every device (the HexiSeq paper's baselines).
@@ -84,9 +92,9 @@ struct HexiSeqOptions {
 // The options of a JSON object (a sweep's scheduler entry, an advise request's
 // "hexiseq_options"): "solver" ("cbc" | "glpk": both backends), "time_budget_s", "rounds",
 // "block_tokens", "split_kv_heads", "exhaustive_limit", "screen", "largest_merge",
-// "solver_time_limit_s", "mip_gap", "idle_slow_types", "lp_screen", "zero_stages", each
-// optional over `defaults`. Throws InputError naming the path (load_with() turns it into bad
-// input).
+// "solver_time_limit_s", "mip_gap", "mip_node_limit", "mip_node_limit_gap",
+// "idle_slow_types", "lp_screen", "zero_stages", each optional over `defaults`. Throws InputError
+// naming the path (load_with() turns it into bad input).
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
 
 struct HexiSeqResult {

@@ -69,6 +69,9 @@ Solution solve_cbc(const Problem& p, double time_limit_s) {
   load(m, p);
   configure(m, time_limit_s);
   if (p.relative_gap > 0) Cbc_setAllowableFractionGap(m, p.relative_gap);
+  if (p.node_limit > 0) {
+    Cbc_setMaximumNodes(m, static_cast<int>(std::min<long>(p.node_limit, 1 << 30)));
+  }
   if (!p.start.empty()) {
     std::vector<int> cols;
     std::vector<double> values;

@@ -96,11 +96,34 @@ Solution relaxation(glp_prob* g, double time_limit_s) {
   return out;
 }
 
-Solution branch_and_cut(glp_prob* g, double time_limit_s, double relative_gap) {
+// Branch and bound's callback: stops the search once it has explored more than the node
+// limit and its best solution is within the gap allowed then (the node count, unlike the
+// clock, is the same on every machine).
+struct NodeLimit {
+  long nodes;
+  double gap;
+};
+void stop_at_node_limit(glp_tree* tree, void* info) {
+  if (glp_ios_reason(tree) != GLP_ISELECT) return;
+  const auto* limit = static_cast<const NodeLimit*>(info);
+  int active = 0, current = 0, total = 0;
+  glp_ios_tree_size(tree, &active, &current, &total);
+  if (total > limit->nodes && glp_mip_status(glp_ios_get_prob(tree)) == GLP_FEAS &&
+      glp_ios_mip_gap(tree) <= limit->gap) {
+    glp_ios_terminate(tree);
+  }
+}
+
+Solution branch_and_cut(glp_prob* g, double time_limit_s, double relative_gap,
+                        NodeLimit node_limit) {
   glp_iocp mip;
   glp_init_iocp(&mip);
   configure(mip, time_limit_s);
   mip.mip_gap = relative_gap;
+  if (node_limit.nodes > 0) {
+    mip.cb_func = stop_at_node_limit;
+    mip.cb_info = &node_limit;
+  }
   Solution out;
   const int rc = glp_intopt(g, &mip);
   const int status = glp_mip_status(g);
@@ -130,7 +153,7 @@ Solution solve_glpk(const Problem& p, double time_limit_s) {
   Solution out = relaxation(g, time_limit_s);
   const double relaxed = glp_get_obj_val(g);
   if (out.status == SolveStatus::kOptimal && mip)
-    out = branch_and_cut(g, time_limit_s, p.relative_gap);
+    out = branch_and_cut(g, time_limit_s, p.relative_gap, {p.node_limit, p.node_limit_gap});
   if (out.has_values()) out.bound = relaxed;
   if (out.has_values()) {
     for (int j = 0; j < static_cast<int>(p.variables.size()); ++j) {

@@ -50,6 +50,11 @@ struct Problem {
   // Branch and cut stops once its best solution is within this fraction of the bound (then
   // reported optimal); 0: proven optimal. A deterministic stop, where a time limit is not.
   double relative_gap = 0;
+  // Branch and bound stops after this many nodes with its best solution (reported feasible)
+  // once that is within node_limit_gap of the bound (GLPK; CBC stops at the node limit
+  // whatever the gap); 0: no limit. A deterministic stop, where a time limit is not.
+  long node_limit = 0;
+  double node_limit_gap = 1;
   // A known solution's integer variables (variable, value), others left to the solver: CBC
   // starts branch and bound from it (a bound to prune by, not a constraint); GLPK ignores it.
   std::vector<std::pair<int, double>> start;

@@ -207,6 +207,32 @@ TEST_P(Solver, BoundIsTheObjectiveWhenProvenAndBelowItWhenStoppedEarly) {
   EXPECT_LE(gap.bound, gap.objective);
 }
 
+TEST_P(Solver, NodeLimitStopsWithTheBestSolutionSoFar) {
+  // The 18-item knapsack above, branch and bound cut off after 2 nodes: still a solution that
+  // fits, no better than the optimum, the same on every run; without the limit, the optimum.
+  Knapsack k;
+  k.value.clear();
+  k.weight.clear();
+  for (int i = 0; i < 18; ++i) {
+    k.weight.push_back(20 + (i * 7) % 13);
+    k.value.push_back(k.weight.back() * (10 + (i * 5) % 3) + (i % 4));
+  }
+  k.capacity = 211;
+  Problem p = k.problem();
+  p.node_limit = 2;
+  const Solution s = solve(p, GetParam(), kLimit);
+  ASSERT_TRUE(s.has_values()) << s.message;
+  EXPECT_TRUE(s.status == SolveStatus::kFeasible || s.status == SolveStatus::kOptimal);
+  double weight = 0;
+  for (std::size_t i = 0; i < k.weight.size(); ++i) weight += k.weight[i] * s.values[i];
+  EXPECT_LE(weight, k.capacity + 1e-9);
+  const double best = k.best_by_enumeration();
+  EXPECT_LE(-s.objective, best + 1e-9);
+  EXPECT_EQ(solve(p, GetParam(), kLimit).values, s.values);
+  p.node_limit = 0;
+  EXPECT_DOUBLE_EQ(solve(p, GetParam(), kLimit).objective, -best);
+}
+
 TEST_P(Solver, AStartDoesNotChangeTheOptimum) {
   // A feasible but poor start (item 4 alone, value 4): CBC starts from it, GLPK ignores it;
   // both still prove the optimum, 25.
