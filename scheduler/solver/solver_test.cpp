@@ -40,6 +40,20 @@ struct Knapsack {
     return p;
   }
 
+  // 18 items of nearly equal value density: the LP bound stays above the optimum deep into
+  // the tree.
+  static Knapsack nearly_equal_density() {
+    Knapsack k;
+    k.value.clear();
+    k.weight.clear();
+    for (int i = 0; i < 18; ++i) {
+      k.weight.push_back(20 + (i * 7) % 13);
+      k.value.push_back(k.weight.back() * (10 + (i * 5) % 3) + (i % 4));
+    }
+    k.capacity = 211;
+    return k;
+  }
+
   // The oracle: every subset.
   double best_by_enumeration() const {
     double best = 0;
@@ -171,17 +185,9 @@ TEST_P(Solver, Deterministic) {
 }
 
 TEST_P(Solver, RelativeGapStopsWithinItOfTheOptimum) {
-  // 18 items of nearly equal value density: the LP bound stays above the optimum deep into
-  // the tree. With a 5 % gap branch and cut may stop early: the answer is reported optimal
+  // With a 5 % gap branch and cut may stop early: the answer is reported optimal
   // (within the gap) and is within 5 % of the optimum by enumeration.
-  Knapsack k;
-  k.value.clear();
-  k.weight.clear();
-  for (int i = 0; i < 18; ++i) {
-    k.weight.push_back(20 + (i * 7) % 13);
-    k.value.push_back(k.weight.back() * (10 + (i * 5) % 3) + (i % 4));
-  }
-  k.capacity = 211;
+  const Knapsack k = Knapsack::nearly_equal_density();
   Problem p = k.problem();
   p.relative_gap = 0.05;
   const Solution s = solve(p, GetParam(), kLimit);
@@ -210,14 +216,7 @@ TEST_P(Solver, BoundIsTheObjectiveWhenProvenAndBelowItWhenStoppedEarly) {
 TEST_P(Solver, NodeLimitStopsWithTheBestSolutionSoFar) {
   // The 18-item knapsack above, branch and bound cut off after 2 nodes: still a solution that
   // fits, no better than the optimum, the same on every run; without the limit, the optimum.
-  Knapsack k;
-  k.value.clear();
-  k.weight.clear();
-  for (int i = 0; i < 18; ++i) {
-    k.weight.push_back(20 + (i * 7) % 13);
-    k.value.push_back(k.weight.back() * (10 + (i * 5) % 3) + (i % 4));
-  }
-  k.capacity = 211;
+  const Knapsack k = Knapsack::nearly_equal_density();
   Problem p = k.problem();
   p.node_limit = 2;
   const Solution s = solve(p, GetParam(), kLimit);
