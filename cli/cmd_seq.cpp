@@ -772,7 +772,9 @@ void add_seq_command(CLI::App& app, Runner& run) {
       "megatron-cp and, with several sequences per iteration, pipelines of meshes), " +
           scheduler_names(SchedulerKind::kSequence));
   cmd->add_flag("--compare", opt->compare,
-                "Run every sequence scheduler and compare them with the best baseline");
+                "Run every sequence scheduler (hexiseq and each baseline also on every GPU) and "
+                "compare them with the strongest baseline given HexiSeq's freedoms and with the "
+                "strongest on every GPU (the HexiSeq paper's definition)");
   cmd->add_option("--layout", opt->layout,
                   "Evaluate this layout file ({\"sequence\": {\"groups\": [...]}}) instead of "
                   "planning");
