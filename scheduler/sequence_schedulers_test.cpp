@@ -73,6 +73,45 @@ TEST(HexiSeqBaselines, HexiSeqIsNeverSlowerThanAnyBaseline) {
   }
 }
 
+// Through the registry each sequence scheduler keeps the faster of ZeRO-2 and the training's
+// stage that fits: the better of the two single-stage runs, and never above the training's.
+TEST(Registry, SequenceSchedulersKeepTheFasterZeroStage) {
+  Scenario sc;
+  sc.cluster = mixed_cluster({{"H100-SXM", 4, 1}, {"A100-SXM-80GB", 4, 1}});
+  sc.model = catalog_model("llama3-8b");
+  sc.training = with_full_recompute(65536);
+  sc.training.global_batch = 8;  // the gradient all-reduce amortised: ZeRO-2 can win
+  sc.profile = kBaselinesProfile;
+  SchedulerOptions one_stage;
+  one_stage.sequence.zero_stages = false;
+  std::set<int> chosen;
+  for (const char* name : {"hexiseq", "ring", "usp"}) {
+    std::map<int, double> alone;  // stage -> iteration s of the single-stage run
+    for (int stage : {2, 3}) {
+      Scenario at = sc;
+      at.training.zero_stage = stage;
+      auto r = run_scheduler(name, at, one_stage);
+      ASSERT_TRUE(r.ok()) << name << ": " << r.error().message;
+      EXPECT_EQ(r->sequence->zero_stage, stage) << name;
+      if (r->fits) alone[stage] = r->iteration_time_s;
+    }
+    ASSERT_FALSE(alone.empty()) << name;
+    sc.training.zero_stage = 3;
+    auto both = run_scheduler(name, sc, {});
+    ASSERT_TRUE(both.ok()) << name << ": " << both.error().message;
+    const auto fastest = std::min_element(alone.begin(), alone.end(),
+                                          [](auto& a, auto& b) { return a.second < b.second; });
+    EXPECT_EQ(both->sequence->zero_stage, fastest->first) << name;
+    chosen.insert(fastest->first);
+    EXPECT_DOUBLE_EQ(both->iteration_time_s, fastest->second) << name;
+    sc.training.zero_stage = 1;  // the ceiling: ZeRO-1 only
+    auto capped = run_scheduler(name, sc, {});
+    ASSERT_TRUE(capped.ok()) << name << ": " << capped.error().message;
+    EXPECT_EQ(capped->sequence->zero_stage, 1) << name;
+  }
+  EXPECT_TRUE(chosen.count(2)) << "no scheduler here is faster under ZeRO-2: the test shows little";
+}
+
 // The one registry: every kind through one call shape, each name once, the document and
 // the estimate the kind's own account holds.
 TEST(Registry, EverySchedulerOnceWithOneCallShape) {
