@@ -313,7 +313,6 @@ void print_compare_json(const Scenario& sc, const std::vector<CompareRow>& rows,
     j["every_gpu"] = row.every_gpu;
     if (row.result) {
       const auto [used, all] = tflops_per_gpu(sc, *row.result);
-      j["zero_stage"] = training_of(sc.training, *row.result).zero_stage;
       j["gpus_used"] = row.result->layout.num_devices();
       j["model_tflops_per_used_gpu"] = used;
       j["model_tflops_per_cluster_gpu"] = all;
@@ -441,8 +440,8 @@ struct Chosen {
 
 // The plan of a pipeline of meshes, printed (or as JSON); with the default scheduler, what it
 // was chosen from. --simulate lowers it at stage granularity under its ZeRO stage.
-Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const MeshPipelineResult* r,
-                     const Chosen* chosen) {
+Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const SchedulerOptions& o,
+                     const MeshPipelineResult* r, const Chosen* chosen) {
   if (!opt.out.empty()) {
     if (auto st = write_file(opt.out, to_json(r->plan).dump(2) + "\n"); !st) return st.error();
   }
@@ -461,8 +460,7 @@ Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const MeshPipeli
     return per_stage(p, [](const Stage& s) { return s.devices.size(); });
   };
   const int best = static_cast<int>(r->plan.pipelines.front().stages.size());
-  // Pipeline plans model ZeRO 0 and 1 (the registry lowers a higher stage to 1).
-  const int zero = std::min(sc.training.zero_stage, kMaxPlanZeroStage);
+  const int zero = mesh_pipeline_zero_stage(sc.training, o.sequence);
   std::optional<SimReport> sim;
   if (opt.simulate) {
     Scenario staged = sc;
@@ -549,7 +547,7 @@ int run_pipeline(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) 
   o.max_stages = opt.max_stages;
   auto found = run_scheduler("mesh-pipeline", sc, o);
   if (!found) return report(found.error());
-  if (auto st = show_pipeline(sc, opt, &*found->hybrid, nullptr); !st) return report(st.error());
+  if (auto st = show_pipeline(sc, opt, o, &*found->hybrid, nullptr); !st) return report(st.error());
   return 0;
 }
 
@@ -731,7 +729,7 @@ Status run_best(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) {
     chosen.line +=
         " (hexiseq: " + fmt(chosen.rows.front()["tokens_per_s"].get<double>(), 0) + " tokens/s)";
   }
-  if (pipelined) return show_pipeline(sc, opt, &*pipeline, &chosen);
+  if (pipelined) return show_pipeline(sc, opt, o, &*pipeline, &chosen);
   return show_layout(sc, opt, best_name, *best, &chosen);
 }
 

@@ -85,13 +85,6 @@ bool states_fit_somewhere(const Scenario& sc, const TrainingConfig& t) {
   return false;
 }
 
-// Of two layouts, whether `a` is the better: fitting first, then the shorter iteration.
-bool better_layout(const HexiSeqResult& a, const std::optional<HexiSeqResult>& b) {
-  if (!b) return true;
-  if (a.time.fits != b->time.fits) return a.time.fits;
-  return a.time.iteration_s < b->time.iteration_s;
-}
-
 // A sequence layout over every device of the scenario's cluster, scored with its profile,
 // the best over zero_stages() (search times, layouts scored and programs solved summed; a
 // time budget shared).
@@ -142,9 +135,8 @@ Result<Scheduled> run_mesh_pipeline(const Scenario& sc, const SchedulerOptions& 
   MeshPipelineOptions po;
   po.sequence = o.sequence;
   po.max_stages = o.max_stages;
-  // Pipeline plans model ZeRO 0 and 1: with zero_stages, the highest of them the config allows.
   TrainingConfig t = sc.training;
-  if (o.sequence.zero_stages) t.zero_stage = std::min(t.zero_stage, kMaxPlanZeroStage);
+  t.zero_stage = mesh_pipeline_zero_stage(sc.training, o.sequence);
   auto r = search_mesh_pipeline(sc.cluster, sc.model, t, sc.profile, po);
   if (!r) return r.error();
   Scheduled s =
@@ -154,6 +146,11 @@ Result<Scheduled> run_mesh_pipeline(const Scenario& sc, const SchedulerOptions& 
 }
 
 }  // namespace
+
+int mesh_pipeline_zero_stage(const TrainingConfig& training, const HexiSeqOptions& options) {
+  return options.zero_stages ? std::min(training.zero_stage, kMaxPlanZeroStage)
+                             : training.zero_stage;
+}
 
 const std::vector<SchedulerInfo>& schedulers() {
   static const std::vector<SchedulerInfo> all = {

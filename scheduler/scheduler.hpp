@@ -93,6 +93,10 @@ std::string scheduler_names(std::optional<SchedulerKind> kind = std::nullopt);
 // in registry order.
 std::vector<std::string> best_plan_schedulers(int gpus = 0);
 
+// The ZeRO stage mesh-pipeline plans under: pipeline plans model ZeRO 0 and 1, so with the
+// sequence options' zero_stages a higher training stage is lowered to 1.
+int mesh_pipeline_zero_stage(const TrainingConfig& training, const HexiSeqOptions& options);
+
 // Runs scheduler `name` on the scenario. Bad name, a disconnected cluster or a model that
 // fits nowhere: bad input (exit 2); the message says why.
 Result<Scheduled> run_scheduler(const std::string& name, const Scenario& scenario,

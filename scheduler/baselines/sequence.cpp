@@ -38,17 +38,12 @@ bool has_empty_group(const SequenceLayout& l) {
                      [](const SequenceGroup& g) { return g.tokens <= 0; });
 }
 
-// The better of two results: fitting first, then the shorter iteration.
-bool better(const HexiSeqResult& a, const std::optional<HexiSeqResult>& b) {
-  if (!b) return true;
-  if (a.time.fits != b->time.fits) return a.time.fits;
-  return a.time.iteration_s < b->time.iteration_s;
-}
-
 // The configurations one baseline tries on one device set, the best kept.
 class Configurations {
  public:
-  Configurations(const SequenceCost& cost, std::string who) : cost_(cost), who_(std::move(who)) {}
+  // `kv`: the degrees must divide the kv heads too (said in the error).
+  Configurations(const SequenceCost& cost, std::string who, bool kv = false)
+      : cost_(cost), who_(std::move(who)), kv_(kv) {}
 
   // Scores the even layout of `groups` (ring order); skipped when a group gets no tokens.
   void offer(const std::vector<std::vector<int>>& groups, const std::string& name) {
@@ -60,7 +55,7 @@ class Configurations {
     IterationTime it = cost_.iteration(l);
     HexiSeqResult r{std::move(l), std::move(it), name, 1};
     ++tried_;
-    if (better(r, best_)) best_ = std::move(r);
+    if (better_layout(r, best_)) best_ = std::move(r);
   }
 
   // The best configuration, or why there is none.
@@ -73,8 +68,7 @@ class Configurations {
       return bad_input(
           who_ + ": no degree divides both " + std::to_string(devices) +
           " devices and the model's " + std::to_string(cost_.model().heads) + " query heads" +
-          (who_ == "megatron-cp" ? " and " + std::to_string(cost_.model().kv_heads) + " kv heads"
-                                 : std::string()));
+          (kv_ ? " and " + std::to_string(cost_.model().kv_heads) + " kv heads" : std::string()));
     }
     best_->candidates = tried_;
     return *best_;
@@ -83,6 +77,7 @@ class Configurations {
  private:
   const SequenceCost& cost_;
   std::string who_;
+  bool kv_ = false;
   std::optional<HexiSeqResult> best_;
   long tried_ = 0;
   bool too_short_ = false;
@@ -145,7 +140,7 @@ Result<HexiSeqResult> baseline(const SequenceCost& cost, std::vector<int> device
     r->grouping += "; " + (used == static_cast<int>(s.devices.size())
                                ? s.name
                                : "the fastest " + std::to_string(used) + " of " + s.name);
-    if (better(*r, best)) best = std::move(*r);
+    if (better_layout(*r, best)) best = std::move(*r);
   }
   if (!best) return *whole;  // every subset failed, the whole set (the first) among them
   best->candidates = tried;
@@ -157,7 +152,7 @@ Result<HexiSeqResult> baseline(const SequenceCost& cost, std::vector<int> device
 Result<HexiSeqResult> factorisations(const SequenceCost& cost, const std::vector<int>& devices,
                                      const std::string& who, bool kv, bool consecutive,
                                      bool round_robin) {
-  Configurations c(cost, who);
+  Configurations c(cost, who, kv);
   const int p = static_cast<int>(devices.size());
   for (int u : divisors(p)) {
     if (cost.model().heads % u != 0 || (kv && cost.model().kv_heads % u != 0)) continue;

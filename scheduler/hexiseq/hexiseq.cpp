@@ -1098,6 +1098,12 @@ TrainingConfig training_of(const TrainingConfig& training, const HexiSeqResult& 
   return t;
 }
 
+bool better_layout(const HexiSeqResult& a, const std::optional<HexiSeqResult>& b) {
+  if (!b) return true;
+  if (a.time.fits != b->time.fits) return a.time.fits;
+  return a.time.iteration_s < b->time.iteration_s;
+}
+
 namespace {
 
 // The search over exactly `devices` (sorted).
