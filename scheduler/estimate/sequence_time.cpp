@@ -665,12 +665,37 @@ double SequenceCost::nic_layer_s(const SequenceLayout& layout) const {
   return slowest;
 }
 
+SplitFree SequenceCost::split_free(const std::vector<int>& devices) const {
+  SplitFree f;
+  const int n = static_cast<int>(devices.size());
+  const double e = training_.bytes_per_element();
+  auto time = [&](Collective c, double params) {
+    const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, e * params);
+    return collective_time(c, e * params, n, ring_bw, ring_lat);
+  };
+  if (training_.zero_stage >= 3) {
+    f.gather_s = time(Collective::kAllGather, model_.layer_params());
+    f.scatter_s = time(Collective::kReduceScatter, model_.layer_params());
+    f.exposed_s = time(Collective::kAllGather, model_.embedding_params()) + 2 * f.gather_s +
+                  f.scatter_s + time(Collective::kReduceScatter, model_.embedding_params());
+  } else {
+    f.sync_s = time(Collective::kAllReduce, model_.params());
+  }
+  // Adam touches fp32 master weights and both moments and the e-byte weights and grads:
+  // ~28 bytes per owned parameter (estimate.hpp's figure).
+  const double owned = model_.params() / (training_.zero_stage >= 1 ? n : 1);
+  for (int d : devices) {
+    const GpuSpec& g = gpu(d);
+    f.optimizer_s = std::max(
+        f.optimizer_s, owned * 28 / (g.memory_GBps * 1e9 * profile_.device(g).memory_efficiency));
+  }
+  return f;
+}
+
 IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   IterationTime it;
   it.layer = layer(layout);
   const std::vector<int> devices = layout.devices();
-  const int n = static_cast<int>(devices.size());
-  const double e = training_.bytes_per_element();
   double head = 0;
   std::map<std::pair<const GpuSpec*, std::int64_t>, double> heads;  // head_s, as token_wise
   for (const auto& g : layout.groups) {
@@ -689,33 +714,17 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   // lowering orders them: the embedding's and the first layer's gathers before the forward,
   // the last layer's gather after the head's backward (its weights were freed after the
   // forward), the first layer's and the embedding's scatters after the last backward op.
-  double layer_s = it.layer.time_s, exposed = 0;
+  const SplitFree f = split_free(devices);
+  double layer_s = it.layer.time_s;
   if (training_.zero_stage >= 3) {
-    auto time = [&](Collective c, double params) {
-      const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, e * params);
-      return collective_time(c, e * params, n, ring_bw, ring_lat);
-    };
-    const double gather = time(Collective::kAllGather, model_.layer_params());
-    const double scatter = time(Collective::kReduceScatter, model_.layer_params());
     const double forward = std::min(it.layer.forward_s, layer_s);
-    layer_s = std::max(forward, gather) + std::max(layer_s - forward, gather + scatter);
-    exposed = time(Collective::kAllGather, model_.embedding_params()) + 2 * gather + scatter +
-              time(Collective::kReduceScatter, model_.embedding_params());
-  } else {
-    const auto [ring_bw, ring_lat] = ring_link(cluster_, devices, e * model_.params());
-    it.sync_s = collective_time(Collective::kAllReduce, e * model_.params(), n, ring_bw, ring_lat);
+    layer_s = std::max(forward, f.gather_s) + std::max(layer_s - forward, f.gather_s + f.scatter_s);
   }
+  it.sync_s = f.sync_s;
+  it.optimizer_s = f.optimizer_s;
   // Every transfer of a layer crossing machines shares their NICs.
   layer_s = std::max(layer_s, nic_layer_s(layout));
-  it.sequence_s = model_.layers * layer_s + head + exposed;
-  // Adam touches fp32 master weights and both moments and the e-byte weights and grads:
-  // ~28 bytes per owned parameter (estimate.hpp's figure).
-  const double owned = model_.params() / (training_.zero_stage >= 1 ? n : 1);
-  for (int d : devices) {
-    const GpuSpec& g = gpu(d);
-    it.optimizer_s = std::max(
-        it.optimizer_s, owned * 28 / (g.memory_GBps * 1e9 * profile_.device(g).memory_efficiency));
-  }
+  it.sequence_s = model_.layers * layer_s + head + f.exposed_s;
   it.iteration_s = training_.global_batch * it.sequence_s + it.sync_s + it.optimizer_s;
   it.tokens_per_s = training_.tokens_per_iteration() / it.iteration_s;
   it.memory = layout_memory(layout, model_, training_, cluster_);

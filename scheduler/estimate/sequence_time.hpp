@@ -103,6 +103,18 @@ struct LayerTime {
   int slowest = 0;                  // index into devices
 };
 
+// What the closed form charges a layout of some devices (in ring order) whatever their
+// shards and heads: ZeRO-3's per-layer gathers and scatter (a layer takes at least two
+// gathers and a scatter) and its exposed ones (per sequence); the gradient sync and the
+// optimizer step (per iteration).
+struct SplitFree {
+  double gather_s = 0, scatter_s = 0;  // one layer's weights, ZeRO-3 (0 otherwise)
+  double exposed_s = 0;                // per sequence: ZeRO-3's collectives outside the layers
+  double sync_s = 0;                   // per iteration: ZeRO 0-2's gradient all-reduce
+  double optimizer_s = 0;              // per iteration: the slowest device's Adam step
+  double layer_floor_s() const { return 2 * gather_s + scatter_s; }
+};
+
 struct IterationTime {
   LayerTime layer;
   double sequence_s = 0;   // one sequence through every layer, embedding and head
@@ -153,6 +165,7 @@ class SequenceCost {
   // collectives) keep the busiest NIC busy, one direction: a lower bound on the layer
   // wherever NICs are the bottleneck.
   double nic_layer_s(const SequenceLayout& layout) const;
+  SplitFree split_free(const std::vector<int>& devices) const;
   IterationTime iteration(const SequenceLayout& layout) const;
 
  private:

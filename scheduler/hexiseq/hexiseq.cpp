@@ -18,8 +18,12 @@ namespace {
 // The programs count time in ms and memory in GiB: coefficients near 1 for the solvers'
 // absolute tolerances.
 constexpr double kMs = 1e3;
-// Integer programs per group and round, each linearised at the previous one's answer.
+// Integer programs per group and round, each linearised at the previous one's answer; the
+// passes stop once one gains less than kPassGain of the group's model time over the best
+// before (the 16-GPU groups of the shipped 32- and 64-GPU mixes move by 0.04-0.5 % a pass
+// after the first, at 10-100 ms a program).
 constexpr int kPasses = 4;
+constexpr double kPassGain = 0.005;
 // The final closed-form polish moves blocks between the groups of meshes this small.
 constexpr std::size_t kPolishGroups = 16;
 
@@ -395,7 +399,7 @@ class GroupProgram {
     bwd_tokens_ = (S - T_) * (1 + gamma) + T_ * gamma;
   }
 
-  std::optional<SequenceGroup> solve(const HexiSeqOptions& options) {
+  GroupAnswer solve(const HexiSeqOptions& options, double cutoff_s) {
     t_ = add_continuous(p_, "t", 1);
     v_ = add_group_vars(p_, "");
     add_shares(options.split_kv_heads);
@@ -405,15 +409,17 @@ class GroupProgram {
     p_.relative_gap = options.mip_gap;
     p_.node_limit = options.mip_node_limit;
     p_.node_limit_gap = options.mip_node_limit_gap;
+    p_.cutoff = kMs * cutoff_s;
     const Solution s = hexi::solve(p_, options.backend, options.solver_time_limit_s);
-    if (!s.has_values()) return std::nullopt;
+    if (s.status == SolveStatus::kCutOff) return {std::nullopt, s.bound / kMs};
+    if (!s.has_values()) return {};
     SequenceGroup g{devices_, tokens_, {}, {}};
     for (int i = 0; i < n_; ++i) {
       g.shards.push_back(block_ * std::llround(s.values[x_[i]]));
       g.heads.push_back(static_cast<int>(std::lround(s.values[h_[i]])));
     }
     align_heads(g, r_);
-    return g;
+    return {std::move(g)};
   }
 
  private:
@@ -547,11 +553,11 @@ class GroupProgram {
 
 }  // namespace
 
-std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms& gt,
-                                         const std::vector<int>& devices, std::int64_t tokens,
-                                         std::int64_t ring_block, const GroupGuess& asked,
-                                         std::int64_t block, const HexiSeqOptions& options) {
-  return GroupProgram(lm, gt, devices, tokens, ring_block, asked, block).solve(options);
+GroupAnswer solve_group(const LinearModel& lm, const GroupTerms& gt,
+                        const std::vector<int>& devices, std::int64_t tokens,
+                        std::int64_t ring_block, const GroupGuess& asked, std::int64_t block,
+                        const HexiSeqOptions& options, double cutoff_s) {
+  return GroupProgram(lm, gt, devices, tokens, ring_block, asked, block).solve(options, cutoff_s);
 }
 
 void align_heads(SequenceGroup& g, int r) {
@@ -670,7 +676,8 @@ class Search {
   // Every layout score() sees from now on also goes to `out` (nullptr: none).
   void record(std::vector<SequenceLayout>* out) { record_ = out; }
 
-  // Whether groupings are screened before their integer programs (large meshes).
+  // Whether groupings are screened by their first LP before their integer programs (large
+  // meshes; at_bar).
   void set_screen(bool on) { screen_ = on && options_.lp_screen; }
 
   double elapsed_s() const {
@@ -720,6 +727,10 @@ class Search {
   }
 
   Result<HexiSeqResult> finish() {
+    if (!best_ && cut_ > 0) {
+      return bad_input("hexiseq: no layout of the " + std::to_string(devices_.size()) +
+                       " devices beats the " + fixed(bar_, 4) + " s iteration found elsewhere");
+    }
     if (!best_) return bad_input(no_fit_message());
     HexiSeqResult out = std::move(*best_);
     out.time = judge_.iteration(out.layout);
@@ -741,7 +752,6 @@ class Search {
     std::vector<GroupGuess>& guesses = pr.guesses;
     // The even split the homogeneous systems run, as a floor for this grouping.
     double best = kInfinity;
-    std::optional<IterationTime> even_time;
     SequenceLayout even = even_layout(grouping.groups, lm_.sequence(), lm_.cost().model().heads);
     even.split_kv_heads = options_.split_kv_heads;
     if (std::all_of(even.groups.begin(), even.groups.end(),
@@ -749,16 +759,20 @@ class Search {
         (options_.split_kv_heads ||
          validate(even, lm_.cost().model(), lm_.cost().training(), lm_.cost().cluster(), "")
              .ok())) {
-      best = score(grouping, even, false, &even_time);
+      best = score(grouping, even, false);
     }
+    const SplitFree fixed = planner_.split_free(even.devices());
+    if (at_bar(options_.lp_screen, floor_s(0, fixed))) return best;
     std::vector<std::int64_t> last;
+    double ratio = 0;  // the last round's layout: closed form over model, per layer
     for (int round = 0; round < std::max(1, options_.rounds) && !out_of_time(); ++round) {
       ++solves_;
       double model_s = 0;
       const auto t =
           split_tokens(lm_, pr.rep_terms, pr.counts, guesses, block_, options_, &model_s);
       if (!t) break;
-      if (round == 0 && screened_out(model_s, even_time)) break;
+      if (round == 0 && at_bar(screen_, floor_s(model_s, fixed))) break;
+      if (round > 0 && at_bar(options_.lp_screen, floor_s(ratio * model_s, fixed))) break;
       std::vector<double> per_group;
       for (int g = 0; g < p; ++g) per_group.push_back((*t)[cls[g]]);
       const std::vector<std::int64_t> blocks = round_blocks(per_group, lm_.sequence() / block_);
@@ -766,9 +780,14 @@ class Search {
       last = blocks;
       std::vector<GroupGuess> group_guesses;
       for (int g = 0; g < p; ++g) group_guesses.push_back(guesses[cls[g]]);
-      std::optional<SequenceLayout> layout = solve_groups(grouping, terms, group_guesses, blocks);
+      double layout_model_s = 0;
+      std::optional<SequenceLayout> layout =
+          solve_groups(grouping, terms, group_guesses, blocks, fixed, &layout_model_s);
       if (!layout) break;
-      best = std::min(best, score(grouping, *layout));
+      const double time = score(grouping, *layout);
+      best = std::min(best, time);
+      ratio = std::isfinite(time) && layout_model_s > 0 ? per_layer_s(time, fixed) / layout_model_s
+                                                        : 0;  // 0: no calibration
       for (std::size_t c = 0; c < reps.size(); ++c) {
         guesses[c] = guess_in_order(layout->groups[reps[c]], grouping.groups[reps[c]]);
       }
@@ -827,11 +846,14 @@ class Search {
   }
 
   // Stage 3 for every group, each at T_g; an integer program per distinct program.
+  // Its programs are cut off where their relaxation says the grouping cannot beat the bar.
   std::optional<SequenceLayout> solve_groups(const Grouping& grouping,
                                              const std::vector<GroupTerms>& terms,
                                              std::vector<GroupGuess> guesses,
-                                             const std::vector<std::int64_t>& blocks) {
+                                             const std::vector<std::int64_t>& blocks,
+                                             const SplitFree& fixed, double* model_s) {
     const int p = static_cast<int>(grouping.groups.size());
+    const double cutoff = cutoff_s(fixed);
     std::int64_t ring_block = 0;
     for (std::int64_t b : blocks) ring_block = std::max(ring_block, b * block_);
     if (p == 1) ring_block = 0;
@@ -847,7 +869,8 @@ class Search {
       double best_value = kInfinity;
       std::optional<SequenceGroup> previous;
       for (int pass = 0; pass < kPasses; ++pass) {
-        auto group = solve_once(terms[g], grouping.groups[g], tokens, ring_block, guesses[g]);
+        auto group =
+            solve_once(terms[g], grouping.groups[g], tokens, ring_block, guesses[g], cutoff);
         if (!group ||
             (previous && group->shards == previous->shards && group->heads == previous->heads)) {
           break;  // infeasible, or a fixed point of the linearisation
@@ -855,32 +878,40 @@ class Search {
         previous = group;
         const double value =
             lm_.group_value(terms_in_order(terms[g], grouping.groups[g], *group), *group);
+        const bool settled = best && value >= (1 - kPassGain) * best_value;
         if (value < best_value) best_value = value, best = group;
+        if (settled) break;
         guesses[g] = guess_in_order(*group, grouping.groups[g]);
       }
       if (!best) return std::nullopt;
+      *model_s = std::max(*model_s, best_value);
       layout.groups.push_back(std::move(*best));
     }
     return layout;
   }
 
-  // One integer program, or its memoised answer (groups of one signature repeat).
+  // One integer program, or its memoised answer (groups of one signature repeat); none when
+  // infeasible or cut off at `cutoff_s` (a program cut off before at a lower bar is solved
+  // again).
   std::optional<SequenceGroup> solve_once(const GroupTerms& terms, const std::vector<int>& devices,
                                           std::int64_t tokens, std::int64_t ring_block,
-                                          const GroupGuess& guess) {
+                                          const GroupGuess& guess, double cutoff_s) {
     // Keyed by the guess the program reads: averaged over interchangeable ranks.
     const std::string key =
         program_key(terms, tokens, ring_block, symmetric(guess, interchangeable(terms)));
-    const auto it = memo_.find(key);
-    std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>> answer;
-    if (it != memo_.end()) {
-      answer = it->second;
-    } else {
+    auto it = memo_.find(key);
+    if (it == memo_.end() ||
+        (it->second.cut_off_s > -kInfinity && it->second.cut_off_s < cutoff_s)) {
       ++solves_;
-      auto g = solve_group(lm_, terms, devices, tokens, ring_block, guess, block_, options_);
-      if (g) answer = unaligned(*g, devices);
-      memo_[key] = answer;
+      GroupAnswer a =
+          solve_group(lm_, terms, devices, tokens, ring_block, guess, block_, options_, cutoff_s);
+      Memo m;
+      if (a.group) m.answer = unaligned(*a.group, devices);
+      m.cut_off_s = a.cut_off_s;
+      it = memo_.insert_or_assign(key, std::move(m)).first;
     }
+    if (it->second.cut_off_s > -kInfinity) ++cut_;
+    const auto& answer = it->second.answer;
     if (!answer) return std::nullopt;
     SequenceGroup g{devices, tokens, answer->first, answer->second};
     align_heads(g, lm_.heads_per_kv());
@@ -929,31 +960,63 @@ class Search {
     return out;
   }
 
-  // The screen (large meshes): a grouping's integer programs are skipped when its first LP,
-  // at proportional guesses, already puts it at or above the best layout found (or the
-  // outside bar): the model's layer time x layers x sequences plus what the closed form
-  // adds per iteration whatever the split (the gradient sync over the grouping's ring and
-  // the optimizer step, read off its even layout). Not a proof: the programs could find
-  // shards and heads the guess does not see. On the hexiseq_bench meshes (32-1 024 GPUs)
-  // this estimate lies 0.4-35 % below the best layout the programs find for every grouping,
-  // and it skips the merged and dealt groupings of 8-16 devices whose programs cost most
-  // (HexiSeqSearch.ScreenKeepsTheLayoutOnALargeMesh: the same layout with and without).
-  bool screened_out(double model_s, const std::optional<IterationTime>& even) const {
-    if (!screen_ || !even) return false;
-    const double bar = std::min(bar_, best_ ? best_->time.iteration_s : kInfinity);
-    const double floor = planner_.training().global_batch * planner_.model().layers * model_s +
-                         even->sync_s + even->optimizer_s;
-    return floor >= bar;
+  // What the closed form puts an iteration at, at least, when the model's layer time is
+  // `layer_s`: ZeRO-3's per-layer collectives floor the layer, and what is charged whatever
+  // the split (SplitFree, of the grouping's devices in ring order) is added.
+  double floor_s(double layer_s, const SplitFree& fixed) const {
+    const double layers = planner_.model().layers;
+    return static_cast<double>(planner_.training().global_batch) *
+               (layers * std::max(layer_s, fixed.layer_floor_s()) + fixed.exposed_s) +
+           fixed.sync_s + fixed.optimizer_s;
   }
+
+  // floor_s's inverse: the layer time an iteration of `time_s` stands for.
+  double per_layer_s(double time_s, const SplitFree& fixed) const {
+    const double batch = static_cast<double>(planner_.training().global_batch);
+    return ((time_s - fixed.sync_s - fixed.optimizer_s) / batch - fixed.exposed_s) /
+           planner_.model().layers;
+  }
+
+  // Whether a floor of the grouping (floor_s) reaches the bar: then the grouping is left
+  // (counted as cut). Three floors, with the screen on (`lp_screen`):
+  //   - split-free (any mesh): floor_s(0), what every split of the grouping is charged;
+  //   - the first LP (large meshes, `screen_`): its optimum at proportional guesses. Not a
+  //     proof: the programs could find shards and heads the guess does not see. On the
+  //     hexiseq_bench meshes (32-1 024 GPUs) this estimate lies 0.4-35 % below the best layout
+  //     the programs find for every grouping, and it skips the merged and dealt groupings of
+  //     8-16 devices whose programs cost most (HexiSeqSearch.ScreenKeepsTheLayoutOnALargeMesh:
+  //     the same layout with and without);
+  //   - calibrated (any mesh, from the second round): the round's LP (at the last round's
+  //     shards and heads) times the ratio of the closed form to the model on the last round's
+  //     layout. The model misses what the closed form charges uneven rings and shared NICs (on
+  //     a 16-GPU group across two machines the closed form's layer is 1.6x the model's), and
+  //     that ratio changes little between rounds of one grouping. Not a proof: a round that
+  //     moves the split a long way could change it
+  //     (HexiSeqSearch.CutoffsKeepTheLayoutOnRandomMeshes).
+  bool at_bar(bool on, double floor) {
+    if (!on || floor < bar()) return false;
+    ++cut_;
+    return true;
+  }
+
+  // The cutoff of a grouping's integer programs (any mesh, with the screen on): the layer
+  // time at which floor_s reaches the bar. A group's layer time bounds the mesh's from below,
+  // and a program's LP relaxation bounds the group's in the model. Not a proof: the model
+  // lies below the closed form as a rule, not by construction. Infinity without a bar.
+  double cutoff_s(const SplitFree& fixed) const {
+    if (!options_.lp_screen || !std::isfinite(bar())) return kInfinity;
+    return per_layer_s(bar(), fixed);
+  }
+
+  // The time a layout must beat to matter: the best found, or the bar from outside.
+  double bar() const { return std::min(bar_, best_ ? best_->time.iteration_s : kInfinity); }
 
   // The closed form of a layout (infinity when it does not fit); keeps the best, and the
   // best the programs `solved`.
-  double score(const Grouping& grouping, const SequenceLayout& layout, bool solved = true,
-               std::optional<IterationTime>* time = nullptr) {
+  double score(const Grouping& grouping, const SequenceLayout& layout, bool solved = true) {
     ++candidates_;
     if (record_) record_->push_back(layout);
     IterationTime it = planner_.iteration(layout);
-    if (time) *time = it;
     if (!it.fits) {
       if (!closest_ || it.iteration_s < closest_->iteration_s) closest_ = it;
       return kInfinity;
@@ -995,10 +1058,16 @@ class Search {
   std::optional<HexiSeqResult> best_solved_;  // the best layout of the programs (not polished)
   std::optional<IterationTime> closest_;      // the best layout that does not fit
   long candidates_ = 0, solves_ = 0;
+  long cut_ = 0;  // groupings left at a floor and programs cut off
   std::vector<SequenceLayout>* record_ = nullptr;
   std::map<std::vector<std::vector<int>>, double> evaluated_;  // evaluate() by groups
-  std::map<std::string, std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>>>
-      memo_;
+  // A program's answer: shards and heads in its devices' order; none when infeasible or cut
+  // off (then the layer time its relaxation put it at).
+  struct Memo {
+    std::optional<std::pair<std::vector<std::int64_t>, std::vector<int>>> answer;
+    double cut_off_s = -kInfinity;
+  };
+  std::map<std::string, Memo> memo_;
 };
 
 // Stage 1 for large meshes: the same group size in every domain (whole domains down to
@@ -1156,7 +1225,9 @@ std::vector<SequenceLayout> grouping_layouts(const SequenceCost& cost,
                                              const Grouping& grouping, std::int64_t block,
                                              const HexiSeqOptions& options) {
   std::vector<SequenceLayout> out;
-  Search search(cost, cost, devices, block, options);
+  HexiSeqOptions every_round = options;  // no program cut off: every round's layout
+  every_round.lp_screen = false;
+  Search search(cost, cost, devices, block, every_round);
   search.record(&out);
   search.evaluate(grouping);
   return out;
@@ -1190,8 +1261,14 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
     for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
   }
   std::sort(devices.begin(), devices.end());
-  auto best = search_mesh(cost, devices, options);
-  if (!best) return best;
+  const auto start = std::chrono::steady_clock::now();
+  auto best = search_mesh(cost, devices, options, options.bar_s);
+  const double searched =
+      best ? best->search_time_s
+           : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Without a bar from outside, a whole mesh with no layout has none that fits; with one, it
+  // may only have none that beats the bar.
+  if (!best && !std::isfinite(options.bar_s)) return best;
   // The mesh of the fastest type alone: where the slower types' compute does not pay for what
   // they add to every ring step, all-to-all and ZeRO-3 gather (a slow link between machines
   // above all), leaving them idle is faster. Searched as the whole mesh is (homogeneous, so
@@ -1201,14 +1278,20 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
   if (subset.empty()) return best;
   HexiSeqOptions o = options;
   if (options.time_budget_s > 0) {
-    o.time_budget_s = options.time_budget_s - best->search_time_s;
+    o.time_budget_s = options.time_budget_s - searched;
     if (o.time_budget_s <= 0) {
-      best->budget_exhausted = true;
+      if (best) best->budget_exhausted = true;
       return best;
     }
   }
-  auto r = search_mesh(cost, subset, o, best->time.iteration_s);
-  if (!r) return best;  // no layout of these devices fits
+  const double bar = best ? std::min(options.bar_s, best->time.iteration_s) : options.bar_s;
+  auto r = search_mesh(cost, subset, o, bar);
+  if (!r) return best;  // no layout of these devices fits (or beats the bar)
+  r->grouping = fastest_type_grouping(subset.size(), devices.size(), r->grouping);
+  if (!best) {
+    r->search_time_s += searched;
+    return r;
+  }
   best->candidates += r->candidates;
   best->solves += r->solves;
   best->search_time_s += r->search_time_s;
@@ -1218,7 +1301,6 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
     r->solves = best->solves;
     r->search_time_s = best->search_time_s;
     r->budget_exhausted = best->budget_exhausted;
-    r->grouping = fastest_type_grouping(subset.size(), devices.size(), r->grouping);
     best = std::move(r);
   }
   return best;

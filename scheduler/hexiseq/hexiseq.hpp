@@ -9,8 +9,13 @@
 //       full; large meshes: every domain cut into groups of one size, merges of <= 16
 //       devices and round-robin ("dealt") groups, then a descent over each GPU type's size;
 //       each grouping's integer programs skipped when its first LP (stage 2, at proportional
-//       guesses) plus its sync and optimizer steps already reach the best layout found
-//       (`lp_screen`; the fastest type's mesh is held to the whole mesh's best too)
+//       guesses) plus what every split is charged (ZeRO-3's per-layer collectives, the sync
+//       and optimizer steps) already reach the best layout found (`lp_screen`; the fastest
+//       type's mesh is held to the whole mesh's best too, a ZeRO stage's search to the best
+//       of the stages before). On every mesh, with `lp_screen`: a grouping whose split-free
+//       charges reach the best is left after its even split, a program whose LP relaxation
+//       does is cut off, and a round whose LP, scaled by the closed form's ratio to the model
+//       on the round before, does is not run
 //   (2) per grouping, S split over the groups by an LP (linear.hpp's model is linear in T_g
 //       for each group's relative shards and heads; groups alike share one entry), rounded
 //       to whole token blocks (min-max)
@@ -18,7 +23,8 @@
 //       heads >= h / (n_q / n_kv), or whole GQA groups only) minimising its slowest device
 //       under memory <= 95 %; the all-to-all's bilinear bytes s_j (h_i + 2 kv_i) are taken
 //       to first order at a guess (the previous answer) and the program solved again at its
-//       own answer until it repeats (at most 4 times); interchangeable devices are ordered
+//       own answer until it repeats or gains under 0.5 % (at most 4 times); interchangeable
+//       devices are ordered
 //   (2) and (3) alternate (`rounds`, until the split repeats): the LP reads the groups' last
 //   shards and heads. Every layout, and every grouping's even split, is scored by the closed
 //   form (estimate/sequence_time.hpp) and the best that fits is kept; on meshes of <= 16
@@ -77,8 +83,15 @@ struct HexiSeqOptions {
   // each baseline (baselines/sequence.hpp) also tries each GPU type alone and the fastest
   // machines. Off: every layout spreads over every device (the HexiSeq paper's baselines).
   bool idle_slow_types = true;
-  bool lp_screen = true;  // large meshes: skip a grouping's integer programs when its first
-                          // LP already puts it at or above the best layout found
+  // Large meshes: skip a grouping's integer programs when its first LP already puts it at or
+  // above the best layout found; every mesh: cut off a group's integer program when its LP
+  // relaxation does.
+  bool lp_screen = true;
+  // Not read from JSON: an iteration time (s) found elsewhere (the registry's search under
+  // another ZeRO stage) that this search's layouts must beat to matter; the screen and the
+  // cutoff read it. A search whose layouts all fall at or above it fails (bad input, saying
+  // so), as one whose layouts do not fit does.
+  double bar_s = kInfinity;
   // Through the scheduler registry (scheduler/scheduler.hpp): every ZeRO stage from 1 to the
   // training config's is tried and the fastest layout that fits kept (a lower stage holds
   // more model states but replaces ZeRO-3's per-layer gathers by one gradient all-reduce).
@@ -171,11 +184,17 @@ std::optional<std::vector<double>> split_tokens(const LinearModel& lm,
 std::vector<std::int64_t> round_blocks(const std::vector<double>& blocks, std::int64_t total);
 
 // Stage 3: one group's shards and heads for T_g = `tokens` (ring blocks up to `ring_block`
-// tokens; 0 without a ring), the all-to-all taken at `guess`; nullopt when infeasible.
-std::optional<SequenceGroup> solve_group(const LinearModel& lm, const GroupTerms& terms,
-                                         const std::vector<int>& devices, std::int64_t tokens,
-                                         std::int64_t ring_block, const GroupGuess& guess,
-                                         std::int64_t block, const HexiSeqOptions& options);
+// tokens; 0 without a ring), the all-to-all taken at `guess`; no group when infeasible, or
+// when the program's LP relaxation already puts the group's layer time at or above
+// `cutoff_s` (then `cut_off_s` holds that relaxation's time).
+struct GroupAnswer {
+  std::optional<SequenceGroup> group;
+  double cut_off_s = -kInfinity;  // s per layer; -infinity unless cut off
+};
+GroupAnswer solve_group(const LinearModel& lm, const GroupTerms& terms,
+                        const std::vector<int>& devices, std::int64_t tokens,
+                        std::int64_t ring_block, const GroupGuess& guess, std::int64_t block,
+                        const HexiSeqOptions& options, double cutoff_s = kInfinity);
 
 // Everything solve_group's program reads, as bytes: equal keys, equal programs. Machines
 // by their place in the group's list, so groups alike on other machines match.

@@ -3,6 +3,7 @@
 #include <coin/Cbc_C_Interface.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
@@ -84,12 +85,17 @@ Solution solve_cbc(const Problem& p, double time_limit_s) {
     // before was proven in 27 s); the start keeps a cut-short solve feasible.
     Cbc_setParameter(m, "preprocess", "off");
   }
+  const bool cutoff =
+      std::isfinite(p.cutoff) && std::any_of(p.variables.begin(), p.variables.end(),
+                                             [](const Variable& v) { return v.integer; });
+  if (cutoff) Cbc_setCutoff(m, p.cutoff);
   Solution out;
   const int rc = Cbc_solve(m);
   if (unbounded(m)) {
     out.status = SolveStatus::kUnbounded;
   } else if (Cbc_isProvenInfeasible(m)) {
-    out.status = SolveStatus::kInfeasible;
+    out.status = cutoff ? SolveStatus::kCutOff : SolveStatus::kInfeasible;
+    if (cutoff) out.bound = p.cutoff;
   } else if (Cbc_isProvenOptimal(m)) {
     out.status = SolveStatus::kOptimal;
   } else if (Cbc_bestSolution(m) != nullptr) {

@@ -152,6 +152,11 @@ Solution solve_glpk(const Problem& p, double time_limit_s) {
   const bool mip = has_integers(p);
   Solution out = relaxation(g, time_limit_s);
   const double relaxed = glp_get_obj_val(g);
+  if (out.status == SolveStatus::kOptimal && mip && relaxed >= p.cutoff) {
+    out.status = SolveStatus::kCutOff;
+    out.bound = relaxed;
+    return out;
+  }
   if (out.status == SolveStatus::kOptimal && mip)
     out = branch_and_cut(g, time_limit_s, p.relative_gap, {p.node_limit, p.node_limit_gap});
   if (out.has_values()) out.bound = relaxed;

@@ -58,6 +58,11 @@ struct Problem {
   // A known solution's integer variables (variable, value), others left to the solver: CBC
   // starts branch and bound from it (a bound to prune by, not a constraint); GLPK ignores it.
   std::vector<std::pair<int, double>> start;
+  // Integer programs: answers at or above this objective are of no use to the caller (who
+  // holds a better one elsewhere). Where the solver proves that no solution lies below it,
+  // the answer is kCutOff, without values: GLPK when the LP relaxation reaches it (branch and
+  // cut is then not run), CBC anywhere in branch and bound. kInfinity: none.
+  double cutoff = kInfinity;
 
   // Appends a variable / constraint and returns its index.
   int add_variable(Variable v);
@@ -72,6 +77,7 @@ enum class SolveStatus {
   kFeasible,    // a solution, optimality not proven within the time limit
   kInfeasible,  // proven: no solution
   kUnbounded,   // the (relaxed) objective decreases without bound
+  kCutOff,      // proven: no solution below Problem::cutoff (perhaps none at all)
   kError,       // no answer: the problem is ill-formed, the solver failed, or the time
                 // limit passed before any solution was found (the message says which)
 };
@@ -80,6 +86,7 @@ inline constexpr auto kSolveStatusNames =
                              {SolveStatus::kFeasible, "feasible"},
                              {SolveStatus::kInfeasible, "infeasible"},
                              {SolveStatus::kUnbounded, "unbounded"},
+                             {SolveStatus::kCutOff, "cut off"},
                              {SolveStatus::kError, "error"}});
 std::string_view to_string(SolveStatus s);
 
@@ -92,7 +99,8 @@ struct Solution {
   SolveStatus status = SolveStatus::kError;
   double objective = 0;  // of `values`, when optimal or feasible
   // What branch and cut proved: no solution below it (the objective when optimal; where it
-  // stopped early, CBC's best node, GLPK's LP relaxation). -kInfinity when unknown.
+  // stopped early, CBC's best node, GLPK's LP relaxation; when cut off, GLPK's LP relaxation
+  // or CBC's cutoff). -kInfinity when unknown.
   double bound = -kInfinity;
   std::vector<double> values;  // one per variable, when optimal or feasible
   std::string message;         // why, when error

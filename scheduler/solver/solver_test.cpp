@@ -246,6 +246,28 @@ TEST_P(Solver, AStartDoesNotChangeTheOptimum) {
             std::string::npos);
 }
 
+TEST_P(Solver, CutOffOnlyWhereNothingLiesBelowIt) {
+  // The knapsack's optimum is -25 and its LP relaxation -26.5 (items 0 and 1, half of 2).
+  Knapsack k;
+  Problem p = k.problem();
+  p.cutoff = -26.6;  // below the relaxation: nothing can reach it
+  Solution s = solve(p, GetParam(), kLimit);
+  EXPECT_EQ(s.status, SolveStatus::kCutOff) << s.message;
+  EXPECT_FALSE(s.has_values());
+  EXPECT_LE(s.bound, -25 + 1e-9);
+  EXPECT_GE(s.bound, -26.6 - 1e-9);
+  p.cutoff = -24.5;  // above the optimum: the optimum
+  s = solve(p, GetParam(), kLimit);
+  ASSERT_EQ(s.status, SolveStatus::kOptimal) << s.message;
+  EXPECT_DOUBLE_EQ(s.objective, -25);
+  p.cutoff = -25.5;  // between: cut off (CBC prunes in the tree) or the optimum (GLPK)
+  s = solve(p, GetParam(), kLimit);
+  if (s.status != SolveStatus::kCutOff) {
+    ASSERT_EQ(s.status, SolveStatus::kOptimal) << s.message;
+    EXPECT_DOUBLE_EQ(s.objective, -25);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Solver, ::testing::Values(Backend::kCbc, Backend::kGlpk),
                          backend_name);
 
