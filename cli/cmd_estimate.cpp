@@ -11,14 +11,13 @@ namespace hexi::cli {
 namespace {
 
 struct EstimateOptions {
-  std::string scenario;
-  std::string profile;  // --profile
+  ScenarioFlags scenario;  // SCENARIO, its parts, --profile
   std::string plan;
   bool json = false;
 };
 
 int run_estimate(const EstimateOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario, opt.profile);
+  auto sc = load_scenario_flags(opt.scenario);
   if (!sc) return report(sc.error());
   auto plan = load_checked_plan(*sc, opt.plan);
   if (!plan) return report(plan.error());
@@ -46,9 +45,7 @@ int run_estimate(const EstimateOptions& opt) {
 void add_estimate_command(CLI::App& app, Runner& run) {
   auto opt = std::make_shared<EstimateOptions>();
   auto* cmd = app.add_subcommand("estimate", "Evaluate a plan with the closed-form cost model");
-  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
-      ->required();
-  add_profile_option(cmd, opt->profile);
+  add_scenario_options(cmd, opt->scenario);
   cmd->add_option("--plan", opt->plan, "Plan file (default: the scenario's \"plan\")");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->callback([&run, opt] { run = [opt] { return run_estimate(*opt); }; });

@@ -14,10 +14,9 @@ namespace hexi::cli {
 namespace {
 
 struct PlanOptions {
-  std::string scenario;
-  std::string profile;    // --profile
-  std::string scheduler;  // default: the scenario's
-  std::string options;    // scheduler options as JSON text (replace the scenario's)
+  ScenarioFlags scenario;  // SCENARIO, its parts, --profile
+  std::string scheduler;   // default: the scenario's
+  std::string options;     // scheduler options as JSON text (replace the scenario's)
   std::optional<std::uint64_t> seed;
   std::string out;
   double time_budget_s = 0;
@@ -142,7 +141,7 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
 }
 
 int run_plan(const PlanOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario, opt.profile);
+  auto sc = load_scenario_flags(opt.scenario);
   if (!sc) return report(sc.error());
   if (!opt.out.empty()) {
     if (auto st = check_output_file("--out", opt.out, command_inputs(*sc)); !st)
@@ -194,9 +193,7 @@ int run_plan(const PlanOptions& opt) {
 void add_plan_command(CLI::App& app, Runner& run) {
   auto opt = std::make_shared<PlanOptions>();
   auto* cmd = app.add_subcommand("plan", "Search a parallel plan for a scenario");
-  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
-      ->required();
-  add_profile_option(cmd, opt->profile);
+  add_scenario_options(cmd, opt->scenario);
   cmd->add_option("--scheduler", opt->scheduler,
                   "Run one scheduler alone: " + scheduler_names(SchedulerKind::kPipeline) +
                       " (default: " + std::string(kBestPlan) +

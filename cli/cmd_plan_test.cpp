@@ -123,6 +123,47 @@ TEST(CliPlan, ExplainShowsEveryPipeline) {
   }
 }
 
+// A question without files: the cluster from a mix, the model and batch from flags; the
+// scenario the flags made, saved, gives the same plan bytes; estimate, simulate and seq take
+// the same flags; a missing part is bad input naming it.
+TEST(CliPlan, AsksWithoutFiles) {
+  auto dir = scratch_dir("plan-asked");
+  const auto saved = dir / "asked.json", a = dir / "a.json", b = dir / "b.json";
+  const std::string parts =
+      " --mix A100:1x4,RTX4090:1x4 --nic-GBps 1.25 --transport tcp --model llama2-7b"
+      " --global-batch 16 --seq-len 2048";
+  auto r = run_cli("plan" + parts + " --scheduler uniform --json --save-scenario " +
+                   saved.string() + " --out " + a.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["scenario"], "mix-8-A100-SXM-80GBx4-RTX4090x4-llama2-7b");
+  auto again = run_cli("plan " + saved.string() + " --scheduler uniform --out " + b.string());
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(read_text(a), read_text(b));
+  auto e = run_cli("estimate" + parts + " --plan " + a.string() + " --json");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_TRUE(json::parse(e.out)["feasible"].get<bool>());
+  auto s = run_cli("simulate" + parts + " --plan " + a.string() + " --json");
+  ASSERT_EQ(s.code, 0) << s.err;
+  // A shipped scenario with a part replaced.
+  auto q = run_cli("seq tiny-seq-cpu --seq-len 48 --scheduler ring --json");
+  ASSERT_EQ(q.code, 0) << q.err;
+  EXPECT_EQ(json::parse(q.out)["scenario"], "tiny-seq-cpu-asked");
+  auto none = run_cli("plan --mix A100:1x8");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("--model"), std::string::npos) << none.err;
+  auto clash = run_cli("plan --cluster hexiscale-setting1 --nic-GBps 5 --model llama2-7b");
+  EXPECT_EQ(clash.code, 2);
+  EXPECT_NE(clash.err.find("--nic-GBps describes"), std::string::npos) << clash.err;
+  auto bad = run_cli("plan --mix A100:1x8 --model llama2-13x");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("error: --model: expected a model from the catalog"), std::string::npos)
+      << bad.err;
+  auto empty = run_cli("plan");
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_NE(empty.err.find("no scenario"), std::string::npos) << empty.err;
+}
+
 TEST(CliPlan, BadInputExitsWithTwo) {
   auto r = run_cli("plan testbed-h100-a100-llama2-13b --scheduler nonsense");
   EXPECT_EQ(r.code, 2);

@@ -24,8 +24,7 @@ namespace hexi::cli {
 namespace {
 
 struct SeqOptions {
-  std::string scenario;
-  std::string profile;  // --profile
+  ScenarioFlags scenario;  // SCENARIO, its parts, --profile
   std::string scheduler = "best";
   std::string layout;
   std::string solver;  // empty: each scheduler's default
@@ -537,8 +536,8 @@ Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const SchedulerO
               << fmt(r->estimate.iteration_time_s / sim->iteration_time_s, 3) << " x simulated\n";
   }
   if (!opt.out.empty()) {
-    std::cout << "wrote " << opt.out << " (simulate it: hexisim simulate " << opt.scenario
-              << " --plan " << opt.out << ")\n";
+    std::cout << "wrote " << opt.out << " (simulate it: hexisim simulate "
+              << scenario_command_text(opt.scenario) << " --plan " << opt.out << ")\n";
   }
   return {};
 }
@@ -734,7 +733,7 @@ Status run_best(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) {
 }
 
 int run_seq(const SeqOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario, opt.profile);
+  auto sc = load_scenario_flags(opt.scenario);
   if (!sc) return report(sc.error());
   auto o = scheduler_options(opt);
   if (!o) return report(o.error());
@@ -761,9 +760,7 @@ void add_seq_command(CLI::App& app, Runner& run) {
       "seq",
       "Long-context training: plan one sequence's context + head parallel layout (HexiSeq) or a "
       "baseline's, evaluate a layout file, or compare them all");
-  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
-      ->required();
-  add_profile_option(cmd, opt->profile);
+  add_scenario_options(cmd, opt->scenario);
   cmd->add_option(
       "--scheduler", opt->scheduler,
       "Sequence scheduler: best (the default: the fastest of hexiseq, ring, ulysses, usp, "

@@ -26,8 +26,7 @@ namespace hexi::cli {
 namespace {
 
 struct SimulateOptions {
-  std::string scenario;
-  std::string profile;  // --profile
+  ScenarioFlags scenario;  // SCENARIO, its parts, --profile
   std::string plan;
   std::string program;
   std::string scheduler;
@@ -324,7 +323,7 @@ Status write_outputs(const SimOutput& out, const std::string& dir, bool with_tra
 }
 
 int run_simulate(const SimulateOptions& opt) {
-  auto sc = load_scenario_arg(opt.scenario, opt.profile);
+  auto sc = load_scenario_flags(opt.scenario);
   if (!sc) return report(sc.error());
   if (!opt.out.empty()) {
     const auto inputs = command_inputs(*sc, {opt.plan, opt.program});
@@ -383,9 +382,7 @@ void add_simulate_command(CLI::App& app, Runner& run) {
   auto opt = std::make_shared<SimulateOptions>();
   auto* cmd =
       app.add_subcommand("simulate", "Simulate one training iteration of a plan with SimGrid");
-  cmd->add_option("SCENARIO", opt->scenario, "Scenario file, or the name of a shipped scenario")
-      ->required();
-  add_profile_option(cmd, opt->profile);
+  add_scenario_options(cmd, opt->scenario);
   cmd->add_option("--plan", opt->plan,
                   "Plan file (default: the scenario's \"plan\"; the headline names the plan used)");
   cmd->add_option("--program", opt->program,

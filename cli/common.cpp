@@ -34,6 +34,93 @@ Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& pr
   return s;
 }
 
+namespace {
+
+// A scenario error about a part given as a flag, told by the flag: "<file>: /model: x" ->
+// "--model: x".
+std::string flag_message(const std::string& message, const std::string& origin,
+                         const ScenarioQuestion& q) {
+  const struct {
+    const char* at;
+    const char* flag;
+    bool given;
+  } parts[] = {{": /model:", "--model", !q.model.empty()},
+               {": /cluster:", "--cluster", !q.cluster.empty()},
+               {" (cluster): /network/transport:", "--transport", !q.transport.empty()},
+               {": /training/global_batch:", "--global-batch", q.global_batch.has_value()},
+               {": /training/micro_batch:", "--micro-batch", q.micro_batch.has_value()},
+               {": /training/seq_len:", "--seq-len", q.seq_len.has_value()},
+               {": /training/zero_stage:", "--zero-stage", q.zero_stage.has_value()},
+               {": /training/precision:", "--precision", !q.precision.empty()},
+               {": /training/recompute:", "--recompute", !q.recompute.empty()}};
+  for (const auto& part : parts) {
+    const std::string at = origin + part.at;
+    if (part.given && message.rfind(at, 0) == 0) {
+      return std::string(part.flag) + ":" + message.substr(at.size());
+    }
+  }
+  return message;
+}
+
+}  // namespace
+
+Result<Scenario> load_scenario_flags(const ScenarioFlags& flags) {
+  const ScenarioQuestion& q = flags.question;
+  if (!q.any_part() && flags.save.empty()) {
+    if (q.base.empty()) {
+      return bad_input(
+          "no scenario: give a SCENARIO (a file or a shipped name), or --mix (or --cluster) and "
+          "--model to ask without one");
+    }
+    return load_scenario_arg(q.base, flags.profile);
+  }
+  auto catalogs = load_shipped_catalogs();
+  if (!catalogs) return catalogs.error();
+  auto asked = ask_scenario(q, catalogs->gpus);
+  if (!asked) return asked.error();
+  const std::filesystem::path origin =
+      asked->file.empty() ? std::filesystem::path("<command line>") : asked->file;
+  auto s = scenario_from_json(asked->json, origin, catalogs->gpus, catalogs->models);
+  if (!s) return Error{s.error().kind, flag_message(s.error().message, origin.string(), q)};
+  if (asked->file.empty()) std::erase(s->inputs, origin);  // "<command line>" is no file
+  if (!flags.save.empty()) {
+    if (auto st = check_output_file("--save-scenario", flags.save, s->inputs); !st) {
+      return st.error();
+    }
+    if (auto st = write_file(flags.save, dump_json(asked->json, 2) + "\n"); !st) return st.error();
+  }
+  if (!flags.profile.empty()) {
+    auto p = Profile::load(flags.profile);
+    if (!p) return p.error();
+    use_profile(*s, std::move(*p));
+    s->inputs.push_back(flags.profile);
+  }
+  return s;
+}
+
+std::string scenario_command_text(const ScenarioFlags& flags) {
+  if (!flags.save.empty()) return flags.save;
+  const ScenarioQuestion& q = flags.question;
+  std::string out = q.base;
+  auto add = [&out](const char* flag, const std::string& value) {
+    if (!value.empty()) out += std::string(out.empty() ? "" : " ") + flag + " " + value;
+  };
+  auto number = [](const auto& v) { return v ? format("%g", static_cast<double>(*v)) : ""; };
+  add("--mix", q.mix);
+  add("--cluster", q.cluster);
+  add("--nic-GBps", number(q.nic_GBps));
+  add("--nics", number(q.nics_per_machine));
+  add("--transport", q.transport);
+  add("--model", q.model);
+  add("--global-batch", number(q.global_batch));
+  add("--micro-batch", number(q.micro_batch));
+  add("--seq-len", number(q.seq_len));
+  add("--zero-stage", number(q.zero_stage));
+  add("--precision", q.precision);
+  add("--recompute", q.recompute);
+  return out;
+}
+
 void print_json(const Json& json) {
   std::cout << dump_json(json, 2) << "\n";
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "scenarios/model.hpp"
+#include "scenarios/question.hpp"
 #include "scenarios/scenario.hpp"
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"
@@ -33,6 +34,22 @@ int report(const Error& error);
 // Loads a scenario by name or path with the shipped catalogs; with a `profile` file, that
 // profile replaces the scenario's (--profile).
 Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& profile = {});
+
+// A command's scenario: a file or shipped name, parts asked on the command line, or both
+// (cli/options.hpp's add_scenario_options).
+struct ScenarioFlags {
+  ScenarioQuestion question;  // question.base: the SCENARIO argument
+  std::string save;           // --save-scenario: write the scenario the flags made here
+  std::string profile;        // --profile
+};
+
+// The scenario of `flags`: load_scenario_arg when no part is asked, else the asked scenario
+// (scenarios/question.hpp), checked, then written to --save-scenario when given.
+Result<Scenario> load_scenario_flags(const ScenarioFlags& flags);
+
+// The scenario as a later command line names it: the --save-scenario file, else the SCENARIO
+// and the parts asked.
+std::string scenario_command_text(const ScenarioFlags& flags);
 
 // One JSON object on stdout.
 void print_json(const Json& json);

@@ -18,6 +18,51 @@ void add_profile_option(CLI::App* cmd, std::string& profile) {
       ->check(CLI::ExistingFile);
 }
 
+void add_scenario_options(CLI::App* cmd, ScenarioFlags& flags) {
+  ScenarioQuestion& q = flags.question;
+  cmd->add_option("SCENARIO", q.base,
+                  "Scenario file, or the name of a shipped scenario (or ask without one: --mix or "
+                  "--cluster, and --model)");
+  add_profile_option(cmd, flags.profile);
+  const char* group = "Scenario parts (ask without a file, or replace the SCENARIO's)";
+  cmd->add_option("--mix", q.mix,
+                  "Cluster from a GPU mix, TYPE:MACHINESxGPUS[,...], e.g. A100:2x8,RTX4090:4x4 (as "
+                  "cluster gen)")
+      ->group(group);
+  cmd->add_option("--cluster", q.cluster, "Cluster file, or the name of a shipped cluster")
+      ->group(group);
+  cmd->add_option("--nic-GBps", q.nic_GBps,
+                  "With --mix: NIC bandwidth per machine, GB/s, all NICs together (default 25)")
+      ->check(finite_positive())
+      ->group(group);
+  cmd->add_option("--nics", q.nics_per_machine, "With --mix: NICs per machine (default 1)")
+      ->check(CLI::Range(1, 64))
+      ->group(group);
+  cmd->add_option("--transport", q.transport,
+                  "With --mix: the network's transport, rdma (InfiniBand/RoCE), efa or tcp")
+      ->group(group);
+  cmd->add_option("--model", q.model, "Model from the catalog (hexisim info lists them)")
+      ->group(group);
+  cmd->add_option("--global-batch", q.global_batch, "Sequences per iteration")
+      ->check(CLI::Range(1, 1 << 24))
+      ->group(group);
+  cmd->add_option("--micro-batch", q.micro_batch, "Sequences per micro-batch")
+      ->check(CLI::Range(1, 1 << 16))
+      ->group(group);
+  cmd->add_option("--seq-len", q.seq_len, "Tokens per sequence")
+      ->check(CLI::Range(1, 1 << 24))
+      ->group(group);
+  cmd->add_option("--zero-stage", q.zero_stage, "ZeRO stage, 0-3")
+      ->check(CLI::Range(0, 3))
+      ->group(group);
+  cmd->add_option("--precision", q.precision, "bf16, fp16 or fp32")->group(group);
+  cmd->add_option("--recompute", q.recompute, "Activation recompute: none, selective or full")
+      ->group(group);
+  cmd->add_option("--save-scenario", flags.save,
+                  "Write the scenario the flags made to this file (then: hexisim CMD FILE)")
+      ->group(group);
+}
+
 namespace {
 
 // The value of `text` as a double, if all of it is one (std::strtod: "1e-3", "inf", "nan").

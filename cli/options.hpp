@@ -5,7 +5,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/common.hpp"
+
 namespace hexi::cli {
+
+// SCENARIO (a file or shipped name; optional), the flags that ask without one or replace its
+// parts (--mix, --cluster, --nic-GBps, --nics, --transport, --model, --global-batch,
+// --micro-batch, --seq-len, --zero-stage, --precision, --recompute), --save-scenario and
+// --profile: what load_scenario_flags reads.
+void add_scenario_options(CLI::App* cmd, ScenarioFlags& flags);
 
 // --profile FILE: a device profile that replaces the scenario's (load_scenario_arg).
 void add_profile_option(CLI::App* cmd, std::string& profile);
