@@ -164,6 +164,32 @@ TEST(CliPlan, AsksWithoutFiles) {
   EXPECT_NE(empty.err.find("no scenario"), std::string::npos) << empty.err;
 }
 
+// A uniform plan exported to Megatron-LM: its degrees and arguments, the launch script; the
+// shipped hand plan of setting 1 (two TP degrees, uneven batches) refused, with hexisim's own
+// launch.
+TEST(CliExport, MegatronRunsAUniformPlanAndRefusesAnAsymmetricOne) {
+  auto dir = scratch_dir("export");
+  const auto plan = dir / "plan.json", script = dir / "launch.sh";
+  auto p = run_cli("plan a800-2x8-llama2-7b --scheduler uniform --verify 0 --out " + plan.string());
+  ASSERT_EQ(p.code, 0) << p.err;
+  auto r = run_cli("export megatron a800-2x8-llama2-7b --plan " + plan.string() + " --json --out " +
+                   script.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_TRUE(j["runs"].get<bool>());
+  EXPECT_EQ(j["tp"].get<int>() * j["pp"].get<int>() * j["dp"].get<int>(), 16);
+  EXPECT_NE(read_text(script).find("torchrun --nnodes"), std::string::npos) << read_text(script);
+  EXPECT_NE(read_text(script).find("--tensor-model-parallel-size"), std::string::npos);
+  auto a = run_cli("export megatron hexiscale-setting1-llama2-7b");
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_NE(a.out.find("cannot run this plan as planned"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("mpirun -np 40 --rankfile rankfile.txt hexisim train"), std::string::npos)
+      << a.out;
+  auto none = run_cli("export megatron a800-2x8-llama2-7b");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("--plan"), std::string::npos) << none.err;
+}
+
 TEST(CliPlan, BadInputExitsWithTwo) {
   auto r = run_cli("plan testbed-h100-a100-llama2-13b --scheduler nonsense");
   EXPECT_EQ(r.code, 2);

@@ -41,47 +41,6 @@ struct SeqOptions {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-Json result_json(const std::string& name, const HexiSeqResult& r) {
-  Json memory = Json::array();
-  for (const auto& m : r.time.memory) {
-    memory.push_back({{"device", m.device},
-                      {"total_gib", m.total() / kGiB},
-                      {"capacity_gib", m.capacity / kGiB}});
-  }
-  Json devices = Json::array();
-  for (const auto& d : r.time.layer.devices) {
-    devices.push_back({{"device", d.device},
-                       {"group", d.group},
-                       {"rank", d.rank},
-                       {"token_wise_s", d.token_wise_s},
-                       {"ulysses_s", d.ulysses_s},
-                       {"ring_s", d.ring_s},
-                       {"attention_s", d.attention_s}});
-  }
-  Json out = {{"scheduler", name},
-              {"grouping", r.grouping},
-              {"iteration_time_s", r.time.iteration_s},
-              {"sequence_s", r.time.sequence_s},
-              {"layer_s", r.time.layer.time_s},
-              {"sync_s", r.time.sync_s},
-              {"optimizer_s", r.time.optimizer_s},
-              {"tokens_per_s", r.time.tokens_per_s},
-              {"fits", r.time.fits},
-              {"search_time_s", r.search_time_s},
-              {"candidates", r.candidates},
-              {"solves", r.solves},
-              {"budget_exhausted", r.budget_exhausted},
-              {"devices", devices},
-              {"memory", memory},
-              {"sequence", to_json(r.layout)}};
-  if (r.zero_stage >= 0) out["zero_stage"] = r.zero_stage;
-  if (r.proven) {
-    out["proven"] = *r.proven;
-    out["gap"] = r.exact_gap;
-  }
-  return out;
-}
-
 void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResult& r,
                   std::ostream& out) {
   const IterationTime& t = r.time;
@@ -307,7 +266,7 @@ void print_compare_json(const Scenario& sc, const std::vector<CompareRow>& rows,
               {"best_every_gpu_baseline", best_json(best.every)},
               {"schedulers", Json::array()}};
   for (const auto& row : rows) {
-    Json j = row.result ? result_json(row.name, *row.result)
+    Json j = row.result ? row.result->to_json(row.name)
                         : Json{{"scheduler", row.name}, {"error", row.error}};
     j["every_gpu"] = row.every_gpu;
     if (row.result) {
@@ -647,7 +606,7 @@ Status show_layout(const Scenario& sc, const SeqOptions& opt, const std::string&
     sim = std::move(*s);
   }
   if (opt.json) {
-    Json out = result_json(name, result);
+    Json out = result.to_json(name);
     out["scenario"] = sc.name;
     if (sim) out["simulated"] = simulation_json(*sim);
     if (chosen) out["best_of"] = chosen->rows;

@@ -24,6 +24,7 @@ void add_reproduce_command(CLI::App& app, Runner& run);
 void add_calibrate_command(CLI::App& app, Runner& run);
 void add_validate_command(CLI::App& app, Runner& run);
 void add_testbed_command(CLI::App& app, Runner& run);
+void add_export_command(CLI::App& app, Runner& run);
 
 inline void add_all_commands(CLI::App& app, Runner& run) {
   add_info_command(app, run);
@@ -38,6 +39,7 @@ inline void add_all_commands(CLI::App& app, Runner& run) {
   add_plot_command(app, run);
   add_advise_command(app, run);
   add_reproduce_command(app, run);
+  add_export_command(app, run);
   add_calibrate_command(app, run);
   add_validate_command(app, run);
   add_testbed_command(app, run);

@@ -41,9 +41,13 @@ std::string asked_name(const ScenarioQuestion& q, const Json& json) {
 
 }  // namespace
 
-Result<AskedScenario> ask_scenario(const ScenarioQuestion& q, const GpuCatalog& gpus) {
+Result<AskedScenario> ask_scenario(const ScenarioQuestion& q, const GpuCatalog& gpus,
+                                   const Json* base_json) {
   AskedScenario out;
-  if (!q.base.empty()) {
+  if (base_json != nullptr) {
+    if (!base_json->is_object()) return bad_input("a scenario: expected a JSON object");
+    out.json = *base_json;
+  } else if (!q.base.empty()) {
     auto path = find_shipped_or_path(q.base, "scenarios/shipped", "scenario");
     if (!path) return path.error();
     auto json = read_json_file(*path);
@@ -89,12 +93,14 @@ Result<AskedScenario> ask_scenario(const ScenarioQuestion& q, const GpuCatalog& 
   if (q.zero_stage) training["zero_stage"] = *q.zero_stage;
   if (!q.precision.empty()) training["precision"] = q.precision;
   if (!q.recompute.empty()) training["recompute"] = q.recompute;
-  if (q.base.empty()) {
+  const bool based = base_json != nullptr || !q.base.empty();
+  if (!based) {
     out.json["name"] = asked_name(q, out.json);
-    out.json["description"] = "asked on the command line";
+    out.json["description"] = "asked in parts (flags or keyword arguments)";
   } else if (q.any_part()) {
     out.json["name"] = out.json.value("name", std::string("scenario")) + "-asked";
-    out.json["description"] = "the scenario " + q.base + " with parts replaced on the command line";
+    out.json["description"] =
+        "the scenario " + (q.base.empty() ? "given" : q.base) + " with parts replaced";
   }
   return out;
 }

@@ -40,6 +40,9 @@ struct AskedScenario {
 // a cluster and a model are needed), two parts clash (--mix and --cluster), a network part
 // comes without --mix, or the mix does not parse; the fields' values are checked when the
 // scenario is loaded (scenario_from_json), with the flag's JSON path.
-Result<AskedScenario> ask_scenario(const ScenarioQuestion& q, const GpuCatalog& gpus);
+// With `base_json`, that scenario (a document in memory, not a file) is the base instead of
+// q.base.
+Result<AskedScenario> ask_scenario(const ScenarioQuestion& q, const GpuCatalog& gpus,
+                                   const Json* base_json = nullptr);
 
 }  // namespace hexi

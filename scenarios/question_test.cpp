@@ -9,20 +9,20 @@
 namespace hexi {
 namespace {
 
-const ShippedCatalogs& cat() {
+const ShippedCatalogs& asked_catalogs() {
   static const ShippedCatalogs c = *load_shipped_catalogs();
   return c;
 }
 
-Result<Scenario> load(const ScenarioQuestion& q) {
-  auto asked = ask_scenario(q, cat().gpus);
+Result<Scenario> load_asked(const ScenarioQuestion& q) {
+  auto asked = ask_scenario(q, asked_catalogs().gpus);
   if (!asked) return asked.error();
   return scenario_from_json(asked->json, asked->file.empty() ? "<command line>" : asked->file,
-                            cat().gpus, cat().models);
+                            asked_catalogs().gpus, asked_catalogs().models);
 }
 
-std::string error_of(const ScenarioQuestion& q) {
-  auto s = load(q);
+std::string asked_error(const ScenarioQuestion& q) {
+  auto s = load_asked(q);
   return s ? "" : s.error().message;
 }
 
@@ -35,7 +35,7 @@ TEST(ScenarioQuestion, AMixAndAModelMakeAScenario) {
   q.global_batch = 128;
   q.micro_batch = 1;
   q.seq_len = 4096;
-  auto s = load(q);
+  auto s = load_asked(q);
   ASSERT_TRUE(s.ok()) << s.error().message;
   EXPECT_EQ(s->cluster.num_devices(), 32);
   EXPECT_EQ(s->cluster.network_transport(), Transport::kTcp);
@@ -43,19 +43,19 @@ TEST(ScenarioQuestion, AMixAndAModelMakeAScenario) {
   EXPECT_EQ(s->training.global_batch, 128);
   EXPECT_EQ(s->training.seq_len, 4096);
   EXPECT_EQ(s->name, "mix-32-A100-SXM-80GBx16-RTX4090x16-llama2-13b");
-  auto again = ask_scenario(q, cat().gpus);
+  auto again = ask_scenario(q, asked_catalogs().gpus);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(dump_json(again->json), dump_json(ask_scenario(q, cat().gpus)->json));
+  EXPECT_EQ(dump_json(again->json), dump_json(ask_scenario(q, asked_catalogs().gpus)->json));
 }
 
 TEST(ScenarioQuestion, PartsReplaceTheBaseScenarios) {
   ScenarioQuestion q;
   q.base = "hexiscale-setting1-llama2-7b";
-  const Scenario base = *load(q);
+  const Scenario base = *load_asked(q);
   EXPECT_FALSE(q.any_part());
   q.global_batch = 2 * base.training.global_batch;
   q.model = "llama2-13b";
-  auto s = load(q);
+  auto s = load_asked(q);
   ASSERT_TRUE(s.ok()) << s.error().message;
   EXPECT_EQ(s->training.global_batch, 2 * base.training.global_batch);
   EXPECT_EQ(s->training.seq_len, base.training.seq_len);
@@ -66,35 +66,35 @@ TEST(ScenarioQuestion, PartsReplaceTheBaseScenarios) {
 
 TEST(ScenarioQuestion, MissingClashingAndMisplacedPartsNameTheirFlags) {
   ScenarioQuestion q;
-  EXPECT_NE(error_of(q).find("give a SCENARIO"), std::string::npos) << error_of(q);
+  EXPECT_NE(asked_error(q).find("give a SCENARIO"), std::string::npos) << asked_error(q);
   q.mix = "A100:1x8";
-  EXPECT_NE(error_of(q).find("or --model to ask"), std::string::npos) << error_of(q);
+  EXPECT_NE(asked_error(q).find("or --model to ask"), std::string::npos) << asked_error(q);
   q.model = "llama2-7b";
   q.cluster = "hexiscale-setting1";
-  EXPECT_NE(error_of(q).find("--mix and --cluster"), std::string::npos) << error_of(q);
+  EXPECT_NE(asked_error(q).find("--mix and --cluster"), std::string::npos) << asked_error(q);
   q.mix.clear();
   q.nic_GBps = 100;
-  EXPECT_NE(error_of(q).find("--nic-GBps describes the network of a generated cluster"),
+  EXPECT_NE(asked_error(q).find("--nic-GBps describes the network of a generated cluster"),
             std::string::npos)
-      << error_of(q);
+      << asked_error(q);
   q.nic_GBps.reset();
-  EXPECT_EQ(error_of(q), "");
+  EXPECT_EQ(asked_error(q), "");
   q.cluster.clear();
   q.mix = "B200X:1x8";
-  EXPECT_EQ(error_of(q).rfind("--mix: ", 0), 0u) << error_of(q);
+  EXPECT_EQ(asked_error(q).rfind("--mix: ", 0), 0u) << asked_error(q);
   q.mix = "A100:1x8";
   q.transport = "smoke";
-  EXPECT_NE(error_of(q).find("/network/transport"), std::string::npos) << error_of(q);
+  EXPECT_NE(asked_error(q).find("/network/transport"), std::string::npos) << asked_error(q);
   q.transport.clear();
   q.global_batch = 7;
   q.micro_batch = 2;
-  EXPECT_NE(error_of(q).find("/training/global_batch"), std::string::npos) << error_of(q);
+  EXPECT_NE(asked_error(q).find("/training/global_batch"), std::string::npos) << asked_error(q);
   q.global_batch = 8;
   q.model = "no-such-model";
-  EXPECT_NE(error_of(q).find("/model"), std::string::npos) << error_of(q);
+  EXPECT_NE(asked_error(q).find("/model"), std::string::npos) << asked_error(q);
   q.model = "llama2-7b";
   q.base = "no-such-scenario";
-  EXPECT_NE(error_of(q).find("unknown scenario"), std::string::npos) << error_of(q);
+  EXPECT_NE(asked_error(q).find("unknown scenario"), std::string::npos) << asked_error(q);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ PACKAGES=(
                           # and Debian's torch needs it to import (without recommends)
   python3-torch python3-numpy # test oracle only (/usr/bin/python3)
   python3-matplotlib      # hexisim plot (scripts/plot.py, /usr/bin/python3)
+  pybind11-dev python3-dev  # the Python module (build/python/hexisim)
+  python3-pandas python3-pytest  # its DataFrames and tests (/usr/bin/python3)
   iproute2 iptables libnetfilter-queue-dev  # hexisim testbed: namespaces, tc, the NFQUEUE delayer
   util-linux iperf3 iputils-ping            # nsenter/unshare/chrt; hexisim testbed status
 )

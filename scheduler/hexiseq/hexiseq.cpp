@@ -1161,6 +1161,48 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   return o;
 }
 
+Json HexiSeqResult::to_json(const std::string& scheduler) const {
+  const HexiSeqResult& r = *this;
+  Json memory = Json::array();
+  for (const auto& m : r.time.memory) {
+    memory.push_back({{"device", m.device},
+                      {"total_gib", m.total() / kGiB},
+                      {"capacity_gib", m.capacity / kGiB}});
+  }
+  Json devices = Json::array();
+  for (const auto& d : r.time.layer.devices) {
+    devices.push_back({{"device", d.device},
+                       {"group", d.group},
+                       {"rank", d.rank},
+                       {"token_wise_s", d.token_wise_s},
+                       {"ulysses_s", d.ulysses_s},
+                       {"ring_s", d.ring_s},
+                       {"attention_s", d.attention_s}});
+  }
+  Json out = {{"scheduler", scheduler},
+              {"grouping", r.grouping},
+              {"iteration_time_s", r.time.iteration_s},
+              {"sequence_s", r.time.sequence_s},
+              {"layer_s", r.time.layer.time_s},
+              {"sync_s", r.time.sync_s},
+              {"optimizer_s", r.time.optimizer_s},
+              {"tokens_per_s", r.time.tokens_per_s},
+              {"fits", r.time.fits},
+              {"search_time_s", r.search_time_s},
+              {"candidates", r.candidates},
+              {"solves", r.solves},
+              {"budget_exhausted", r.budget_exhausted},
+              {"devices", devices},
+              {"memory", memory},
+              {"sequence", hexi::to_json(r.layout)}};
+  if (r.zero_stage >= 0) out["zero_stage"] = r.zero_stage;
+  if (r.proven) {
+    out["proven"] = *r.proven;
+    out["gap"] = r.exact_gap;
+  }
+  return out;
+}
+
 TrainingConfig training_of(const TrainingConfig& training, const HexiSeqResult& result) {
   TrainingConfig t = training;
   if (result.zero_stage >= 0) t.zero_stage = result.zero_stage;

@@ -122,6 +122,10 @@ struct HexiSeqResult {
   std::optional<bool> proven = std::nullopt;
   double exact_gap = 0;  // hexiseq-exact: the largest relative gap of a program not proven
   int zero_stage = -1;   // the ZeRO stage `time` was scored under; -1: the training config's
+
+  // What `hexisim seq --json` prints of it, as `scheduler`'s: times, fit, search account,
+  // per-device layer times and memory, the layout.
+  Json to_json(const std::string& scheduler) const;
 };
 
 // The training config a result was scored under (its ZeRO stage).

@@ -18,6 +18,8 @@ struct PlanFile {
   int num_devices() const { return plan ? plan->num_devices() : layout->num_devices(); }
 };
 Result<PlanFile> read_plan_file(const std::string& path);
+// The same of a JSON document (errors naming `origin`).
+Result<PlanFile> plan_file_from_json(const Json& doc, const std::string& origin);
 
 }  // namespace plan
 }  // namespace hexi
