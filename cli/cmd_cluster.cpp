@@ -95,8 +95,8 @@ void print_cluster(const Cluster& c) {
     const Machine& m = c.machines()[i];
     mt.add({m.name, c.gpu_types()[m.gpu_type].name, std::to_string(m.num_gpus),
             std::to_string(m.first_device) + "-" + std::to_string(m.first_device + m.num_gpus - 1),
-            std::string(to_string(m.intra_kind)), fmt(m.intra_Bps / 1e9, 1),
-            fmt(m.nic_Bps / 1e9, 1), c.leaves()[m.leaf].name});
+            std::string(to_string(m.intra_kind)), format("%.4g", m.intra_Bps / 1e9),
+            format("%.4g", m.nic_Bps / 1e9), c.leaves()[m.leaf].name});
   }
   mt.print(std::cout);
   if (shown < c.machines().size())

@@ -36,8 +36,8 @@ void print_flop_figures(const Scenario& sc, double mfu, const FlopFigures& f, in
          of_peak(f.model_tflops_per_gpu), fmt(f.model_tflops_per_gpu, 1)});
   t.add({"HFU (hardware FLOPs, recompute included)", of_peak(f.hardware_tflops_per_gpu),
          fmt(f.hardware_tflops_per_gpu, 1)});
-  t.add({"Megatron-LM formula, full recompute convention", of_peak(f.megatron_tflops_per_gpu),
-         fmt(f.megatron_tflops_per_gpu, 1)});
+  t.add({"Megatron-LM formula, not MFU (full recompute counted)",
+         of_peak(f.megatron_tflops_per_gpu), fmt(f.megatron_tflops_per_gpu, 1)});
   out << "\n";
   t.print(out);
   out << "  MFU counts " << f.mfu_convention

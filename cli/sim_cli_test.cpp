@@ -205,7 +205,7 @@ TEST(SimCli, ReportsTheFlopConventions) {
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* row :
        {"MFU (model FLOPs, causal attention halved)", "HFU (hardware FLOPs, recompute included)",
-        "Megatron-LM formula, full recompute convention", "the 8 GPUs used"}) {
+        "Megatron-LM formula, not MFU (full recompute counted)", "the 8 GPUs used"}) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
   }
   json j = parse(run_cli("simulate " + scenario + " --json"));
