@@ -162,6 +162,31 @@ TEST(CliSeq, CompareRunsEveryBaselineAndHexiSeqIsNeverSlower) {
   std::filesystem::remove_all(dir);
 }
 
+// --exact-budget 0 skips the exact search inside --compare, and says so in its row; each
+// scheduler's time is on stderr; the flag alone is bad input.
+TEST(CliSeq, CompareCanSkipTheExactSearchAndTimesEachScheduler) {
+  auto dir = scratch_dir("seq-compare-skip");
+  const auto sc = dir / "s.json";
+  write_text(sc, kScenario);
+  auto r = run_cli("seq " + sc.string() + " --compare --json --exact-budget 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  bool skipped = false;
+  const json j = json::parse(r.out);
+  for (const auto& s : j["schedulers"]) {
+    if (s["scheduler"] == "hexiseq-exact") {
+      skipped = s.value("error", "") == "skipped: --exact-budget 0";
+    }
+  }
+  EXPECT_TRUE(skipped) << r.out;
+  EXPECT_NE(r.err.find("hexisim: seq: ring: "), std::string::npos) << r.err;
+  auto alone = run_cli("seq " + sc.string() + " --exact-budget 5");
+  EXPECT_EQ(alone.code, 2);
+  EXPECT_NE(alone.err.find("--exact-budget bounds hexiseq-exact inside --compare"),
+            std::string::npos)
+      << alone.err;
+  std::filesystem::remove_all(dir);
+}
+
 // A budget that runs out inside CBC's search: with a MIP start, CBC 2.10's preprocessing
 // crashed when its time limit struck (every budget of 0.2-1.5 s here, and CI's --compare
 // once). The cut-short search still answers with a fitting layout and says it was cut.
