@@ -76,6 +76,17 @@ void print_header(const AdviseRequest& r, const AdviseResult& res, std::ostream&
       << " scheduler runs\n\n";
 }
 
+// "$203,000 (x0.72)": the added machines' price at break-even; "-" without one.
+std::string break_even_text(const AdviseRequest& r, const Point& p) {
+  if (!p.break_even) return "-";
+  const CostTable t = cost_table(r);
+  double priced = 0;
+  for (std::size_t i = 0; i < p.buy.size() && i < t.per_machine.size(); ++i) {
+    priced += cost_axis(r.budget.pricing, p.buy[i] * t.per_machine[i]);
+  }
+  return money(*p.break_even * priced) + " (x" + fmt(*p.break_even, 2) + ")";
+}
+
 void print_front(const AdviseRequest& r, const AdviseResult& res, std::ostream& out) {
   if (res.front.empty()) {
     out << "no candidate mix has a plan: raise the budget or the max_machines\n";
@@ -91,7 +102,9 @@ void print_front(const AdviseRequest& r, const AdviseResult& res, std::ostream& 
   if (purchase) head.push_back("$/h");
   head.push_back("tokens/s");
   if (simulated) head.push_back("simulated");
-  for (const char* h : {"$/M tokens", "J/token", "days to train", "plan"}) head.push_back(h);
+  for (const char* h : {"$/M tokens", "break-even", "J/token", "days to train", "plan"}) {
+    head.push_back(h);
+  }
   Table t(head);
   for (int i : res.front) {
     const Point& p = res.evaluated[i];
@@ -103,6 +116,7 @@ void print_front(const AdviseRequest& r, const AdviseResult& res, std::ostream& 
     if (simulated)
       row.push_back(p.simulated_tokens_per_s ? grouped(*p.simulated_tokens_per_s) : "-");
     row.push_back(fmt(m.usd_per_m_tokens, 3));
+    row.push_back(break_even_text(r, p));
     row.push_back(fmt(m.joules_per_token, 3));
     row.push_back(m.days_to_train ? fmt(*m.days_to_train, 1) : "-");
     row.push_back(p.plan.summary);
@@ -114,7 +128,11 @@ void print_front(const AdviseRequest& r, const AdviseResult& res, std::ostream& 
                          " years + energy of every machine"
                    : "rent (power included) + energy of owned machines")
       << "; J/token at the wall (GPUs at TDP, hosts, PUE " << fmt(r.prices.pue.value, 2) << ")"
-      << (simulated ? "; simulated: SimGrid, stage fidelity" : "") << "\n";
+      << (simulated ? "; simulated: SimGrid, stage fidelity" : "") << "\n"
+      << "  break-even: what the machines added would have to cost for the mix to match the "
+         "winner's $/M tokens (the lowest of the mixes that buy and reach the target; x: of "
+         "today's "
+      << (purchase ? "prices" : "rents") << ")\n";
   if (r.workload.tokens_per_s) {
     if (res.cheapest_meeting_target) {
       const Point& p = res.evaluated[*res.cheapest_meeting_target];
@@ -143,7 +161,7 @@ void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostrea
   out << "\n";
   Table t({"add", purchase ? "+capex" : "+$/h", "tokens/s", "+tokens/s",
            purchase ? "+tokens/s per $1M" : "+tokens/s per $/h", "$/M tokens", "J/token",
-           "days to train", "within limits"});
+           "break-even", "days to train", "within limits"});
   for (const MarginalRow& m : res.marginal) {
     const Point& p = m.point;
     const double per = purchase ? 1e6 : 1.0;
@@ -152,7 +170,7 @@ void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostrea
            p.plan.ok ? (m.delta_tokens_per_s >= 0 ? "+" : "") + grouped(m.delta_tokens_per_s) : "-",
            p.plan.ok && m.delta_cost > 0 ? grouped(m.delta_tokens_per_s / m.delta_cost * per) : "-",
            p.plan.ok ? fmt(p.metrics.usd_per_m_tokens, 3) : "-",
-           p.plan.ok ? fmt(p.metrics.joules_per_token, 3) : "-",
+           p.plan.ok ? fmt(p.metrics.joules_per_token, 3) : "-", break_even_text(r, p),
            p.plan.ok && p.metrics.days_to_train ? fmt(*p.metrics.days_to_train, 1) : "-",
            p.candidate ? "yes" : "no"});
   }

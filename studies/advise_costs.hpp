@@ -54,5 +54,13 @@ struct PointMetrics {
 // The metrics of a mix that trains at `tokens_per_s` (> 0).
 PointMetrics point_metrics(const MixCost& cost, double tokens_per_s, const Workload& workload);
 
+// Break-even: the factor on the prices of the machines a mix buys (or rents) at which, training
+// at `tokens_per_s`, its $/M tokens would equal `usd_per_m_tokens` (energy and owned machines
+// as they are): 1 matches it already, 0.8 needs the machines 20 % cheaper, above 1 has room.
+// None when the mix buys nothing, or when free machines would still cost more per token.
+std::optional<double> break_even_factor(const AdviseRequest& r, const CostTable& t,
+                                        const std::vector<int>& buy, double tokens_per_s,
+                                        double usd_per_m_tokens);
+
 }  // namespace studies
 }  // namespace hexi

@@ -589,6 +589,22 @@ void Search::front_and_simulations() {
       p.simulation_note = sim.error().message;
     }
   }
+  // Break-even against the winner: the lowest $/M tokens of the front points that buy something
+  // (what is owned alone is paid for) and reach the target, if there is one.
+  double lowest = 0;
+  for (int i : res_.front) {
+    const Point& p = ev[i];
+    const bool buys = std::any_of(p.buy.begin(), p.buy.end(), [](int n) { return n > 0; });
+    if (!buys || (p.metrics.meets_target && !*p.metrics.meets_target)) continue;
+    if (lowest == 0 || p.metrics.usd_per_m_tokens < lowest) lowest = p.metrics.usd_per_m_tokens;
+  }
+  auto break_even = [&](Point& p) {
+    if (p.plan.ok && lowest > 0) {
+      p.break_even = break_even_factor(r_, table_, p.buy, p.plan.tokens_per_s, lowest);
+    }
+  };
+  for (int i : res_.front) break_even(ev[i]);
+  for (MarginalRow& m : res_.marginal) break_even(m.point);
   for (int i : res_.front) {
     Point& p = ev[i];
     if (!p.simulated_tokens_per_s && p.simulation_note.empty()) {

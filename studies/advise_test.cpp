@@ -108,6 +108,35 @@ TEST(AdviseCosts, CloudByHand) {
   EXPECT_FALSE(point_metrics(c, 500, r.workload).days_to_train.has_value());
 }
 
+// Break-even, by hand. Purchase (the H100 machine above: 5.732375 $/h written off + 0.915 $/h
+// of energy, the owned A100 0.555 $/h): at 10 000 tokens/s, to cost 0.1 $/M tokens the mix
+// may spend 3.6 $/h, of which 1.47 is energy, so the machine may cost (3.6 - 1.47) / 5.732375
+// of its price. Cloud (two rented H100 machines, 32 $/h, the owned A100's energy 0.555 $/h): at
+// 1 000 tokens/s and 5 $/M tokens, 18 $/h: (18 - 0.555) / 32. Nothing bought, or a target
+// below the energy alone: none.
+TEST(AdviseCosts, BreakEvenByHand) {
+  const AdviseRequest buy = request(R"(
+    "workload": {"tokens": 1e9}, "budget": {"capex_usd": 1e6},
+    "buy": [{"gpu": "H100", "max_machines": 2}],
+    "owned": [{"gpu": "A100", "machines": 1}])");
+  const CostTable t = cost_table(buy);
+  const auto f = break_even_factor(buy, t, {1, 0}, 10000, 0.1);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_NEAR(*f, (3.6 - 1.47) / (201000.0 / (4 * 8766.0)), 1e-12);
+  // At the mix's own $/M tokens the factor is 1.
+  const double own = point_metrics(t.of({1, 0}), 10000, buy.workload).usd_per_m_tokens;
+  EXPECT_NEAR(*break_even_factor(buy, t, {1, 0}, 10000, own), 1.0, 1e-12);
+  EXPECT_FALSE(break_even_factor(buy, t, {0, 0}, 10000, 0.1).has_value());
+  EXPECT_FALSE(break_even_factor(buy, t, {1, 0}, 10000, 0.04).has_value());  // 1.44 < 1.47 $/h
+  const AdviseRequest rent = request(R"(
+    "workload": {"tokens_per_s": 1000}, "budget": {"usd_per_hour": 100},
+    "buy": [{"gpu": "H100", "max_machines": 2}],
+    "owned": [{"gpu": "A100", "machines": 1}])");
+  const auto g = break_even_factor(rent, cost_table(rent), {2, 0}, 1000, 5);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_NEAR(*g, (18 - 0.555) / 32, 1e-12);
+}
+
 // The bound with a constant device model: every GEMM at 0.5 of peak, attention at 0.4, so
 // best_efficiency is 0.5 and one GPU adds peak x 0.5 / F per token; F counts forward and
 // backward of GEMMs and attention without recompute: 3x the model's forward FLOPs.
