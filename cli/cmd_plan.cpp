@@ -138,6 +138,17 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
     std::cout << "(--explain shows every stage)\n";
   }
   if (opt.out.empty()) std::cout << "(--out FILE saves the plan)\n";
+  Answer a{r.estimate.iteration_time_s,
+           r.estimate.tokens_per_s,
+           r.estimate.mfu,
+           std::nullopt,
+           static_cast<int>(r.estimate.devices.size()),
+           r.scheduler + "'s"};
+  if (!r.verified.empty()) {
+    a.simulated_tokens_per_s = r.verified[r.verified_chosen].simulated_tokens_per_s;
+  }
+  if (!opt.out.empty()) a.source += ", written to " + opt.out;
+  print_answer(sc, a, std::cout);
 }
 
 int run_plan(const PlanOptions& opt) {

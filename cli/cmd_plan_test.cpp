@@ -121,6 +121,13 @@ TEST(CliPlan, ExplainShowsEveryPipeline) {
   for (const char* text : {"pipeline 0", "TP", "layers", "free GiB", "batch"}) {
     EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
   }
+  // The answer is the last line: time, tokens/s, MFU and its convention, GPUs, the plan.
+  const std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+  EXPECT_EQ(last.rfind("answer: ", 0), 0u) << last;
+  for (const char* text : {" s per iteration, ", " tokens/s", "MFU ", "model FLOPs", " of 16 GPUs",
+                           "plan: uniform's"}) {
+    EXPECT_NE(last.find(text), std::string::npos) << text << "\n" << last;
+  }
 }
 
 // A question without files: the cluster from a mix, the model and batch from flags; the

@@ -172,6 +172,11 @@ void print_summary(const Scenario& sc, const SimReport& r, const Work& w, std::o
   print_stages(r, out);
   out << "\nbusiest links:\n";
   print_links(r, out, 8);
+  out << "\n";
+  print_answer(sc,
+               {r.iteration_time_s, r.tokens_per_s, r.mfu, std::nullopt, r.devices_used,
+                w.source.description() + ", simulated at " + r.fidelity + " fidelity"},
+               out);
 }
 
 // The plan to simulate, by priority: --plan; a search with --scheduler; the scenario's

@@ -6,8 +6,18 @@
 #include <ostream>
 
 #include "cli/common.hpp"
+#include "scheduler/cost/flop_figures.hpp"
+#include "topologies/text.hpp"
 
 namespace hexi::cli {
+
+void print_answer(const Scenario& sc, const Answer& a, std::ostream& out) {
+  out << "answer: " << fmt(a.iteration_s, 3) << " s per iteration, " << grouped(a.tokens_per_s)
+      << " tokens/s";
+  if (a.simulated_tokens_per_s) out << " (" << grouped(*a.simulated_tokens_per_s) << " simulated)";
+  out << ", MFU " << fmt(100 * a.mfu, 1) << " % (" << mfu_convention(sc.training) << "), "
+      << a.gpus_used << " of " << sc.cluster.num_devices() << " GPUs; plan: " << a.source << "\n";
+}
 
 void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostream& out) {
   out << "scenario " << sc.name << ": " << sc.model.name << " on " << sc.cluster.name() << " ("

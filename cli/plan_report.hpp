@@ -2,6 +2,8 @@
 // Readable reports of a plan and its closed-form estimate (estimate, plan --explain).
 
 #include <iosfwd>
+#include <optional>
+#include <string>
 
 #include "scenarios/scenario.hpp"
 #include "scheduler/estimate/estimate.hpp"
@@ -12,6 +14,16 @@ namespace hexi::cli {
 
 // Headline: iteration time, tokens/s, MFU, PFLOP/s, feasibility and problems.
 void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostream& out);
+
+// The answer in one line, the last a command prints: "answer: 13.494 s per iteration, 38,855
+// tokens/s (38,639 simulated), MFU 41.8 % (model FLOPs, ...), 31 of 32 GPUs; plan: SOURCE".
+struct Answer {
+  double iteration_s = 0, tokens_per_s = 0, mfu = 0;
+  std::optional<double> simulated_tokens_per_s;  // beside a closed form
+  int gpus_used = 0;
+  std::string source;  // what the plan is and who made it
+};
+void print_answer(const Scenario& sc, const Answer& a, std::ostream& out);
 // MFU, HFU and TFLOP/s per GPU in the conventions users compare against
 // (flop_figures.hpp), one row each, and what they count.
 void print_flop_figures(const Scenario& sc, double mfu, const FlopFigures& f, int gpus_used,
