@@ -12,6 +12,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "scenarios/question.hpp"
@@ -58,15 +59,22 @@ Scenario scenario_of(const std::string& spec, const std::string& spec_json,
   ScenarioQuestion q;
   q.base = spec;
   const Json parts = parse(parts_json, "the keyword arguments");
-  auto text = [&](const char* key, std::string& into) {
-    if (parts.contains(key)) into = parts[key].get<std::string>();
+  // A part's value of the expected JSON type, or ValueError naming the keyword.
+  auto get = [&](const char* key, auto& into, const char* expected) {
+    if (!parts.contains(key)) return;
+    using T = std::remove_reference_t<decltype(into)>;
+    const Json& v = parts[key];
+    const bool ok = std::is_same_v<T, std::string> ? v.is_string() : v.is_number();
+    if (!ok)
+      throw py::value_error(std::string(key) + "=: expected " + expected + ", got " + v.dump());
+    into = v.get<typename std::conditional_t<std::is_same_v<T, std::string>, std::string,
+                                             typename T::value_type>>();
   };
-  auto integer = [&](const char* key, std::optional<int>& into) {
-    if (parts.contains(key)) into = parts[key].get<int>();
-  };
+  auto text = [&](const char* key, std::string& into) { get(key, into, "a string"); };
+  auto integer = [&](const char* key, std::optional<int>& into) { get(key, into, "a number"); };
   text("mix", q.mix);
   text("cluster", q.cluster);
-  if (parts.contains("nic_GBps")) q.nic_GBps = parts["nic_GBps"].get<double>();
+  get("nic_GBps", q.nic_GBps, "a number");
   integer("nics", q.nics_per_machine);
   text("transport", q.transport);
   text("model", q.model);
@@ -91,7 +99,7 @@ Scenario scenario_of(const std::string& spec, const std::string& spec_json,
   return value_or_raise(scenario_from_json(asked.json, origin, catalogs().gpus, catalogs().models));
 }
 
-// The scenario's JSON as the parts made it (what a CLI --save-scenario writes).
+// What a scenario resolves to: name, cluster, GPUs, model, training config, scheduler, seed.
 std::string py_scenario_json(const std::string& spec, const std::string& spec_json,
                              const std::string& parts_json) {
   const Scenario sc = scenario_of(spec, spec_json, parts_json);

@@ -74,6 +74,8 @@ def test_a_sweep_as_a_dataframe(tmp_path):
 def test_bad_input_raises_value_error_with_the_message():
     with pytest.raises(ValueError, match="--model"):
         hexisim.plan(mix="A100:1x8")
+    with pytest.raises(ValueError, match="global_batch=: expected a number"):
+        hexisim.plan(mix="A100:1x8", model="llama2-7b", global_batch="many")
     with pytest.raises(ValueError, match="unknown scenario part"):
         hexisim.plan(mix="A100:1x8", model="llama2-7b", batch=3)
     with pytest.raises(ValueError, match="unknown scenario"):
