@@ -66,12 +66,7 @@ std::string flag_message(const std::string& message, const std::string& origin,
 
 Result<Scenario> load_scenario_flags(const ScenarioFlags& flags) {
   const ScenarioQuestion& q = flags.question;
-  if (!q.any_part() && flags.save.empty()) {
-    if (q.base.empty()) {
-      return bad_input(
-          "no scenario: give a SCENARIO (a file or a shipped name), or --mix (or --cluster) and "
-          "--model to ask without one");
-    }
+  if (!q.any_part() && flags.save.empty() && !q.base.empty()) {
     return load_scenario_arg(q.base, flags.profile);
   }
   auto catalogs = load_shipped_catalogs();

@@ -24,7 +24,7 @@ std::vector<std::string> network_flags(const ScenarioQuestion& q) {
   return out;
 }
 
-// What the question says of a scenario's name: its cluster, model and sequence.
+// The name of a scenario asked without a base: its cluster's and its model's.
 std::string asked_name(const ScenarioQuestion& q, const Json& json) {
   std::string cluster = q.cluster;
   if (json.contains("cluster") && json["cluster"].is_object()) {
