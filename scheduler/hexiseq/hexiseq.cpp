@@ -1122,18 +1122,16 @@ void descend_by_type(Search& search, const Cluster& cluster, const std::vector<i
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   node.require_object();
   static constexpr std::string_view kKeys[] = {
-      "solver",       "time_budget_s",  "rounds",
-      "block_tokens", "split_kv_heads", "exhaustive_limit",
-      "screen",       "largest_merge",  "solver_time_limit_s",
-      "mip_gap",      "mip_node_limit", "idle_slow_types",
-      "lp_screen",    "zero_stages"};
+      "solver",          "time_budget_s",  "rounds",
+      "block_tokens",    "split_kv_heads", "exhaustive_limit",
+      "screen",          "largest_merge",  "solver_time_limit_s",
+      "mip_gap",         "mip_node_limit", "mip_node_limit_gap",
+      "idle_slow_types", "lp_screen",      "zero_stages"};
   for (const auto& [key, value] : node.json().items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
-    node.at(key).fail_message("unknown HexiSeq option \"" + key +
-                              "\" (known: solver, time_budget_s, rounds, block_tokens, "
-                              "split_kv_heads, exhaustive_limit, screen, largest_merge, "
-                              "solver_time_limit_s, mip_gap, mip_node_limit, mip_node_limit_gap, "
-                              "idle_slow_types, lp_screen, zero_stages)");
+    std::string known;
+    for (std::string_view k : kKeys) known += (known.empty() ? "" : ", ") + std::string(k);
+    node.at(key).fail_message("unknown HexiSeq option \"" + key + "\" (known: " + known + ")");
   }
   if (auto solver = node.find("solver")) {
     auto backend = kBackendNames.parse(solver->str());

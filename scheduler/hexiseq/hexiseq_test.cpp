@@ -237,6 +237,22 @@ TEST(HexiSeqSearch, OptionsNameTheSolversAndTheScreen) {
   EXPECT_EQ(o.mip_gap, 0);
   const Json bad = {{"mip_gap", 0.9}};
   EXPECT_THROW(read_hexiseq_options(JsonNode(bad, "<test options>")), InputError);
+  // Every option the error lists is read (mip_node_limit_gap once was listed but refused).
+  const Json nodes = {{"mip_node_limit", 50}, {"mip_node_limit_gap", 0.05}};
+  const HexiSeqOptions n = read_hexiseq_options(JsonNode(nodes, "<test options>"));
+  EXPECT_EQ(n.mip_node_limit, 50);
+  EXPECT_EQ(n.mip_node_limit_gap, 0.05);
+  try {
+    read_hexiseq_options(JsonNode(Json{{"mip_node_limits", 1}}, "<test options>"));
+    ADD_FAILURE() << "an unknown option was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown HexiSeq option \"mip_node_limits\" (known: "
+                                         "solver, time_budget_s, rounds, "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("mip_node_limit_gap, idle_slow_types"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HexiSeqSearch, BadInput) {
