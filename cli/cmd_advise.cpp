@@ -77,14 +77,9 @@ void print_header(const AdviseRequest& r, const AdviseResult& res, std::ostream&
 }
 
 // "$203,000 (x0.72)": the added machines' price at break-even; "-" without one.
-std::string break_even_text(const AdviseRequest& r, const Point& p) {
+std::string break_even_text(const Point& p) {
   if (!p.break_even) return "-";
-  const CostTable t = cost_table(r);
-  double priced = 0;
-  for (std::size_t i = 0; i < p.buy.size() && i < t.per_machine.size(); ++i) {
-    priced += cost_axis(r.budget.pricing, p.buy[i] * t.per_machine[i]);
-  }
-  return money(*p.break_even * priced) + " (x" + fmt(*p.break_even, 2) + ")";
+  return money(p.break_even->cost) + " (x" + fmt(p.break_even->factor, 2) + ")";
 }
 
 void print_front(const AdviseRequest& r, const AdviseResult& res, std::ostream& out) {
@@ -116,7 +111,7 @@ void print_front(const AdviseRequest& r, const AdviseResult& res, std::ostream& 
     if (simulated)
       row.push_back(p.simulated_tokens_per_s ? grouped(*p.simulated_tokens_per_s) : "-");
     row.push_back(fmt(m.usd_per_m_tokens, 3));
-    row.push_back(break_even_text(r, p));
+    row.push_back(break_even_text(p));
     row.push_back(fmt(m.joules_per_token, 3));
     row.push_back(m.days_to_train ? fmt(*m.days_to_train, 1) : "-");
     row.push_back(p.plan.summary);
@@ -170,7 +165,7 @@ void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostrea
            p.plan.ok ? (m.delta_tokens_per_s >= 0 ? "+" : "") + grouped(m.delta_tokens_per_s) : "-",
            p.plan.ok && m.delta_cost > 0 ? grouped(m.delta_tokens_per_s / m.delta_cost * per) : "-",
            p.plan.ok ? fmt(p.metrics.usd_per_m_tokens, 3) : "-",
-           p.plan.ok ? fmt(p.metrics.joules_per_token, 3) : "-", break_even_text(r, p),
+           p.plan.ok ? fmt(p.metrics.joules_per_token, 3) : "-", break_even_text(p),
            p.plan.ok && p.metrics.days_to_train ? fmt(*p.metrics.days_to_train, 1) : "-",
            p.candidate ? "yes" : "no"});
   }

@@ -54,11 +54,11 @@ PointMetrics point_metrics(const MixCost& cost, double tokens_per_s, const Workl
   return m;
 }
 
-std::optional<double> break_even_factor(const AdviseRequest& r, const CostTable& t,
-                                        const std::vector<int>& buy, double tokens_per_s,
-                                        double usd_per_m_tokens) {
-  // $/h split into what scales with the machines' prices and what does not.
-  double priced = 0, fixed = t.owned.usd_per_hour;
+std::optional<BreakEven> break_even(const AdviseRequest& r, const CostTable& t,
+                                    const std::vector<int>& buy, double tokens_per_s,
+                                    double usd_per_m_tokens) {
+  // $/h split into what scales with the machines' prices and what does not; their cost.
+  double priced = 0, fixed = t.owned.usd_per_hour, axis = 0;
   for (std::size_t i = 0; i < buy.size() && i < t.per_machine.size(); ++i) {
     if (buy[i] == 0) continue;
     const MixCost m = buy[i] * t.per_machine[i];
@@ -66,11 +66,13 @@ std::optional<double> break_even_factor(const AdviseRequest& r, const CostTable&
         r.budget.pricing == Pricing::kPurchase ? r.prices.energy_usd_per_hour(m.watts) : 0.0;
     priced += m.usd_per_hour - energy;
     fixed += energy;
+    axis += cost_axis(r.budget.pricing, m);
   }
   if (priced <= 0 || tokens_per_s <= 0) return std::nullopt;
   const double affordable = usd_per_m_tokens * tokens_per_s * 3600.0 / 1e6;  // $/h
   if (affordable <= fixed) return std::nullopt;
-  return (affordable - fixed) / priced;
+  const double factor = (affordable - fixed) / priced;
+  return BreakEven{factor, factor * axis};
 }
 
 }  // namespace studies

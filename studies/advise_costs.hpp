@@ -56,11 +56,16 @@ PointMetrics point_metrics(const MixCost& cost, double tokens_per_s, const Workl
 
 // Break-even: the factor on the prices of the machines a mix buys (or rents) at which, training
 // at `tokens_per_s`, its $/M tokens would equal `usd_per_m_tokens` (energy and owned machines
-// as they are): 1 matches it already, 0.8 needs the machines 20 % cheaper, above 1 has room.
+// as they are): 1 matches it already, 0.8 needs the machines 20 % cheaper, above 1 has room;
+// and what those machines would then cost on the cost axis (capex, or their rent in $/h).
 // None when the mix buys nothing, or when free machines would still cost more per token.
-std::optional<double> break_even_factor(const AdviseRequest& r, const CostTable& t,
-                                        const std::vector<int>& buy, double tokens_per_s,
-                                        double usd_per_m_tokens);
+struct BreakEven {
+  double factor = 0;
+  double cost = 0;
+};
+std::optional<BreakEven> break_even(const AdviseRequest& r, const CostTable& t,
+                                    const std::vector<int>& buy, double tokens_per_s,
+                                    double usd_per_m_tokens);
 
 }  // namespace studies
 }  // namespace hexi

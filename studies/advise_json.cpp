@@ -47,7 +47,7 @@ Json point_json(const AdviseRequest& r, const Point& p) {
   j["days_to_train"] = optional(p.metrics.days_to_train);
   j["cost_to_train_usd"] = optional(p.metrics.cost_to_train_usd);
   j["meets_target"] = optional(p.metrics.meets_target);
-  if (p.break_even) j["break_even_price_factor"] = *p.break_even;
+  if (p.break_even) j["break_even_price_factor"] = p.break_even->factor;
   j["plan_summary"] = p.plan.summary;
   j["plan_groups"] = p.plan.groups;
   if (p.simulated_tokens_per_s) {

@@ -600,7 +600,7 @@ void Search::front_and_simulations() {
   }
   auto break_even = [&](Point& p) {
     if (p.plan.ok && lowest > 0) {
-      p.break_even = break_even_factor(r_, table_, p.buy, p.plan.tokens_per_s, lowest);
+      p.break_even = studies::break_even(r_, table_, p.buy, p.plan.tokens_per_s, lowest);
     }
   };
   for (int i : res_.front) break_even(ev[i]);

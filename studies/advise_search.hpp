@@ -63,9 +63,9 @@ struct Point {
   std::optional<double> simulated_tokens_per_s;
   std::string simulation_note;  // why not simulated
   Json plan_json;               // front points only
-  // Front points and marginal rows: break_even_factor against the winner's $/M tokens (the
-  // lowest of the front points that buy something and reach the target, if any).
-  std::optional<double> break_even;
+  // Front points and marginal rows: break_even against the winner's $/M tokens (the lowest of
+  // the front points that buy something and reach the target, if any).
+  std::optional<BreakEven> break_even;
 };
 
 struct MarginalRow {

@@ -120,21 +120,23 @@ TEST(AdviseCosts, BreakEvenByHand) {
     "buy": [{"gpu": "H100", "max_machines": 2}],
     "owned": [{"gpu": "A100", "machines": 1}])");
   const CostTable t = cost_table(buy);
-  const auto f = break_even_factor(buy, t, {1, 0}, 10000, 0.1);
+  const auto f = break_even(buy, t, {1, 0}, 10000, 0.1);
   ASSERT_TRUE(f.has_value());
-  EXPECT_NEAR(*f, (3.6 - 1.47) / (201000.0 / (4 * 8766.0)), 1e-12);
+  EXPECT_NEAR(f->factor, (3.6 - 1.47) / (201000.0 / (4 * 8766.0)), 1e-12);
+  EXPECT_NEAR(f->cost, f->factor * 201000, 1e-6);  // the machine's capex at break-even
   // At the mix's own $/M tokens the factor is 1.
   const double own = point_metrics(t.of({1, 0}), 10000, buy.workload).usd_per_m_tokens;
-  EXPECT_NEAR(*break_even_factor(buy, t, {1, 0}, 10000, own), 1.0, 1e-12);
-  EXPECT_FALSE(break_even_factor(buy, t, {0, 0}, 10000, 0.1).has_value());
-  EXPECT_FALSE(break_even_factor(buy, t, {1, 0}, 10000, 0.04).has_value());  // 1.44 < 1.47 $/h
+  EXPECT_NEAR(break_even(buy, t, {1, 0}, 10000, own)->factor, 1.0, 1e-12);
+  EXPECT_FALSE(break_even(buy, t, {0, 0}, 10000, 0.1).has_value());
+  EXPECT_FALSE(break_even(buy, t, {1, 0}, 10000, 0.04).has_value());  // 1.44 < 1.47 $/h
   const AdviseRequest rent = request(R"(
     "workload": {"tokens_per_s": 1000}, "budget": {"usd_per_hour": 100},
     "buy": [{"gpu": "H100", "max_machines": 2}],
     "owned": [{"gpu": "A100", "machines": 1}])");
-  const auto g = break_even_factor(rent, cost_table(rent), {2, 0}, 1000, 5);
+  const auto g = break_even(rent, cost_table(rent), {2, 0}, 1000, 5);
   ASSERT_TRUE(g.has_value());
-  EXPECT_NEAR(*g, (18 - 0.555) / 32, 1e-12);
+  EXPECT_NEAR(g->factor, (18 - 0.555) / 32, 1e-12);
+  EXPECT_NEAR(g->cost, g->factor * 32, 1e-12);  // the rent in $/h at break-even
 }
 
 // The bound with a constant device model: every GEMM at 0.5 of peak, attention at 0.4, so
