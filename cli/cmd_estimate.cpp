@@ -36,13 +36,11 @@ int run_estimate(const EstimateOptions& opt) {
   } else {
     print_estimate_summary(*sc, est, std::cout);
     print_plan_table(*sc, *plan, est, std::cout);
-    const std::string file =
-        !opt.plan.empty() ? opt.plan : (sc->plan ? sc->plan->lexically_normal().string() : "");
-    print_answer(
-        *sc,
-        {est.iteration_time_s, est.tokens_per_s, est.mfu, std::nullopt,
-         static_cast<int>(est.devices.size()), file + " (" + plan->scheduler + "), closed form"},
-        std::cout);
+    print_answer(*sc,
+                 {est.iteration_time_s, est.tokens_per_s, est.mfu, std::nullopt,
+                  static_cast<int>(est.devices.size()),
+                  plan_file_text(*sc, opt.plan) + " (" + plan->scheduler + "), closed form"},
+                 std::cout);
   }
   return 0;
 }

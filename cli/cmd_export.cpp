@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/plan_report.hpp"
 #include "studies/megatron.hpp"
 
 namespace hexi::cli {
@@ -72,11 +73,8 @@ int run_export(const ExportOptions& opt) {
   }
   auto plan = load_checked_plan(*sc, opt.plan);
   if (!plan) return report(plan.error());
-  const std::string plan_ref =
-      !opt.plan.empty() ? opt.plan
-                        : (sc->plan ? sc->plan->lexically_normal().string() : std::string("PLAN"));
-  const MegatronExport e =
-      export_megatron(*sc, *plan, scenario_command_text(opt.scenario), plan_ref);
+  const MegatronExport e = export_megatron(*sc, *plan, scenario_command_text(opt.scenario),
+                                           plan_file_text(*sc, opt.plan));
   if (!opt.out.empty()) {
     if (auto st = write_file(opt.out, launch_script(e)); !st) return report(st.error());
   }

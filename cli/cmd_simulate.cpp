@@ -191,7 +191,7 @@ Result<Plan> plan_for(const Scenario& sc, const SimulateOptions& opt, PlanSource
     source = PlanSource::of_file(PlanOrigin::kPlanFile, opt.plan);
     return load_checked_plan(sc, opt.plan);
   }
-  const std::string scenario_plan = sc.plan ? sc.plan->lexically_normal().string() : "";
+  const std::string scenario_plan = plan_file_text(sc, "");
   if (opt.scheduler.empty() && sc.plan) {
     std::cerr << "hexisim: note: simulating the scenario's plan " << scenario_plan
               << " (no search; --scheduler NAME searches one instead)\n";

@@ -122,6 +122,11 @@ void print_search_progress(const SearchProgress& p) {
             << " tokens/s\n";
 }
 
+std::string plan_file_text(const Scenario& sc, const std::string& plan_arg) {
+  if (!plan_arg.empty()) return plan_arg;
+  return sc.plan ? sc.plan->lexically_normal().string() : "";
+}
+
 Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg) {
   std::string path = plan_arg;
   if (path.empty()) {

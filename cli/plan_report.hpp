@@ -37,5 +37,8 @@ void print_search_progress(const SearchProgress& p);
 
 // Loads the plan named by --plan (or the scenario's "plan") and validates it.
 Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg);
+// How a command names the plan it reads: `plan_arg` (--plan), else the scenario's "plan"
+// (normalised), else "".
+std::string plan_file_text(const Scenario& sc, const std::string& plan_arg);
 
 }  // namespace hexi::cli
