@@ -141,6 +141,32 @@ void print_front(const AdviseRequest& r, const AdviseResult& res, std::ostream& 
   }
 }
 
+// A point against the front: "on the front", "dominated by +1 H100-SXM x8", or why no plan.
+std::string verdict_text(const AdviseRequest& r, const Point& p) {
+  if (!p.plan.ok) return "no plan: " + p.plan.error;
+  if (p.on_front) return "on the front";
+  if (p.dominated_by) return "dominated by " + buy_label(r, *p.dominated_by);
+  return "beyond the limits";
+}
+
+// Each machine type that may be bought, alone at the most the limits allow: shown whether or
+// not the search planned it, with what dominates it.
+void print_types_alone(const AdviseRequest& r, const AdviseResult& res, std::ostream& out) {
+  if (res.alone.empty()) return;
+  const bool purchase = r.budget.pricing == Pricing::kPurchase;
+  out << "\nEach type alone (the most machines the budget and max_machines allow)\n";
+  Table t({"added", "GPUs", purchase ? "capex" : "$/h", "tokens/s", "$/M tokens", "break-even",
+           "against the front"});
+  for (const Point& p : res.alone) {
+    t.add({buy_label(r, p.buy), std::to_string(p.gpus),
+           money(purchase ? p.cost.capex_usd : p.cost.usd_per_hour),
+           p.plan.ok ? grouped(p.plan.tokens_per_s) : "-",
+           p.plan.ok ? fmt(p.metrics.usd_per_m_tokens, 3) : "-", break_even_text(p),
+           verdict_text(r, p)});
+  }
+  t.print(out);
+}
+
 void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostream& out) {
   if (res.marginal.empty()) return;
   const bool purchase = r.budget.pricing == Pricing::kPurchase;
@@ -156,7 +182,7 @@ void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostrea
   out << "\n";
   Table t({"add", purchase ? "+capex" : "+$/h", "tokens/s", "+tokens/s",
            purchase ? "+tokens/s per $1M" : "+tokens/s per $/h", "$/M tokens", "J/token",
-           "break-even", "days to train", "within limits"});
+           "break-even", "days to train", "within limits", "against the front"});
   for (const MarginalRow& m : res.marginal) {
     const Point& p = m.point;
     const double per = purchase ? 1e6 : 1.0;
@@ -167,7 +193,7 @@ void print_marginal(const AdviseRequest& r, const AdviseResult& res, std::ostrea
            p.plan.ok ? fmt(p.metrics.usd_per_m_tokens, 3) : "-",
            p.plan.ok ? fmt(p.metrics.joules_per_token, 3) : "-", break_even_text(p),
            p.plan.ok && p.metrics.days_to_train ? fmt(*p.metrics.days_to_train, 1) : "-",
-           p.candidate ? "yes" : "no"});
+           p.candidate ? "yes" : "no", p.plan.ok ? verdict_text(r, p) : "-"});
   }
   t.print(out);
 }
@@ -190,6 +216,7 @@ int run_advise_command(const AdviseOptions& opt) {
   } else {
     print_header(*request, res, std::cout);
     print_front(*request, res, std::cout);
+    print_types_alone(*request, res, std::cout);
     print_marginal(*request, res, std::cout);
   }
   std::cerr << "hexisim: advise: done in "
@@ -220,7 +247,7 @@ void add_advise_command(CLI::App& app, Runner& run) {
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--json", opt->json,
                 "Print one JSON object (request, search, front, cheapest_meeting_target, owned, "
-                "marginal, evaluated)");
+                "marginal, types_alone, evaluated)");
   cmd->callback([&run, opt] { run = [opt] { return run_advise_command(*opt); }; });
 }
 

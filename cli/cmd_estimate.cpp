@@ -1,4 +1,4 @@
-// hexisim estimate SCENARIO --plan FILE: closed-form cost model of a plan.
+// hexisim estimate SCENARIO --plan FILE [--explain] [--json]: closed-form cost model of a plan.
 
 #include <cmath>
 #include <iostream>
@@ -13,6 +13,7 @@ namespace {
 struct EstimateOptions {
   ScenarioFlags scenario;  // SCENARIO, its parts, --profile
   std::string plan;
+  bool explain = false;
   bool json = false;
 };
 
@@ -34,8 +35,12 @@ int run_estimate(const EstimateOptions& opt) {
     out["plan"] = to_json(*plan);
     print_json(out);
   } else {
-    print_estimate_summary(*sc, est, std::cout);
-    print_plan_table(*sc, *plan, est, std::cout);
+    print_estimate_summary(*sc, est, opt.explain, std::cout);
+    if (opt.explain) {
+      print_plan_table(*sc, *plan, est, std::cout);
+    } else {
+      print_plan_outline(*plan, std::cout);
+    }
     print_answer(*sc,
                  {est.iteration_time_s, est.tokens_per_s, est.mfu, std::nullopt,
                   static_cast<int>(est.devices.size()),
@@ -52,6 +57,10 @@ void add_estimate_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("estimate", "Evaluate a plan with the closed-form cost model");
   add_scenario_options(cmd, opt->scenario);
   cmd->add_option("--plan", opt->plan, "Plan file (default: the scenario's \"plan\")");
+  cmd->add_flag("--explain", opt->explain,
+                "Also print every stage (TP, layers, recompute, compute and communication time, "
+                "memory headroom) and the FLOPs in every convention (MFU, HFU, Megatron-LM's "
+                "formula)");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->callback([&run, opt] { run = [opt] { return run_estimate(*opt); }; });
 }

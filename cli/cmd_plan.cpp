@@ -123,19 +123,12 @@ void print_text(const Scenario& sc, const SearchResult& r, const PlanOptions& op
   if (!r.plan.comment.empty()) std::cout << r.plan.comment << "\n";
   for (const auto& n : r.notes) std::cout << "note: " << n << "\n";
   print_idle(sc, r);
-  print_estimate_summary(sc, r.estimate, std::cout);
+  print_estimate_summary(sc, r.estimate, opt.explain, std::cout);
   if (opt.explain) {
     std::cout << "search: " << r.summary() << "\n";
     print_plan_table(sc, r.plan, r.estimate, std::cout);
   } else {
-    for (std::size_t p = 0; p < r.plan.pipelines.size(); ++p) {
-      const Pipeline& pipe = r.plan.pipelines[p];
-      std::string tps;
-      for (const auto& s : pipe.stages) tps += (tps.empty() ? "" : ",") + std::to_string(s.tp());
-      std::cout << "  pipeline " << p << ": " << pipe.num_devices() << " GPUs, "
-                << pipe.stages.size() << " stages (TP " << tps << "), batch " << pipe.batch << "\n";
-    }
-    std::cout << "(--explain shows every stage)\n";
+    print_plan_outline(r.plan, std::cout);
   }
   if (opt.out.empty()) std::cout << "(--out FILE saves the plan)\n";
   Answer a{r.estimate.iteration_time_s,
@@ -229,8 +222,9 @@ void add_plan_command(CLI::App& app, Runner& run) {
       ->check(CLI::Range(0, 64));
   cmd->add_flag(
       "--explain", opt->explain,
-      "Per pipeline: devices by type, stages, TP degrees, layers, batch share, stage compute and "
-      "communication time, memory headroom");
+      "Also print per pipeline: devices by type, stages, TP degrees, layers, batch share, stage "
+      "compute and communication time, memory headroom; and the FLOPs in every convention (MFU, "
+      "HFU, Megatron-LM's formula)");
   cmd->add_flag("--compare", opt->compare,
                 "Print every scheduler the default plan ran: tokens/s (closed form, simulated), "
                 "GPUs used, time");

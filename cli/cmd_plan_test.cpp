@@ -197,6 +197,30 @@ TEST(CliExport, MegatronRunsAUniformPlanAndRefusesAnAsymmetricOne) {
   EXPECT_NE(none.err.find("--plan"), std::string::npos) << none.err;
 }
 
+// A mistyped flag or subcommand: CLI11's error, then the nearest name; nothing when none is
+// near.
+TEST(CliPlan, AMistypedFlagOrCommandSuggestsTheNearest) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"plan tiny-llama-cpu --scheduer uniform",
+       "hexisim: plan has no option --scheduer: did you mean --scheduler?"},
+      {"plna tiny-llama-cpu", "hexisim: unknown command plna: did you mean plan?"},
+      {"testbed stauts testbed-cpu-3m",
+       "hexisim: unknown command stauts of testbed: did you mean status?"},
+      {"seq tiny-seq-cpu --global-bach=4",
+       "hexisim: seq has no option --global-bach: did you mean --global-batch?"},
+      {"plan tiny-llama-cpu --qqqqqqqq", nullptr},  // nothing near
+  };
+  for (const auto& [args, hint] : cases) {
+    auto r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << args;
+    if (hint) {
+      EXPECT_NE(r.err.find(hint), std::string::npos) << args << "\n" << r.err;
+    } else {
+      EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << args << "\n" << r.err;
+    }
+  }
+}
+
 TEST(CliPlan, BadInputExitsWithTwo) {
   auto r = run_cli("plan testbed-h100-a100-llama2-13b --scheduler nonsense");
   EXPECT_EQ(r.code, 2);

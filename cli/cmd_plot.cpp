@@ -2,8 +2,10 @@
 // a figure of sweep results, drawn by scripts/plot.py with Debian's matplotlib
 // (/usr/bin/python3). The script reads the rows and reports bad fields (exit 2).
 
+#include <cctype>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
 
 #include "cli/commands.hpp"
 
@@ -38,11 +40,22 @@ Result<fs::path> results_file(const std::string& arg, bool breakdown) {
   return p;
 }
 
+// <y>-vs-<x>[-by-<by>][-<where>...].png (breakdown-by-<by>.png), beside RESULTS: each --where
+// filter in the name (characters other than letters, digits and ._+=- as _), so figures of
+// different filters do not replace each other.
 std::string default_out(const fs::path& results, const PlotOptions& o) {
   std::string name = o.kind == "breakdown"
-                         ? "breakdown-by-" + (o.by.empty() ? std::string("gpu") : o.by) + ".png"
-                         : o.y + "-vs-" + o.x + (o.by.empty() ? "" : "-by-" + o.by) + ".png";
-  return (results.parent_path() / name).string();
+                         ? "breakdown-by-" + (o.by.empty() ? std::string("gpu") : o.by)
+                         : o.y + "-vs-" + o.x + (o.by.empty() ? "" : "-by-" + o.by);
+  for (const std::string& w : o.where) {
+    name += '-';
+    for (char c : w) {
+      const bool keep = std::isalnum(static_cast<unsigned char>(c)) ||
+                        std::string_view("._+=-").find(c) != std::string_view::npos;
+      name += keep ? c : '_';
+    }
+  }
+  return (results.parent_path() / (name + ".png")).string();
 }
 
 int run_plot(const PlotOptions& o) {
@@ -72,10 +85,12 @@ int run_plot(const PlotOptions& o) {
   if (o.log_x) args.emplace_back("--log-x");
   if (o.log_y) args.emplace_back("--log-y");
   if (o.json) args.emplace_back("--quiet");
+  const bool existed = fs::exists(out, ec);
   std::cout.flush();
   auto code = run_python(args);
   if (!code) return report(code.error());
   if (*code != 0) return *code == 2 ? 2 : 1;  // the script said why on stderr
+  if (existed) std::cerr << "hexisim: note: replaced the existing " << out << "\n";
   if (o.json) print_json({{"files", {out}}});
   return 0;
 }
@@ -114,8 +129,8 @@ void add_plot_command(CLI::App& app, Runner& run) {
                   "cluster=A100+4090 (repeatable)")
       ->check(utf8_text());
   cmd->add_option("--out", opt->out,
-                  "Figure to write, .png or .svg (default: <y>-vs-<x>[-by-<by>].png beside "
-                  "RESULTS)");
+                  "Figure to write, .png or .svg (default: <y>-vs-<x>[-by-<by>][-<where>...].png "
+                  "beside RESULTS; an existing file is replaced, with a note)");
   cmd->add_option("--title", opt->title, "Title (default: \"<y> vs <x> by <by>\")")
       ->check(utf8_text());
   cmd->add_flag("--log-x", opt->log_x, "Logarithmic x axis");

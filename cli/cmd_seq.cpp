@@ -1,6 +1,7 @@
 // hexisim seq SCENARIO: the context + head parallel layout of one long sequence over the
 // whole cluster (HexiSeq, scheduler/hexiseq/): plan it with HexiSeq or a baseline, evaluate
-// a layout file, or compare every sequence scheduler on the scenario.
+// a layout file, or compare every sequence scheduler on the scenario. The per-device tables
+// come with --explain; a layout or a pipeline of meshes ends with the answer line.
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <numeric>
 
 #include "cli/commands.hpp"
+#include "cli/plan_report.hpp"
 #include "scheduler/baselines/sequence.hpp"
 #include "scheduler/cost/cost_model.hpp"
 #include "scheduler/hexiseq/exact.hpp"
@@ -35,6 +37,7 @@ struct SeqOptions {
   bool compare = false;
   bool simulate = false;
   bool json = false;
+  bool explain = false;    // --explain: the per-device tables
   bool pipeline = false;   // --pipeline
   bool every_gpu = false;  // --every-gpu
   int max_stages = 0;
@@ -43,7 +46,7 @@ struct SeqOptions {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResult& r,
+void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResult& r, bool explain,
                   std::ostream& out) {
   const IterationTime& t = r.time;
   std::string proof;  // hexiseq-exact only
@@ -66,6 +69,10 @@ void print_layout(const Scenario& sc, const std::string& name, const HexiSeqResu
   head.add({fmt(t.iteration_s, 3), fmt(t.tokens_per_s, 0), fmt(t.sequence_s, 3),
             fmt(t.layer.time_s * 1e3, 2), fmt(t.sync_s, 3), t.fits ? "yes" : "NO"});
   head.print(out);
+  if (!explain) {
+    out << "(--explain shows every device: tokens, heads, layer time by part, memory)\n";
+    return;
+  }
   out << "\n";
   std::map<int, const DeviceMemory*> memory;
   for (const auto& m : t.memory) memory[m.device] = &m;
@@ -101,6 +108,8 @@ Result<SeqSimulation> simulate_layout(const Scenario& sc, const HexiSeqResult& r
             << program->devices.size() << " devices...\n";
   SimOptions so;
   so.scenario = sc.name;
+  so.plan = "a sequence layout: " + r.grouping;
+  so.plan_digest = input_digest(to_json(r.layout));
   so.trace = !out_dir.empty();
   auto out = simulate(*program, sc.cluster, sc.model, training, sc.profile, so);
   if (!out) return out.error();
@@ -128,12 +137,13 @@ Json simulation_json(const SeqSimulation& s) {
           {"devices", devices}};
 }
 
-void print_simulation(const SeqSimulation& s, std::ostream& out) {
+void print_simulation(const SeqSimulation& s, bool explain, std::ostream& out) {
   const SimReport& r = s.report;
   out << "\nsimulated: " << fmt(r.iteration_time_s, 3) << " s per iteration, "
       << fmt(r.tokens_per_s, 0) << " tokens/s (" << r.ops << " ops); closed form "
       << fmt(s.closed_form_s, 3) << " s = " << fmt(s.closed_form_s / r.iteration_time_s, 3)
       << " x simulated\n";
+  if (!explain) return;
   Table table(
       {"device", "GPU", "busy s", "all-to-all wait s", "ring wait s", "other comm s", "idle s"});
   for (const auto& d : r.devices) {
@@ -412,15 +422,10 @@ int run_compare(const Scenario& sc, const SchedulerOptions& o, bool json, bool s
 // --pipeline: pipelines of sequence meshes (scheduler/hexiseq/mesh_pipeline.hpp), every number of
 // stages.
 // What the default scheduler chose from: each candidate's name, tokens/s and fit.
-struct Chosen {
-  Json rows = Json::array();
-  std::string line;  // "best of ...: NAME (... tokens/s)"
-};
-
 // The plan of a pipeline of meshes, printed (or as JSON); with the default scheduler, what it
 // was chosen from. --simulate lowers it at stage granularity under its ZeRO stage.
 Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const SchedulerOptions& o,
-                     const MeshPipelineResult* r, const Chosen* chosen) {
+                     const MeshPipelineResult* r, const SequencePlanning* chosen) {
   if (!opt.out.empty()) {
     if (auto st = write_file(opt.out, to_json(r->plan).dump(2) + "\n"); !st) return st.error();
   }
@@ -519,6 +524,16 @@ Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const SchedulerO
     std::cout << "wrote " << opt.out << " (simulate it: hexisim simulate "
               << scenario_command_text(opt.scenario) << " --plan " << opt.out << ")\n";
   }
+  const Estimate& e = r->estimate;
+  Answer a{e.iteration_time_s,
+           e.tokens_per_s,
+           e.mfu,
+           std::nullopt,
+           r->plan.num_devices(),
+           "a pipeline of " + std::to_string(best) + " sequence meshes"};
+  if (sim) a.simulated_tokens_per_s = sim->tokens_per_s;
+  if (!opt.out.empty()) a.source += ", written to " + opt.out;
+  print_answer(sc, a, std::cout);
   return {};
 }
 
@@ -616,7 +631,7 @@ Result<HexiSeqResult> layout_of_scheduler(const Scenario& sc, const std::string&
 
 // One layout: written with --out, simulated with --simulate / --sim-out, printed.
 Status show_layout(const Scenario& sc, const SeqOptions& opt, const std::string& name,
-                   const HexiSeqResult& result, const Chosen* chosen = nullptr) {
+                   const HexiSeqResult& result, const SequencePlanning* chosen = nullptr) {
   if (!std::isfinite(result.time.iteration_s) || !(result.time.iteration_s > 0)) {
     return failure("internal error: the layout's iteration time is " +
                    std::to_string(result.time.iteration_s) + " s (please report it)");
@@ -640,81 +655,35 @@ Status show_layout(const Scenario& sc, const SeqOptions& opt, const std::string&
     return {};
   }
   if (chosen) std::cout << chosen->line << "\n";
-  print_layout(sc, name, result, std::cout);
-  if (sim) print_simulation(*sim, std::cout);
+  print_layout(sc, name, result, opt.explain, std::cout);
+  if (sim) print_simulation(*sim, opt.explain, std::cout);
   if (!opt.sim_out.empty()) {
     std::cout << "wrote " << opt.sim_out << "/report.json and " << opt.sim_out << "/trace.json\n";
   }
+  const IterationTime& t = result.time;
+  const double peak = sc.cluster.peak_flops();
+  Answer a{t.iteration_s,
+           t.tokens_per_s,
+           peak > 0
+               ? model_flops(sc.model, training_of(sc.training, result)) / (t.iteration_s * peak)
+               : 0,
+           std::nullopt,
+           static_cast<int>(t.layer.devices.size()),
+           name == "layout" ? "the layout " + opt.layout : name + "'s layout"};
+  if (sim) a.simulated_tokens_per_s = sim->report.tokens_per_s;
+  if (!opt.out.empty()) a.source += ", written to " + opt.out;
+  print_answer(sc, a, std::cout);
   return {};
 }
 
-// The one-mesh schedulers the default runs: HexiSeq and the baselines with its freedoms (each
-// scores its configurations in the closed form: milliseconds).
-const char* const kBestLayoutSchedulers[] = {"hexiseq", "ring", "ulysses", "usp", "megatron-cp"};
-
-bool faster(bool fits, double tokens_per_s, bool best_fits, double best_tokens_per_s) {
-  if (fits != best_fits) return fits;
-  return tokens_per_s > best_tokens_per_s * (1 + 1e-9);
-}
-
-// The default (--scheduler best): the fastest fitting of kBestLayoutSchedulers' layouts and,
-// with several sequences per iteration to fill one, the pipelines of meshes; ties keep the
-// earlier (hexiseq first).
+// The default (--scheduler best): plan_sequence's choice, with what it was chosen from.
 Status run_best(const Scenario& sc, const SeqOptions& opt, SchedulerOptions o) {
-  Chosen chosen;
-  std::optional<HexiSeqResult> best;
-  std::string best_name;
-  std::optional<Error> first_error;
-  std::string names;
-  for (const char* name : kBestLayoutSchedulers) {
-    names += std::string(names.empty() ? "" : ", ") + name;
-    std::cerr << "hexisim: seq: " << name << "...\n";
-    auto r = find_scheduler(name)->run(sc, o);
-    if (!r) {
-      chosen.rows.push_back({{"scheduler", name}, {"error", r.error().message}});
-      if (!first_error) first_error = r.error();
-      continue;
-    }
-    HexiSeqResult& h = *r->sequence;
-    chosen.rows.push_back({{"scheduler", name},
-                           {"grouping", h.grouping},
-                           {"tokens_per_s", h.time.tokens_per_s},
-                           {"fits", h.time.fits}});
-    if (!best ||
-        faster(h.time.fits, h.time.tokens_per_s, best->time.fits, best->time.tokens_per_s)) {
-      best = std::move(h);
-      best_name = name;
-    }
-  }
-  std::optional<MeshPipelineResult> pipeline;
-  if (sc.training.global_batch > 1) {
-    names += " and pipelines of meshes";
-    std::cerr << "hexisim: seq: pipelines of meshes...\n";
-    o.max_stages = opt.max_stages;
-    auto r = run_scheduler("mesh-pipeline", sc, o);
-    if (r) {
-      pipeline = std::move(*r->hybrid);
-      chosen.rows.push_back({{"scheduler", "mesh-pipeline"},
-                             {"stages", pipeline->plan.pipelines.front().stages.size()},
-                             {"tokens_per_s", pipeline->estimate.tokens_per_s},
-                             {"fits", pipeline->estimate.feasible}});
-    } else {
-      chosen.rows.push_back({{"scheduler", "mesh-pipeline"}, {"error", r.error().message}});
-    }
-  }
-  if (!best && !pipeline) return *first_error;
-  const bool pipelined =
-      pipeline && (!best || faster(pipeline->estimate.feasible, pipeline->estimate.tokens_per_s,
-                                   best->time.fits, best->time.tokens_per_s));
-  const double tps = pipelined ? pipeline->estimate.tokens_per_s : best->time.tokens_per_s;
-  chosen.line = "best of " + names + ": " + (pipelined ? "a pipeline of meshes" : best_name) +
-                ", " + fmt(tps, 0) + " tokens/s";
-  if (chosen.rows.front().contains("tokens_per_s") && (pipelined || best_name != "hexiseq")) {
-    chosen.line +=
-        " (hexiseq: " + fmt(chosen.rows.front()["tokens_per_s"].get<double>(), 0) + " tokens/s)";
-  }
-  if (pipelined) return show_pipeline(sc, opt, o, &*pipeline, &chosen);
-  return show_layout(sc, opt, best_name, *best, &chosen);
+  o.max_stages = opt.max_stages;
+  auto best = plan_sequence(
+      sc, o, [](const std::string& line) { std::cerr << "hexisim: seq: " << line << "\n"; });
+  if (!best) return best.error();
+  if (best->pipeline) return show_pipeline(sc, opt, o, &*best->pipeline, &*best);
+  return show_layout(sc, opt, best->layout_scheduler, *best->layout, &*best);
 }
 
 int run_seq(const SeqOptions& opt) {
@@ -786,6 +755,9 @@ void add_seq_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--every-gpu", opt->every_gpu,
                 "Lay the sequence over every GPU: no GPU subsets (HexiSeq's fastest-type mesh, "
                 "a baseline's GPU types and fastest machines) are tried");
+  cmd->add_flag("--explain", opt->explain,
+                "Also print every device of the layout (tokens, heads, layer time by part, "
+                "memory) and, with --simulate, its simulated waits");
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->callback([&run, opt] { run = [opt] { return run_seq(*opt); }; });
 }

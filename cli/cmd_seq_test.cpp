@@ -111,11 +111,22 @@ TEST(CliSeq, SimulatesTheLayoutBesideTheClosedForm) {
   EXPECT_TRUE(std::filesystem::exists(out / "trace.json"));
   json report = json::parse(read_text(out / "report.json"));
   EXPECT_TRUE(report["devices"][0].contains("ring_wait_s"));
-  // The table form names both times; --compare writes no report.
+  EXPECT_EQ(report["plan"], "a sequence layout: " + j["grouping"].get<std::string>());
+  EXPECT_EQ(report["plan_digest"].get<std::string>().size(), 16u);
+  // The table form names both times, the per-device tables under --explain, the answer last;
+  // --compare writes no report.
   auto t = run_cli("seq " + sc.string() + " --scheduler ring --simulate");
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("simulated:"), std::string::npos) << t.out;
-  EXPECT_NE(t.out.find("ring wait s"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("ring wait s"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("\nanswer: "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("tokens/s ("), std::string::npos) << t.out;  // and simulated
+  EXPECT_NE(t.out.find("plan: ring's layout\n"), std::string::npos) << t.out;
+  auto x = run_cli("seq " + sc.string() + " --scheduler ring --simulate --explain");
+  ASSERT_EQ(x.code, 0) << x.err;
+  EXPECT_NE(x.out.find("ring wait s"), std::string::npos) << x.out;
+  EXPECT_NE(x.out.find("token-wise ms"), std::string::npos) << x.out;
+  EXPECT_EQ(t.out.substr(t.out.rfind("\nanswer: ")), x.out.substr(x.out.rfind("\nanswer: ")));
   auto bad = run_cli("seq " + sc.string() + " --compare --sim-out " + out.string());
   EXPECT_EQ(bad.code, 2) << bad.err;
   std::filesystem::remove_all(dir);

@@ -1,7 +1,9 @@
-// hexisim simulate SCENARIO [--plan FILE] [--fidelity layer|stage] [--out DIR] [--measured TRACE]:
+// hexisim simulate SCENARIO [--plan FILE] [--fidelity layer|stage] [--out DIR] [--measured TRACE]
+//                           [--explain]:
 // lower the plan and simulate one training iteration with SimGrid (sim/). The headline
 // says where the plan came from (the scenario's file, --plan, or which scheduler searched);
-// --measured compares per op class with a trace the engine measured.
+// --measured compares per op class with a trace the engine measured; --explain adds the
+// FLOP conventions, every stage and the busiest links.
 
 #include <algorithm>
 #include <iostream>
@@ -37,6 +39,7 @@ struct SimulateOptions {
   std::string out;
   std::string measured;  // a trace of `hexisim train --trace` to compare with
   bool no_trace = false;
+  bool explain = false;
   bool json = false;
 };
 
@@ -104,6 +107,7 @@ struct Work {
   Program program;
   std::optional<Estimate> estimate;
   PlanSource source;
+  std::string plan_digest;  // input_digest of the plan's JSON (empty for a program file)
 };
 
 std::string pct(double part, double whole) {
@@ -148,7 +152,8 @@ void print_links(const SimReport& r, std::ostream& out, std::size_t top) {
   t.print(out);
 }
 
-void print_summary(const Scenario& sc, const SimReport& r, const Work& w, std::ostream& out) {
+void print_summary(const Scenario& sc, const SimReport& r, const Work& w, bool explain,
+                   std::ostream& out) {
   const std::optional<Estimate>& est = w.estimate;
   out << "simulated " << sc.name << ": " << sc.model.name << " on " << sc.cluster.name() << " ("
       << sc.cluster.num_devices() << " GPUs, " << r.devices_used << " used), " << r.fidelity
@@ -167,16 +172,15 @@ void print_summary(const Scenario& sc, const SimReport& r, const Work& w, std::o
     out << "  ... and " << r.problems.size() - 3
         << " more devices over memory (report.json lists them)\n";
   }
+  if (!explain) {
+    out << "(--explain shows the FLOPs in every convention, every stage and the busiest links)\n";
+    return;
+  }
   print_flop_figures(sc, r.mfu, r.figures, r.devices_used, out);
   out << "\nper stage (slowest device; shares of the iteration):\n";
   print_stages(r, out);
   out << "\nbusiest links:\n";
   print_links(r, out, 8);
-  out << "\n";
-  print_answer(sc,
-               {r.iteration_time_s, r.tokens_per_s, r.mfu, std::nullopt, r.devices_used,
-                w.source.description() + ", simulated at " + r.fidelity + " fidelity"},
-               out);
 }
 
 // The plan to simulate, by priority: --plan; a search with --scheduler; the scenario's
@@ -237,7 +241,8 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
       auto program = lower_plan_file(*file, sc.cluster, sc.model, sc.training, lo, opt.plan);
       if (!program) return program.error();
       return Work{std::move(*program), std::nullopt,
-                  PlanSource::of_file(PlanOrigin::kPlanFile, opt.plan)};
+                  PlanSource::of_file(PlanOrigin::kPlanFile, opt.plan),
+                  input_digest(to_json(*file->layout))};
     }
   }
   if (!opt.program.empty()) {
@@ -253,7 +258,7 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
       return st.error();
     }
     return Work{std::move(*program), std::nullopt,
-                PlanSource::of_file(PlanOrigin::kProgramFile, opt.program)};
+                PlanSource::of_file(PlanOrigin::kProgramFile, opt.program), ""};
   }
   // Every pipeline plan lowers to at least this many ops: refused before any search.
   if (auto st = check_program_size(
@@ -275,12 +280,14 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
   if (!program) return program.error();
   return Work{std::move(*program),
               CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(*plan),
-              std::move(source)};
+              std::move(source), input_digest(to_json(*plan))};
 }
 
-SimOptions sim_options(const Scenario& sc, const SimulateOptions& opt) {
+SimOptions sim_options(const Scenario& sc, const SimulateOptions& opt, const Work& work) {
   SimOptions so;
   so.scenario = sc.name;
+  so.plan = work.source.description();
+  so.plan_digest = work.plan_digest;
   so.trace = (!opt.no_trace && !opt.out.empty()) || !opt.measured.empty();
   so.all_reduce = opt.all_reduce == "ring"           ? sim::Algorithm::kRing
                   : opt.all_reduce == "hierarchical" ? sim::Algorithm::kHierarchical
@@ -341,7 +348,7 @@ int run_simulate(const SimulateOptions& opt) {
   if (!work) return report(work.error());
   std::cerr << "simulating " << work->program.num_ops() << " ops on "
             << work->program.devices.size() << " devices...\n";
-  const SimOptions so = sim_options(*sc, opt);
+  const SimOptions so = sim_options(*sc, opt, *work);
   auto out = simulate(work->program, sc->cluster, sc->model, sc->training, sc->profile, so);
   if (!out) return report(out.error());
   if (!opt.out.empty()) {
@@ -372,12 +379,18 @@ int run_simulate(const SimulateOptions& opt) {
     print_json(j);
     return 0;
   }
-  print_summary(*sc, out->report, *work, std::cout);
+  const SimReport& r = out->report;
+  print_summary(*sc, r, *work, opt.explain, std::cout);
   if (measured) print_measured(*measured, opt.measured, std::cout);
   if (!opt.out.empty()) {
     std::cout << "\nwrote " << opt.out << "/report.json"
               << (!opt.no_trace ? " and " + opt.out + "/trace.json" : "") << "\n";
   }
+  std::cout << "\n";
+  print_answer(*sc,
+               {r.iteration_time_s, r.tokens_per_s, r.mfu, std::nullopt, r.devices_used,
+                work->source.description() + ", simulated at " + r.fidelity + " fidelity"},
+               std::cout);
   return 0;
 }
 
@@ -419,6 +432,10 @@ void add_simulate_command(CLI::App& app, Runner& run) {
                   "A trace of `hexisim train --trace` of the same plan: print per op class "
                   "(compute kind, point-to-point tensor, collective) the simulated time beside "
                   "the measured one (layer fidelity)");
+  cmd->add_flag("--explain", opt->explain,
+                "Also print the FLOPs in every convention (MFU, HFU, Megatron-LM's formula), every "
+                "stage's busy, bubble and exposed-communication shares and memory, and the "
+                "busiest links");
   cmd->add_flag("--json", opt->json,
                 "Print one JSON object (the report plus wall time and the estimate)");
   cmd->callback([&run, opt] { run = [opt] { return run_simulate(*opt); }; });

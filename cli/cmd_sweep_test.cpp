@@ -617,6 +617,20 @@ TEST(CliPlot, LinesAndGroupedBarsFromSweepResults) {
               (dir / "w.png").string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find(": 4 points"), std::string::npos) << r.out;
+  // Without --out, each --where goes into the file name; drawing it again replaces it, with a
+  // note.
+  const std::string sliced = "plot " + dir.string() +
+                             " --x global_batch --y mfu --where scheduler=hexiscale --where "
+                             "model=llama2-7b --kind scatter";
+  const auto name = dir / "mfu-vs-global_batch-scheduler=hexiscale-model=llama2-7b.png";
+  r = run_cli(sliced);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(name)) << r.out;
+  EXPECT_EQ(r.err.find("replaced"), std::string::npos) << r.err;
+  r = run_cli(sliced);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("hexisim: note: replaced the existing " + name.string()), std::string::npos)
+      << r.err;
   r = run_cli("plot " + dir.string() + " --x global_batch --y mfu --where scheduler=best");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("no row has scheduler = best"), std::string::npos) << r.err;

@@ -6,10 +6,13 @@
 
 #include <exception>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"hexisim: plan, simulate and run LLM training on heterogeneous GPU clusters"};
@@ -21,6 +24,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
+    if (rc != 0) {
+      if (const std::string hint = hexi::cli::parse_hint(app, {argv + 1, argv + argc});
+          !hint.empty()) {
+        std::cerr << "hexisim: " << hint << "\n";
+      }
+    }
     return rc == 0 ? 0 : 2;
   }
   try {

@@ -1,5 +1,6 @@
 #include "cli/options.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -137,6 +138,58 @@ CLI::Validator utf8_text() {
         return is_utf8(text) ? "" : "expected UTF-8 text (it is written into JSON)";
       },
       "TEXT");
+}
+
+namespace {
+
+const CLI::App* subcommand_named(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == name) return sub;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string parse_hint(const CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<const CLI::App*> chain = {&app};
+  std::vector<std::string> flags;  // the long names of the chain's options
+  auto add_flags = [&flags](const CLI::App& a) {
+    for (const CLI::Option* o : a.get_options()) {
+      for (const std::string& n : o->get_lnames()) flags.push_back(n);
+    }
+  };
+  add_flags(app);
+  for (const std::string& arg : args) {
+    if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
+      const std::string name = arg.substr(2, arg.find('=') - 2);
+      if (std::find(flags.begin(), flags.end(), name) != flags.end()) continue;
+      const std::string near = closest(name, flags);
+      if (near.empty()) continue;
+      return (chain.size() > 1 ? chain.back()->get_name() : std::string("hexisim")) +
+             " has no option --" + name + ": did you mean --" + near + "?";
+    }
+    if (arg.empty() || arg[0] == '-') continue;
+    const CLI::App& at = *chain.back();
+    if (const CLI::App* sub = subcommand_named(at, arg)) {
+      chain.push_back(sub);
+      add_flags(*sub);
+      continue;
+    }
+    // A word where a subcommand is required: the nearest subcommand's name.
+    std::vector<std::string> names;
+    for (const CLI::App* sub : at.get_subcommands([](const CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+    }
+    if (!names.empty() && at.get_require_subcommand_min() > 0) {
+      const std::string near = closest(arg, names);
+      if (!near.empty()) {
+        return "unknown command " + arg + (chain.size() > 1 ? " of " + at.get_name() : "") +
+               ": did you mean " + near + "?";
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace hexi::cli

@@ -2,6 +2,7 @@
 // CLI11 pieces shared by the subcommands' option definitions (the cmd_*.cpp files).
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +15,12 @@ namespace hexi::cli {
 // --micro-batch, --seq-len, --zero-stage, --precision, --recompute), --save-scenario and
 // --profile: what load_scenario_flags reads.
 void add_scenario_options(CLI::App* cmd, ScenarioFlags& flags);
+
+// After a parse error, "did you mean": for an unknown subcommand the nearest one's name, for
+// an unknown --flag of a subcommand the nearest flag it (or a subcommand above it) has, as one
+// line ("plan has no option --scheduer: did you mean --scheduler?"); "" when nothing is near.
+// `args`: the command line without the program name.
+std::string parse_hint(const CLI::App& app, const std::vector<std::string>& args);
 
 // --profile FILE: a device profile that replaces the scenario's (load_scenario_arg).
 void add_profile_option(CLI::App* cmd, std::string& profile);

@@ -5,6 +5,8 @@
 #include <map>
 #include <ostream>
 
+#include <unistd.h>
+
 #include "cli/common.hpp"
 #include "scheduler/cost/flop_figures.hpp"
 #include "topologies/text.hpp"
@@ -19,7 +21,8 @@ void print_answer(const Scenario& sc, const Answer& a, std::ostream& out) {
       << a.gpus_used << " of " << sc.cluster.num_devices() << " GPUs; plan: " << a.source << "\n";
 }
 
-void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostream& out) {
+void print_estimate_summary(const Scenario& sc, const Estimate& est, bool explain,
+                            std::ostream& out) {
   out << "scenario " << sc.name << ": " << sc.model.name << " on " << sc.cluster.name() << " ("
       << sc.cluster.num_devices() << " GPUs), global batch " << sc.training.global_batch << " x "
       << sc.training.seq_len << " tokens\n";
@@ -30,7 +33,20 @@ void print_estimate_summary(const Scenario& sc, const Estimate& est, std::ostrea
          fmt(est.optimizer_s, 3), est.feasible ? "yes" : "NO"});
   t.print(out);
   for (const auto& p : est.problems) out << "  over memory: " << p << "\n";
-  print_flop_figures(sc, est.mfu, est.figures, static_cast<int>(est.devices.size()), out);
+  if (explain) {
+    print_flop_figures(sc, est.mfu, est.figures, static_cast<int>(est.devices.size()), out);
+  }
+}
+
+void print_plan_outline(const Plan& plan, std::ostream& out) {
+  for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
+    const Pipeline& pipe = plan.pipelines[p];
+    std::string tps;
+    for (const auto& s : pipe.stages) tps += (tps.empty() ? "" : ",") + std::to_string(s.tp());
+    out << "  pipeline " << p << ": " << pipe.num_devices() << " GPUs, " << pipe.stages.size()
+        << " stages (TP " << tps << "), batch " << pipe.batch << "\n";
+  }
+  out << "(--explain shows every stage and the FLOPs in every convention)\n";
 }
 
 void print_flop_figures(const Scenario& sc, double mfu, const FlopFigures& f, int gpus_used,
@@ -116,10 +132,35 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
   }
 }
 
+std::string search_progress_text(const SearchProgress& p) {
+  std::string eta;
+  switch (p.eta) {
+    case Eta::kNone:
+      break;
+    case Eta::kEstimate:
+      eta = ", ETA " + duration_text(p.eta_s);
+      break;
+    case Eta::kAtLeast:
+      eta = ", at least " + duration_text(p.eta_s) + " more to converge";
+      break;
+    case Eta::kBudget:
+      eta = ", at most " + duration_text(p.eta_s) + " more (--time-budget)";
+      break;
+  }
+  return "hexisim: " + p.scheduler + ": " + p.phase + ", " + fmt(p.elapsed_s, 1) + " s, " +
+         std::to_string(p.candidates) + " candidates, best " + fmt(p.best_tokens_per_s, 0) +
+         " tokens/s" + eta;
+}
+
 void print_search_progress(const SearchProgress& p) {
-  std::cerr << "hexisim: " << p.scheduler << ": " << p.phase << ", " << fmt(p.elapsed_s, 1)
-            << " s, " << p.candidates << " candidates, best " << fmt(p.best_tokens_per_s, 0)
-            << " tokens/s\n";
+  // A line a second on a terminal; in a log, one every 10 s.
+  static const bool tty = ::isatty(STDERR_FILENO) != 0;
+  static double last_s = -1e300;
+  static std::string last_scheduler;
+  if (!tty && p.scheduler == last_scheduler && p.elapsed_s - last_s < 10.0) return;
+  last_s = p.elapsed_s;
+  last_scheduler = p.scheduler;
+  std::cerr << search_progress_text(p) << "\n";
 }
 
 std::string plan_file_text(const Scenario& sc, const std::string& plan_arg) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_runner.hpp"
@@ -71,6 +73,57 @@ TEST(SimCli, SameInputsWriteByteIdenticalReportAndTrace) {
   EXPECT_EQ(read_text(dir / "a/trace.json"), read_text(dir / "b/trace.json"));
   json trace = json::parse(read_text(dir / "a/trace.json"));
   EXPECT_GT(trace["traceEvents"].size(), 100u);
+  // The report names the plan it simulated, with a digest of the plan's JSON that changes
+  // with the plan.
+  json report = json::parse(read_text(dir / "a/report.json"));
+  const std::string plan = (dir / "plan.json").lexically_normal().string();
+  EXPECT_EQ(report["plan"], plan + " (from the scenario)");
+  const std::string digest = report["plan_digest"];
+  EXPECT_EQ(digest.size(), 16u);
+  write_text(dir / "other.json", R"({"version": 1, "pipelines": [
+    {"batch": 8, "stages": [{"devices": [0, 1, 2, 3], "layers": [0, 8]}]}]})");
+  ASSERT_EQ(run_cli("simulate " + scenario + " --plan " + (dir / "other.json").string() +
+                    " --out " + (dir / "c").string())
+                .code,
+            0);
+  report = json::parse(read_text(dir / "c/report.json"));
+  EXPECT_EQ(report["plan"], (dir / "other.json").string() + " (--plan)");
+  EXPECT_NE(report["plan_digest"], digest);
+}
+
+// The answer first: the headline and the answer line by default; the FLOP conventions, every
+// stage and the busiest links under --explain; the answer line last either way.
+TEST(SimCli, LongTablesComeWithExplain) {
+  auto dir = scratch_dir("explain");
+  const std::string scenario = write_scenario(dir);
+  auto last_line = [](std::string out) {
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out.substr(out.rfind('\n') + 1);  // npos + 1 == 0: a single line
+  };
+  for (const char* cmd : {"simulate", "estimate"}) {
+    auto brief = run_cli(std::string(cmd) + " " + scenario);
+    auto full = run_cli(std::string(cmd) + " " + scenario + " --explain");
+    ASSERT_EQ(brief.code, 0) << brief.err;
+    ASSERT_EQ(full.code, 0) << full.err;
+    EXPECT_EQ(last_line(brief.out).rfind("answer: ", 0), 0u) << cmd << "\n" << brief.out;
+    EXPECT_EQ(last_line(brief.out), last_line(full.out)) << cmd;
+    EXPECT_NE(brief.out.find("(--explain shows"), std::string::npos) << cmd << "\n" << brief.out;
+    for (const char* table : {"HFU (hardware FLOPs, recompute included)", "Megatron-LM formula"}) {
+      EXPECT_EQ(brief.out.find(table), std::string::npos) << cmd << ": " << table;
+      EXPECT_NE(full.out.find(table), std::string::npos) << cmd << ": " << table;
+    }
+    EXPECT_LT(std::count(brief.out.begin(), brief.out.end(), '\n'),
+              std::count(full.out.begin(), full.out.end(), '\n'))
+        << cmd;
+  }
+  auto full = run_cli("simulate " + scenario + " --explain");
+  for (const char* table : {"per stage (slowest device", "busiest links:"}) {
+    EXPECT_NE(full.out.find(table), std::string::npos) << table;
+  }
+  EXPECT_NE(run_cli("estimate " + scenario + " --explain").out.find("TP comm ms"),
+            std::string::npos);
+  EXPECT_NE(run_cli("estimate " + scenario).out.find("  pipeline 1: 5 GPUs, 2 stages (TP 1,4)"),
+            std::string::npos);
 }
 
 TEST(SimCli, BadProgramsExitTwoNamingOpIds) {
@@ -201,7 +254,7 @@ TEST(SimCli, HeadlineNamesWhereThePlanCameFrom) {
 TEST(SimCli, ReportsTheFlopConventions) {
   auto dir = scratch_dir("conventions");
   const std::string scenario = write_scenario(dir);
-  auto r = run_cli("simulate " + scenario);
+  auto r = run_cli("simulate " + scenario + " --explain");
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* row :
        {"MFU (model FLOPs, causal attention halved)", "HFU (hardware FLOPs, recompute included)",
@@ -221,8 +274,8 @@ TEST(SimCli, ReportsTheFlopConventions) {
   EXPECT_NEAR(j["hfu"].get<double>(), j["mfu"].get<double>(), 1e-12);
   EXPECT_NEAR(j["hardware_tflops_per_gpu"].get<double>(), j["model_tflops_per_gpu"].get<double>(),
               1e-9);
-  // estimate prints the same rows.
-  r = run_cli("estimate " + scenario);
+  // estimate --explain prints the same rows.
+  r = run_cli("estimate " + scenario + " --explain");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("HFU (hardware FLOPs, recompute included)"), std::string::npos) << r.out;
   json e = parse(run_cli("estimate " + scenario + " --json"));

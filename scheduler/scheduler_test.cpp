@@ -64,6 +64,51 @@ TEST(Search, HexiScaleBeatsOrMatchesTheHandPlan) {
   EXPECT_GE(r->estimate.tokens_per_s, cm.estimate(*hand).tokens_per_s);
 }
 
+// Progress reports (every one: progress_interval_s 0) carry what the search can say of the time
+// left: the strided sweep an estimate from its second D on, each refinement a lower bound once
+// it has scored moves; the plan is the one found without reports.
+TEST(Search, HexiScaleProgressSaysWhatTimeIsLeft) {
+  Scenario sc = shipped_scenario("a800-2x8-llama2-7b");
+  std::vector<SearchProgress> reports;
+  SearchOptions o;
+  o.progress = [&](const SearchProgress& p) { reports.push_back(p); };
+  o.progress_interval_s = 0;
+  auto r = run_pipeline_scheduler("hexiscale", sc, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  auto quiet = run_pipeline_scheduler("hexiscale", sc, {});
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_EQ(plan_text(r->plan), plan_text(quiet->plan));
+  int sweep = 0, sweep_eta = 0, refinement = 0, floors = 0;
+  for (const SearchProgress& p : reports) {
+    EXPECT_EQ(p.scheduler, "hexiscale");
+    EXPECT_GE(p.eta_s, 0) << p.phase;
+    if (p.phase.rfind("phase 1: D=", 0) == 0) {
+      ++sweep;
+      sweep_eta += p.eta == Eta::kEstimate;
+      if (p.phase.rfind("phase 1: D=1 of ", 0) == 0) {
+        EXPECT_EQ(p.eta, Eta::kNone);  // nothing timed yet
+      }
+    } else if (p.phase.rfind("refinement: ", 0) == 0) {
+      ++refinement;
+      floors += p.eta == Eta::kAtLeast;
+      EXPECT_NE(p.eta, Eta::kEstimate) << p.phase;
+    }
+  }
+  EXPECT_GT(sweep, 1);
+  EXPECT_EQ(sweep_eta, sweep - 1);
+  EXPECT_GT(refinement, 0);
+  EXPECT_GT(floors, 0);
+  // With a time budget every report's ETA is at most the budget's end.
+  reports.clear();
+  o.time_budget_s = 1e6;
+  ASSERT_TRUE(run_pipeline_scheduler("hexiscale", sc, o).ok());
+  ASSERT_FALSE(reports.empty());
+  for (const SearchProgress& p : reports) {
+    EXPECT_NE(p.eta, Eta::kNone) << p.phase;
+    EXPECT_LE(p.eta_s, 1e6 - p.elapsed_s + 1e-9) << p.phase;
+  }
+}
+
 TEST(Search, SameSeedSamePlanBytes) {
   Scenario sc = shipped_scenario("hexiscale-setting3-llama-30b");
   for (const char* s : {"hexiscale", "random", "flashflex", "metis-like"}) {

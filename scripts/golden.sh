@@ -63,8 +63,9 @@ produce() {
   "$BIN" lower "$scenario" --plan "$dir/plan.json" --granularity "$fidelity" \
     --out "$tmp/program.json" >/dev/null
   sha256sum <"$tmp/program.json" | cut -d' ' -f1 >"$dir/program.sha256"
-  "$BIN" simulate "$scenario" --plan "$dir/plan.json" --fidelity "$fidelity" --out "$tmp" \
-    >/dev/null 2>&1
+  # From the entry's folder: the report names its plan as given, "plan.json (--plan)".
+  (cd "$dir" && "$BIN" simulate "$scenario" --plan plan.json --fidelity "$fidelity" --out "$tmp" \
+    >/dev/null 2>&1)
   cp "$tmp/report.json" "$dir/report.json"
   sha256sum <"$tmp/trace.json" | cut -d' ' -f1 >"$dir/trace.sha256"
   rm -rf "$tmp"

@@ -227,7 +227,11 @@ def breakdown(args):
             fail(f"{args.results}: device {d.get('device')}: expected busy_s, exposed_comm_s, "
                  "bubble_s and idle_s")
         groups.setdefault(d.get(by), []).append(parts)
+    # Stages, pipelines and devices in their numeric order (the report lists devices by id, so
+    # a later pipeline's low-numbered devices can hold a high stage); GPU types as they appear.
     names = list(groups)
+    if by != "gpu" and all(isinstance(n, int) for n in names):
+        names.sort()
     labels = [f"{n} ({len(groups[n])})" if by == "gpu" else f"{by} {n}" for n in names]
     fig, ax = pyplot().subplots(figsize=(7.5, 4.5))
     bottom = [0.0] * len(names)

@@ -60,6 +60,8 @@ Json SimReport::to_json() const {
             {"problems", problems},
             {"devices", devs},
             {"links", ls}};
+  if (!plan.empty()) j["plan"] = plan;
+  if (!plan_digest.empty()) j["plan_digest"] = plan_digest;
   figures.add_to(j);
   return j;
 }
@@ -73,6 +75,8 @@ Result<SimReport> SimReport::from_json(const Json& j) {
     r.fidelity = j.at("fidelity").get<std::string>();
     r.schedule = j.at("schedule").get<std::string>();
     r.algorithm = j.at("all_reduce").get<std::string>();
+    r.plan = j.value("plan", std::string());
+    r.plan_digest = j.value("plan_digest", std::string());
     r.devices_used = j.at("devices_used").get<int>();
     r.ops = j.at("ops").get<int>();
     r.iteration_time_s = j.at("iteration_time_s").get<double>();

@@ -219,6 +219,8 @@ Result<SimOutput> run_here(const Inputs& in) {
   out.report = sim::make_report(run, r);
   out.report.scenario = in.options.scenario.empty() ? in.program.scenario : in.options.scenario;
   out.report.algorithm = std::string(sim::to_string(in.options.all_reduce));
+  out.report.plan = in.options.plan;
+  out.report.plan_digest = in.options.plan_digest;
   out.report_json = dump_json(out.report.to_json(), 1) + "\n";
   if (in.options.trace) out.trace_json = sim::make_trace(run, r);
   out.report.wall_time_s =

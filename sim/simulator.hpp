@@ -36,6 +36,10 @@ struct SimOptions {
   bool analytic_uncontended = true;
   bool isolate = true;   // run in a child process (false: in this process, at most once)
   std::string scenario;  // recorded in the report
+  // What was simulated, recorded in the report when given: the plan's file and who made it,
+  // and a digest of the plan's JSON (so a report names the plan it measured).
+  std::string plan;
+  std::string plan_digest;
 };
 
 // Time of one device's compute stream over the iteration:
@@ -73,6 +77,7 @@ struct LinkMetrics {
 
 struct SimReport {
   std::string scenario, cluster, model, fidelity, schedule, algorithm;
+  std::string plan, plan_digest;  // SimOptions' (empty: not given; absent from the JSON)
   int devices_used = 0;
   int ops = 0;
   double iteration_time_s = 0;

@@ -48,6 +48,8 @@ Json point_json(const AdviseRequest& r, const Point& p) {
   j["cost_to_train_usd"] = optional(p.metrics.cost_to_train_usd);
   j["meets_target"] = optional(p.metrics.meets_target);
   if (p.break_even) j["break_even_price_factor"] = p.break_even->factor;
+  j["on_front"] = p.on_front;
+  j["dominated_by"] = p.dominated_by ? Json(buy_label(r, *p.dominated_by)) : Json(nullptr);
   j["plan_summary"] = p.plan.summary;
   j["plan_groups"] = p.plan.groups;
   if (p.simulated_tokens_per_s) {
@@ -124,6 +126,9 @@ Json to_json(const AdviseRequest& r, const AdviseResult& res) {
     marginal.push_back(std::move(j));
   }
   out["marginal"] = std::move(marginal);
+  Json alone = Json::array();
+  for (const Point& p : res.alone) alone.push_back(point_json(r, p));
+  out["types_alone"] = std::move(alone);
   Json evaluated = Json::array();
   for (const Point& p : res.evaluated) {
     Json j = point_json(r, p);

@@ -104,8 +104,10 @@ class Search {
   std::vector<int> machines_of(const std::vector<int>& buy) const;
   long find(std::int64_t code) const;  // index into cands_, or -1
   void enumerate();
+  Point priced(const std::vector<int>& buy) const;  // machines, GPUs, cost and bound; no plan
   Point evaluate(const std::vector<int>& buy, const std::string& why);
   void evaluate_owned_and_marginal();
+  void evaluate_types_alone();
   void calibrate();
   void guided_search();
   bool below_a_failure(const Candidate& c) const;
@@ -237,7 +239,7 @@ void Search::enumerate() {
       " over budget, " + std::to_string(s.no_memory) + " without the memory any plan needs");
 }
 
-Point Search::evaluate(const std::vector<int>& buy, const std::string& why) {
+Point Search::priced(const std::vector<int>& buy) const {
   Point p;
   p.buy = buy;
   p.machines = machines_of(buy);
@@ -245,6 +247,11 @@ Point Search::evaluate(const std::vector<int>& buy, const std::string& why) {
   p.cost = table_.of(buy);
   p.cost_axis = cost_axis(r_.budget.pricing, p.cost);
   p.bound_tokens_per_s = bound_of(p.machines);
+  return p;
+}
+
+Point Search::evaluate(const std::vector<int>& buy, const std::string& why) {
+  Point p = priced(buy);
   const long idx = find(encode(buy));
   p.candidate = idx >= 0;
   const auto start = std::chrono::steady_clock::now();
@@ -294,6 +301,31 @@ void Search::evaluate_owned_and_marginal() {
     row.delta_tokens_per_s = row.point.plan.ok ? row.point.plan.tokens_per_s - base : 0;
     row.delta_cost = row.point.cost_axis - (res_.owned ? res_.owned->cost_axis : 0);
     res_.marginal.push_back(std::move(row));
+  }
+}
+
+void Search::evaluate_types_alone() {
+  for (std::size_t t = 0; t < r_.types.size(); ++t) {
+    if (r_.types[t].max_buy == 0) continue;
+    std::vector<int> buy(r_.types.size(), 0);
+    int n = r_.types[t].max_buy;
+    for (; n > 0; --n) {
+      buy[t] = n;
+      if (find(encode(buy)) >= 0) break;
+    }
+    if (n > 0) {
+      res_.alone.push_back(evaluate(buy, "type alone"));
+      continue;
+    }
+    // No count is a candidate: the maximum, with the reason.
+    buy[t] = r_.types[t].max_buy;
+    Point p = priced(buy);
+    p.candidate = false;
+    const bool memory = usable_of(p.machines) >= model_.memory_need_bytes;
+    p.plan.error = memory ? "over the budget even at one machine"
+                          : "too little memory for any plan even at " +
+                                std::to_string(r_.types[t].max_buy) + " machines";
+    res_.alone.push_back(std::move(p));
   }
 }
 
@@ -603,8 +635,32 @@ void Search::front_and_simulations() {
       p.break_even = studies::break_even(r_, table_, p.buy, p.plan.tokens_per_s, lowest);
     }
   };
+  // Each point against the front: on it, or the cheapest front point at no more cost with at
+  // least its tokens/s (the front's tokens/s rise with its cost).
+  auto verdict = [&](Point& p) {
+    if (!p.plan.ok) return;
+    for (int f : res_.front) {
+      const Point& q = ev[f];
+      if (q.buy == p.buy) {
+        p.on_front = true;
+        return;
+      }
+      if (q.plan.tokens_per_s >= p.plan.tokens_per_s) {
+        if (cost_le(q.cost_axis, p.cost_axis)) p.dominated_by = q.buy;
+        return;
+      }
+    }
+  };
+  for (Point& p : ev) verdict(p);
   for (int i : res_.front) break_even(ev[i]);
-  for (MarginalRow& m : res_.marginal) break_even(m.point);
+  for (MarginalRow& m : res_.marginal) {
+    verdict(m.point);
+    break_even(m.point);
+  }
+  for (Point& p : res_.alone) {
+    verdict(p);
+    break_even(p);
+  }
   for (int i : res_.front) {
     Point& p = ev[i];
     if (!p.simulated_tokens_per_s && p.simulation_note.empty()) {
@@ -639,6 +695,7 @@ std::vector<int> Search::simulation_order() const {
 AdviseResult Search::run() {
   enumerate();
   evaluate_owned_and_marginal();
+  evaluate_types_alone();
   if (r_.search.prune) {
     calibrate();
     guided_search();

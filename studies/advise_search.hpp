@@ -63,9 +63,14 @@ struct Point {
   std::optional<double> simulated_tokens_per_s;
   std::string simulation_note;  // why not simulated
   Json plan_json;               // front points only
-  // Front points and marginal rows: break_even against the winner's $/M tokens (the lowest of
-  // the front points that buy something and reach the target, if any).
+  // Front points, marginal rows and the types alone: break_even against the winner's $/M
+  // tokens (the lowest of the front points that buy something and reach the target, if any).
   std::optional<BreakEven> break_even;
+  // Against the front (every point with a plan): on it (the same mix as a front point), or the
+  // buy of the cheapest front point that costs no more and plans at least as many tokens/s.
+  // Neither for a point beyond the request's limits that nothing within them matches.
+  bool on_front = false;
+  std::optional<std::vector<int>> dominated_by;
 };
 
 struct MarginalRow {
@@ -99,6 +104,10 @@ struct AdviseResult {
   std::vector<int> front;        // indices into evaluated, by cost
   std::optional<Point> owned;    // what is owned, alone (when anything is)
   std::vector<MarginalRow> marginal;
+  // Each machine type that may be bought, alone: the most machines of it within the limits
+  // (planned whether or not the search would have; a type no count of which is a candidate:
+  // its maximum, not planned, the reason as plan.error).
+  std::vector<Point> alone;
   std::optional<int> cheapest_meeting_target;  // index into evaluated (a front point)
   std::vector<double> phi;                     // per type: the calibration (NaN: none)
   AdviseStats stats;
@@ -112,8 +121,8 @@ AdviseResult run_advise(const AdviseRequest& r, const MixModel& model, MixEvalua
 // "+2 H100-SXM x8, +4 RTX4090 x8" ("owned only" when nothing is added).
 std::string buy_label(const AdviseRequest& r, const std::vector<int>& buy);
 
-// The whole answer for --json: request summary, front, marginal values, search statistics,
-// every planned candidate.
+// The whole answer for --json: request summary, front, marginal values, each type alone, search
+// statistics, every planned candidate (each point: on the front, or what dominates it).
 Json to_json(const AdviseRequest& r, const AdviseResult& result);
 
 }  // namespace studies

@@ -277,7 +277,66 @@ TEST(AdviseSearch, BudgetOfPlansLeavesOpenCandidatesWithTheirMostPossibleGain) {
   EXPECT_GT(a.stats.open_gain, 0);
   EXPECT_EQ(a.stats.planned + a.stats.dominated + a.stats.presumed_no_plan + a.stats.open,
             a.stats.candidates);
-  EXPECT_LE(a.stats.planned, 3 + a.stats.calibration_plans + 2);  // + marginal mixes
+  // + the marginal mixes, + each type alone
+  EXPECT_LE(a.stats.planned, 3 + a.stats.calibration_plans + 2 + 2);
+}
+
+// Each type alone at the most the limits allow is planned and shown even where the guided search
+// plans nothing else (max_plans 0), and every point with a plan is on the front or names the
+// cheapest front point that costs no more and plans at least as many tokens/s.
+TEST(AdviseSearch, EachTypeAloneIsShownWithWhatDominatesIt) {
+  const AdviseRequest r = request(
+      R"("workload": {"tokens": 1e12}, "budget": {"capex_usd": 2.5e6},
+         "buy": [{"gpu": "H100", "max_machines": 3}, {"gpu": "A100", "max_machines": 3},
+                 {"gpu": "RTX4090", "max_machines": 40}],
+         "search": {"max_plans": 0, "simulate": 0})");
+  const MixModel m = mix_model(r);
+  FakeEvaluator f(r, m);
+  f.slow_when = std::vector<int>{3, 0, 0};  // H100 alone: slower than the cheaper A100 alone
+  const AdviseResult a = run_advise(r, m, f);
+  ASSERT_EQ(a.alone.size(), 3u);
+  EXPECT_EQ(a.alone[0].buy, (std::vector<int>{3, 0, 0}));
+  int dominated = 0;
+  for (std::size_t t = 0; t < a.alone.size(); ++t) {
+    const Point& p = a.alone[t];
+    for (std::size_t i = 0; i < p.buy.size(); ++i) EXPECT_EQ(p.buy[i] > 0, i == t) << t;
+    EXPECT_TRUE(p.candidate) << t;
+    // The most machines within the budget: one more is over it, or beyond max_machines.
+    std::vector<int> more = p.buy;
+    ++more[t];
+    const CostTable table = cost_table(r);
+    EXPECT_TRUE(more[t] > r.types[t].max_buy ||
+                cost_axis(r.budget.pricing, table.of(more)) > r.budget.limit)
+        << t;
+    ASSERT_TRUE(p.plan.ok) << p.plan.error;
+    EXPECT_NE(p.on_front, p.dominated_by.has_value()) << t;
+    dominated += p.dominated_by.has_value();
+  }
+  EXPECT_GT(dominated, 0) << "no type alone is dominated: the test checks little";
+  auto on_front = [&](const std::vector<int>& buy) -> const Point* {
+    for (int i : a.front) {
+      if (a.evaluated[i].buy == buy) return &a.evaluated[i];
+    }
+    return nullptr;
+  };
+  std::vector<const Point*> all;
+  for (const Point& p : a.evaluated) all.push_back(&p);
+  for (const Point& p : a.alone) all.push_back(&p);
+  for (const Point* p : all) {
+    if (!p->plan.ok) continue;
+    EXPECT_EQ(p->on_front, on_front(p->buy) != nullptr);
+    if (!p->dominated_by) continue;
+    const Point* q = on_front(*p->dominated_by);
+    ASSERT_NE(q, nullptr) << "dominated by a point not on the front";
+    EXPECT_LE(q->cost_axis, p->cost_axis);
+    EXPECT_GE(q->plan.tokens_per_s, p->plan.tokens_per_s);
+    for (int i : a.front) {  // the cheapest such front point
+      const Point& o = a.evaluated[i];
+      if (o.plan.tokens_per_s >= p->plan.tokens_per_s) {
+        EXPECT_GE(o.cost_axis, q->cost_axis);
+      }
+    }
+  }
 }
 
 // Adding a machine normally adds tokens/s; the value is negative when the larger mix plans

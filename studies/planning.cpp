@@ -233,5 +233,77 @@ Result<SearchResult> plan_one(const std::string& name, const Scenario& sc, Searc
 
 }  // namespace
 
+namespace {
+
+bool faster(bool fits, double tokens_per_s, bool best_fits, double best_tokens_per_s) {
+  if (fits != best_fits) return fits;
+  return tokens_per_s > best_tokens_per_s * (1 + 1e-9);
+}
+
+}  // namespace
+
+Result<SequencePlanning> plan_sequence(const Scenario& sc, const SchedulerOptions& o,
+                                       const PlanningLog& log) {
+  SequencePlanning out;
+  std::optional<Error> first_error;
+  std::string names;
+  for (const char* name : kBestLayoutSchedulers) {
+    names += std::string(names.empty() ? "" : ", ") + name;
+    if (log) log(std::string(name) + "...");
+    auto r = find_scheduler(name)->run(sc, o);
+    if (!r) {
+      out.rows.push_back({{"scheduler", name}, {"error", r.error().message}});
+      if (!first_error) first_error = r.error();
+      continue;
+    }
+    HexiSeqResult& h = *r->sequence;
+    out.rows.push_back({{"scheduler", name},
+                        {"grouping", h.grouping},
+                        {"tokens_per_s", h.time.tokens_per_s},
+                        {"fits", h.time.fits}});
+    if (!out.layout || faster(h.time.fits, h.time.tokens_per_s, out.layout->time.fits,
+                              out.layout->time.tokens_per_s)) {
+      out.layout = std::move(h);
+      out.layout_scheduler = name;
+    }
+  }
+  if (sc.training.global_batch > 1) {
+    names += " and pipelines of meshes";
+    if (log) log("pipelines of meshes...");
+    auto r = run_scheduler("mesh-pipeline", sc, o);
+    if (r) {
+      out.pipeline = std::move(*r->hybrid);
+      out.rows.push_back({{"scheduler", "mesh-pipeline"},
+                          {"stages", out.pipeline->plan.pipelines.front().stages.size()},
+                          {"tokens_per_s", out.pipeline->estimate.tokens_per_s},
+                          {"fits", out.pipeline->estimate.feasible}});
+    } else {
+      out.rows.push_back({{"scheduler", "mesh-pipeline"}, {"error", r.error().message}});
+    }
+  }
+  if (!out.layout && !out.pipeline) return *first_error;
+  const bool pipelined =
+      out.pipeline &&
+      (!out.layout || faster(out.pipeline->estimate.feasible, out.pipeline->estimate.tokens_per_s,
+                             out.layout->time.fits, out.layout->time.tokens_per_s));
+  if (pipelined) {
+    out.layout.reset();
+    out.layout_scheduler.clear();
+  } else {
+    out.pipeline.reset();
+  }
+  const double tps =
+      pipelined ? out.pipeline->estimate.tokens_per_s : out.layout->time.tokens_per_s;
+  out.line = "best of " + names + ": " +
+             (pipelined ? std::string("a pipeline of meshes") : out.layout_scheduler) + ", " +
+             fixed(tps, 0) + " tokens/s";
+  if (out.rows.front().contains("tokens_per_s") &&
+      (pipelined || out.layout_scheduler != "hexiseq")) {
+    out.line +=
+        " (hexiseq: " + fixed(out.rows.front()["tokens_per_s"].get<double>(), 0) + " tokens/s)";
+  }
+  return out;
+}
+
 }  // namespace studies
 }  // namespace hexi

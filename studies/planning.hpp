@@ -13,6 +13,7 @@
 
 #include "scenarios/scenario.hpp"
 #include "scheduler/program/program.hpp"
+#include "scheduler/scheduler.hpp"
 #include "scheduler/search/search.hpp"
 #include "sim/simulator.hpp"
 #include "topologies/status.hpp"
@@ -63,6 +64,26 @@ Status verify_with_simulator(const Scenario& scenario, SearchResult& r,
 Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& scenario,
                                    SearchOptions options, std::optional<int> verify = {},
                                    const PlanningLog& log = {});
+
+// The sequence schedulers the default long-context answer runs: HexiSeq and the baselines with
+// its freedoms (each scores its configurations in the closed form: milliseconds).
+inline constexpr const char* kBestLayoutSchedulers[] = {"hexiseq", "ring", "ulysses", "usp",
+                                                        "megatron-cp"};
+
+// The default long-context answer (`hexisim seq`, hexisim.seq() in Python): the fastest
+// fitting of kBestLayoutSchedulers' layouts and, with several sequences per iteration to fill
+// one, the pipelines of meshes (options.max_stages bounds them); ties keep the earlier (hexiseq
+// first). The first error when nothing returns a layout.
+struct SequencePlanning {
+  Json rows = Json::array();  // per scheduler: scheduler, grouping (stages), tokens_per_s, fits;
+                              // or scheduler, error
+  std::string line;           // "best of hexiseq, ...: NAME, N tokens/s (hexiseq: M tokens/s)"
+  std::optional<HexiSeqResult> layout;         // when a one-mesh layout won
+  std::string layout_scheduler;                // its scheduler
+  std::optional<MeshPipelineResult> pipeline;  // when a pipeline of meshes won
+};
+Result<SequencePlanning> plan_sequence(const Scenario& scenario, const SchedulerOptions& options,
+                                       const PlanningLog& log = {});
 
 }  // namespace studies
 }  // namespace hexi

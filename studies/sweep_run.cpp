@@ -24,20 +24,6 @@ void on_interrupt(int) {
   g_interrupted = 1;
 }
 
-// "1h02m", "3m07s", "42s".
-std::string duration_text(double s) {
-  const long t = static_cast<long>(s + 0.5);
-  char buf[32];
-  if (t >= 3600) {
-    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
-  } else if (t >= 60) {
-    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
-  } else {
-    std::snprintf(buf, sizeof buf, "%lds", t);
-  }
-  return buf;
-}
-
 // The first digest of `row` that differs from `want`, as "cluster (a vs b)"; empty if none.
 std::string digest_change(const Json& row, const Json& want) {
   const Json have = row.value("digests", Json::object());

@@ -129,5 +129,21 @@ TEST(Text, FormatHasNoLengthLimit) {
   EXPECT_EQ(fnv1a64_hex(""), "cbf29ce484222325");
 }
 
+TEST(Text, ClosestNameWithinAThirdOfTheWord) {
+  const std::vector<std::string> names = {"scheduler", "seed", "simulate", "seq-len", "seq"};
+  EXPECT_EQ(closest("scheduer", names), "scheduler");   // a deletion
+  EXPECT_EQ(closest("shceduler", names), "scheduler");  // a swap of neighbours: 1
+  EXPECT_EQ(closest("seqlen", names), "seq-len");
+  EXPECT_EQ(closest("sed", names), "");    // "seed" and "seq" both 1 away: no suggestion
+  EXPECT_EQ(closest("xyzzy", names), "");  // nothing near
+  EXPECT_EQ(closest("simualte", names), "simulate");
+  EXPECT_EQ(closest("sq", {"seq", "sa"}), "");  // a tie: no suggestion
+  EXPECT_EQ(closest("anything", {}), "");
+  EXPECT_EQ(duration_text(42.4), "42s");
+  EXPECT_EQ(duration_text(187), "3m07s");
+  EXPECT_EQ(duration_text(3720), "1h02m");
+  EXPECT_EQ(duration_text(-5), "0s");
+}
+
 }  // namespace
 }  // namespace hexi

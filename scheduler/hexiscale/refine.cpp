@@ -162,9 +162,15 @@ void HexiScaleSearch::refine(Assignment a, bool whole_machines) {
   auto patience = [&] {
     return per_machine_ ? std::min(moves.size(), kLargePatience) : moves.size();
   };
-  std::size_t i = 0, since_improvement = 0;
+  std::size_t i = 0, since_improvement = 0, scored = 0;
+  const double start_s = clock_.elapsed_s();
   while (since_improvement < patience() && !clock_.out_of_time()) {
-    clock_.phase("refinement: " + std::to_string(a.size()) + " pipelines");
+    // At least the moves left to converge, at this start's pace, if none improves.
+    const double per_move =
+        scored > 0 ? (clock_.elapsed_s() - start_s) / static_cast<double>(scored) : 0;
+    clock_.phase("refinement: " + std::to_string(a.size()) + " pipelines",
+                 scored > 0 ? Eta::kAtLeast : Eta::kNone,
+                 per_move * static_cast<double>(patience() - since_improvement));
     // The next kBatch moves are scored together (in parallel); the first that improves
     // is taken, as if they had been scored one by one.
     const std::size_t batch = std::min(kBatch, patience() - since_improvement);
@@ -172,6 +178,7 @@ void HexiScaleSearch::refine(Assignment a, bool whole_machines) {
     for (std::size_t k = 0; k < batch; ++k)
       next.push_back(apply_move(a, moves[(i + k) % moves.size()]));
     const std::vector<double> objectives = consider_all(next, current);
+    scored += batch;
     std::size_t k = 0;
     while (k < batch && !(objectives[k] < current * (1 - 1e-9))) ++k;
     if (k < batch) {

@@ -344,9 +344,9 @@ std::vector<double> HexiScaleSearch::consider_all(const std::vector<Assignment>&
   return out;
 }
 
-void HexiScaleSearch::try_pipelines(int d, int d_max) {
+void HexiScaleSearch::try_pipelines(int d, int d_max, Eta eta, double eta_s) {
   const Cluster& c = ev_.cost_model().cluster();
-  clock_.phase("phase 1: D=" + std::to_string(d) + " of " + std::to_string(d_max));
+  clock_.phase("phase 1: D=" + std::to_string(d) + " of " + std::to_string(d_max), eta, eta_s);
   // The partitions of this D.
   std::vector<std::function<Assignment()>> jobs;
   auto add = [&](const std::vector<Unit>& units, std::function<std::vector<int>()> parts) {
@@ -408,7 +408,15 @@ void HexiScaleSearch::sweep() {
                     static_cast<int>(device_seeds_ ? device_units_.size() : units_.size()));
   const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
   const std::size_t seeded = elite_.size();  // the machine-aligned seeds of run()
-  for (int d = 1; d <= d_max && !clock_.out_of_time(); d += stride) try_pipelines(d, d_max);
+  // ETA of the strided pass: the D values left at the mean time of those done.
+  const int pass = (d_max + stride - 1) / stride;
+  for (int d = 1, k = 0; d <= d_max && !clock_.out_of_time(); d += stride, ++k) {
+    if (k == 0) {
+      try_pipelines(d, d_max, Eta::kNone, 0);
+    } else {
+      try_pipelines(d, d_max, Eta::kEstimate, clock_.phase_elapsed_s() / k * (pass - k));
+    }
+  }
   if (stride == 1) return;
   // Every D around the best D so far and around the kSweepPeaks best D values of the
   // strided pass: the objective over D is bumpy (pipelines whose stages stop lining up pay a
@@ -430,7 +438,7 @@ void HexiScaleSearch::sweep() {
   for (int at : around) {
     for (int d = std::max({1, at - stride + 1, done});
          d < std::min(d_max + 1, at + stride) && !clock_.out_of_time(); ++d) {
-      if ((d - 1) % stride != 0) try_pipelines(d, d_max);
+      if ((d - 1) % stride != 0) try_pipelines(d, d_max, Eta::kNone, 0);
     }
     done = std::max(done, at + stride);
   }

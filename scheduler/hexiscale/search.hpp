@@ -88,8 +88,9 @@ class HexiScaleSearch {
   bool uses_every_gpu(const Assignment& a) const;
   // Phase 2 for every pipeline of an assignment.
   PlanSpec build(PipelineBuilder& builder, const Assignment& a) const;
-  void sweep();                          // phase 1 over D, cut modes and seeds
-  void try_pipelines(int d, int d_max);  // the partitions of one D
+  void sweep();  // phase 1 over D, cut modes and seeds
+  // The partitions of one D; `eta`, `eta_s`: the sweep's, for the progress report.
+  void try_pipelines(int d, int d_max, Eta eta, double eta_s);
   // Local search from `start`; whole machines move when `whole_machines`, else any
   // number of GPUs (and GPUs of different kinds are exchanged).
   void refine(Assignment start, bool whole_machines);

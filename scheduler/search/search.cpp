@@ -158,12 +158,23 @@ void SearchClock::count(double tokens_per_s) {
   }
 }
 
-void SearchClock::phase(const std::string& what) {
+void SearchClock::phase(const std::string& what, Eta eta, double eta_s) {
   if (!options_.progress) return;
   const double now = elapsed_s();
-  if (now - last_report_s_ < 1.0) return;
+  if (now - last_report_s_ < options_.progress_interval_s) return;
   last_report_s_ = now;
-  options_.progress({scheduler_, what, now, candidates_, best_});
+  if (options_.time_budget_s > 0) {
+    const double left = std::max(0.0, options_.time_budget_s - now);
+    if (eta == Eta::kNone || eta_s >= left) {
+      eta = Eta::kBudget;
+      eta_s = left;
+    }
+  }
+  options_.progress({scheduler_, what, now, candidates_, best_, eta_s, eta});
+}
+
+double SearchClock::phase_elapsed_s() const {
+  return elapsed_s() - (phase_starts_.empty() ? 0.0 : phase_starts_.back().at_s);
 }
 
 void SearchClock::begin(const std::string& phase) {

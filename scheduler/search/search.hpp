@@ -25,12 +25,19 @@ struct TracePoint {
   double tokens_per_s = 0;  // of the best plan so far
 };
 
+// What a progress report's eta_s is: none, the remaining share at the pace so far, a lower
+// bound (a search that stops when no move improves knows how many moves that takes at the
+// least, not whether one will improve), or the time budget's end (the latest it stops).
+enum class Eta { kNone, kEstimate, kAtLeast, kBudget };
+
 struct SearchProgress {
   std::string scheduler;
   std::string phase;  // what it is doing, e.g. "D=4 seed 2"
   double elapsed_s = 0;
   long candidates = 0;
   double best_tokens_per_s = 0;  // 0 while nothing feasible was found
+  double eta_s = 0;              // seconds left, read as `eta` says
+  Eta eta = Eta::kNone;
 };
 
 // Time and candidates of one named phase of a search (SearchClock::begin).
@@ -47,8 +54,10 @@ struct SearchOptions {
   // for a caller that re-ranks them with the simulator (SearchResult::runners_up). Searches
   // that keep none ignore it.
   int runners_up = 0;
-  // Called now and then during long searches (the CLI prints it on stderr).
+  // Called now and then during long searches (the CLI prints it on stderr): at most once per
+  // progress_interval_s.
   std::function<void(const SearchProgress&)> progress;
+  double progress_interval_s = 1.0;
 };
 
 // A plan with its closed-form estimate.
@@ -131,7 +140,11 @@ class SearchClock {
   bool out_of_time() const;  // budget set and spent
   // Records an evaluated candidate; `tokens_per_s` > best so far adds a trace point.
   void count(double tokens_per_s = 0);
-  void phase(const std::string& what);  // progress report, throttled to one per second
+  // Progress report, at most one per options.progress_interval_s, with the caller's ETA (as
+  // SearchProgress's; the time budget's end replaces one that is unknown or later).
+  void phase(const std::string& what, Eta eta = Eta::kNone, double eta_s = 0);
+  // Seconds since the last begin() (since the start before any).
+  double phase_elapsed_s() const;
   // Starts a named phase of the search (ends the previous one); finish() reports each
   // phase's time and candidates. Phases of the same name are summed.
   void begin(const std::string& phase);

@@ -183,6 +183,27 @@ std::string py_seq(const std::string& spec, const std::string& spec_json,
   const Scenario sc = scenario_of(spec, spec_json, parts_json);
   SchedulerOptions o;
   o.sequence.time_budget_s = time_budget_s;
+  if (scheduler == "best") {
+    const SequencePlanning best = value_or_raise([&] {
+      py::gil_scoped_release free;
+      return plan_sequence(sc, o);
+    }());
+    Json out;
+    if (best.layout) {
+      out = best.layout->to_json(best.layout_scheduler);
+    } else {
+      const MeshPipelineResult& p = *best.pipeline;
+      out = {{"scheduler", "mesh-pipeline"},
+             {"stages", p.plan.pipelines.front().stages.size()},
+             {"iteration_time_s", p.estimate.iteration_time_s},
+             {"tokens_per_s", p.estimate.tokens_per_s},
+             {"fits", p.estimate.feasible},
+             {"plan", to_json(p.plan)}};
+    }
+    out["scenario"] = sc.name;
+    out["best_of"] = best.rows;
+    return dump_json(out);
+  }
   const Scheduled s = value_or_raise([&] {
     py::gil_scoped_release free;
     return run_scheduler(scheduler, sc, o);

@@ -74,8 +74,10 @@ def simulate(scenario=None, plan=None, fidelity="stage", **parts):
     return _json.loads(_hexisim.simulate(*_spec(scenario, parts), *_plan_args(plan), fidelity))
 
 
-def seq(scenario=None, scheduler="hexiseq", time_budget=0.0, **parts):
-    """A long-context layout by a sequence scheduler (`hexisim seq --scheduler NAME --json`)."""
+def seq(scenario=None, scheduler="best", time_budget=0.0, **parts):
+    """A long-context layout (`hexisim seq --scheduler NAME --json`): by default the best of
+    HexiSeq, the baselines and pipelines of meshes (its "scheduler" names the winner, "best_of"
+    what each gave); else the named sequence scheduler's."""
     return _json.loads(_hexisim.seq(*_spec(scenario, parts), scheduler, float(time_budget)))
 
 

@@ -58,6 +58,16 @@ def test_a_long_context_layout_and_its_simulation():
     assert r["tokens_per_s"] > 0
 
 
+def test_the_default_long_context_answer_is_the_best_of_every_scheduler():
+    best = hexisim.seq("tiny-seq-cpu")
+    tried = {row["scheduler"]: row for row in best["best_of"]}
+    assert {"hexiseq", "ring", "ulysses", "usp", "megatron-cp"} <= set(tried)
+    fastest = max(row["tokens_per_s"] for row in tried.values()
+                  if "tokens_per_s" in row and row["fits"])
+    assert best["tokens_per_s"] == pytest.approx(fastest, rel=1e-12)
+    assert best["scheduler"] in tried
+
+
 def test_a_sweep_as_a_dataframe(tmp_path):
     root = os.environ["HEXISIM_ROOT"]
     rows = hexisim.sweep(os.path.join(root, "scenarios/sweeps/tiny.json"), tmp_path / "out",
