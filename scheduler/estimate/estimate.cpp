@@ -1220,9 +1220,13 @@ class SharedTimeline {
         c.sending = true;
         c.work.left = c.link.flow_bytes;
         c.work.updated_s = now;
+        sending_changed_ = true;
       }
     }
-    rates();
+    // The rates depend on which channels send, nothing else: solved again only when that
+    // changed (most events are computes starting or ending).
+    if (sending_changed_) rates();
+    sending_changed_ = false;
   }
 
   // The sending channels' rates, max-min fair (MaxMinFair).
@@ -1269,6 +1273,7 @@ class SharedTimeline {
           c.sending = false;
           c.arrived[c.next] = to + c.link.fixed_s;
           ++c.next;
+          sending_changed_ = true;
         }
       }
     }
@@ -1281,6 +1286,7 @@ class SharedTimeline {
   std::vector<FairFlow> fair_;
   std::vector<FairFlow*> fair_of_;
   std::vector<Pipe> pipes_;
+  bool sending_changed_ = true;  // since rates() last ran
 };
 
 // The flows of one direction of a boundary next to a mesh stage: mesh_boundary's messages
