@@ -420,10 +420,8 @@ int run_compare(const Scenario& sc, const SchedulerOptions& o, bool json, bool s
 }
 
 // --pipeline: pipelines of sequence meshes (scheduler/hexiseq/mesh_pipeline.hpp), every number of
-// stages.
-// What the default scheduler chose from: each candidate's name, tokens/s and fit.
-// The plan of a pipeline of meshes, printed (or as JSON); with the default scheduler, what it
-// was chosen from. --simulate lowers it at stage granularity under its ZeRO stage.
+// stages. The plan of a pipeline of meshes, printed (or as JSON); with the default scheduler, what
+// it was chosen from. --simulate lowers it at stage granularity under its ZeRO stage.
 Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const SchedulerOptions& o,
                      const MeshPipelineResult* r, const SequencePlanning* chosen) {
   if (!opt.out.empty()) {

@@ -322,7 +322,7 @@ void Search::evaluate_types_alone() {
     Point p = priced(buy);
     p.candidate = false;
     const bool memory = usable_of(p.machines) >= model_.memory_need_bytes;
-    p.plan.error = memory ? "over the budget even at one machine"
+    p.plan.error = memory ? "over the budget at every count whose memory holds the model"
                           : "too little memory for any plan even at " +
                                 std::to_string(r_.types[t].max_buy) + " machines";
     res_.alone.push_back(std::move(p));

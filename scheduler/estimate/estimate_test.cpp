@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <map>
 
 #include "scenarios/testing.hpp"
 #include "scheduler/cost/collectives.hpp"
@@ -338,6 +339,26 @@ TEST_F(Fixture, MeshStageTakesTheSequenceClosedForm) {
   // The mesh all-reduces its gradients; device 0 holds its layers alone.
   EXPECT_GT(e.devices[1].dp_sync_s, 0);
   EXPECT_EQ(e.devices[0].dp_sync_s, 0);
+}
+
+// In a plan with a mesh stage, a TP rank's gradients meet the same rank of the other
+// pipelines' holders: rank 1 of [0, 1] rings with rank 1 of [4, 2], device 2 on its own machine;
+// rank 0 with device 4, across the NIC.
+TEST_F(Fixture, MeshPlansSyncEachTpRankWithTheSameRankElsewhere) {
+  Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0, 1], "layers": [0, 4]},
+      {"layers": [4, 8], "sequence": {"groups": [
+        {"devices": [3], "tokens": 64, "shards": [64], "heads": [4]}]}}]},
+    {"batch": 4, "stages": [{"devices": [4, 2], "layers": [0, 4]},
+      {"layers": [4, 8], "sequence": {"groups": [
+        {"devices": [5], "tokens": 64, "shards": [64], "heads": [4]}]}}]}]})");
+  Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(p);
+  std::map<int, double> sync;
+  for (const auto& d : e.devices) sync[d.device] = d.dp_sync_s;
+  ASSERT_EQ(sync.size(), 6u);
+  EXPECT_DOUBLE_EQ(sync[0], sync[4]);  // one ring, across the NIC
+  EXPECT_DOUBLE_EQ(sync[1], sync[2]);  // one ring, within machine 0
+  EXPECT_LT(sync[1] * 1.01, sync[0]);
 }
 
 // The DP sync of many pipelines over three leaves (oversubscribed uplinks, NICs of 12.5 and

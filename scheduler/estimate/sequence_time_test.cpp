@@ -52,6 +52,22 @@ double slowest(const std::vector<double>& v) {
   return *std::max_element(v.begin(), v.end());
 }
 
+// ZeRO-3 adds two all-gathers and a reduce-scatter of each layer's weights over the mesh's
+// ring to the NIC bound: on two one-GPU machines, 3 (n - 1) / n of the layer's bytes each way.
+TEST(SequenceTime, ZeroThreeAddsTheLayersRingTrafficToTheNicBound) {
+  const Cluster c = mixed_cluster({{"H100-SXM", 1, 2}});
+  const Model m = catalog_model("llama3-8b");
+  TrainingConfig t = long_context(65536);
+  const SequenceLayout l = pure_ring({0, 1}, {32768, 32768}, m.heads);
+  t.zero_stage = 1;
+  const double one = SequenceCost(c, m, t, kTimeProfile).nic_layer_s(l);
+  t.zero_stage = 3;
+  const double three = SequenceCost(c, m, t, kTimeProfile).nic_layer_s(l);
+  const double hop = 3.0 * (2 - 1) / 2 * t.bytes_per_element() * m.layer_params();
+  EXPECT_GT(one, 0);
+  EXPECT_NEAR(three - one, hop / c.machines()[0].nic_Bps, 1e-12 * three);
+}
+
 TEST(SequenceTime, PureRingOnEqualShardsIsRingTime) {
   // Four H100 machines of one GPU: every hop is a 25 GB/s NIC. llama3-8b, S = 65536.
   const Cluster c = mixed_cluster({{"H100-SXM", 1, 4}});

@@ -144,6 +144,39 @@ TEST(LowerSequence, RingFlopsAreTheMirroredLayoutsCausalPairs) {
   EXPECT_NEAR(backward / forward, kFlashBackwardRatio, 1e-12);
 }
 
+// A ring step's attention kernel reads the group's queries (forward: Q and O; backward also dO
+// and dQ) and the visiting block's K and V (backward also dK, dV): over a pass, every device
+// reads its queries once per step (one per group) and every block's kv heads once.
+TEST(LowerSequence, RingKernelsReadTheQueriesEachStepAndEveryBlockOnce) {
+  Fixture f;
+  const TrainingConfig t = f.training(0, Recompute::kSelective);
+  auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
+  ASSERT_TRUE(p.ok());
+  double forward = 0, backward = 0;
+  for (const Op& op : p->ops) {
+    if (op.kind != OpKind::kCompute) continue;
+    for (const Kernel& k : p->shapes[op.shape].kernels) {
+      if (k.name == "ring.attention") forward += k.bytes;
+      if (k.name == "ring.attention.bwd") backward += k.bytes;
+    }
+  }
+  const AttentionShape a = attention_shape(f.model, t);
+  const double S = 32768, row = static_cast<double>(a.head_dim) * a.bytes_per_element;
+  const double steps = static_cast<double>(f.layout.groups.size());
+  double expect = 0;  // one pass, every device
+  for (const auto& g : f.layout.groups) {
+    int first = 0;
+    for (int h : g.heads) {
+      const int kv = kv_heads_needed(a, first, h);
+      expect += steps * 2 * g.tokens * h * row + 2 * S * kv * row;
+      first += h;
+    }
+  }
+  const double passes = f.model.layers * t.global_batch;
+  EXPECT_DOUBLE_EQ(forward, passes * expect);
+  EXPECT_DOUBLE_EQ(backward, 2 * forward);  // 4 Q-sized + 2 KV-sized against 2 + 1
+}
+
 TEST(LowerSequence, ZeroThreeGathersEveryLayerTwiceAndScattersIt) {
   Fixture f;
   const TrainingConfig t = f.training(3, Recompute::kFull);

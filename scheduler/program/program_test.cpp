@@ -33,12 +33,14 @@ class Builder {
   int recv(int device, int peer, int tag, std::vector<int> deps = {}) {
     return p2p(OpKind::kRecv, device, peer, tag, deps);
   }
-  int all_reduce(int device, int instance, std::vector<int> deps = {}) {
+  int all_reduce(int device, int instance, std::vector<int> deps = {}, double bytes = 8,
+                 Collective collective = Collective::kAllReduce) {
     Op op;
     op.kind = OpKind::kCollective;
+    op.collective = collective;
     op.group = 0;
     op.instance = instance;
-    op.bytes = 8;
+    op.bytes = bytes;
     return add(device, op, deps);
   }
   Status validate() {
@@ -149,6 +151,48 @@ TEST(ValidateProgram, CollectivesInDifferentOrdersAreRejected) {
   Status st = b.validate();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.error().message.find("op 1 "), std::string::npos) << st.error().message;
+}
+
+// The members of one collective instance run one collective of one size: a member that
+// disagrees on either is refused, naming the instance.
+TEST(ValidateProgram, MembersOfACollectiveMustAgreeOnItAndItsSize) {
+  for (bool size : {true, false}) {
+    Builder b;
+    b.all_reduce(0, 0);
+    if (size) {
+      b.all_reduce(1, 0, {}, 16);
+    } else {
+      b.all_reduce(1, 0, {}, 8, Collective::kAllGather);
+    }
+    Status st = b.validate();
+    ASSERT_FALSE(st.ok()) << size;
+    EXPECT_NE(st.error().message.find("of instance 0 on group 0 disagree on the collective or its "
+                                      "size"),
+              std::string::npos)
+        << st.error().message;
+  }
+  Builder same;
+  same.all_reduce(0, 0, {}, 16);
+  same.all_reduce(1, 0, {}, 16);
+  EXPECT_TRUE(same.validate().ok());
+}
+
+// A kernel shape with zeros ([0, n, 0]: only n known) is written and read back as it was.
+TEST(ValidateProgram, AKernelShapeWithZerosRoundTrips) {
+  Cluster c = testing::make_cluster(1, 2);
+  Model m = testing::tiny_model();
+  auto p = lower_plan(testing::uniform_plan(1, 2, 1, 4, 2), c, m, testing::tiny_training(2), {},
+                      "<plan>");
+  ASSERT_TRUE(p.ok());
+  Json j = to_json(*p);
+  j["shapes"][0]["kernels"][0]["shape"] = {0, 5, 0};
+  auto back = program_from_json(j, "prog.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  const Kernel& k = back->shapes[0].kernels[0];
+  EXPECT_EQ(k.m, 0);
+  EXPECT_EQ(k.n, 5);
+  EXPECT_EQ(k.k, 0);
+  EXPECT_EQ(to_json(*back)["shapes"][0]["kernels"][0]["shape"], Json({0, 5, 0}));
 }
 
 TEST(ValidateProgram, ReaderRejectsBadFieldsWithJsonPaths) {
