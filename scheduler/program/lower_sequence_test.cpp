@@ -123,58 +123,42 @@ TEST(LowerSequence, BytesMatchTheClosedFormsFormulas) {
                    passes * 2 * 8 * S * 2.0 * a.head_dim * a.grad_bytes_per_element);
 }
 
-TEST(LowerSequence, RingFlopsAreTheMirroredLayoutsCausalPairs) {
+// The ring steps' attention: FLOPs of the mirrored layout's causal pairs; bytes of the group's
+// queries (forward: Q and O; backward also dO and dQ) at every step (one per group) and of the
+// visiting block's K and V (backward also dK, dV), every block's kv heads once a pass.
+TEST(LowerSequence, RingKernelsFlopsAndBytes) {
   Fixture f;
   const TrainingConfig t = f.training(0, Recompute::kSelective);
   auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
   ASSERT_TRUE(p.ok());
-  double forward = 0, backward = 0;
+  double forward = 0, backward = 0, forward_bytes = 0, backward_bytes = 0;
   for (const Op& op : p->ops) {
     if (op.kind != OpKind::kCompute) continue;
     if (op.compute == ComputeKind::kRingFwd) forward += p->shapes[op.shape].flops();
     if (op.compute == ComputeKind::kRingBwd) backward += p->shapes[op.shape].flops();
-  }
-  double pairs_heads = 0;  // sum over devices: group pairs x query heads
-  for (const auto& g : f.layout.groups) {
-    for (int h : g.heads)
-      pairs_heads += static_cast<double>(mirrored_rank_pairs(32768, g.tokens)) * h;
-  }
-  const double passes = f.model.layers * t.global_batch;
-  EXPECT_NEAR(forward / (passes * pairs_heads * 4 * 128), 1.0, 1e-12);
-  EXPECT_NEAR(backward / forward, kFlashBackwardRatio, 1e-12);
-}
-
-// A ring step's attention kernel reads the group's queries (forward: Q and O; backward also dO
-// and dQ) and the visiting block's K and V (backward also dK, dV): over a pass, every device
-// reads its queries once per step (one per group) and every block's kv heads once.
-TEST(LowerSequence, RingKernelsReadTheQueriesEachStepAndEveryBlockOnce) {
-  Fixture f;
-  const TrainingConfig t = f.training(0, Recompute::kSelective);
-  auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
-  ASSERT_TRUE(p.ok());
-  double forward = 0, backward = 0;
-  for (const Op& op : p->ops) {
-    if (op.kind != OpKind::kCompute) continue;
     for (const Kernel& k : p->shapes[op.shape].kernels) {
-      if (k.name == "ring.attention") forward += k.bytes;
-      if (k.name == "ring.attention.bwd") backward += k.bytes;
+      if (k.name == "ring.attention") forward_bytes += k.bytes;
+      if (k.name == "ring.attention.bwd") backward_bytes += k.bytes;
     }
   }
   const AttentionShape a = attention_shape(f.model, t);
   const double S = 32768, row = static_cast<double>(a.head_dim) * a.bytes_per_element;
   const double steps = static_cast<double>(f.layout.groups.size());
-  double expect = 0;  // one pass, every device
+  double pairs_heads = 0;  // sum over devices: group pairs x query heads
+  double bytes = 0;        // one pass, every device
   for (const auto& g : f.layout.groups) {
     int first = 0;
     for (int h : g.heads) {
-      const int kv = kv_heads_needed(a, first, h);
-      expect += steps * 2 * g.tokens * h * row + 2 * S * kv * row;
+      pairs_heads += static_cast<double>(mirrored_rank_pairs(32768, g.tokens)) * h;
+      bytes += steps * 2 * g.tokens * h * row + 2 * S * kv_heads_needed(a, first, h) * row;
       first += h;
     }
   }
   const double passes = f.model.layers * t.global_batch;
-  EXPECT_DOUBLE_EQ(forward, passes * expect);
-  EXPECT_DOUBLE_EQ(backward, 2 * forward);  // 4 Q-sized + 2 KV-sized against 2 + 1
+  EXPECT_NEAR(forward / (passes * pairs_heads * 4 * 128), 1.0, 1e-12);
+  EXPECT_NEAR(backward / forward, kFlashBackwardRatio, 1e-12);
+  EXPECT_DOUBLE_EQ(forward_bytes, passes * bytes);
+  EXPECT_DOUBLE_EQ(backward_bytes, 2 * forward_bytes);  // 4 Q-sized + 2 KV-sized, against 2 + 1
 }
 
 TEST(LowerSequence, ZeroThreeGathersEveryLayerTwiceAndScattersIt) {
