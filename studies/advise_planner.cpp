@@ -190,7 +190,7 @@ MixPlanner::Planned MixPlanner::plan_whole(const std::vector<int>& n, int micro_
   SearchOptions so;
   so.seed = request_.search.seed;
   // The planning call `hexisim plan` makes: the same plan for the same mix and seed.
-  auto r = plan_pipeline(std::string(kBestPlan), sc, so);
+  auto r = plan_pipeline(std::string(kBestPlan), sc, so, request_.search.verify);
   if (!r) return failed(r.error());
   out.result = planned(r->estimate.feasible, "plan", r->estimate.tokens_per_s,
                        plan_summary(r->plan, sc.training));

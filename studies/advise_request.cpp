@@ -50,12 +50,13 @@ Budget read_budget(const JsonNode& node) {
 
 SearchSettings read_search(const JsonNode& node) {
   node.require_object();
-  node.allow_only({"max_plans", "plan_gpus", "simulate", "prune", "hexiseq_from_seq",
+  node.allow_only({"max_plans", "plan_gpus", "simulate", "verify", "prune", "hexiseq_from_seq",
                    "scheduler_options", "hexiseq_options", "seed", "solver", "max_mixes"});
   SearchSettings s;
   s.max_plans = static_cast<int>(node.integer_or("max_plans", 0, 100000, s.max_plans));
   s.plan_gpus = static_cast<int>(node.integer_or("plan_gpus", 1, kMaxClusterGpus, s.plan_gpus));
   s.simulate = static_cast<int>(node.integer_or("simulate", 0, 1000, s.simulate));
+  if (auto verify = node.find("verify")) s.verify = static_cast<int>(verify->integer_in(0, 64));
   s.prune = node.boolean_or("prune", s.prune);
   s.hexiseq_from_seq =
       static_cast<int>(node.integer_or("hexiseq_from_seq", 1, 1 << 30, s.hexiseq_from_seq));

@@ -75,7 +75,10 @@ struct SearchSettings {
                         // calibration)
   int plan_gpus = 128;  // larger mixes are planned as groups of at most this many GPUs
   int simulate = 6;     // front points simulated with SimGrid (stage fidelity), cheapest first
-  bool prune = true;    // false: plan every mix within the budget (exhaustive; for checks)
+  // Runners-up each mix's planning call re-ranks with the simulator (hexisim plan --verify);
+  // unset: the planning call's default (default_verify); 0: the closed form's best.
+  std::optional<int> verify;
+  bool prune = true;             // false: plan every mix within the budget (exhaustive; for checks)
   int hexiseq_from_seq = 32768;  // sequences this long are planned with HexiSeq
   Json scheduler_options = {{"refine", false}, {"device_level_max", 8}};  // HexiScale's
   std::uint64_t seed = 1;

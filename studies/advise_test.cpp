@@ -432,6 +432,14 @@ TEST(AdvisePlanner, GroupsPutTogetherAreOnePlanOfTheWholeMix) {
   const MixModel m = mix_model(r);
   EXPECT_LE(pg.tokens_per_s, 8 * (m.bound_per_gpu[0] + m.bound_per_gpu[1]));
   EXPECT_EQ(g.plan({2, 2}).scheduler_runs, 0);  // cached
+  // search.verify 0: each mix's plan is the closed form's best, never below the one the
+  // simulator re-ranked (which may trade closed-form tokens/s for simulated ones).
+  AdviseRequest fast = r;
+  fast.search.verify = 0;
+  MixPlanner f(fast, shipped_gpus());
+  const MixPlan pf = f.plan({2, 2});
+  ASSERT_TRUE(pf.ok) << pf.error;
+  EXPECT_GE(pf.tokens_per_s, pg.tokens_per_s * (1 - 1e-12));
 }
 
 TEST(AdviseRequest, EveryShippedExampleLoads) {
@@ -476,6 +484,8 @@ TEST(AdviseRequest, BadInputNamesFilePathAndExpectation) {
            "a.json: /marginal/0/gpu: RTX4090 x8 is not a machine type of \"buy\""},
           {ok + buy + R"(, "search": {"max_plan": 3})",
            "a.json: /search: unknown field \"max_plan\""},
+          {ok + buy + R"(, "search": {"verify": 65})",
+           "a.json: /search/verify: expected an integer in [0, 64], got 65"},
           {ok + R"("buy": [{"gpu": "H100", "gpus_per_machine": 1, "max_machines": 50000},
                              {"gpu": "RTX4090", "gpus_per_machine": 1, "max_machines": 50000}])",
            "a.json: /buy: 2500100001 combinations of machine counts"},
