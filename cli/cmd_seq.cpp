@@ -427,20 +427,6 @@ Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const SchedulerO
   if (!opt.out.empty()) {
     if (auto st = write_file(opt.out, to_json(r->plan).dump(2) + "\n"); !st) return st.error();
   }
-  // "a,b,..": one number per stage of the plan's pipeline.
-  const auto per_stage = [](const Plan& p, auto number) {
-    std::string out;
-    for (const Stage& s : p.pipelines.front().stages) {
-      out += (out.empty() ? "" : ",") + std::to_string(number(s));
-    }
-    return out;
-  };
-  const auto layers = [&](const Plan& p) {
-    return per_stage(p, [](const Stage& s) { return s.layers(); });
-  };
-  const auto gpus = [&](const Plan& p) {
-    return per_stage(p, [](const Stage& s) { return s.devices.size(); });
-  };
   const int best = static_cast<int>(r->plan.pipelines.front().stages.size());
   const int zero = mesh_pipeline_zero_stage(sc.training, o.sequence);
   std::optional<SimReport> sim;
@@ -457,26 +443,8 @@ Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const SchedulerO
     sim = std::move(*s);
   }
   if (opt.json) {
-    Json tried = Json::array();
-    for (const auto& c : r->tried) {
-      Json j = {{"stages", c.stages}, {"fits", c.fits}};
-      if (!c.plan.pipelines.empty()) {
-        j["iteration_time_s"] = c.estimate.iteration_time_s;
-        j["tokens_per_s"] = c.estimate.tokens_per_s;
-        j["layers"] = layers(c.plan);
-        j["gpus"] = gpus(c.plan);
-      }
-      if (!c.problem.empty()) j["problem"] = c.problem;
-      tried.push_back(std::move(j));
-    }
-    Json out = {{"scenario", sc.name},
-                {"stages", best},
-                {"zero_stage", zero},
-                {"iteration_time_s", r->estimate.iteration_time_s},
-                {"tokens_per_s", r->estimate.tokens_per_s},
-                {"search_time_s", r->search_time_s},
-                {"tried", tried},
-                {"plan", to_json(r->plan)}};
+    Json out = r->to_json(zero);
+    out["scenario"] = sc.name;
     if (sim) {
       out["simulated"] = {
           {"iteration_time_s", sim->iteration_time_s},
@@ -501,8 +469,9 @@ Status show_pipeline(const Scenario& sc, const SeqOptions& opt, const SchedulerO
       table.add({std::to_string(c.stages), "-", "-", "-", "-", c.problem.substr(0, 60)});
       continue;
     }
-    table.add({std::to_string(c.stages) + (c.stages == best ? " (best)" : ""), gpus(c.plan),
-               layers(c.plan), fmt(c.estimate.iteration_time_s, 3), fmt(c.estimate.tokens_per_s, 0),
+    table.add({std::to_string(c.stages) + (c.stages == best ? " (best)" : ""),
+               stage_gpus_text(c.plan), stage_layers_text(c.plan),
+               fmt(c.estimate.iteration_time_s, 3), fmt(c.estimate.tokens_per_s, 0),
                c.fits ? "yes" : "NO"});
   }
   table.print(std::cout);

@@ -132,6 +132,8 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
   }
 }
 
+namespace {
+
 std::string search_progress_text(const SearchProgress& p) {
   std::string eta;
   switch (p.eta) {
@@ -151,6 +153,8 @@ std::string search_progress_text(const SearchProgress& p) {
          std::to_string(p.candidates) + " candidates, best " + fmt(p.best_tokens_per_s, 0) +
          " tokens/s" + eta;
 }
+
+}  // namespace
 
 void print_search_progress(const SearchProgress& p) {
   // A line a second on a terminal; in a log, one every 10 s.

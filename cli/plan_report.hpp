@@ -42,7 +42,6 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
 // Progress of a long search, one line on stderr: every report on a terminal, one per 10 s of
 // a scheduler's search otherwise (a log). The line: phase, time, candidates, best, ETA.
 void print_search_progress(const SearchProgress& p);
-std::string search_progress_text(const SearchProgress& p);
 
 // Loads the plan named by --plan (or the scenario's "plan") and validates it.
 Result<Plan> load_checked_plan(const Scenario& sc, const std::string& plan_arg);

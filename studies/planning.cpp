@@ -231,10 +231,6 @@ Result<SearchResult> plan_one(const std::string& name, const Scenario& sc, Searc
   return r;
 }
 
-}  // namespace
-
-namespace {
-
 bool faster(bool fits, double tokens_per_s, bool best_fits, double best_tokens_per_s) {
   if (fits != best_fits) return fits;
   return tokens_per_s > best_tokens_per_s * (1 + 1e-9);

@@ -201,5 +201,48 @@ Result<MeshPipelineResult> search_mesh_pipeline(const Cluster& cluster, const Mo
   return out;
 }
 
+namespace {
+
+template <class Number>
+std::string per_stage_text(const Plan& plan, Number number) {
+  std::string out;
+  for (const Stage& s : plan.pipelines.front().stages) {
+    out += (out.empty() ? "" : ",") + std::to_string(number(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string stage_layers_text(const Plan& plan) {
+  return per_stage_text(plan, [](const Stage& s) { return s.layers(); });
+}
+
+std::string stage_gpus_text(const Plan& plan) {
+  return per_stage_text(plan, [](const Stage& s) { return s.devices.size(); });
+}
+
+Json MeshPipelineResult::to_json(int zero_stage) const {
+  Json tried_json = Json::array();
+  for (const auto& c : tried) {
+    Json j = {{"stages", c.stages}, {"fits", c.fits}};
+    if (!c.plan.pipelines.empty()) {
+      j["iteration_time_s"] = c.estimate.iteration_time_s;
+      j["tokens_per_s"] = c.estimate.tokens_per_s;
+      j["layers"] = stage_layers_text(c.plan);
+      j["gpus"] = stage_gpus_text(c.plan);
+    }
+    if (!c.problem.empty()) j["problem"] = c.problem;
+    tried_json.push_back(std::move(j));
+  }
+  return {{"stages", plan.pipelines.front().stages.size()},
+          {"zero_stage", zero_stage},
+          {"iteration_time_s", estimate.iteration_time_s},
+          {"tokens_per_s", estimate.tokens_per_s},
+          {"search_time_s", search_time_s},
+          {"tried", tried_json},
+          {"plan", hexi::to_json(plan)}};
+}
+
 }  // namespace hexiseq
 }  // namespace hexi

@@ -50,7 +50,16 @@ struct MeshPipelineResult {
   Estimate estimate;                         // the best candidate's
   std::vector<MeshPipelineCandidate> tried;  // p = 1, 2, ...
   double search_time_s = 0;
+
+  // stages, zero_stage (the plan's, as given), iteration_time_s, tokens_per_s, search_time_s,
+  // tried (per number of stages: fits, and its times, layers and GPUs per stage or its
+  // problem) and the plan: what `hexisim seq --pipeline --json` and Python's seq() print.
+  Json to_json(int zero_stage) const;
 };
+
+// "a,b,...": per stage of the plan's (one) pipeline, its layers or its GPUs.
+std::string stage_layers_text(const Plan& plan);
+std::string stage_gpus_text(const Plan& plan);
 
 // Bad input under ZeRO 2 or 3 (pipeline plans run ZeRO 0 or 1), where the sequence is not a
 // multiple of the meshes' token blocks, or where no number of stages gives a plan that fits

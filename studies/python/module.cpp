@@ -193,12 +193,9 @@ std::string py_seq(const std::string& spec, const std::string& spec_json,
       out = best.layout->to_json(best.layout_scheduler);
     } else {
       const MeshPipelineResult& p = *best.pipeline;
-      out = {{"scheduler", "mesh-pipeline"},
-             {"stages", p.plan.pipelines.front().stages.size()},
-             {"iteration_time_s", p.estimate.iteration_time_s},
-             {"tokens_per_s", p.estimate.tokens_per_s},
-             {"fits", p.estimate.feasible},
-             {"plan", to_json(p.plan)}};
+      out = p.to_json(mesh_pipeline_zero_stage(sc.training, o.sequence));
+      out["scheduler"] = "mesh-pipeline";
+      out["fits"] = p.estimate.feasible;
     }
     out["scenario"] = sc.name;
     out["best_of"] = best.rows;
