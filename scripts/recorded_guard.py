@@ -44,13 +44,12 @@ def scores(report):
             "kendall_tau": report["kendall_tau"]}
 
 
-def rescore(hexisim, guard, folder):
+def rescore(hexisim, guard, meta, folder):
     for name in sorted(os.listdir(guard)):
         if name.endswith(".trace.json.gz"):
             with gzip.open(os.path.join(guard, name), "rb") as src, \
                     open(os.path.join(folder, name[:-3]), "wb") as dst:
                 shutil.copyfileobj(src, dst)
-    meta = load_guard(guard)
     cmd = [hexisim, "validate", os.path.join(ROOT, meta["suite"]), "--quick", "--rounds",
            str(meta["rounds"]), "--rescore", "--no-plot", "--json", "--out", folder]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -77,7 +76,7 @@ def bounds(meta):
 def check(args):
     meta = load_guard(args.guard)
     with tempfile.TemporaryDirectory(prefix="hexisim-recorded-") as folder:
-        got = scores(rescore(args.hexisim, args.guard, folder))
+        got = scores(rescore(args.hexisim, args.guard, meta, folder))
     limit = bounds(meta)
     past = []
     for key in ("mape", "max_error"):
