@@ -1117,7 +1117,8 @@ struct NicUse {
 // rates()).
 // The same semantics as schedule.hpp's timeline otherwise (one compute at a time per stage,
 // FIFO channels, sends not waited for). Used where boundary flows of different classes
-// share a NIC.
+// share a NIC. Each event touches what it changes: the stages and channels it can unblock,
+// the sending channels (few), and a queue of the computes' ends and the messages' arrivals.
 class SharedTimeline {
  public:
   struct Link {
@@ -1130,22 +1131,30 @@ class SharedTimeline {
   SharedTimeline(const std::vector<PipelineEstimate>& pes, const std::vector<double>& nic_Bps,
                  PipelineSchedule schedule)
       : pes_(pes), share_(nic_Bps) {
-    for (const PipelineEstimate& pe : pes_) {
+    for (int pi = 0; pi < static_cast<int>(pes_.size()); ++pi) {
+      const PipelineEstimate& pe = pes_[pi];
       const int p = static_cast<int>(pe.stages.size());
       Pipe q;
       q.order.reserve(p);
-      for (int s = 0; s < p; ++s)
+      for (int s = 0; s < p; ++s) {
         q.order.push_back(pipeline_order(schedule, s, p, pe.micro_batches));
+        stages_.push_back({pi, s});
+      }
       q.next.assign(p, 0);
       q.free.assign(p, 0.0);
       q.busy.assign(p, 0);
       q.channels.resize(2 * std::max(0, p - 1));
-      for (Channel& c : q.channels) {
-        c.produced.assign(pe.micro_batches, -1.0);
-        c.arrived.assign(pe.micro_batches, -1.0);
+      for (int c = 0; c < static_cast<int>(q.channels.size()); ++c) {
+        q.channels[c].produced.assign(pe.micro_batches, -1.0);
+        q.channels[c].arrived.assign(pe.micro_batches, -1.0);
+        channels_.push_back({pi, c});
       }
+      q.stage_base = static_cast<int>(stages_.size()) - p;
+      q.channel_base = static_cast<int>(channels_.size() - q.channels.size());
       pipes_.push_back(std::move(q));
     }
+    stage_dirty_.assign(stages_.size(), 0);
+    channel_dirty_.assign(channels_.size(), 0);
   }
 
   // The channel (pipeline, boundary stage, back) carries `link`.
@@ -1155,6 +1164,7 @@ class SharedTimeline {
 
   // Runs every pipeline to its end; fills time_s and finish_s.
   void run(std::vector<PipelineEstimate>& out) {
+    for (int g = 0; g < static_cast<int>(stages_.size()); ++g) mark_stage(g);
     double now = 0;
     for (;;) {
       start_ready(now);
@@ -1162,6 +1172,15 @@ class SharedTimeline {
       if (std::isinf(next)) break;
       advance(next);
       now = next;
+      while (!events_.empty() && events_.top().first <= now) {
+        const int id = events_.top().second;
+        events_.pop();
+        if (id < static_cast<int>(stages_.size())) {
+          mark_stage(id);
+        } else {
+          arrived(id - static_cast<int>(stages_.size()));
+        }
+      }
     }
     for (std::size_t i = 0; i < pipes_.size(); ++i) {
       out[i].finish_s = pipes_[i].free;
@@ -1180,112 +1199,170 @@ class SharedTimeline {
   struct Pipe {
     std::vector<std::vector<std::pair<bool, int>>> order;
     std::vector<int> next;
-    std::vector<double> free;       // when the stage's current compute ends
-    std::vector<char> busy;         // a compute scheduled and not yet ended
-    std::vector<Channel> channels;  // 2 per boundary: activations, gradients
+    std::vector<double> free;              // when the stage's current compute ends
+    std::vector<char> busy;                // a compute scheduled and not yet ended
+    std::vector<Channel> channels;         // 2 per boundary: activations, gradients
+    int stage_base = 0, channel_base = 0;  // global ids of its first stage and channel
   };
 
   Channel& act(Pipe& q, int s) { return q.channels[2 * s]; }
   Channel& grad(Pipe& q, int s) { return q.channels[2 * s + 1]; }
+  Channel& channel(int g) { return pipes_[channels_[g].first].channels[channels_[g].second]; }
 
-  // Starts computes whose input has arrived and transfers whose message is ready.
+  void mark_stage(int g) {
+    if (!stage_dirty_[g]) dirty_stages_.push_back(g);
+    stage_dirty_[g] = 1;
+  }
+  void mark_channel(int g) {
+    if (!channel_dirty_[g]) dirty_channels_.push_back(g);
+    channel_dirty_[g] = 1;
+  }
+  // Channel g's message has arrived: its consumer may start, and its next message may go.
+  void arrived(int g) {
+    const auto [pi, c] = channels_[g];
+    const Pipe& q = pipes_[pi];
+    mark_stage(q.stage_base + (c % 2 == 0 ? c / 2 + 1 : c / 2));
+    mark_channel(g);
+  }
+
+  // Starts computes whose input has arrived and transfers whose message is ready, among
+  // the stages and channels an event since the last call may have unblocked.
   void start_ready(double now) {
-    for (std::size_t pi = 0; pi < pipes_.size(); ++pi) {
+    for (const int g : dirty_stages_) {
+      stage_dirty_[g] = 0;
+      const auto [pi, s] = stages_[g];
       Pipe& q = pipes_[pi];
-      const PipelineEstimate& pe = pes_[pi];
       const int p = static_cast<int>(q.order.size());
-      for (int s = 0; s < p; ++s) {
-        if (q.busy[s] && q.free[s] <= now) {
-          q.busy[s] = 0;
-          const auto [forward, j] = q.order[s][q.next[s] - 1];
-          if (forward && s + 1 < p) act(q, s).produced[j] = q.free[s];
-          if (!forward && s > 0) grad(q, s - 1).produced[j] = q.free[s];
+      if (q.busy[s] && q.free[s] <= now) {
+        q.busy[s] = 0;
+        const auto [forward, j] = q.order[s][q.next[s] - 1];
+        if (forward && s + 1 < p) {
+          act(q, s).produced[j] = q.free[s];
+          mark_channel(q.channel_base + 2 * s);
         }
-        if (q.busy[s] || q.next[s] >= static_cast<int>(q.order[s].size())) continue;
-        const auto [forward, j] = q.order[s][q.next[s]];
-        double in = 0;
-        if (forward && s > 0) in = act(q, s - 1).arrived[j];
-        if (!forward && s + 1 < p) in = grad(q, s).arrived[j];
-        if (in < 0 || in > now) continue;
-        const StageEstimate& st = pe.stages[s];
-        q.free[s] = std::max(q.free[s], now) + (forward ? st.forward_s : st.backward_s);
-        q.busy[s] = 1;
-        ++q.next[s];
+        if (!forward && s > 0) {
+          grad(q, s - 1).produced[j] = q.free[s];
+          mark_channel(q.channel_base + 2 * (s - 1) + 1);
+        }
       }
-      for (Channel& c : q.channels) {
-        if (c.sending || c.next >= static_cast<int>(c.produced.size())) continue;
-        const int j = c.next;
-        const bool previous = j == 0 || (c.arrived[j - 1] >= 0 && c.arrived[j - 1] <= now);
-        if (c.produced[j] < 0 || c.produced[j] > now || !previous) continue;
-        c.sending = true;
-        c.work.left = c.link.flow_bytes;
-        c.work.updated_s = now;
-        sending_changed_ = true;
-      }
+      if (q.busy[s] || q.next[s] >= static_cast<int>(q.order[s].size())) continue;
+      const auto [forward, j] = q.order[s][q.next[s]];
+      double in = 0;
+      if (forward && s > 0) in = act(q, s - 1).arrived[j];
+      if (!forward && s + 1 < p) in = grad(q, s).arrived[j];
+      if (in < 0 || in > now) continue;
+      const StageEstimate& st = pes_[pi].stages[s];
+      q.free[s] = std::max(q.free[s], now) + (forward ? st.forward_s : st.backward_s);
+      q.busy[s] = 1;
+      ++q.next[s];
+      events_.push({q.free[s], g});
     }
+    dirty_stages_.clear();
+    for (const int g : dirty_channels_) {
+      channel_dirty_[g] = 0;
+      Channel& c = channel(g);
+      if (c.sending || c.next >= static_cast<int>(c.produced.size())) continue;
+      const int j = c.next;
+      const bool previous = j == 0 || (c.arrived[j - 1] >= 0 && c.arrived[j - 1] <= now);
+      if (c.produced[j] < 0 || c.produced[j] > now || !previous) continue;
+      c.sending = true;
+      c.work.left = c.link.flow_bytes;
+      c.work.updated_s = now;
+      sending_.insert(std::lower_bound(sending_.begin(), sending_.end(), g), g);
+      sending_changed_ = true;
+    }
+    dirty_channels_.clear();
     // The rates depend on which channels send, nothing else: solved again only when that
     // changed (most events are computes starting or ending).
     if (sending_changed_) rates();
     sending_changed_ = false;
   }
 
-  // The sending channels' rates, max-min fair (MaxMinFair).
+  // The sending channels' rates, max-min fair (MaxMinFair), in channel order. They depend
+  // on the set alone, and pipelines in steady state send the same sets again and again:
+  // each set is solved once (a set whose hash another set holds is solved every time).
   void rates() {
-    sending_.clear();
-    fair_.clear();
-    for (Pipe& q : pipes_) {
-      for (Channel& c : q.channels) {
-        if (!c.sending) continue;
-        sending_.push_back(&c);
-        fair_.push_back({c.link.link_Bps, &c.link.nics, 0});
+    std::size_t h = sending_.size();
+    for (const int g : sending_) h = h * 1000003u ^ static_cast<std::size_t>(g);
+    const auto [it, fresh] = solved_.try_emplace(h, solved_ids_.size());
+    if (!fresh) {
+      const std::size_t at = it->second;
+      if (solved_ids_.size() >= at + sending_.size() &&
+          std::equal(sending_.begin(), sending_.end(), solved_ids_.begin() + at) &&
+          (at + sending_.size() == solved_ids_.size() || solved_ids_[at + sending_.size()] < 0)) {
+        for (std::size_t i = 0; i < sending_.size(); ++i)
+          channel(sending_[i]).work.rate = solved_rates_[at + i];
+        return;
       }
+    }
+    fair_.clear();
+    for (const int g : sending_) {
+      Channel& c = channel(g);
+      fair_.push_back({c.link.link_Bps, &c.link.nics, 0});
     }
     fair_of_.clear();
     for (FairFlow& f : fair_) fair_of_.push_back(&f);
     share_.solve(fair_of_);
-    for (std::size_t i = 0; i < sending_.size(); ++i) sending_[i]->work.rate = fair_[i].rate;
+    for (std::size_t i = 0; i < sending_.size(); ++i)
+      channel(sending_[i]).work.rate = fair_[i].rate;
+    if (!fresh) return;
+    // Stored as the ids, then -1; the rates at the same offsets.
+    for (std::size_t i = 0; i < sending_.size(); ++i) {
+      solved_ids_.push_back(sending_[i]);
+      solved_rates_.push_back(fair_[i].rate);
+    }
+    solved_ids_.push_back(-1);
+    solved_rates_.push_back(0);
   }
 
-  double next_event(double now) const {
-    double next = std::numeric_limits<double>::infinity();
-    for (const Pipe& q : pipes_) {
-      for (std::size_t s = 0; s < q.free.size(); ++s) {
-        if (q.busy[s]) next = std::min(next, q.free[s]);
-      }
-      for (const Channel& c : q.channels) {
-        if (c.sending) next = std::min(next, c.work.end_s(now));
-        // A message that arrives later lets its consumer start.
-        for (int j = std::max(0, c.next - 1); j < c.next; ++j) {
-          if (c.arrived[j] > now) next = std::min(next, c.arrived[j]);
-        }
-      }
-    }
+  double next_event(double now) {
+    double next = events_.empty() ? std::numeric_limits<double>::infinity() : events_.top().first;
+    for (const int g : sending_) next = std::min(next, channel(g).work.end_s(now));
     return next;
   }
 
   // The sending channels' transfers from now (every one's work is as of now) to `to`.
   void advance(double to) {
-    for (Pipe& q : pipes_) {
-      for (Channel& c : q.channels) {
-        if (!c.sending) continue;
-        c.work.advance_to(to);
-        if (c.work.left <= 1e-9 * c.link.flow_bytes) {
-          c.sending = false;
-          c.arrived[c.next] = to + c.link.fixed_s;
-          ++c.next;
-          sending_changed_ = true;
-        }
+    std::size_t kept = 0;
+    for (const int g : sending_) {
+      Channel& c = channel(g);
+      c.work.advance_to(to);
+      if (c.work.left > 1e-9 * c.link.flow_bytes) {
+        sending_[kept++] = g;
+        continue;
+      }
+      c.sending = false;
+      c.arrived[c.next] = to + c.link.fixed_s;
+      ++c.next;
+      sending_changed_ = true;
+      // Arrived by the next start_ready (at `to`), or an event of its own.
+      if (c.arrived[c.next - 1] <= to) {
+        arrived(g);
+      } else {
+        events_.push({c.arrived[c.next - 1], static_cast<int>(stages_.size()) + g});
       }
     }
+    sending_.resize(kept);
   }
 
   const std::vector<PipelineEstimate>& pes_;
   MaxMinFair share_;
-  // rates(): the sending channels and their flows.
-  std::vector<Channel*> sending_;
+  std::vector<Pipe> pipes_;
+  std::vector<std::pair<int, int>> stages_, channels_;  // global id -> (pipeline, local)
+  // Stages and channels to look at in the next start_ready, and their flags.
+  std::vector<int> dirty_stages_, dirty_channels_;
+  std::vector<char> stage_dirty_, channel_dirty_;
+  // Computes' ends (stage id) and future arrivals (stage count + channel id), soonest first.
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>>
+      events_;
+  std::vector<int> sending_;  // channel ids, ascending
+  // rates(): the sets solved (hash -> offset into solved_ids_ and solved_rates_).
+  std::unordered_map<std::size_t, std::size_t> solved_;
+  std::vector<int> solved_ids_;
+  std::vector<double> solved_rates_;
+  // rates(): the sending channels' flows.
   std::vector<FairFlow> fair_;
   std::vector<FairFlow*> fair_of_;
-  std::vector<Pipe> pipes_;
   bool sending_changed_ = true;  // since rates() last ran
 };
 
