@@ -45,6 +45,8 @@ Json cluster_summary(const Cluster& c) {
           {"memory_gib", c.memory_bytes() / kGiB},
           {"num_machines", c.machines().size()},
           {"num_leaves", c.leaves().size()},
+          {"transport", to_string(c.network_transport())},
+          {"transport_named", c.network_transport_named()},
           {"connected_parts", parts.size()},
           {"disconnected_parts", part_names},
           {"machines", machines}};
@@ -53,6 +55,7 @@ Json cluster_summary(const Cluster& c) {
 // Bandwidth range per link class, sampled over all pairs (or a stride for big clusters).
 void print_link_classes(const Cluster& c) {
   std::map<std::string, std::pair<double, double>> range;
+  std::map<std::string, Transport> transport;
   const int n = c.num_devices();
   const int stride = n > 2048 ? n / 2048 + 1 : 1;
   for (int a = 0; a < n; a += stride) {
@@ -62,14 +65,17 @@ void print_link_classes(const Cluster& c) {
       auto it = range.find(cls);
       if (it == range.end()) {
         range[cls] = {bw, bw};
+        transport[cls] = c.transport(a, b);
       } else {
         it->second.first = std::min(it->second.first, bw);
         it->second.second = std::max(it->second.second, bw);
       }
     }
   }
-  Table t({"link class", "min GB/s", "max GB/s"});
-  for (const auto& [cls, r] : range) t.add({cls, fmt(r.first, 1), fmt(r.second, 1)});
+  Table t({"link class", "transport", "min GB/s", "max GB/s"});
+  for (const auto& [cls, r] : range) {
+    t.add({cls, std::string(to_string(transport.at(cls))), fmt(r.first, 1), fmt(r.second, 1)});
+  }
   t.print(std::cout);
 }
 
@@ -77,6 +83,14 @@ void print_cluster(const Cluster& c) {
   std::cout << "cluster " << c.name() << ": " << c.num_devices() << " GPUs, " << c.machines().size()
             << " machines, " << c.leaves().size() << " leaf switch(es)\n";
   if (!c.description().empty()) std::cout << "  " << c.description() << "\n";
+  if (c.machines().size() > 1) {
+    const Transport t = c.network_transport();
+    std::cout << "  network: " << to_string(t) << " ("
+              << (t == Transport::kTcp   ? "Ethernet without RDMA: NCCL over sockets"
+                  : t == Transport::kEfa ? "AWS Elastic Fabric Adapter"
+                                         : "InfiniBand or RoCE")
+              << (c.network_transport_named() ? "" : "; the default: the file names none") << ")\n";
+  }
   std::map<std::string, int> types;
   for (const auto& d : c.devices()) ++types[c.gpu_types()[d.gpu_type].name];
   std::cout << "  peak " << fmt(c.peak_flops() / 1e15, 3) << " PFLOP/s (dense bf16/fp16), memory "
@@ -120,6 +134,9 @@ int run_show(const ShowOptions& opt) {
   if (!catalogs) return report(catalogs.error());
   auto cluster = load_cluster(opt.file, catalogs->gpus);
   if (!cluster) return report(cluster.error());
+  if (const std::string note = unnamed_transport_note(*cluster); !note.empty()) {
+    std::cerr << "hexisim: note: " << note << "\n";
+  }
   if (opt.json) {
     print_json(cluster_summary(*cluster));
   } else {
@@ -189,6 +206,11 @@ void add_cluster_commands(CLI::App& app, Runner& run) {
                 "Leaf downlink:uplink ratio (>= 1)")
       ->default_val(gen->fabric.oversubscription)
       ->check(finite_in(1, 1024));
+  g->add_option("--transport", gen->fabric.transport,
+                "The network's transport: rdma (InfiniBand/RoCE), efa or tcp (Ethernet without "
+                "RDMA: NCCL over sockets)")
+      ->default_val(gen->fabric.transport)
+      ->check(CLI::IsMember({"rdma", "efa", "tcp"}));
   g->add_flag("--json", gen->json, "Print the summary as one JSON object");
   g->callback([&run, gen] { run = [gen] { return run_gen(*gen); }; });
 }

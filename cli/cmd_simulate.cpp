@@ -152,6 +152,17 @@ void print_links(const SimReport& r, std::ostream& out, std::size_t top) {
   t.print(out);
 }
 
+// The closed form's range (Estimate::iteration_time_range_s) scaled to the simulated time.
+std::optional<std::pair<double, double>> simulated_range(const SimReport& r,
+                                                         const std::optional<Estimate>& est) {
+  if (!est || !(est->iteration_time_range_s.second > 0) || !(est->iteration_time_s > 0)) {
+    return std::nullopt;
+  }
+  const double scale = r.iteration_time_s / est->iteration_time_s;
+  return std::pair{est->iteration_time_range_s.first * scale,
+                   est->iteration_time_range_s.second * scale};
+}
+
 void print_summary(const Scenario& sc, const SimReport& r, const Work& w, bool explain,
                    std::ostream& out) {
   const std::optional<Estimate>& est = w.estimate;
@@ -166,6 +177,11 @@ void print_summary(const Scenario& sc, const SimReport& r, const Work& w, bool e
          est ? fmt(r.iteration_time_s / est->iteration_time_s, 3) : "-", std::to_string(r.ops),
          std::to_string(r.activities), fmt(r.wall_time_s, 2), fmt(r.peak_rss_bytes / kGiB, 2)});
   t.print(out);
+  if (const auto range = simulated_range(r, est)) {
+    out << "  " << fmt(range->first, 3) << " to " << fmt(range->second, 3)
+        << " s per iteration with every kernel and transfer moved across its uncertainty (the "
+           "closed form's range, scaled to the simulated time)\n";
+  }
   for (std::size_t i = 0; i < r.problems.size() && i < 3; ++i)
     out << "  over memory: " << r.problems[i] << "\n";
   if (r.problems.size() > 3) {
@@ -278,9 +294,10 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
   std::cerr << "lowering " << origin << " (" << opt.fidelity << " fidelity)...\n";
   auto program = lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, origin);
   if (!program) return program.error();
-  return Work{std::move(*program),
-              CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(*plan),
-              std::move(source), input_digest(to_json(*plan))};
+  const CostModel model(sc.cluster, sc.model, sc.training, sc.profile);
+  Estimate est = model.estimate(*plan);
+  est.iteration_time_range_s = model.iteration_time_range(*plan);
+  return Work{std::move(*program), std::move(est), std::move(source), input_digest(to_json(*plan))};
 }
 
 SimOptions sim_options(const Scenario& sc, const SimulateOptions& opt, const Work& work) {
@@ -373,7 +390,14 @@ int run_simulate(const SimulateOptions& opt) {
                        {"pipeline_s", e.pipeline_s},
                        {"dp_sync_s", e.dp_sync_s},
                        {"optimizer_s", e.optimizer_s}};
+      if (e.iteration_time_range_s.second > 0) {
+        j["estimate"]["iteration_time_s_range"] = {e.iteration_time_range_s.first,
+                                                   e.iteration_time_range_s.second};
+      }
       e.figures.add_to(j["estimate"]);
+    }
+    if (const auto range = simulated_range(out->report, work->estimate)) {
+      j["iteration_time_s_range"] = {range->first, range->second};
     }
     if (measured) j["measured"] = validation::to_json(*measured);
     print_json(j);

@@ -22,10 +22,21 @@ int report(const Error& error) {
   return exit_code(error);
 }
 
+namespace {
+
+void note_unnamed_transport(const Cluster& c) {
+  if (const std::string note = unnamed_transport_note(c); !note.empty()) {
+    std::cerr << "hexisim: note: " << note << "\n";
+  }
+}
+
+}  // namespace
+
 Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& profile) {
   auto catalogs = load_shipped_catalogs();
   if (!catalogs) return catalogs.error();
   auto s = load_scenario(ref, catalogs->gpus, catalogs->models);
+  if (s) note_unnamed_transport(s->cluster);
   if (!s || profile.empty()) return s;
   auto p = Profile::load(profile);
   if (!p) return p.error();
@@ -78,6 +89,7 @@ Result<Scenario> load_scenario_flags(const ScenarioFlags& flags) {
   auto s = scenario_from_json(asked->json, origin, catalogs->gpus, catalogs->models);
   if (!s) return Error{s.error().kind, flag_message(s.error().message, origin.string(), q)};
   if (asked->file.empty()) std::erase(s->inputs, origin);  // "<command line>" is no file
+  note_unnamed_transport(s->cluster);
   if (!flags.save.empty()) {
     if (auto st = check_output_file("--save-scenario", flags.save, s->inputs); !st) {
       return st.error();

@@ -32,6 +32,10 @@ void print_estimate_summary(const Scenario& sc, const Estimate& est, bool explai
          fmt(est.achieved_pflops, 3), fmt(est.pipeline_s, 3), fmt(est.dp_sync_s, 3),
          fmt(est.optimizer_s, 3), est.feasible ? "yes" : "NO"});
   t.print(out);
+  if (const auto [low, high] = est.iteration_time_range_s; high > 0) {
+    out << "  " << fmt(low, 3) << " to " << fmt(high, 3)
+        << " s per iteration with every kernel and transfer moved across its uncertainty\n";
+  }
   for (const auto& p : est.problems) out << "  over memory: " << p << "\n";
   if (explain) {
     print_flop_figures(sc, est.mfu, est.figures, static_cast<int>(est.devices.size()), out);

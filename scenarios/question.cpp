@@ -79,9 +79,8 @@ Result<AskedScenario> ask_scenario(const ScenarioQuestion& q, const GpuCatalog& 
     FabricOptions fabric;
     if (q.nic_GBps) fabric.nic_GBps = *q.nic_GBps;
     if (q.nics_per_machine) fabric.nics_per_machine = *q.nics_per_machine;
-    Json cluster = generate_cluster_json(*mix, fabric);
-    if (!q.transport.empty()) cluster["network"]["transport"] = q.transport;
-    out.json["cluster"] = std::move(cluster);
+    if (!q.transport.empty()) fabric.transport = q.transport;
+    out.json["cluster"] = generate_cluster_json(*mix, fabric);
   }
   if (!q.cluster.empty()) out.json["cluster"] = q.cluster;
   if (!q.model.empty()) out.json["model"] = q.model;

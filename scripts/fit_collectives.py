@@ -152,6 +152,20 @@ def loo(fit):
     return out
 
 
+def set_uncertainty(fits):
+    """Each fit's "uncertainty": how far a transfer's modelled time may be off, the median
+    |leave-one-out error| of its table; a table with no leave-one-out figure (rdma: one
+    published size range) takes the largest other's. pcie (nvlink's table, write_cpp) takes
+    twice nvlink's."""
+    for f in fits:
+        lo = sorted(abs(x) for _, x in loo(f)) if len(f["table"]) > 1 else []
+        f["uncertainty"] = lo[len(lo) // 2] if len(lo) > 1 else None
+    widest = max(f["uncertainty"] for f in fits if f["uncertainty"] is not None)
+    for f in fits:
+        if f["uncertainty"] is None:
+            f["uncertainty"] = widest
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cpp", action="store_true",
@@ -187,6 +201,7 @@ def main():
             "alpha": 0.0, "table": roce,
             "note": "only >= 1 GiB published: smaller messages keep its efficiency"}
     fits = [nv, host, efa, rdma, tcp]
+    set_uncertainty(fits)
     checks = [
         (host, "rtx2080ti_2x_pcie3_noP2P_allgather", Setup("all_gather", 2, HOP_HOST, 8e9)),
         (efa, "h100_2node_oci_roce_allreduce_large", roce_setup),
@@ -209,6 +224,7 @@ def main():
                 max(abs(x) for _, x in lo), sorted(abs(x) for _, x in lo)[len(lo) // 2],
                 sum(abs(x) <= 0.10 for _, x in lo), len(lo)))
         print("        eta: " + " ".join("%s:%.3f" % (human(s), x) for s, x in f["table"]))
+        print("        uncertainty (a transfer's time): %.3f" % f["uncertainty"])
     for f, cid, setup in checks:
         pts = curve_points(curves[cid], setup.ranks)
         e = errors(f, pts, setup, 0, 1 << 62)
@@ -231,9 +247,9 @@ def write_cpp(fits):
     def points(f):
         return "{%s}" % ", ".join("{%d, %s}" % (s, repr(e)) for s, e in f["table"])
 
-    def entry(enum, source, alpha, pts):
-        return "      {Transport::%s, %s, %se-6, %s}," % (enum, cpp_string(source),
-                                                      "%.4g" % (alpha * 1e6), pts)
+    def entry(enum, source, alpha, pts, uncertainty):
+        return "      {Transport::%s, %s, %se-6, %s, %.4g}," % (
+            enum, cpp_string(source), "%.4g" % (alpha * 1e6), pts, uncertainty)
 
     enums = {"nvlink": "kNvlink", "host": "kHost", "efa": "kEfa", "rdma": "kRdma",
              "tcp": "kTcp"}
@@ -245,9 +261,10 @@ def write_cpp(fits):
     for f in fits:
         source = f["curve"]["source"] + ("; " + f["note"] if "note" in f else "")
         pts = "kNvlinkPoints" if f is nv else points(f)
-        lines.append(entry(enums[f["name"]], source, f["alpha"], pts))
+        lines.append(entry(enums[f["name"]], source, f["alpha"], pts, f["uncertainty"]))
         if f is nv:
-            lines.append(entry("kPcie", PCIE_SOURCE + f["curve"]["source"], f["alpha"], pts))
+            lines.append(entry("kPcie", PCIE_SOURCE + f["curve"]["source"], f["alpha"], pts,
+                               2 * f["uncertainty"]))
     lines += ["  };", END]
     path = os.path.join(ROOT, "topologies/transport.cpp")
     text = open(path, encoding="utf-8").read()

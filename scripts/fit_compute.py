@@ -59,7 +59,8 @@ PARAMS = ["gemm_ceiling", "gemm_tile_m", "gemm_tile_n", "gemm_k_half", "gemm_m_h
           "attention_d_half",
           "attention_dense_token_traffic", "attention_dense_traffic_fwd",
           "attention_dense_traffic_bwd", "memory_efficiency",
-          "kernel_overhead_us", "op_time_spread"]
+          "kernel_overhead_us", "op_time_spread", "uncertainty_gemm", "uncertainty_attention",
+          "uncertainty_memory"]
 BWD_FLOPS = 2.0 / 2.5  # flash-attention benchmarks count backward as 2.5x forward; we count 2x
 E = 2  # bytes per element (fp16/bf16)
 
@@ -682,12 +683,64 @@ def fit_dense(fit, data):
         fit.report.append((pts[0]["gpu"], "attention dense (materialised)", ins, loo, fam))
 
 
+# The kernel classes of a training step (flash attention; materialised attention is rare),
+# by the parameter that carries each class's source and the report rows of its fits.
+UNCERTAINTY_CLASSES = [("gemm", "gemm_ceiling", lambda kind: kind == "gemm"),
+                       ("attention", "attention_fwd", lambda kind: kind.startswith("attention FA")),
+                       ("memory", "memory_efficiency", lambda kind: kind == "memory")]
+
+
+def fit_uncertainty(fit):
+    """uncertainty_{gemm,attention,memory} per family: the relative error of a kernel's time
+    that the model is expected to make on a GPU of the family (GEMM, flash attention,
+    element-wise). The median |leave-one-out error| of the family's own fits, twice that where
+    they rest on one card (the family's other cards run other clocks); a class the family
+    inherits takes twice the donor's; a class without a leave-one-out figure, the largest
+    other family's. Burst-to-sustained clock gaps are not measured and not in it."""
+    per = {}  # (family, class) -> (value, how)
+    for fam in FAMILIES:
+        for cls, param, match in UNCERTAINTY_CLASSES:
+            rows = [(gpu, loo) for gpu, kind, _, loo, f in fit.report
+                    if f.split(" ")[0] == fam and match(kind) and loo]
+            errs = sorted(abs(x) for _, loo in rows for x in loo)
+            if not errs:
+                continue
+            cards = sorted({gpu for gpu, _ in rows})
+            median = errs[len(errs) // 2]
+            if len(cards) == 1:
+                per[(fam, cls)] = (2 * median, "twice the median |leave-one-out error| %.1f %% of "
+                                   "%d points, all on %s" % (100 * median, len(errs), cards[0]))
+            else:
+                per[(fam, cls)] = (median, "the median |leave-one-out error| of %d points on %d "
+                                   "cards" % (len(errs), len(cards)))
+    for _ in FAMILIES:  # donors first: repeat until every inherited class resolves
+        for fam in FAMILIES:
+            for cls, param, _ in UNCERTAINTY_CLASSES:
+                src = fit.src[fam][param]
+                if (fam, cls) in per or not src.startswith("inherited from "):
+                    continue
+                donor = src[len("inherited from "):].split(" ")[0]
+                if (donor, cls) in per:
+                    per[(fam, cls)] = (2 * per[(donor, cls)][0], "inherited from %s: twice its "
+                                       "%.1f %%" % (donor, 100 * per[(donor, cls)][0]))
+    widest = {cls: max(v for (f, c), (v, _) in per.items() if c == cls)
+              for cls, _, _ in UNCERTAINTY_CLASSES}
+    for fam in FAMILIES:
+        for cls, _, _ in UNCERTAINTY_CLASSES:
+            value, how = per.get((fam, cls), (widest[cls], "no leave-one-out figure of its own: "
+                                              "the largest other family's"))
+            fit.set(fam, "uncertainty_" + cls, round(value, 4),
+                    "%s (scripts/fit_compute.py; burst-to-sustained clock gaps are not measured "
+                    "and not included)" % how)
+
+
 def run():
     fit = Fit()
     fit_memory(fit, load("memory.json"))
     fit_gemm(fit, load("gemm.json"))
     fit_attention(fit, load("attention.json"))
     fit_dense(fit, load("attention.json"))
+    fit_uncertainty(fit)
     for fam in FAMILIES:
         missing = [n for n in PARAMS if n not in fit.p[fam]]
         assert not missing, (fam, missing)

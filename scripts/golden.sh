@@ -141,7 +141,16 @@ done
 
 for i in "${!NAMES[@]}"; do
   name=${NAMES[$i]}
-  if ! ${COMMANDS[$i]} "$WORK/$name" 2>"$WORK/$name.err"; then
+  # A subshell of its own with -e, run outside any condition (where bash ignores -e): any
+  # failing step of an entry fails it.
+  set +e
+  (
+    set -e
+    ${COMMANDS[$i]} "$WORK/$name"
+  ) 2>"$WORK/$name.err"
+  rc=$?
+  set -e
+  if [ "$rc" -ne 0 ]; then
     echo "golden: $name: a command failed:" >&2
     cat "$WORK/$name.err" >&2
     failed=1

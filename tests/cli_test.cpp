@@ -47,7 +47,7 @@ TEST(Cli, InfoProfileHasEverySource) {
   for (const char* family : {"volta", "turing", "ampere", "ampere-ga10x", "ada", "hopper",
                              "blackwell", "cpu", "other"}) {
     ASSERT_TRUE(archs.contains(family)) << family;
-    EXPECT_EQ(archs[family].size(), 17u) << family;
+    EXPECT_EQ(archs[family].size(), 20u) << family;
     for (const auto& [name, p] : archs[family].items()) {
       EXPECT_TRUE(p["value"].is_number()) << family << " " << name;
       EXPECT_FALSE(p["source"].get<std::string>().empty()) << family << " " << name;
@@ -100,6 +100,56 @@ TEST(Cli, ClusterGenWritesALoadableFile) {
   EXPECT_NE(bad.err.find("expected TYPE:MACHINESxGPUS"), std::string::npos) << bad.err;
 }
 
+// The network's transport is said by cluster gen, written into the file, shown by cluster
+// show (text and JSON) and used by the cost model; a file of several machines that names
+// none gets a note naming the default.
+TEST(Cli, ClusterTransportIsSaidShownAndNoted) {
+  auto dir = scratch_dir("gen-transport");
+  const std::string tcp = (dir / "tcp.json").string(), rdma = (dir / "rdma.json").string();
+  auto gen = run_cli(
+      "cluster gen --mix A100:2x8,RTX4090:2x8 --nic-GBps 1.25 --transport tcp --out " + tcp);
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  EXPECT_NE(gen.out.find("network: tcp (Ethernet without RDMA"), std::string::npos) << gen.out;
+  EXPECT_NE(gen.out.find("network-leaf  tcp"), std::string::npos) << gen.out;
+  ASSERT_EQ(run_cli("cluster gen --mix A100:2x8,RTX4090:2x8 --nic-GBps 1.25 --out " + rdma).code,
+            0);
+  json file = json::parse(testing::read_text(tcp));
+  EXPECT_EQ(file["network"]["transport"], "tcp");
+  json shown = parse_out(run_cli("cluster show " + tcp + " --json"));
+  EXPECT_EQ(shown["transport"], "tcp");
+  EXPECT_EQ(shown["transport_named"], true);
+  EXPECT_EQ(parse_out(run_cli("cluster show " + rdma + " --json"))["transport"], "rdma");
+  // The same question on either file: TCP's achieved rates are below RDMA's.
+  const std::string ask =
+      " --model llama2-7b --global-batch 32 --seq-len 2048 --scheduler uniform "
+      "--verify 0 --json";
+  const double on_tcp =
+      parse_out(run_cli("plan --cluster " + tcp + ask))["estimate"]["tokens_per_s"];
+  const double on_rdma =
+      parse_out(run_cli("plan --cluster " + rdma + ask))["estimate"]["tokens_per_s"];
+  EXPECT_LT(on_tcp, on_rdma);
+  // Without a transport: rdma assumed, said once by cluster show and by plan.
+  file["network"].erase("transport");
+  const std::string unnamed = (dir / "unnamed.json").string();
+  testing::write_text(unnamed, file.dump(2));
+  auto show = run_cli("cluster show " + unnamed);
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("the default: the file names none"), std::string::npos) << show.out;
+  EXPECT_NE(show.err.find("names no network transport: rdma (InfiniBand/RoCE) assumed"),
+            std::string::npos)
+      << show.err;
+  EXPECT_EQ(parse_out(run_cli("cluster show " + unnamed + " --json"))["transport_named"], false);
+  auto plan = run_cli("plan --cluster " + unnamed + ask);
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  EXPECT_NE(plan.err.find("names no network transport"), std::string::npos) << plan.err;
+  // A shipped cluster names its transport: no note.
+  auto shipped = run_cli("cluster show hexiscale-setting1");
+  EXPECT_EQ(shipped.err.find("names no network transport"), std::string::npos) << shipped.err;
+  auto wrong = run_cli("cluster gen --mix A100:1x8 --transport infiniband --out " + rdma);
+  EXPECT_EQ(wrong.code, 2);
+  EXPECT_NE(wrong.err.find("infiniband not in {rdma,efa,tcp}"), std::string::npos) << wrong.err;
+}
+
 TEST(Cli, EstimateDefaultScenario) {
   json j = parse_out(run_cli("estimate hexiscale-setting1-llama2-7b --json"));
   EXPECT_GT(j["iteration_time_s"].get<double>(), 0);
@@ -112,6 +162,38 @@ TEST(Cli, EstimateDefaultScenario) {
   auto text = run_cli("estimate hexiscale-setting1-llama2-7b");
   EXPECT_EQ(text.code, 0);
   EXPECT_NE(text.out.find("tokens/s"), std::string::npos);
+  EXPECT_NE(text.out.find("s per iteration with every kernel and transfer moved across"),
+            std::string::npos)
+      << text.out;
+}
+
+// estimate and simulate give the iteration time's range over the profile's and the links'
+// uncertainties (the shipped GPU families and transports state them).
+TEST(Cli, EstimateAndSimulateGiveTheRangeOfTheProfilesUncertainties) {
+  const std::string ask = "hexiscale-setting3-llama-30b --plan " HEXISIM_TEST_ROOT
+                          "/tests/golden/hexiscale-setting3-llama-30b--hexiscale/plan.json ";
+  json e = parse_out(run_cli("estimate " + ask + "--json"));
+  const double t = e["iteration_time_s"];
+  const double low = e["iteration_time_s_range"][0], high = e["iteration_time_s_range"][1];
+  EXPECT_LE(low, t);
+  EXPECT_GE(high, t);
+  EXPECT_GT(high - low, 0.02 * t);  // GeForce cards: GEMM uncertainties of 7-15 %
+  EXPECT_LT(high - low, 0.5 * t);
+  json s = parse_out(run_cli("simulate " + ask + "--fidelity stage --json"));
+  const double sim = s["iteration_time_s"];
+  EXPECT_NEAR(s["iteration_time_s_range"][0].get<double>(), low * sim / t, 1e-9 * sim);
+  EXPECT_NEAR(s["iteration_time_s_range"][1].get<double>(), high * sim / t, 1e-9 * sim);
+  EXPECT_EQ(s["estimate"]["iteration_time_s_range"], e["iteration_time_s_range"]);
+  auto dir = scratch_dir("no-uncertainty");
+  const std::string profile = (dir / "p.json").string();
+  testing::write_text(profile, R"({"version": 2, "default": {"uncertainty_gemm": 0,
+      "uncertainty_attention": 0, "uncertainty_memory": 0}})");
+  // Kernels stated exact: only the transfers move (this setting is compute-bound).
+  json none = parse_out(run_cli("estimate " + ask + "--profile " + profile + " --json"));
+  EXPECT_DOUBLE_EQ(none["iteration_time_s"].get<double>(), t);
+  const double narrow = none["iteration_time_s_range"][1].get<double>() -
+                        none["iteration_time_s_range"][0].get<double>();
+  EXPECT_LT(narrow, 0.5 * (high - low));
 }
 
 // --profile replaces the device model in every command that models time, not only in

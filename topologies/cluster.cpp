@@ -94,6 +94,7 @@ class ClusterReader {
         t->fail("a network transport: rdma (InfiniBand/RoCE), efa or tcp");
       }
       c_.network_transport_ = *parsed;
+      c_.network_transport_named_ = true;
     }
     if (auto r = net.find("rates")) {
       const std::string rates = r->str();
@@ -441,6 +442,13 @@ std::vector<std::vector<int>> Cluster::connected_parts() const {
     parts[part_of[root]].push_back(m);
   }
   return parts;
+}
+
+std::string unnamed_transport_note(const Cluster& c) {
+  if (c.network_transport_named() || c.machines().size() < 2) return "";
+  return "cluster " + c.name() +
+         " names no network transport: rdma (InfiniBand/RoCE) assumed; set network.transport "
+         "to tcp for Ethernet without RDMA (or efa)";
 }
 
 }  // namespace hexi

@@ -143,6 +143,8 @@ class Cluster {
   void set_curves(const std::map<Transport, TransportCurve>& curves,
                   const std::map<Transport, double>& collective_step_latency_s = {});
   Transport network_transport() const { return network_transport_; }
+  // Whether the file named the network's transport (else: rdma, the default).
+  bool network_transport_named() const { return network_transport_named_; }
   bool nominal_rates() const { return nominal_rates_; }
 
   // Dense N x N matrices (diagonal 0). Memory 8*N^2 bytes each.
@@ -175,6 +177,7 @@ class Cluster {
   bool spine_ = true;
   double oversubscription_ = 1.0;
   Transport network_transport_ = Transport::kRdma;
+  bool network_transport_named_ = false;
   bool nominal_rates_ = false;
   std::shared_ptr<const std::map<Transport, TransportCurve>> curves_;    // null: shipped only
   std::shared_ptr<const std::map<Transport, double>> collective_extra_;  // null: none
@@ -182,5 +185,9 @@ class Cluster {
   std::unordered_map<std::uint64_t, PairLink> machine_overrides_;
   friend class ClusterReader;
 };
+
+// A line for a cluster of several machines whose file names no network transport: the
+// default (rdma) assumed, and how to say Ethernet. Empty otherwise.
+std::string unnamed_transport_note(const Cluster& c);
 
 }  // namespace hexi

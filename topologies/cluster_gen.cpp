@@ -90,7 +90,8 @@ Json generate_cluster_json(const std::vector<MixEntry>& mix, const FabricOptions
            {{"nic_GBps", fabric.nic_GBps},
             {"nics_per_machine", fabric.nics_per_machine},
             {"machines_per_leaf", fabric.machines_per_leaf},
-            {"oversubscription", fabric.oversubscription}}},
+            {"oversubscription", fabric.oversubscription},
+            {"transport", fabric.transport}}},
           {"machines", machines}};
 }
 

@@ -1,5 +1,7 @@
 #include "topologies/profile.hpp"
 
+#include <algorithm>
+
 namespace hexi {
 namespace {
 
@@ -29,6 +31,9 @@ constexpr std::array<Field, kNumParams> kFields = {{
     {Param::kMemoryEfficiency, &DeviceProfile::memory_efficiency},
     {Param::kKernelOverheadUs, &DeviceProfile::kernel_overhead_s},
     {Param::kOpTimeSpread, &DeviceProfile::op_time_spread},
+    {Param::kUncertaintyGemm, &DeviceProfile::uncertainty_gemm},
+    {Param::kUncertaintyAttention, &DeviceProfile::uncertainty_attention},
+    {Param::kUncertaintyMemory, &DeviceProfile::uncertainty_memory},
 }};
 
 constexpr std::array<ParamInfo, kNumParams> kInfos = {{
@@ -61,6 +66,12 @@ constexpr std::array<ParamInfo, kNumParams> kInfos = {{
     {Param::kKernelOverheadUs, "kernel_overhead_us", 0, 1e6, "us per kernel: launch + tail"},
     {Param::kOpTimeSpread, "op_time_spread", 0, 1,
      "compute ops: relative standard deviation of an op's time from op to op (0: none)"},
+    {Param::kUncertaintyGemm, "uncertainty_gemm", 0, 0.9,
+     "GEMM: relative error the model's times may have (0: not stated)"},
+    {Param::kUncertaintyAttention, "uncertainty_attention", 0, 0.9,
+     "flash attention: relative error the model's times may have (0: not stated)"},
+    {Param::kUncertaintyMemory, "uncertainty_memory", 0, 0.9,
+     "element-wise kernels: relative error the model's times may have (0: not stated)"},
 }};
 
 constexpr std::uint32_t kAllParams = (1u << kNumParams) - 1;
@@ -188,12 +199,13 @@ void write_cpu_law(const CommCpuLaw& law, Json& out) {
 // law's keys: that device type's own law}}}.
 TransportCurve read_transport(const JsonNode& node, Transport t) {
   node.allow_only({"step_latency_us", "efficiency", "collective_step_latency_us", "source",
-                   "devices", "cpu_us_per_op", "cpu_ns_per_byte", "collective_cpu_us_per_op",
-                   "collective_cpu_ns_per_byte", "poll_cpu_fraction"});
+                   "uncertainty", "devices", "cpu_us_per_op", "cpu_ns_per_byte",
+                   "collective_cpu_us_per_op", "collective_cpu_ns_per_byte", "poll_cpu_fraction"});
   TransportCurve c;
   c.transport = t;
   c.source = node.find("source") ? node.str("source") : node.origin();
   c.step_latency_s = node.at("step_latency_us").number_in(0, 1e7) / 1e6;
+  if (auto u = node.find("uncertainty")) c.uncertainty = u->number_in(0, 0.9);
   c.cpu = read_cpu_law(node, {});
   if (auto devices = node.find("devices")) {
     devices->require_object();
@@ -343,6 +355,7 @@ Json Profile::to_json() const {
       for (const auto& point : c.points) table.push_back({point.bytes, point.efficiency});
       Json entry = {
           {"step_latency_us", c.step_latency_s * 1e6}, {"efficiency", table}, {"source", c.source}};
+      if (c.uncertainty > 0) entry["uncertainty"] = c.uncertainty;
       if (c.costs_cpu()) write_cpu_law(c.cpu, entry);
       if (!c.cpu_by_device.empty()) {
         Json laws = Json::object();
@@ -362,11 +375,24 @@ Json Profile::to_json() const {
 DeviceProfile Profile::device(const GpuSpec& gpu) const {
   DeviceProfile out = architecture(gpu.architecture);
   auto it = devices_.find(gpu.name);
-  if (it == devices_.end()) return out;
-  for (const auto& f : kFields) {
-    if (it->second.set & (1u << index(f.param))) out.*f.member = it->second.values.*f.member;
+  if (it != devices_.end()) {
+    for (const auto& f : kFields) {
+      if (it->second.set & (1u << index(f.param))) out.*f.member = it->second.values.*f.member;
+    }
+  }
+  if (side_ != 0) {
+    out.gemm_ceiling /= 1 + side_ * out.uncertainty_gemm;
+    out.attention_fwd /= 1 + side_ * out.uncertainty_attention;
+    out.attention_bwd /= 1 + side_ * out.uncertainty_attention;
+    out.memory_efficiency /= 1 + side_ * out.uncertainty_memory;
   }
   return out;
+}
+
+Profile Profile::at_bound(double side) const {
+  Profile p = *this;
+  p.side_ = std::clamp(side, -1.0, 1.0);
+  return p;
 }
 
 std::string_view Profile::source(const GpuSpec& gpu, Param p) const {

@@ -178,5 +178,80 @@ TEST(Profile, DeviceTypesHaveTheirOwnCommunicationCpuLaw) {
   }
 }
 
+// at_bound moves each kernel class by its own uncertainty, from a GPU entry or its family,
+// and nothing else; every shipped GPU family states its three uncertainties.
+TEST(Profile, AtBoundMovesEachKernelClassByItsUncertainty) {
+  Profile p = parse_profile(R"({"version": 2,
+    "architectures": {"hopper": {"gemm_ceiling": 0.8, "attention_fwd": 0.6, "attention_bwd": 0.5,
+                                 "memory_efficiency": 0.9, "uncertainty_gemm": 0.1,
+                                 "uncertainty_attention": 0.2, "uncertainty_memory": 0.05}},
+    "devices": {"H100-SXM": {"uncertainty_gemm": 0.25}}})");
+  const DeviceProfile base = p.device(kH100);
+  EXPECT_EQ(p.bound_side(), 0);
+  EXPECT_EQ(p.at_bound(3).bound_side(), 1);  // clamped
+  for (double side : {-1.0, -0.5, 1.0}) {
+    const Profile b = p.at_bound(side);
+    EXPECT_EQ(b.bound_side(), side);
+    const DeviceProfile d = b.device(kH100);
+    EXPECT_DOUBLE_EQ(d.gemm_ceiling, 0.8 / (1 + side * 0.25));  // the GPU entry's
+    EXPECT_DOUBLE_EQ(d.attention_fwd, 0.6 / (1 + side * 0.2));
+    EXPECT_DOUBLE_EQ(d.attention_bwd, 0.5 / (1 + side * 0.2));
+    EXPECT_DOUBLE_EQ(d.memory_efficiency, 0.9 / (1 + side * 0.05));
+    EXPECT_EQ(d.gemm_k_half, base.gemm_k_half);
+    EXPECT_EQ(d.kernel_overhead_s, base.kernel_overhead_s);
+    // Another hopper GPU takes the family's GEMM uncertainty.
+    EXPECT_DOUBLE_EQ(b.device(spec("H800", Architecture::kHopper)).gemm_ceiling,
+                     0.8 / (1 + side * 0.1));
+  }
+  EXPECT_DOUBLE_EQ(p.at_bound(1).at_bound(0).device(kH100).gemm_ceiling, 0.8);
+  const Profile shipped;
+  for (Architecture a : {Architecture::kVolta, Architecture::kTuring, Architecture::kAmpere,
+                         Architecture::kAmpereGa10x, Architecture::kAda, Architecture::kHopper,
+                         Architecture::kBlackwell}) {
+    const DeviceProfile& d = shipped.architecture(a);
+    for (double u : {d.uncertainty_gemm, d.uncertainty_attention, d.uncertainty_memory}) {
+      EXPECT_GT(u, 0) << static_cast<int>(a);
+      EXPECT_LT(u, 0.5) << static_cast<int>(a);
+    }
+    EXPECT_NE(shipped.architecture_source(a, Param::kUncertaintyGemm).find("fit_compute.py"),
+              std::string_view::npos);
+  }
+}
+
+// A transport's curve moved across its uncertainty: efficiencies divided and the step
+// latency multiplied by 1 + side x uncertainty; every shipped network and link table states
+// one; a profile's transport may state its own, and writes it back.
+TEST(Profile, TransportCurvesMoveAcrossTheirUncertainty) {
+  const TransportCurve& tcp = transport_curve(Transport::kTcp);
+  ASSERT_GT(tcp.uncertainty, 0);
+  for (double side : {-1.0, 0.5}) {
+    const TransportCurve m = moved_curve(tcp, side);
+    const double k = 1 + side * tcp.uncertainty;
+    EXPECT_DOUBLE_EQ(m.step_latency_s, tcp.step_latency_s * k);
+    for (double bytes : {1e3, 1e6, 1e9}) {
+      EXPECT_NEAR(m.efficiency(bytes), tcp.efficiency(bytes) / k, 1e-12) << bytes;
+    }
+  }
+  EXPECT_DOUBLE_EQ(moved_curve(tcp, 0).efficiency(1e6), tcp.efficiency(1e6));
+  for (Transport t : {Transport::kNvlink, Transport::kPcie, Transport::kHost, Transport::kRdma,
+                      Transport::kEfa}) {
+    EXPECT_GT(transport_curve(t).uncertainty, 0) << to_string(t);
+    EXPECT_LT(transport_curve(t).uncertainty, 0.5) << to_string(t);
+  }
+  EXPECT_NEAR(transport_curve(Transport::kPcie).uncertainty,
+              2 * transport_curve(Transport::kNvlink).uncertainty, 1e-3);  // 4 digits each
+  Profile p = parse_profile(R"({"version": 2, "transports": {"tcp": {"step_latency_us": 40,
+      "efficiency": [[1024, 0.5], [1048576, 0.9]], "uncertainty": 0.2}}})");
+  EXPECT_DOUBLE_EQ(p.transports().at(Transport::kTcp).uncertainty, 0.2);
+  auto again = Profile::from_json(p.to_json(), "again.json");
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_DOUBLE_EQ(again->transports().at(Transport::kTcp).uncertainty, 0.2);
+  auto bad = parse_json_text(R"({"version": 2, "transports": {"tcp": {"step_latency_us": 40,
+      "efficiency": [[1024, 0.5]], "uncertainty": 2}}})",
+                             "bad.json");
+  ASSERT_TRUE(bad.ok());
+  EXPECT_FALSE(Profile::from_json(*bad, "bad.json").ok());
+}
+
 }  // namespace
 }  // namespace hexi

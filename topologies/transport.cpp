@@ -22,13 +22,13 @@ const std::vector<TransportCurve>& curves() {
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
        "network/README.md section 'Real network throughput' (nccl-tests output block on a single "
        "A100 node)",
-       0.1133e-6, kNvlinkPoints},
+       0.1133e-6, kNvlinkPoints, 0.05128},
       {Transport::kPcie,
        "assumed equal to nvlink (no public PCIe peer-to-peer nccl-tests curve found); nvlink: "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
        "network/README.md section 'Real network throughput' (nccl-tests output block on a single "
        "A100 node)",
-       0.1133e-6, kNvlinkPoints},
+       0.1133e-6, kNvlinkPoints, 0.1026},
       {Transport::kHost,
        "https://github.com/Anthony-Hoo/Anthony-Hoo.github.io/blob/"
        "37e805e8e56f839f6557756d76503d45af6ab47e/posts/AutoDL_Multi-GPU_Interconnection_Test.md "
@@ -39,7 +39,8 @@ const std::vector<TransportCurve>& curves() {
         {131072, 0.4353},   {262144, 0.47},     {524288, 0.4877},    {1048576, 0.4957},
         {2097152, 0.4973},  {4194304, 0.4987},  {8388608, 0.4994},   {16777216, 0.5},
         {33554432, 0.4996}, {67108864, 0.4997}, {134217728, 0.4999}, {268435456, 0.4996},
-        {536870912, 0.4997}}},
+        {536870912, 0.4997}},
+       0.005106},
       {Transport::kEfa,
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
        "network/README.md section 'Inter-node speed depends on intra-node speed' (1 node vs 4 "
@@ -49,13 +50,15 @@ const std::vector<TransportCurve>& curves() {
         {16384, 1.0},       {32768, 0.1195},    {65536, 0.1708},     {131072, 0.186},
         {262144, 0.268},    {524288, 0.3954},   {1048576, 0.3424},   {2097152, 0.5198},
         {4194304, 0.5198},  {8388608, 0.523},   {16777216, 0.7098},  {33554432, 0.7454},
-        {67108864, 0.7438}, {134217728, 0.742}, {268435456, 0.7421}, {536870912, 0.7419}}},
+        {67108864, 0.7438}, {134217728, 0.742}, {268435456, 0.7421}, {536870912, 0.7419}},
+       0.09323},
       {Transport::kRdma,
        "https://github.com/oracle-japan/ocitutorials/blob/bf795eb339690f076be088abc84c16fcc6ce5100/"
        "tutorials/_hpc/benchmark/run-nccltests-h100.md (section 3, NCCL Tests実行 output; "
        "out-of-place columns); only >= 1 GiB published: smaller messages keep its efficiency",
        0e-6,
-       {{67108864, 1.0}, {134217728, 1.0}, {268435456, 1.0}, {536870912, 1.0}, {1073741824, 1.0}}},
+       {{67108864, 1.0}, {134217728, 1.0}, {268435456, 1.0}, {536870912, 1.0}, {1073741824, 1.0}},
+       0.09323},
       {Transport::kTcp,
        "https://github.com/lessizzmore/create-a3mega-ztan-fork/blob/"
        "02dd8f455c43ced1cf442ef29334bda97149264b/ztan-NCCL-test-result (out-of-place columns)",
@@ -65,7 +68,8 @@ const std::vector<TransportCurve>& curves() {
         {16384, 0.03173},   {32768, 0.05415},    {65536, 0.06773},    {131072, 0.08178},
         {262144, 0.08782},  {524288, 0.09402},   {1048576, 0.09848},  {2097152, 0.1796},
         {4194304, 0.2954},  {8388608, 0.4397},   {16777216, 0.6005},  {33554432, 0.7271},
-        {67108864, 0.8094}, {134217728, 0.8576}, {268435456, 0.8861}, {536870912, 0.9059}}},
+        {67108864, 0.8094}, {134217728, 0.8576}, {268435456, 0.8861}, {536870912, 0.9059}},
+       0.0247},
   };
   // END generated
   return kCurves;
@@ -113,6 +117,14 @@ const TransportCurve& transport_curve(Transport t) {
     if (c.transport == t) return c;
   }
   return curves().front();
+}
+
+TransportCurve moved_curve(const TransportCurve& c, double side) {
+  TransportCurve out = c;
+  const double k = 1 + side * c.uncertainty;
+  out.step_latency_s *= k;
+  for (EfficiencyPoint& p : out.points) p.efficiency /= k;
+  return out;
 }
 
 }  // namespace hexi

@@ -73,6 +73,9 @@ struct TransportCurve {
   std::string source;                   // where the table comes from
   double step_latency_s = 0;            // alpha: added to every step's hop latency
   std::vector<EfficiencyPoint> points;  // by increasing bytes; empty: eta 1
+  // How far a transfer's modelled time may be off (relative, 0: not stated): the shipped
+  // tables' median leave-one-out error (scripts/fit_collectives.py); moved_curve uses it.
+  double uncertainty = 0;
   // The communication CPU over this transport of every device type that has no law of its
   // own in cpu_by_device (calibrated per device type where the traces have the ops of
   // several).
@@ -96,6 +99,11 @@ struct TransportCurve {
   // for the others; transport.cpp).
   double efficiency(double bytes) const;
 };
+
+// `c` with its transfers moved across its uncertainty, from the fast (side -1) to the slow
+// (+1) end: every efficiency divided by 1 + side x uncertainty, the step latency times it
+// (an empty table, eta 1 at every size, states no uncertainty and stays as it is).
+TransportCurve moved_curve(const TransportCurve& c, double side);
 
 // The shipped table of a transport (kNominal: no points).
 const TransportCurve& transport_curve(Transport t);

@@ -153,7 +153,7 @@ void record(Checked& c, double ratio, const std::string& what) {
 
 TEST(Mutation, RandomPlansOnPaperScaleClusters) {
   const std::pair<const char*, double> cases[] = {
-      {"hexiscale-setting1-llama2-7b", doubled(2.530)},
+      {"hexiscale-setting1-llama2-7b", doubled(4.380)},  // over TCP (2.530 over RDMA)
       {"hexiscale-setting2-llama2-13b", doubled(1.446)}};
   for (const auto& [name, bound] : cases) {
     const Scenario sc = testing::shipped_scenario(name);

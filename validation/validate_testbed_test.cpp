@@ -25,7 +25,7 @@ TEST(CliValidate, QuickOnTheTestbed) {
   const auto dir = scratch_dir("validate-quick");
   auto r = run_cli("validate " HEXISIM_TEST_ROOT
                    "/validation/suites/testbed-cpu.json --quick "
-                   "--steps 4 --no-plot --json --out " +
+                   "--steps 3 --no-plot --json --out " +
                    (dir / "out").string());
   ASSERT_EQ(r.code, 0) << r.err;
   const json j = json::parse(r.out);

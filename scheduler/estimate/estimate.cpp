@@ -1687,6 +1687,24 @@ void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>&
   timeline.run(pes);
 }
 
+std::pair<double, double> CostModel::iteration_time_range(const Plan& plan) const {
+  const double stated = estimate(plan).iteration_time_s;
+  std::pair<double, double> range{stated, stated};
+  for (const double side : {-1.0, -0.5, 0.5, 1.0}) {
+    const Profile moved = profile_.at_bound(side);
+    Cluster cluster = cluster_;
+    std::map<Transport, TransportCurve> curves;
+    for (const Transport t : {Transport::kNvlink, Transport::kPcie, Transport::kHost,
+                              Transport::kRdma, Transport::kEfa, Transport::kTcp}) {
+      curves[t] = moved_curve(cluster_.curve(t), side);
+    }
+    cluster.set_curves(curves, profile_.collective_step_latencies());
+    const double t = CostModel(cluster, model_, training_, moved).estimate(plan).iteration_time_s;
+    range = {std::min(range.first, t), std::max(range.second, t)};
+  }
+  return range;
+}
+
 Estimate CostModel::estimate(const Plan& plan) const {
   Estimate est;
   const int dp = static_cast<int>(plan.pipelines.size());
@@ -1801,6 +1819,9 @@ Json Estimate::to_json() const {
             {"problems", problems},
             {"pipelines", pipes},
             {"devices", devs}};
+  if (iteration_time_range_s.second > 0) {
+    j["iteration_time_s_range"] = {iteration_time_range_s.first, iteration_time_range_s.second};
+  }
   figures.add_to(j);
   return j;
 }

@@ -32,6 +32,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "scenarios/model.hpp"
@@ -78,6 +79,9 @@ struct DeviceEstimate {
 
 struct Estimate {
   double iteration_time_s = 0;
+  // With every kernel moved across the profile's uncertainties (smallest, largest;
+  // CostModel::iteration_time_range; {0, 0}: not computed, not in to_json).
+  std::pair<double, double> iteration_time_range_s{0, 0};
   double tokens_per_s = 0;
   double mfu = 0;              // against the whole cluster's summed peak
   double achieved_pflops = 0;  // model FLOPs / iteration time
@@ -178,6 +182,11 @@ class CostModel {
   MemoryBreakdown mesh_memory(const Pipeline& p, int si, int rank, int dp) const;
 
   Estimate estimate(const Plan& plan) const;
+  // The smallest and largest iteration time of `plan` with every compute kernel and every
+  // transfer moved across its uncertainty (Profile::at_bound and moved_curve at -1, -1/2,
+  // +1/2, +1, and as stated): four more estimates. Not the two ends alone: where pipelines
+  // share NICs the time is not monotonic in the kernel times (transfers collide differently).
+  std::pair<double, double> iteration_time_range(const Plan& plan) const;
 
  private:
   void count_off_machine(const std::vector<std::pair<int, int>>& flows, NicFlows& f) const;

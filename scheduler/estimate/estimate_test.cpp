@@ -414,5 +414,32 @@ TEST(DpSyncMachineSets, EstimateAsTheLoopOverEveryHolder) {
   }
 }
 
+// The iteration range moves the compute only: with every kernel class at +-u and no link
+// (one device), the iteration time scales by 1 -+ u; with no uncertainty stated, the range
+// is the estimate itself.
+TEST_F(Fixture, IterationRangeScalesTheComputeByTheUncertainties) {
+  const Plan one = plan(
+      R"({"version": 1, "pipelines": [{"batch": 8, "stages": [{"devices": [0], "layers": [0, 8]}]}]})");
+  const double t =
+      CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(one).iteration_time_s;
+  const auto none =
+      CostModel(sc.cluster, sc.model, sc.training, sc.profile).iteration_time_range(one);
+  EXPECT_DOUBLE_EQ(none.first, t);
+  EXPECT_DOUBLE_EQ(none.second, t);
+  DeviceProfile d = DeviceProfile::constant(1.0, 1.0, 1.0, 0.0);
+  d.uncertainty_gemm = d.uncertainty_attention = d.uncertainty_memory = 0.1;
+  sc.profile.set_default(d);
+  const CostModel model(sc.cluster, sc.model, sc.training, sc.profile);
+  EXPECT_DOUBLE_EQ(model.estimate(one).iteration_time_s, t);
+  const auto [low, high] = model.iteration_time_range(one);
+  // The optimizer step is element-wise too: everything on the device scales.
+  EXPECT_NEAR(low, 0.9 * t, 1e-9 * t);
+  EXPECT_NEAR(high, 1.1 * t, 1e-9 * t);
+  Estimate est = model.estimate(one);
+  est.iteration_time_range_s = {low, high};
+  EXPECT_EQ(est.to_json()["iteration_time_s_range"], Json::array({low, high}));
+  EXPECT_FALSE(model.estimate(one).to_json().contains("iteration_time_s_range"));
+}
+
 }  // namespace
 }  // namespace hexi
