@@ -179,6 +179,9 @@ int run_plan(const PlanOptions& opt) {
   if (!opt.out.empty()) {
     if (auto st = write_file(opt.out, plan_text(result->plan)); !st) return report(st.error());
   }
+  result->estimate.iteration_time_range_s =
+      CostModel(sc->cluster, sc->model, sc->training, sc->profile)
+          .iteration_time_range(result->plan);
   if (opt.json) {
     Json out = result->to_json();
     out["scenario"] = sc->name;
