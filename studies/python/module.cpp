@@ -140,7 +140,10 @@ std::string py_plan(const std::string& spec, const std::string& spec_json,
   out["scenario"] = sc.name;
   out["seed"] = so.seed;
   out["plan"] = to_json(result.plan);
-  out["estimate"] = result.estimate.to_json();
+  Estimate est = result.estimate;
+  est.iteration_time_range_s =
+      CostModel(sc.cluster, sc.model, sc.training, sc.profile).iteration_time_range(result.plan);
+  out["estimate"] = est.to_json();
   return dump_json(out);
 }
 
@@ -153,8 +156,10 @@ std::string py_estimate(const std::string& spec, const std::string& spec_json,
   if (auto st = validate_plan(*file.plan, sc.cluster, sc.model, sc.training, "plan"); !st) {
     raise(st.error());
   }
-  Json out =
-      CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(*file.plan).to_json();
+  const CostModel model(sc.cluster, sc.model, sc.training, sc.profile);
+  Estimate est = model.estimate(*file.plan);
+  est.iteration_time_range_s = model.iteration_time_range(*file.plan);
+  Json out = est.to_json();
   out["scenario"] = sc.name;
   return dump_json(out);
 }

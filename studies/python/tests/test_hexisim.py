@@ -29,6 +29,10 @@ def test_plan_estimate_simulate_without_files():
     assert p["estimate"]["tokens_per_s"] > 0
     e = hexisim.estimate(plan=p["plan"], **ASKED)
     assert e["iteration_time_s"] == pytest.approx(p["estimate"]["iteration_time_s"])
+    # The range over the kernel and link models' uncertainties, in plan() and estimate().
+    low, high = e["iteration_time_s_range"]
+    assert low < e["iteration_time_s"] < high
+    assert p["estimate"]["iteration_time_s_range"] == pytest.approx([low, high])
     r = hexisim.simulate(plan=p["plan"], **ASKED)
     assert r["tokens_per_s"] > 0
     # The same numbers as the command line's.
