@@ -6,9 +6,11 @@
 // that an uncontended collective takes exactly the time of scheduler/cost/collectives.hpp.
 //
 // Ring (NCCL's ring in steady state, chunks pipelined): n concurrent flows
-// i -> i+1 (group order), each carrying bus_factor(c, n) * S bytes:
+// i -> i+1 (group order machine by machine, as NCCL's topology-built rings: each machine's
+// NICs carry one edge per direction), each carrying bus_factor(c, n) * S bytes:
 //   all-reduce 2(n-1)/n S, 2(n-1) steps | all-gather, reduce-scatter (n-1)/n S, n-1 steps
-// Broadcast (pipelined chain from the group's first device): n-1 flows of S bytes.
+// Broadcast (pipelined chain from the group's first device, machine by machine): n-1 flows
+// of S bytes.
 // All-to-all (pairwise): every ordered pair exchanges S/n bytes, n-1 steps.
 // Hierarchical all-reduce (machines M >= 2 holding g >= 2 members each): intra-machine
 //   reduce-scatter, M-member all-reduces of S/g per local rank across machines and

@@ -43,6 +43,32 @@ TEST(CollectiveAlgos, GatherScatterBroadcastAllToAll) {
   EXPECT_TRUE(expand_collective(Collective::kAllReduce, {3}, 100, Algorithm::kAuto, c).empty());
 }
 
+// A group that names machines out of order is ringed machine by machine, as NCCL builds its
+// rings from the topology: two off-machine edges per ring (one each way per machine), not one
+// per member; a broadcast keeps its root first.
+TEST(CollectiveAlgos, RingsAndChainsGoMachineByMachine) {
+  Cluster c = testing::make_cluster(3, 4);
+  const std::vector<int> scattered{0, 4, 1, 8, 5, 9};
+  auto off_machine = [&c](const Phase& p) {
+    int n = 0;
+    for (const auto& f : p.flows) n += c.devices()[f.src].machine != c.devices()[f.dst].machine;
+    return n;
+  };
+  auto ar = expand_collective(Collective::kAllReduce, scattered, 100, Algorithm::kRing, c);
+  ASSERT_EQ(ar[0].flows.size(), 6u);
+  EXPECT_EQ(off_machine(ar[0]), 3);  // 0 1 | 4 5 | 8 9: three machine boundaries, one each
+  EXPECT_EQ(ar[0].flows[0].src, 0);
+  EXPECT_EQ(ar[0].flows[0].dst, 1);
+  EXPECT_EQ(ar[0].flows[1].dst, 4);
+  auto ag = expand_collective(Collective::kAllGather, scattered, 100, Algorithm::kAuto, c);
+  EXPECT_EQ(off_machine(ag[0]), 3);
+  auto bc = expand_collective(Collective::kBroadcast, {5, 0, 6, 1}, 100, Algorithm::kAuto, c);
+  ASSERT_EQ(bc[0].flows.size(), 3u);
+  EXPECT_EQ(bc[0].flows[0].src, 5);  // the root
+  EXPECT_EQ(bc[0].flows[0].dst, 6);
+  EXPECT_EQ(off_machine(bc[0]), 1);
+}
+
 TEST(CollectiveAlgos, HierarchicalAllReduceWhenMachinesHoldEqualBlocks) {
   Cluster c = testing::make_cluster(2, 4);
   EXPECT_EQ(machine_blocks({0, 1, 4, 5}, c).size(), 2u);
