@@ -23,8 +23,7 @@ int run_estimate(const EstimateOptions& opt) {
   auto plan = load_checked_plan(*sc, opt.plan);
   if (!plan) return report(plan.error());
   CostModel model(sc->cluster, sc->model, sc->training, sc->profile);
-  Estimate est = model.estimate(*plan);
-  est.iteration_time_range_s = model.iteration_time_range(*plan);
+  const Estimate est = model.estimate_with_range(*plan);
   // Input bounds keep every time finite; if one is not, say so rather than print "inf, fits".
   if (!std::isfinite(est.iteration_time_s) || !(est.iteration_time_s > 0)) {
     return report(failure("internal error: the estimated iteration time is " +

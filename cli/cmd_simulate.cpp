@@ -294,10 +294,9 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
   std::cerr << "lowering " << origin << " (" << opt.fidelity << " fidelity)...\n";
   auto program = lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, origin);
   if (!program) return program.error();
-  const CostModel model(sc.cluster, sc.model, sc.training, sc.profile);
-  Estimate est = model.estimate(*plan);
-  est.iteration_time_range_s = model.iteration_time_range(*plan);
-  return Work{std::move(*program), std::move(est), std::move(source), input_digest(to_json(*plan))};
+  return Work{std::move(*program),
+              CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate_with_range(*plan),
+              std::move(source), input_digest(to_json(*plan))};
 }
 
 SimOptions sim_options(const Scenario& sc, const SimulateOptions& opt, const Work& work) {

@@ -1627,9 +1627,10 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
   BoundaryChannels channels(*this, plan);
   const double overlap = channels.fixed_point(pes);
   // Where other classes' flows are (nearly) never there, sharing changes (almost)
-  // nothing. The shared timeline visits every stage and channel at each of its events:
-  // only where that stays cheap (searches estimate thousands of plans); larger plans
-  // keep the fixed point.
+  // nothing. The shared timeline runs every event of every pipeline: only where that stays
+  // cheap (searches estimate thousands of plans; the work bound was set when each event
+  // visited every stage and channel, and is kept so that larger plans' estimates stay as
+  // they are); larger plans keep the fixed point.
   if (!channels.mixed() || overlap < kSharedTimelineMinOverlap) return;
   // The shared timeline runs plain pipelines of TP stages only: interleaved plans and plans
   // with a mesh stage keep the fixed point.
@@ -1688,8 +1689,12 @@ void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>&
 }
 
 std::pair<double, double> CostModel::iteration_time_range(const Plan& plan) const {
-  const double stated = estimate(plan).iteration_time_s;
-  std::pair<double, double> range{stated, stated};
+  return estimate_with_range(plan).iteration_time_range_s;
+}
+
+Estimate CostModel::estimate_with_range(const Plan& plan) const {
+  Estimate est = estimate(plan);
+  std::pair<double, double> range{est.iteration_time_s, est.iteration_time_s};
   for (const double side : {-1.0, -0.5, 0.5, 1.0}) {
     const Profile moved = profile_.at_bound(side);
     Cluster cluster = cluster_;
@@ -1702,7 +1707,8 @@ std::pair<double, double> CostModel::iteration_time_range(const Plan& plan) cons
     const double t = CostModel(cluster, model_, training_, moved).estimate(plan).iteration_time_s;
     range = {std::min(range.first, t), std::max(range.second, t)};
   }
-  return range;
+  est.iteration_time_range_s = range;
+  return est;
 }
 
 Estimate CostModel::estimate(const Plan& plan) const {

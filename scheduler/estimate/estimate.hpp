@@ -187,6 +187,8 @@ class CostModel {
   // +1/2, +1, and as stated): four more estimates. Not the two ends alone: where pipelines
   // share NICs the time is not monotonic in the kernel times (transfers collide differently).
   std::pair<double, double> iteration_time_range(const Plan& plan) const;
+  // estimate(plan) with its iteration_time_range_s filled.
+  Estimate estimate_with_range(const Plan& plan) const;
 
  private:
   void count_off_machine(const std::vector<std::pair<int, int>>& flows, NicFlows& f) const;

@@ -156,10 +156,9 @@ std::string py_estimate(const std::string& spec, const std::string& spec_json,
   if (auto st = validate_plan(*file.plan, sc.cluster, sc.model, sc.training, "plan"); !st) {
     raise(st.error());
   }
-  const CostModel model(sc.cluster, sc.model, sc.training, sc.profile);
-  Estimate est = model.estimate(*file.plan);
-  est.iteration_time_range_s = model.iteration_time_range(*file.plan);
-  Json out = est.to_json();
+  Json out = CostModel(sc.cluster, sc.model, sc.training, sc.profile)
+                 .estimate_with_range(*file.plan)
+                 .to_json();
   out["scenario"] = sc.name;
   return dump_json(out);
 }
