@@ -185,6 +185,7 @@ void add_cluster_commands(CLI::App& app, Runner& run) {
   s->callback([&run, show] { run = [show] { return run_show(*show); }; });
 
   auto gen = std::make_shared<GenOptions>();
+  gen->fabric.transport = "rdma";  // a written file names its transport
   auto* g = cluster->add_subcommand("gen", "Generate a cluster file from a GPU mix");
   g->add_option("--mix", gen->mix, "TYPE:MACHINESxGPUS[,...], e.g. A100:4x8,RTX4090:8x8")
       ->required();

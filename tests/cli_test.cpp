@@ -142,6 +142,14 @@ TEST(Cli, ClusterTransportIsSaidShownAndNoted) {
   auto plan = run_cli("plan --cluster " + unnamed + ask);
   ASSERT_EQ(plan.code, 0) << plan.err;
   EXPECT_NE(plan.err.find("names no network transport"), std::string::npos) << plan.err;
+  // A question with --mix and no --transport: the same note; with it, none.
+  const std::string mix = "plan --mix A100:2x8 --nic-GBps 1.25" + ask;
+  auto asked = run_cli(mix);
+  ASSERT_EQ(asked.code, 0) << asked.err;
+  EXPECT_NE(asked.err.find("names no network transport"), std::string::npos) << asked.err;
+  auto said = run_cli(mix + " --transport tcp");
+  ASSERT_EQ(said.code, 0) << said.err;
+  EXPECT_EQ(said.err.find("names no network transport"), std::string::npos) << said.err;
   // A shipped cluster names its transport: no note.
   auto shipped = run_cli("cluster show hexiscale-setting1");
   EXPECT_EQ(shipped.err.find("names no network transport"), std::string::npos) << shipped.err;

@@ -83,16 +83,17 @@ Json generate_cluster_json(const std::vector<MixEntry>& mix, const FabricOptions
                    std::to_string(mix[i].gpus_per_machine) + " " + mix[i].gpu;
   }
   description += ")";
-  return {{"version", 1},
-          {"name", name},
-          {"description", description},
-          {"network",
-           {{"nic_GBps", fabric.nic_GBps},
-            {"nics_per_machine", fabric.nics_per_machine},
-            {"machines_per_leaf", fabric.machines_per_leaf},
-            {"oversubscription", fabric.oversubscription},
-            {"transport", fabric.transport}}},
-          {"machines", machines}};
+  Json out = {{"version", 1},
+              {"name", name},
+              {"description", description},
+              {"network",
+               {{"nic_GBps", fabric.nic_GBps},
+                {"nics_per_machine", fabric.nics_per_machine},
+                {"machines_per_leaf", fabric.machines_per_leaf},
+                {"oversubscription", fabric.oversubscription}}},
+              {"machines", machines}};
+  if (!fabric.transport.empty()) out["network"]["transport"] = fabric.transport;
+  return out;
 }
 
 }  // namespace hexi

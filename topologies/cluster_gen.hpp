@@ -12,12 +12,14 @@
 namespace hexi {
 
 struct FabricOptions {
-  std::string name;                // cluster name; derived from the mix when empty
-  double nic_GBps = 25.0;          // per machine, all NICs together (200 Gbit/s)
-  int nics_per_machine = 1;        // NICs per machine (rail-optimised when = GPUs)
-  int machines_per_leaf = 16;      // 0: every machine on one leaf switch
-  double oversubscription = 1.0;   // leaf downlink : uplink
-  std::string transport = "rdma";  // the network's: rdma (InfiniBand/RoCE), efa or tcp
+  std::string name;               // cluster name; derived from the mix when empty
+  double nic_GBps = 25.0;         // per machine, all NICs together (200 Gbit/s)
+  int nics_per_machine = 1;       // NICs per machine (rail-optimised when = GPUs)
+  int machines_per_leaf = 16;     // 0: every machine on one leaf switch
+  double oversubscription = 1.0;  // leaf downlink : uplink
+  // The network's: rdma (InfiniBand/RoCE), efa or tcp; empty: not written (rdma, the
+  // default, and a note where the cluster is loaded: unnamed_transport_note).
+  std::string transport;
 };
 
 // One entry of a mix: `machines` machines of `gpus_per_machine` GPUs of type `gpu`.
