@@ -447,8 +447,8 @@ std::vector<std::vector<int>> Cluster::connected_parts() const {
 std::string unnamed_transport_note(const Cluster& c) {
   if (c.network_transport_named() || c.machines().size() < 2) return "";
   return "cluster " + c.name() +
-         " names no network transport: rdma (InfiniBand/RoCE) assumed; set network.transport "
-         "to tcp for Ethernet without RDMA (or efa)";
+         " names no network transport: rdma (InfiniBand/RoCE) assumed; for Ethernet without "
+         "RDMA set network.transport (with --mix: --transport) to tcp (or efa)";
 }
 
 }  // namespace hexi
