@@ -134,9 +134,7 @@ int run_show(const ShowOptions& opt) {
   if (!catalogs) return report(catalogs.error());
   auto cluster = load_cluster(opt.file, catalogs->gpus);
   if (!cluster) return report(cluster.error());
-  if (const std::string note = unnamed_transport_note(*cluster); !note.empty()) {
-    std::cerr << "hexisim: note: " << note << "\n";
-  }
+  note_unnamed_transport(*cluster);
   if (opt.json) {
     print_json(cluster_summary(*cluster));
   } else {

@@ -181,7 +181,7 @@ int run_plan(const PlanOptions& opt) {
   }
   result->estimate.iteration_time_range_s =
       CostModel(sc->cluster, sc->model, sc->training, sc->profile)
-          .iteration_time_range(result->plan);
+          .iteration_time_range(result->plan, result->estimate);
   if (opt.json) {
     Json out = result->to_json();
     out["scenario"] = sc->name;

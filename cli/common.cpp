@@ -22,15 +22,11 @@ int report(const Error& error) {
   return exit_code(error);
 }
 
-namespace {
-
 void note_unnamed_transport(const Cluster& c) {
   if (const std::string note = unnamed_transport_note(c); !note.empty()) {
     std::cerr << "hexisim: note: " << note << "\n";
   }
 }
-
-}  // namespace
 
 Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& profile) {
   auto catalogs = load_shipped_catalogs();

@@ -31,6 +31,9 @@ using Runner = std::function<int()>;
 // Prints "hexisim: error: <message>" to stderr; returns 2 (bad input) or 1 (failure).
 int report(const Error& error);
 
+// The note of a cluster that names no network transport (unnamed_transport_note), on stderr.
+void note_unnamed_transport(const Cluster& c);
+
 // Loads a scenario by name or path with the shipped catalogs; with a `profile` file, that
 // profile replaces the scenario's (--profile).
 Result<Scenario> load_scenario_arg(const std::string& ref, const std::string& profile = {});

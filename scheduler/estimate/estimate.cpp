@@ -1688,13 +1688,15 @@ void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>&
   timeline.run(pes);
 }
 
-std::pair<double, double> CostModel::iteration_time_range(const Plan& plan) const {
-  return estimate_with_range(plan).iteration_time_range_s;
-}
-
 Estimate CostModel::estimate_with_range(const Plan& plan) const {
   Estimate est = estimate(plan);
-  std::pair<double, double> range{est.iteration_time_s, est.iteration_time_s};
+  est.iteration_time_range_s = iteration_time_range(plan, est);
+  return est;
+}
+
+std::pair<double, double> CostModel::iteration_time_range(const Plan& plan,
+                                                          const Estimate& stated) const {
+  std::pair<double, double> range{stated.iteration_time_s, stated.iteration_time_s};
   for (const double side : {-1.0, -0.5, 0.5, 1.0}) {
     const Profile moved = profile_.at_bound(side);
     Cluster cluster = cluster_;
@@ -1707,8 +1709,7 @@ Estimate CostModel::estimate_with_range(const Plan& plan) const {
     const double t = CostModel(cluster, model_, training_, moved).estimate(plan).iteration_time_s;
     range = {std::min(range.first, t), std::max(range.second, t)};
   }
-  est.iteration_time_range_s = range;
-  return est;
+  return range;
 }
 
 Estimate CostModel::estimate(const Plan& plan) const {

@@ -184,9 +184,10 @@ class CostModel {
   Estimate estimate(const Plan& plan) const;
   // The smallest and largest iteration time of `plan` with every compute kernel and every
   // transfer moved across its uncertainty (Profile::at_bound and moved_curve at -1, -1/2,
-  // +1/2, +1, and as stated): four more estimates. Not the two ends alone: where pipelines
-  // share NICs the time is not monotonic in the kernel times (transfers collide differently).
-  std::pair<double, double> iteration_time_range(const Plan& plan) const;
+  // +1/2, +1, and `stated`, this model's estimate of it): four more estimates. Not the two
+  // ends alone: where pipelines share NICs the time is not monotonic in the kernel times
+  // (transfers collide differently).
+  std::pair<double, double> iteration_time_range(const Plan& plan, const Estimate& stated) const;
   // estimate(plan) with its iteration_time_range_s filled.
   Estimate estimate_with_range(const Plan& plan) const;
 

@@ -422,8 +422,8 @@ TEST_F(Fixture, IterationRangeScalesTheComputeByTheUncertainties) {
       R"({"version": 1, "pipelines": [{"batch": 8, "stages": [{"devices": [0], "layers": [0, 8]}]}]})");
   const double t =
       CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(one).iteration_time_s;
-  const auto none =
-      CostModel(sc.cluster, sc.model, sc.training, sc.profile).iteration_time_range(one);
+  const CostModel stated(sc.cluster, sc.model, sc.training, sc.profile);
+  const auto none = stated.iteration_time_range(one, stated.estimate(one));
   EXPECT_DOUBLE_EQ(none.first, t);
   EXPECT_DOUBLE_EQ(none.second, t);
   DeviceProfile d = DeviceProfile::constant(1.0, 1.0, 1.0, 0.0);
@@ -431,7 +431,7 @@ TEST_F(Fixture, IterationRangeScalesTheComputeByTheUncertainties) {
   sc.profile.set_default(d);
   const CostModel model(sc.cluster, sc.model, sc.training, sc.profile);
   EXPECT_DOUBLE_EQ(model.estimate(one).iteration_time_s, t);
-  const auto [low, high] = model.iteration_time_range(one);
+  const auto [low, high] = model.iteration_time_range(one, model.estimate(one));
   // The optimizer step is element-wise too: everything on the device scales.
   EXPECT_NEAR(low, 0.9 * t, 1e-9 * t);
   EXPECT_NEAR(high, 1.1 * t, 1e-9 * t);

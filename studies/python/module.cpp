@@ -141,8 +141,8 @@ std::string py_plan(const std::string& spec, const std::string& spec_json,
   out["seed"] = so.seed;
   out["plan"] = to_json(result.plan);
   Estimate est = result.estimate;
-  est.iteration_time_range_s =
-      CostModel(sc.cluster, sc.model, sc.training, sc.profile).iteration_time_range(result.plan);
+  est.iteration_time_range_s = CostModel(sc.cluster, sc.model, sc.training, sc.profile)
+                                   .iteration_time_range(result.plan, est);
   out["estimate"] = est.to_json();
   return dump_json(out);
 }
