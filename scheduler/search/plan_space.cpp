@@ -179,15 +179,21 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
   const Cluster& c = cm_.cluster();
   const int k = static_cast<int>(groups.size());
   const int micro_batch = cm_.training().micro_batch;
+  const double bytes = hidden_bytes(cm_.model(), cm_.training(), micro_batch);
   std::vector<std::vector<StageTerms>> out;
+  std::vector<double> back(k, 0.0);
+  auto compute = [&](int i, const std::vector<int>* next) {
+    out.push_back(stage_options(cm_, groups[i], i == 0, i == k - 1, next, dp, micro_batch, modes_));
+    // The gradients' way back matters only where share_nics looks (three stages or more).
+    if (next != nullptr && k >= 3) back[i] = cm_.transfer_s(*next, groups[i], bytes);
+  };
   for (int i = 0; i < k; ++i) {
     const std::vector<int>* next = i + 1 < k ? &groups[i + 1] : nullptr;
     const int m = c.devices()[groups[i][0]].machine;
     const int m_next = next ? c.devices()[(*next)[0]].machine : -1;
     const bool cacheable = symmetric_[m] && (m_next < 0 || symmetric_[m_next]);
     if (!cacheable) {
-      out.push_back(
-          stage_options(cm_, groups[i], i == 0, i == k - 1, next, dp, micro_batch, modes_));
+      compute(i, next);
       continue;
     }
     const std::array<int, 7> key{dp,
@@ -198,38 +204,49 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
                                  : m_next == m ? -1
                                                : class_of_[m_next],
                                  next ? static_cast<int>(next->size()) : 0,
-                                 0};
+                                 k >= 3 ? 1 : 0};
     {
       std::lock_guard lock(caches_->mutex);
       auto it = caches_->stages.find(key);
       if (it != caches_->stages.end()) {
-        out.push_back(it->second);
+        out.push_back(it->second.options);
+        back[i] = it->second.back_s;
         continue;
       }
     }
-    out.push_back(stage_options(cm_, groups[i], i == 0, i == k - 1, next, dp, micro_batch, modes_));
+    compute(i, next);
     std::lock_guard lock(caches_->mutex);
-    caches_->stages.emplace(key, out.back());
+    caches_->stages.emplace(key, Caches::Stage{out.back(), back[i]});
   }
-  share_nics(groups, out);
+  share_nics(groups, back, out);
   return out;
 }
 
 void SpecEvaluator::share_nics(const std::vector<std::vector<int>>& groups,
+                               const std::vector<double>& back,
                                std::vector<std::vector<StageTerms>>& options) const {
   // Two boundaries through one NIC direction need three stages (activations forward and
   // gradients back leave a machine through one NIC: one stage's, another's).
   const int k = static_cast<int>(groups.size());
   if (k < 3) return;
+  // A stage's devices sit on one machine (TP never leaves it): a boundary inside a machine
+  // puts no flow on a NIC, and its sends take their own time both ways.
+  const Cluster& c = cm_.cluster();
+  auto crosses = [&](int i) {
+    return c.devices()[groups[i][0]].machine != c.devices()[groups[i + 1][0]].machine;
+  };
   const double bytes = hidden_bytes(cm_.model(), cm_.training(), cm_.training().micro_batch);
   NicFlows all;
   for (int i = 0; i + 1 < k; ++i) {
+    if (!crosses(i)) continue;
     cm_.add_nic_flows(groups[i], groups[i + 1], bytes, all);
     cm_.add_nic_flows(groups[i + 1], groups[i], bytes, all);
   }
   for (int i = 0; i + 1 < k; ++i) {
-    const double shared = std::max(cm_.transfer_s(groups[i], groups[i + 1], bytes, &all),
-                                   cm_.transfer_s(groups[i + 1], groups[i], bytes, &all));
+    const double shared = crosses(i)
+                              ? std::max(cm_.transfer_s(groups[i], groups[i + 1], bytes, &all),
+                                         cm_.transfer_s(groups[i + 1], groups[i], bytes, &all))
+                              : std::max(options[i].front().send_s, back[i]);
     if (!(shared > options[i].front().send_s)) continue;
     for (StageTerms& t : options[i]) t.send_s = shared;
   }

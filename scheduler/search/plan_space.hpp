@@ -111,7 +111,8 @@ class SpecEvaluator {
   // Each boundary's send at the rate its NICs give when every boundary of the pipeline sends
   // at once, both ways (the estimate's NIC sharing, at its busiest): a machine in the middle of
   // a pipeline carries activations forward and gradients back through one NIC direction.
-  void share_nics(const std::vector<std::vector<int>>& groups,
+  // `back[i]`: the gradients' transfer from stage i + 1 to stage i alone (no other flow).
+  void share_nics(const std::vector<std::vector<int>>& groups, const std::vector<double>& back,
                   std::vector<std::vector<StageTerms>>& options) const;
   struct KeyHash {
     template <typename Ints>
@@ -133,7 +134,11 @@ class SpecEvaluator {
   struct Caches {
     std::mutex mutex;
     std::unordered_map<std::vector<int>, std::shared_ptr<const PipelineCurve>, KeyHash> curves;
-    std::unordered_map<std::array<int, 7>, std::vector<StageTerms>, KeyHash> stages;
+    struct Stage {
+      std::vector<StageTerms> options;
+      double back_s = 0;  // gradients from the next stage (share_nics' `back`)
+    };
+    std::unordered_map<std::array<int, 7>, Stage, KeyHash> stages;
     long new_curves = 0;
     std::size_t bytes = 0;  // of the curves, as they came in (see curve())
   };
