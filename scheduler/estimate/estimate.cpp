@@ -194,8 +194,7 @@ double CostModel::transfer_s(const std::vector<int>& src, const std::vector<int>
   const auto [flows, message] = boundary_flows(src, dst, bytes);
   NicFlows mine;
   count_off_machine(flows, mine);
-  auto sharing = [&](const std::unordered_map<int, double>& own,
-                     const std::unordered_map<int, double>* all, int machine) {
+  auto sharing = [&](const NicCounts& own, const NicCounts* all, int machine) {
     double k = own.at(machine);
     if (all != nullptr) {
       auto it = all->find(machine);

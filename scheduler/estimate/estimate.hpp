@@ -99,8 +99,30 @@ struct Estimate {
 
 // Off-machine flows per machine (ids of Cluster::machines()), leaving and entering it
 // (a flow busy part of the time counts as that fraction).
+// (A boundary crosses few machines: a flat list, searched in order, is cheaper than a hash
+// map to fill and to read.)
+class NicCounts {
+ public:
+  using Items = std::vector<std::pair<int, double>>;
+  double& operator[](int machine) {
+    for (auto& [m, n] : items_) {
+      if (m == machine) return n;
+    }
+    return items_.emplace_back(machine, 0.0).second;
+  }
+  Items::const_iterator find(int machine) const {
+    return std::find_if(items_.begin(), items_.end(),
+                        [machine](const auto& item) { return item.first == machine; });
+  }
+  double at(int machine) const { return find(machine)->second; }
+  Items::const_iterator begin() const { return items_.begin(); }
+  Items::const_iterator end() const { return items_.end(); }
+
+ private:
+  Items items_;
+};
 struct NicFlows {
-  std::unordered_map<int, double> out, in;
+  NicCounts out, in;
 };
 
 // Hardware FLOPs of one iteration of a plan: every pipeline's batch through its stages'

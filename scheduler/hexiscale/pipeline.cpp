@@ -18,9 +18,10 @@ constexpr int kRounds = 4;            // coordinate-descent rounds over degrees 
 constexpr std::size_t kWideSearchUpTo = 8;
 
 // Pipelines that cannot run their share still need a ranking that leads towards
-// feasibility: runnable with one micro-batch beats not runnable at all.
-double penalised(const PipelineCurve& c, int m) {
-  const double t = c.time(m);
+// feasibility: runnable with one micro-batch beats not runnable at all. At or above `limit`
+// only a lower bound may come back (all a comparison with the limit needs).
+double penalised(const PipelineCurve& c, int m, double limit) {
+  const double t = c.time_below(m, limit);
   if (!std::isinf(t)) return t;
   const double one = c.time(1);
   if (!std::isinf(one)) return 1e9 + one;
@@ -39,11 +40,11 @@ std::vector<int> segment_degrees(const Model& model, int count) {
 
 PipelineBuilder::PipelineBuilder(SpecEvaluator& evaluator, int tau) : ev_(evaluator), tau_(tau) {}
 
-double PipelineBuilder::score(const PipelineSpec& p, int dp, int m) {
+double PipelineBuilder::score(const PipelineSpec& p, int dp, int m, double limit) {
   ++evaluations_;
   one_.pipelines.resize(1);
   one_.pipelines[0].segments.assign(p.segments.begin(), p.segments.end());
-  return penalised(*ev_.curve(one_, 0, dp), m);
+  return penalised(*ev_.curve(one_, 0, dp), m, limit);
 }
 
 const std::vector<std::vector<int>>& PipelineBuilder::candidate_orders(
@@ -169,7 +170,7 @@ std::vector<MachineSegment> PipelineBuilder::descend(std::vector<MachineSegment>
     const std::vector<MachineSegment> base = segs;
     for (const auto& order : candidate_orders(base)) {
       PipelineSpec p = arrange(base, order);
-      const double s = score(p, dp, m);
+      const double s = score(p, dp, m, best);
       if (s < best * (1 - 1e-12)) {
         best = s;
         segs = p.segments;
@@ -196,7 +197,7 @@ std::vector<MachineSegment> PipelineBuilder::descend(std::vector<MachineSegment>
           trial.erase(trial.begin() + static_cast<long>(i));
           const std::size_t at = places == 1 ? i : j;
           trial.insert(trial.begin() + static_cast<long>(at), moved);
-          const double sc = score(PipelineSpec{trial}, dp, m);
+          const double sc = score(PipelineSpec{trial}, dp, m, best);
           if (sc < best * (1 - 1e-12)) {
             best = sc;
             segs = std::move(trial);

@@ -43,7 +43,8 @@ class PipelineBuilder {
   void share_cache(const PipelineBuilder& other) { cache_ = other.cache_; }
 
  private:
-  double score(const PipelineSpec& p, int dp, int m);
+  // The pipeline's penalised time; at or above `limit` possibly a lower bound of it.
+  double score(const PipelineSpec& p, int dp, int m, double limit = kInfeasible);
   // Valid until the next call.
   const std::vector<std::vector<int>>& candidate_orders(const std::vector<MachineSegment>& segs);
   PipelineSpec optimise(std::vector<MachineSegment> segs, int dp, int m);

@@ -204,7 +204,7 @@ int PipelineCurve::layer_cap(const StageTerms& t, int in_flight) const {
   return static_cast<int>(std::min<double>(num_layers_, std::floor(room / slope)));
 }
 
-void PipelineCurve::solve(int m, Solution& out) const {
+void PipelineCurve::solve(int m, Solution& out, double limit) const {
   const int k = num_stages(), L = num_layers_;
   if (k == 0 || k > L || m < 1) return;
   thread_local Choices choices;  // scratch kept per thread (curves are shared by threads)
@@ -226,9 +226,9 @@ void PipelineCurve::solve(int m, Solution& out) const {
   }
   if (total_cap < L) return;
   if (single) {
-    solve_single(m, choices, out);
+    solve_single(m, choices, out, limit);
   } else {
-    solve_options(m, choices, out);
+    solve_options(m, choices, out, limit);
   }
 }
 
@@ -300,7 +300,7 @@ class SingleOption {
 
 }  // namespace
 
-void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) const {
+void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out, double limit) const {
   const int k = num_stages();
   std::vector<const StageTerms*> terms(k);
   std::vector<int> cap(k);
@@ -314,6 +314,16 @@ void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out) c
   // One option per stage is the general case with one choice each: the same greedy
   // bound and breakpoints.
   double bound = min_max_bound(choices, num_layers_);
+  // No split has a smaller sum than the unbounded fill, nor a smaller bottleneck than the bound.
+  if (!std::isinf(limit)) {
+    const double least =
+        fixed_sum + problem.floor_sum() + (m - 1) * std::max(m > 1 ? bound : 0.0, send_max_);
+    if (least >= limit) {
+      out.time = least;
+      out.bound_only = true;
+      return;
+    }
+  }
   std::vector<int> best_l(k), trial(k);
   double best_worst = 0;
   if (m == 1) bound = kInfeasible;  // no bound term: the smallest sum wins outright
@@ -493,6 +503,25 @@ bool PipelineCurve::dp_min_sum(const Choices& useful, std::vector<int>& layers,
   return true;
 }
 
+double PipelineCurve::fluid_bound(const Choices& choices) const {
+  // Stage i at l layers takes at least a_i + l p_i (its cheapest option's fixed part and
+  // per-layer time); the largest is at least their average weighted by 1 / p_i, which is
+  // (sum a_i / p_i + L) / sum 1 / p_i whatever the split, and at least a_i + p_i each.
+  double weighted = 0, weights = 0, single = 0;
+  for (int i = 0; i < choices.stages(); ++i) {
+    double a = kInfeasible, p = kInfeasible;
+    for (const Choice& c : choices[i]) {
+      a = std::min(a, c.terms->fixed_s + c.terms->boundary_s);
+      p = std::min(p, c.terms->per_layer_s);
+    }
+    single = std::max(single, a + p);
+    if (!(p > 0)) return single;  // a free layer: nothing to average
+    weighted += a / p;
+    weights += 1 / p;
+  }
+  return std::max(single, (weighted + num_layers_) / weights);
+}
+
 double PipelineCurve::min_max_bound(const Choices& choices, int layers) {
   const int k = choices.stages();
   // g_i(l): the cheapest option of stage i that holds l layers (nondecreasing in l).
@@ -568,9 +597,31 @@ double PipelineCurve::next_breakpoint(const Choices& choices, double bound) {
   return next;
 }
 
-void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) const {
+void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out,
+                                  double limit) const {
   const int k = num_stages();
+  // No split has a smaller sum than the relaxed floor, nor a smaller bottleneck than the
+  // fluid bound (cheap) or the greedy bound (exact, needed below anyway).
+  double floor_sum = 0;
+  if (!std::isinf(limit)) {
+    if (!relaxed_floor_sum(choices, floor_sum)) return;
+    const double least =
+        send_sum_ + floor_sum + (m - 1) * std::max(fluid_bound(choices), send_max_);
+    if (least >= limit) {
+      out.time = least;
+      out.bound_only = true;
+      return;
+    }
+  }
   double bound = min_max_bound(choices, num_layers_);
+  if (!std::isinf(limit)) {
+    const double least = send_sum_ + floor_sum + (m - 1) * std::max(bound, send_max_);
+    if (least >= limit) {
+      out.time = least;
+      out.bound_only = true;
+      return;
+    }
+  }
   double best = kInfeasible, best_worst = kInfeasible;
   std::vector<int> ls;
   std::vector<std::uint8_t> os;
@@ -595,8 +646,7 @@ void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out) 
     consider(kInfeasible);  // no bound term: the smallest sum wins outright
   } else {
     consider(bound);
-    double floor_sum = 0;
-    if (!relaxed_floor_sum(choices, floor_sum)) return;
+    if (std::isinf(limit) && !relaxed_floor_sum(choices, floor_sum)) return;  // else done above
     // Larger bounds (the options' breakpoints), while the smaller sum can pay for them.
     for (;;) {
       const double next = next_breakpoint(choices, bound);
@@ -620,6 +670,10 @@ const PipelineCurve::Solution& PipelineCurve::solution(int m) const {
   // solve the same m, the first stored answer is kept and both are the same.
   Solution s;
   solve(m, s);
+  return remember(m, std::move(s));
+}
+
+const PipelineCurve::Solution& PipelineCurve::remember(int m, Solution s) const {
   if (s.time == kInfeasible) {
     s.layers.clear();
     s.option.clear();
@@ -640,6 +694,19 @@ std::size_t PipelineCurve::memory_bytes() const {
 
 double PipelineCurve::time(int m) const {
   return m < 1 ? kInfeasible : solution(m).time;
+}
+
+double PipelineCurve::time_below(int m, double limit) const {
+  if (m < 1) return kInfeasible;
+  {
+    std::lock_guard lock(memo_mutex_);
+    auto it = memo_.find(m);
+    if (it != memo_.end()) return it->second.time;
+  }
+  Solution s;
+  solve(m, s, limit);
+  if (s.bound_only) return s.time;
+  return remember(m, std::move(s)).time;
 }
 
 std::vector<int> PipelineCurve::layers(int m) const {

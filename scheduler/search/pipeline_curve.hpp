@@ -106,6 +106,9 @@ class PipelineCurve {
   // Pipeline time (s) with m micro-batches and the best layer split; kInfeasible
   // when no split fits in memory (or there are more stages than layers).
   double time(int m) const;
+  // time(m) when it is below `limit`; otherwise a lower bound of it that is at least `limit`
+  // (kInfeasible when no split fits), found without the layer split's search and not memoised.
+  double time_below(int m, double limit) const;
   // The layer count of each stage at that optimum (empty when infeasible).
   std::vector<int> layers(int m) const;
   // The recompute of each stage at that optimum (empty when infeasible).
@@ -123,6 +126,7 @@ class PipelineCurve {
     double bottleneck = kInfeasible;
     std::vector<int> layers;           // empty when infeasible
     std::vector<std::uint8_t> option;  // per stage: index into its options
+    bool bound_only = false;           // time is a lower bound at or above solve()'s limit
   };
   // An option of a stage usable at some m: its terms and the layers it can hold.
   struct Choice {
@@ -147,14 +151,19 @@ class PipelineCurve {
     // none is left.
     bool end_stage();
   };
-  const Solution& solution(int m) const;  // memoised solve()
-  void solve(int m, Solution& out) const;
-  void solve_single(int m, const Choices& choices, Solution& out) const;
-  void solve_options(int m, const Choices& choices, Solution& out) const;
+  const Solution& solution(int m) const;              // memoised solve()
+  const Solution& remember(int m, Solution s) const;  // memoises a full solve() of m
+  // With a `limit`: where a lower bound of the time reaches it, `out` holds that bound
+  // (bound_only) instead of the optimum.
+  void solve(int m, Solution& out, double limit = kInfeasible) const;
+  void solve_single(int m, const Choices& choices, Solution& out, double limit) const;
+  void solve_options(int m, const Choices& choices, Solution& out, double limit) const;
   // Its steps: the smallest feasible bound on the slowest stage (greedy over each
   // stage's cheapest option per layer count); a lower bound of the least sum at any
   // bound (false: none fits); the next options' breakpoint above `bound`.
   static double min_max_bound(const Choices& choices, int layers);
+  // A lower bound of min_max_bound's, in one pass over the stages.
+  double fluid_bound(const Choices& choices) const;
   bool relaxed_floor_sum(const Choices& choices, double& floor_sum) const;
   static double next_breakpoint(const Choices& choices, double bound);
   // The least sum of stage times with every stage at most `bound` (every

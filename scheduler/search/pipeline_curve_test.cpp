@@ -134,5 +134,42 @@ TEST(PipelineCurve, TimeGrowsWithMicroBatches) {
   EXPECT_EQ(curve.max_micro_batches_below(curve.time(10), 64), 9);
 }
 
+// time_below(m, limit) is time(m) below the limit; at or above it, a lower bound of time(m)
+// that reaches the limit (or time(m) itself). With one option per stage and with every
+// recompute mode per stage; a fresh curve per question (a memoised m answers exactly).
+TEST(PipelineCurve, TimeBelowALimitIsTheTimeOrABoundReachingIt) {
+  Scenario sc = shipped_scenario("hexiscale-setting1-llama2-7b");
+  CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+  const std::vector<std::vector<int>> stages = {{0, 1}, {8}, {16}, {24, 25, 26, 27}};
+  auto fresh = [&](bool options) {
+    return options ? PipelineCurve(
+                         pipeline_options(cm, stages, 2, 1, recompute_modes(sc.training, true)),
+                         sc.model.layers, sc.training.schedule)
+                   : PipelineCurve(pipeline_terms(cm, stages, 2, 1), sc.model.layers,
+                                   sc.training.schedule);
+  };
+  int bounds = 0;
+  for (bool options : {false, true}) {
+    for (int m : {1, 2, 5, 16, 64}) {
+      const double t = fresh(options).time(m);
+      ASSERT_NE(t, kInfeasible);
+      for (double f : {0.3, 0.9, 0.999, 1.0, 1.001, 2.0}) {
+        const double limit = f * t;
+        const double got = fresh(options).time_below(m, limit);
+        if (limit > t) {
+          EXPECT_EQ(got, t) << options << " m=" << m << " f=" << f;
+          continue;
+        }
+        EXPECT_LE(got, t) << options << " m=" << m << " f=" << f;
+        if (got != t) {
+          EXPECT_GE(got, limit) << options << " m=" << m << " f=" << f;
+          ++bounds;
+        }
+      }
+    }
+  }
+  EXPECT_GT(bounds, 0);  // the bound answers some questions without the search
+}
+
 }  // namespace
 }  // namespace hexi

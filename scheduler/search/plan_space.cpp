@@ -9,7 +9,7 @@ namespace {
 // The curve cache is emptied when it holds more than this (checked every
 // kCacheCheckEvery new curves): long searches on thousands of GPUs build millions.
 constexpr std::size_t kMaxCacheBytes = std::size_t{64} << 20;
-constexpr long kCacheCheckEvery = 2048;
+constexpr long kCacheCheckEvery = 8192;
 
 }  // namespace
 
@@ -242,11 +242,31 @@ void SpecEvaluator::share_nics(const std::vector<std::vector<int>>& groups,
     cm_.add_nic_flows(groups[i], groups[i + 1], bytes, all);
     cm_.add_nic_flows(groups[i + 1], groups[i], bytes, all);
   }
+  // A crossing's time depends on its groups and the flows through the two NICs it uses: by
+  // machine class where both machines are symmetric, cached.
+  auto transfer = [&](const std::vector<int>& from, const std::vector<int>& to) {
+    const int mf = c.devices()[from[0]].machine, mt = c.devices()[to[0]].machine;
+    if (!symmetric_[mf] || !symmetric_[mt]) return cm_.transfer_s(from, to, bytes, &all);
+    const std::array<int, 6> key{class_of_[mf],
+                                 static_cast<int>(from.size()),
+                                 class_of_[mt],
+                                 static_cast<int>(to.size()),
+                                 static_cast<int>(all.out.at(mf)),
+                                 static_cast<int>(all.in.at(mt))};
+    {
+      std::lock_guard lock(caches_->mutex);
+      auto it = caches_->crossings.find(key);
+      if (it != caches_->crossings.end()) return it->second;
+    }
+    const double t = cm_.transfer_s(from, to, bytes, &all);
+    std::lock_guard lock(caches_->mutex);
+    caches_->crossings.emplace(key, t);
+    return t;
+  };
   for (int i = 0; i + 1 < k; ++i) {
-    const double shared = crosses(i)
-                              ? std::max(cm_.transfer_s(groups[i], groups[i + 1], bytes, &all),
-                                         cm_.transfer_s(groups[i + 1], groups[i], bytes, &all))
-                              : std::max(options[i].front().send_s, back[i]);
+    const double shared = crosses(i) ? std::max(transfer(groups[i], groups[i + 1]),
+                                                transfer(groups[i + 1], groups[i]))
+                                     : std::max(options[i].front().send_s, back[i]);
     if (!(shared > options[i].front().send_s)) continue;
     for (StageTerms& t : options[i]) t.send_s = shared;
   }

@@ -139,6 +139,9 @@ class SpecEvaluator {
       double back_s = 0;  // gradients from the next stage (share_nics' `back`)
     };
     std::unordered_map<std::array<int, 7>, Stage, KeyHash> stages;
+    // A NIC-crossing boundary's transfer, by (class, size) of both groups and the flows
+    // through the sender's outgoing and the receiver's incoming NIC (share_nics).
+    std::unordered_map<std::array<int, 6>, double, KeyHash> crossings;
     long new_curves = 0;
     std::size_t bytes = 0;  // of the curves, as they came in (see curve())
   };
