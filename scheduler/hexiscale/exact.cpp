@@ -1,6 +1,7 @@
 #include "scheduler/hexiscale/exact.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "scheduler/hexiscale/pipeline.hpp"
@@ -40,6 +41,10 @@ class ExactSearch {
   void bounds(int d);
   void dfs(std::size_t from, int remaining, int left, long served);
   void leaf();
+  // The most micro-batches m <= `most` with m * floor < limit.
+  static long most_below(double floor, double limit, long most);
+  // A lower bound of the slowest pipeline of chosen_ under any batch split.
+  double floor_split() const;
   double best_objective() const { return best_ ? best_->scored.objective() : kInfeasible; }
   bool fits(int type, int remaining) const;
   int digit(int index, std::size_t m) const;  // devices of machine m in a count vector
@@ -57,6 +62,7 @@ class ExactSearch {
   int d_ = 1;
   std::vector<int> order_;
   std::vector<long> capacity_;  // by type index
+  std::vector<double> floor_;   // by type index: its curve's compute_floor()
   std::vector<long> table_;     // [remaining * (d + 1) + left], -1 = impossible
   std::vector<int> chosen_;
   std::optional<SpecResult> best_;
@@ -121,9 +127,17 @@ void ExactSearch::bounds(int d) {
   const int micro = ev_.micro_batches();
   const double limit = best_objective();
   capacity_.assign(types_.size(), 0);
+  floor_.assign(types_.size(), kInfeasible);
   for (int t : order_) {
     PlanSpec one{{types_[t].spec}};
-    capacity_[t] = ev_.curve(one, 0, d)->max_micro_batches_below(limit, micro - (d - 1));
+    const auto curve = ev_.curve(one, 0, d);
+    const double f = curve->compute_floor();
+    floor_[t] = f;
+    // At most the compute floor's count; then the largest m whose realized split's timeline
+    // floor is below T* (it need not grow with m: every m from the top is looked at).
+    long m = most_below(f, limit, micro - (d - 1));
+    while (m > 0 && !(curve->timeline_floor(static_cast<int>(m)) < limit)) --m;
+    capacity_[t] = m;
   }
   // table[r][k]: the most micro-batches k pipelines within the devices r can run (the
   // devices they leave idle included).
@@ -142,12 +156,63 @@ void ExactSearch::bounds(int d) {
   }
 }
 
+long ExactSearch::most_below(double floor, double limit, long most) {
+  if (std::isinf(floor)) return 0;
+  if (std::isinf(limit) || !(floor > 0)) return most;
+  long m = static_cast<long>(std::min<double>(most, std::floor(limit / floor)));
+  while (m > 0 && !(static_cast<double>(m) * floor < limit)) --m;
+  return m;
+}
+
+double ExactSearch::floor_split() const {
+  // The least over batch splits (every pipeline at least one micro-batch) of the largest
+  // m_p * floor_p: from the fluid split's integer part, the rest one at a time to the
+  // pipeline whose next micro-batch ends soonest.
+  const int d = static_cast<int>(chosen_.size());
+  const long micro = ev_.micro_batches();
+  double inverse = 0;
+  for (int t : chosen_) inverse += 1 / floor_[t];
+  const double fluid = static_cast<double>(micro) / inverse;
+  std::vector<long> m(d);
+  long placed = 0;
+  for (int p = 0; p < d; ++p) {
+    m[p] = std::max<long>(1, static_cast<long>(std::floor(fluid / floor_[chosen_[p]])));
+    placed += m[p];
+  }
+  // Too many (the ones): take back from the pipelines that end last.
+  while (placed > micro) {
+    int worst = -1;
+    for (int p = 0; p < d; ++p) {
+      if (m[p] > 1 && (worst < 0 || m[p] * floor_[chosen_[p]] > m[worst] * floor_[chosen_[worst]]))
+        worst = p;
+    }
+    if (worst < 0) break;
+    --m[worst];
+    --placed;
+  }
+  for (; placed < micro; ++placed) {
+    int next = 0;
+    for (int p = 1; p < d; ++p) {
+      if ((m[p] + 1) * floor_[chosen_[p]] < (m[next] + 1) * floor_[chosen_[next]]) next = p;
+    }
+    ++m[next];
+  }
+  double slowest = 0;
+  for (int p = 0; p < d; ++p)
+    slowest = std::max(slowest, static_cast<double>(m[p]) * floor_[chosen_[p]]);
+  return slowest;
+}
+
 void ExactSearch::leaf() {
   ++stats_.leaves;
   PlanSpec spec;
   for (int t : chosen_) spec.pipelines.push_back(types_[t].spec);
-  const double slowest = ev_.pipelines_s(spec);
+  // Lower bounds of the realized plan's iteration time: the cheap one of the compute floors,
+  // then the one of the realized splits (the pipelines' curves are none: they approximate
+  // the timeline from above where sends and the fill weigh).
   clock_.count();
+  if (!(floor_split() < best_objective())) return;
+  const double slowest = ev_.iteration_floor_s(spec);
   if (!(slowest < best_objective())) return;
   ++stats_.full_estimates;
   auto scored = ev_.evaluate(spec, "exact");

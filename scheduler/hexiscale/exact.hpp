@@ -16,14 +16,19 @@
 // D "pipeline types" (per-machine counts, degrees, segment order) within the
 // cluster, depth first, with branch and bound:
 //   * T* = the best iteration time so far (HexiScale's plan to start with);
-//   * n_t = the most micro-batches type t can run in less than T* (its exact
-//     pipeline curve); a plan beats T* only if every pipeline runs >= 1
-//     micro-batch below T* and they cover the global batch, so types with n_t = 0
-//     are out, and a partial plan is cut when its n_t plus the best any
-//     completion can add (a dynamic program over remaining devices and
+//   * f_t = its compute floor (PipelineCurve::compute_floor: no layer split's busiest
+//     stage computes a micro-batch in less), and n_t = the most micro-batches m with
+//     m * f_t < T* whose realized split's timeline floor (PipelineCurve::timeline_floor) is
+//     below T*: a stage computes its micro-batches one at a time, after the fill, so a plan
+//     beats T* only if every pipeline runs >= 1 micro-batch within n_t and they cover the
+//     global batch; types with n_t = 0 are out, and a partial plan is cut when its n_t plus the
+//     best any completion can add (a dynamic program over remaining devices and
 //     pipelines) stays below the global micro-batch count;
-//   * at a leaf, the exact batch split gives the slowest pipeline W <= iteration
-//     time; only W < T* is estimated in full.
+//   * at a leaf, the least over batch splits of the slowest m_p * f_p, then the realized
+//     plan's SpecEvaluator::iteration_floor_s (each stage's compute under the split the
+//     curves choose, with the fill before it), are lower bounds W of its iteration time; only
+//     W < T* is estimated in full. (The pipeline curves are no such bound: they approximate
+//     the timeline from above where sends and the fill weigh.)
 // Symmetry: pipelines are unordered (multisets of types); devices within a machine
 // are interchangeable (canonical ids). A time budget ends it early without proof.
 

@@ -102,6 +102,7 @@ StageTerms stage_terms(const CostModel& cm, const std::vector<int>& devices, boo
   t.fixed_s = t1 - t.per_layer_s;
   if (next != nullptr) {
     t.send_s = cm.transfer_s(devices, *next, hidden_bytes(cm.model(), cm.training(), micro_batch));
+    t.own_send_s = t.send_s;
   }
   // The tightest rank: least headroom with one layer and one micro-batch in flight.
   double worst = kInfeasible;
@@ -142,7 +143,7 @@ std::vector<StageTerms> stage_options(const CostModel& cm, const std::vector<int
     // The send does not depend on recompute: computed once.
     StageTerms t =
         stage_terms(cm, devices, first, last, q == 0 ? next : nullptr, dp, micro_batch, modes[q]);
-    if (q > 0) t.send_s = options.front().send_s;
+    if (q > 0) t.send_s = t.own_send_s = options.front().send_s;
     const bool duplicate = std::any_of(options.begin(), options.end(),
                                        [&](const StageTerms& o) { return same_terms(o, t); });
     if (!duplicate) options.push_back(t);
@@ -724,6 +725,47 @@ std::vector<Recompute> PipelineCurve::recompute(int m) const {
 
 double PipelineCurve::bottleneck(int m) const {
   return m < 1 ? kInfeasible : solution(m).bottleneck;
+}
+
+double PipelineCurve::compute_floor() const {
+  const int k = num_stages(), L = num_layers_;
+  if (k == 0 || k > L) return kInfeasible;
+  std::size_t count = 0;
+  for (const auto& o : options_) count += o.size();
+  std::vector<StageTerms> terms;  // the options without their sends; choices point into it
+  terms.reserve(count);
+  Choices choices;
+  long total_cap = 0;
+  for (int i = 0; i < k; ++i) {
+    int most = 0;
+    for (std::size_t q = 0; q < options_[i].size(); ++q) {
+      // One micro-batch in flight: the most layers any schedule lets the stage hold.
+      const int cap = std::min(layer_cap(options_[i][q], 1), L - k + 1);
+      if (cap < 1) continue;
+      terms.push_back(options_[i][q]);
+      terms.back().boundary_s = 0;
+      choices.all.push_back({&terms.back(), static_cast<int>(q), cap});
+      most = std::max(most, cap);
+    }
+    if (!choices.end_stage()) return kInfeasible;
+    total_cap += most;
+  }
+  if (total_cap < L) return kInfeasible;
+  return min_max_bound(choices, L);
+}
+
+double PipelineCurve::timeline_floor(int m) const {
+  if (m < 1) return kInfeasible;
+  const Solution& s = solution(m);
+  if (s.time == kInfeasible) return kInfeasible;
+  double before = 0, floor = 0;
+  for (int i = 0; i < num_stages(); ++i) {
+    const StageTerms& t = options_[i][s.option[i]];
+    const double c = t.fixed_s + s.layers[i] * t.per_layer_s;
+    floor = std::max(floor, before + m * c);
+    before += c + t.own_send_s + t.own_back_s;
+  }
+  return floor;
 }
 
 int PipelineCurve::max_micro_batches_below(double limit, int max_m) const {

@@ -54,7 +54,10 @@ struct StageTerms {
   double per_layer_s = 0;  // c_i: forward + backward + TP collectives of one layer
   double fixed_s = 0;      // e_i: embedding (first) / head (last) and their collectives
   double send_s = 0;       // C_i: activation to the next stage (0 for the last)
-  double boundary_s = 0;   // D_i = C_{i-1} + C_i: set by PipelineCurve from the neighbours
+  // The activation's and the gradient's transfers to and from the next stage, each alone (no
+  // other flow on its NICs; send_s may be more): lower bounds, for timeline_floor.
+  double own_send_s = 0, own_back_s = 0;
+  double boundary_s = 0;  // D_i = C_{i-1} + C_i: set by PipelineCurve from the neighbours
   // Memory of the tightest device: bytes = base + f*base_f + l*(slope + f*slope_f)
   // with f micro-batches in flight and l layers (linear in both, cost_model.hpp).
   double mem_base = 0, mem_base_f = 0, mem_slope = 0, mem_slope_f = 0;
@@ -115,6 +118,19 @@ class PipelineCurve {
   std::vector<Recompute> recompute(int m) const;
   // The largest m in [0, max_m] whose time is < `limit` (time is nondecreasing in m).
   int max_micro_batches_below(double limit, int max_m) const;
+  // A lower bound of the seconds per micro-batch of any split's busiest stage: the least, over
+  // the layer splits and options that fit one micro-batch in flight, of the largest stage
+  // compute (fixed part and layers; no send). A stage computes its micro-batches one at a
+  // time, so m of them take a pipeline at least m times this, whatever its schedule and
+  // sends (kInfeasible when no split fits).
+  double compute_floor() const;
+  // A lower bound of the timeline of m micro-batches under this curve's split at m (the
+  // layers and options of layers(m), recompute(m)): for each stage i, the first micro-batch
+  // reaches it through the stages before (their forwards and sends), it computes all m, and
+  // the last gradient goes back through them (their backwards and sends): max_i sum_{j<i}
+  // (c_j + own sends_j) + m c_i, with c a stage's compute per micro-batch; no wait counted
+  // (kInfeasible when none fits).
+  double timeline_floor(int m) const;
   // Steady-state seconds per micro-batch at m (the max term), kInfeasible if none.
   double bottleneck(int m) const;
   // Approximate bytes held (terms and memoised solutions), for cache limits.

@@ -160,7 +160,8 @@ TEST(PipelineCurve, TimeBelowALimitIsTheTimeOrABoundReachingIt) {
           EXPECT_EQ(got, t) << options << " m=" << m << " f=" << f;
           continue;
         }
-        EXPECT_LE(got, t) << options << " m=" << m << " f=" << f;
+        // (A bound that is tight may round one ulp above the time.)
+        EXPECT_LE(got, t * (1 + 1e-12)) << options << " m=" << m << " f=" << f;
         if (got != t) {
           EXPECT_GE(got, limit) << options << " m=" << m << " f=" << f;
           ++bounds;

@@ -184,8 +184,7 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
   std::vector<double> back(k, 0.0);
   auto compute = [&](int i, const std::vector<int>* next) {
     out.push_back(stage_options(cm_, groups[i], i == 0, i == k - 1, next, dp, micro_batch, modes_));
-    // The gradients' way back matters only where share_nics looks (three stages or more).
-    if (next != nullptr && k >= 3) back[i] = cm_.transfer_s(*next, groups[i], bytes);
+    if (next != nullptr) back[i] = cm_.transfer_s(*next, groups[i], bytes);
   };
   for (int i = 0; i < k; ++i) {
     const std::vector<int>* next = i + 1 < k ? &groups[i + 1] : nullptr;
@@ -204,7 +203,7 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
                                  : m_next == m ? -1
                                                : class_of_[m_next],
                                  next ? static_cast<int>(next->size()) : 0,
-                                 k >= 3 ? 1 : 0};
+                                 0};
     {
       std::lock_guard lock(caches_->mutex);
       auto it = caches_->stages.find(key);
@@ -217,6 +216,9 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
     compute(i, next);
     std::lock_guard lock(caches_->mutex);
     caches_->stages.emplace(key, Caches::Stage{out.back(), back[i]});
+  }
+  for (int i = 0; i < k; ++i) {
+    for (StageTerms& t : out[i]) t.own_back_s = back[i];
   }
   share_nics(groups, back, out);
   return out;
@@ -285,6 +287,16 @@ BatchSplit SpecEvaluator::split(const PlanSpec& spec) {
 
 double SpecEvaluator::pipelines_s(const PlanSpec& spec) {
   return split(spec).slowest_s;
+}
+
+double SpecEvaluator::iteration_floor_s(const PlanSpec& spec) {
+  const BatchSplit bs = split(spec);
+  if (bs.micro_batches.empty() || bs.slowest_s == kInfeasible) return kInfeasible;
+  const int d = static_cast<int>(spec.pipelines.size());
+  double floor = 0;
+  for (int p = 0; p < d; ++p)
+    floor = std::max(floor, curve(spec, p, d)->timeline_floor(bs.micro_batches[p]));
+  return floor;
 }
 
 std::optional<Plan> SpecEvaluator::realize(const PlanSpec& spec, const std::string& scheduler) {

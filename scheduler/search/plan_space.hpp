@@ -90,6 +90,10 @@ class SpecEvaluator {
   std::optional<Plan> realize(const PlanSpec& spec, const std::string& scheduler);
   // The slowest pipeline time of the realized plan (kInfeasible if none), cheap.
   double pipelines_s(const PlanSpec& spec);
+  // A lower bound of the realized plan's iteration time (kInfeasible if none): the largest
+  // PipelineCurve::timeline_floor at the batch split realize() takes. (pipelines_s is none:
+  // the curves approximate the timeline from above where sends and the fill weigh.)
+  double iteration_floor_s(const PlanSpec& spec);
   // realize() then the full estimate.
   std::optional<ScoredPlan> evaluate(const PlanSpec& spec, const std::string& scheduler);
 
