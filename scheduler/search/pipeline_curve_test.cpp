@@ -97,7 +97,16 @@ TEST(PipelineCurve, TimesTrackTheEstimateOfRealizedPlans) {
         // time, the estimate for the part of the time both send); 9 % leaves room for others.
         EXPECT_NEAR(t, scored->estimate.pipelines[p].time_s, 0.09 * t) << name << " pipeline " << p;
         worst = std::max(worst, std::abs(t - scored->estimate.pipelines[p].time_s) / t);
+        // The floors the exact search cuts on stay below the estimate (the curve need not).
+        const auto curve = ev.curve(*spec, p, d);
+        const int m = scored->plan.pipelines[p].micro_batches();
+        EXPECT_LE(curve->timeline_floor(m), scored->estimate.pipelines[p].time_s * (1 + 1e-12))
+            << name << " pipeline " << p;
+        EXPECT_LE(m * curve->compute_floor(), curve->timeline_floor(m) * (1 + 1e-12))
+            << name << " pipeline " << p;
       }
+      EXPECT_LE(ev.iteration_floor_s(*spec), scored->estimate.iteration_time_s * (1 + 1e-12))
+          << name;
       EXPECT_TRUE(scored->estimate.feasible) << name;
       ++checked;
     }
