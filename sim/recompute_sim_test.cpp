@@ -54,8 +54,10 @@ TEST(SimulatorRecompute, PerStageRecomputeAgreesWithTheEstimate) {
       ASSERT_TRUE(program.ok()) << program.error().message;
       SimOptions o;
       o.trace = false;
+      o.plan_digest = "0123456789abcdef";
       auto out = simulate(*program, c, m, t, prof, o);
       ASSERT_TRUE(out.ok()) << out.error().message;
+      EXPECT_EQ(out->report.plan_digest, o.plan_digest);  // through the child's JSON
       const double sim = out->report.iteration_time_s, closed = est.iteration_time_s;
       const std::string what =
           std::string(to_string(g)) + ", full recompute on stage " + std::to_string(full);

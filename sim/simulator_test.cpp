@@ -784,6 +784,9 @@ TEST(Simulator, OpTimeSpreadDrawsEachComputeOpAroundTheModel) {
   EXPECT_NEAR(std::sqrt(squares / n - mean * mean), 0.1, 0.015);
   EXPECT_LT(low, 0.85);  // a spread, not a shift
   EXPECT_GT(high, 1.15);
+  // Mean 1 at a wide spread too: the draw is exp(sigma Z - sigma^2 / 2), sigma^2 = log(1 + s^2);
+  // its inverse would average 1 + s^2 = 1.25 at s = 0.5. 400 draws: 3 standard errors 7.5 %.
+  EXPECT_NEAR(run(program, c, with_spread(0.5)).report.iteration_time_s, 4.0, 0.3);
 }
 
 TEST(Simulator, ProgramsWithCyclesOrTheWrongClusterAreBadInput) {

@@ -166,12 +166,17 @@ long ExactSearch::most_below(double floor, double limit, long most) {
 
 double ExactSearch::floor_split() const {
   // The least over batch splits (every pipeline at least one micro-batch) of the largest
-  // m_p * floor_p: from the fluid split's integer part, the rest one at a time to the
-  // pipeline whose next micro-batch ends soonest.
+  // m_p * floor_p: the micro-batches an optimal split holds include those that end before
+  // the fluid split's time (which is at most its) and every pipeline's first; from there the
+  // rest go one at a time to the pipeline whose next one ends soonest (at most d of them).
   const int d = static_cast<int>(chosen_.size());
   const long micro = ev_.micro_batches();
+  if (micro < d) return kInfeasible;  // no split gives every pipeline a micro-batch
   double inverse = 0;
-  for (int t : chosen_) inverse += 1 / floor_[t];
+  for (int t : chosen_) {
+    if (!(floor_[t] > 0)) return 0;  // no bound
+    inverse += 1 / floor_[t];
+  }
   const double fluid = static_cast<double>(micro) / inverse;
   std::vector<long> m(d);
   long placed = 0;
