@@ -28,6 +28,7 @@
 // MFU = model FLOPs (3x forward, no recompute) / (iteration time x cluster peak);
 // HFU and TFLOP/s per GPU in the other conventions (hardware, Megatron-LM): flop_figures.hpp.
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -97,10 +98,8 @@ struct Estimate {
   Json to_json() const;
 };
 
-// Off-machine flows per machine (ids of Cluster::machines()), leaving and entering it
-// (a flow busy part of the time counts as that fraction).
-// (A boundary crosses few machines: a flat list, searched in order, is cheaper than a hash
-// map to fill and to read.)
+// Flows per machine (ids of Cluster::machines()). A boundary crosses few machines: a flat
+// list, searched in order, is cheaper than a hash map to fill and to read.
 class NicCounts {
  public:
   using Items = std::vector<std::pair<int, double>>;
@@ -121,6 +120,8 @@ class NicCounts {
  private:
   Items items_;
 };
+// Off-machine flows per machine, leaving and entering it (a flow busy part of the time
+// counts as that fraction).
 struct NicFlows {
   NicCounts out, in;
 };
