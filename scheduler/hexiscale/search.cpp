@@ -219,8 +219,10 @@ HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBu
   }
   if (differs) variants.push_back(std::move(same_order));
   auto score = [&](const PlanSpec& spec) {
-    // The slowest pipeline bounds the iteration time from below: skip the full
-    // estimate when it alone cannot beat the limit.
+    // Skip the full estimate when the slowest pipeline's curve alone cannot beat the limit.
+    // A heuristic cut: the curves approximate the timeline from above where sends and the
+    // fill weigh, so a plan cut here may be a little faster than the limit (the exact search
+    // cuts on SpecEvaluator::iteration_floor_s instead).
     const double w = ev.pipelines_s(spec);
     o.slowest = std::min(o.slowest, w);
     o.counted.push_back(0);

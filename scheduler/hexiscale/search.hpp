@@ -130,7 +130,7 @@ class HexiScaleSearch {
   std::vector<std::pair<double, Assignment>> elite_;          // best per D, for refinement starts
   std::vector<std::pair<double, Assignment>> subset_starts_;  // plans on the fastest machines
   struct Seen {
-    double slowest = kInfeasible;    // slowest pipeline: a lower bound of the objective
+    double slowest = kInfeasible;    // slowest pipeline's curve: about the objective's floor
     double objective = kInfeasible;  // when estimated in full (else kInfeasible)
     bool estimated = false;
   };

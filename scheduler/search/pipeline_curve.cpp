@@ -316,15 +316,10 @@ void PipelineCurve::solve_single(int m, const Choices& choices, Solution& out, d
   // bound and breakpoints.
   double bound = min_max_bound(choices, num_layers_);
   // No split has a smaller sum than the unbounded fill, nor a smaller bottleneck than the bound.
-  if (!std::isinf(limit)) {
-    const double least =
-        fixed_sum + problem.floor_sum() + (m - 1) * std::max(m > 1 ? bound : 0.0, send_max_);
-    if (least >= limit) {
-      out.time = least;
-      out.bound_only = true;
-      return;
-    }
-  }
+  if (!std::isinf(limit) && out.bounded(fixed_sum + problem.floor_sum() +
+                                            (m - 1) * std::max(m > 1 ? bound : 0.0, send_max_),
+                                        limit))
+    return;
   std::vector<int> best_l(k), trial(k);
   double best_worst = 0;
   if (m == 1) bound = kInfeasible;  // no bound term: the smallest sum wins outright
@@ -606,23 +601,14 @@ void PipelineCurve::solve_options(int m, const Choices& choices, Solution& out,
   double floor_sum = 0;
   if (!std::isinf(limit)) {
     if (!relaxed_floor_sum(choices, floor_sum)) return;
-    const double least =
-        send_sum_ + floor_sum + (m - 1) * std::max(fluid_bound(choices), send_max_);
-    if (least >= limit) {
-      out.time = least;
-      out.bound_only = true;
+    if (out.bounded(send_sum_ + floor_sum + (m - 1) * std::max(fluid_bound(choices), send_max_),
+                    limit))
       return;
-    }
   }
   double bound = min_max_bound(choices, num_layers_);
-  if (!std::isinf(limit)) {
-    const double least = send_sum_ + floor_sum + (m - 1) * std::max(bound, send_max_);
-    if (least >= limit) {
-      out.time = least;
-      out.bound_only = true;
-      return;
-    }
-  }
+  if (!std::isinf(limit) &&
+      out.bounded(send_sum_ + floor_sum + (m - 1) * std::max(bound, send_max_), limit))
+    return;
   double best = kInfeasible, best_worst = kInfeasible;
   std::vector<int> ls;
   std::vector<std::uint8_t> os;

@@ -55,7 +55,8 @@ struct StageTerms {
   double fixed_s = 0;      // e_i: embedding (first) / head (last) and their collectives
   double send_s = 0;       // C_i: activation to the next stage (0 for the last)
   // The activation's and the gradient's transfers to and from the next stage, each alone (no
-  // other flow on its NICs; send_s may be more): lower bounds, for timeline_floor.
+  // other flow on its NICs; send_s may be more): lower bounds, for timeline_floor. The
+  // gradient's is filled by SpecEvaluator (elsewhere 0: a weaker bound).
   double own_send_s = 0, own_back_s = 0;
   double boundary_s = 0;  // D_i = C_{i-1} + C_i: set by PipelineCurve from the neighbours
   // Memory of the tightest device: bytes = base + f*base_f + l*(slope + f*slope_f)
@@ -143,6 +144,13 @@ class PipelineCurve {
     std::vector<int> layers;           // empty when infeasible
     std::vector<std::uint8_t> option;  // per stage: index into its options
     bool bound_only = false;           // time is a lower bound at or above solve()'s limit
+    // Keeps `least`, a lower bound of the time, when it reaches `limit`.
+    bool bounded(double least, double limit) {
+      if (!(least >= limit)) return false;
+      time = least;
+      bound_only = true;
+      return true;
+    }
   };
   // An option of a stage usable at some m: its terms and the layers it can hold.
   struct Choice {

@@ -181,10 +181,13 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
   const int micro_batch = cm_.training().micro_batch;
   const double bytes = hidden_bytes(cm_.model(), cm_.training(), micro_batch);
   std::vector<std::vector<StageTerms>> out;
-  std::vector<double> back(k, 0.0);
+  // The stage's options, with the gradient's way back from the next stage alone (the curves'
+  // timeline floor and share_nics read it).
   auto compute = [&](int i, const std::vector<int>* next) {
     out.push_back(stage_options(cm_, groups[i], i == 0, i == k - 1, next, dp, micro_batch, modes_));
-    if (next != nullptr) back[i] = cm_.transfer_s(*next, groups[i], bytes);
+    if (next == nullptr) return;
+    const double back = cm_.transfer_s(*next, groups[i], bytes);
+    for (StageTerms& t : out.back()) t.own_back_s = back;
   };
   for (int i = 0; i < k; ++i) {
     const std::vector<int>* next = i + 1 < k ? &groups[i + 1] : nullptr;
@@ -208,24 +211,19 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
       std::lock_guard lock(caches_->mutex);
       auto it = caches_->stages.find(key);
       if (it != caches_->stages.end()) {
-        out.push_back(it->second.options);
-        back[i] = it->second.back_s;
+        out.push_back(it->second);
         continue;
       }
     }
     compute(i, next);
     std::lock_guard lock(caches_->mutex);
-    caches_->stages.emplace(key, Caches::Stage{out.back(), back[i]});
+    caches_->stages.emplace(key, out.back());
   }
-  for (int i = 0; i < k; ++i) {
-    for (StageTerms& t : out[i]) t.own_back_s = back[i];
-  }
-  share_nics(groups, back, out);
+  share_nics(groups, out);
   return out;
 }
 
 void SpecEvaluator::share_nics(const std::vector<std::vector<int>>& groups,
-                               const std::vector<double>& back,
                                std::vector<std::vector<StageTerms>>& options) const {
   // Two boundaries through one NIC direction need three stages (activations forward and
   // gradients back leave a machine through one NIC: one stage's, another's).
@@ -266,9 +264,10 @@ void SpecEvaluator::share_nics(const std::vector<std::vector<int>>& groups,
     return t;
   };
   for (int i = 0; i + 1 < k; ++i) {
-    const double shared = crosses(i) ? std::max(transfer(groups[i], groups[i + 1]),
-                                                transfer(groups[i + 1], groups[i]))
-                                     : std::max(options[i].front().send_s, back[i]);
+    const double shared =
+        crosses(i)
+            ? std::max(transfer(groups[i], groups[i + 1]), transfer(groups[i + 1], groups[i]))
+            : std::max(options[i].front().send_s, options[i].front().own_back_s);
     if (!(shared > options[i].front().send_s)) continue;
     for (StageTerms& t : options[i]) t.send_s = shared;
   }

@@ -115,8 +115,8 @@ class SpecEvaluator {
   // Each boundary's send at the rate its NICs give when every boundary of the pipeline sends
   // at once, both ways (the estimate's NIC sharing, at its busiest): a machine in the middle of
   // a pipeline carries activations forward and gradients back through one NIC direction.
-  // `back[i]`: the gradients' transfer from stage i + 1 to stage i alone (no other flow).
-  void share_nics(const std::vector<std::vector<int>>& groups, const std::vector<double>& back,
+  // A boundary inside a machine takes the slower of its sends alone (own_send_s, own_back_s).
+  void share_nics(const std::vector<std::vector<int>>& groups,
                   std::vector<std::vector<StageTerms>>& options) const;
   struct KeyHash {
     template <typename Ints>
@@ -138,11 +138,7 @@ class SpecEvaluator {
   struct Caches {
     std::mutex mutex;
     std::unordered_map<std::vector<int>, std::shared_ptr<const PipelineCurve>, KeyHash> curves;
-    struct Stage {
-      std::vector<StageTerms> options;
-      double back_s = 0;  // gradients from the next stage (share_nics' `back`)
-    };
-    std::unordered_map<std::array<int, 7>, Stage, KeyHash> stages;
+    std::unordered_map<std::array<int, 7>, std::vector<StageTerms>, KeyHash> stages;
     // A NIC-crossing boundary's transfer, by (class, size) of both groups and the flows
     // through the sender's outgoing and the receiver's incoming NIC (share_nics).
     std::unordered_map<std::array<int, 6>, double, KeyHash> crossings;
