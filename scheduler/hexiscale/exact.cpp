@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "scheduler/hexiscale/pipeline.hpp"
@@ -11,6 +12,10 @@ inline namespace hexiscale {
 namespace {
 
 constexpr long kMaxTypes = 400000;  // beyond this the cluster is too big to enumerate
+// Machine symmetries used to skip mirrored plans: at most this many permutations, and
+// permutations times types (the table of each type's image).
+constexpr std::size_t kMaxSymmetries = 120;
+constexpr std::size_t kMaxSymmetryTable = 8000000;
 
 struct Type {
   PipelineSpec spec;
@@ -37,6 +42,13 @@ class ExactSearch {
   std::optional<SpecResult> run(std::optional<SpecResult> incumbent);
 
  private:
+  // The permutations of interchangeable machines (same class: same GPUs, links, NICs and
+  // leaf switch) and each type's image under each; empty when there are too many.
+  void symmetries();
+  // Whether the plan chosen_ is the least (as a sorted list of type indices) of its images
+  // under the machine permutations: of plans that are images of each other (equal estimates),
+  // only that one is estimated.
+  bool canonical() const;
   void search(int d);
   void bounds(int d);
   void dfs(std::size_t from, int remaining, int left, long served);
@@ -65,6 +77,7 @@ class ExactSearch {
   std::vector<double> floor_;   // by type index: its curve's compute_floor()
   std::vector<long> table_;     // [remaining * (d + 1) + left], -1 = impossible
   std::vector<int> chosen_;
+  std::vector<std::vector<int>> image_;  // [permutation][type]: the type it maps to
   std::optional<SpecResult> best_;
   bool stopped_ = false;
 };
@@ -120,7 +133,58 @@ Status ExactSearch::enumerate() {
     }
   }
   stats_.types = static_cast<long>(types_.size());
+  symmetries();
   return {};
+}
+
+void ExactSearch::symmetries() {
+  // Machines by class; every permutation within the classes but the identity.
+  std::map<int, std::vector<int>> by_class;
+  for (std::size_t m = 0; m < machines_.size(); ++m)
+    by_class[ev_.machine_class(static_cast<int>(m))].push_back(static_cast<int>(m));
+  std::vector<std::vector<int>> perms{std::vector<int>(machines_.size())};
+  std::iota(perms[0].begin(), perms[0].end(), 0);
+  for (const auto& [_, members] : by_class) {
+    if (members.size() < 2) continue;
+    std::vector<std::vector<int>> next;
+    std::vector<int> images = members;  // sorted: machine indices ascending
+    do {
+      for (const auto& p : perms) {
+        std::vector<int> q = p;
+        for (std::size_t i = 0; i < members.size(); ++i) q[members[i]] = images[i];
+        next.push_back(std::move(q));
+        if (next.size() > kMaxSymmetries + 1) return;
+      }
+    } while (std::next_permutation(images.begin(), images.end()));
+    perms = std::move(next);
+  }
+  perms.erase(perms.begin());  // the identity comes first
+  if (perms.empty() || perms.size() * types_.size() > kMaxSymmetryTable) return;
+  std::map<std::vector<int>, int> index;
+  auto key = [](const PipelineSpec& spec, const std::vector<int>* perm) {
+    std::vector<int> k;
+    for (const MachineSegment& seg : spec.segments)
+      k.insert(k.end(), {perm ? (*perm)[seg.machine] : seg.machine, seg.count, seg.tp});
+    return k;
+  };
+  for (std::size_t t = 0; t < types_.size(); ++t)
+    index.emplace(key(types_[t].spec, nullptr), static_cast<int>(t));
+  for (const auto& perm : perms) {
+    std::vector<int>& image = image_.emplace_back(types_.size());
+    for (std::size_t t = 0; t < types_.size(); ++t) image[t] = index.at(key(types_[t].spec, &perm));
+  }
+}
+
+bool ExactSearch::canonical() const {
+  if (image_.empty()) return true;
+  std::vector<int> plan = chosen_, mirrored(chosen_.size());
+  std::sort(plan.begin(), plan.end());
+  for (const std::vector<int>& image : image_) {
+    for (std::size_t i = 0; i < plan.size(); ++i) mirrored[i] = image[plan[i]];
+    std::sort(mirrored.begin(), mirrored.end());
+    if (mirrored < plan) return false;
+  }
+  return true;
 }
 
 void ExactSearch::bounds(int d) {
@@ -216,6 +280,10 @@ void ExactSearch::leaf() {
   // then the one of the realized splits (the pipelines' curves are none: they approximate
   // the timeline from above where sends and the fill weigh).
   clock_.count();
+  if (!canonical()) {
+    ++stats_.mirrored;
+    return;
+  }
   if (!(floor_split() < best_objective())) return;
   const double slowest = ev_.iteration_floor_s(spec);
   if (!(slowest < best_objective())) return;
@@ -314,7 +382,9 @@ Result<SearchResult> run_exact(const Scenario& sc, const SearchOptions& options)
       std::string(stats.proven ? "proven optimal" : "NOT proven optimal (time budget)") +
       " over HexiScale's plan space: " + std::to_string(stats.types) + " pipeline types, " +
       std::to_string(stats.nodes) + " partial plans, " + std::to_string(stats.leaves) +
-      " complete plans, " + std::to_string(stats.full_estimates) + " estimated in full");
+      " complete plans (" + std::to_string(stats.mirrored) +
+      " mirror images of others under interchangeable machines), " +
+      std::to_string(stats.full_estimates) + " estimated in full");
   return out;
 }
 

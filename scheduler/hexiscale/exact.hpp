@@ -30,7 +30,10 @@
 //     W < T* is estimated in full. (The pipeline curves are no such bound: they approximate
 //     the timeline from above where sends and the fill weigh.)
 // Symmetry: pipelines are unordered (multisets of types); devices within a machine
-// are interchangeable (canonical ids). A time budget ends it early without proof.
+// are interchangeable (canonical ids); of complete plans that are images of each other
+// under a permutation of interchangeable machines (one class: same GPUs, links, NICs and
+// leaf switch; equal estimates), only the least as a sorted list of type indices is
+// estimated (up to 120 permutations). A time budget ends it early without proof.
 
 #include <optional>
 
@@ -46,6 +49,7 @@ struct ExactStats {
   long types = 0;           // pipeline types enumerated (all D)
   long nodes = 0;           // partial plans visited
   long leaves = 0;          // complete plans reached
+  long mirrored = 0;        // of which images of others under interchangeable machines
   long full_estimates = 0;  // complete plans estimated in full
   bool proven = false;      // finished without hitting the time budget
 };

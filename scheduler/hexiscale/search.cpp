@@ -230,6 +230,10 @@ HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBu
     auto scored = ev.evaluate(spec, "hexiscale");
     o.estimated = true;
     if (!scored || !scored->estimate.feasible) return;
+    // Pipelines that beat the best plan but for their DP sync: their layers aligned.
+    if (scored->estimate.pipeline_s < best) {
+      if (auto aligned = ev.align_layers(*scored)) scored = std::move(aligned);
+    }
     o.counted.back() = scored->estimate.tokens_per_s;
     o.objective = std::min(o.objective, scored->objective());
     const double held = o.best ? o.best->scored.objective() : kInfeasible;
@@ -401,6 +405,48 @@ void HexiScaleSearch::try_pipelines(int d, int d_max, Eta eta, double eta_s) {
   if (!best_a.empty()) elite_.emplace_back(best_here, best_a);
 }
 
+void HexiScaleSearch::try_subset(const std::vector<int>& fastest, std::size_t k) {
+  // A type left idle may slow the iteration however the rest is split (a slow GPU type over a
+  // slow network), and the sweep over D on every GPU never leaves one idle; the subset starts
+  // of one pipeline and one per machine miss D = 2, 3, ... on the fast machines. Structured
+  // partitions only (METIS costs the most), at most kMaxSweep values of D.
+  const Cluster& c = ev_.cost_model().cluster();
+  std::vector<Unit> devices, machines;  // every machine's devices, fastest first; the k machines
+  std::size_t n = 0;                    // devices of the k machines
+  for (std::size_t i = 0; i < fastest.size(); ++i) {
+    const int m = fastest[i];
+    for (int g = 0; g < c.machines()[m].num_gpus; ++g) devices.push_back({m, 1});
+    if (i < k) {
+      machines.push_back({m, c.machines()[m].num_gpus});
+      n = devices.size();
+    }
+  }
+  const int d_max = std::min<int>(
+      max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute()), static_cast<int>(n));
+  const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
+  std::vector<Assignment> candidates;
+  for (int d = 2; d <= d_max; d += stride) {
+    // Pipelines of equal lengths, dealt round-robin (data parallelism on the fast links inside
+    // machines): the k machines' devices rounded down to a multiple of D (the last few left
+    // idle) or up (the next fastest devices added; a pipeline one GPU short may not fit).
+    const std::size_t down = n / d * d, up = (n + d - 1) / d * d;
+    for (std::size_t count : {down, up}) {
+      if (count > devices.size() || (count == up && up == down)) continue;
+      const std::vector<Unit> first(devices.begin(), devices.begin() + static_cast<long>(count));
+      candidates.push_back(assignment_from_parts(first, spread_partition(first, d)));
+    }
+    // Whole machines per pipeline (data parallelism over the network).
+    if (d <= static_cast<int>(k))
+      candidates.push_back(assignment_from_parts(machines, packed_partition(c, machines, d)));
+  }
+  if (clock_.out_of_time()) return;
+  const std::vector<double> objectives = consider_all(candidates);
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (objectives[i] != kInfeasible)
+      split_subset_starts_.emplace_back(objectives[i], candidates[i]);
+  }
+}
+
 void HexiScaleSearch::sweep() {
   // Every D from 1 to the most pipelines memory allows; when that is more than
   // kMaxSweep values, every stride-th D first, then every D around the best.
@@ -506,6 +552,12 @@ std::optional<SpecResult> HexiScaleSearch::run() {
       subset_starts_.emplace_back(objective, fewer_per_gpu);
   }
   sweep();
+  // Without the slowest types, every D on the faster machines alone (after the sweep, whose
+  // cuts and refinement starts stay as they were).
+  for (std::size_t k = 1; k < fastest.size(); ++k) {
+    if (c.machines()[fastest[k]].gpu_type != c.machines()[fastest[k - 1]].gpu_type)
+      try_subset(fastest, k);
+  }
   if (!options_.refine || !best_) return best_;
   clock_.begin("refinement");
   std::stable_sort(elite_.begin(), elite_.end(),
@@ -518,12 +570,15 @@ std::optional<SpecResult> HexiScaleSearch::run() {
     if (starts.size() >= kEliteStarts) break;
     if (std::find(starts.begin(), starts.end(), a) == starts.end()) starts.push_back(a);
   }
-  // The best start that leaves a type idle, besides the elite of the sweep.
-  std::stable_sort(subset_starts_.begin(), subset_starts_.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  if (!subset_starts_.empty() &&
-      std::find(starts.begin(), starts.end(), subset_starts_.front().second) == starts.end())
-    starts.push_back(subset_starts_.front().second);
+  // The best start that leaves a type idle, of one pipeline or one per machine, and of D >= 2
+  // (each a local search of its own: the better start need not refine to the better plan).
+  for (auto* subset : {&subset_starts_, &split_subset_starts_}) {
+    std::stable_sort(subset->begin(), subset->end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (!subset->empty() &&
+        std::find(starts.begin(), starts.end(), subset->front().second) == starts.end())
+      starts.push_back(subset->front().second);
+  }
   for (const auto& s : starts) {
     if (clock_.out_of_time()) break;
     refine(s, per_machine_);

@@ -91,6 +91,9 @@ class HexiScaleSearch {
   void sweep();  // phase 1 over D, cut modes and seeds
   // The partitions of one D; `eta`, `eta_s`: the sweep's, for the progress report.
   void try_pipelines(int d, int d_max, Eta eta, double eta_s);
+  // D = 2, 3, ... pipelines on the k fastest machines of `fastest` (spread and packed
+  // partitions); each that fits is a start of split_subset_starts_.
+  void try_subset(const std::vector<int>& fastest, std::size_t k);
   // Local search from `start`; whole machines move when `whole_machines`, else any
   // number of GPUs (and GPUs of different kinds are exchanged).
   void refine(Assignment start, bool whole_machines);
@@ -129,6 +132,7 @@ class HexiScaleSearch {
   void keep(const std::string& signature, const SpecResult& result);
   std::vector<std::pair<double, Assignment>> elite_;          // best per D, for refinement starts
   std::vector<std::pair<double, Assignment>> subset_starts_;  // plans on the fastest machines
+  std::vector<std::pair<double, Assignment>> split_subset_starts_;  // of try_subset
   struct Seen {
     double slowest = kInfeasible;    // slowest pipeline's curve: about the objective's floor
     double objective = kInfeasible;  // when estimated in full (else kInfeasible)

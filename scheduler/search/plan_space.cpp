@@ -357,6 +357,54 @@ std::optional<ScoredPlan> SpecEvaluator::evaluate(const PlanSpec& spec,
   return out;
 }
 
+std::optional<ScoredPlan> SpecEvaluator::align_layers(const ScoredPlan& scored) const {
+  const std::vector<Pipeline>& pipes = scored.plan.pipelines;
+  if (pipes.size() < 2 || !scored.estimate.feasible ||
+      !(scored.estimate.dp_sync_s > kAlignShare * scored.estimate.iteration_time_s))
+    return std::nullopt;
+  auto same_split = [](const Pipeline& a, const Pipeline& b) {
+    if (a.stages.size() != b.stages.size()) return false;
+    for (std::size_t s = 0; s < a.stages.size(); ++s) {
+      if (a.stages[s].layer_end != b.stages[s].layer_end ||
+          a.stages[s].recompute != b.stages[s].recompute)
+        return false;
+    }
+    return true;
+  };
+  std::vector<std::size_t> donors;
+  for (std::size_t p = 0; p < pipes.size() && donors.size() < kAlignDonors; ++p) {
+    bool seen = false, differs = false;
+    for (std::size_t q = 0; q < pipes.size(); ++q) {
+      if (pipes[q].stages.size() != pipes[p].stages.size()) continue;
+      if (same_split(pipes[p], pipes[q])) {
+        seen = seen || q < p;
+      } else {
+        differs = true;
+      }
+    }
+    if (!seen && differs) donors.push_back(p);
+  }
+  std::optional<ScoredPlan> best;
+  for (std::size_t donor : donors) {
+    Plan trial = scored.plan;
+    for (Pipeline& pipe : trial.pipelines) {
+      if (pipe.stages.size() != pipes[donor].stages.size()) continue;
+      for (std::size_t s = 0; s < pipe.stages.size(); ++s) {
+        pipe.stages[s].layer_begin = pipes[donor].stages[s].layer_begin;
+        pipe.stages[s].layer_end = pipes[donor].stages[s].layer_end;
+        pipe.stages[s].recompute = pipes[donor].stages[s].recompute;
+      }
+    }
+    Estimate e = cm_.estimate(trial);
+    const double limit = best ? best->objective() : scored.objective();
+    if (e.feasible && e.iteration_time_s < limit) {
+      const double pipelines = e.pipeline_s;
+      best = ScoredPlan{std::move(trial), std::move(e), pipelines};
+    }
+  }
+  return best;
+}
+
 std::string describe(const PlanSpec& spec, const Cluster& cluster) {
   std::string out = std::to_string(spec.pipelines.size()) + " pipeline" +
                     (spec.pipelines.size() == 1 ? "" : "s") + ":";

@@ -96,6 +96,16 @@ class SpecEvaluator {
   double iteration_floor_s(const PlanSpec& spec);
   // realize() then the full estimate.
   std::optional<ScoredPlan> evaluate(const PlanSpec& spec, const std::string& scheduler);
+  // Where `scored`'s DP sync shows (over kAlignShare of its iteration) and pipelines of one
+  // stage count split their layers differently (each pipeline's own best split): the plan
+  // with the layers (and recompute) of one such pipeline imposed on every pipeline of its
+  // stage count, for each of the first kAlignDonors distinct splits; the best that fits and is
+  // faster than `scored`, or nullopt. Aligned layers keep a layer's DP replicas on
+  // same-position stages, whose devices often share a machine; a DP sync between differently
+  // split pipelines crosses the network for every layer on a boundary.
+  std::optional<ScoredPlan> align_layers(const ScoredPlan& scored) const;
+  static constexpr double kAlignShare = 0.02;
+  static constexpr std::size_t kAlignDonors = 4;
 
   long evaluations() const { return evaluations_; }
   // Use `other`'s caches of curves and stage terms (thread-safe; for evaluators of one
