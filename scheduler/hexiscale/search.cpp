@@ -21,6 +21,8 @@ constexpr int kMaxSweep = 128;
 constexpr std::size_t kSweepPeaks = 3;
 // Device-level seeds per D of a machine-level search (round-robin, mixed, mixed in pairs).
 constexpr std::size_t kDeviceSeeds = 3;
+// Subset starts of machine-level searches try every D up to this, then fewer (try_subset).
+constexpr int kSubsetEveryD = 16;
 // A candidate within this factor of the best plan's time also tries its pipelines reversed.
 constexpr double kNearBest = 1.05;
 
@@ -424,8 +426,11 @@ void HexiScaleSearch::try_subset(const std::vector<int>& fastest, std::size_t k)
   const int d_max = std::min<int>(
       max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute()), static_cast<int>(n));
   const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
+  // Machine-level searches (long pipelines, each candidate costly): every D up to
+  // kSubsetEveryD, then half as many more each time.
+  auto next = [&](int d) { return per_machine_ && d >= kSubsetEveryD ? d + d / 2 : d + stride; };
   std::vector<Assignment> candidates;
-  for (int d = 2; d <= d_max; d += stride) {
+  for (int d = 2; d <= d_max; d = next(d)) {
     // Pipelines of equal lengths, dealt round-robin (data parallelism on the fast links inside
     // machines): the k machines' devices rounded down to a multiple of D (the last few left
     // idle) or up (the next fastest devices added; a pipeline one GPU short may not fit).
@@ -553,8 +558,10 @@ std::optional<SpecResult> HexiScaleSearch::run() {
   }
   sweep();
   // Without the slowest types, every D on the faster machines alone (after the sweep, whose
-  // cuts and refinement starts stay as they were).
-  for (std::size_t k = 1; k < fastest.size(); ++k) {
+  // cuts and refinement starts stay as they were); not above device_refine_max GPUs, where
+  // the search keeps to its cheapest parts (at 1 024 GPUs these starts cost ~400 candidates of
+  // long pipelines, 1 583 without them).
+  for (std::size_t k = 1; k < fastest.size() && (device_seeds_ || !per_machine_); ++k) {
     if (c.machines()[fastest[k]].gpu_type != c.machines()[fastest[k - 1]].gpu_type)
       try_subset(fastest, k);
   }
