@@ -407,6 +407,15 @@ void HexiScaleSearch::try_pipelines(int d, int d_max, Eta eta, double eta_s) {
   if (!best_a.empty()) elite_.emplace_back(best_here, best_a);
 }
 
+int HexiScaleSearch::pipelines_by_memory() const {
+  return max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute());
+}
+
+void HexiScaleSearch::keep_best(std::optional<Start>& slot, double objective, const Assignment& a) {
+  // The first of equal objectives stays.
+  if (objective != kInfeasible && (!slot || objective < slot->first)) slot = Start{objective, a};
+}
+
 void HexiScaleSearch::try_subset(const std::vector<int>& fastest, std::size_t k) {
   // A type left idle may slow the iteration however the rest is split (a slow GPU type over a
   // slow network), and the sweep over D on every GPU never leaves one idle; the subset starts
@@ -423,8 +432,7 @@ void HexiScaleSearch::try_subset(const std::vector<int>& fastest, std::size_t k)
       n = devices.size();
     }
   }
-  const int d_max = std::min<int>(
-      max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute()), static_cast<int>(n));
+  const int d_max = std::min<int>(pipelines_by_memory(), static_cast<int>(n));
   const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
   // Machine-level searches (long pipelines, each candidate costly): every D up to
   // kSubsetEveryD, then half as many more each time.
@@ -446,10 +454,8 @@ void HexiScaleSearch::try_subset(const std::vector<int>& fastest, std::size_t k)
   }
   if (clock_.out_of_time()) return;
   const std::vector<double> objectives = consider_all(candidates);
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (objectives[i] != kInfeasible)
-      split_subset_starts_.emplace_back(objectives[i], candidates[i]);
-  }
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    keep_best(split_subset_start_, objectives[i], candidates[i]);
 }
 
 void HexiScaleSearch::sweep() {
@@ -457,7 +463,7 @@ void HexiScaleSearch::sweep() {
   // kMaxSweep values, every stride-th D first, then every D around the best.
   // Device-level seeds of a machine-level search go beyond one pipeline per machine.
   const int d_max =
-      std::min<int>(max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute()),
+      std::min<int>(pipelines_by_memory(),
                     static_cast<int>(device_seeds_ ? device_units_.size() : units_.size()));
   const int stride = (d_max + kMaxSweep - 1) / kMaxSweep;
   const std::size_t seeded = elite_.size();  // the machine-aligned seeds of run()
@@ -527,12 +533,13 @@ std::optional<SpecResult> HexiScaleSearch::run() {
   auto type_flops = [&](int m) { return c.gpu_types()[c.machines()[m].gpu_type].flops(); };
   std::stable_sort(fastest.begin(), fastest.end(),
                    [&](int x, int y) { return type_flops(x) > type_flops(y); });
-  std::vector<std::size_t> prefixes;
-  for (std::size_t k = 1; k < fastest.size(); k *= 2) prefixes.push_back(k);
+  std::vector<std::size_t> type_ends;  // k: the fastest k machines end a GPU type
   for (std::size_t k = 1; k < fastest.size(); ++k) {
     if (c.machines()[fastest[k]].gpu_type != c.machines()[fastest[k - 1]].gpu_type)
-      prefixes.push_back(k);
+      type_ends.push_back(k);
   }
+  std::vector<std::size_t> prefixes = type_ends;
+  for (std::size_t k = 1; k < fastest.size(); k *= 2) prefixes.push_back(k);
   std::sort(prefixes.begin(), prefixes.end());
   prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());
   // Each GPU of those machines its own pipeline too (data parallelism alone, where the model
@@ -547,23 +554,19 @@ std::optional<SpecResult> HexiScaleSearch::run() {
       for (int g = 0; g < c.machines()[m].num_gpus; ++g) fewer_per_gpu.push_back({{m, 1}});
     }
     if (k < fastest.size()) {
-      for (const Assignment& a : {fewer_all, fewer_per_machine}) {
-        const double objective = consider(a);
-        if (objective != kInfeasible) subset_starts_.emplace_back(objective, a);
-      }
+      for (const Assignment& a : {fewer_all, fewer_per_machine})
+        keep_best(subset_start_, consider(a), a);
     }
     const double objective = consider(fewer_per_gpu);
-    if (!per_machine_ && objective != kInfeasible)
-      subset_starts_.emplace_back(objective, fewer_per_gpu);
+    if (!per_machine_) keep_best(subset_start_, objective, fewer_per_gpu);
   }
   sweep();
   // Without the slowest types, every D on the faster machines alone (after the sweep, whose
   // cuts and refinement starts stay as they were); not above device_refine_max GPUs, where
   // the search keeps to its cheapest parts (at 1 024 GPUs these starts cost ~400 candidates of
   // long pipelines, 1 583 without them).
-  for (std::size_t k = 1; k < fastest.size() && (device_seeds_ || !per_machine_); ++k) {
-    if (c.machines()[fastest[k]].gpu_type != c.machines()[fastest[k - 1]].gpu_type)
-      try_subset(fastest, k);
+  if (device_seeds_ || !per_machine_) {
+    for (std::size_t k : type_ends) try_subset(fastest, k);
   }
   if (!options_.refine || !best_) return best_;
   clock_.begin("refinement");
@@ -579,12 +582,9 @@ std::optional<SpecResult> HexiScaleSearch::run() {
   }
   // The best start that leaves a type idle, of one pipeline or one per machine, and of D >= 2
   // (each a local search of its own: the better start need not refine to the better plan).
-  for (auto* subset : {&subset_starts_, &split_subset_starts_}) {
-    std::stable_sort(subset->begin(), subset->end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    if (!subset->empty() &&
-        std::find(starts.begin(), starts.end(), subset->front().second) == starts.end())
-      starts.push_back(subset->front().second);
+  for (const auto& subset : {subset_start_, split_subset_start_}) {
+    if (subset && std::find(starts.begin(), starts.end(), subset->second) == starts.end())
+      starts.push_back(subset->second);
   }
   for (const auto& s : starts) {
     if (clock_.out_of_time()) break;

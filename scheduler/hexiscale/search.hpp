@@ -92,8 +92,10 @@ class HexiScaleSearch {
   // The partitions of one D; `eta`, `eta_s`: the sweep's, for the progress report.
   void try_pipelines(int d, int d_max, Eta eta, double eta_s);
   // D = 2, 3, ... pipelines on the k fastest machines of `fastest` (spread and packed
-  // partitions); each that fits is a start of split_subset_starts_.
+  // partitions); the best that fits is split_subset_start_.
   void try_subset(const std::vector<int>& fastest, std::size_t k);
+  // The most pipelines memory allows (max_pipelines_by_memory at the least-memory recompute).
+  int pipelines_by_memory() const;
   // Local search from `start`; whole machines move when `whole_machines`, else any
   // number of GPUs (and GPUs of different kinds are exchanged).
   void refine(Assignment start, bool whole_machines);
@@ -130,9 +132,12 @@ class HexiScaleSearch {
   int keep_ = 0;
   std::vector<Kept> kept_;
   void keep(const std::string& signature, const SpecResult& result);
-  std::vector<std::pair<double, Assignment>> elite_;          // best per D, for refinement starts
-  std::vector<std::pair<double, Assignment>> subset_starts_;  // plans on the fastest machines
-  std::vector<std::pair<double, Assignment>> split_subset_starts_;  // of try_subset
+  std::vector<std::pair<double, Assignment>> elite_;  // best per D, for refinement starts
+  using Start = std::pair<double, Assignment>;        // (objective, assignment)
+  // `a` into `slot` when it fits and is better than the start there.
+  static void keep_best(std::optional<Start>& slot, double objective, const Assignment& a);
+  std::optional<Start> subset_start_;        // best of one pipeline / one per machine, fewer GPUs
+  std::optional<Start> split_subset_start_;  // best of try_subset
   struct Seen {
     double slowest = kInfeasible;    // slowest pipeline's curve: about the objective's floor
     double objective = kInfeasible;  // when estimated in full (else kInfeasible)
