@@ -124,6 +124,14 @@ TEST(CheckpointManifest, RoundTrips) {
   EXPECT_EQ(entry->file, back->files[0].file);
 }
 
+TEST(CheckpointManifest, FileNamesMayUseEveryLetterDigitAndDotUnderscoreDash) {
+  CheckpointManifest m = two_device_manifest();
+  m.files[0].file = "azAZ09._-device-0.ckpt";  // each end of every allowed range
+  auto back = parse_checkpoint_manifest(to_text(m), "m.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->files[0].file, m.files[0].file);
+}
+
 TEST(CheckpointManifest, RefusesBadFieldsNamingThem) {
   const std::string plain = "expected a plain file name";
   auto parse = [](const std::string& text) { return parse_checkpoint_manifest(text, "m.json"); };
@@ -142,6 +150,12 @@ TEST(CheckpointManifest, RefusesBadFieldsNamingThem) {
           {"/files/0/file", "\"/tmp/x\"", "m.json: /files/0/file: " + plain},
           {"/files/0/file", "\".hidden\"", "m.json: /files/0/file: " + plain},
           {"/files/0/file", "\"\"", "m.json: /files/0/file: " + plain},
+          // The characters just outside each allowed range.
+          {"/files/0/file", "\"a{b\"", "m.json: /files/0/file: " + plain},
+          {"/files/0/file", "\"a`b\"", "m.json: /files/0/file: " + plain},
+          {"/files/0/file", "\"a[b\"", "m.json: /files/0/file: " + plain},
+          {"/files/0/file", "\"a@b\"", "m.json: /files/0/file: " + plain},
+          {"/files/0/file", "\"a:b\"", "m.json: /files/0/file: " + plain},
           {"/files/0/bytes", "0", "m.json: /files/0/bytes: expected an integer >= 1"},
           {"/files/0/bytes", "\"100\"", "m.json: /files/0/bytes: expected an integer"},
           {"/files/0/fnv1a64", "\"0123\"", "m.json: /files/0/fnv1a64: expected 16 lowercase hex"},

@@ -25,6 +25,7 @@
 #include <filesystem>
 
 #include "engine/engine_testing.hpp"
+#include "engine/watchdog.hpp"
 
 namespace hexi::engine {
 namespace {
@@ -179,6 +180,31 @@ TEST(CpuBackend, KeepsTheMemoryItsKernelsFree) {
 }
 
 // Same inputs, same bits: two runs give identical losses and parameters.
+TEST(Fault, ParsesEveryKeyAndRefusesUnknownOnes) {
+  auto f = Fault::parse("rank=1,step=2,op=3,mode=hang");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->mode, Fault::Mode::kHang);
+  EXPECT_TRUE(f->hits(1, 2, 3));
+  EXPECT_FALSE(f->hits(1, 2, 4));
+  f = Fault::parse("rank=0,mode=kill-in-save,point=2");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->save_kill_point(0), 2);
+  EXPECT_EQ(f->save_kill_point(1), 0);
+  EXPECT_FALSE(f->hits(0, 0, 0)) << "a kill in a save never fails an op";
+  EXPECT_TRUE(Fault::parse("")->mode == Fault::Mode::kNone);
+  for (const auto& [spec, why] : std::vector<std::pair<std::string, std::string>>{
+           {"rank=0,mode=error,points=2", "unknown key \"points\""},
+           {"rank=0,mode=explode", "unknown mode \"explode\""},
+           {"rank=0,mode=error,step=x", "\"x\" is not an integer"},
+           {"mode=error", "rank and mode are required"},
+           {"rank=0,mode", "\"mode\" is not key=value"}}) {
+    auto bad = Fault::parse(spec);
+    ASSERT_FALSE(bad.ok()) << spec;
+    EXPECT_NE(bad.error().message.find("HEXISIM_FAULT=\"" + spec + "\": " + why), std::string::npos)
+        << bad.error().message;
+  }
+}
+
 TEST(Determinism, TwoRunsAreBitIdentical) {
   expect_two_runs_bit_identical("tiny-llama-cpu-zero1", "tiny-dp3-mixed.json");
 }

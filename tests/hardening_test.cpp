@@ -245,6 +245,22 @@ TEST(Hardening, SimulatingMoreMicroBatchesThanAProgramHoldsIsRefusedBeforeTheSea
       << r.out;
 }
 
+TEST(Hardening, TransfersLateInAThousandSecondIterationEnd) {
+  // 12 000 micro-batches through one pipeline of 4 x 8 H100s: an iteration of 1 251 s, whose
+  // NVLink transfers' last bytes take less than one ulp of the clock. The shared timeline
+  // once waited for them forever; the search now takes about a second (a CPU-time limit, not
+  // wall-clock time, ends a run that hangs).
+  auto r = testing::run_cli_in({},
+                               "plan --scheduler uniform --mix H100-SXM:4x8 --transport rdma "
+                               "--model llama3-70b --global-batch 12000 --seq-len 4096 "
+                               "--verify 0 --json",
+                               "ulimit -t 60; OPENBLAS_NUM_THREADS=1 ");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json out = json::parse(r.out);
+  EXPECT_TRUE(out["estimate"]["feasible"].get<bool>());
+  EXPECT_GT(out["estimate"]["iteration_time_s"].get<double>(), 1000.0);
+}
+
 TEST(Hardening, UniformGridsOfTensOfThousandsOfPipelinesAreEstimatedInLinearTime) {
   // 32 768 A100s, 2^15 sequences: uniform's grids reach 32 768 one-GPU pipelines, each GPU
   // syncing with one holder in every other pipeline. A device's links to the holders on other

@@ -1326,7 +1326,10 @@ class SharedTimeline {
     for (const int g : sending_) {
       Channel& c = channel(g);
       c.work.advance_to(to);
-      if (c.work.left > 1e-9 * c.link.flow_bytes) {
+      // Done when nearly nothing is left, or when what is left ends within the clock's
+      // resolution: late in a long iteration (thousands of seconds) a fast link's last
+      // bytes take less than one ulp of `to`, and waiting for them would never advance it.
+      if (c.work.left > 1e-9 * c.link.flow_bytes && c.work.end_s(to) > to) {
         sending_[kept++] = g;
         continue;
       }
