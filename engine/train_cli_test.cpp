@@ -211,6 +211,9 @@ TEST(Train, PrintsLossesAndWritesATraceWithEveryOp) {
     ++events;
     pids.insert(e["pid"].get<int>());
     seen.insert({e["args"]["op"].get<int>(), e["args"]["step"].get<int>()});
+    // The cpu backend times every op's CPU too (calibrate reads it for quota devices).
+    ASSERT_TRUE(e["args"].contains("cpu_us")) << e.dump();
+    EXPECT_GE(e["args"]["cpu_us"].get<double>(), 0) << e.dump();
   }
   EXPECT_EQ(events, 3 * ops);  // every op of every device, once per step
   EXPECT_EQ(seen.size(), static_cast<std::size_t>(3 * ops));
@@ -515,6 +518,9 @@ TEST(TrainSequence, WritesATraceWithEveryOp) {
     ++events;
     pids.insert(e["pid"].get<int>());
     seen.insert({e["args"]["op"].get<int>(), e["args"]["step"].get<int>()});
+    // The cpu backend times every op's CPU too (calibrate reads it for quota devices).
+    ASSERT_TRUE(e["args"].contains("cpu_us")) << e.dump();
+    EXPECT_GE(e["args"]["cpu_us"].get<double>(), 0) << e.dump();
   }
   EXPECT_EQ(events, 3 * ops);
   EXPECT_EQ(seen.size(), static_cast<std::size_t>(3 * ops));

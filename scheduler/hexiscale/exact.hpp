@@ -8,9 +8,11 @@
 // (any valid degree dividing the segment; any number of pipelines; any order of
 // segments), with devices handed out canonically, the batch split that minimises
 // the slowest pipeline and each pipeline's time-minimal layer split (both exact).
-// HexiScale searches the same space, so HexiScale / exact <= 1 and the ratio says
-// how much its heuristics lose. The objective is the full estimate's iteration
-// time (pipelines + DP sync + optimizer); ties within 1e-9 are equal.
+// HexiScale's search (hexiscale_search) searches the same space, so its plan / exact <= 1
+// and the ratio says how much its heuristics lose (the scheduler's final layer polish in
+// run_hexiscale moves layers under the full estimate and may pass the optimum). The
+// objective is the full estimate's iteration time (pipelines + DP sync + optimizer); ties
+// within 1e-9 are equal.
 //
 // How: for each D (1 .. the most pipelines memory allows), enumerate multisets of
 // D "pipeline types" (per-machine counts, degrees, segment order) within the

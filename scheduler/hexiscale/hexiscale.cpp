@@ -110,6 +110,43 @@ Error no_feasible_plan(const Scenario& sc, const std::string& scheduler) {
       " GiB on a single GPU): use more or larger GPUs, full recompute or ZeRO-1");
 }
 
+namespace {
+
+// Estimates the layer polish may spend on each of its starts.
+constexpr long kPolishBudget = 400;
+// The polish runs where the best plan's pipelines take this much longer, or shorter, under the
+// full estimate than their curves say.
+constexpr double kPolishGap = 0.05;
+
+// Phase 2 splits layers, and ranks a pipeline's orders, by the pipeline curves, which overstate
+// sends where one NIC carries a machine's boundaries both ways (every boundary's rate at once);
+// the estimate's timeline overlaps sends with compute. Where the curves and the estimate
+// disagree on the best plan, four starts are polished under the full estimate
+// (SpecEvaluator::polish_layers): the best plan; its pipelines reversed, layers split anew
+// (fast GPUs last, where fewer micro-batches are in flight, may hold more layers); and each
+// with its layers split to balance compute alone (SpecEvaluator::compute_balanced). The
+// fastest replaces the best.
+void polish(SpecEvaluator& ev, SpecResult& best) {
+  const double curves = ev.pipelines_s(best.spec), estimated = best.scored.estimate.pipeline_s;
+  if (!(std::abs(curves - estimated) > kPolishGap * estimated)) return;
+  std::vector<SpecResult> starts{best};
+  PlanSpec reversed = best.spec;
+  for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
+  if (auto r = ev.evaluate(reversed, "hexiscale"); r && r->estimate.feasible)
+    starts.push_back(SpecResult{std::move(reversed), std::move(*r)});
+  for (std::size_t i = 0, n = starts.size(); i < n; ++i) {
+    if (auto balanced = ev.compute_balanced(starts[i].scored))
+      starts.push_back(SpecResult{starts[i].spec, std::move(*balanced)});
+  }
+  for (SpecResult& start : starts) {
+    long budget = kPolishBudget;
+    if (auto polished = ev.polish_layers(start.scored, budget)) start.scored = std::move(*polished);
+    if (start.scored.objective() < best.scored.objective()) best = std::move(start);
+  }
+}
+
+}  // namespace
+
 std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
                                            SearchClock& clock, std::uint64_t seed,
                                            std::string* mode, std::vector<SpecResult>* runners_up,
@@ -137,6 +174,8 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   auto best = hexiscale_search(ev, *hx, clock, options.seed, &out.mode, &runners_up,
                                options.runners_up, &all_gpus);
   if (!best) return no_feasible_plan(sc, "hexiscale");
+  // After the search, so that the search (the exact search's incumbent) stays in its space.
+  polish(ev, *best);
   std::string interleaving;
   if (hx->interleave > 1) {
     const std::vector<int> v = interleave_pipelines(cm, best->scored, hx->interleave);

@@ -405,6 +405,130 @@ std::optional<ScoredPlan> SpecEvaluator::align_layers(const ScoredPlan& scored) 
   return best;
 }
 
+std::optional<ScoredPlan> SpecEvaluator::polish_layers(const ScoredPlan& scored,
+                                                       long& budget) const {
+  if (!scored.estimate.feasible) return std::nullopt;
+  ScoredPlan best = scored;
+  auto ends = [](const Pipeline& p) {
+    std::vector<int> out;
+    for (const Stage& s : p.stages) out.push_back(s.layer_end);
+    return out;
+  };
+  // The moves, (pipeline, boundary), over the first pipeline of each class (same stage count
+  // and split; a class moves together). Tried in turn, round and round, until a whole round
+  // of them fails or the budget is spent; a kept move keeps its place in the round.
+  std::vector<std::pair<std::size_t, std::size_t>> moves;
+  auto list_moves = [&]() {
+    moves.clear();
+    const std::vector<Pipeline>& pipes = best.plan.pipelines;
+    for (std::size_t p = 0; p < pipes.size(); ++p) {
+      bool first = true;
+      for (std::size_t q = 0; q < p && first; ++q) first = ends(pipes[q]) != ends(pipes[p]);
+      if (!first || pipes[p].chunks() > 1 || pipes[p].has_mesh()) continue;
+      for (std::size_t b = 0; b + 1 < pipes[p].stages.size(); ++b) moves.emplace_back(p, b);
+    }
+  };
+  list_moves();
+  bool improved = false;
+  std::size_t failed = 0;  // moves failed in a row
+  for (std::size_t i = 0; failed < moves.size() && budget > 0; i = (i + 1) % moves.size()) {
+    const auto [p, b] = moves[i];
+    const Pipeline& pipe = best.plan.pipelines[p];
+    const std::vector<int> split = ends(pipe);
+    bool kept = false;
+    for (const int shift : {-1, 1}) {
+      // The boundary after stage b moves by `shift` layers; both stages keep one.
+      const int at = split[b] + shift;
+      if (at <= pipe.stages[b].layer_begin || at >= pipe.stages[b + 1].layer_end) continue;
+      Plan trial = best.plan;
+      for (Pipeline& t : trial.pipelines) {
+        if (ends(t) != split) continue;
+        t.stages[b].layer_end = at;
+        t.stages[b + 1].layer_begin = at;
+      }
+      Estimate e = cm_.estimate(trial);
+      --budget;
+      if (e.feasible && e.iteration_time_s < best.objective() * (1 - 1e-12)) {
+        const double pipelines = e.pipeline_s;
+        best = ScoredPlan{std::move(trial), std::move(e), pipelines};
+        kept = improved = true;
+        break;
+      }
+      if (budget <= 0) break;
+    }
+    failed = kept ? 0 : failed + 1;
+    if (kept) list_moves();  // classes may have split or merged
+  }
+  if (!improved) return std::nullopt;
+  return best;
+}
+
+std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scored) const {
+  Plan plan = scored.plan;
+  const int dp = static_cast<int>(plan.pipelines.size());
+  const int layers = cm_.model().layers;
+  for (Pipeline& pipe : plan.pipelines) {
+    if (pipe.chunks() > 1 || pipe.has_mesh()) return std::nullopt;
+    const int k = static_cast<int>(pipe.stages.size());
+    std::vector<StageTerms> terms;
+    std::vector<int> most(k);  // layers each stage holds in memory
+    for (int i = 0; i < k; ++i) {
+      const Stage& st = pipe.stages[i];
+      terms.push_back(stage_terms(cm_, st.devices, i == 0, i + 1 == k,
+                                  i + 1 < k ? &pipe.stages[i + 1].devices : nullptr, dp,
+                                  pipe.micro_batch, st.recompute));
+      const int in_flight =
+          in_flight_micro_batches(cm_.training().schedule, i, k, pipe.micro_batches());
+      const StageTerms& t = terms.back();
+      const double per_layer = t.mem_slope + in_flight * t.mem_slope_f;
+      const double room = t.capacity_bytes - t.memory(0, in_flight);
+      most[i] =
+          per_layer > 0 ? static_cast<int>(std::min<double>(layers, room / per_layer)) : layers;
+      if (most[i] < 1) return std::nullopt;
+    }
+    // The least T at which stages of at most T each (fixed + l * per layer) hold every layer.
+    auto at = [&](double t, std::vector<int>& l) {
+      long sum = 0;
+      for (int i = 0; i < k; ++i) {
+        const double fit = (t - terms[i].fixed_s) / terms[i].per_layer_s;
+        l[i] = static_cast<int>(std::clamp<double>(std::floor(fit), 1, most[i]));
+        sum += l[i];
+      }
+      return sum;
+    };
+    std::vector<int> l(k);
+    double lo = 0, hi = 0;
+    for (int i = 0; i < k; ++i) hi = std::max(hi, terms[i].fixed_s + layers * terms[i].per_layer_s);
+    if (at(hi, l) < layers) return std::nullopt;
+    for (int round = 0; round < 100; ++round) {
+      const double mid = (lo + hi) / 2;
+      (at(mid, l) >= layers ? hi : lo) = mid;
+    }
+    long surplus = at(hi, l) - layers;
+    while (surplus > 0) {  // off the slowest stages first
+      int slowest = -1;
+      for (int i = 0; i < k; ++i) {
+        if (l[i] > 1 &&
+            (slowest < 0 || terms[i].fixed_s + l[i] * terms[i].per_layer_s >
+                                terms[slowest].fixed_s + l[slowest] * terms[slowest].per_layer_s))
+          slowest = i;
+      }
+      --l[slowest];
+      --surplus;
+    }
+    int begin = 0;
+    for (int i = 0; i < k; ++i) {
+      pipe.stages[i].layer_begin = begin;
+      begin += l[i];
+      pipe.stages[i].layer_end = begin;
+    }
+  }
+  Estimate e = cm_.estimate(plan);
+  if (!e.feasible) return std::nullopt;
+  const double pipelines = e.pipeline_s;
+  return ScoredPlan{std::move(plan), std::move(e), pipelines};
+}
+
 std::string describe(const PlanSpec& spec, const Cluster& cluster) {
   std::string out = std::to_string(spec.pipelines.size()) + " pipeline" +
                     (spec.pipelines.size() == 1 ? "" : "s") + ":";

@@ -106,6 +106,20 @@ class SpecEvaluator {
   std::optional<ScoredPlan> align_layers(const ScoredPlan& scored) const;
   static constexpr double kAlignShare = 0.02;
   static constexpr std::size_t kAlignDonors = 4;
+  // The layer split of `scored` polished under the full estimate: one layer moved across one
+  // stage boundary at a time (in every pipeline of the same stage count and split at once, so
+  // DP replicas stay aligned), each move kept when the plan fits and is faster, until none
+  // helps or `budget` estimates are spent (each taken off it); the result if faster than
+  // `scored`, or nullopt.
+  // Phase 2 splits layers exactly under the pipeline curves, which overstate sends where one
+  // NIC carries a machine's forward and backward boundaries (every boundary's rate at once);
+  // there the full estimate's best split differs.
+  std::optional<ScoredPlan> polish_layers(const ScoredPlan& scored, long& budget) const;
+  // `scored` with each pipeline's layers split to balance its stages' compute alone
+  // (forward, backward and TP collectives; sends left to overlap, as the estimate's timeline
+  // overlaps them): the least slowest stage under memory, each stage keeping its recompute;
+  // nullopt where it does not fit or changes nothing.
+  std::optional<ScoredPlan> compute_balanced(const ScoredPlan& scored) const;
 
   long evaluations() const { return evaluations_; }
   // Use `other`'s caches of curves and stage terms (thread-safe; for evaluators of one

@@ -1,8 +1,12 @@
-// SpecEvaluator::align_layers: pipelines split differently put a layer's DP replicas on
-// different machines; imposing one split keeps them on one machine.
+// SpecEvaluator's plan-level layer moves: align_layers (pipelines split differently put a
+// layer's DP replicas on different machines; imposing one split keeps them on one machine),
+// compute_balanced and polish_layers.
 #include "scheduler/search/plan_space.hpp"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
 
 #include "scheduler/search/testing.hpp"
 
@@ -29,17 +33,19 @@ Plan two_pipelines(int first_cut, int second_cut) {
   return plan;
 }
 
+ScoredPlan scored_plan(const CostModel& cm, Plan plan) {
+  Estimate e = cm.estimate(plan);
+  const double pipelines = e.pipeline_s;
+  return ScoredPlan{std::move(plan), std::move(e), pipelines};
+}
+
 TEST(SpecEvaluator, AlignLayersKeepsEachLayersReplicasOnOneMachine) {
   auto sc = make_scenario(cluster_json("align", {{"A100-SXM-80GB", 2}, {"A100-SXM-80GB", 2}}, 1.0),
                           small_model(2048), {{"global_batch", 8}, {"seq_len", 2048}});
   ASSERT_TRUE(sc.ok()) << sc.error().message;
   CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
   const SpecEvaluator ev(cm);
-  auto scored = [&](Plan plan) {
-    Estimate e = cm.estimate(plan);
-    const double pipelines = e.pipeline_s;
-    return ScoredPlan{std::move(plan), std::move(e), pipelines};
-  };
+  auto scored = [&](Plan plan) { return scored_plan(cm, std::move(plan)); };
   // Layer 6 on machine 0 in one pipeline and on machine 1 in the other: its gradients
   // cross the 1 GB/s network.
   const ScoredPlan apart = scored(two_pipelines(6, 7));
@@ -63,6 +69,125 @@ TEST(SpecEvaluator, AlignLayersKeepsEachLayersReplicasOnOneMachine) {
   one.pipelines.pop_back();
   one.pipelines[0].batch = 8;
   EXPECT_FALSE(ev.align_layers(scored(one)).has_value());
+}
+
+// Pipelines of stages on A100s then RTX 3090s (24 GiB: memory binds) over a 1.25 GB/s
+// network, each pipeline one GPU of each of four 2-GPU machines.
+class MixedPipelines : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto made = make_scenario(
+        cluster_json("mixed",
+                     {{"A100-SXM-80GB", 2}, {"A100-SXM-80GB", 2}, {"RTX3090", 2}, {"RTX3090", 2}},
+                     1.25),
+        small_model(2048), {{"global_batch", 16}, {"seq_len", 2048}});
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    sc = std::make_unique<Scenario>(std::move(*made));
+    cm = std::make_unique<CostModel>(sc->cluster, sc->model, sc->training, sc->profile);
+    ev = std::make_unique<SpecEvaluator>(*cm);
+  }
+
+  // `pipelines` pipelines of `split` layers per stage.
+  Plan plan(const std::vector<int>& split, int pipelines) const {
+    Plan out;
+    for (int p = 0; p < pipelines; ++p) {
+      Pipeline pipe;
+      pipe.micro_batch = 1;
+      pipe.batch = 16 / pipelines;
+      int begin = 0;
+      for (std::size_t s = 0; s < split.size(); ++s) {
+        pipe.stages.push_back({{static_cast<int>(2 * s) + p}, begin, begin + split[s], {}, {}, {}});
+        begin += split[s];
+      }
+      out.pipelines.push_back(std::move(pipe));
+    }
+    return out;
+  }
+
+  std::unique_ptr<Scenario> sc;
+  std::unique_ptr<CostModel> cm;
+  std::unique_ptr<SpecEvaluator> ev;
+};
+
+TEST_F(MixedPipelines, ComputeBalancedIsTheLeastSlowestStageComputeThatFits) {
+  const Plan start = plan({3, 3, 3, 3}, 1);
+  const auto balanced = ev->compute_balanced(scored_plan(*cm, start));
+  ASSERT_TRUE(balanced.has_value());
+  ASSERT_TRUE(balanced->estimate.feasible);
+  EXPECT_EQ(balanced->estimate.iteration_time_s, cm->estimate(balanced->plan).iteration_time_s);
+  // Every split of the 12 layers over the 4 stages: the least slowest compute among those
+  // that fit, by the stages' own terms.
+  const Pipeline& pipe = start.pipelines[0];
+  const int k = 4, m = pipe.micro_batches();
+  std::vector<StageTerms> terms;
+  for (int i = 0; i < k; ++i) {
+    terms.push_back(stage_terms(*cm, pipe.stages[i].devices, i == 0, i + 1 == k,
+                                i + 1 < k ? &pipe.stages[i + 1].devices : nullptr, 1, 1));
+  }
+  auto slowest = [&](const std::vector<int>& l) {
+    double worst = 0;
+    for (int i = 0; i < k; ++i)
+      worst = std::max(worst, terms[i].fixed_s + l[i] * terms[i].per_layer_s);
+    return worst;
+  };
+  double least = kInfeasible;
+  std::vector<int> cur;
+  testing::compositions(12, k, cur, [&]() {
+    const std::vector<int>& l = cur;
+    for (int i = 0; i < k; ++i) {
+      const int in_flight = in_flight_micro_batches(sc->training.schedule, i, k, m);
+      if (terms[i].memory(l[i], in_flight) > terms[i].capacity_bytes) return;
+    }
+    least = std::min(least, slowest(l));
+  });
+  ASSERT_NE(least, kInfeasible);
+  std::vector<int> got;
+  for (const Stage& s : balanced->plan.pipelines[0].stages) got.push_back(s.layers());
+  EXPECT_NEAR(slowest(got), least, 1e-12 * least) << "split " << ::testing::PrintToString(got);
+  // The RTX 3090s, slower, hold fewer layers.
+  EXPECT_GT(got[0] + got[1], got[2] + got[3]);
+}
+
+TEST_F(MixedPipelines, PolishLayersEndsWhereNoOneLayerMoveHelps) {
+  // Two pipelines split alike, too many layers on the RTX 3090s.
+  const ScoredPlan start = scored_plan(*cm, plan({2, 2, 4, 4}, 2));
+  ASSERT_TRUE(start.estimate.feasible);
+  long budget = 1000;
+  const auto polished = ev->polish_layers(start, budget);
+  ASSERT_TRUE(polished.has_value());
+  EXPECT_LT(polished->objective(), start.objective());
+  EXPECT_EQ(polished->estimate.iteration_time_s, cm->estimate(polished->plan).iteration_time_s);
+  EXPECT_GT(budget, 0) << "ended by finding nothing more, not by the budget";
+  EXPECT_LT(budget, 1000);
+  // The pipelines moved together: still split alike.
+  const auto& pipes = polished->plan.pipelines;
+  for (std::size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(pipes[0].stages[s].layer_begin, pipes[1].stages[s].layer_begin);
+    EXPECT_EQ(pipes[0].stages[s].layer_end, pipes[1].stages[s].layer_end);
+  }
+  // No single move of one boundary by one layer (in both pipelines) is faster and fits.
+  for (std::size_t b = 0; b + 1 < 4; ++b) {
+    for (int shift : {-1, 1}) {
+      Plan trial = polished->plan;
+      const int at = trial.pipelines[0].stages[b].layer_end + shift;
+      if (at <= trial.pipelines[0].stages[b].layer_begin ||
+          at >= trial.pipelines[0].stages[b + 1].layer_end)
+        continue;
+      for (Pipeline& p : trial.pipelines) {
+        p.stages[b].layer_end = at;
+        p.stages[b + 1].layer_begin = at;
+      }
+      const Estimate e = cm->estimate(trial);
+      EXPECT_FALSE(e.feasible && e.iteration_time_s < polished->objective() * (1 - 1e-12))
+          << "boundary " << b << " by " << shift;
+    }
+  }
+  // A budget of one estimate: at most one tried; none: nothing.
+  budget = 1;
+  ev->polish_layers(start, budget);
+  EXPECT_EQ(budget, 0);
+  budget = 0;
+  EXPECT_FALSE(ev->polish_layers(start, budget).has_value());
 }
 
 }  // namespace
