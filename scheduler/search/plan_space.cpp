@@ -467,9 +467,10 @@ std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scor
   Plan plan = scored.plan;
   const int dp = static_cast<int>(plan.pipelines.size());
   const int layers = cm_.model().layers;
+  bool changed = false;
   for (Pipeline& pipe : plan.pipelines) {
-    if (pipe.chunks() > 1 || pipe.has_mesh()) return std::nullopt;
     const int k = static_cast<int>(pipe.stages.size());
+    if (pipe.chunks() > 1 || pipe.has_mesh() || k > layers) return std::nullopt;
     std::vector<StageTerms> terms;
     std::vector<int> most(k);  // layers each stage holds in memory
     for (int i = 0; i < k; ++i) {
@@ -518,11 +519,13 @@ std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scor
     }
     int begin = 0;
     for (int i = 0; i < k; ++i) {
+      changed = changed || pipe.stages[i].layers() != l[i];
       pipe.stages[i].layer_begin = begin;
       begin += l[i];
       pipe.stages[i].layer_end = begin;
     }
   }
+  if (!changed) return std::nullopt;
   Estimate e = cm_.estimate(plan);
   if (!e.feasible) return std::nullopt;
   const double pipelines = e.pipeline_s;
