@@ -174,8 +174,9 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   auto best = hexiscale_search(ev, *hx, clock, options.seed, &out.mode, &runners_up,
                                options.runners_up, &all_gpus);
   if (!best) return no_feasible_plan(sc, "hexiscale");
-  // After the search, so that the search (the exact search's incumbent) stays in its space.
-  polish(ev, *best);
+  // After the search, so that the search (the exact search's incumbent) stays in its space;
+  // not once a time budget is spent.
+  if (!clock.out_of_time()) polish(ev, *best);
   std::string interleaving;
   if (hx->interleave > 1) {
     const std::vector<int> v = interleave_pipelines(cm, best->scored, hx->interleave);
