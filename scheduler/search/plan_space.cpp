@@ -345,16 +345,20 @@ Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
   return plan;
 }
 
+ScoredPlan score_plan(const CostModel& cm, Plan plan) {
+  ScoredPlan out;
+  out.estimate = cm.estimate(plan);
+  out.pipelines_s = out.estimate.pipeline_s;
+  out.plan = std::move(plan);
+  return out;
+}
+
 std::optional<ScoredPlan> SpecEvaluator::evaluate(const PlanSpec& spec,
                                                   const std::string& scheduler) {
   ++evaluations_;
   auto plan = realize(spec, scheduler);
   if (!plan) return std::nullopt;
-  ScoredPlan out;
-  out.estimate = cm_.estimate(*plan);
-  out.pipelines_s = out.estimate.pipeline_s;
-  out.plan = std::move(*plan);
-  return out;
+  return score_plan(cm_, std::move(*plan));
 }
 
 std::optional<ScoredPlan> SpecEvaluator::align_layers(const ScoredPlan& scored) const {
@@ -395,12 +399,9 @@ std::optional<ScoredPlan> SpecEvaluator::align_layers(const ScoredPlan& scored) 
         pipe.stages[s].recompute = pipes[donor].stages[s].recompute;
       }
     }
-    Estimate e = cm_.estimate(trial);
-    const double limit = best ? best->objective() : scored.objective();
-    if (e.feasible && e.iteration_time_s < limit) {
-      const double pipelines = e.pipeline_s;
-      best = ScoredPlan{std::move(trial), std::move(e), pipelines};
-    }
+    ScoredPlan aligned = score_plan(cm_, std::move(trial));
+    if (aligned.objective() < (best ? best->objective() : scored.objective()))
+      best = std::move(aligned);
   }
   return best;
 }
@@ -446,11 +447,10 @@ std::optional<ScoredPlan> SpecEvaluator::polish_layers(const ScoredPlan& scored,
         t.stages[b].layer_end = at;
         t.stages[b + 1].layer_begin = at;
       }
-      Estimate e = cm_.estimate(trial);
+      ScoredPlan moved = score_plan(cm_, std::move(trial));
       --budget;
-      if (e.feasible && e.iteration_time_s < best.objective() * (1 - 1e-12)) {
-        const double pipelines = e.pipeline_s;
-        best = ScoredPlan{std::move(trial), std::move(e), pipelines};
+      if (moved.objective() < best.objective() * (1 - 1e-12)) {
+        best = std::move(moved);
         kept = improved = true;
         break;
       }
@@ -526,10 +526,9 @@ std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scor
     }
   }
   if (!changed) return std::nullopt;
-  Estimate e = cm_.estimate(plan);
-  if (!e.feasible) return std::nullopt;
-  const double pipelines = e.pipeline_s;
-  return ScoredPlan{std::move(plan), std::move(e), pipelines};
+  ScoredPlan balanced = score_plan(cm_, std::move(plan));
+  if (!balanced.estimate.feasible) return std::nullopt;
+  return balanced;
 }
 
 std::string describe(const PlanSpec& spec, const Cluster& cluster) {

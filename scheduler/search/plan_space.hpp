@@ -70,6 +70,9 @@ struct ScoredPlan {
   double objective() const { return estimate.feasible ? estimate.iteration_time_s : kInfeasible; }
 };
 
+// `plan` with `cm`'s estimate of it (pipelines_s: the estimate's slowest pipeline).
+ScoredPlan score_plan(const CostModel& cm, Plan plan);
+
 // Turns PlanSpecs into Plans and scores them, caching per-pipeline curves.
 class SpecEvaluator {
  public:

@@ -33,19 +33,13 @@ Plan two_pipelines(int first_cut, int second_cut) {
   return plan;
 }
 
-ScoredPlan scored_plan(const CostModel& cm, Plan plan) {
-  Estimate e = cm.estimate(plan);
-  const double pipelines = e.pipeline_s;
-  return ScoredPlan{std::move(plan), std::move(e), pipelines};
-}
-
 TEST(SpecEvaluator, AlignLayersKeepsEachLayersReplicasOnOneMachine) {
   auto sc = make_scenario(cluster_json("align", {{"A100-SXM-80GB", 2}, {"A100-SXM-80GB", 2}}, 1.0),
                           small_model(2048), {{"global_batch", 8}, {"seq_len", 2048}});
   ASSERT_TRUE(sc.ok()) << sc.error().message;
   CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
   const SpecEvaluator ev(cm);
-  auto scored = [&](Plan plan) { return scored_plan(cm, std::move(plan)); };
+  auto scored = [&](Plan plan) { return score_plan(cm, std::move(plan)); };
   // Layer 6 on machine 0 in one pipeline and on machine 1 in the other: its gradients
   // cross the 1 GB/s network.
   const ScoredPlan apart = scored(two_pipelines(6, 7));
@@ -111,7 +105,7 @@ class MixedPipelines : public ::testing::Test {
 
 TEST_F(MixedPipelines, ComputeBalancedIsTheLeastSlowestStageComputeThatFits) {
   const Plan start = plan({3, 3, 3, 3}, 1);
-  const auto balanced = ev->compute_balanced(scored_plan(*cm, start));
+  const auto balanced = ev->compute_balanced(score_plan(*cm, start));
   ASSERT_TRUE(balanced.has_value());
   ASSERT_TRUE(balanced->estimate.feasible);
   EXPECT_EQ(balanced->estimate.iteration_time_s, cm->estimate(balanced->plan).iteration_time_s);
@@ -150,7 +144,7 @@ TEST_F(MixedPipelines, ComputeBalancedIsTheLeastSlowestStageComputeThatFits) {
 
 TEST_F(MixedPipelines, PolishLayersEndsWhereNoOneLayerMoveHelps) {
   // Two pipelines split alike, too many layers on the RTX 3090s.
-  const ScoredPlan start = scored_plan(*cm, plan({2, 2, 4, 4}, 2));
+  const ScoredPlan start = score_plan(*cm, plan({2, 2, 4, 4}, 2));
   ASSERT_TRUE(start.estimate.feasible);
   long budget = 1000;
   const auto polished = ev->polish_layers(start, budget);
