@@ -22,19 +22,20 @@
 namespace hexi::engine {
 
 const std::vector<PlanCase>& shipped_tiny_plans() {
-  static const std::vector<PlanCase> cases = {
-      {"tiny-llama-cpu", "tiny-single.json"},
-      {"tiny-llama-cpu", "tiny-pp2-tp2-tp1.json"},
-      {"tiny-llama-cpu", "tiny-dp2-tp2-vs-pp2.json"},
-      {"tiny-llama-8l-cpu", "tiny-pp3-uneven.json"},
-      {"tiny-llama-cpu", "tiny-tp4-to-tp1.json"},
-      {"tiny-llama-cpu", "tiny-dp3-mixed.json"},
-      {"tiny-llama-cpu", "tiny-8rank.json"},
-      {"tiny-llama-cpu", "tiny-recompute-mixed.json"},
-      {"tiny-llama-cpu-zero1", "tiny-dp3-mixed.json"},
-      {"tiny-llama-cpu-gpipe", "tiny-pp2-tp2-tp1.json"},
-      {"tiny-llama-cpu", "tiny-interleaved-2x2.json"},
-      {"tiny-llama-8l-cpu", "tiny-interleaved-uneven.json"}};
+  static const std::vector<PlanCase> cases = {{"tiny-llama-cpu", "tiny-single.json"},
+                                              {"tiny-llama-cpu", "tiny-pp2-tp2-tp1.json"},
+                                              {"tiny-llama-cpu", "tiny-dp2-tp2-vs-pp2.json"},
+                                              {"tiny-llama-8l-cpu", "tiny-pp3-uneven.json"},
+                                              {"tiny-llama-cpu", "tiny-tp4-to-tp1.json"},
+                                              {"tiny-llama-cpu", "tiny-dp3-mixed.json"},
+                                              {"tiny-llama-cpu", "tiny-8rank.json"},
+                                              {"tiny-llama-cpu", "tiny-recompute-mixed.json"},
+                                              {"tiny-llama-cpu-zero1", "tiny-dp3-mixed.json"},
+                                              {"tiny-llama-cpu-gpipe", "tiny-pp2-tp2-tp1.json"},
+                                              {"tiny-llama-cpu", "tiny-interleaved-2x2.json"},
+                                              {"tiny-llama-8l-cpu", "tiny-interleaved-uneven.json"},
+                                              {"tiny-llama-8l-cpu", "tiny-interleaved-edges.json"},
+                                              {"tiny-llama-cpu", "tiny-dp2-edges.json"}};
   return cases;
 }
 

@@ -65,7 +65,8 @@ MemoryBreakdown device_peak_memory(const Program& program, const DeviceLayout& d
     const int chunks = num_chunks(device);
     return chunked_memory(
         scenario.model, scenario.training, device,
-        interleaved_in_flight(device.stage, device.stages / chunks, chunks, device.micro_batches),
+        interleaved_in_flight(device.stage, device.stages / chunks, chunks, device.micro_batches,
+                              chunk_activation_bytes(scenario.model, scenario.training, device)),
         pipelines(program));
   }
   return device_memory(scenario.model, scenario.training,

@@ -10,9 +10,11 @@ namespace {
 
 // Micro-batches alive at once: from the start of a micro-batch's first forward op
 // to the end of its last backward op; a micro-batch in two chunks of an interleaved
-// pipeline counts twice. `per_chunk`: at the (first) peak, the micro-batches of each chunk.
+// pipeline counts twice. `per_chunk`: the micro-batches of each chunk at the first point
+// where their activation bytes peak (chunk_activation_bytes).
 int max_in_flight(const RunInputs& in, const DeviceLayout& l, const ExecutionResult& r,
                   std::vector<int>* per_chunk) {
+  const std::vector<double> bytes = chunk_activation_bytes(in.model, in.training, l);
   std::map<std::pair<int, int>, std::pair<double, double>>
       span;  // (chunk, micro-batch) -> (first forward start, last backward end)
   for (int id = l.op_begin; id < l.op_end; ++id) {
@@ -33,10 +35,14 @@ int max_in_flight(const RunInputs& in, const DeviceLayout& l, const ExecutionRes
   std::vector<int> now(static_cast<std::size_t>(num_chunks(l)), 0);
   if (per_chunk != nullptr) *per_chunk = now;
   int alive = 0, peak = 0;
+  double most = 0;
   for (auto [t, d, c] : events) {
     now[static_cast<std::size_t>(c)] += d;
-    if ((alive += d) > peak) {
-      peak = alive;
+    peak = std::max(peak, alive += d);
+    double held = 0;  // summed afresh: equal holdings compare equal
+    for (std::size_t k = 0; k < now.size(); ++k) held += now[k] * bytes[k];
+    if (held > most) {
+      most = held;
       if (per_chunk != nullptr) *per_chunk = now;
     }
   }

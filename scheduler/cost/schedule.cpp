@@ -73,19 +73,26 @@ std::vector<ChunkStep> interleaved_order(int rank, int groups, int chunks, int m
   return order;
 }
 
-std::vector<int> interleaved_in_flight(int rank, int groups, int chunks, int micro_batches) {
-  // The peak is first reached at the first forward after the warm-up, when there is one: it
-  // lies in the order's first blocks of `groups` micro-batches, which are the same for every
-  // count of micro-batches that fills them and the next block.
+std::vector<int> interleaved_in_flight(int rank, int groups, int chunks, int micro_batches,
+                                       const std::vector<double>& bytes) {
+  // After the warm-up the order alternates one forward and one backward, and what each chunk
+  // holds repeats with the blocks of `groups` micro-batches (every chunk gains and loses
+  // `groups` a block) until the forwards run out; then it only loses. So the peak lies in the
+  // warm-up or the first block after it: in the order's first blocks, which are the same for
+  // every count of micro-batches that fills them and the next block. A last block of fewer
+  // than `groups` micro-batches (not a plan's: the plan check refuses it) breaks the repeat:
+  // then the whole order is read.
   const int warmup = (groups - rank - 1) * 2 + (chunks - 1) * groups;
   const int blocks = (warmup + 1 + groups * chunks - 1) / (groups * chunks) + 1;
-  const int m = std::min(micro_batches, blocks * groups);
+  const int m =
+      micro_batches % groups == 0 ? std::min(micro_batches, blocks * groups) : micro_batches;
   std::vector<int> now(static_cast<std::size_t>(chunks), 0), peak = now;
-  int alive = 0, most = 0;
+  double most = 0;
   for (const ChunkStep& s : interleaved_order(rank, groups, chunks, m)) {
-    const int d = s.forward ? 1 : -1;
-    now[static_cast<std::size_t>(s.chunk)] += d;
-    alive += d;
+    now[static_cast<std::size_t>(s.chunk)] += s.forward ? 1 : -1;
+    double alive = 0;  // summed afresh: equal holdings compare equal
+    for (std::size_t c = 0; c < now.size(); ++c)
+      alive += now[c] * (bytes.empty() ? 1.0 : bytes.at(c));
     if (alive > most) {
       most = alive;
       peak = now;

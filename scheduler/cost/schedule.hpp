@@ -69,8 +69,11 @@ struct ChunkStep {
 std::vector<ChunkStep> interleaved_order(int rank, int groups, int chunks, int micro_batches);
 
 // Per chunk, the micro-batches whose activations group `rank` keeps (forward run, backward
-// not yet) at the first point of its order where the most (chunk, micro-batch) pairs are.
-std::vector<int> interleaved_in_flight(int rank, int groups, int chunks, int micro_batches);
+// not yet) at the first point of its order where their bytes peak: `bytes[c]` is what one
+// micro-batch of chunk c keeps (empty: 1 each, the most (chunk, micro-batch) pairs). Chunks of
+// unequal size peak where the large ones hold the most, not always where the most are alive.
+std::vector<int> interleaved_in_flight(int rank, int groups, int chunks, int micro_batches,
+                                       const std::vector<double>& bytes = {});
 
 // Per stage and micro-batch: forward, backward, and the transfers over the boundary to
 // the next stage (0 for the last stage).

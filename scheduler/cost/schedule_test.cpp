@@ -257,27 +257,46 @@ TEST(Schedule, ManyMicroBatchesCostWhatTheSteadyStateCosts) {
 }
 
 TEST(Schedule, InterleavedInFlightIsThePeakOfTheWholeOrder) {
-  // The definition, over the whole order, against the bounded prefix the function reads.
-  for (int groups = 1; groups <= 6; ++groups) {
-    for (int chunks = 1; chunks <= 4; ++chunks) {
-      for (int rank = 0; rank < groups; ++rank) {
-        for (int m = 1; m <= 6 * groups + 3; ++m) {
-          std::vector<int> now(static_cast<std::size_t>(chunks), 0), peak = now;
-          int alive = 0, most = 0;
-          for (const ChunkStep& step : interleaved_order(rank, groups, chunks, m)) {
-            now[static_cast<std::size_t>(step.chunk)] += step.forward ? 1 : -1;
-            alive += step.forward ? 1 : -1;
-            if (alive > most) {
-              most = alive;
-              peak = now;
+  // The definition, over the whole order, against the bounded prefix the function reads: by
+  // count, and by bytes with chunks of unequal size (an empty first chunk, a large one, equal
+  // ones), where the peak of bytes need not be the peak of count.
+  const std::vector<std::vector<double>> sizes = {{}, {0, 3, 1, 1}, {5, 1, 2, 7}, {1, 1, 0.25, 9}};
+  for (const std::vector<double>& size : sizes) {
+    for (int groups = 1; groups <= 6; ++groups) {
+      for (int chunks = 1; chunks <= 4; ++chunks) {
+        const std::vector<double> bytes =
+            size.empty() ? size : std::vector<double>(size.begin(), size.begin() + chunks);
+        for (int rank = 0; rank < groups; ++rank) {
+          for (int m = 1; m <= 6 * groups + 3; ++m) {
+            std::vector<int> now(static_cast<std::size_t>(chunks), 0), peak = now;
+            double most = 0;
+            for (const ChunkStep& step : interleaved_order(rank, groups, chunks, m)) {
+              now[static_cast<std::size_t>(step.chunk)] += step.forward ? 1 : -1;
+              double alive = 0;
+              for (int c = 0; c < chunks; ++c)
+                alive += now[static_cast<std::size_t>(c)] *
+                         (bytes.empty() ? 1.0 : bytes[static_cast<std::size_t>(c)]);
+              if (alive > most) {
+                most = alive;
+                peak = now;
+              }
             }
+            EXPECT_EQ(interleaved_in_flight(rank, groups, chunks, m, bytes), peak)
+                << "groups " << groups << " chunks " << chunks << " rank " << rank << " m " << m
+                << " sizes " << bytes.size();
           }
-          EXPECT_EQ(interleaved_in_flight(rank, groups, chunks, m), peak)
-              << "groups " << groups << " chunks " << chunks << " rank " << rank << " m " << m;
         }
       }
     }
   }
+  // Where the bytes and the count peak apart, 2 groups of 3 chunks, 8 micro-batches: group 0
+  // keeps 7 (chunk, micro-batch) pairs at most, as 3 + 2 + 2, but with its first chunk holding
+  // the embedding alone (no layer) its bytes peak at 2 + 2 + 2; group 1, whose last chunk holds
+  // the head alone, at 3 + 2 + 0 rather than at the count's 2 + 2 + 1.
+  EXPECT_EQ(interleaved_in_flight(0, 2, 3, 8), (std::vector<int>{3, 2, 2}));
+  EXPECT_EQ(interleaved_in_flight(0, 2, 3, 8, {0, 1, 1}), (std::vector<int>{2, 2, 2}));
+  EXPECT_EQ(interleaved_in_flight(1, 2, 3, 8), (std::vector<int>{2, 2, 1}));
+  EXPECT_EQ(interleaved_in_flight(1, 2, 3, 8, {1, 1, 0}), (std::vector<int>{3, 2, 0}));
 }
 
 }  // namespace

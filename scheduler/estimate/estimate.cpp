@@ -268,17 +268,23 @@ MemoryBreakdown CostModel::memory(const Pipeline& p, int si, int rank, int dp) c
 }
 
 // A device of group r of an interleaved pipeline holds each of its chunks' weights and, at
-// the peak of its order, each chunk's micro-batches in flight then (schedule.hpp).
+// the peak of its order's activation bytes, each chunk's micro-batches in flight then
+// (schedule.hpp).
 MemoryBreakdown CostModel::interleaved_memory(const Pipeline& p, int r, int rank, int dp) const {
   const int groups = p.groups(), chunks = p.chunks();
-  const std::vector<int> alive = interleaved_in_flight(r, groups, chunks, p.micro_batches());
+  std::vector<StageShape> shapes;
+  std::vector<double> bytes;  // one micro-batch's activations per chunk
+  for (int c = 0; c < chunks; ++c) {
+    shapes.push_back(rank_shape(p, c * groups + r, rank, model_.heads));
+    shapes.back().in_flight = 1;
+    shapes.back().dp = dp;
+    bytes.push_back(device_memory(model_, training_, shapes.back()).activations);
+  }
+  const std::vector<int> alive = interleaved_in_flight(r, groups, chunks, p.micro_batches(), bytes);
   MemoryBreakdown sum;
   for (int c = 0; c < chunks; ++c) {
-    StageShape shape = rank_shape(p, c * groups + r, rank, model_.heads);
-    shape.in_flight = alive[static_cast<std::size_t>(c)];
-    shape.dp = dp;
-    const MemoryBreakdown m = device_memory(model_, training_, shape);
-    sum.add_chunk(m);
+    shapes[static_cast<std::size_t>(c)].in_flight = alive[static_cast<std::size_t>(c)];
+    sum.add_chunk(device_memory(model_, training_, shapes[static_cast<std::size_t>(c)]));
   }
   return sum;
 }

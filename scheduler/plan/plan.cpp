@@ -147,7 +147,7 @@ Stage read_stage(const JsonNode& node) {
   if (!layers.json().is_array() || layers.size() != 2) layers.fail("a layer range [l0, l1)");
   s.layer_begin = static_cast<int>(layers.at(std::size_t{0}).integer_in(0, INT32_MAX));
   s.layer_end = static_cast<int>(layers.at(std::size_t{1}).integer_in(0, INT32_MAX));
-  if (s.layer_end <= s.layer_begin) layers.fail("a non-empty layer range [l0, l1) with l0 < l1");
+  if (s.layer_end < s.layer_begin) layers.fail("a layer range [l0, l1) with l0 <= l1");
   if (s.mesh()) return s;
   if (auto split = node.find("head_split")) {
     if (split->size() != s.devices.size()) {
@@ -268,6 +268,7 @@ class PlanChecker {
           if (auto st = devices_exist_once(s, path); !st) return st;
         }
         if (auto st = layers_follow(s, path, next_layer); !st) return st;
+        if (auto st = layers_held(p, si, path); !st) return st;
         next_layer = s.layer_end;
         if (auto st = layers_in_model(s, path); !st) return st;
         if (!s.mesh()) {
@@ -407,6 +408,20 @@ class PlanChecker {
                   ") are not assigned (gap before this stage)"
             : "layers [" + std::to_string(s.layer_begin) + ", " + std::to_string(next_layer) +
                   ") are assigned twice (overlap with the previous stage)");
+  }
+
+  // Only a pipeline's first stage (the embedding alone) or last stage (the head alone) may
+  // hold no layer, and not a sequence mesh.
+  Status layers_held(const Pipeline& p, std::size_t si, const std::string& path) const {
+    const Stage& s = p.stages[si];
+    if (s.layers() > 0) return {};
+    if (s.mesh()) return fail(path + "/layers", "a sequence mesh stage holds at least one layer");
+    if (p.stages.size() < 2 || (si != 0 && si + 1 != p.stages.size())) {
+      return fail(path + "/layers",
+                  "an empty layer range: only a pipeline's first stage (the embedding alone) or "
+                  "last stage (the head alone) may hold no layer");
+    }
+    return {};
   }
 
   Status layers_in_model(const Stage& s, const std::string& path) const {

@@ -3,7 +3,8 @@
 //   {"version": 1, "pipelines": [{"batch": 32, "micro_batch": 1,
 //     "stages": [{"devices": [0, 1], "layers": [0, 16]}, ...]}, ...]}
 // Each pipeline takes its share of the global batch (uneven allowed); each stage
-// lists its devices (the TP group, in TP-rank order) and the layer range [l0, l1).
+// lists its devices (the TP group, in TP-rank order) and the layer range [l0, l1), empty
+// only on a pipeline's first stage (the embedding alone) or last (the head alone).
 // Optional per stage: "head_split": heads per device (uneven TP; default even);
 // "recompute": "none" | "selective" | "full" (the stage's activation recompute;
 // default: the scenario's training.recompute).
@@ -26,10 +27,11 @@
 // appears v = stages / p times, in the same cyclic order:
 //   p = 2, v = 2, 16 layers: [g0: 0-4] [g1: 4-9] [g0: 9-12] [g1: 12-16]
 // (g0 holds layers 0-4 and 9-12 as chunks 0 and 1). Layers per chunk may differ (each at
-// least one). A micro-batch goes through groups 0..p-1 v times; the wrap from group p - 1's
-// chunk c to group 0's chunk c + 1 is a stage boundary like any other. Such a pipeline runs
-// interleaved 1F1B (scheduler/cost/schedule.hpp) under training.schedule "1f1b" (GPipe is
-// refused); every stage of a group has its devices, head_split and recompute.
+// least one but the first and last chunk: Megatron-LM's layout of large jobs gives them the
+// embedding and the head alone). A micro-batch goes through groups 0..p-1 v times; the wrap from
+// group p - 1's chunk c to group 0's chunk c + 1 is a stage boundary like any other. Such a
+// pipeline runs interleaved 1F1B (scheduler/cost/schedule.hpp) under training.schedule "1f1b"
+// (GPipe is refused); every stage of a group has its devices, head_split and recompute.
 
 #include <filesystem>
 #include <optional>

@@ -85,9 +85,16 @@ TEST(Plan, StructuralErrors) {
        "grouped-query KV groups), got 1"},
       {edited(kPlan, "[4, 5, 6, 7]", "[4, 5], \"head_split\": [2, 4]"),
        "p.json: /pipelines/1/stages/0/head_split: head counts sum to 6, expected 4"},
-      {edited(kPlan, "\"layers\": [5, 8]", "\"layers\": [5, 5]"),
-       "p.json: /pipelines/0/stages/1/layers: expected a non-empty layer range [l0, l1) with l0 < "
-       "l1, got an array [5,5]"},
+      {edited(kPlan, "\"layers\": [5, 8]", "\"layers\": [5, 4]"),
+       "p.json: /pipelines/0/stages/1/layers: expected a layer range [l0, l1) with l0 <= l1, got "
+       "an array [5,4]"},
+      {edited(kPlan, "[2, 3], \"layers\": [5, 8]",
+              "[2], \"layers\": [5, 5]}, {\"devices\": [3], \"layers\": [5, 8]"),
+       "p.json: /pipelines/0/stages/1/layers: an empty layer range: only a pipeline's first stage "
+       "(the embedding alone) or last stage (the head alone) may hold no layer"},
+      {edited(kPlan, "\"layers\": [0, 8]", "\"layers\": [0, 0]"),
+       "p.json: /pipelines/1/stages/0/layers: an empty layer range: only a pipeline's first stage "
+       "(the embedding alone) or last stage (the head alone) may hold no layer"},
       {edited(kPlan, "\"batch\": 3, \"micro_batch\": 1", "\"batch\": 3, \"micro_batch\": 2"),
        "p.json: /pipelines/0/batch: expected a multiple of micro_batch (2), got 3"},
       {edited(kPlan, "\"version\": 1", "\"version\": 0"),

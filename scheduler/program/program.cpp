@@ -137,6 +137,14 @@ MemoryBreakdown chunked_memory(const Model& model, const TrainingConfig& trainin
   return sum;
 }
 
+std::vector<double> chunk_activation_bytes(const Model& model, const TrainingConfig& training,
+                                           const DeviceLayout& l) {
+  std::vector<double> bytes;
+  for (int c = 0; c < num_chunks(l); ++c)
+    bytes.push_back(device_memory(model, training, chunk_shape(l, c, 1, 1)).activations);
+  return bytes;
+}
+
 StageShape stage_shape(const DeviceLayout& l, int in_flight, int dp) {
   StageShape s;
   s.layer_begin = l.layer_begin;

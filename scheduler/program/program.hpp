@@ -447,6 +447,11 @@ MemoryBreakdown chunked_memory(const Model& model, const TrainingConfig& trainin
                                const DeviceLayout& layout, const std::vector<int>& in_flight,
                                int dp);
 
+// Per chunk of a device, the activation bytes one micro-batch keeps alive (the weights of
+// interleaved_in_flight's peak).
+std::vector<double> chunk_activation_bytes(const Model& model, const TrainingConfig& training,
+                                           const DeviceLayout& layout);
+
 // The stage shape (cost_model.hpp) of a device's layout, for memory accounting.
 StageShape stage_shape(const DeviceLayout& layout, int in_flight = 1, int dp = 1);
 
