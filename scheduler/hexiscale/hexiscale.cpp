@@ -118,26 +118,47 @@ constexpr long kPolishBudget = 400;
 // full estimate than their curves say.
 constexpr double kPolishGap = 0.05;
 
-// Phase 2 splits layers, and ranks a pipeline's orders, by the pipeline curves, which overstate
-// sends where one NIC carries a machine's boundaries both ways (every boundary's rate at once);
-// the estimate's timeline overlaps sends with compute. Where the curves and the estimate
-// disagree on the best plan, four starts are polished under the full estimate
-// (SpecEvaluator::polish_layers): the best plan; its pipelines reversed, layers split anew
-// (fast GPUs last, where fewer micro-batches are in flight, may hold more layers); and each
-// with its layers split to balance compute alone (SpecEvaluator::compute_balanced). The
-// fastest replaces the best.
+// Phase 2 splits layers, and ranks a pipeline's orders, by the pipeline curves, which charge a
+// stage each of its boundaries' sends whole (where one NIC carries a machine's boundaries both
+// ways, at every boundary's rate at once); the estimate's timeline overlaps much of them with
+// compute. So the curves may be near the estimate on the split they chose and far off on others:
+// they spare the stages next to a slow boundary layers the timeline would have overlapped. The
+// best plan and its pipelines reversed (fast GPUs last, where fewer micro-batches are in flight,
+// may hold more layers) are each also split with sends weighted 0, 1/4, 1/2 and 3/4
+// (SpecEvaluator::compute_balanced) and scored under the full estimate. Where the curves and the
+// estimate disagree on the best plan, or a reweighted split is faster, four starts are polished
+// under the full estimate (SpecEvaluator::polish_layers): the best plan, its reverse, and the
+// fastest reweighted split of each. The fastest replaces the best.
+constexpr double kSendWeights[] = {0, 0.25, 0.5, 0.75};
+
+// The fastest of `start`'s splits under kSendWeights, or nullopt where none differs and fits.
+std::optional<ScoredPlan> best_reweighted(const SpecEvaluator& ev, const ScoredPlan& start) {
+  std::optional<ScoredPlan> best;
+  for (const double w : kSendWeights) {
+    auto split = ev.compute_balanced(start, w);
+    if (split && (!best || split->objective() < best->objective())) best = std::move(split);
+  }
+  return best;
+}
+
 void polish(SpecEvaluator& ev, SpecResult& best) {
   const double curves = ev.pipelines_s(best.spec), estimated = best.scored.estimate.pipeline_s;
-  if (!(std::abs(curves - estimated) > kPolishGap * estimated)) return;
+  const bool disagree = std::abs(curves - estimated) > kPolishGap * estimated;
   std::vector<SpecResult> starts{best};
   PlanSpec reversed = best.spec;
   for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
-  if (auto r = ev.evaluate(reversed, "hexiscale"); r && r->estimate.feasible)
-    starts.push_back(SpecResult{std::move(reversed), std::move(*r)});
-  for (std::size_t i = 0, n = starts.size(); i < n; ++i) {
-    if (auto balanced = ev.compute_balanced(starts[i].scored))
-      starts.push_back(SpecResult{starts[i].spec, std::move(*balanced)});
+  std::optional<ScoredPlan> reweighted[2] = {best_reweighted(ev, best.scored), std::nullopt};
+  if (auto r = ev.evaluate(reversed, "hexiscale"); r && r->estimate.feasible) {
+    reweighted[1] = best_reweighted(ev, *r);
+    starts.push_back(SpecResult{reversed, std::move(*r)});
   }
+  bool faster = false;
+  for (int i = 0; i < 2; ++i) {
+    if (!reweighted[i]) continue;
+    faster = faster || reweighted[i]->objective() < best.scored.objective();
+    starts.push_back(SpecResult{i == 0 ? best.spec : reversed, std::move(*reweighted[i])});
+  }
+  if (!disagree && !faster) return;
   for (SpecResult& start : starts) {
     long budget = kPolishBudget;
     if (auto polished = ev.polish_layers(start.scored, budget)) start.scored = std::move(*polished);

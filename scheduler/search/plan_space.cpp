@@ -463,7 +463,8 @@ std::optional<ScoredPlan> SpecEvaluator::polish_layers(const ScoredPlan& scored,
   return best;
 }
 
-std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scored) const {
+std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scored,
+                                                          double send_weight) const {
   Plan plan = scored.plan;
   const int dp = static_cast<int>(plan.pipelines.size());
   const int layers = cm_.model().layers;
@@ -487,11 +488,16 @@ std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scor
           per_layer > 0 ? static_cast<int>(std::min<double>(layers, room / per_layer)) : layers;
       if (most[i] < 1) return std::nullopt;
     }
+    std::vector<double> fixed(static_cast<std::size_t>(k));  // compute, and the weighted sends
+    for (int i = 0; i < k; ++i) {
+      fixed[i] =
+          terms[i].fixed_s + send_weight * (terms[i].send_s + (i > 0 ? terms[i - 1].send_s : 0.0));
+    }
     // The least T at which stages of at most T each (fixed + l * per layer) hold every layer.
     auto at = [&](double t, std::vector<int>& l) {
       long sum = 0;
       for (int i = 0; i < k; ++i) {
-        const double fit = (t - terms[i].fixed_s) / terms[i].per_layer_s;
+        const double fit = (t - fixed[i]) / terms[i].per_layer_s;
         l[i] = static_cast<int>(std::clamp<double>(std::floor(fit), 1, most[i]));
         sum += l[i];
       }
@@ -499,7 +505,7 @@ std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scor
     };
     std::vector<int> l(k);
     double lo = 0, hi = 0;
-    for (int i = 0; i < k; ++i) hi = std::max(hi, terms[i].fixed_s + layers * terms[i].per_layer_s);
+    for (int i = 0; i < k; ++i) hi = std::max(hi, fixed[i] + layers * terms[i].per_layer_s);
     if (at(hi, l) < layers) return std::nullopt;
     for (int round = 0; round < 100; ++round) {
       const double mid = (lo + hi) / 2;
@@ -510,8 +516,8 @@ std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scor
       int slowest = -1;
       for (int i = 0; i < k; ++i) {
         if (l[i] > 1 &&
-            (slowest < 0 || terms[i].fixed_s + l[i] * terms[i].per_layer_s >
-                                terms[slowest].fixed_s + l[slowest] * terms[slowest].per_layer_s))
+            (slowest < 0 || fixed[i] + l[i] * terms[i].per_layer_s >
+                                fixed[slowest] + l[slowest] * terms[slowest].per_layer_s))
           slowest = i;
       }
       --l[slowest];

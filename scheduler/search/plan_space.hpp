@@ -118,11 +118,14 @@ class SpecEvaluator {
   // NIC carries a machine's forward and backward boundaries (every boundary's rate at once);
   // there the full estimate's best split differs.
   std::optional<ScoredPlan> polish_layers(const ScoredPlan& scored, long& budget) const;
-  // `scored` with each pipeline's layers split to balance its stages' compute alone
-  // (forward, backward and TP collectives; sends left to overlap, as the estimate's timeline
-  // overlaps them): the least slowest stage under memory, each stage keeping its recompute;
-  // nullopt where it does not fit or changes nothing.
-  std::optional<ScoredPlan> compute_balanced(const ScoredPlan& scored) const;
+  // `scored` with each pipeline's layers split to balance its stages' compute (forward,
+  // backward and TP collectives) plus `send_weight` times the sends over both of a stage's
+  // boundaries: the least slowest stage under memory, each stage keeping its recompute;
+  // nullopt where it does not fit or changes nothing. Weight 0 leaves every send to overlap,
+  // as the estimate's timeline overlaps most; the pipeline curves charge a stage each
+  // boundary's send whole (weight 1); the estimate's best often lies between.
+  std::optional<ScoredPlan> compute_balanced(const ScoredPlan& scored,
+                                             double send_weight = 0) const;
 
   long evaluations() const { return evaluations_; }
   // Use `other`'s caches of curves and stage terms (thread-safe; for evaluators of one

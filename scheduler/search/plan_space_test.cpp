@@ -104,13 +104,10 @@ class MixedPipelines : public ::testing::Test {
 };
 
 TEST_F(MixedPipelines, ComputeBalancedIsTheLeastSlowestStageComputeThatFits) {
+  // Every split of the 12 layers over the 4 stages: the least slowest stage among those that
+  // fit, by the stages' own terms, a stage's time its compute plus the weighted sends over
+  // both of its boundaries.
   const Plan start = plan({3, 3, 3, 3}, 1);
-  const auto balanced = ev->compute_balanced(score_plan(*cm, start));
-  ASSERT_TRUE(balanced.has_value());
-  ASSERT_TRUE(balanced->estimate.feasible);
-  EXPECT_EQ(balanced->estimate.iteration_time_s, cm->estimate(balanced->plan).iteration_time_s);
-  // Every split of the 12 layers over the 4 stages: the least slowest compute among those
-  // that fit, by the stages' own terms.
   const Pipeline& pipe = start.pipelines[0];
   const int k = 4, m = pipe.micro_batches();
   std::vector<StageTerms> terms;
@@ -118,28 +115,38 @@ TEST_F(MixedPipelines, ComputeBalancedIsTheLeastSlowestStageComputeThatFits) {
     terms.push_back(stage_terms(*cm, pipe.stages[i].devices, i == 0, i + 1 == k,
                                 i + 1 < k ? &pipe.stages[i + 1].devices : nullptr, 1, 1));
   }
-  auto slowest = [&](const std::vector<int>& l) {
-    double worst = 0;
-    for (int i = 0; i < k; ++i)
-      worst = std::max(worst, terms[i].fixed_s + l[i] * terms[i].per_layer_s);
-    return worst;
-  };
-  double least = kInfeasible;
-  std::vector<int> cur;
-  testing::compositions(12, k, cur, [&]() {
-    const std::vector<int>& l = cur;
-    for (int i = 0; i < k; ++i) {
-      const int in_flight = in_flight_micro_batches(sc->training.schedule, i, k, m);
-      if (terms[i].memory(l[i], in_flight) > terms[i].capacity_bytes) return;
-    }
-    least = std::min(least, slowest(l));
-  });
-  ASSERT_NE(least, kInfeasible);
-  std::vector<int> got;
-  for (const Stage& s : balanced->plan.pipelines[0].stages) got.push_back(s.layers());
-  EXPECT_NEAR(slowest(got), least, 1e-12 * least) << "split " << ::testing::PrintToString(got);
-  // The RTX 3090s, slower, hold fewer layers.
-  EXPECT_GT(got[0] + got[1], got[2] + got[3]);
+  ASSERT_GT(terms[1].send_s, 0.01 * terms[1].per_layer_s);  // the machine boundary weighs
+  for (const double w : {0.0, 0.5, 1.0}) {
+    const auto balanced = ev->compute_balanced(score_plan(*cm, start), w);
+    ASSERT_TRUE(balanced.has_value()) << "weight " << w;
+    ASSERT_TRUE(balanced->estimate.feasible);
+    EXPECT_EQ(balanced->estimate.iteration_time_s, cm->estimate(balanced->plan).iteration_time_s);
+    auto slowest = [&](const std::vector<int>& l) {
+      double worst = 0;
+      for (int i = 0; i < k; ++i) {
+        const double sends = terms[i].send_s + (i > 0 ? terms[i - 1].send_s : 0.0);
+        worst = std::max(worst, terms[i].fixed_s + w * sends + l[i] * terms[i].per_layer_s);
+      }
+      return worst;
+    };
+    double least = kInfeasible;
+    std::vector<int> cur;
+    testing::compositions(12, k, cur, [&]() {
+      const std::vector<int>& l = cur;
+      for (int i = 0; i < k; ++i) {
+        const int in_flight = in_flight_micro_batches(sc->training.schedule, i, k, m);
+        if (terms[i].memory(l[i], in_flight) > terms[i].capacity_bytes) return;
+      }
+      least = std::min(least, slowest(l));
+    });
+    ASSERT_NE(least, kInfeasible);
+    std::vector<int> got;
+    for (const Stage& s : balanced->plan.pipelines[0].stages) got.push_back(s.layers());
+    EXPECT_NEAR(slowest(got), least, 1e-12 * least)
+        << "weight " << w << " split " << ::testing::PrintToString(got);
+    // The RTX 3090s, slower, hold fewer layers.
+    EXPECT_GT(got[0] + got[1], got[2] + got[3]);
+  }
 }
 
 TEST_F(MixedPipelines, PolishLayersEndsWhereNoOneLayerMoveHelps) {
