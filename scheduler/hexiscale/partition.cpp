@@ -1,10 +1,14 @@
 #include "scheduler/hexiscale/partition.hpp"
 
+#include <fcntl.h>
 #include <metis.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <mutex>
 #include <optional>
 
 namespace hexi {
@@ -117,6 +121,48 @@ void sparsify(Edges& edges) {
   }
 }
 
+// METIS prints to standard output where its initial bisections meet an empty side ("Cannot
+// bisect a graph with 0 vertices!"; it still returns a partition), which would land inside a
+// command's --json answer. While any thread partitions, standard output goes to /dev/null: the
+// first one in redirects it, the last one out restores it (nothing else prints during a search).
+class QuietStdout {
+ public:
+  QuietStdout() {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (count()++ > 0) return;
+    std::fflush(stdout);
+    saved() = dup(STDOUT_FILENO);
+    const int null = open("/dev/null", O_WRONLY);
+    if (saved() >= 0 && null >= 0) dup2(null, STDOUT_FILENO);
+    if (null >= 0) close(null);
+  }
+  ~QuietStdout() {
+    std::lock_guard<std::mutex> lock(mutex());
+    if (--count() > 0) return;
+    std::fflush(stdout);
+    if (saved() >= 0) {
+      dup2(saved(), STDOUT_FILENO);
+      close(saved());
+    }
+  }
+  QuietStdout(const QuietStdout&) = delete;
+  QuietStdout& operator=(const QuietStdout&) = delete;
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static int& count() {
+    static int n = 0;
+    return n;
+  }
+  static int& saved() {
+    static int fd = -1;
+    return fd;
+  }
+};
+
 // METIS's k-way partition of the graph into `parts` under both constraints (5 % imbalance):
 // each vertex's part, or nothing where METIS fails.
 std::optional<std::vector<idx_t>> metis_kway(std::vector<idx_t> vwgt, const Edges& edges, int parts,
@@ -137,6 +183,7 @@ std::optional<std::vector<idx_t>> metis_kway(std::vector<idx_t> vwgt, const Edge
   options[METIS_OPTION_SEED] = static_cast<idx_t>(seed % 1000000007ULL);
   options[METIS_OPTION_NUMBERING] = 0;
   std::vector<idx_t> part(n, 0);
+  QuietStdout quiet;
   const int rc = METIS_PartGraphKway(&n, &ncon, xadj.data(), adjncy.data(), vwgt.data(), nullptr,
                                      adjwgt.data(), &nparts, nullptr, ubvec.data(), options,
                                      &objval, part.data());
