@@ -124,21 +124,26 @@ constexpr double kPolishGap = 0.05;
 // compute. So the curves may be near the estimate on the split they chose and far off on others:
 // they spare the stages next to a slow boundary layers the timeline would have overlapped. The
 // best plan and its pipelines reversed (fast GPUs last, where fewer micro-batches are in flight,
-// may hold more layers) are each also split with sends weighted 0, 1/4, 1/2 and 3/4
-// (SpecEvaluator::compute_balanced) and scored under the full estimate. Where the curves and the
-// estimate disagree on the best plan, or a reweighted split is faster, four starts are polished
-// under the full estimate (SpecEvaluator::polish_layers): the best plan, its reverse, and the
-// fastest reweighted split of each. The fastest replaces the best.
-constexpr double kSendWeights[] = {0, 0.25, 0.5, 0.75};
+// may hold more layers) are each also split by compute alone and with the sends weighted 1/4,
+// 1/2 and 3/4 (SpecEvaluator::compute_balanced), scored under the full estimate. Where the curves
+// and the estimate disagree on the best plan, or such a split is faster, the polish
+// (SpecEvaluator::polish_layers) runs from the best plan, its reverse, the compute-alone split of
+// each and the fastest weighted one where it differs. The fastest replaces the best (the first
+// of equals, in that order).
+constexpr double kSendWeights[] = {0.25, 0.5, 0.75};
 
-// The fastest of `start`'s splits under kSendWeights, or nullopt where none differs and fits.
-std::optional<ScoredPlan> best_reweighted(const SpecEvaluator& ev, const ScoredPlan& start) {
-  std::optional<ScoredPlan> best;
+// `start` split by compute alone, and its fastest split with weighted sends; either nullopt
+// where it does not fit or changes nothing, the second also where it is the first.
+std::pair<std::optional<ScoredPlan>, std::optional<ScoredPlan>> resplit(const SpecEvaluator& ev,
+                                                                        const ScoredPlan& start) {
+  std::optional<ScoredPlan> alone = ev.compute_balanced(start, 0), weighted;
   for (const double w : kSendWeights) {
     auto split = ev.compute_balanced(start, w);
-    if (split && (!best || split->objective() < best->objective())) best = std::move(split);
+    if (split && (!weighted || split->objective() < weighted->objective()))
+      weighted = std::move(split);
   }
-  return best;
+  if (alone && weighted && plan_text(alone->plan) == plan_text(weighted->plan)) weighted.reset();
+  return {std::move(alone), std::move(weighted)};
 }
 
 void polish(SpecEvaluator& ev, SpecResult& best) {
@@ -147,16 +152,19 @@ void polish(SpecEvaluator& ev, SpecResult& best) {
   std::vector<SpecResult> starts{best};
   PlanSpec reversed = best.spec;
   for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
-  std::optional<ScoredPlan> reweighted[2] = {best_reweighted(ev, best.scored), std::nullopt};
+  auto splits = resplit(ev, best.scored);
+  decltype(splits) reversed_splits;
   if (auto r = ev.evaluate(reversed, "hexiscale"); r && r->estimate.feasible) {
-    reweighted[1] = best_reweighted(ev, *r);
+    reversed_splits = resplit(ev, *r);
     starts.push_back(SpecResult{reversed, std::move(*r)});
   }
   bool faster = false;
-  for (int i = 0; i < 2; ++i) {
-    if (!reweighted[i]) continue;
-    faster = faster || reweighted[i]->objective() < best.scored.objective();
-    starts.push_back(SpecResult{i == 0 ? best.spec : reversed, std::move(*reweighted[i])});
+  for (auto* split :
+       {&splits.first, &reversed_splits.first, &splits.second, &reversed_splits.second}) {
+    if (!*split) continue;
+    faster = faster || (*split)->objective() < best.scored.objective();
+    const bool of_best = split == &splits.first || split == &splits.second;
+    starts.push_back(SpecResult{of_best ? best.spec : reversed, std::move(**split)});
   }
   if (!disagree && !faster) return;
   for (SpecResult& start : starts) {
