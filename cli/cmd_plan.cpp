@@ -95,9 +95,10 @@ void print_idle(const Scenario& sc, const SearchResult& r) {
   std::cout << "idle: the plan leaves " << total << " of " << c.num_devices() << " GPUs idle ("
             << list << "): using them slows the iteration";
   if (r.all_gpus) {
+    const Plan& every = r.all_gpus->plan;
     std::cout << "; the best plan found on every GPU gives "
               << fmt(r.all_gpus->estimate.tokens_per_s, 0) << " tokens/s by the closed form ("
-              << r.all_gpus->plan.comment << ")";
+              << (every.comment.empty() ? every.scheduler + "'s plan" : every.comment) << ")";
   } else {
     std::cout << "; no plan on every GPU was found that fits";
   }

@@ -273,6 +273,26 @@ TEST(Search, HexiScaleLeavesASlowMachineIdleWhereItDragsTheJob) {
   EXPECT_FALSE(f->all_gpus.has_value());
 }
 
+// The plan said to run on every GPU does: over TCP with two single-A10 machines, an
+// assignment that hands each pipeline an A10 may get no stage on it from phase 2, and was
+// once reported as the every-GPU plan while it ran on 16 of the 18.
+TEST(Search, HexiScalesEveryGpuPlanRunsOnEveryGpu) {
+  Json c = {
+      {"version", 1},
+      {"name", "h800-a10-tcp"},
+      {"network", {{"nic_GBps", 2.4}, {"transport", "tcp"}}},
+      {"machines", Json::array({{{"name", "h"}, {"gpu", "H800"}, {"gpus", 4}, {"repeat", 4}},
+                                {{"name", "a"}, {"gpu", "A10"}, {"gpus", 1}, {"repeat", 2}}})}};
+  auto sc =
+      make_scenario(c, "llama-30b", {{"global_batch", 32}, {"micro_batch", 1}, {"seq_len", 2048}});
+  ASSERT_TRUE(sc.ok()) << sc.error().message;
+  auto r = run_pipeline_scheduler("hexiscale", *sc, {});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_LT(r->plan.num_devices(), 18) << r->plan.comment;
+  ASSERT_TRUE(r->all_gpus.has_value());
+  EXPECT_EQ(r->all_gpus->plan.num_devices(), 18) << r->all_gpus->plan.comment;
+}
+
 // The default planning call's schedulers: HexiScale and every baseline but the exhaustive one.
 TEST(Search, TheBestPlanRunsHexiScaleAndEveryCheapBaseline) {
   const std::vector<std::string> best = best_plan_schedulers();

@@ -186,12 +186,8 @@ HexiScaleSearch::Worker::Worker(const CostModel& model, const HexiScaleOptions& 
   builder.set_wide(wide);
 }
 
-bool HexiScaleSearch::uses_every_gpu(const Assignment& a) const {
-  int used = 0;
-  for (const auto& p : a) {
-    for (auto [m, n] : p) used += n;
-  }
-  return used == ev_.cost_model().cluster().num_devices();
+bool HexiScaleSearch::uses_every_gpu(const Plan& plan) const {
+  return plan.num_devices() == ev_.cost_model().cluster().num_devices();
 }
 
 bool HexiScaleSearch::splits_machines(const Assignment& a) const {
@@ -292,7 +288,7 @@ double HexiScaleSearch::record(const Assignment& a, const std::string& sig, Outc
   seen.estimated = seen.estimated || o.estimated;
   for (double tokens : o.counted) clock_.count(tokens);
   if (keep_ > 0 && o.best) keep(sig, *o.best);
-  if (o.best && uses_every_gpu(a) &&
+  if (o.best && uses_every_gpu(o.best->scored.plan) &&
       (!best_all_gpus_ || o.best->scored.objective() < best_all_gpus_->scored.objective()))
     best_all_gpus_ = *o.best;
   if (o.best && o.best->scored.objective() < best_objective()) {

@@ -85,7 +85,9 @@ class HexiScaleSearch {
   }
   // Whether some pipeline takes part of a machine (a device-level candidate).
   bool splits_machines(const Assignment& a) const;
-  bool uses_every_gpu(const Assignment& a) const;
+  // Whether a realized plan runs on every GPU (an assignment may hand a pipeline a segment
+  // that phase 2 gives no stage).
+  bool uses_every_gpu(const Plan& plan) const;
   // Phase 2 for every pipeline of an assignment.
   PlanSpec build(PipelineBuilder& builder, const Assignment& a) const;
   void sweep();  // phase 1 over D, cut modes and seeds
