@@ -149,22 +149,25 @@ std::pair<std::optional<ScoredPlan>, std::optional<ScoredPlan>> resplit(const Sp
 void polish(SpecEvaluator& ev, SpecResult& best) {
   const double curves = ev.pipelines_s(best.spec), estimated = best.scored.estimate.pipeline_s;
   const bool disagree = std::abs(curves - estimated) > kPolishGap * estimated;
-  std::vector<SpecResult> starts{best};
+  std::vector<SpecResult> starts{best}, alone, weighted;
+  auto add_splits = [&](const PlanSpec& spec, const ScoredPlan& start) {
+    auto [a, w] = resplit(ev, start);
+    if (a) alone.push_back(SpecResult{spec, std::move(*a)});
+    if (w) weighted.push_back(SpecResult{spec, std::move(*w)});
+  };
+  add_splits(best.spec, best.scored);
   PlanSpec reversed = best.spec;
   for (auto& p : reversed.pipelines) std::reverse(p.segments.begin(), p.segments.end());
-  auto splits = resplit(ev, best.scored);
-  decltype(splits) reversed_splits;
   if (auto r = ev.evaluate(reversed, "hexiscale"); r && r->estimate.feasible) {
-    reversed_splits = resplit(ev, *r);
-    starts.push_back(SpecResult{reversed, std::move(*r)});
+    add_splits(reversed, *r);
+    starts.push_back(SpecResult{std::move(reversed), std::move(*r)});
   }
   bool faster = false;
-  for (auto* split :
-       {&splits.first, &reversed_splits.first, &splits.second, &reversed_splits.second}) {
-    if (!*split) continue;
-    faster = faster || (*split)->objective() < best.scored.objective();
-    const bool of_best = split == &splits.first || split == &splits.second;
-    starts.push_back(SpecResult{of_best ? best.spec : reversed, std::move(**split)});
+  for (std::vector<SpecResult>* group : {&alone, &weighted}) {
+    for (SpecResult& split : *group) {
+      faster = faster || split.scored.objective() < best.scored.objective();
+      starts.push_back(std::move(split));
+    }
   }
   if (!disagree && !faster) return;
   for (SpecResult& start : starts) {
