@@ -391,24 +391,6 @@ Transport Cluster::transport(int a, int b) const {
   return Transport::kNominal;
 }
 
-Eigen::MatrixXd Cluster::bandwidth_matrix() const {
-  const int n = num_devices();
-  Eigen::MatrixXd m = Eigen::MatrixXd::Zero(n, n);
-  for (int i = 0; i < n; ++i) {
-    for (int j = i + 1; j < n; ++j) m(i, j) = m(j, i) = bandwidth(i, j);
-  }
-  return m;
-}
-
-Eigen::MatrixXd Cluster::latency_matrix() const {
-  const int n = num_devices();
-  Eigen::MatrixXd m = Eigen::MatrixXd::Zero(n, n);
-  for (int i = 0; i < n; ++i) {
-    for (int j = i + 1; j < n; ++j) m(i, j) = m(j, i) = latency(i, j);
-  }
-  return m;
-}
-
 std::vector<std::vector<int>> Cluster::connected_parts() const {
   // Machines connect through their leaf; leaves through the spine; overrides add edges.
   const int n = static_cast<int>(machines_.size());

@@ -11,7 +11,7 @@
 //                  leaf uplinks carry (sum of the leaf's NICs) / oversubscription
 // Latency adds the hops. Explicit overrides (device or machine pairs) replace both.
 // Queries are O(1) from machine-level data; dense device x device Eigen matrices are
-// built on demand (bandwidth_matrix()), for clusters up to a few thousand GPUs.
+// built on demand (cluster_matrices.hpp), for clusters up to a few thousand GPUs.
 
 #include <cstdint>
 #include <filesystem>
@@ -20,8 +20,6 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include "topologies/eigen.hpp"
 
 #include "topologies/gpu_catalog.hpp"
 #include "topologies/json_input.hpp"
@@ -146,10 +144,6 @@ class Cluster {
   // Whether the file named the network's transport (else: rdma, the default).
   bool network_transport_named() const { return network_transport_named_; }
   bool nominal_rates() const { return nominal_rates_; }
-
-  // Dense N x N matrices (diagonal 0). Memory 8*N^2 bytes each.
-  Eigen::MatrixXd bandwidth_matrix() const;
-  Eigen::MatrixXd latency_matrix() const;
 
   // Connected parts (lists of machine indices); one entry when fully connected.
   std::vector<std::vector<int>> connected_parts() const;

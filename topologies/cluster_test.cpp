@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "topologies/cluster_matrices.hpp"
 #include "topologies/paths.hpp"
 #include "topologies/testing.hpp"
 
@@ -62,12 +63,12 @@ TEST(Cluster, PairwiseBandwidthFollowsThePath) {
   EXPECT_DOUBLE_EQ(c->latency(8, 9), 10e-6 + 3e-6);
   EXPECT_EQ(c->link_class(8, 9), LinkClass::kHost);
   // Symmetric matrix with a zero diagonal.
-  Eigen::MatrixXd bw = c->bandwidth_matrix();
+  Eigen::MatrixXd bw = bandwidth_matrix(*c);
   EXPECT_EQ(bw.rows(), 10);
   EXPECT_TRUE(bw.isApprox(bw.transpose()));
   EXPECT_DOUBLE_EQ(bw(5, 5), 0);
   EXPECT_DOUBLE_EQ(bw(0, 8), 3.125e9);
-  EXPECT_DOUBLE_EQ(c->latency_matrix()(0, 4), 11e-6);
+  EXPECT_DOUBLE_EQ(latency_matrix(*c)(0, 4), 11e-6);
 }
 
 TEST(Cluster, OverridesReplaceThePath) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "scheduler/cost/all_to_all.hpp"
 #include "scheduler/cost/collectives.hpp"
 
 namespace hexi {

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "scheduler/cost/all_to_all.hpp"
 #include "topologies/testing.hpp"
 
 namespace hexi {

@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 
+#include "scheduler/cost/all_to_all.hpp"
 #include "scheduler/cost/collectives.hpp"
 #include "scheduler/cost/fluid.hpp"
 

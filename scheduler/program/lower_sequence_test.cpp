@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scheduler/cost/all_to_all.hpp"
 #include "scheduler/cost/sequence.hpp"
 #include "scheduler/plan/sequence_layout.hpp"
 #include "scheduler/plan/sequence_testing.hpp"

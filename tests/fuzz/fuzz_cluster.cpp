@@ -8,6 +8,7 @@
 
 #include "tests/fuzz/fuzz.hpp"
 #include "topologies/cluster.hpp"
+#include "topologies/cluster_matrices.hpp"
 
 namespace {
 
@@ -44,8 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   if (n <= 64) {
-    (void)cluster->bandwidth_matrix();
-    (void)cluster->latency_matrix();
+    (void)bandwidth_matrix(*cluster);
+    (void)latency_matrix(*cluster);
   }
   return 0;
 }
