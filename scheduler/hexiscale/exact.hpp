@@ -28,8 +28,9 @@
 //     pipelines) stays below the global micro-batch count;
 //   * at a leaf, the least over batch splits of the slowest m_p * f_p, then the realized
 //     plan's SpecEvaluator::iteration_floor_s (each stage's compute under the split the
-//     curves choose, with the fill before it), are lower bounds W of its iteration time; only
-//     W < T* is estimated in full. (The pipeline curves are no such bound: they approximate
+//     curves choose, with the fill before it; the DP sync's bytes through each machine's NICs
+//     from when its stages end at the earliest), are lower bounds W of its iteration time;
+//     only W < T* is estimated in full. (The pipeline curves are no such bound: they approximate
 //     the timeline from above where sends and the fill weigh.)
 // Symmetry: pipelines are unordered (multisets of types); devices within a machine
 // are interchangeable (canonical ids); of complete plans that are images of each other

@@ -741,17 +741,24 @@ double PipelineCurve::compute_floor() const {
 }
 
 double PipelineCurve::timeline_floor(int m) const {
-  if (m < 1) return kInfeasible;
+  const std::vector<double> f = finish_floors(m);
+  return f.empty() ? kInfeasible : f.front();
+}
+
+std::vector<double> PipelineCurve::finish_floors(int m) const {
+  if (m < 1) return {};
   const Solution& s = solution(m);
-  if (s.time == kInfeasible) return kInfeasible;
-  double before = 0, floor = 0;
-  for (int i = 0; i < num_stages(); ++i) {
+  if (s.time == kInfeasible) return {};
+  // f_s = max(m c_s, c_s + sends_s + f_{s+1}): the way to stage i > s passes stage s first.
+  std::vector<double> f(static_cast<std::size_t>(num_stages()));
+  double after = 0;  // f_{s+1}; none after the last stage
+  for (int i = num_stages() - 1; i >= 0; --i) {
     const StageTerms& t = options_[i][s.option[i]];
     const double c = t.fixed_s + s.layers[i] * t.per_layer_s;
-    floor = std::max(floor, before + m * c);
-    before += c + t.own_send_s + t.own_back_s;
+    const double through = i + 1 < num_stages() ? c + t.own_send_s + t.own_back_s + after : 0;
+    after = f[static_cast<std::size_t>(i)] = std::max(m * c, through);
   }
-  return floor;
+  return f;
 }
 
 int PipelineCurve::max_micro_batches_below(double limit, int max_m) const {

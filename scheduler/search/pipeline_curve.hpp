@@ -132,6 +132,11 @@ class PipelineCurve {
   // (c_j + own sends_j) + m c_i, with c a stage's compute per micro-batch; no wait counted
   // (kInfeasible when none fits).
   double timeline_floor(int m) const;
+  // Per stage s, a lower bound of when it ends its last backward in the timeline of m
+  // micro-batches under the same split: for every i >= s, the first micro-batch's way from s
+  // to i and the last gradient's way back (stages s .. i - 1's compute and own sends) around
+  // m c_i. The first is timeline_floor(m); empty when none fits.
+  std::vector<double> finish_floors(int m) const;
   // Steady-state seconds per micro-batch at m (the max term), kInfeasible if none.
   double bottleneck(int m) const;
   // Approximate bytes held (terms and memoised solutions), for cache limits.

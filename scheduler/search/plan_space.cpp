@@ -293,8 +293,90 @@ double SpecEvaluator::iteration_floor_s(const PlanSpec& spec) {
   if (bs.micro_batches.empty() || bs.slowest_s == kInfeasible) return kInfeasible;
   const int d = static_cast<int>(spec.pipelines.size());
   double floor = 0;
-  for (int p = 0; p < d; ++p)
-    floor = std::max(floor, curve(spec, p, d)->timeline_floor(bs.micro_batches[p]));
+  std::vector<std::vector<double>> finish(d);
+  std::vector<std::vector<int>> layers(d);
+  for (int p = 0; p < d; ++p) {
+    const auto c = curve(spec, p, d);
+    finish[p] = c->finish_floors(bs.micro_batches[p]);
+    layers[p] = c->layers(bs.micro_batches[p]);
+    if (finish[p].empty() || layers[p].empty()) return kInfeasible;
+    floor = std::max(floor, finish[p].front());
+  }
+  return d < 2 ? floor : std::max(floor, dp_nic_floor(spec, finish, layers));
+}
+
+double SpecEvaluator::dp_nic_floor(const PlanSpec& spec,
+                                   const std::vector<std::vector<double>>& finish,
+                                   const std::vector<std::vector<int>>& layers) const {
+  const Cluster& c = cm_.cluster();
+  const Model& model = cm_.model();
+  const int d = static_cast<int>(spec.pipelines.size());
+  // Each stage's machine (a TP group lies on one machine); a stage without layers is left out
+  // of the realized plan and would move the embedding or head: no bound then.
+  std::vector<std::vector<int>> machine(d);
+  for (int p = 0; p < d; ++p) {
+    for (const MachineSegment& seg : spec.pipelines[p].segments)
+      machine[p].insert(machine[p].end(), seg.count / seg.tp, seg.machine);
+    if (machine[p].size() != layers[p].size()) return 0;
+    for (int l : layers[p]) {
+      if (l < 1) return 0;
+    }
+  }
+  // A ring moves at most its bytes times the best efficiency any transport reaches.
+  double best_efficiency = 1;
+  for (int t = 0; t <= static_cast<int>(Transport::kTcp); ++t) {
+    for (const EfficiencyPoint& pt : c.curve(static_cast<Transport>(t)).points)
+      best_efficiency = std::max(best_efficiency, pt.efficiency);
+  }
+  // Per machine: (release, bytes) of each gradient piece whose holders span machines.
+  std::vector<std::vector<std::pair<double, double>>> through(c.machines().size());
+  std::vector<int> holder(d), at(d);
+  auto add = [&](double params) {
+    std::vector<int> ms;
+    double release = 0;
+    for (int p = 0; p < d; ++p) {
+      ms.push_back(machine[p][static_cast<std::size_t>(holder[p])]);
+      release = std::max(release, finish[p][static_cast<std::size_t>(holder[p])]);
+    }
+    std::sort(ms.begin(), ms.end());
+    ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
+    const double k = static_cast<double>(ms.size());
+    if (k < 2) return;
+    const double bytes =
+        2 * (k - 1) / k * cm_.training().bytes_per_element() * params / best_efficiency;
+    for (int m : ms) through[static_cast<std::size_t>(m)].emplace_back(release, bytes);
+  };
+  const double table = static_cast<double>(model.vocab) * model.hidden;
+  const double layer = model.attention_params() + model.mlp_params();
+  std::fill(holder.begin(), holder.end(), 0);
+  add(table);  // the embedding's TP-split table, on every first stage
+  std::fill(at.begin(), at.end(), 0);
+  for (int l = 0; l < model.layers; ++l) {
+    for (int p = 0; p < d; ++p) {
+      while (l >= at[p] + layers[p][static_cast<std::size_t>(holder[p])])
+        at[p] += layers[p][static_cast<std::size_t>(holder[p]++)];
+    }
+    add(layer);  // the layer's TP-split weights (norms left out: replicated)
+  }
+  bool single_tied = false;  // a one-stage pipeline's tied head is its embedding
+  for (int p = 0; p < d; ++p) {
+    holder[p] = static_cast<int>(layers[p].size()) - 1;
+    single_tied = single_tied || (holder[p] == 0 && model.tied_embeddings);
+  }
+  if (!single_tied) add(table);
+  // Rings start when their last member is free; a machine's NICs carry its rings' bytes at
+  // most at their rate each way: those released at r or later end no earlier than r + their
+  // bytes / rate.
+  double floor = 0;
+  for (std::size_t m = 0; m < through.size(); ++m) {
+    auto& jobs = through[m];
+    std::sort(jobs.begin(), jobs.end(), std::greater<>());
+    double bytes = 0;
+    for (const auto& [release, b] : jobs) {
+      bytes += b;
+      floor = std::max(floor, release + bytes / c.machines()[m].nic_Bps);
+    }
+  }
   return floor;
 }
 

@@ -94,8 +94,9 @@ class SpecEvaluator {
   // The slowest pipeline time of the realized plan (kInfeasible if none), cheap.
   double pipelines_s(const PlanSpec& spec);
   // A lower bound of the realized plan's iteration time (kInfeasible if none): the largest
-  // PipelineCurve::timeline_floor at the batch split realize() takes. (pipelines_s is none:
-  // the curves approximate the timeline from above where sends and the fill weigh.)
+  // PipelineCurve::timeline_floor at the batch split realize() takes, or the DP sync's floor
+  // through the NICs (dp_nic_floor) where that is later. (pipelines_s is none: the curves
+  // approximate the timeline from above where sends and the fill weigh.)
   double iteration_floor_s(const PlanSpec& spec);
   // realize() then the full estimate.
   std::optional<ScoredPlan> evaluate(const PlanSpec& spec, const std::string& scheduler);
@@ -157,6 +158,13 @@ class SpecEvaluator {
     }
   };
   BatchSplit split(const PlanSpec& spec);
+  // When the DP sync's rings can end at the earliest, from the bytes each machine's NICs carry:
+  // a gradient piece (the embedding's and head's tables, each layer's TP-split weights) whose
+  // holders lie on k >= 2 machines crosses each of their NICs with 2 (k - 1) / k of its bytes
+  // each way, from when its last holder stage ends (PipelineCurve::finish_floors). `finish`
+  // and `layers`: per pipeline, its stages' finish floors and layers at the batch split.
+  double dp_nic_floor(const PlanSpec& spec, const std::vector<std::vector<double>>& finish,
+                      const std::vector<std::vector<int>>& layers) const;
 
   const CostModel& cm_;
   std::vector<Recompute> modes_;  // the training config's first

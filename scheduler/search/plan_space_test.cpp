@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "scheduler/search/random.hpp"
+
 #include "scheduler/search/testing.hpp"
 
 namespace hexi {
@@ -189,6 +191,76 @@ TEST_F(MixedPipelines, PolishLayersEndsWhereNoOneLayerMoveHelps) {
   EXPECT_EQ(budget, 0);
   budget = 0;
   EXPECT_FALSE(ev->polish_layers(start, budget).has_value());
+}
+
+// The lower bound the exact search cuts on: on random plans over random clusters (RDMA and a
+// slow TCP network, ZeRO 0 and 1) the floor stays below the full estimate, each stage's
+// finish floor below the stage's end in the estimate's timeline, and the DP sync's NIC floor
+// decides the bound on some of them (it is not vacuous).
+TEST(SpecEvaluator, IterationFloorStaysBelowTheEstimateOfRandomPlans) {
+  std::uint64_t state = 20261130;
+  int checked = 0, by_nics = 0;
+  for (int i = 0; i < 24; ++i) {
+    Json cluster = testing::random_cluster(4242, i);
+    if (i % 2) cluster["network"] = {{"nic_GBps", 1.0}, {"transport", "tcp"}};
+    for (int zero : {0, 1}) {
+      auto sc = make_scenario(cluster, small_model(2048),
+                              {{"global_batch", 16}, {"seq_len", 2048}, {"zero_stage", zero}});
+      ASSERT_TRUE(sc.ok()) << sc.error().message;
+      CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
+      SpecEvaluator ev(cm);
+      const auto& machines = sc->cluster.machines();
+      for (int draw = 0; draw < 30; ++draw) {
+        // D pipelines; each machine's GPUs dealt to them (or left idle), each share one
+        // segment at a TP degree that divides it, the segments of a pipeline shuffled.
+        const int d = 1 + static_cast<int>(next_random(state) % 4);
+        PlanSpec spec;
+        spec.pipelines.resize(static_cast<std::size_t>(d));
+        for (std::size_t m = 0; m < machines.size(); ++m) {
+          std::vector<int> count(static_cast<std::size_t>(d) + 1, 0);  // the last: idle
+          for (int g = 0; g < machines[m].num_gpus; ++g) ++count[next_random(state) % (d + 1)];
+          for (int p = 0; p < d; ++p) {
+            if (count[p] == 0) continue;
+            std::vector<int> degrees;
+            for (int tp : tp_degrees(sc->model, count[p])) {
+              if (count[p] % tp == 0) degrees.push_back(tp);
+            }
+            spec.pipelines[p].segments.push_back(
+                {static_cast<int>(m), count[p], degrees[next_random(state) % degrees.size()]});
+          }
+        }
+        if (std::ranges::any_of(spec.pipelines,
+                                [](const PipelineSpec& p) { return p.segments.empty(); }))
+          continue;
+        for (auto& p : spec.pipelines) {
+          for (std::size_t k = p.segments.size(); k > 1; --k)
+            std::swap(p.segments[k - 1], p.segments[next_random(state) % k]);
+        }
+        auto scored = ev.evaluate(spec, "test");
+        if (!scored || !scored->estimate.feasible) continue;
+        const Estimate& est = scored->estimate;
+        const double floor = ev.iteration_floor_s(spec);
+        EXPECT_LE(floor, est.iteration_time_s * (1 + 1e-9))
+            << describe(spec, sc->cluster) << " zero " << zero;
+        double timeline = 0;
+        for (int p = 0; p < d; ++p) {
+          const auto curve = ev.curve(spec, p, d);
+          const auto finish = curve->finish_floors(scored->plan.pipelines[p].micro_batches());
+          ASSERT_EQ(finish.size(), est.pipelines[p].finish_s.size());
+          for (std::size_t s = 0; s < finish.size(); ++s) {
+            EXPECT_LE(finish[s], est.pipelines[p].finish_s[s] * (1 + 1e-9))
+                << describe(spec, sc->cluster) << " pipeline " << p << " stage " << s;
+          }
+          timeline = std::max(timeline, finish.front());
+        }
+        ++checked;
+        by_nics += floor > timeline;
+      }
+    }
+  }
+  std::printf("  %d random plans checked, %d bounded by the DP sync's NICs\n", checked, by_nics);
+  EXPECT_GE(checked, 100);
+  EXPECT_GE(by_nics, 10);
 }
 
 }  // namespace
