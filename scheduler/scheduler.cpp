@@ -181,7 +181,8 @@ const std::vector<SchedulerInfo>& schedulers() {
                "AMP (NeurIPS'22): uniform (tp, pp, dp) grid, layers by dynamic programming",
                run_amp_like),
       pipeline("exact",
-               "exhaustive search of HexiScale's plan space (<= 16 GPUs), branch and bound",
+               "exhaustive search of HexiScale's plan space (<= 16 GPUs; 32 under --time-budget, "
+               "with the gap where it stops), branch and bound",
                run_exact, false),
       sequence("hexiseq", "HexiSeq: groupings, LP token split, per-group integer programs",
                run_hexiseq),

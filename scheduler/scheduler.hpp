@@ -12,7 +12,7 @@
 //   flashflex   the reference implementation's choices and cost model
 //   metis-like  Metis (ATC'24): type-ordered stages, uniform (dp, tp), power-of-two groups
 //   amp-like    AMP (NeurIPS'22): uniform (tp, pp, dp) + layers by dynamic programming
-//   exact       exhaustive search of HexiScale's plan space, <= 16 GPUs
+//   exact       exhaustive search of HexiScale's plan space, <= 16 GPUs (32 under a budget)
 //               (scheduler/hexiscale/exact.hpp)
 // Sequence schedulers: one long sequence laid out over a mesh of every device (context + head
 // parallelism: a SequenceLayout scored by SequenceCost, scheduler/estimate/sequence_time.hpp):

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "scheduler/hexiscale/pipeline.hpp"
+#include "topologies/text.hpp"
 
 namespace hexi {
 inline namespace hexiscale {
@@ -51,6 +52,9 @@ class ExactSearch {
   bool canonical() const;
   void search(int d);
   void bounds(int d);
+  // A lower bound of the iteration time of every plan of `from` to `to` pipelines
+  // (kInfeasible: none fits; a negative value: not computed, too large a dynamic program).
+  double rate_bound(int from, int to);
   void dfs(std::size_t from, int remaining, int left, long served);
   void leaf();
   // The most micro-batches m <= `most` with m * floor < limit.
@@ -332,11 +336,67 @@ void ExactSearch::search(int d) {
   dfs(0, states_ - 1, d, 0);
 }
 
+double ExactSearch::rate_bound(int from, int to) {
+  // The most micro-batches per second (1 / compute floor) of a type's devices, by count vector:
+  // the floors at `to` pipelines, which are no higher than at fewer (more pipelines share the
+  // optimizer state under ZeRO: more layers fit a stage; the compute is the same).
+  std::vector<double> rate(static_cast<std::size_t>(states_), 0);
+  for (const Type& type : types_) {
+    PlanSpec one{{type.spec}};
+    const double f = ev_.curve(one, 0, to)->compute_floor();
+    if (!(f > 0)) return 0;  // no bound
+    if (f != kInfeasible) rate[type.index] = std::max(rate[type.index], 1 / f);
+  }
+  std::vector<int> useful;
+  for (int u = 1; u < states_; ++u) {
+    if (rate[u] > 0) useful.push_back(u);
+  }
+  constexpr double kMaxWork = 3e8;  // the dynamic program's steps
+  if (static_cast<double>(states_) * static_cast<double>(useful.size()) * to > kMaxWork) return -1;
+  // most[r][k]: the largest summed rate of k pipelines within the devices r (-1: none fits).
+  const std::size_t nm = machines_.size();
+  auto within = [&](int u, int r) {
+    for (std::size_t m = 0; m < nm; ++m) {
+      if (digits_[static_cast<std::size_t>(u) * nm + m] >
+          digits_[static_cast<std::size_t>(r) * nm + m])
+        return false;
+    }
+    return true;
+  };
+  std::vector<double> most(static_cast<std::size_t>(states_) * (to + 1), -1);
+  for (int r = 0; r < states_; ++r) most[static_cast<std::size_t>(r) * (to + 1)] = 0;
+  double best = -1;
+  for (int k = 1; k <= to; ++k) {
+    for (int r = 1; r < states_; ++r) {
+      double m = -1;
+      for (int u : useful) {
+        if (!within(u, r)) continue;
+        const double rest = most[static_cast<std::size_t>(r - u) * (to + 1) + k - 1];
+        if (rest >= 0) m = std::max(m, rest + rate[u]);
+      }
+      most[static_cast<std::size_t>(r) * (to + 1) + k] = m;
+    }
+    if (k >= from)
+      best = std::max(best, most[static_cast<std::size_t>(states_ - 1) * (to + 1) + k]);
+  }
+  // Each pipeline's stages compute its micro-batches one at a time, each taking at least its
+  // floor: the slowest takes at least the global count over the summed rates.
+  return best > 0 ? ev_.micro_batches() / best : kInfeasible;
+}
+
 std::optional<SpecResult> ExactSearch::run(std::optional<SpecResult> incumbent) {
   best_ = std::move(incumbent);
   const int d_max = max_pipelines_by_memory(ev_.cost_model(), ev_.least_memory_recompute());
-  for (int d = 1; d <= d_max && !stopped_; ++d) search(d);
+  int d = 1;
+  for (; d <= d_max && !stopped_; ++d) search(d);
   stats_.proven = !stopped_;
+  if (stopped_ && best_) {
+    // search(d - 1) was cut short: the pipeline counts from there on are bounded.
+    const double b = rate_bound(d - 1, d_max);
+    const double bound = b < 0 ? -1 : std::min(best_objective(), b);
+    stats_.bound_s = bound;
+    stats_.gap = bound < 0 ? 0 : (best_objective() - bound) / best_objective();
+  }
   return best_;
 }
 
@@ -351,9 +411,11 @@ std::optional<SpecResult> exact_search(SpecEvaluator& ev, SearchClock& clock,
 
 Result<SearchResult> run_exact(const Scenario& sc, const SearchOptions& options) {
   const Cluster& c = sc.cluster;
-  if (c.num_devices() > kExactMaxGpus) {
+  const int most = options.time_budget_s > 0 ? kExactMaxGpusBudgeted : kExactMaxGpus;
+  if (c.num_devices() > most) {
     return bad_input("exact: cluster \"" + c.name() + "\" has " + std::to_string(c.num_devices()) +
-                     " GPUs; the exhaustive search is limited to " + std::to_string(kExactMaxGpus));
+                     " GPUs; the exhaustive search is limited to " + std::to_string(kExactMaxGpus) +
+                     ", and to " + std::to_string(kExactMaxGpusBudgeted) + " under --time-budget");
   }
   for (std::size_t m = 0; m < c.machines().size(); ++m) {
     if (!machine_symmetric(c, static_cast<int>(m))) {
@@ -378,13 +440,20 @@ Result<SearchResult> run_exact(const Scenario& sc, const SearchOptions& options)
   out.plan.comment = "exact: " + describe(best->spec, c);
   out.estimate = std::move(best->scored.estimate);
   clock.finish(out);
-  out.notes.push_back(
-      std::string(stats.proven ? "proven optimal" : "NOT proven optimal (time budget)") +
-      " over HexiScale's plan space: " + std::to_string(stats.types) + " pipeline types, " +
-      std::to_string(stats.nodes) + " partial plans, " + std::to_string(stats.leaves) +
-      " complete plans (" + std::to_string(stats.mirrored) +
-      " mirror images of others under interchangeable machines), " +
-      std::to_string(stats.full_estimates) + " estimated in full");
+  std::string proof = stats.proven ? "proven optimal" : "NOT proven optimal (time budget";
+  if (!stats.proven) {
+    proof += stats.bound_s < 0
+                 ? "; no bound: too many pipeline types"
+                 : ": every plan takes >= " + fixed(stats.bound_s, 3) + " s, a gap of " +
+                       fixed(100 * stats.gap, 1) + " % below this one's";
+    proof += ")";
+  }
+  out.notes.push_back(proof + " over HexiScale's plan space: " + std::to_string(stats.types) +
+                      " pipeline types, " + std::to_string(stats.nodes) + " partial plans, " +
+                      std::to_string(stats.leaves) + " complete plans (" +
+                      std::to_string(stats.mirrored) +
+                      " mirror images of others under interchangeable machines), " +
+                      std::to_string(stats.full_estimates) + " estimated in full");
   return out;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Exact search (ground truth for HexiScale) over the plan space of plan_space.hpp,
-// for clusters of at most 16 GPUs, under the same cost model.
+// for clusters of at most 16 GPUs (32 under a time budget), under the same cost model.
 //
 // What it is exact over: every plan on a subset of the devices (all of them or fewer; the
 // rest idle), whose pipelines visit
@@ -36,7 +36,10 @@
 // are interchangeable (canonical ids); of complete plans that are images of each other
 // under a permutation of interchangeable machines (one class: same GPUs, links, NICs and
 // leaf switch; equal estimates), only the least as a sorted list of type indices is
-// estimated (up to 120 permutations). A time budget ends it early without proof.
+// estimated (up to 120 permutations). A time budget ends it early without proof; then every
+// pipeline count D not finished is bounded below by the global micro-batches over the most
+// micro-batches per second (the inverse compute floors) D types that fit together can run,
+// and the gap of the best plan to the least of these bounds is reported.
 
 #include <optional>
 
@@ -47,6 +50,9 @@ namespace hexi {
 inline namespace hexiscale {
 
 constexpr int kExactMaxGpus = 16;
+// Under a time budget (which reports the gap where it stops short), clusters up to this many
+// GPUs whose pipeline types can be enumerated (a few machines).
+constexpr int kExactMaxGpusBudgeted = 32;
 
 struct ExactStats {
   long types = 0;           // pipeline types enumerated (all D)
@@ -55,6 +61,11 @@ struct ExactStats {
   long mirrored = 0;        // of which images of others under interchangeable machines
   long full_estimates = 0;  // complete plans estimated in full
   bool proven = false;      // finished without hitting the time budget
+  // Where not proven: a lower bound of every plan's iteration time (s) and the best plan's
+  // relative gap to it, (best - bound) / best; a negative bound: none computed (too many
+  // pipeline types for its dynamic program).
+  double bound_s = -1;
+  double gap = 0;
 };
 
 // Exhaustive search from an incumbent (may be empty). nullopt: nothing feasible.

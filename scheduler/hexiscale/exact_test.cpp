@@ -102,6 +102,39 @@ TEST(Exact, MatchesBruteForceOnTinyClusters) {
   }
 }
 
+// Stopped by its time budget, the search bounds every plan it did not reach: the bound lies
+// below the proven optimum, and the gap it reports is the best plan's distance to it.
+TEST(Exact, StoppedByItsBudgetItBoundsTheOptimum) {
+  const Json cluster = testing::random_cluster(2024, 3);
+  auto sc = make_scenario(cluster, "llama2-7b", {{"global_batch", 32}, {"seq_len", 4096}});
+  ASSERT_TRUE(sc.ok()) << sc.error().message;
+  auto full = run_exact(*sc, {});
+  ASSERT_TRUE(full.ok()) << full.error().message;
+  ASSERT_EQ(full->notes[0].rfind("proven optimal", 0), 0u) << full->notes[0];
+  const double optimum = full->estimate.iteration_time_s;
+
+  CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
+  SpecEvaluator ev(cm);
+  const SearchOptions unbounded;
+  SearchClock hexiscale_clock("hexiscale", unbounded);
+  auto hx = hexiscale_search(ev, HexiScaleOptions{}, hexiscale_clock, unbounded.seed);
+  ASSERT_TRUE(hx.has_value());
+  SearchOptions budget;
+  budget.time_budget_s = 1e-6;  // spent at the first check
+  SearchClock clock("exact", budget);
+  ExactStats stats;
+  auto best = exact_search(ev, clock, std::move(hx), stats);
+  ASSERT_TRUE(best.has_value());
+  EXPECT_FALSE(stats.proven);
+  const double t = best->scored.objective();
+  EXPECT_GE(t, optimum * (1 - 1e-9));
+  EXPECT_GT(stats.bound_s, 0);
+  EXPECT_LE(stats.bound_s, optimum * (1 + 1e-9));
+  EXPECT_NEAR(stats.gap, (t - stats.bound_s) / t, 1e-12);
+  std::printf("  stopped at once: best %.3f s, optimum %.3f s, bound %.3f s (gap %.1f %%)\n", t,
+              optimum, stats.bound_s, 100 * stats.gap);
+}
+
 TEST(Exact, HexiScaleReachesTheOptimumOnRandomClusters) {
   std::vector<double> ratios;
   for (int i = 0; static_cast<int>(ratios.size()) < 20 && i < 60; ++i) {
