@@ -128,8 +128,9 @@ constexpr double kPolishGap = 0.05;
 // 1/2 and 3/4 (SpecEvaluator::compute_balanced), scored under the full estimate. Where the curves
 // and the estimate disagree on the best plan, or such a split is faster, the polish
 // (SpecEvaluator::polish_layers) runs from the best plan, its reverse, the compute-alone split of
-// each and the fastest weighted one where it differs. The fastest replaces the best (the first
-// of equals, in that order).
+// each and the fastest weighted one where it differs, and last from the search's fastest
+// candidate split by compute (HexiScaleSearch::best_balanced), where there is one. The fastest
+// replaces the best (the first of equals, in that order).
 constexpr double kSendWeights[] = {0.25, 0.5, 0.75};
 
 // `start` split by compute alone, and its fastest split with weighted sends; either nullopt
@@ -146,7 +147,7 @@ std::pair<std::optional<ScoredPlan>, std::optional<ScoredPlan>> resplit(const Sp
   return {std::move(alone), std::move(weighted)};
 }
 
-void polish(SpecEvaluator& ev, SpecResult& best) {
+void polish(SpecEvaluator& ev, SpecResult& best, std::optional<SpecResult> balanced) {
   const double curves = ev.pipelines_s(best.spec), estimated = best.scored.estimate.pipeline_s;
   const bool disagree = std::abs(curves - estimated) > kPolishGap * estimated;
   std::vector<SpecResult> starts{best}, alone, weighted;
@@ -162,6 +163,7 @@ void polish(SpecEvaluator& ev, SpecResult& best) {
     add_splits(reversed, *r);
     starts.push_back(SpecResult{std::move(reversed), std::move(*r)});
   }
+  if (balanced) weighted.push_back(std::move(*balanced));
   bool faster = false;
   for (std::vector<SpecResult>* group : {&alone, &weighted}) {
     for (SpecResult& split : *group) {
@@ -182,7 +184,8 @@ void polish(SpecEvaluator& ev, SpecResult& best) {
 std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
                                            SearchClock& clock, std::uint64_t seed,
                                            std::string* mode, std::vector<SpecResult>* runners_up,
-                                           int keep, std::optional<SpecResult>* all_gpus) {
+                                           int keep, std::optional<SpecResult>* all_gpus,
+                                           std::optional<SpecResult>* balanced) {
   HexiScaleSearch search(ev, options, clock, seed);
   if (mode) *mode = search.mode();
   if (runners_up) search.keep_runners_up(keep);
@@ -191,6 +194,7 @@ std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOpt
   if (all_gpus && best && search.best_all_gpus() &&
       best->scored.plan.num_devices() < ev.cost_model().cluster().num_devices())
     *all_gpus = search.best_all_gpus();
+  if (balanced) *balanced = search.best_balanced();
   return best;
 }
 
@@ -202,13 +206,13 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   SearchClock clock("hexiscale", options);
   SearchResult out;
   std::vector<SpecResult> runners_up;
-  std::optional<SpecResult> all_gpus;
+  std::optional<SpecResult> all_gpus, balanced;
   auto best = hexiscale_search(ev, *hx, clock, options.seed, &out.mode, &runners_up,
-                               options.runners_up, &all_gpus);
+                               options.runners_up, &all_gpus, &balanced);
   if (!best) return no_feasible_plan(sc, "hexiscale");
   // After the search, so that the search (the exact search's incumbent) stays in its space;
   // not once a time budget is spent.
-  if (!clock.out_of_time()) polish(ev, *best);
+  if (!clock.out_of_time()) polish(ev, *best, std::move(balanced));
   std::string interleaving;
   if (hx->interleave > 1) {
     const std::vector<int> v = interleave_pipelines(cm, best->scored, hx->interleave);

@@ -63,12 +63,10 @@ struct SpecResult {
 // `mode`, when given, receives how it searched ("device-level", ...).
 // `runners_up`, when given, receives up to `keep` next best distinct plans; `all_gpus`, when
 // given, the best plan found that runs on every GPU (where the best leaves some idle).
-std::optional<SpecResult> hexiscale_search(SpecEvaluator& ev, const HexiScaleOptions& options,
-                                           SearchClock& clock, std::uint64_t seed,
-                                           std::string* mode = nullptr,
-                                           std::vector<SpecResult>* runners_up = nullptr,
-                                           int keep = 0,
-                                           std::optional<SpecResult>* all_gpus = nullptr);
+std::optional<SpecResult> hexiscale_search(
+    SpecEvaluator& ev, const HexiScaleOptions& options, SearchClock& clock, std::uint64_t seed,
+    std::string* mode = nullptr, std::vector<SpecResult>* runners_up = nullptr, int keep = 0,
+    std::optional<SpecResult>* all_gpus = nullptr, std::optional<SpecResult>* balanced = nullptr);
 
 Result<SearchResult> run_hexiscale(const Scenario& scenario, const SearchOptions& options);
 

@@ -25,6 +25,9 @@ constexpr std::size_t kDeviceSeeds = 3;
 constexpr int kSubsetEveryD = 16;
 // A candidate within this factor of the best plan's time also tries its pipelines reversed.
 constexpr double kNearBest = 1.05;
+// Pipelines that beat the best plan but for their DP sync are split by compute where the plan
+// is within this of the best (their own split's DP sync and sends can cost a third).
+constexpr double kBalanceNear = 1.5;
 
 // Distinct, reproducible METIS seeds per (seed, D, mode, round): the splitmix64 output
 // of state a + (b + 1) gamma.
@@ -231,6 +234,22 @@ HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBu
     // Pipelines that beat the best plan but for their DP sync: their layers aligned.
     if (scored->estimate.pipeline_s < best) {
       if (auto aligned = ev.align_layers(*scored)) scored = std::move(aligned);
+      // And split by compute alone and with the sends half weighted, where near the best: the
+      // curves charge a stage each boundary's send whole, so over a slow network they give
+      // the end stages (one boundary each) the most layers and the DP sync its largest
+      // pieces, where the estimate's timeline overlaps sends with compute. Kept apart
+      // (Outcome::balanced): these splits lie outside the plan space the search (the exact
+      // search's incumbent) keeps to, and its course stays as it was.
+      double held =
+          std::min(scored->objective(), o.balanced ? o.balanced->scored.objective() : kInfeasible);
+      for (double weight : {0.0, 0.5}) {
+        if (!(scored->objective() < kBalanceNear * best)) break;
+        auto balanced = ev.compute_balanced(*scored, weight);
+        if (balanced && balanced->objective() < held) {
+          held = balanced->objective();
+          o.balanced = SpecResult{spec, std::move(*balanced)};
+        }
+      }
     }
     o.counted.back() = scored->estimate.tokens_per_s;
     o.objective = std::min(o.objective, scored->objective());
@@ -295,6 +314,9 @@ double HexiScaleSearch::record(const Assignment& a, const std::string& sig, Outc
     best_ = std::move(o.best);
     best_assignment_ = a;
   }
+  if (o.balanced &&
+      (!best_balanced_ || o.balanced->scored.objective() < best_balanced_->scored.objective()))
+    best_balanced_ = std::move(o.balanced);
   return o.objective;
 }
 

@@ -40,6 +40,9 @@ class HexiScaleSearch {
   std::vector<SpecResult> runners_up() const;
   // The best plan found that runs on every GPU (none when no such plan fits).
   const std::optional<SpecResult>& best_all_gpus() const { return best_all_gpus_; }
+  // The fastest candidate with its layers split by compute (Outcome::balanced): outside the
+  // search's plan space, a start for the scheduler's layer polish (none where never faster).
+  const std::optional<SpecResult>& best_balanced() const { return best_balanced_; }
   // "device-level", "machine-level + device refinement" or "machine-level".
   std::string mode() const;
 
@@ -74,6 +77,9 @@ class HexiScaleSearch {
     bool estimated = false;
     std::vector<double> counted;     // tokens/s of each variant scored (0: not feasible)
     std::optional<SpecResult> best;  // its best feasible variant
+    // Its best variant with the layers split by compute (kBalanceNear), where faster than
+    // its own split; not in `objective` (the search's course does not see it).
+    std::optional<SpecResult> balanced;
   };
   Outcome evaluate(SpecEvaluator& ev, PipelineBuilder& builder, PipelineBuilder& wide_builder,
                    const Assignment& a, double limit, double best) const;
@@ -123,6 +129,7 @@ class HexiScaleSearch {
   std::vector<Unit> units_;
   std::vector<Unit> device_units_;  // one per GPU
   std::optional<SpecResult> best_;
+  std::optional<SpecResult> best_balanced_;  // the fastest Outcome::balanced
   Assignment best_assignment_;
   std::optional<SpecResult> best_all_gpus_;
   // The best `keep_ + 1` distinct assignments' plans (the best among them), by objective.
