@@ -572,8 +572,11 @@ std::optional<SpecResult> HexiScaleSearch::run() {
       for (int g = 0; g < c.machines()[m].num_gpus; ++g) fewer_per_gpu.push_back({{m, 1}});
     }
     if (k < fastest.size()) {
+      // Estimated whatever their curves say (a few plans): over a slow network the curves
+      // overstate a long pipeline's sends by a sixth or more, and would cut the one that
+      // uses a whole fast type.
       for (const Assignment& a : {fewer_all, fewer_per_machine})
-        keep_best(subset_start_, consider(a), a);
+        keep_best(subset_start_, consider(a, kInfeasible), a);
     }
     const double objective = consider(fewer_per_gpu);
     if (!per_machine_) keep_best(subset_start_, objective, fewer_per_gpu);
