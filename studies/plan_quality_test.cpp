@@ -200,6 +200,18 @@ void expect_hexiscale_at_least(const Scenario& sc, const std::string& baseline, 
       << fixed(other->estimate.tokens_per_s, 0);
 }
 
+// A scenario over TCP at `nic_GBps` per machine: `machines`, the cluster file's machine list;
+// micro-batch 1.
+Scenario tcp_scenario(double nic_GBps, const char* machines, const std::string& model,
+                      int global_batch, int seq_len) {
+  return testing::tiny_scenario(
+      R"({"version": 1, "name": "tcp", "cluster": {"version": 1, "name": "tcp", "network": {"nic_GBps": )" +
+      std::to_string(nic_GBps) + R"(, "transport": "tcp"}, "machines": )" + machines +
+      R"(}, "model": ")" + model + R"(", "training": {"global_batch": )" +
+      std::to_string(global_batch) + R"(, "micro_batch": 1, "seq_len": )" +
+      std::to_string(seq_len) + "}}");
+}
+
 // Phase 2 splits layers by the pipeline curves, which take every boundary of a machine at once
 // on its NIC; over TCP, with a boundary between every pair of 2-GPU machines, they overstate
 // the sends the estimate's timeline overlaps with compute, and split layers to spare the
@@ -207,14 +219,10 @@ void expect_hexiscale_at_least(const Scenario& sc, const std::string& baseline, 
 // split, its reverse and both balanced by compute under the full estimate: 19 640 -> 23 164
 // tokens/s on this cluster (metis-like, layers by FLOP/s: 21 284; 1.088 x).
 TEST(PlanQuality, HexiScalePolishesTheLayersItsCurvesMisplaceOverTcp) {
-  const Scenario sc = testing::tiny_scenario(R"({
-    "version": 1, "name": "tcp-pairs",
-    "cluster": {"version": 1, "name": "a800-pairs-h100", "network": {"nic_GBps": 1.3,
-                "transport": "tcp"},
-                "machines": [{"name": "a", "gpu": "A800-PCIe-80GB", "gpus": 2, "repeat": 5},
-                             {"name": "h", "gpu": "H100-PCIe", "gpus": 1, "repeat": 3}]},
-    "model": "llama2-13b",
-    "training": {"global_batch": 128, "micro_batch": 1, "seq_len": 2048}})");
+  const Scenario sc =
+      tcp_scenario(1.3, R"([{"name": "a", "gpu": "A800-PCIe-80GB", "gpus": 2, "repeat": 5},
+                                            {"name": "h", "gpu": "H100-PCIe", "gpus": 1, "repeat": 3}])",
+                   "llama2-13b", 128, 2048);
   expect_hexiscale_at_least(sc, "metis-like", 1.04);
 }
 
@@ -224,12 +232,8 @@ TEST(PlanQuality, HexiScaleWeighsTheSendsItsCurvesOverstateOverTcp) {
   // the estimate's best (amp-like's 2 next to a boundary, 4 inside) lies between: a split with
   // sends weighted 1/2 finds it. Without the reweighted splits HexiScale gave 31 509 tokens/s
   // against amp-like's 34 375.
-  const Scenario sc = testing::tiny_scenario(R"({
-    "version": 1, "name": "tcp-h800",
-    "cluster": {"version": 1, "name": "h800-tcp", "network": {"nic_GBps": 2.4, "transport": "tcp"},
-                "machines": [{"name": "h", "gpu": "H800", "gpus": 4, "repeat": 5}]},
-    "model": "llama-30b",
-    "training": {"global_batch": 32, "micro_batch": 1, "seq_len": 2048}})");
+  const Scenario sc = tcp_scenario(2.4, R"([{"name": "h", "gpu": "H800", "gpus": 4, "repeat": 5}])",
+                                   "llama-30b", 32, 2048);
   expect_hexiscale_at_least(sc, "amp-like", 0.99);
 }
 
@@ -240,12 +244,8 @@ TEST(PlanQuality, HexiScaleSplitsByComputeThePipelinesItsDpSyncSlowsOverTcp) {
   // candidates near the best by compute (outside its plan space: kept apart), and the polish
   // starts from the fastest of those too. Without that HexiScale gave 64 516 tokens/s (8
   // pipelines of two machines, 13 s of DP sync exposed) against metis-like's 65 283.
-  const Scenario sc = testing::tiny_scenario(R"({
-    "version": 1, "name": "tcp-h800-pairs",
-    "cluster": {"version": 1, "name": "h800-pairs", "network": {"nic_GBps": 1.0, "transport": "tcp"},
-                "machines": [{"name": "h", "gpu": "H800", "gpus": 2, "repeat": 16}]},
-    "model": "llama2-7b",
-    "training": {"global_batch": 256, "micro_batch": 1, "seq_len": 4096}})");
+  const Scenario sc = tcp_scenario(
+      1.0, R"([{"name": "h", "gpu": "H800", "gpus": 2, "repeat": 16}])", "llama2-7b", 256, 4096);
   expect_hexiscale_at_least(sc, "metis-like", 1.1);
 }
 
@@ -254,15 +254,11 @@ TEST(PlanQuality, HexiScaleEstimatesTheWholeFastTypeWhateverItsCurvesSay) {
   // curves overstate its sends over TCP and said it was slower than the best plan so far, so
   // the start that uses the whole fastest type was cut before its estimate. Without that
   // HexiScale gave 36 904 tokens/s against uniform's 41 894.
-  const Scenario sc = testing::tiny_scenario(R"({
-    "version": 1, "name": "tcp-h100-pcie",
-    "cluster": {"version": 1, "name": "h100-pcie-t4-a100", "network": {"nic_GBps": 3.0,
-                "transport": "tcp"},
-                "machines": [{"name": "h", "gpu": "H100-PCIe", "gpus": 2, "repeat": 5},
-                             {"name": "t", "gpu": "T4", "gpus": 8, "repeat": 2},
-                             {"name": "a", "gpu": "A100-PCIe-40GB", "gpus": 1, "repeat": 4}]},
-    "model": "llama2-13b",
-    "training": {"global_batch": 64, "micro_batch": 1, "seq_len": 2048}})");
+  const Scenario sc =
+      tcp_scenario(3.0, R"([{"name": "h", "gpu": "H100-PCIe", "gpus": 2, "repeat": 5},
+                                            {"name": "t", "gpu": "T4", "gpus": 8, "repeat": 2},
+                                            {"name": "a", "gpu": "A100-PCIe-40GB", "gpus": 1, "repeat": 4}])",
+                   "llama2-13b", 64, 2048);
   expect_hexiscale_at_least(sc, "uniform", 0.99);
 }
 

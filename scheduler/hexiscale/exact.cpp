@@ -63,6 +63,8 @@ class ExactSearch {
   double floor_split() const;
   double best_objective() const { return best_ ? best_->scored.objective() : kInfeasible; }
   bool fits(int type, int remaining) const;
+  // Whether the devices of count vector `used` lie within those of `remaining`.
+  bool within(int used, int remaining) const;
   int digit(int index, std::size_t m) const;  // devices of machine m in a count vector
 
   SpecEvaluator& ev_;
@@ -90,14 +92,18 @@ int ExactSearch::digit(int index, std::size_t m) const {
   return index / stride_[m] % (machines_[m].num_gpus + 1);
 }
 
-bool ExactSearch::fits(int type, int remaining) const {
+bool ExactSearch::within(int used, int remaining) const {
   const std::size_t nm = machines_.size();
-  const int* u = &digits_[static_cast<std::size_t>(types_[type].index) * nm];
+  const int* u = &digits_[static_cast<std::size_t>(used) * nm];
   const int* r = &digits_[static_cast<std::size_t>(remaining) * nm];
   for (std::size_t m = 0; m < nm; ++m) {
     if (u[m] > r[m]) return false;
   }
   return true;
+}
+
+bool ExactSearch::fits(int type, int remaining) const {
+  return within(types_[type].index, remaining);
 }
 
 Status ExactSearch::enumerate() {
@@ -354,15 +360,6 @@ double ExactSearch::rate_bound(int from, int to) {
   constexpr double kMaxWork = 3e8;  // the dynamic program's steps
   if (static_cast<double>(states_) * static_cast<double>(useful.size()) * to > kMaxWork) return -1;
   // most[r][k]: the largest summed rate of k pipelines within the devices r (-1: none fits).
-  const std::size_t nm = machines_.size();
-  auto within = [&](int u, int r) {
-    for (std::size_t m = 0; m < nm; ++m) {
-      if (digits_[static_cast<std::size_t>(u) * nm + m] >
-          digits_[static_cast<std::size_t>(r) * nm + m])
-        return false;
-    }
-    return true;
-  };
   std::vector<double> most(static_cast<std::size_t>(states_) * (to + 1), -1);
   for (int r = 0; r < states_; ++r) most[static_cast<std::size_t>(r) * (to + 1)] = 0;
   double best = -1;

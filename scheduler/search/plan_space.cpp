@@ -330,7 +330,7 @@ double SpecEvaluator::dp_nic_floor(const PlanSpec& spec,
   }
   // Per machine: (release, bytes) of each gradient piece whose holders span machines.
   std::vector<std::vector<std::pair<double, double>>> through(c.machines().size());
-  std::vector<int> holder(d), at(d);
+  std::vector<int> holder(d, 0), at(d, 0);  // per pipeline: the stage holding a layer, its start
   auto add = [&](double params) {
     std::vector<int> ms;
     double release = 0;
@@ -348,9 +348,7 @@ double SpecEvaluator::dp_nic_floor(const PlanSpec& spec,
   };
   const double table = static_cast<double>(model.vocab) * model.hidden;
   const double layer = model.attention_params() + model.mlp_params();
-  std::fill(holder.begin(), holder.end(), 0);
-  add(table);  // the embedding's TP-split table, on every first stage
-  std::fill(at.begin(), at.end(), 0);
+  add(table);  // the embedding's TP-split table, on every first stage (holder 0)
   for (int l = 0; l < model.layers; ++l) {
     for (int p = 0; p < d; ++p) {
       while (l >= at[p] + layers[p][static_cast<std::size_t>(holder[p])])
