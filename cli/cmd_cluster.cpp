@@ -86,9 +86,10 @@ void print_cluster(const Cluster& c) {
   if (c.machines().size() > 1) {
     const Transport t = c.network_transport();
     std::cout << "  network: " << to_string(t) << " ("
-              << (t == Transport::kTcp   ? "Ethernet without RDMA: NCCL over sockets"
-                  : t == Transport::kEfa ? "AWS Elastic Fabric Adapter"
-                                         : "InfiniBand or RoCE")
+              << (t == Transport::kTcp     ? "Ethernet without RDMA: NCCL over sockets"
+                  : t == Transport::kTcpxo ? "GPUDirect-TCPX/TCPXO: NCCL's GPU-direct TCP plugin"
+                  : t == Transport::kEfa   ? "AWS Elastic Fabric Adapter"
+                                           : "InfiniBand or RoCE")
               << (c.network_transport_named() ? "" : "; the default: the file names none") << ")\n";
   }
   std::map<std::string, int> types;
@@ -206,10 +207,10 @@ void add_cluster_commands(CLI::App& app, Runner& run) {
       ->default_val(gen->fabric.oversubscription)
       ->check(finite_in(1, 1024));
   g->add_option("--transport", gen->fabric.transport,
-                "The network's transport: rdma (InfiniBand/RoCE), efa or tcp (Ethernet without "
-                "RDMA: NCCL over sockets)")
+                "The network's transport: rdma (InfiniBand/RoCE), efa, tcp (Ethernet without "
+                "RDMA: NCCL over sockets) or tcpxo (GPUDirect-TCPX/TCPXO)")
       ->default_val(gen->fabric.transport)
-      ->check(CLI::IsMember({"rdma", "efa", "tcp"}));
+      ->check(CLI::IsMember({"rdma", "efa", "tcp", "tcpxo"}));
   g->add_flag("--json", gen->json, "Print the summary as one JSON object");
   g->callback([&run, gen] { run = [gen] { return run_gen(*gen); }; });
 }

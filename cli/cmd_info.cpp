@@ -99,9 +99,7 @@ int run_info(const InfoOptions& opt) {
                       {"kv_heads", m.kv_heads},
                       {"vocab", m.vocab}});
   }
-  constexpr Transport kShown[] = {Transport::kNvlink, Transport::kPcie, Transport::kHost,
-                                  Transport::kRdma,   Transport::kEfa,  Transport::kTcp};
-  for (Transport t : kShown) {
+  for (Transport t : kMeasuredTransports) {
     const TransportCurve& c = transport_curve(t);
     Json table = Json::array();
     for (const auto& p : c.points) table.push_back({p.bytes, p.efficiency});
@@ -134,7 +132,7 @@ int run_info(const InfoOptions& opt) {
   mt.print(std::cout);
   std::cout << "\nTransports (achieved / nominal rate by message per step; sources: --json):\n";
   Table tt({"name", "4 KiB", "64 KiB", "1 MiB", "16 MiB", "256 MiB"});
-  for (Transport t : kShown) {
+  for (Transport t : kMeasuredTransports) {
     std::vector<std::string> row{std::string(to_string(t))};
     for (double bytes : {4096.0, 65536.0, 1048576.0, 16777216.0, 268435456.0})
       row.push_back(fmt(transport_curve(t).efficiency(bytes), 3));

@@ -40,7 +40,7 @@ void add_scenario_options(CLI::App* cmd, ScenarioFlags& flags) {
       ->check(CLI::Range(1, 64))
       ->group(group);
   cmd->add_option("--transport", q.transport,
-                  "With --mix: the network's transport, rdma (InfiniBand/RoCE), efa or tcp")
+                  "With --mix: the network's transport, rdma (InfiniBand/RoCE), efa, tcp or tcpxo")
       ->group(group);
   cmd->add_option("--model", q.model, "Model from the catalog (hexisim info lists them)")
       ->group(group);

@@ -28,7 +28,8 @@ import os
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOP_NVSWITCH, HOP_HOST, HOP_NETWORK = 3e-6, 5e-6, 11e-6  # cluster defaults (nic+switch+nic)
+HOP_NVSWITCH, HOP_PCIE, HOP_HOST = 3e-6, 5e-6, 5e-6  # cluster defaults
+HOP_NETWORK = 11e-6  # nic + switch + nic
 LO, HI = 1024, 1 << 30
 
 
@@ -106,13 +107,16 @@ class Setup:
 
     def alpha(self, points):
         """Extra latency per step of the fitted transport: what the fastest measured point
-        leaves once the hops and its bytes at the largest message's efficiency are paid."""
+        leaves once the hops and its bytes at the largest message's efficiency are paid
+        (negative where its steps are faster than the cluster's hop latency; never below
+        minus the hop)."""
         big = points[-1]
         eta_big = self.eta(big[0], big[1], 0.0)
         size, seconds = min(points, key=lambda p: p[1])
         steps = sum(st for st, _, a, _, _, _ in self.phases(size) if a is None)
         left = seconds - self.latency(size, 0.0) - self.transfer(size, eta_big)
-        return max(0.0, left / steps)
+        return max(left / steps, -min(hop for _, hop, a, _, _, _ in self.phases(size)
+                                      if a is None))
 
 
 def curve_points(curve, ranks):
@@ -147,7 +151,7 @@ def loo(fit):
     for k, (s, t) in enumerate(fit["points"]):
         if not LO <= s <= HI:
             continue
-        rest = fit["table"][:k] + fit["table"][k + 1:]
+        rest = [p for p in fit["table"] if p[0] != setup.chunk(s)]
         out.append((s, setup.time(s, interp(rest, setup.chunk(s)), fit["alpha"]) / t - 1))
     return out
 
@@ -155,8 +159,7 @@ def loo(fit):
 def set_uncertainty(fits):
     """Each fit's "uncertainty": how far a transfer's modelled time may be off, the median
     |leave-one-out error| of its table; a table with no leave-one-out figure (rdma: one
-    published size range) takes the largest other's. pcie (nvlink's table, write_cpp) takes
-    twice nvlink's."""
+    published size range) takes the largest other's."""
     for f in fits:
         lo = sorted(abs(x) for _, x in loo(f)) if len(f["table"]) > 1 else []
         f["uncertainty"] = lo[len(lo) // 2] if len(lo) > 1 else None
@@ -164,6 +167,27 @@ def set_uncertainty(fits):
     for f in fits:
         if f["uncertainty"] is None:
             f["uncertainty"] = widest
+
+
+H200_RING_NOTE = ("no ring point is published from 2 MiB to 4 GiB: there the table follows the "
+                  "NVLS curve of the same node times the ring's share of it at 8 GiB (NCCL picks "
+                  "NVLS where it is faster, so the ring is at most that curve); NCCL's NVLink "
+                  "SHARP all-reduce itself (up to 1.31x the ring's busbw at 16 GiB) is not "
+                  "modelled")
+B200_NOTE = ("all-reduce busbw only, NCCL's algorithm per size not published (the step from "
+             "741 to 839 GB/s between 4 and 8 GiB suggests NVLink SHARP there)")
+
+
+def h200_ring_gap(curves):
+    """(bytes, seconds) of the 8 x H200 ring between its published points (1 MiB, 8 GiB): the
+    NVLS all-reduce curve times the ring's busbw share of it at 8 GiB (8 ranks)."""
+    nvls = curves["h200_8x_nvswitch_allreduce_torch_mle"]
+    at8 = next(p for p in curves["h200_allreduce_vs_ngpus_8GiB_ncclTests_mle"]["points"]
+               if p[0] == 8)
+    share = at8[4] / at8[2]
+    steps, bus = ring("all_reduce", 8)
+    return [(b, bus * b / (busbw * share * 1e9)) for b, _, _, busbw in nvls["points"]
+            if 2 << 20 <= b < at8[1]]
 
 
 def main():
@@ -174,23 +198,40 @@ def main():
     data = json.load(open(os.path.join(ROOT, "topologies/measurements/collectives.json")))
     curves = {c["id"]: c for c in data["curves"]}
 
-    def fit(name, curve_id, setup, hop_name):
+    def fit(name, curve_id, setup, hop_name, gap=(), lo=0):
+        """`gap`: (bytes, seconds) points that fill the table between published ones; the
+        errors are measured on the published points only. `lo`: points below it are left out
+        (a curve from 8 bytes: its sub-KiB times are noise around the latency floor)."""
         c = curves[curve_id]
-        pts = curve_points(c, setup.ranks)
+        pts = [p for p in curve_points(c, setup.ranks) if p[0] >= lo]
         alpha = setup.alpha(pts)
         return {"name": name, "curve": c, "setup": setup, "points": pts, "alpha": alpha,
-                "table": derive(setup, pts, alpha), "hop": hop_name}
+                "table": derive(setup, sorted(pts + list(gap)), alpha), "hop": hop_name}
 
     nv = fit("nvlink", "a100_8x_nvswitch_allreduce_ncclTests_mle",
              Setup("all_reduce", 8, HOP_NVSWITCH, 300e9), "nvswitch 3 us")
+    nv4 = fit("nvlink4", "h200_8x_nvswitch_allreduce_ring",
+              Setup("all_reduce", 8, HOP_NVSWITCH, 450e9), "nvswitch 3 us",
+              h200_ring_gap(curves))
+    nv4["note"] = H200_RING_NOTE
+    nv5 = fit("nvlink5", "b200_8x_nvswitch_allreduce_torch_mle",
+              Setup("all_reduce", 8, HOP_NVSWITCH, 900e9), "nvswitch 3 us")
+    nv5["note"] = B200_NOTE
+    pcie = fit("pcie", "rtx4090_24g_4x_node13_allreduce_p2p",
+               Setup("all_reduce", 4, HOP_PCIE, 32e9), "pcie 5 us", lo=LO)
     host = fit("host", "rtx2080ti_2x_pcie3_noP2P_allreduce",
                Setup("all_reduce", 2, HOP_HOST, 8e9), "host 5 us")
-    intra_h100 = (HOP_NVSWITCH, 450e9, nv)
-    intra_b200 = (HOP_NVSWITCH, 900e9, nv)
+    intra_h100 = (HOP_NVSWITCH, 450e9, nv4)
+    intra_b200 = (HOP_NVSWITCH, 900e9, nv5)
     efa = fit("efa", "b200_4node_efa_allreduce_torch_mle",
               Setup("all_reduce", 32, HOP_NETWORK, 50e9, 4, intra_b200), "nic+switch+nic 11 us")
-    tcp = fit("tcp", "h100_2node_gcp_a3mega_tcpxo_allreduce",
-              Setup("all_reduce", 16, HOP_NETWORK, 25e9, 2, intra_h100), "nic+switch+nic 11 us")
+    tcpxo = fit("tcpxo", "h100_2node_gcp_a3mega_tcpxo_allreduce",
+                Setup("all_reduce", 16, HOP_NETWORK, 25e9, 2, intra_h100), "nic+switch+nic 11 us")
+    # 8 machines of 4 GPUs on one 10 GbE NIC each: the 4 local ranks' rings share it (1.25 / 4
+    # GB/s each); inside a machine NCCL went through shared memory (host-staged, 8 GB/s).
+    tcp = fit("tcp", "dexhunter_10GbE_8x4_2080Ti_allreduce_exp2",
+              Setup("all_reduce", 32, HOP_NETWORK, 1.25e9 / 4, 8, (HOP_HOST, 8e9, host)),
+              "nic+switch+nic 11 us", lo=LO)
     # InfiniBand / RoCE: only messages >= 1 GiB are published (OCI RoCE, 2 x 8 H100, 400 GB/s
     # per node): their efficiency for every size, and no latency beyond the hops.
     roce_setup = Setup("all_reduce", 16, HOP_NETWORK, 50e9, 2, intra_h100)
@@ -200,9 +241,20 @@ def main():
             "setup": roce_setup, "points": roce_pts, "hop": "nic+switch+nic 11 us",
             "alpha": 0.0, "table": roce,
             "note": "only >= 1 GiB published: smaller messages keep its efficiency"}
-    fits = [nv, host, efa, rdma, tcp]
+    fits = [nv, nv4, nv5, pcie, host, efa, rdma, tcp, tcpxo]
     set_uncertainty(fits)
+    # pcie's curve is one GeForce machine's (a patched driver): its uncertainty is at least
+    # the median error on a second machine of the same kind, not fitted.
+    other = [abs(x) for _, x in errors(pcie, curve_points(
+        curves["rtx4090_48g_4x_node6_allreduce_p2p"], 4))]
+    pcie["uncertainty"] = max(pcie["uncertainty"], sorted(other)[len(other) // 2])
     checks = [
+        (pcie, "rtx4090_48g_4x_node6_allreduce_p2p", Setup("all_reduce", 4, HOP_PCIE, 32e9)),
+        (pcie, "rtx4090_48g_4x_node6_allgather_p2p", Setup("all_gather", 4, HOP_PCIE, 32e9)),
+        (pcie, "rtx4090_48g_4x_node6_reducescatter_p2p",
+         Setup("reduce_scatter", 4, HOP_PCIE, 32e9)),
+        (pcie, "rtx4090_48g_8x_node32_allreduce_p2p_crossnuma",
+         Setup("all_reduce", 8, HOP_PCIE, 32e9)),
         (host, "rtx2080ti_2x_pcie3_noP2P_allgather", Setup("all_gather", 2, HOP_HOST, 8e9)),
         (efa, "h100_2node_oci_roce_allreduce_large", roce_setup),
     ]
@@ -234,9 +286,6 @@ def main():
 
 
 BEGIN, END = "  // BEGIN generated by scripts/fit_collectives.py --cpp", "  // END generated"
-PCIE_SOURCE = ("assumed equal to nvlink (no public PCIe peer-to-peer nccl-tests curve found); "
-               "nvlink: ")
-
 
 def cpp_string(text):
     return json.dumps(text, ensure_ascii=False)
@@ -251,20 +300,14 @@ def write_cpp(fits):
         return "      {Transport::%s, %s, %se-6, %s, %.4g}," % (
             enum, cpp_string(source), "%.4g" % (alpha * 1e6), pts, uncertainty)
 
-    enums = {"nvlink": "kNvlink", "host": "kHost", "efa": "kEfa", "rdma": "kRdma",
-             "tcp": "kTcp"}
-    nv = next(f for f in fits if f["name"] == "nvlink")
+    enums = {"nvlink": "kNvlink", "nvlink4": "kNvlink4", "nvlink5": "kNvlink5", "pcie": "kPcie",
+             "host": "kHost", "efa": "kEfa", "rdma": "kRdma", "tcp": "kTcp", "tcpxo": "kTcpxo"}
     lines = [BEGIN,
-             "  static const std::vector<EfficiencyPoint> kNvlinkPoints = %s;" % points(nv),
              "  static const std::vector<TransportCurve> kCurves = {",
              '      {Transport::kNominal, "nominal rates (datasheet)", 0.0, {}},']
     for f in fits:
         source = f["curve"]["source"] + ("; " + f["note"] if "note" in f else "")
-        pts = "kNvlinkPoints" if f is nv else points(f)
-        lines.append(entry(enums[f["name"]], source, f["alpha"], pts, f["uncertainty"]))
-        if f is nv:
-            lines.append(entry("kPcie", PCIE_SOURCE + f["curve"]["source"], f["alpha"], pts,
-                               2 * f["uncertainty"]))
+        lines.append(entry(enums[f["name"]], source, f["alpha"], points(f), f["uncertainty"]))
     lines += ["  };", END]
     path = os.path.join(ROOT, "topologies/transport.cpp")
     text = open(path, encoding="utf-8").read()

@@ -78,24 +78,6 @@ Phase hierarchical(const std::vector<std::vector<int>>& blocks, double bytes) {
   return all;
 }
 
-// NCCL builds its rings and chains from the topology, not the rank order: a group's
-// members machine by machine (machines in the order the group first names them, members in
-// group order within each), so each machine's NICs carry one edge per direction, as the
-// closed form's ring_link assumes. The first member stays first (a broadcast's root).
-std::vector<int> machine_order(const std::vector<int>& devices, const Cluster& cluster) {
-  std::vector<int> machines;
-  std::map<int, std::vector<int>> members;
-  for (const int d : devices) {
-    const int m = cluster.devices()[d].machine;
-    if (members[m].empty()) machines.push_back(m);
-    members[m].push_back(d);
-  }
-  std::vector<int> out;
-  out.reserve(devices.size());
-  for (const int m : machines) out.insert(out.end(), members[m].begin(), members[m].end());
-  return out;
-}
-
 }  // namespace
 
 std::vector<Phase> expand_collective(Collective c, const std::vector<int>& devices, double bytes,

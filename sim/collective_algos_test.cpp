@@ -69,6 +69,25 @@ TEST(CollectiveAlgos, RingsAndChainsGoMachineByMachine) {
   EXPECT_EQ(off_machine(bc[0]), 1);
 }
 
+// The closed form rings a group in the simulator's order too: named across machines
+// (0 2 1 3), the ring runs 0 1 | 2 3, whose host-staged edges (4 GB/s) are slower than the
+// network (12.5 GB/s); in rank order every edge would cross the network.
+TEST(CollectiveAlgos, TheClosedFormRingsMachineByMachineAsTheSimulator) {
+  Cluster c = testing::cluster_from({{"version", 1},
+                                     {"name", "two"},
+                                     {"network", {{"nic_GBps", 12.5}, {"rates", "nominal"}}},
+                                     {"machines",
+                                      {{{"gpu", "RTX3090"},
+                                        {"gpus", 2},
+                                        {"repeat", 2},
+                                        {"intra", {{"kind", "host"}, {"GBps", 4}}}}}}});
+  EXPECT_EQ(machine_order({0, 2, 1, 3}, c), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_DOUBLE_EQ(ring_link(c, {0, 2, 1, 3}, 1e6).first, 4e9);
+  EXPECT_DOUBLE_EQ(ring_link(c, {0, 2}, 1e6).first, 12.5e9);
+  auto ar = expand_collective(Collective::kAllReduce, {0, 2, 1, 3}, 100, Algorithm::kRing, c);
+  EXPECT_EQ(ar[0].flows[0].dst, 1);
+}
+
 TEST(CollectiveAlgos, HierarchicalAllReduceWhenMachinesHoldEqualBlocks) {
   Cluster c = testing::make_cluster(2, 4);
   EXPECT_EQ(machine_blocks({0, 1, 4, 5}, c).size(), 2u);

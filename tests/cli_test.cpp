@@ -155,7 +155,8 @@ TEST(Cli, ClusterTransportIsSaidShownAndNoted) {
   EXPECT_EQ(shipped.err.find("names no network transport"), std::string::npos) << shipped.err;
   auto wrong = run_cli("cluster gen --mix A100:1x8 --transport infiniband --out " + rdma);
   EXPECT_EQ(wrong.code, 2);
-  EXPECT_NE(wrong.err.find("infiniband not in {rdma,efa,tcp}"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("infiniband not in {rdma,efa,tcp,tcpxo}"), std::string::npos)
+      << wrong.err;
 }
 
 TEST(Cli, EstimateDefaultScenario) {

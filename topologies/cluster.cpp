@@ -90,8 +90,8 @@ class ClusterReader {
     if (auto t = net.find("transport")) {
       auto parsed = kTransportNames.parse(t->str());
       if (!parsed || (*parsed != Transport::kRdma && *parsed != Transport::kEfa &&
-                      *parsed != Transport::kTcp)) {
-        t->fail("a network transport: rdma (InfiniBand/RoCE), efa or tcp");
+                      *parsed != Transport::kTcp && *parsed != Transport::kTcpxo)) {
+        t->fail("a network transport: rdma (InfiniBand/RoCE), efa, tcp or tcpxo");
       }
       c_.network_transport_ = *parsed;
       c_.network_transport_named_ = true;
@@ -376,7 +376,14 @@ Transport Cluster::transport(int a, int b) const {
   if (nominal_rates_) return Transport::kNominal;
   switch (link_class(a, b)) {
     case LinkClass::kNvSwitch:
-      return Transport::kNvlink;
+      switch (gpu(a).architecture) {
+        case Architecture::kHopper:
+          return Transport::kNvlink4;
+        case Architecture::kBlackwell:
+          return Transport::kNvlink5;
+        default:
+          return Transport::kNvlink;
+      }
     case LinkClass::kPcie:
       return Transport::kPcie;
     case LinkClass::kHost:

@@ -125,9 +125,7 @@ class Cluster {
   }
   // The latency of one step of a transfer between a and b: the path's, plus its
   // transport's extra latency per step.
-  double step_latency(int a, int b) const {
-    return latency(a, b) + curve(transport(a, b)).step_latency_s;
-  }
+  double step_latency(int a, int b) const { return curve(transport(a, b)).step_s(latency(a, b)); }
   // A transport's curve: the shipped table unless a profile replaced it (a calibrated
   // profile's "transports", topologies/profile.hpp).
   const TransportCurve& curve(Transport t) const;

@@ -204,7 +204,7 @@ TransportCurve read_transport(const JsonNode& node, Transport t) {
   TransportCurve c;
   c.transport = t;
   c.source = node.find("source") ? node.str("source") : node.origin();
-  c.step_latency_s = node.at("step_latency_us").number_in(0, 1e7) / 1e6;
+  c.step_latency_s = node.at("step_latency_us").number_in(-1e4, 1e7) / 1e6;
   if (auto u = node.find("uncertainty")) c.uncertainty = u->number_in(0, 0.9);
   c.cpu = read_cpu_law(node, {});
   if (auto devices = node.find("devices")) {

@@ -13,13 +13,15 @@
 // model and the simulator both charge a transfer of B bytes as B / eta wire bytes at the
 // nominal rates (so link sharing stays max-min over nominal capacities).
 //
-// A pair of devices uses the transport of its link class: NVLink/NVSwitch `nvlink`, PCIe
-// peer-to-peer `pcie`, host-staged PCIe `host`, the network the cluster file's
-// `network.transport` (`rdma` InfiniBand/RoCE, the default; `efa`; `tcp`); explicit
+// A pair of devices uses the transport of its link class: NVLink/NVSwitch `nvlink` (by the
+// machine's GPU generation: `nvlink4` Hopper, `nvlink5` Blackwell), PCIe peer-to-peer
+// `pcie`, host-staged PCIe `host`, the network the cluster file's `network.transport`
+// (`rdma` InfiniBand/RoCE, the default; `efa`; `tcp`; `tcpxo`); explicit
 // overrides are taken as achieved rates (eta 1, alpha 0). `nominal` (cluster `"rates":
 // "nominal"`) turns every eta into 1 and alpha into 0: the datasheet model, for
 // hand-checkable tests.
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -30,14 +32,38 @@
 
 namespace hexi {
 
-enum class Transport { kNominal, kNvlink, kPcie, kHost, kRdma, kEfa, kTcp };
+// kNvlink: NVLink 2/3 machines (A100's curve, every NVSwitch machine without its own);
+// kNvlink4: NVLink 4 / NVSwitch 3 (Hopper); kNvlink5: NVLink 5 / NVSwitch 4 (Blackwell).
+// kTcp: NCCL's socket transport over Ethernet; kTcpxo: GPUDirect-TCPX/TCPXO (NCCL's
+// GPU-direct TCP plugin of Google Cloud's A3 machines).
+enum class Transport {
+  kNominal,
+  kNvlink,
+  kNvlink4,
+  kNvlink5,
+  kPcie,
+  kHost,
+  kRdma,
+  kEfa,
+  kTcp,
+  kTcpxo
+};
 inline constexpr auto kTransportNames = enum_names<Transport>({{Transport::kNominal, "nominal"},
                                                                {Transport::kNvlink, "nvlink"},
+                                                               {Transport::kNvlink4, "nvlink4"},
+                                                               {Transport::kNvlink5, "nvlink5"},
                                                                {Transport::kPcie, "pcie"},
                                                                {Transport::kHost, "host"},
                                                                {Transport::kRdma, "rdma"},
                                                                {Transport::kEfa, "efa"},
-                                                               {Transport::kTcp, "tcp"}});
+                                                               {Transport::kTcp, "tcp"},
+                                                               {Transport::kTcpxo, "tcpxo"}});
+// Every transport with a shipped table (all but kNominal).
+inline constexpr Transport kMeasuredTransports[] = {
+    Transport::kNvlink, Transport::kNvlink4, Transport::kNvlink5,
+    Transport::kPcie,   Transport::kHost,    Transport::kRdma,
+    Transport::kEfa,    Transport::kTcp,     Transport::kTcpxo};
+inline constexpr int kNumTransports = static_cast<int>(Transport::kTcpxo) + 1;
 std::string_view to_string(Transport t);
 
 struct EfficiencyPoint {
@@ -70,8 +96,10 @@ struct CommCpuLaw {
 
 struct TransportCurve {
   Transport transport = Transport::kNominal;
-  std::string source;                   // where the table comes from
-  double step_latency_s = 0;            // alpha: added to every step's hop latency
+  std::string source;  // where the table comes from
+  // alpha: added to every step's hop latency; negative where the transport's steps are
+  // faster than the cluster's hop latency (step_s never goes below 0)
+  double step_latency_s = 0;
   std::vector<EfficiencyPoint> points;  // by increasing bytes; empty: eta 1
   // How far a transfer's modelled time may be off (relative, 0: not stated): the shipped
   // tables' median leave-one-out error (scripts/fit_collectives.py); moved_curve uses it.
@@ -93,6 +121,9 @@ struct TransportCurve {
     return false;
   }
 
+  // One step over a path of `hop_s` latency: the hop plus alpha, never below 0.
+  double step_s(double hop_s) const { return std::max(0.0, hop_s + step_latency_s); }
+
   // eta at `bytes`: linear in log2(bytes) between points, constant below the first and
   // above the last, except where the last is above 1: a token bucket's burst, which a larger
   // message outgrows (eta -> the payload's share of the shaped rate, 1448/1514 for tcp, 1
@@ -102,6 +133,7 @@ struct TransportCurve {
 
 // `c` with its transfers moved across its uncertainty, from the fast (side -1) to the slow
 // (+1) end: every efficiency divided by 1 + side x uncertainty, the step latency times it
+// (divided by it when negative: a slower end never has faster steps)
 // (an empty table, eta 1 at every size, states no uncertainty and stays as it is).
 TransportCurve moved_curve(const TransportCurve& c, double side);
 

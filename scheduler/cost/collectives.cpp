@@ -42,13 +42,28 @@ double p2p_time(double bytes, double bandwidth_Bps, double latency_s) {
   return latency_s + bytes / bandwidth_Bps;
 }
 
-std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& group,
+std::vector<int> machine_order(const std::vector<int>& devices, const Cluster& cluster) {
+  std::vector<int> machines;
+  std::map<int, std::vector<int>> members;
+  for (const int d : devices) {
+    const int m = cluster.devices()[d].machine;
+    if (members[m].empty()) machines.push_back(m);
+    members[m].push_back(d);
+  }
+  std::vector<int> out;
+  out.reserve(devices.size());
+  for (const int m : machines) out.insert(out.end(), members[m].begin(), members[m].end());
+  return out;
+}
+
+std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& devices,
                                     double bytes) {
-  const int n = static_cast<int>(group.size());
+  const int n = static_cast<int>(devices.size());
   double bw = std::numeric_limits<double>::infinity(), lat = 0;
   if (n <= 1) return {bw, 0.0};
-  // Ring edges that leave a machine share that machine's NICs with the other edge
-  // leaving it (at most one per direction per machine for a contiguous ring).
+  // Machine by machine, each ring edge that leaves a machine has its NICs to itself in
+  // its direction.
+  const std::vector<int> group = machine_order(devices, cluster);
   const double message = bytes / n;
   for (int i = 0; i < n; ++i) {
     const int a = group[i], b = group[(i + 1) % n];

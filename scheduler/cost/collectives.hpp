@@ -44,7 +44,13 @@ double collective_time(Collective c, double bytes, int n, double bandwidth_Bps, 
 // Point-to-point: latency + bytes / bandwidth.
 double p2p_time(double bytes, double bandwidth_Bps, double latency_s);
 
-// The link of a ring over `group` (devices in ring order) for a collective of `bytes`: the
+// NCCL builds its rings and chains from the topology, not the rank order: a group's
+// members machine by machine (machines in the order the group first names them, members in
+// group order within each), so each machine's NICs carry one edge per direction. The first
+// member stays first (a broadcast's root). The simulator rings in this order too.
+std::vector<int> machine_order(const std::vector<int>& devices, const Cluster& cluster);
+
+// The link of a ring over `group` (ringed in machine_order) for a collective of `bytes`: the
 // smallest achieved bandwidth (bytes/s: nominal x efficiency at bytes / n per step) and the
 // largest step latency (s: path + transport) of its edges; {infinity, 0} for one device.
 std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<int>& group,

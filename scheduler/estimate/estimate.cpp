@@ -751,7 +751,7 @@ class DpSync {
     return members;
   }
 
-  static constexpr std::size_t kTransports = static_cast<std::size_t>(Transport::kTcp) + 1;
+  static constexpr std::size_t kTransports = kNumTransports;
 
   // The slowest link (its nominal rate and transport) and the largest latency from a
   // device to the devices of a holder stage.
@@ -805,7 +805,7 @@ class DpSync {
       out.bandwidth_Bps = std::min(
           {out.bandwidth_Bps, c.machines()[m].nic_each_Bps(), c.machines()[mp].nic_each_Bps()});
     }
-    out.step_latency_s = l.latency_s + c.curve(out.transport).step_latency_s +
+    out.step_latency_s = c.curve(out.transport).step_s(l.latency_s) +
                          c.collective_extra_latency(out.transport);  // a DP ring's step
     if (by_machine) row_tags_[mp] = row_tag_;
     return out;
@@ -872,7 +872,7 @@ class DpSync {
       if (const PairLink far = ph.far.from(m); !std::isinf(far.bandwidth_Bps)) {
         // A ring's step across machines, summed as peer_link sums it.
         const double step_s =
-            far.latency_s + c.curve(network).step_latency_s + c.collective_extra_latency(network);
+            c.curve(network).step_s(far.latency_s) + c.collective_extra_latency(network);
         add({far.bandwidth_Bps, step_s, network});
       }
       auto near = [&](int q) {
@@ -1709,8 +1709,7 @@ std::pair<double, double> CostModel::iteration_time_range(const Plan& plan,
     const Profile moved = profile_.at_bound(side);
     Cluster cluster = cluster_;
     std::map<Transport, TransportCurve> curves;
-    for (const Transport t : {Transport::kNvlink, Transport::kPcie, Transport::kHost,
-                              Transport::kRdma, Transport::kEfa, Transport::kTcp}) {
+    for (const Transport t : kMeasuredTransports) {
       curves[t] = moved_curve(cluster_.curve(t), side);
     }
     cluster.set_curves(curves, profile_.collective_step_latencies());

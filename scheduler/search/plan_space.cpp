@@ -324,8 +324,8 @@ double SpecEvaluator::dp_nic_floor(const PlanSpec& spec,
   }
   // A ring moves at most its bytes times the best efficiency any transport reaches.
   double best_efficiency = 1;
-  for (int t = 0; t <= static_cast<int>(Transport::kTcp); ++t) {
-    for (const EfficiencyPoint& pt : c.curve(static_cast<Transport>(t)).points)
+  for (const Transport t : kMeasuredTransports) {
+    for (const EfficiencyPoint& pt : c.curve(t).points)
       best_efficiency = std::max(best_efficiency, pt.efficiency);
   }
   // Per machine: (release, bytes) of each gradient piece whose holders span machines.
