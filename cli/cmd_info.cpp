@@ -88,6 +88,9 @@ int run_info(const InfoOptions& opt) {
                     {"memory_GBps", g.memory_GBps},
                     {"intra", to_string(g.intra_kind)},
                     {"intra_GBps", g.intra_GBps},
+                    {"sustained", g.sustained},
+                    {"sustained_uncertainty", g.sustained_uncertainty},
+                    {"sustained_source", g.sustained_source},
                     {"source", g.source}});
   }
   for (const auto& m : catalogs->models.models()) {
@@ -116,9 +119,10 @@ int run_info(const InfoOptions& opt) {
     return 0;
   }
   std::cout << "GPU types (dense fp16/bf16 tensor TFLOP/s, fp32 accumulate):\n";
-  Table gt({"name", "TFLOP/s", "memory GiB", "HBM GB/s", "intra", "intra GB/s"});
+  Table gt({"name", "TFLOP/s", "sustained", "memory GiB", "HBM GB/s", "intra", "intra GB/s"});
   for (const auto& g : catalogs->gpus.gpus()) {
-    gt.add({g.name, fmt(g.tflops, g.tflops < 1 ? 3 : 1), fmt(g.memory_gib, 0),
+    gt.add({g.name, fmt(g.tflops, g.tflops < 1 ? 3 : 1),
+            g.sustained_source.empty() ? "-" : fmt(g.sustained, 3), fmt(g.memory_gib, 0),
             fmt(g.memory_GBps, 0), std::string(to_string(g.intra_kind)), fmt(g.intra_GBps, 0)});
   }
   gt.print(std::cout);

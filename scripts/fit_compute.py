@@ -730,8 +730,8 @@ def fit_uncertainty(fit):
             value, how = per.get((fam, cls), (widest[cls], "no leave-one-out figure of its own: "
                                               "the largest other family's"))
             fit.set(fam, "uncertainty_" + cls, round(value, 4),
-                    "%s (scripts/fit_compute.py; burst-to-sustained clock gaps are not measured "
-                    "and not included)" % how)
+                    "%s (scripts/fit_compute.py; fitted to burst measurements: a card's "
+                    "sustained share and its uncertainty are in topologies/gpus.json)" % how)
 
 
 def run():

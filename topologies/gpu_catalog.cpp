@@ -26,7 +26,8 @@ double spec_number(const JsonNode& node) {
 
 GpuSpec read_gpu(const JsonNode& node) {
   node.allow_only({"name", "aliases", "tflops", "tflops_fp16_accumulate", "precision", "memory_gib",
-                   "memory_GBps", "pcie_GBps", "intra", "architecture", "sms", "quota", "source"});
+                   "memory_GBps", "pcie_GBps", "intra", "architecture", "sms", "quota", "sustained",
+                   "source"});
   GpuSpec g;
   g.name = node.str("name");
   if (auto aliases = node.find("aliases")) {
@@ -56,6 +57,12 @@ GpuSpec read_gpu(const JsonNode& node) {
     quota->allow_only({"share", "period_us"});
     g.quota_share = quota->at("share").number_in(0.01, 1);
     g.quota_period_s = quota->at("period_us").number_in(1000, 1e6) * 1e-6;
+  }
+  if (auto sustained = node.find("sustained")) {
+    sustained->allow_only({"value", "uncertainty", "source"});
+    g.sustained = sustained->at("value").number_in(0.1, 1.5);
+    g.sustained_uncertainty = sustained->at("uncertainty").number_in(0, 0.5);
+    g.sustained_source = sustained->str("source");
   }
   g.source = node.str("source");
   return g;

@@ -70,6 +70,13 @@ struct GpuSpec {
   Architecture architecture = Architecture::kOther;
   int sms = 0;         // streaming multiprocessors (GEMM wave quantisation); 0: unknown
   std::string source;  // datasheet reference
+  // Steady state: the share of the shipped (burst-fitted) tensor-core rates the card keeps
+  // over a long run at its power limit, from a sustained kernel-level measurement of this
+  // card or one it inherits from (sustained_source says which); 1: not measured.
+  // sustained_uncertainty widens estimate's range for it.
+  double sustained = 1;
+  double sustained_uncertainty = 0;
+  std::string sustained_source;
   // A device under a CPU quota (the testbed's cpu-NN ranks): it runs at full speed until it
   // has spent quota_share of each period of quota_period_s, then waits for the next period;
   // `tflops` is its average rate. 0: no quota (every GPU).

@@ -57,6 +57,35 @@ TEST(GpuCatalog, DenseNotSparseDatasheetValues) {
   EXPECT_EQ(catalog().find("RTX3090")->intra_kind, IntraKind::kHost);  // no peer-to-peer
 }
 
+// A sustained share is a kernel-level steady-state measurement of the card, or says which
+// card it comes from (inherited or derived) with a wider uncertainty; a card without one keeps
+// the burst-fitted rates (1).
+TEST(GpuCatalog, SustainedSharesSayWhereTheyComeFrom) {
+  int measured = 0, inherited = 0;
+  for (const GpuSpec& g : catalog().gpus()) {
+    if (g.sustained_source.empty()) {
+      EXPECT_EQ(g.sustained, 1) << g.name;
+      continue;
+    }
+    EXPECT_NE(g.sustained_source.find("gpu-fryer"), std::string::npos) << g.name;
+    const bool from_other = g.sustained_source.rfind("inherited", 0) == 0 ||
+                            g.sustained_source.rfind("derived", 0) == 0;
+    (from_other ? inherited : measured)++;
+    EXPECT_GE(g.sustained_uncertainty, from_other ? 0.04 : 0.02) << g.name;
+  }
+  EXPECT_EQ(measured, 3);  // A100-SXM4-80GB, A100-PCIe-40GB, H100-SXM5
+  EXPECT_GE(inherited, 1);
+  EXPECT_DOUBLE_EQ(catalog().find("A100-PCIe-40GB")->sustained, 0.845);
+  auto bad = GpuCatalog::from_json(
+      Json::parse(R"({"version": 1, "gpus": [{"name": "X", "tflops": 1, "precision": "bf16",
+        "memory_gib": 1, "memory_GBps": 1, "pcie_GBps": 1, "intra": {"kind": "pcie", "GBps": 1},
+        "sustained": {"value": 2, "uncertainty": 0.1, "source": "s"}, "source": "s"}]})"),
+      "g.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("/gpus/0/sustained/value"), std::string::npos)
+      << bad.error().message;
+}
+
 TEST(GpuCatalog, NamesAreCaseAndDashInsensitiveWithAliases) {
   EXPECT_EQ(catalog().find("a800-nvlink")->name, "A800-SXM-80GB");
   EXPECT_EQ(catalog().find("rtx_4090")->name, "RTX4090");

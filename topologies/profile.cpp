@@ -372,6 +372,16 @@ Json Profile::to_json() const {
   return out;
 }
 
+bool Profile::shipped(const GpuSpec& gpu, Param p) const {
+  auto it = devices_.find(gpu.name);
+  if (it != devices_.end() && (it->second.set & (1u << index(p)))) return false;
+  for (const auto& d : default_params()) {
+    if (d.architecture == gpu.architecture && d.param == p)
+      return architecture_source(gpu.architecture, p) == d.source;
+  }
+  return false;
+}
+
 DeviceProfile Profile::device(const GpuSpec& gpu) const {
   DeviceProfile out = architecture(gpu.architecture);
   auto it = devices_.find(gpu.name);
@@ -380,10 +390,19 @@ DeviceProfile Profile::device(const GpuSpec& gpu) const {
       if (it->second.set & (1u << index(f.param))) out.*f.member = it->second.values.*f.member;
     }
   }
+  // The shipped tensor-core rates are fitted to burst measurements: a card's sustained share
+  // takes them to steady state (a rate a file or a calibration sets is taken as it is).
+  double sustained_uncertainty = 0;
+  if (gpu.sustained != 1) {
+    if (shipped(gpu, Param::kGemmCeiling)) out.gemm_ceiling *= gpu.sustained;
+    if (shipped(gpu, Param::kAttentionFwd)) out.attention_fwd *= gpu.sustained;
+    if (shipped(gpu, Param::kAttentionBwd)) out.attention_bwd *= gpu.sustained;
+    sustained_uncertainty = gpu.sustained_uncertainty;
+  }
   if (side_ != 0) {
-    out.gemm_ceiling /= 1 + side_ * out.uncertainty_gemm;
-    out.attention_fwd /= 1 + side_ * out.uncertainty_attention;
-    out.attention_bwd /= 1 + side_ * out.uncertainty_attention;
+    out.gemm_ceiling /= 1 + side_ * (out.uncertainty_gemm + sustained_uncertainty);
+    out.attention_fwd /= 1 + side_ * (out.uncertainty_attention + sustained_uncertainty);
+    out.attention_bwd /= 1 + side_ * (out.uncertainty_attention + sustained_uncertainty);
     out.memory_efficiency /= 1 + side_ * out.uncertainty_memory;
   }
   return out;

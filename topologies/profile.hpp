@@ -140,9 +140,12 @@ class Profile {
   // Version 2: every family and every GPU entry in full, each value with its source.
   Json to_json() const;
 
-  // The model of a GPU type: its own entry, else its architecture family's. By value
+  // The model of a GPU type: its own entry, else its architecture family's; the shipped
+  // GEMM and flash-attention rates times the card's sustained share (gpus.json). By value
   // (a map lookup by name): hot callers resolve once per GPU type.
   DeviceProfile device(const GpuSpec& gpu) const;
+  // Whether `gpu` takes `p` from the shipped defaults (no file, entry or code replaced it).
+  bool shipped(const GpuSpec& gpu, Param p) const;
   // This profile with every kernel moved across its uncertainty, from the fast (side -1) to
   // the slow (+1) end: GEMM, flash attention and element-wise efficiencies divided by
   // 1 + side x their uncertainty (device() answers so; 0: as stated; side clamped to

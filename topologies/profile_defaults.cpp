@@ -94,14 +94,15 @@ const std::vector<DefaultParam>& default_params() {
        "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
        "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kVolta, Param::kUncertaintyGemm, 0.1461,
-       "inherited from ampere: twice its 7.3 % (scripts/fit_compute.py; burst-to-sustained clock "
-       "gaps are not measured and not included)"},
+       "inherited from ampere: twice its 7.3 % (scripts/fit_compute.py; fitted to burst "
+       "measurements: a card's sustained share and its uncertainty are in topologies/gpus.json)"},
       {Architecture::kVolta, Param::kUncertaintyAttention, 0.0954,
-       "inherited from ampere: twice its 4.8 % (scripts/fit_compute.py; burst-to-sustained clock "
-       "gaps are not measured and not included)"},
+       "inherited from ampere: twice its 4.8 % (scripts/fit_compute.py; fitted to burst "
+       "measurements: a card's sustained share and its uncertainty are in topologies/gpus.json)"},
       {Architecture::kVolta, Param::kUncertaintyMemory, 0.0322,
        "twice the median |leave-one-out error| 1.6 % of 1 points, all on V100-SXM2-16GB "
-       "(scripts/fit_compute.py; burst-to-sustained clock gaps are not measured and not included)"},
+       "(scripts/fit_compute.py; fitted to burst measurements: a card's sustained share and its "
+       "uncertainty are in topologies/gpus.json)"},
       {Architecture::kTuring, Param::kGemmCeiling, 0.8536,
        "inherited from ampere (no kernel-level data for turing): fitted to A100-PCIe, A100-SXM (2 "
        "bf16/fp16 points): "
@@ -188,14 +189,15 @@ const std::vector<DefaultParam>& default_params() {
        "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
        "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kTuring, Param::kUncertaintyGemm, 0.1461,
-       "inherited from ampere: twice its 7.3 % (scripts/fit_compute.py; burst-to-sustained clock "
-       "gaps are not measured and not included)"},
+       "inherited from ampere: twice its 7.3 % (scripts/fit_compute.py; fitted to burst "
+       "measurements: a card's sustained share and its uncertainty are in topologies/gpus.json)"},
       {Architecture::kTuring, Param::kUncertaintyAttention, 0.0954,
-       "inherited from ampere: twice its 4.8 % (scripts/fit_compute.py; burst-to-sustained clock "
-       "gaps are not measured and not included)"},
+       "inherited from ampere: twice its 4.8 % (scripts/fit_compute.py; fitted to burst "
+       "measurements: a card's sustained share and its uncertainty are in topologies/gpus.json)"},
       {Architecture::kTuring, Param::kUncertaintyMemory, 0.125,
-       "the median |leave-one-out error| of 2 points on 2 cards (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "the median |leave-one-out error| of 2 points on 2 cards (scripts/fit_compute.py; fitted to "
+       "burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
       {Architecture::kAmpere, Param::kGemmCeiling, 0.8536,
        "fitted to A100-PCIe, A100-SXM (2 bf16/fp16 points): "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -274,14 +276,16 @@ const std::vector<DefaultParam>& default_params() {
        "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
        "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kAmpere, Param::kUncertaintyGemm, 0.073,
-       "the median |leave-one-out error| of 2 points on 2 cards (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "the median |leave-one-out error| of 2 points on 2 cards (scripts/fit_compute.py; fitted to "
+       "burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
       {Architecture::kAmpere, Param::kUncertaintyAttention, 0.0477,
-       "inherited from ampere-ga10x: twice its 2.4 % (scripts/fit_compute.py; burst-to-sustained "
-       "clock gaps are not measured and not included)"},
+       "inherited from ampere-ga10x: twice its 2.4 % (scripts/fit_compute.py; fitted to burst "
+       "measurements: a card's sustained share and its uncertainty are in topologies/gpus.json)"},
       {Architecture::kAmpere, Param::kUncertaintyMemory, 0.038,
        "twice the median |leave-one-out error| 1.9 % of 4 points, all on A100-SXM4-40GB "
-       "(scripts/fit_compute.py; burst-to-sustained clock gaps are not measured and not included)"},
+       "(scripts/fit_compute.py; fitted to burst measurements: a card's sustained share and its "
+       "uncertainty are in topologies/gpus.json)"},
       {Architecture::kAmpereGa10x, Param::kGemmCeiling, 0.8536,
        "inherited from ampere (the only GA10x sweep, an RTX 3080 Laptop, has unknown clocks): "
        "fitted to A100-PCIe, A100-SXM (2 bf16/fp16 points): "
@@ -350,14 +354,16 @@ const std::vector<DefaultParam>& default_params() {
        "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
        "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kAmpereGa10x, Param::kUncertaintyGemm, 0.1461,
-       "inherited from ampere: twice its 7.3 % (scripts/fit_compute.py; burst-to-sustained clock "
-       "gaps are not measured and not included)"},
+       "inherited from ampere: twice its 7.3 % (scripts/fit_compute.py; fitted to burst "
+       "measurements: a card's sustained share and its uncertainty are in topologies/gpus.json)"},
       {Architecture::kAmpereGa10x, Param::kUncertaintyAttention, 0.0239,
        "twice the median |leave-one-out error| 1.2 % of 10 points, all on RTX A5000 "
-       "(scripts/fit_compute.py; burst-to-sustained clock gaps are not measured and not included)"},
+       "(scripts/fit_compute.py; fitted to burst measurements: a card's sustained share and its "
+       "uncertainty are in topologies/gpus.json)"},
       {Architecture::kAmpereGa10x, Param::kUncertaintyMemory, 0.125,
        "no leave-one-out figure of its own: the largest other family's (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "fitted to burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
       {Architecture::kAda, Param::kGemmCeiling, 0.9787,
        "fitted to L20 (33 bf16/fp16 points): "
        "https://github.com/xlite-dev/LeetCUDA/blob/0aeb450e659cee0759ac4a179f72ddcd22c67bfb/hgemm/"
@@ -430,13 +436,16 @@ const std::vector<DefaultParam>& default_params() {
        "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kAda, Param::kUncertaintyGemm, 0.0171,
        "twice the median |leave-one-out error| 0.9 % of 33 points, all on L20 "
-       "(scripts/fit_compute.py; burst-to-sustained clock gaps are not measured and not included)"},
+       "(scripts/fit_compute.py; fitted to burst measurements: a card's sustained share and its "
+       "uncertainty are in topologies/gpus.json)"},
       {Architecture::kAda, Param::kUncertaintyAttention, 0.0608,
        "twice the median |leave-one-out error| 3.0 % of 6 points, all on RTX4090 "
-       "(scripts/fit_compute.py; burst-to-sustained clock gaps are not measured and not included)"},
+       "(scripts/fit_compute.py; fitted to burst measurements: a card's sustained share and its "
+       "uncertainty are in topologies/gpus.json)"},
       {Architecture::kAda, Param::kUncertaintyMemory, 0.125,
        "no leave-one-out figure of its own: the largest other family's (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "fitted to burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
       {Architecture::kHopper, Param::kGemmCeiling, 0.8512,
        "fitted to GH200-SXM (900W, 141GiB HBM3e), H100-SXM (2 bf16/fp16 points): "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -505,14 +514,17 @@ const std::vector<DefaultParam>& default_params() {
        "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
        "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kHopper, Param::kUncertaintyGemm, 0.0085,
-       "the median |leave-one-out error| of 8 points on 3 cards (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "the median |leave-one-out error| of 8 points on 3 cards (scripts/fit_compute.py; fitted to "
+       "burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
       {Architecture::kHopper, Param::kUncertaintyAttention, 0.0819,
        "twice the median |leave-one-out error| 4.1 % of 12 points, all on H100-SXM5-80GB "
-       "(scripts/fit_compute.py; burst-to-sustained clock gaps are not measured and not included)"},
+       "(scripts/fit_compute.py; fitted to burst measurements: a card's sustained share and its "
+       "uncertainty are in topologies/gpus.json)"},
       {Architecture::kHopper, Param::kUncertaintyMemory, 0.125,
        "no leave-one-out figure of its own: the largest other family's (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "fitted to burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
       {Architecture::kBlackwell, Param::kGemmCeiling, 0.808,
        "fitted to B200-SXM, B300-SXM, GB200-SXM (3 bf16/fp16 points): "
        "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/"
@@ -580,14 +592,17 @@ const std::vector<DefaultParam>& default_params() {
        "structural: the simulator times each op by the model (a GPU kernel's time varies little); "
        "fitted by hexisim calibrate on devices under a CPU quota"},
       {Architecture::kBlackwell, Param::kUncertaintyGemm, 0.0186,
-       "the median |leave-one-out error| of 3 points on 3 cards (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "the median |leave-one-out error| of 3 points on 3 cards (scripts/fit_compute.py; fitted to "
+       "burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
       {Architecture::kBlackwell, Param::kUncertaintyAttention, 0.0954,
        "no leave-one-out figure of its own: the largest other family's (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "fitted to burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
       {Architecture::kBlackwell, Param::kUncertaintyMemory, 0.125,
        "no leave-one-out figure of its own: the largest other family's (scripts/fit_compute.py; "
-       "burst-to-sustained clock gaps are not measured and not included)"},
+       "fitted to burst measurements: a card's sustained share and its uncertainty are in "
+       "topologies/gpus.json)"},
   };
   // END generated
   return kDefaults;

@@ -218,6 +218,35 @@ TEST(Profile, AtBoundMovesEachKernelClassByItsUncertainty) {
   }
 }
 
+// A card's sustained share (gpus.json) takes the shipped GEMM and flash-attention rates,
+// fitted to burst measurements, to steady state; a rate a file sets is taken as it is, the
+// element-wise rate is not a tensor-core rate, and the range widens by the share's
+// uncertainty.
+TEST(Profile, ACardsSustainedShareScalesTheShippedTensorCoreRatesOnly) {
+  GpuSpec pcie = spec("A100-PCIe-40GB", Architecture::kAmpere);
+  pcie.sustained = 0.845;
+  pcie.sustained_uncertainty = 0.02;
+  const Profile shipped;
+  const DeviceProfile& fam = shipped.architecture(Architecture::kAmpere);
+  const DeviceProfile d = shipped.device(pcie);
+  EXPECT_DOUBLE_EQ(d.gemm_ceiling, fam.gemm_ceiling * 0.845);
+  EXPECT_DOUBLE_EQ(d.attention_fwd, fam.attention_fwd * 0.845);
+  EXPECT_DOUBLE_EQ(d.attention_bwd, fam.attention_bwd * 0.845);
+  EXPECT_DOUBLE_EQ(d.memory_efficiency, fam.memory_efficiency);
+  EXPECT_DOUBLE_EQ(shipped.device(kA100).gemm_ceiling, fam.gemm_ceiling);  // share 1
+  EXPECT_DOUBLE_EQ(shipped.at_bound(1).device(pcie).gemm_ceiling,
+                   fam.gemm_ceiling * 0.845 / (1 + fam.uncertainty_gemm + 0.02));
+  Profile file = parse_profile(R"({"version": 2,
+    "architectures": {"ampere": {"gemm_ceiling": 0.8}},
+    "devices": {"A100-PCIe-40GB": {"attention_fwd": 0.5}}})");
+  EXPECT_DOUBLE_EQ(file.device(pcie).gemm_ceiling, 0.8);
+  EXPECT_DOUBLE_EQ(file.device(pcie).attention_fwd, 0.5);
+  EXPECT_DOUBLE_EQ(file.device(pcie).attention_bwd, fam.attention_bwd * 0.845);
+  Profile constant;
+  constant.set_default(DeviceProfile::constant(0.7, 0.5, 0.8, 4e-6));
+  EXPECT_DOUBLE_EQ(constant.device(pcie).gemm_ceiling, 0.7);
+}
+
 // A transport's curve moved across its uncertainty: efficiencies divided and the step
 // latency multiplied by 1 + side x uncertainty; every shipped network and link table states
 // one; a profile's transport may state its own, and writes it back.

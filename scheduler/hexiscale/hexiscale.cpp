@@ -125,10 +125,11 @@ constexpr double kPolishGap = 0.05;
 // they spare the stages next to a slow boundary layers the timeline would have overlapped. The
 // best plan and its pipelines reversed (fast GPUs last, where fewer micro-batches are in flight,
 // may hold more layers) are each also split by compute alone and with the sends weighted 1/4,
-// 1/2 and 3/4 (SpecEvaluator::compute_balanced), scored under the full estimate. Where the curves
-// and the estimate disagree on the best plan, or such a split is faster, the polish
-// (SpecEvaluator::polish_layers) runs from the best plan, its reverse, the compute-alone split of
-// each and the fastest weighted one where it differs, and last from the search's fastest
+// 1/2 and 3/4 (SpecEvaluator::compute_balanced), scored under the full estimate; so is the best
+// plan on every GPU where the best leaves some idle (its curves may have misplaced its layers).
+// Where the curves and the estimate disagree on the best plan, or such a split is faster, the
+// polish (SpecEvaluator::polish_layers) runs from the best plan, its reverse, the compute-alone
+// split of each and the fastest weighted one where it differs, and last from the search's fastest
 // candidate split by compute (HexiScaleSearch::best_balanced), where there is one. The fastest
 // replaces the best (the first of equals, in that order).
 constexpr double kSendWeights[] = {0.25, 0.5, 0.75};
@@ -147,7 +148,8 @@ std::pair<std::optional<ScoredPlan>, std::optional<ScoredPlan>> resplit(const Sp
   return {std::move(alone), std::move(weighted)};
 }
 
-void polish(SpecEvaluator& ev, SpecResult& best, std::optional<SpecResult> balanced) {
+void polish(SpecEvaluator& ev, SpecResult& best, std::optional<SpecResult> balanced,
+            const std::optional<SpecResult>& all_gpus) {
   const double curves = ev.pipelines_s(best.spec), estimated = best.scored.estimate.pipeline_s;
   const bool disagree = std::abs(curves - estimated) > kPolishGap * estimated;
   std::vector<SpecResult> starts{best}, alone, weighted;
@@ -162,6 +164,10 @@ void polish(SpecEvaluator& ev, SpecResult& best, std::optional<SpecResult> balan
   if (auto r = ev.evaluate(reversed, "hexiscale"); r && r->estimate.feasible) {
     add_splits(reversed, *r);
     starts.push_back(SpecResult{std::move(reversed), std::move(*r)});
+  }
+  if (all_gpus) {
+    add_splits(all_gpus->spec, all_gpus->scored);
+    starts.push_back(*all_gpus);
   }
   if (balanced) weighted.push_back(std::move(*balanced));
   bool faster = false;
@@ -212,7 +218,10 @@ Result<SearchResult> run_hexiscale(const Scenario& sc, const SearchOptions& opti
   if (!best) return no_feasible_plan(sc, "hexiscale");
   // After the search, so that the search (the exact search's incumbent) stays in its space;
   // not once a time budget is spent.
-  if (!clock.out_of_time()) polish(ev, *best, std::move(balanced));
+  if (!clock.out_of_time()) {
+    polish(ev, *best, std::move(balanced), all_gpus);
+    if (best->scored.plan.num_devices() == sc.cluster.num_devices()) all_gpus.reset();
+  }
   std::string interleaving;
   if (hx->interleave > 1) {
     const std::vector<int> v = interleave_pipelines(cm, best->scored, hx->interleave);
