@@ -21,7 +21,7 @@ struct ScenarioQuestion {
   // The generated cluster's network (with `mix` only: a cluster file names its own).
   std::optional<double> nic_GBps;       // per machine, all NICs together
   std::optional<int> nics_per_machine;  // rail-optimised when equal to the GPUs per machine
-  std::string transport;                // "rdma", "efa" or "tcp"
+  std::string transport;                // "rdma", "efa", "tcp" or "tcpxo"
   std::string model;                    // a catalog model
   std::optional<int> global_batch, micro_batch, seq_len, zero_stage;
   std::string precision;  // "bf16", "fp16" or "fp32"
