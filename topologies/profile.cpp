@@ -373,13 +373,17 @@ Json Profile::to_json() const {
 }
 
 bool Profile::shipped(const GpuSpec& gpu, Param p) const {
+  // Per family and parameter, the shipped default's source (empty: no shipped default).
+  static const auto kShippedSources = [] {
+    std::array<std::array<std::string_view, kNumParams>, kNumArchitectures> sources{};
+    for (const auto& d : default_params())
+      sources[static_cast<int>(d.architecture)][index(d.param)] = d.source;
+    return sources;
+  }();
   auto it = devices_.find(gpu.name);
   if (it != devices_.end() && (it->second.set & (1u << index(p)))) return false;
-  for (const auto& d : default_params()) {
-    if (d.architecture == gpu.architecture && d.param == p)
-      return architecture_source(gpu.architecture, p) == d.source;
-  }
-  return false;
+  const std::string_view shipped = kShippedSources[static_cast<int>(gpu.architecture)][index(p)];
+  return !shipped.empty() && architecture_source(gpu.architecture, p) == shipped;
 }
 
 DeviceProfile Profile::device(const GpuSpec& gpu) const {

@@ -42,17 +42,27 @@ double p2p_time(double bytes, double bandwidth_Bps, double latency_s) {
   return latency_s + bytes / bandwidth_Bps;
 }
 
-std::vector<int> machine_order(const std::vector<int>& devices, const Cluster& cluster) {
-  std::vector<int> machines;
-  std::map<int, std::vector<int>> members;
+namespace {
+
+// `devices` grouped by machine: machines in the order `devices` first names them, each
+// group's members in `devices` order.
+std::vector<std::vector<int>> by_machine(const std::vector<int>& devices, const Cluster& cluster) {
+  std::vector<std::vector<int>> groups;
+  std::map<int, std::size_t> group_of;
   for (const int d : devices) {
-    const int m = cluster.devices()[d].machine;
-    if (members[m].empty()) machines.push_back(m);
-    members[m].push_back(d);
+    const auto [it, added] = group_of.emplace(cluster.devices()[d].machine, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(d);
   }
+  return groups;
+}
+
+}  // namespace
+
+std::vector<int> machine_order(const std::vector<int>& devices, const Cluster& cluster) {
   std::vector<int> out;
   out.reserve(devices.size());
-  for (const int m : machines) out.insert(out.end(), members[m].begin(), members[m].end());
+  for (const auto& g : by_machine(devices, cluster)) out.insert(out.end(), g.begin(), g.end());
   return out;
 }
 
@@ -76,20 +86,10 @@ std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<in
 
 std::vector<std::vector<int>> machine_blocks(const std::vector<int>& devices,
                                              const Cluster& cluster) {
-  std::map<int, std::vector<int>> by_machine;
-  std::vector<int> order;
-  for (int d : devices) {
-    const int m = cluster.devices()[d].machine;
-    if (by_machine[m].empty()) order.push_back(m);
-    by_machine[m].push_back(d);
-  }
-  if (order.size() < 2) return {};
-  const std::size_t g = by_machine[order.front()].size();
-  if (g < 2) return {};
-  std::vector<std::vector<int>> blocks;
-  for (int m : order) {
-    if (by_machine[m].size() != g) return {};
-    blocks.push_back(by_machine[m]);
+  std::vector<std::vector<int>> blocks = by_machine(devices, cluster);
+  if (blocks.size() < 2 || blocks.front().size() < 2) return {};
+  for (const auto& b : blocks) {
+    if (b.size() != blocks.front().size()) return {};
   }
   return blocks;
 }
