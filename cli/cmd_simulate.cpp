@@ -17,6 +17,7 @@
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/lower_sequence.hpp"
+#include "scheduler/program/replica_fold.hpp"
 #include "scheduler/program/trace_schema.hpp"
 #include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
@@ -39,6 +40,7 @@ struct SimulateOptions {
   std::string out;
   std::string measured;  // a trace of `hexisim train --trace` to compare with
   bool no_trace = false;
+  bool no_fold = false;
   bool explain = false;
   bool json = false;
 };
@@ -170,6 +172,13 @@ void print_summary(const Scenario& sc, const SimReport& r, const Work& w, bool e
       << sc.cluster.num_devices() << " GPUs, " << r.devices_used << " used), " << r.fidelity
       << " fidelity, " << r.schedule << ", all-reduce " << r.algorithm << "\n";
   out << "plan: " << w.source.description() << "\n";
+  if (r.replicas.folded()) {
+    out << "folded: " << r.replicas.simulated << " of " << r.replicas.pipelines
+        << " identical pipelines simulated, the rest by symmetry (exact; --no-fold runs all; ops, "
+           "activities and the per-device and per-link tables are theirs)\n";
+  } else if (r.replicas.pipelines > 1) {
+    out << "not folded: " << r.replicas.why_not << "\n";
+  }
   Table t({"iteration s", "tokens/s", "MFU", "PFLOP/s", "pipeline s", "estimate s", "sim/estimate",
            "ops", "activities", "wall s", "peak RSS GiB"});
   t.add({fmt(r.iteration_time_s, 3), fmt(r.tokens_per_s, 0), fmt(100 * r.mfu, 1) + "%",
@@ -291,7 +300,20 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
   LowerOptions lo;
   lo.scenario = sc.name;
   lo.granularity = opt.fidelity == "stage" ? Granularity::kStage : Granularity::kLayer;
-  std::cerr << "lowering " << origin << " (" << opt.fidelity << " fidelity)...\n";
+  // Identical pipelines are simulated once per symmetric block (ReplicaFold); a measured
+  // trace is compared op for op with the whole program.
+  ReplicaFold replicas;
+  if (!opt.no_fold && opt.measured.empty()) {
+    if (auto st = validate_plan(*plan, sc.cluster, sc.model, sc.training, origin); !st)
+      return st.error();
+    replicas = find_replica_fold(*plan, sc.cluster, sc.model, sc.training);
+    lo.replicas = &replicas;
+  }
+  std::cerr << "lowering " << origin << " (" << opt.fidelity << " fidelity)"
+            << (replicas.folded() ? ", " + std::to_string(replicas.simulated) + " of " +
+                                        std::to_string(replicas.pipelines) + " identical pipelines"
+                                  : std::string())
+            << "...\n";
   auto program = lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, origin);
   if (!program) return program.error();
   return Work{std::move(*program),
@@ -451,6 +473,10 @@ void add_simulate_command(CLI::App& app, Runner& run) {
   cmd->add_option("--out", opt->out,
                   "Folder for report.json and trace.json (nothing written without it)");
   cmd->add_flag("--no-trace", opt->no_trace, "Do not build trace.json (large for big clusters)");
+  cmd->add_flag("--no-fold", opt->no_fold,
+                "Simulate every pipeline, even where the plan's pipelines are identical and "
+                "symmetric on the cluster (by default one block of them is simulated and the "
+                "rest follow exactly; the report's `replicas` says how many)");
   cmd->add_option("--measured", opt->measured,
                   "A trace of `hexisim train --trace` of the same plan: print per op class "
                   "(compute kind, point-to-point tensor, collective) the simulated time beside "

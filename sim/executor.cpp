@@ -79,6 +79,10 @@ Executor::Executor(const Program& program, Platform& platform, const Cluster& cl
       [](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>&,
          const std::unordered_set<sg4::NetZone*>&) { return g_latency_factor; });
   build_graph();
+  simulated_.assign(cluster_.num_devices(), p_.replicas.folded() ? 0 : 1);
+  if (p_.replicas.folded()) {
+    for (const DeviceLayout& l : p_.devices) simulated_[l.device] = 1;
+  }
   // Each device's quota periods start at its own phase, spread by the golden ratio: the
   // testbed's cgroups start their period timers independently.
   quota_.resize(cluster_.num_devices());
@@ -317,7 +321,11 @@ void Executor::start_collective(int index, double t) {
   for (int op : inst.members) r_.start[op] = t;
   std::vector<int> devices;
   for (int op : inst.members) devices.push_back(p_.ops[op].device);
-  inst.phases = expand_collective(inst.collective, devices, inst.bytes, algorithm_, cluster_);
+  // A folded program's collective across pipelines runs its whole group's algorithm;
+  // start_phase starts the flows leaving the simulated devices.
+  const std::vector<int>& whole = p_.groups[inst.group].whole;
+  inst.phases = expand_collective(inst.collective, whole.empty() ? devices : whole, inst.bytes,
+                                  algorithm_, cluster_);
   inst.phase = 0;
   std::erase_if(inst.phases, [](const Phase& ph) { return ph.flows.empty(); });
   if (inst.phases.empty()) {
@@ -354,8 +362,9 @@ void Executor::start_phase(int index, double t) {
   }
   if (inst.phase == 0) latency += inst.delay;
   const int b = new_batch(index, true, latency);
-  for (const auto& f : ph.flows)
-    add_flow(b, f.src, f.dst, f.bytes, f.message, inst.members.front());
+  for (const auto& f : ph.flows) {
+    if (simulated_[f.src]) add_flow(b, f.src, f.dst, f.bytes, f.message, inst.members.front());
+  }
   launch(b, t);
 }
 
@@ -368,7 +377,7 @@ void Executor::add_flow(int batch, int src, int dst, double bytes, double messag
   const Route& route = platform_.route(src, dst);
   double bottleneck = 1e300;
   for (int l : route.links) {
-    bottleneck = std::min(bottleneck, platform_.links()[l].bandwidth_Bps);
+    bottleneck = std::min(bottleneck, platform_.links()[l].simulated_Bps());
     r_.link_bytes[l] += bytes;
   }
   const int index = static_cast<int>(flows_.size());

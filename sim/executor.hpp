@@ -124,6 +124,7 @@ class Executor {
   std::vector<int> mark_;    // per link: the last batch (stamp) that looked at it
   int stamp_ = 0;
   std::vector<char> started_;
+  std::vector<char> simulated_;  // per device: runs in this program (all but a folded one's rest)
   std::vector<std::optional<QuotaClock>> quota_;  // per device, where it has a CPU quota
   std::vector<int> queue_;
   // Coalesced compute timers: due time -> slot; slot -> chains (first, last op).

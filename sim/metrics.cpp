@@ -175,7 +175,10 @@ SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
                   [](const DeviceLayout& l) { return !l.chunks.empty(); })) {
     rep.schedule = "interleaved 1f1b";
   }
-  rep.devices_used = static_cast<int>(p.devices.size());
+  // A folded program runs a 1/factor share of the plan's devices and compute ops.
+  const int factor = p.replicas.factor();
+  rep.devices_used = static_cast<int>(p.devices.size()) * factor;
+  rep.replicas = {p.replicas.pipelines, p.replicas.simulated, p.replicas.why_not, {}, {}};
   rep.ops = p.num_ops();
   for (int id = 0; id < p.num_ops(); ++id) {
     rep.iteration_time_s = std::max(rep.iteration_time_s, r.end[id]);
@@ -190,14 +193,14 @@ SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
     rep.achieved_pflops = flops / t / 1e15;
     rep.mfu = flops / (t * in.cluster.peak_flops());
   }
-  rep.figures = flop_figures(in.model, in.training, program_flops(p), t, in.cluster.peak_flops(),
-                             rep.devices_used);
+  rep.figures = flop_figures(in.model, in.training, program_flops(p) * factor, t,
+                             in.cluster.peak_flops(), rep.devices_used);
   rep.comms = r.comms;
   rep.timers = r.timers;
   rep.analytic_batches = r.analytic_batches;
   rep.materialised = r.materialised;
   rep.activities = r.comms + r.timers;
-  int dp = 0;
+  int dp = p.replicas.pipelines;
   for (const auto& l : p.devices) dp = std::max(dp, l.pipeline + 1);
   const std::vector<DeviceMemory> sequence =
       p.sequence ? layout_memory(*p.sequence, in.model, in.training, in.cluster)
@@ -217,8 +220,9 @@ SimReport make_report(const RunInputs& in, const ExecutionResult& r) {
   for (std::size_t i = 0; i < in.links.size(); ++i) {
     if (r.link_bytes[i] <= 0) continue;
     const LinkInfo& l = in.links[i];
-    rep.links.push_back({l.name, std::string(to_string(l.kind)), l.bandwidth_Bps, r.link_bytes[i],
-                         t > 0 ? r.link_bytes[i] / (l.bandwidth_Bps * t) : 0});
+    const double bytes = r.link_bytes[i] / l.share;  // with the images a folded link carries
+    rep.links.push_back({l.name, std::string(to_string(l.kind)), l.bandwidth_Bps, bytes,
+                         t > 0 ? bytes / (l.bandwidth_Bps * t) : 0});
   }
   return rep;
 }

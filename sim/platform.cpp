@@ -20,35 +20,58 @@ constexpr auto kLinkKinds = enum_names<LinkKind>({{LinkKind::kPcie, "pcie"},
                                                   {LinkKind::kUplink, "uplink"},
                                                   {LinkKind::kOverride, "override"}});
 
+// (a, b) as one key, a first.
+std::uint64_t directed_key(int a, int b) {
+  return (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint32_t>(b);
+}
+
 }  // namespace
 
 std::string_view to_string(LinkKind k) {
   return kLinkKinds.name(k);
 }
 
-Platform::Platform(const Cluster& cluster) : cluster_(cluster) {
+Platform::Platform(const Cluster& cluster, const std::vector<char>& needed,
+                   const std::vector<MirrorHop>& mirrors, const std::vector<double>& uplink_share)
+    : cluster_(cluster) {
   hosts_.resize(cluster.num_devices(), nullptr);
+  pcie_of_.resize(cluster.num_devices(), nullptr);
+  nics_of_.resize(cluster.machines().size());
+  uplink_of_.resize(cluster.leaves().size(), nullptr);
   sg4::NetZone* root = sg4::create_star_zone("cluster");
   const bool uplinks = cluster.leaves().size() > 1 && cluster.has_spine();
+  auto built = [&](int m) {
+    if (needed.empty()) return true;
+    const Machine& machine = cluster.machines()[m];
+    for (int g = 0; g < machine.num_gpus; ++g) {
+      if (needed[machine.first_device + g]) return true;
+    }
+    return false;
+  };
   for (std::size_t l = 0; l < cluster.leaves().size(); ++l) {
     const Leaf& leaf = cluster.leaves()[l];
+    if (std::none_of(leaf.machines.begin(), leaf.machines.end(), built)) continue;
     sg4::NetZone* zone = sg4::create_star_zone(leaf.name);
     zone->set_parent(root);
     // The leaf's gateway is its first machine's gateway: SimGrid 3.32 resolves nested
     // routes only through gateways that sit in the child zones themselves.
     simgrid::kernel::routing::NetPoint* gw = nullptr;
     for (int m : leaf.machines) {
+      if (!built(m)) continue;
       auto* machine_gw = build_machine(m, zone);
       if (gw == nullptr) gw = machine_gw;
     }
     zone->seal();
     std::vector<sg4::LinkInRoute> up;
-    if (uplinks)
-      up.emplace_back(duplex(root, leaf.name + "/uplink", LinkKind::kUplink, leaf.uplink_Bps),
-                      Dir::UP);
+    if (uplinks) {
+      uplink_of_[l] = duplex(root, leaf.name + "/uplink", LinkKind::kUplink, leaf.uplink_Bps,
+                             uplink_share.empty() ? 1.0 : uplink_share[l]);
+      up.emplace_back(uplink_of_[l], Dir::UP);
+    }
     root->add_route(zone->get_netpoint(), nullptr, gw, nullptr, up, true);
   }
   build_overrides(root);
+  build_mirrors(root, mirrors);
   root->seal();
 }
 
@@ -67,19 +90,20 @@ std::string short_name(int number, char kind) {
 
 }  // namespace
 
-sg4::Link* Platform::duplex(sg4::NetZone* zone, const std::string& name, LinkKind kind, double bw) {
+sg4::Link* Platform::duplex(sg4::NetZone* zone, const std::string& name, LinkKind kind, double bw,
+                            double share) {
   // Every route crosses exactly two of the source's and destination's first links
   // (PCIe or NVLink ports) or one override link: all routes get SimGrid latency 2 eps.
   const double latency = kind == LinkKind::kPcie || kind == LinkKind::kNvlink ? kRouteLatency / 2
                          : kind == LinkKind::kOverride                        ? kRouteLatency
                                                                               : 0.0;
   sg4::SplitDuplexLink* l =
-      zone->create_split_duplex_link(short_name(static_cast<int>(links_.size()), 'l'), bw);
+      zone->create_split_duplex_link(short_name(static_cast<int>(links_.size()), 'l'), bw * share);
   l->set_latency(latency)->seal();
   // The directions through the link itself: Link::by_name walks every zone (quadratic).
   for (sg4::Link* half : {l->get_link_up(), l->get_link_down()}) {
     link_index_[half] = static_cast<int>(links_.size());
-    links_.push_back({name + (half == l->get_link_up() ? ":up" : ":down"), kind, bw, half});
+    links_.push_back({name + (half == l->get_link_up() ? ":up" : ":down"), kind, bw, half, share});
   }
   return l;
 }
@@ -95,6 +119,7 @@ simgrid::kernel::routing::NetPoint* Platform::build_machine(int mi, sg4::NetZone
     nics.push_back(
         duplex(zone, base + "nic" + std::to_string(k), LinkKind::kNic, m.nic_each_Bps()));
   }
+  nics_of_[mi] = nics;
   sg4::Link* socket = nullptr;
   if (m.sockets > 1 && m.intra_kind != IntraKind::kNvSwitch) {
     socket = duplex(zone, base + "socket", LinkKind::kSocket, m.socket_Bps);
@@ -106,6 +131,7 @@ simgrid::kernel::routing::NetPoint* Platform::build_machine(int mi, sg4::NetZone
     const std::string gpu = base + "gpu" + std::to_string(g) + "/";
     hosts_[device] = zone->create_host(short_name(device, 'g'), cluster_.device_flops(device));
     pcie.push_back(duplex(zone, gpu + "pcie", LinkKind::kPcie, m.pcie_Bps));
+    pcie_of_[device] = pcie.back();
     intra.push_back(duplex(zone, gpu + (nvswitch ? "nvlink" : "p2p"),
                            nvswitch ? LinkKind::kNvlink : LinkKind::kP2p, m.intra_Bps));
   }
@@ -165,7 +191,47 @@ void Platform::build_overrides(sg4::NetZone* root) {
   root->add_route(zone->get_netpoint(), nullptr, gw, nullptr, {}, true);
 }
 
+// Each hop's route as the real route from src to dst leaves src's machine and enters dst's
+// (build_machine, and the root's uplinks where the leaves differ), but entering the image's.
+// A mirror hop always crosses machines (find_replica_fold: a machine serves one block of
+// pipelines), and overrides do not fold.
+void Platform::build_mirrors(sg4::NetZone* root, const std::vector<MirrorHop>& mirrors) {
+  if (mirrors.empty()) return;
+  sg4::NetZone* zone = sg4::create_full_zone("mirrors");
+  zone->set_parent(root);
+  auto* gw = zone->create_router("mirrors/gateway");
+  const bool uplinks = cluster_.leaves().size() > 1 && cluster_.has_spine();
+  int next = 0;
+  for (const MirrorHop& h : mirrors) {
+    const Device& src = cluster_.devices()[h.src];
+    const Device& dst = cluster_.devices()[h.dst];
+    const Device& img = cluster_.devices()[h.image];
+    const Machine& ms = cluster_.machines()[src.machine];
+    const Machine& mi = cluster_.machines()[img.machine];
+    std::vector<sg4::LinkInRoute> path{{pcie_of_[h.src], Dir::UP},
+                                       {nics_of_[src.machine][ms.nic_of(src.local)], Dir::UP}};
+    const int ls = ms.leaf, ld = cluster_.machines()[dst.machine].leaf;
+    if (uplinks && ls != ld) {
+      path.emplace_back(uplink_of_[ls], Dir::UP);
+      path.emplace_back(uplink_of_[mi.leaf], Dir::DOWN);
+    }
+    path.emplace_back(nics_of_[img.machine][mi.nic_of(img.local)], Dir::DOWN);
+    path.emplace_back(pcie_of_[h.image], Dir::DOWN);
+    const std::string name = short_name(next++, 'm');
+    auto* a = zone->create_host(name + "a", 1.0);
+    auto* b = zone->create_host(name + "b", 1.0);
+    zone->add_route(a->get_netpoint(), b->get_netpoint(), nullptr, nullptr, path, false);
+    mirror_[directed_key(h.src, h.dst)] = {a, b};
+  }
+  zone->seal();
+  root->add_route(zone->get_netpoint(), nullptr, gw, nullptr, {}, true);
+}
+
 std::pair<sg4::Host*, sg4::Host*> Platform::endpoints(int a, int b) const {
+  if (!mirror_.empty()) {
+    auto it = mirror_.find(directed_key(a, b));
+    if (it != mirror_.end()) return it->second;
+  }
   if (!device_proxy_.empty()) {
     auto it = device_proxy_.find(Cluster::pair_key(a, b));
     if (it != device_proxy_.end())
@@ -181,7 +247,7 @@ std::pair<sg4::Host*, sg4::Host*> Platform::endpoints(int a, int b) const {
 }
 
 const Route& Platform::route(int a, int b) {
-  const std::uint64_t key = (static_cast<std::uint64_t>(a) << 32) | static_cast<std::uint32_t>(b);
+  const std::uint64_t key = directed_key(a, b);
   auto it = routes_.find(key);
   if (it != routes_.end()) return it->second;
   auto [src, dst] = endpoints(a, b);

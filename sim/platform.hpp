@@ -22,8 +22,8 @@
 // collective's steps) through CM02's latency-factor hook: shares are plain
 // max-min and latencies exact.
 // Zones: a full zone per machine (its GPUs and a gateway), a star zone per leaf
-// (gateway: its first machine's), a star root; overrides live in their own zone between proxy
-// hosts.
+// (gateway: its first machine's), a star root; overrides and mirror hops live in their own
+// zones between proxy hosts.
 
 #include <cstdint>
 #include <string>
@@ -46,6 +46,10 @@ struct LinkInfo {
   LinkKind kind = LinkKind::kPcie;
   double bandwidth_Bps = 0;
   simgrid::s4u::Link* link = nullptr;
+  // The share of the bandwidth the simulated flows get (a folded program's uplinks; SimGrid
+  // runs the link at bandwidth x share, and its bytes are those of the simulated flows).
+  double share = 1;
+  double simulated_Bps() const { return bandwidth_Bps * share; }
 };
 
 constexpr double kRouteLatency = 2e-9;  // s, SimGrid latency of every route (see above)
@@ -55,12 +59,27 @@ struct Route {
   double latency_s = 0;    // SimGrid's latency of the route (kRouteLatency)
 };
 
+// A flow of a replica-folded program (ReplicaFold) from a simulated device `src` to `dst`
+// outside the simulated pipelines: it runs on the links of its real route on src's side and
+// on those of dst's `image` on the other side (two proxy hosts with that route).
+struct MirrorHop {
+  int src = 0, dst = 0, image = 0;
+};
+
 class Platform {
  public:
   // Builds inside the current SimGrid engine (configured before this call).
-  explicit Platform(const Cluster& cluster);
+  // Only machines holding a device of `needed` (per device; empty: every machine) are built,
+  // and leaves holding such machines: SimGrid 3.32 checks each new link's name against every
+  // link so far, so a platform costs the square of its size. A replica-folded program's
+  // platform has its mirror hops and per leaf the share of its uplink its flows get
+  // (ReplicaFold::uplink_share; empty: all of it).
+  Platform(const Cluster& cluster, const std::vector<char>& needed,
+           const std::vector<MirrorHop>& mirrors = {},
+           const std::vector<double>& uplink_share = {});
+  explicit Platform(const Cluster& cluster) : Platform(cluster, {}) {}
 
-  simgrid::s4u::Host* host(int device) const { return hosts_[device]; }
+  simgrid::s4u::Host* host(int device) const { return hosts_[device]; }  // null: not built
   // The hosts a flow from device a to device b runs between (override proxies or the GPUs).
   std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*> endpoints(int a, int b) const;
   // The route of a flow from a to b (cached).
@@ -71,8 +90,9 @@ class Platform {
   simgrid::kernel::routing::NetPoint* build_machine(int m,
                                                     simgrid::s4u::NetZone* leaf);  // its gateway
   void build_overrides(simgrid::s4u::NetZone* root);
+  void build_mirrors(simgrid::s4u::NetZone* root, const std::vector<MirrorHop>& mirrors);
   simgrid::s4u::Link* duplex(simgrid::s4u::NetZone* zone, const std::string& name, LinkKind kind,
-                             double bw);
+                             double bw, double share = 1);
 
   const Cluster& cluster_;
   std::vector<simgrid::s4u::Host*> hosts_;
@@ -82,6 +102,13 @@ class Platform {
   // lower id, host of the higher id).
   std::unordered_map<std::uint64_t, std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>>
       device_proxy_, machine_proxy_;
+  // Mirror hops by (src, dst): their proxy hosts.
+  std::unordered_map<std::uint64_t, std::pair<simgrid::s4u::Host*, simgrid::s4u::Host*>> mirror_;
+  // The links a mirror hop's route is made of: per device its PCIe link, per machine its
+  // NICs, per leaf its uplink (null without a spine).
+  std::vector<simgrid::s4u::Link*> pcie_of_;
+  std::vector<std::vector<simgrid::s4u::Link*>> nics_of_;
+  std::vector<simgrid::s4u::Link*> uplink_of_;
   std::unordered_map<std::uint64_t, Route> routes_;
 };
 

@@ -60,6 +60,10 @@ Json SimReport::to_json() const {
             {"problems", problems},
             {"devices", devs},
             {"links", ls}};
+  if (replicas.pipelines > 0) {
+    j["replicas"] = {{"pipelines", replicas.pipelines}, {"simulated", replicas.simulated}};
+    if (!replicas.why_not.empty()) j["replicas"]["not_folded"] = replicas.why_not;
+  }
   if (!plan.empty()) j["plan"] = plan;
   if (!plan_digest.empty()) j["plan_digest"] = plan_digest;
   figures.add_to(j);
@@ -92,6 +96,12 @@ Result<SimReport> SimReport::from_json(const Json& j) {
     r.materialised = j.at("materialised").get<std::int64_t>();
     r.feasible = j.at("feasible").get<bool>();
     r.problems = j.at("problems").get<std::vector<std::string>>();
+    if (j.contains("replicas")) {
+      const Json& f = j.at("replicas");
+      r.replicas.pipelines = f.at("pipelines").get<int>();
+      r.replicas.simulated = f.at("simulated").get<int>();
+      r.replicas.why_not = f.value("not_folded", std::string());
+    }
     for (const auto& d : j.at("devices")) {
       DeviceMetrics m;
       m.device = d.at("device").get<int>();

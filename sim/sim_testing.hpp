@@ -94,7 +94,7 @@ class ProgramBuilder {
     return p2p(OpKind::kRecv, device, peer, bytes, tag, std::move(deps), tensor);
   }
   int group(std::vector<int> devices, GroupKind kind = GroupKind::kDp) {
-    p_.groups.push_back({kind, std::move(devices)});
+    p_.groups.push_back({kind, std::move(devices), {}});
     return static_cast<int>(p_.groups.size()) - 1;
   }
   // Every member of `group` gets the op (same instance); returns their handles.

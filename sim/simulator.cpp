@@ -13,8 +13,10 @@
 #include <cstring>
 #include <iomanip>
 #include <numbers>
+#include <set>
 #include <sstream>
 #include <string_view>
+#include <tuple>
 
 #include "scheduler/cost/collectives.hpp"
 #include "sim/executor.hpp"
@@ -148,6 +150,43 @@ struct Inputs {
   const SimOptions& options;
 };
 
+// The flows of a replica-folded program that leave its simulated devices for the rest
+// (ReplicaFold): each collective on a group that spans every pipeline, expanded over the
+// whole group as the executor does.
+std::vector<sim::MirrorHop> mirror_hops(const Program& p, const Cluster& cluster,
+                                        sim::Algorithm algorithm) {
+  if (!p.replicas.folded()) return {};
+  std::set<std::tuple<int, Collective, double>> collectives;
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::kCollective && !p.groups[op.group].whole.empty())
+      collectives.emplace(op.group, op.collective, op.bytes);
+  }
+  std::vector<char> simulated(cluster.num_devices(), 0);
+  for (const DeviceLayout& l : p.devices) simulated[l.device] = 1;
+  std::set<std::pair<int, int>> hops;
+  for (const auto& [group, collective, bytes] : collectives) {
+    for (const sim::Phase& ph :
+         sim::expand_collective(collective, p.groups[group].whole, bytes, algorithm, cluster)) {
+      for (const sim::FlowSpec& f : ph.flows) {
+        if (simulated[f.src] && !simulated[f.dst]) hops.emplace(f.src, f.dst);
+      }
+    }
+  }
+  std::vector<sim::MirrorHop> out;
+  for (auto [src, dst] : hops) out.push_back({src, dst, p.replicas.image[dst]});
+  return out;
+}
+
+// The devices the program's ops run on or send to (the platform builds their machines only).
+std::vector<char> needed_devices(const Program& p, const Cluster& cluster) {
+  std::vector<char> needed(cluster.num_devices(), 0);
+  for (const Op& op : p.ops) {
+    needed[op.device] = 1;
+    if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) needed[op.peer] = 1;
+  }
+  return needed;
+}
+
 // Runs SimGrid in this process (once per process).
 // Simulated times stay below kMaxSimulatedSeconds (about 31.7 years): a trace writes whole
 // nanoseconds in 64 bits (up to 292 years) and tables print seconds in fixed notation. An
@@ -195,7 +234,10 @@ Result<SimOutput> run_here(const Inputs& in) {
   // slower here (mix-1024 stage: 0.78 s both ways).
   sg4::Engine::set_config("network/optim:Full");
   const auto tp = std::chrono::steady_clock::now();
-  sim::Platform platform(in.cluster);
+  sim::Platform platform(
+      in.cluster, needed_devices(in.program, in.cluster),
+      mirror_hops(in.program, in.cluster, in.options.all_reduce),
+      in.program.replicas.folded() ? in.program.replicas.uplink_share : std::vector<double>{});
   const double platform_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
   sim::ExecutionResult r;

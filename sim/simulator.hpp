@@ -93,6 +93,9 @@ struct SimReport {
   std::int64_t timers = 0;
   std::int64_t analytic_batches = 0;  // transfers / collective phases run uncontended as timers
   std::int64_t materialised = 0;      // of those, the ones that met other traffic
+  // Replica folding (program.hpp, ReplicaFold; image left out): `devices` and `links` are the
+  // simulated pipelines' when folded. pipelines 0: the program was not analysed (no key).
+  ReplicaFold replicas;
   bool feasible = true;
   std::vector<std::string> problems;  // devices over their memory
   std::vector<DeviceMetrics> devices;

@@ -24,7 +24,7 @@ Program program_header(const std::string& scenario, const Cluster& cluster, cons
 int ProgramBuilder::group(Program& program, GroupKind kind, const std::vector<int>& devices) {
   auto [it, fresh] =
       groups_.emplace(std::make_pair(kind, devices), static_cast<int>(program.groups.size()));
-  if (fresh) program.groups.push_back({kind, devices});
+  if (fresh) program.groups.push_back({kind, devices, {}});
   return it->second;
 }
 

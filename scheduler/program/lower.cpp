@@ -50,7 +50,10 @@ class Lowerer {
     for (const auto& g : dp_.groups) dp_group_ids_.push_back(group_id(GroupKind::kDp, g));
     prog_.buckets = dp_.buckets;
     for (auto& b : prog_.buckets) b.group = dp_group_ids_[b.group];
-    for (std::size_t p = 0; p < plan_.pipelines.size(); ++p) {
+    const bool fold = opt_.replicas != nullptr && opt_.replicas->folded();
+    const std::size_t lowered =
+        fold ? static_cast<std::size_t>(opt_.replicas->simulated) : plan_.pipelines.size();
+    for (std::size_t p = 0; p < lowered; ++p) {
       const Pipeline& pipe = plan_.pipelines[p];
       for (int s = 0; s < pipe.groups(); ++s) {
         if (pipe.stages[s].mesh()) {
@@ -61,7 +64,11 @@ class Lowerer {
       }
     }
     std::vector<DeviceLayout> used;
-    for (int d : used_) used.push_back(layouts_[d]);
+    for (int d : used_) {
+      if (layouts_[d].pipeline < static_cast<int>(lowered)) used.push_back(layouts_[d]);
+    }
+    if (opt_.replicas != nullptr) prog_.replicas = *opt_.replicas;
+    if (fold) fold_groups();
     ops_.finish(prog_, std::move(used));
     return std::move(prog_);
   }
@@ -127,6 +134,20 @@ class Lowerer {
       }
     }
     std::sort(used_.begin(), used_.end());
+  }
+
+  // A folded program: each group keeps the members in the lowered pipelines; one across
+  // pipelines remembers the whole group.
+  void fold_groups() {
+    for (Group& g : prog_.groups) {
+      std::vector<int> kept;
+      for (int d : g.devices) {
+        if (layouts_[d].pipeline < prog_.replicas.simulated) kept.push_back(d);
+      }
+      if (kept.size() == g.devices.size()) continue;
+      g.whole = std::move(g.devices);
+      g.devices = std::move(kept);
+    }
   }
 
   // A mesh stage: its lowerer and its devices' layouts (lower_sequence's, in the pipeline).
@@ -651,7 +672,9 @@ Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model
                            const TrainingConfig& training, const LowerOptions& options,
                            const std::string& plan_origin) {
   if (auto st = validate_plan(plan, cluster, model, training, plan_origin); !st) return st.error();
-  if (const double ops = min_compute_ops(plan, options.granularity); ops > kMaxProgramComputeOps) {
+  if (const double ops = min_compute_ops(plan, options.granularity) /
+                         (options.replicas ? options.replicas->factor() : 1);
+      ops > kMaxProgramComputeOps) {
     return bad_input(plan_origin + ": the program would hold at least " + format("%.3g", ops) +
                      " compute ops (" + std::to_string(training.global_batch) +
                      " sequences in micro-batches of " + std::to_string(training.micro_batch) +

@@ -23,6 +23,9 @@ inline namespace program {
 struct LowerOptions {
   Granularity granularity = Granularity::kLayer;
   std::string scenario;  // recorded in the program
+  // Lower only the first replicas->simulated pipelines, their collectives across pipelines
+  // keeping the whole group (program.hpp, ReplicaFold); null or not folded: every pipeline.
+  const ReplicaFold* replicas = nullptr;
 };
 
 // The most compute ops a program may hold (a program costs ~150 bytes an op with its

@@ -325,6 +325,30 @@ struct Fold {
 struct Group {
   GroupKind kind = GroupKind::kTp;
   std::vector<int> devices;  // ring order
+  // A replica-folded program (ReplicaFold): the whole group across every pipeline, whose
+  // collectives `devices` (the simulated pipelines' members) run; empty otherwise.
+  std::vector<int> whole;
+};
+
+// Replica folding (scheduler/program/replica_fold.hpp): a plan whose pipelines are
+// identical, on machines and leaves that a shift by `simulated` pipelines maps onto each other
+// (and whose gradient rings it maps onto themselves), runs the same on every pipeline; a
+// folded program holds the first `simulated` of its `pipelines` pipelines only. Each
+// collective across pipelines keeps its whole group (Group::whole); the simulator runs the
+// flows leaving the simulated devices, each towards a device outside them charged on the
+// links of its image inside them (`image`), which carry the same traffic by symmetry. Never
+// in program JSON (programs written by `lower` are whole).
+struct ReplicaFold {
+  int pipelines = 0;       // the plan's
+  int simulated = 0;       // pipelines the program holds (== pipelines: not folded)
+  std::string why_not;     // why the plan does not fold further (empty when it folds)
+  std::vector<int> image;  // per cluster device: its counterpart in the simulated pipelines
+                           // (itself there; -1 unused)
+  // Per leaf: the share of its uplink the simulated pipelines' flows get (a leaf that other
+  // pipelines use too carries their images of the same flows at the same time); 1 elsewhere.
+  std::vector<double> uplink_share;
+  bool folded() const { return simulated > 0 && simulated < pipelines; }
+  int factor() const { return folded() ? pipelines / simulated : 1; }
 };
 
 // A piece of one parameter in a DP bucket.
@@ -415,6 +439,7 @@ struct Program {
   std::vector<Fold> folds;
   std::optional<SequenceLayout> sequence;  // lowered from a sequence mesh (above)
   std::vector<SequenceLayout> meshes;      // a pipeline plan's mesh stages (DeviceLayout::mesh)
+  ReplicaFold replicas;                    // pipelines folded (above); pipelines 0 otherwise
 
   // The mesh a device runs (the whole program's or its stage's), or null.
   const SequenceLayout* mesh_of(const DeviceLayout& l) const {

@@ -19,7 +19,7 @@ class Builder {
     p_.global_batch = 1;
     p_.seq_len = 1;
     p_.shapes.push_back({});
-    p_.groups.push_back({GroupKind::kTp, {0, 1}});
+    p_.groups.push_back({GroupKind::kTp, {0, 1}, {}});
   }
   int compute(int device, std::vector<int> deps = {}) {
     Op op;
