@@ -384,8 +384,16 @@ int run_simulate(const SimulateOptions& opt) {
   }
   auto work = work_for(*sc, opt);
   if (!work) return report(work.error());
+  // The simulator runs 250 000 to 500 000 ops a second on one core (sim/README.md's scaling
+  // table), fewer where thousands of transfers contend at once (an unfolded plan of tens of
+  // thousands of GPUs): the faster case says what a long run costs at least.
+  const double expected_s = work->program.num_ops() / 2.5e5;
   std::cerr << "simulating " << work->program.num_ops() << " ops on "
-            << work->program.devices.size() << " devices...\n";
+            << work->program.devices.size() << " devices"
+            << (expected_s >= 5 ? " (at 250 000 ops/s, about " + fmt(expected_s, 0) +
+                                      " s; more where many transfers contend)"
+                                : "")
+            << "...\n";
   const SimOptions so = sim_options(*sc, opt, *work);
   auto out = simulate(work->program, sc->cluster, sc->model, sc->training, sc->profile, so);
   if (!out) return report(out.error());

@@ -153,14 +153,15 @@ std::vector<Move> HexiScaleSearch::neighbours(const Assignment& a, bool whole_ma
   return out;
 }
 
-void HexiScaleSearch::refine(Assignment a, bool whole_machines) {
+void HexiScaleSearch::refine(Assignment a, bool whole_machines, std::size_t patience_cap) {
   double current = consider(a, kInfeasible);
   if (current == kInfeasible) return;
   std::vector<Move> moves = neighbours(a, whole_machines);
   // Converged: a whole round of moves without improvement (on large clusters, at
-  // most kLargePatience moves in a row).
+  // most kLargePatience moves in a row; at most patience_cap in any case).
   auto patience = [&] {
-    return per_machine_ ? std::min(moves.size(), kLargePatience) : moves.size();
+    return std::min(per_machine_ ? std::min(moves.size(), kLargePatience) : moves.size(),
+                    patience_cap);
   };
   std::size_t i = 0, since_improvement = 0, scored = 0;
   const double start_s = clock_.elapsed_s();

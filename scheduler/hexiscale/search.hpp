@@ -105,8 +105,9 @@ class HexiScaleSearch {
   // The most pipelines memory allows (max_pipelines_by_memory at the least-memory recompute).
   int pipelines_by_memory() const;
   // Local search from `start`; whole machines move when `whole_machines`, else any
-  // number of GPUs (and GPUs of different kinds are exchanged).
-  void refine(Assignment start, bool whole_machines);
+  // number of GPUs (and GPUs of different kinds are exchanged). Stops after `patience_cap`
+  // moves in a row without improvement at most.
+  void refine(Assignment start, bool whole_machines, std::size_t patience_cap = SIZE_MAX);
   std::vector<Move> neighbours(const Assignment& a, bool whole_machines) const;
   double peak_flops(const std::map<int, int>& pipeline) const;
   int threads_ = 1;
@@ -147,6 +148,8 @@ class HexiScaleSearch {
   static void keep_best(std::optional<Start>& slot, double objective, const Assignment& a);
   std::optional<Start> subset_start_;        // best of one pipeline / one per machine, fewer GPUs
   std::optional<Start> split_subset_start_;  // best of try_subset
+  // Machine-level + device refinement: best of try_subset's slices of machines, in full.
+  std::optional<Start> spread_subset_start_;
   struct Seen {
     double slowest = kInfeasible;    // slowest pipeline's curve: about the objective's floor
     double objective = kInfeasible;  // when estimated in full (else kInfeasible)
