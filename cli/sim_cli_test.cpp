@@ -61,6 +61,43 @@ TEST(SimCli, SimulateJsonHasTheContractKeys) {
   EXPECT_LT(stage["ops"].get<int>(), j["ops"].get<int>());
 }
 
+// Identical pipelines on machines the shift maps onto each other: one of four simulated, the
+// same iteration as all four (--no-fold); the text says which, and why a plan does not fold.
+TEST(SimCli, IdenticalPipelinesFoldAndNoFoldSimulatesThemAll) {
+  auto dir = scratch_dir("simfold");
+  write_text(dir / "cluster.json", R"({"version": 1, "name": "c", "network": {"nic_GBps": 12.5},
+    "machines": [{"name": "m", "gpu": "A100", "gpus": 4, "repeat": 4}]})");
+  std::string pipes;
+  for (int p = 0; p < 4; ++p) {
+    const std::string d = std::to_string(4 * p);
+    pipes += std::string(p ? "," : "") + R"({"batch": 2, "stages": [{"devices": [)" + d + ", " +
+             std::to_string(4 * p + 1) + R"(], "layers": [0, 4]}, {"devices": [)" +
+             std::to_string(4 * p + 2) + ", " + std::to_string(4 * p + 3) +
+             R"(], "layers": [4, 8]}]})";
+  }
+  write_text(dir / "plan.json", R"({"version": 1, "pipelines": [)" + pipes + "]}");
+  write_text(dir / "scenario.json", R"({"version": 1, "name": "s", "cluster": "cluster.json",
+    "model": "tiny-llama-8l", "training": {"global_batch": 8, "seq_len": 64}, "plan": "plan.json"})");
+  const std::string scenario = (dir / "scenario.json").string();
+  json folded = parse(run_cli("simulate " + scenario + " --json"));
+  json whole = parse(run_cli("simulate " + scenario + " --no-fold --json"));
+  EXPECT_EQ(folded["replicas"], json({{"pipelines", 4}, {"simulated", 1}}));
+  EXPECT_FALSE(whole.contains("replicas"));
+  EXPECT_NEAR(folded["iteration_time_s"].get<double>(), whole["iteration_time_s"].get<double>(),
+              1e-9 * whole["iteration_time_s"].get<double>());
+  EXPECT_EQ(folded["devices_used"], whole["devices_used"]);
+  EXPECT_EQ(folded["devices"].size(), 4u);
+  EXPECT_EQ(whole["devices"].size(), 16u);
+  EXPECT_EQ(folded["ops"].get<int>() * 4, whole["ops"].get<int>());
+  auto text = run_cli("simulate " + scenario);
+  EXPECT_NE(text.out.find("folded: 1 of 4 identical pipelines simulated"), std::string::npos)
+      << text.out;
+  // The two-pipeline plan of write_scenario differs pipeline to pipeline.
+  auto other = run_cli("simulate " + write_scenario(scratch_dir("simnofold")));
+  EXPECT_NE(other.out.find("not folded: pipeline 1 differs from pipeline 0"), std::string::npos)
+      << other.out;
+}
+
 TEST(SimCli, SameInputsWriteByteIdenticalReportAndTrace) {
   auto dir = scratch_dir("simout");
   const std::string scenario = write_scenario(dir);
