@@ -17,7 +17,6 @@
 #include "scheduler/estimate/estimate.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/program/lower_sequence.hpp"
-#include "scheduler/program/replica_fold.hpp"
 #include "scheduler/program/trace_schema.hpp"
 #include "scheduler/scheduler.hpp"
 #include "sim/simulator.hpp"
@@ -302,20 +301,14 @@ Result<Work> work_for(const Scenario& sc, const SimulateOptions& opt) {
   lo.granularity = opt.fidelity == "stage" ? Granularity::kStage : Granularity::kLayer;
   // Identical pipelines are simulated once per symmetric block (ReplicaFold); a measured
   // trace is compared op for op with the whole program.
-  ReplicaFold replicas;
-  if (!opt.no_fold && opt.measured.empty()) {
-    if (auto st = validate_plan(*plan, sc.cluster, sc.model, sc.training, origin); !st)
-      return st.error();
-    replicas = find_replica_fold(*plan, sc.cluster, sc.model, sc.training);
-    lo.replicas = &replicas;
-  }
-  std::cerr << "lowering " << origin << " (" << opt.fidelity << " fidelity)"
-            << (replicas.folded() ? ", " + std::to_string(replicas.simulated) + " of " +
-                                        std::to_string(replicas.pipelines) + " identical pipelines"
-                                  : std::string())
-            << "...\n";
+  lo.fold_replicas = !opt.no_fold && opt.measured.empty();
+  std::cerr << "lowering " << origin << " (" << opt.fidelity << " fidelity)...\n";
   auto program = lower_plan(*plan, sc.cluster, sc.model, sc.training, lo, origin);
   if (!program) return program.error();
+  if (program->replicas.folded()) {
+    std::cerr << "lowered " << program->replicas.simulated << " of " << program->replicas.pipelines
+              << " identical pipelines\n";
+  }
   return Work{std::move(*program),
               CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate_with_range(*plan),
               std::move(source), input_digest(to_json(*plan))};

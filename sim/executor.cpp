@@ -67,6 +67,14 @@ struct Executor::Flow {
   sg4::CommPtr comm;
 };
 
+std::vector<char> simulated_devices(const Program& program, int num_devices) {
+  std::vector<char> out(num_devices, program.replicas.folded() ? 0 : 1);
+  if (program.replicas.folded()) {
+    for (const DeviceLayout& l : program.devices) out[l.device] = 1;
+  }
+  return out;
+}
+
 Executor::Executor(const Program& program, Platform& platform, const Cluster& cluster,
                    std::vector<double> duration, Algorithm algorithm, bool analytic_uncontended)
     : p_(program),
@@ -79,10 +87,7 @@ Executor::Executor(const Program& program, Platform& platform, const Cluster& cl
       [](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>&,
          const std::unordered_set<sg4::NetZone*>&) { return g_latency_factor; });
   build_graph();
-  simulated_.assign(cluster_.num_devices(), p_.replicas.folded() ? 0 : 1);
-  if (p_.replicas.folded()) {
-    for (const DeviceLayout& l : p_.devices) simulated_[l.device] = 1;
-  }
+  simulated_ = simulated_devices(p_, cluster_.num_devices());
   // Each device's quota periods start at its own phase, spread by the golden ratio: the
   // testbed's cgroups start their period timers independently.
   quota_.resize(cluster_.num_devices());

@@ -63,6 +63,10 @@ struct ExecutionResult {
   std::vector<int> unfinished;        // ops that never completed (empty on success)
 };
 
+// Per device of the cluster: whether the program runs it (every device but, in a replica-folded
+// program, those of the pipelines it stands in for).
+std::vector<char> simulated_devices(const Program& program, int num_devices);
+
 class Executor {
  public:
   // duration: per op, seconds of a compute op (0 for others).

@@ -25,10 +25,10 @@ struct Case {
   Granularity granularity = Granularity::kStage;
 };
 
-SimReport run(const Case& c, const Model& m, const ReplicaFold* fold) {
+SimReport run(const Case& c, const Model& m, bool fold) {
   LowerOptions lo;
   lo.granularity = c.granularity;
-  lo.replicas = fold;
+  lo.fold_replicas = fold;
   auto program = lower_plan(c.plan, c.cluster, m, c.training, lo, "<plan>");
   if (!program) throw std::runtime_error(program.error().message);
   SimOptions o;
@@ -42,8 +42,8 @@ SimReport run(const Case& c, const Model& m, const ReplicaFold* fold) {
 // the same bytes on every link the folded run loads. Returns the fold.
 ReplicaFold expect_fold_is_exact(const Case& c, const Model& m, const std::string& what) {
   const ReplicaFold fold = find_replica_fold(c.plan, c.cluster, m, c.training);
-  const SimReport folded = run(c, m, &fold);
-  const SimReport whole = run(c, m, nullptr);
+  const SimReport folded = run(c, m, true);
+  const SimReport whole = run(c, m, false);
   const double t = whole.iteration_time_s;
   EXPECT_NEAR(folded.iteration_time_s, t, 1e-9 * t) << what;
   EXPECT_NEAR(folded.tokens_per_s, whole.tokens_per_s, 1e-9 * whole.tokens_per_s) << what;
@@ -51,6 +51,7 @@ ReplicaFold expect_fold_is_exact(const Case& c, const Model& m, const std::strin
   EXPECT_EQ(folded.devices_used, whole.devices_used) << what;
   EXPECT_EQ(folded.feasible, whole.feasible) << what;
   EXPECT_EQ(folded.replicas.pipelines, static_cast<int>(c.plan.pipelines.size())) << what;
+  EXPECT_EQ(folded.replicas.simulated, fold.simulated) << what;
   EXPECT_EQ(folded.devices.size() * fold.factor(), whole.devices.size()) << what;
   std::map<int, const DeviceMetrics*> by_device;
   for (const auto& d : whole.devices) by_device[d.device] = &d;
@@ -135,34 +136,26 @@ TEST(ReplicaFold, PipelinesThatDifferOrLeavesInOneOrbitAreNotFolded) {
   const Model& m = *testing::shipped_models().find("llama2-7b");
   Cluster c = leaf_cluster("A100-SXM-80GB", 4, 1, 25, 2, 1, "rdma");
   const TrainingConfig t = testing::tiny_training(8, 1, 1024);
+  // Two pipelines of two single-GPU stages: devices (first, second) each, the first stage
+  // holding layers [0, cut) of 32.
+  auto two_pipelines = [](std::pair<int, int> p0, int cut0, std::pair<int, int> p1, int cut1) {
+    Json pipes = Json::array();
+    for (auto [devices, cut] : {std::pair{p0, cut0}, std::pair{p1, cut1}}) {
+      pipes.push_back({{"batch", 4},
+                       {"stages",
+                        {{{"devices", {devices.first}}, {"layers", {0, cut}}},
+                         {{"devices", {devices.second}}, {"layers", {cut, 32}}}}}});
+    }
+    return testing::plan_from({{"version", 1}, {"pipelines", pipes}});
+  };
   // Layers split differently.
-  Plan differ = testing::plan_from(
-      {{"version", 1},
-       {"pipelines",
-        {{{"batch", 4},
-          {"stages",
-           {{{"devices", {0}}, {"layers", {0, 16}}}, {{"devices", {1}}, {"layers", {16, 32}}}}}},
-         {{"batch", 4},
-          {"stages",
-           {{{"devices", {2}}, {"layers", {0, 20}}},
-            {{"devices", {3}}, {"layers", {20, 32}}}}}}}}});
-  ReplicaFold f = find_replica_fold(differ, c, m, t);
+  ReplicaFold f = find_replica_fold(two_pipelines({0, 1}, 16, {2, 3}, 20), c, m, t);
   EXPECT_FALSE(f.folded());
   EXPECT_EQ(f.why_not, "pipeline 1 differs from pipeline 0");
   // Pipeline 0 on machines 0 (leaf 0) and 2 (leaf 1), pipeline 1 on 3 (leaf 1) and 1 (leaf 0):
   // the shift swaps the leaves, so pipeline 0's forward and pipeline 1's backward meet on
   // leaf 1's uplink, which a simulation of pipeline 0 alone would not see.
-  Plan swapped = testing::plan_from(
-      {{"version", 1},
-       {"pipelines",
-        {{{"batch", 4},
-          {"stages",
-           {{{"devices", {0}}, {"layers", {0, 16}}}, {{"devices", {2}}, {"layers", {16, 32}}}}}},
-         {{"batch", 4},
-          {"stages",
-           {{{"devices", {3}}, {"layers", {0, 16}}},
-            {{"devices", {1}}, {"layers", {16, 32}}}}}}}}});
-  f = find_replica_fold(swapped, c, m, t);
+  f = find_replica_fold(two_pipelines({0, 2}, 16, {3, 1}, 16), c, m, t);
   EXPECT_FALSE(f.folded());
   EXPECT_NE(f.why_not.find("no shift"), std::string::npos) << f.why_not;
 }

@@ -161,8 +161,7 @@ std::vector<sim::MirrorHop> mirror_hops(const Program& p, const Cluster& cluster
     if (op.kind == OpKind::kCollective && !p.groups[op.group].whole.empty())
       collectives.emplace(op.group, op.collective, op.bytes);
   }
-  std::vector<char> simulated(cluster.num_devices(), 0);
-  for (const DeviceLayout& l : p.devices) simulated[l.device] = 1;
+  const std::vector<char> simulated = sim::simulated_devices(p, cluster.num_devices());
   std::set<std::pair<int, int>> hops;
   for (const auto& [group, collective, bytes] : collectives) {
     for (const sim::Phase& ph :

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "scheduler/program/lower.hpp"
-#include "scheduler/program/replica_fold.hpp"
 #include "scheduler/scheduler.hpp"
 #include "topologies/text.hpp"
 
@@ -34,12 +33,7 @@ Result<double> simulated_tokens_per_s(const Scenario& sc, const Plan& plan, int 
   LowerOptions lo;
   lo.scenario = sc.name;
   lo.granularity = Granularity::kStage;
-  // Identical pipelines simulated once per symmetric block: the same iteration, exactly.
-  ReplicaFold replicas;
-  if (validate_plan(plan, sc.cluster, sc.model, sc.training, "plan")) {
-    replicas = find_replica_fold(plan, sc.cluster, sc.model, sc.training);
-    lo.replicas = &replicas;
-  }
+  lo.fold_replicas = true;  // identical pipelines once per symmetric block: the same iteration
   auto report =
       simulate_untraced(sc, lower_plan(plan, sc.cluster, sc.model, sc.training, lo,
                                        "plan of closed-form rank " + std::to_string(rank)));

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "scheduler/program/builder.hpp"
 #include "scheduler/program/dp_buckets.hpp"
 #include "scheduler/program/lower_sequence.hpp"
+#include "scheduler/program/replica_fold.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
@@ -33,12 +35,13 @@ struct ShapeKey {
 class Lowerer {
  public:
   Lowerer(const Plan& plan, const Cluster& cluster, const Model& model,
-          const TrainingConfig& training, const LowerOptions& options)
+          const TrainingConfig& training, const LowerOptions& options, const ReplicaFold* fold)
       : plan_(plan),
         cluster_(cluster),
         m_(model),
         t_(training),
         opt_(options),
+        fold_(fold),
         ops_(cluster.num_devices()),
         waits_(cluster.num_devices()) {}
 
@@ -50,9 +53,9 @@ class Lowerer {
     for (const auto& g : dp_.groups) dp_group_ids_.push_back(group_id(GroupKind::kDp, g));
     prog_.buckets = dp_.buckets;
     for (auto& b : prog_.buckets) b.group = dp_group_ids_[b.group];
-    const bool fold = opt_.replicas != nullptr && opt_.replicas->folded();
+    const bool fold = fold_ != nullptr && fold_->folded();
     const std::size_t lowered =
-        fold ? static_cast<std::size_t>(opt_.replicas->simulated) : plan_.pipelines.size();
+        fold ? static_cast<std::size_t>(fold_->simulated) : plan_.pipelines.size();
     for (std::size_t p = 0; p < lowered; ++p) {
       const Pipeline& pipe = plan_.pipelines[p];
       for (int s = 0; s < pipe.groups(); ++s) {
@@ -67,7 +70,7 @@ class Lowerer {
     for (int d : used_) {
       if (layouts_[d].pipeline < static_cast<int>(lowered)) used.push_back(layouts_[d]);
     }
-    if (opt_.replicas != nullptr) prog_.replicas = *opt_.replicas;
+    if (fold_ != nullptr) prog_.replicas = *fold_;
     if (fold) fold_groups();
     ops_.finish(prog_, std::move(used));
     return std::move(prog_);
@@ -622,6 +625,7 @@ class Lowerer {
   const Model& m_;
   const TrainingConfig& t_;
   const LowerOptions& opt_;
+  const ReplicaFold* fold_;  // null: not analysed
   Program prog_;
   ProgramBuilder ops_;
   std::vector<DeviceLayout> layouts_;
@@ -672,8 +676,9 @@ Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model
                            const TrainingConfig& training, const LowerOptions& options,
                            const std::string& plan_origin) {
   if (auto st = validate_plan(plan, cluster, model, training, plan_origin); !st) return st.error();
-  if (const double ops = min_compute_ops(plan, options.granularity) /
-                         (options.replicas ? options.replicas->factor() : 1);
+  std::optional<ReplicaFold> fold;
+  if (options.fold_replicas) fold = find_replica_fold(plan, cluster, model, training);
+  if (const double ops = min_compute_ops(plan, options.granularity) / (fold ? fold->factor() : 1);
       ops > kMaxProgramComputeOps) {
     return bad_input(plan_origin + ": the program would hold at least " + format("%.3g", ops) +
                      " compute ops (" + std::to_string(training.global_batch) +
@@ -684,7 +689,7 @@ Result<Program> lower_plan(const Plan& plan, const Cluster& cluster, const Model
                      ": use a larger micro_batch" +
                      (options.granularity == Granularity::kLayer ? " or stage granularity" : ""));
   }
-  return Lowerer(plan, cluster, model, training, options).run();
+  return Lowerer(plan, cluster, model, training, options, fold ? &*fold : nullptr).run();
 }
 
 }  // namespace program

@@ -23,9 +23,11 @@ inline namespace program {
 struct LowerOptions {
   Granularity granularity = Granularity::kLayer;
   std::string scenario;  // recorded in the program
-  // Lower only the first replicas->simulated pipelines, their collectives across pipelines
-  // keeping the whole group (program.hpp, ReplicaFold); null or not folded: every pipeline.
-  const ReplicaFold* replicas = nullptr;
+  // Fold identical pipelines (replica_fold.hpp): lower only the first of them the shift
+  // needs, their collectives across pipelines keeping the whole group (program.hpp,
+  // ReplicaFold; Program::replicas says how many and why not fewer). false: every pipeline,
+  // and Program::replicas left empty.
+  bool fold_replicas = false;
 };
 
 // The most compute ops a program may hold (a program costs ~150 bytes an op with its
