@@ -44,6 +44,14 @@ Status RankRuntime::Impl::setup() {
         "this program runs a sequence mesh (context + head parallelism) in bf16; the engine "
         "runs sequence meshes in float32 only so far (training.precision \"fp32\")");
   }
+  const auto tensor_groups = [](const SequenceLayout& l) { return l.has_tensor_groups(); };
+  if ((prog.sequence && tensor_groups(*prog.sequence)) ||
+      std::any_of(prog.meshes.begin(), prog.meshes.end(), tensor_groups)) {
+    return bad_input(
+        "this program's sequence mesh has a tensor-parallel group (\"parallel\": \"tensor\"); "
+        "the engine runs Ulysses groups only so far (tensor groups are estimated and "
+        "simulated)");
+  }
   if (prog.bytes_per_element != 4 && prog.bytes_per_element != 2) {
     return bad_input(
         "the program counts " + std::to_string(prog.bytes_per_element) +

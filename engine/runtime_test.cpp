@@ -222,6 +222,22 @@ TEST(SequenceMesh, Bf16IsRefusedWithAMessage) {
   EXPECT_NE(got.error().message.find("float32 only"), std::string::npos) << got.error().message;
 }
 
+// A mesh with a tensor-parallel group is estimated and simulated, not run: refused by name.
+TEST(SequenceMesh, TensorGroupsAreRefusedWithAMessage) {
+  Scenario sc;
+  auto program = lower_shipped("tiny-seq-cpu", "tiny-seq-ring-5-3-2.json", &sc);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  ASSERT_TRUE(program->sequence.has_value());
+  program->sequence->groups[0].tensor = true;
+  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
+  ASSERT_TRUE(corpus.ok());
+  auto got = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 1);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(got.error().message.find("runs Ulysses groups only"), std::string::npos)
+      << got.error().message;
+}
+
 // The same for a sequence mesh (ring steps, all-to-alls, sub-rings, ZeRO-3).
 TEST(Determinism, SequenceMeshRunsAreBitIdentical) {
   expect_two_runs_bit_identical("tiny-seq-cpu-zero3", "tiny-seq-2groups-zero3.json");

@@ -673,7 +673,8 @@ TEST(Simulator, InterleavedChunksHoldingOnlyTheEmbeddingOrTheHeadAgreeWithTheEst
     for (const DeviceMetrics& d : out->report.devices) {
       for (const DeviceEstimate& de : e.devices) {
         if (de.device == d.device) {
-          EXPECT_DOUBLE_EQ(d.peak_memory_bytes, de.memory.total()) << "device " << d.device;
+          EXPECT_NEAR(d.peak_memory_bytes, de.memory.total(), 1e-4 * de.memory.total())
+              << "device " << d.device;
         }
       }
     }
@@ -879,12 +880,22 @@ TEST(Simulator, MeshStagePlanAgreesWithTheEstimate) {
                                      mesh + "]}";
   const std::string tp_pipeline =
       R"({"batch": 4, "stages": [{"devices": [5, 6], "layers": [0, 8]}]})";
+  // A mesh whose first group is tensor-parallel (uneven heads), next to a TP-2 pipeline: the
+  // DP sync pairs each TP rank with the tensor group's holder of its heads.
+  const std::string tp_then_tensor_mesh = R"({"batch": 4, "stages": [
+      {"devices": [0, 1], "layers": [0, 4]}, {"layers": [4, 8], "sequence": {"groups": [
+        {"devices": [2, 3], "tokens": 2560, "shards": [1536, 1024], "heads": [20, 12],
+         "parallel": "tensor"},
+        {"devices": [4], "tokens": 1536, "shards": [1536], "heads": [32]}]}}]})";
   const std::vector<std::pair<const char*, std::string>> cases = {
       {"TP 2 + mesh 3", tp_then_mesh},
       {"TP 2 + mesh 3, next to a TP-2 pipeline", tp_then_mesh + ", " + tp_pipeline},
-      {"Ulysses mesh 2 + mesh 3", mesh_then_mesh}};
+      {"Ulysses mesh 2 + mesh 3", mesh_then_mesh},
+      {"TP 2 + mesh 3 with a tensor group, next to a TP-2 pipeline",
+       tp_then_tensor_mesh + ", " + tp_pipeline}};
   for (const auto& [label, pipelines] : cases) {
-    TrainingConfig t = testing::tiny_training(pipelines == cases[1].second ? 8 : 4, 1, 4096);
+    const bool two = pipelines.find(tp_pipeline) != std::string::npos;
+    TrainingConfig t = testing::tiny_training(two ? 8 : 4, 1, 4096);
     const std::string text = R"({"version": 1, "pipelines": [)" + pipelines + "]}";
     const Plan plan = testing::plan_from(Json::parse(text));
     const Estimate e = CostModel(c, m, t, prof).estimate(plan);
@@ -894,16 +905,19 @@ TEST(Simulator, MeshStagePlanAgreesWithTheEstimate) {
     std::printf(
         "llama2-7b/8 layers, %s: simulated %.4f s, closed form %.4f s (sim / closed %.4f)\n", label,
         sim, e.iteration_time_s, sim / e.iteration_time_s);
-    // 0.968-1.005 observed over the three cases: within 2x the worst deviation (3.2 %).
+    // 0.968-1.005 observed over the four cases: within 2x the worst deviation (3.2 %).
     EXPECT_NEAR(sim, e.iteration_time_s, 0.05 * e.iteration_time_s) << label;
-    // The mesh devices' memory: the same accounting as the estimate's (mesh_stage_memory).
+    // The mesh devices' memory: the same accounting as the estimate's (mesh_stage_memory). A
+    // tensor group's ZeRO-1 shard is the estimate's even split over the holders; the simulator
+    // counts what its buckets give the device (uneven where head ranges cut them): 3e-5 apart.
     int meshed = 0;
     for (const DeviceMetrics& d : out->report.devices) {
       if (d.sequence_group < 0) continue;
       ++meshed;
       for (const DeviceEstimate& de : e.devices) {
         if (de.device == d.device) {
-          EXPECT_DOUBLE_EQ(d.peak_memory_bytes, de.memory.total()) << "device " << d.device;
+          EXPECT_NEAR(d.peak_memory_bytes, de.memory.total(), 1e-4 * de.memory.total())
+              << "device " << d.device;
         }
       }
     }

@@ -263,15 +263,23 @@ SequenceMemory sequence_device_memory(const Model& m, const TrainingConfig& t,
                                       Recompute r) {
   SequenceMemory mem;
   mem.states = model_state_bytes(s.params, t.bytes_per_element(), s.zero_stage, s.zero_shards);
-  mem.activations =
-      s.layers * activation_bytes_per_layer(m, with_tokens(t, s.shard_tokens), 1, 1, 1.0, r);
+  if (s.tensor) {
+    TrainingConfig sp = with_tokens(t, s.group_tokens);
+    sp.sequence_parallel = true;
+    mem.activations = s.layers * activation_bytes_per_layer(m, sp, 1, s.tp, s.phi, r);
+  } else {
+    mem.activations =
+        s.layers * activation_bytes_per_layer(m, with_tokens(t, s.shard_tokens), 1, 1, 1.0, r);
+  }
   // Double-buffered blocks: K, V forward; K, V plus dK, dV in the backward (the peak).
   AttentionShape mine = a;
   mine.kv_heads = s.kv_heads;
   mem.ring_buffers =
       2 * kv_bytes(mine, s.ring_block_tokens, a.bytes_per_element + a.grad_bytes_per_element);
-  mem.ulysses_buffers = static_cast<double>(s.group_tokens) * (2 * s.q_heads + 2 * s.kv_heads) *
-                        a.head_dim * a.bytes_per_element;
+  if (!s.tensor) {
+    mem.ulysses_buffers = static_cast<double>(s.group_tokens) * (2 * s.q_heads + 2 * s.kv_heads) *
+                          a.head_dim * a.bytes_per_element;
+  }
   mem.reserve = t.reserve_gib * kGiB;
   return mem;
 }

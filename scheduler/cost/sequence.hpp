@@ -155,6 +155,12 @@ struct SequenceDeviceShape {
   int q_heads = 0;                     // h_i after the all-to-all
   int kv_heads = 0;                    // kv(h_i)
   std::int64_t ring_block_tokens = 0;  // longest block on the ring (0: no ring)
+  // A tensor-parallel group's device (sequence_layout.hpp): `tp` devices, `phi` of the
+  // weights; its activations are a TP rank's under sequence parallelism for group_tokens,
+  // and it has no all-to-all buffers.
+  bool tensor = false;
+  int tp = 1;
+  double phi = 1.0;
 };
 
 struct SequenceMemory {
@@ -169,7 +175,8 @@ struct SequenceMemory {
 };
 
 // Activations: cost_model's per-layer figure for s_i tokens under recompute `r` (selective
-// with flash: ~34 s_i h bytes for GPT shapes; full: e s_i h, the layer inputs).
+// with flash: ~34 s_i h bytes for GPT shapes; full: e s_i h, the layer inputs); a tensor
+// group's device: a TP rank's (tp, phi) for T_g tokens under sequence parallelism.
 SequenceMemory sequence_device_memory(const Model& m, const TrainingConfig& t,
                                       const AttentionShape& a, const SequenceDeviceShape& s,
                                       Recompute r);

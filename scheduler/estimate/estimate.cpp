@@ -68,20 +68,19 @@ StageEstimate CostModel::mesh_stage(const Stage& s, bool first, bool last) const
   double f_ends = 0, b_ends = 0;  // the slowest device's embedding / head, per direction
   for (const SequenceGroup& g : s.sequence->groups) {
     for (int r = 0; r < g.size(); ++r) {
-      TrainingConfig mine = training_;
-      mine.seq_len = static_cast<int>(g.shards[r]);
-      mine.micro_batch = 1;
+      const TrainingConfig mine = member_training(training_, g, r);
+      const MemberWork w = member_work(g, r, model_.heads);
       const int d = g.devices[r];
       const GpuSpec& gpu = cluster_.gpu(d);
       const DeviceProfile& prof = type_profiles_[cluster_.devices()[d].gpu_type];
       double f = 0, b = 0;
       if (first) {
-        f += kernels_time(embedding_forward(model_, mine, 1), gpu, prof);
-        b += kernels_time(embedding_backward(model_, mine, 1), gpu, prof);
+        f += kernels_time(embedding_forward(model_, mine, 1, w.share), gpu, prof);
+        b += kernels_time(embedding_backward(model_, mine, 1, w.share), gpu, prof);
       }
       if (last) {
-        f += kernels_time(head_forward(model_, mine, 1, 1.0), gpu, prof);
-        b += kernels_time(head_backward(model_, mine, 1, 1.0), gpu, prof);
+        f += kernels_time(head_forward(model_, mine, 1, w.phi, w.share), gpu, prof);
+        b += kernels_time(head_backward(model_, mine, 1, w.phi, w.share), gpu, prof);
       }
       f_ends = std::max(f_ends, f);
       b_ends = std::max(b_ends, b);
@@ -1043,11 +1042,13 @@ void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
   DpSync(*this, plan).run(est);
 }
 
-// Per device: its stage's gradients (a mesh device: the whole stage's; a TP rank: its share)
-// all-reduced in one ring with one holder of the same layers per other pipeline (a mesh: all
-// its devices) and its own mesh's devices, at the ring's slowest link, from the end of its
-// schedule. The holders are those of the stage's first layer (plans with a mesh stage are
-// hand-written and small; DpSync's pieces assume TP groups).
+// Per device: its stage's gradients (a mesh device: the whole stage's, or a tensor group's
+// device its share; a TP rank: its share) all-reduced in one ring with the other holders of
+// its first query head's share: one per other pipeline's TP stage holding the same layers, and
+// in a mesh every device of a Ulysses group and the holder in a tensor group (head_holders),
+// at the ring's slowest link, from the end of its schedule. The holders are those of the
+// stage's first layer (plans with a mesh stage are hand-written and small; DpSync's pieces
+// assume TP groups).
 void CostModel::mesh_dp_sync(const Plan& plan, Estimate& est) const {
   const double e = training_.bytes_per_element();
   double end = 0;
@@ -1055,16 +1056,28 @@ void CostModel::mesh_dp_sync(const Plan& plan, Estimate& est) const {
     const Pipeline& own = plan.pipelines[de.pipeline];
     const Stage& st = own.stages[de.stage];
     StageShape shape = rank_shape(own, de.stage, st.mesh() ? 0 : de.tp_rank, model_.heads);
-    if (st.mesh()) shape.phi = 1.0;
-    std::vector<int> ring = st.mesh() ? st.devices : std::vector<int>{de.device};
+    int head = st.mesh() ? 0 : de.tp_rank * model_.heads / st.tp();
+    if (st.mesh()) {
+      shape.phi = 1.0;
+      for (const SequenceGroup& g : st.sequence->groups) {
+        for (int r = 0; r < g.size(); ++r) {
+          if (g.devices[r] != de.device || !g.tensor) continue;
+          shape.phi = member_work(g, r, model_.heads).phi;
+          head = head_offsets(g)[r];
+        }
+      }
+    }
+    std::vector<int> ring =
+        st.mesh() ? head_holders(*st.sequence, head) : std::vector<int>{de.device};
     for (int q = 0; q < static_cast<int>(plan.pipelines.size()); ++q) {
       if (q == de.pipeline) continue;
       for (const Stage& h : plan.pipelines[q].stages) {
         if (h.layer_begin > st.layer_begin || st.layer_begin >= h.layer_end) continue;
         if (h.mesh()) {
-          ring.insert(ring.end(), h.devices.begin(), h.devices.end());
+          const std::vector<int> holders = head_holders(*h.sequence, head);
+          ring.insert(ring.end(), holders.begin(), holders.end());
         } else {
-          const int rank = st.mesh() ? 0 : de.tp_rank * h.tp() / st.tp();
+          const int rank = st.mesh() ? head * h.tp() / model_.heads : de.tp_rank * h.tp() / st.tp();
           ring.push_back(h.devices[static_cast<std::size_t>(rank)]);
         }
       }

@@ -447,32 +447,51 @@ double SequenceCost::attention_flops_s(int device, bool backward) const {
 }
 
 double SequenceCost::token_wise_s(int device, std::int64_t tokens, bool forward_only) const {
-  if (tokens <= 0) return 0.0;
+  return token_wise_s(device, MemberWork{tokens, 1.0, 1.0, 1}, forward_only);
+}
+
+double SequenceCost::token_wise_s(int device, const MemberWork& w, bool forward_only) const {
+  if (w.tokens <= 0) return 0.0;
   TrainingConfig t = training_;
-  t.seq_len = static_cast<int>(tokens);
+  t.seq_len = static_cast<int>(w.tokens);
   std::vector<Kernel> ks;
   for (Block b : {Block::kAttention, Block::kMlp}) {
-    append(ks, without_core(block_forward(model_, t, b, 1, 1.0)));
-    if (!forward_only) append(ks, without_core(block_backward(model_, t, b, 1, 1.0)));
+    append(ks, without_core(block_forward(model_, t, b, 1, w.phi, w.share)));
+    if (!forward_only) {
+      append(ks, without_core(block_backward(model_, t, b, 1, w.phi, t.recompute, w.share)));
+    }
   }
   const GpuSpec& g = gpu(device);
   return kernels_time(ks, g, profile_.device(g));
 }
 
 double SequenceCost::head_s(int device, std::int64_t tokens) const {
-  if (tokens <= 0) return 0.0;
+  return head_s(device, MemberWork{tokens, 1.0, 1.0, 1});
+}
+
+double SequenceCost::head_s(int device, const MemberWork& w) const {
+  if (w.tokens <= 0) return 0.0;
   TrainingConfig t = training_;
-  t.seq_len = static_cast<int>(tokens);
-  std::vector<Kernel> ks = embedding_forward(model_, t, 1);
-  append(ks, embedding_backward(model_, t, 1));
-  append(ks, head_forward(model_, t, 1, 1.0));
-  append(ks, head_backward(model_, t, 1, 1.0));
+  t.seq_len = static_cast<int>(w.tokens);
+  std::vector<Kernel> ks = embedding_forward(model_, t, 1, w.share);
+  append(ks, embedding_backward(model_, t, 1, w.share));
+  append(ks, head_forward(model_, t, 1, w.phi, w.share));
+  append(ks, head_backward(model_, t, 1, w.phi, w.share));
   const GpuSpec& g = gpu(device);
   return kernels_time(ks, g, profile_.device(g));
 }
 
-double SequenceCost::ulysses_s(const SequenceGroup& g, bool forward_only) const {
+double SequenceCost::group_s(const SequenceGroup& g, bool forward_only) const {
   if (g.size() <= 1) return 0.0;
+  const double replay = training_.recompute == Recompute::kFull ? 1.0 : 0.0;
+  if (g.tensor) {
+    // Two all-gathers and two reduce-scatters of the group's hidden states per pass.
+    const double bytes = tensor_group_bytes(model_, training_, g);
+    const auto [bw, lat] = ring_link(cluster_, g.devices, bytes);
+    const double pass = 2 * collective_time(Collective::kAllGather, bytes, g.size(), bw, lat) +
+                        2 * collective_time(Collective::kReduceScatter, bytes, g.size(), bw, lat);
+    return forward_only ? pass : (2 + replay) * pass;
+  }
   const UlyssesGroup u{g.shards, g.heads};
   const Eigen::MatrixXd bw = group_bandwidths(cluster_, g.devices);
   const Eigen::MatrixXd lat = group_latencies(cluster_, g.devices);
@@ -484,7 +503,7 @@ double SequenceCost::ulysses_s(const SequenceGroup& g, bool forward_only) const 
   const double forward = time(qkv) + time(out);
   if (forward_only) return forward;
   const double backward = time(transposed(out)) + time(transposed(qkv));
-  return forward + backward + (training_.recompute == Recompute::kFull ? forward : 0.0);
+  return forward + backward + replay * forward;
 }
 
 std::vector<double> SequenceCost::ring_end_s(const SequenceLayout& layout, bool backward) const {
@@ -512,20 +531,23 @@ class LayerModel {
   }
 
  private:
-  // token_wise_s by (GPU, tokens, forward only): devices of one type with equal shards
+  // token_wise_s by (GPU, work, forward only): devices of one type with equal shards
   // repeat across a layout, and the kernel list behind each value is long.
-  double token_wise_of(int d, std::int64_t tokens, bool forward_only) {
-    const auto key = std::make_tuple(&cost_.gpu(d), tokens, forward_only);
+  double token_wise_of(int g, int r, bool forward_only) {
+    const SequenceGroup& group = layout_.groups[g];
+    const int d = group.devices[r];
+    const MemberWork w = member_work(group, r, cost_.model().heads);
+    const auto key = std::make_tuple(&cost_.gpu(d), w.tokens, w.phi, w.share, forward_only);
     const auto it = token_wise_.find(key);
     if (it != token_wise_.end()) return it->second;
-    return token_wise_[key] = cost_.token_wise_s(d, tokens, forward_only);
+    return token_wise_[key] = cost_.token_wise_s(d, w, forward_only);
   }
 
   // Each group's all-to-alls, forward + backward (+ replay) and forward only.
   void all_to_alls() {
     for (const SequenceGroup& g : layout_.groups) {
-      a2a_.push_back(cost_.ulysses_s(g));
-      a2a_forward_.push_back(cost_.ulysses_s(g, true));
+      a2a_.push_back(cost_.group_s(g));
+      a2a_forward_.push_back(cost_.group_s(g, true));
     }
   }
 
@@ -556,8 +578,8 @@ class LayerModel {
       const SequenceGroup& group = layout_.groups[g];
       const double free_a2a = one_machine(cluster, group.devices) ? a2a_forward_[g] : 0.0;
       for (int r = 0; r < group.size(); ++r) {
-        const double all = token_wise_of(group.devices[r], group.shards[r], false);
-        const double fwd = token_wise_of(group.devices[r], group.shards[r], true);
+        const double all = token_wise_of(static_cast<int>(g), r, false);
+        const double fwd = token_wise_of(static_cast<int>(g), r, true);
         before.push_back(fwd + free_a2a);
         qkv.push_back(replay_ * free_a2a / 2);
         between.push_back(all - fwd + free_a2a * (replay_ > 0 ? 1.0 : 0.5));
@@ -590,9 +612,8 @@ class LayerModel {
                               cost_.attention_flops_s(d, false) +
                           attention_backward_flops(pairs, group.heads[r], attention.head_dim) /
                               cost_.attention_flops_s(d, true);
-      DeviceTime dt{d,   g, r, token_wise_of(d, group.shards[r], false), a2a_[g], fwd + again + bwd,
-                    busy};
-      dt.forward_s = token_wise_of(d, group.shards[r], true) + a2a_forward_[g] + fwd;
+      DeviceTime dt{d, g, r, token_wise_of(g, r, false), a2a_[g], fwd + again + bwd, busy};
+      dt.forward_s = token_wise_of(g, r, true) + a2a_forward_[g] + fwd;
       out.forward_s = std::max(out.forward_s, dt.forward_s);
       if (out.devices.empty() || dt.total_s() > out.time_s) {
         out.time_s = dt.total_s();
@@ -605,7 +626,7 @@ class LayerModel {
   const SequenceCost& cost_;
   const SequenceLayout& layout_;
   const double replay_;  // 1 under full recompute: the forward ring runs again
-  std::map<std::tuple<const GpuSpec*, std::int64_t, bool>, double> token_wise_;
+  std::map<std::tuple<const GpuSpec*, std::int64_t, double, double, bool>, double> token_wise_;
   std::vector<double> a2a_, a2a_forward_;              // per group: all_to_alls()
   std::vector<double> forward_, replayed_, backward_;  // ring ends, layout order
 };
@@ -643,6 +664,15 @@ double SequenceCost::nic_layer_s(const SequenceLayout& layout) const {
   }
   for (const SequenceGroup& g : layout.groups) {
     if (g.size() <= 1) continue;
+    if (g.tensor) {
+      // Four ring collectives per pass (two all-gathers, two reduce-scatters): each hop
+      // carries (n - 1) / n of the bytes per collective.
+      const int n = g.size();
+      const double hop =
+          4.0 * (2 + replay) * (n - 1) / n * tensor_group_bytes(model_, training_, g);
+      for (int i = 0; i < n; ++i) add(g.devices[i], g.devices[(i + 1) % n], hop);
+      continue;
+    }
     const UlyssesGroup u{g.shards, g.heads};
     const Eigen::MatrixXd bytes =
         ulysses_qkv_bytes(attention_, u) + ulysses_output_bytes(attention_, u);
@@ -693,19 +723,75 @@ SplitFree SequenceCost::split_free(const std::vector<int>& devices) const {
   return f;
 }
 
+SplitFree SequenceCost::layout_free(const SequenceLayout& layout) const {
+  if (!layout.has_tensor_groups()) return split_free(layout.devices());
+  // ZeRO 0-2 (tensor groups refuse ZeRO-3). The gradients are all-reduced piece by piece, as
+  // the lowering's buckets: the weights of each interval of the common refinement of the
+  // groups' head ranges over that interval's holders (head_holders), the replicated ones
+  // (norms, positions) over every device. A device runs its pieces one after the other; pieces
+  // of different holders run at once and share the NICs their rings cross. The sync takes the
+  // longer of the busiest device's pieces and the busiest NIC's bytes.
+  SplitFree f;
+  const double e = training_.bytes_per_element();
+  StageShape whole = whole_model_shape(model_, 1, training_.recompute);
+  whole.phi = 0;
+  const double replicated = stage_params(model_, whole);
+  struct Piece {
+    std::vector<int> ring;
+    double params = 0;
+  };
+  std::vector<Piece> pieces{{layout.devices(), replicated}};
+  const SubRings rings = sub_rings(attention_, layout);
+  for (std::size_t m = 0; m + 1 < rings.bounds.size(); ++m) {
+    whole.phi = static_cast<double>(rings.bounds[m + 1] - rings.bounds[m]) / model_.heads;
+    pieces.push_back(
+        {head_holders(layout, rings.bounds[m]), stage_params(model_, whole) - replicated});
+  }
+  std::map<int, double> busy;     // device -> its pieces' time
+  std::map<int, double> out, in;  // NIC -> bytes
+  for (const Piece& p : pieces) {
+    const int n = static_cast<int>(p.ring.size());
+    if (n <= 1) continue;
+    const double bytes = e * p.params;
+    const auto [bw, lat] = ring_link(cluster_, p.ring, bytes);
+    const double t = collective_time(Collective::kAllReduce, bytes, n, bw, lat);
+    for (int d : p.ring) busy[d] += t;
+    for (int i = 0; i < n; ++i) {
+      const int from = p.ring[i], to = p.ring[(i + 1) % n];
+      if (cluster_.devices()[from].machine == cluster_.devices()[to].machine) continue;
+      out[nic_of(cluster_, from)] += 2.0 * (n - 1) / n * bytes;
+      in[nic_of(cluster_, to)] += 2.0 * (n - 1) / n * bytes;
+    }
+  }
+  for (const auto& [d, t] : busy) f.sync_s = std::max(f.sync_s, t);
+  for (const auto& [nic, b] : out) f.sync_s = std::max(f.sync_s, b / nic_Bps(cluster_, nic));
+  for (const auto& [nic, b] : in) f.sync_s = std::max(f.sync_s, b / nic_Bps(cluster_, nic));
+  const int holders = layout.holders();
+  for (const SequenceGroup& g : layout.groups) {
+    for (int r = 0; r < g.size(); ++r) {
+      // Adam over what it owns, as split_free.
+      const double owned = member_params(model_, g, r) / (training_.zero_stage >= 1 ? holders : 1);
+      const GpuSpec& gs = gpu(g.devices[r]);
+      f.optimizer_s =
+          std::max(f.optimizer_s,
+                   owned * 28 / (gs.memory_GBps * 1e9 * profile_.device(gs).memory_efficiency));
+    }
+  }
+  return f;
+}
+
 IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   IterationTime it;
   it.layer = layer(layout);
-  const std::vector<int> devices = layout.devices();
   double head = 0;
-  std::map<std::pair<const GpuSpec*, std::int64_t>, double> heads;  // head_s, as token_wise
+  // head_s by (GPU, work), as token_wise.
+  std::map<std::tuple<const GpuSpec*, std::int64_t, double, double>, double> heads;
   for (const auto& g : layout.groups) {
     for (int r = 0; r < g.size(); ++r) {
-      const auto key = std::make_pair(&gpu(g.devices[r]), g.shards[r]);
+      const MemberWork w = member_work(g, r, model_.heads);
+      const auto key = std::make_tuple(&gpu(g.devices[r]), w.tokens, w.phi, w.share);
       auto known = heads.find(key);
-      if (known == heads.end()) {
-        known = heads.emplace(key, head_s(g.devices[r], g.shards[r])).first;
-      }
+      if (known == heads.end()) known = heads.emplace(key, head_s(g.devices[r], w)).first;
       head = std::max(head, known->second);
     }
   }
@@ -715,7 +801,7 @@ IterationTime SequenceCost::iteration(const SequenceLayout& layout) const {
   // lowering orders them: the embedding's and the first layer's gathers before the forward,
   // the last layer's gather after the head's backward (its weights were freed after the
   // forward), the first layer's and the embedding's scatters after the last backward op.
-  const SplitFree f = split_free(devices);
+  const SplitFree f = layout_free(layout);
   double layer_s = it.layer.time_s;
   if (training_.zero_stage >= 3) {
     const double forward = std::min(it.layer.forward_s, layer_s);

@@ -15,6 +15,11 @@
 //   ring         attention of H_i for the group's T_g queries against every group's block,
 //                the blocks circulating over the groups in ring order (below); the group
 //                waits for its slowest member before its output all-to-all
+//   tensor group (sequence_layout.hpp, "parallel": "tensor") instead: token-wise kernels of a TP
+//                rank (phi_i = h_i / n_q of the weights) on the group's T_g tokens, norms on
+//                s_i; in place of the all-to-alls two all-gathers and two reduce-scatters of
+//                the T_g tokens' hidden states per pass (padded to the largest s_i: NCCL's
+//                equal counts), ring collectives over the group (collectives.hpp)
 //   total        token-wise + all-to-all + ring; the layer takes the slowest device's total
 //                (the mesh runs layer by layer in lockstep)
 // Full recompute runs the forward all-to-alls and ring once more in the backward.
@@ -89,7 +94,7 @@ struct DeviceTime {
   int group = 0;
   int rank = 0;
   double token_wise_s = 0;  // its kernels but the attention core, forward + backward
-  double ulysses_s = 0;     // its group's all-to-alls
+  double ulysses_s = 0;     // its group's collectives (all-to-alls; a tensor group's TP ones)
   double ring_s = 0;        // its group's ring, forward + backward: the slowest member's end
   double attention_s = 0;   // its own attention compute inside ring_s (busy time)
   double forward_s = 0;     // the forward's share: token-wise, all-to-alls, ring (no replay)
@@ -150,13 +155,17 @@ class SequenceCost {
   // attention efficiency at the sequence's length (what the simulator's ring kernels get).
   double attention_flops_s(int device, bool backward) const;
   // One layer's token-wise kernels, forward + backward (or the forward only), for `tokens`
-  // tokens (0 for none).
+  // tokens (0 for none) with the whole weights, or for a group member's work.
   double token_wise_s(int device, std::int64_t tokens, bool forward_only = false) const;
-  // Embedding and head, forward + backward, for `tokens` tokens (0 for none).
+  double token_wise_s(int device, const MemberWork& w, bool forward_only = false) const;
+  // Embedding and head, forward + backward, for `tokens` tokens (0 for none), or for a group
+  // member's work.
   double head_s(int device, std::int64_t tokens) const;
-  // One group's all-to-alls of one layer (forward + backward, + forward under full
-  // recompute; or the forward only).
-  double ulysses_s(const SequenceGroup& g, bool forward_only = false) const;
+  double head_s(int device, const MemberWork& w) const;
+  // One group's collectives of one layer (forward + backward, + forward under full
+  // recompute; or the forward only): a Ulysses group's all-to-alls, or a tensor group's
+  // all-gathers and reduce-scatters.
+  double group_s(const SequenceGroup& g, bool forward_only = false) const;
   // When each device (layout order) ends the ring of one layer, forward or backward.
   std::vector<double> ring_end_s(const SequenceLayout& layout, bool backward) const;
 
@@ -166,6 +175,9 @@ class SequenceCost {
   // wherever NICs are the bottleneck.
   double nic_layer_s(const SequenceLayout& layout) const;
   SplitFree split_free(const std::vector<int>& devices) const;
+  // split_free of a layout's devices; with tensor-parallel groups each device synchronises
+  // and updates its own share of the weights with the other holders of that share.
+  SplitFree layout_free(const SequenceLayout& layout) const;
   IterationTime iteration(const SequenceLayout& layout) const;
 
  private:

@@ -155,7 +155,7 @@ TEST(SequenceTime, OneGroupIsPureUlysses) {
   const double bw = c.bandwidth(0, 1), lat = c.latency(0, 1), dB = 128.0 * 2;
   const double qkv = 3 * 8192 * (8 + 2 * 2) * dB / bw + lat;
   const double out = 3 * 8192 * 8 * dB / bw + lat;
-  EXPECT_NEAR(cost.ulysses_s(l.groups[0]) / (2 * (qkv + out)), 1.0, 1e-12);
+  EXPECT_NEAR(cost.group_s(l.groups[0]) / (2 * (qkv + out)), 1.0, 1e-12);
   // The ring is the diagonal only: T (S + 1) / 2 pairs of 8 heads, forward and 2.5x back.
   const double pairs = 32768.0 / 2 * 32769;
   const double attention = pairs * 4 * 128 * 8 *
@@ -165,7 +165,7 @@ TEST(SequenceTime, OneGroupIsPureUlysses) {
   EXPECT_NEAR(lt.devices[3].ring_s / attention, 1.0, 1e-12);
   EXPECT_DOUBLE_EQ(lt.devices[3].attention_s, lt.devices[3].ring_s);
   EXPECT_DOUBLE_EQ(lt.time_s,
-                   cost.token_wise_s(3, 8192) + cost.ulysses_s(l.groups[0]) + lt.devices[3].ring_s);
+                   cost.token_wise_s(3, 8192) + cost.group_s(l.groups[0]) + lt.devices[3].ring_s);
 }
 
 TEST(SequenceTime, AllToAllAcrossMachinesSharesTheirNics) {
@@ -178,7 +178,7 @@ TEST(SequenceTime, AllToAllAcrossMachinesSharesTheirNics) {
   const SequenceGroup g{{0, 1, 2, 3}, 32768, {8192, 8192, 8192, 8192}, {8, 8, 8, 8}};
   const double nic = c.machines()[0].nic_Bps, lat = c.latency(0, 2), dB = 128.0 * 2;
   const double qkv = 4 * 8192 * 12 * dB / nic + lat, out = 4 * 8192 * 8 * dB / nic + lat;
-  EXPECT_NEAR(cost.ulysses_s(g) / (2 * (qkv + out)), 1.0, 1e-12);
+  EXPECT_NEAR(cost.group_s(g) / (2 * (qkv + out)), 1.0, 1e-12);
 }
 
 TEST(SequenceTime, EqualShardsOnIdenticalDevicesAreTheHomogeneousFormulas) {

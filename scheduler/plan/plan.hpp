@@ -14,7 +14,8 @@
 // mesh's, group by group in rank order ("devices" may be left out; if given, it must list
 // them so). Such a stage runs each micro-batch, one sequence (its pipeline's micro_batch
 // must be 1), through its layers as the mesh runs it: token shards, ragged all-to-alls and
-// the ring; every device of the mesh holds the stage's whole weights. Not with head_split,
+// the ring; every device of a Ulysses group holds the stage's whole weights, a tensor group's
+// devices their TP shares (sequence_layout.hpp). Not with head_split,
 // recompute (the training config's) or interleaving (ZeRO 0-1, as every pipeline plan). Two
 // mesh stages may follow each other with different layouts.
 // Details: scheduler/README.md, "Sequence meshes as pipeline stages".

@@ -54,6 +54,9 @@ class LayoutChecker {
       if (!layout.split_kv_heads) {
         if (auto st = kv_groups_whole(group, path); !st) return st;
       }
+      if (group.tensor) {
+        if (auto st = tensor_group(group, path); !st) return st;
+      }
       tokens += group.tokens;
     }
     if (tokens != training_.seq_len) {
@@ -156,6 +159,24 @@ class LayoutChecker {
     return {};
   }
 
+  // A tensor-parallel group: every device holds at least one query head (its share of the
+  // weights), and the layout runs ZeRO 0-2.
+  Status tensor_group(const SequenceGroup& g, const std::string& path) const {
+    for (int r = 0; r < g.size(); ++r) {
+      if (g.heads[r] >= 1) continue;
+      return fail(path + "/heads/" + std::to_string(r),
+                  "device " + std::to_string(g.devices[r]) +
+                      " holds no query head; every device of a tensor-parallel group holds at "
+                      "least one (its share of the weights)");
+    }
+    if (training_.zero_stage >= 3) {
+      return fail(path + "/parallel",
+                  "a tensor-parallel group runs ZeRO 0-2; the training config asks for ZeRO-3 "
+                  "(zero_stage 3): use Ulysses groups or a lower zero_stage");
+    }
+    return {};
+  }
+
   Status memory_fits(const SequenceLayout& layout) const {
     for (const DeviceMemory& dm : layout_memory(layout, model_, training_, cluster_)) {
       if (dm.total() <= dm.limit()) continue;
@@ -183,8 +204,13 @@ class LayoutChecker {
 
 SequenceGroup read_group(const JsonNode& node) {
   node.require_object();
-  node.allow_only({"devices", "tokens", "shards", "heads"});
+  node.allow_only({"devices", "tokens", "shards", "heads", "parallel"});
   SequenceGroup g;
+  if (auto parallel = node.find("parallel")) {
+    const std::string kind = parallel->str();
+    if (kind != "ulysses" && kind != "tensor") parallel->fail("\"ulysses\" or \"tensor\"");
+    g.tensor = kind == "tensor";
+  }
   const JsonNode devices = node.at("devices");
   devices.require_array();
   if (devices.size() == 0) devices.fail("a non-empty array of device ids");
@@ -220,6 +246,58 @@ std::vector<int> SequenceLayout::devices() const {
   std::vector<int> out;
   for (const auto& g : groups) out.insert(out.end(), g.devices.begin(), g.devices.end());
   return out;
+}
+
+bool SequenceLayout::has_tensor_groups() const {
+  return std::any_of(groups.begin(), groups.end(), [](const SequenceGroup& g) { return g.tensor; });
+}
+
+int SequenceLayout::holders() const {
+  int n = 0;
+  for (const auto& g : groups) n += g.tensor ? 1 : g.size();
+  return n;
+}
+
+MemberWork member_work(const SequenceGroup& g, int rank, int heads) {
+  if (!g.tensor) return {g.shards[rank], 1.0, 1.0, 1};
+  return {g.tokens, static_cast<double>(g.heads[rank]) / heads,
+          static_cast<double>(g.shards[rank]) / static_cast<double>(g.tokens), g.size()};
+}
+
+double member_params(const Model& m, const SequenceGroup& g, int rank) {
+  if (!g.tensor) return m.params();
+  StageShape whole = whole_model_shape(m, 1, std::nullopt);
+  whole.phi = member_work(g, rank, m.heads).phi;
+  return stage_params(m, whole);
+}
+
+double tensor_group_bytes(const Model& m, const TrainingConfig& t, const SequenceGroup& g) {
+  const std::int64_t largest = *std::max_element(g.shards.begin(), g.shards.end());
+  return static_cast<double>(g.size()) * static_cast<double>(largest) * m.hidden *
+         t.bytes_per_element();
+}
+
+std::vector<int> head_holders(const SequenceLayout& layout, int head) {
+  std::vector<int> out;
+  for (const SequenceGroup& g : layout.groups) {
+    if (!g.tensor) {
+      out.insert(out.end(), g.devices.begin(), g.devices.end());
+      continue;
+    }
+    const std::vector<int> first = head_offsets(g);
+    for (int r = 0; r < g.size(); ++r) {
+      if (first[r] <= head && head < first[r] + g.heads[r]) out.push_back(g.devices[r]);
+    }
+  }
+  return out;
+}
+
+TrainingConfig member_training(const TrainingConfig& t, const SequenceGroup& g, int rank) {
+  TrainingConfig mine = t;
+  mine.seq_len = static_cast<int>(g.tensor ? g.tokens : g.shards[rank]);
+  mine.micro_batch = 1;
+  if (g.tensor) mine.sequence_parallel = true;
+  return mine;
 }
 
 AttentionShape attention_shape(const Model& m, const TrainingConfig& t, int grad_bytes) {
@@ -281,37 +359,51 @@ SequenceLayout even_layout(const std::vector<std::vector<int>>& groups, std::int
   return l;
 }
 
+namespace {
+
+// The memory shape of device `rank` of group `g` for `layers` layers (layout_memory and
+// mesh_stage_memory's extra buffers).
+SequenceDeviceShape device_shape(const SequenceLayout& layout, const AttentionShape& a,
+                                 const Model& m, int g, int rank) {
+  const SequenceGroup& group = layout.groups[g];
+  const MemberWork w = member_work(group, rank, m.heads);
+  SequenceDeviceShape s;
+  s.shard_tokens = group.shards[rank];
+  s.group_tokens = group.tokens;
+  s.q_heads = group.heads[rank];
+  s.kv_heads = kv_heads_needed(a, head_offsets(group)[rank], group.heads[rank]);
+  s.ring_block_tokens = ring_block_tokens(layout);
+  s.tensor = group.tensor;
+  s.tp = w.tp;
+  s.phi = w.phi;
+  return s;
+}
+
+}  // namespace
+
 std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Model& m,
                                         const TrainingConfig& t, const Cluster& cluster) {
   const AttentionShape a = attention_shape(m, t);
-  const int mesh = layout.num_devices();
-  const std::int64_t block = ring_block_tokens(layout);
   std::vector<DeviceMemory> out;
   for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
     const SequenceGroup& group = layout.groups[g];
-    const std::vector<int> kv = group_kv_heads(a, group.heads);
     for (int r = 0; r < group.size(); ++r) {
-      SequenceDeviceShape s;
+      SequenceDeviceShape s = device_shape(layout, a, m, g, r);
       s.layers = m.layers;
-      s.params = m.params();
+      s.params = member_params(m, group, r);
       s.zero_stage = t.zero_stage;
-      s.zero_shards = mesh;
-      s.shard_tokens = group.shards[r];
-      s.group_tokens = group.tokens;
-      s.q_heads = group.heads[r];
-      s.kv_heads = kv[r];
-      s.ring_block_tokens = block;
+      s.zero_shards = layout.holders();
       DeviceMemory dm;
       dm.device = group.devices[r];
       dm.group = g;
       dm.rank = r;
       dm.mesh = sequence_device_memory(m, t, a, s, t.recompute);
-      // The head's logits for its own tokens: cost_model's last-stage figure at s_i tokens.
-      TrainingConfig mine = t;
-      mine.seq_len = static_cast<int>(group.shards[r]);
+      // The head's logits for its tokens: cost_model's last-stage figure (s_i tokens; a
+      // tensor group's device: T_g tokens of its phi of the vocabulary).
       StageShape head;
       head.last = true;
-      dm.logits = device_memory(m, mine, head).logits;
+      head.phi = s.phi;
+      dm.logits = device_memory(m, member_training(t, group, r), head).logits;
       dm.capacity = cluster.device_memory_bytes(dm.device);
       out.push_back(dm);
     }
@@ -322,23 +414,19 @@ std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Mode
 MemoryBreakdown mesh_stage_memory(const SequenceLayout& layout, int device, const Model& m,
                                   const TrainingConfig& t, StageShape stage) {
   const AttentionShape a = attention_shape(m, t);
-  for (const SequenceGroup& group : layout.groups) {
+  for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
+    const SequenceGroup& group = layout.groups[g];
     for (int r = 0; r < group.size(); ++r) {
       if (group.devices[r] != device) continue;
-      TrainingConfig mine = t;
-      mine.seq_len = static_cast<int>(group.shards[r]);
-      mine.micro_batch = 1;
-      stage.tp = 1;
-      stage.phi = 1.0;
+      const TrainingConfig mine = member_training(t, group, r);
+      const MemberWork w = member_work(group, r, m.heads);
+      stage.tp = w.tp;
+      stage.phi = w.phi;
       stage.micro_batch = 1;
-      stage.dp += layout.num_devices() - 1;
+      stage.dp += layout.holders() - 1;
       MemoryBreakdown mem = device_memory(m, mine, stage);
-      SequenceDeviceShape ds;
-      ds.group_tokens = group.tokens;
-      ds.q_heads = group.heads[r];
-      ds.kv_heads = group_kv_heads(a, group.heads)[r];
-      ds.ring_block_tokens = ring_block_tokens(layout);
-      const SequenceMemory extra = sequence_device_memory(m, mine, a, ds, t.recompute);
+      const SequenceMemory extra =
+          sequence_device_memory(m, mine, a, device_shape(layout, a, m, g, r), t.recompute);
       mem.activations += extra.ring_buffers + extra.ulysses_buffers;
       return mem;
     }
@@ -360,8 +448,10 @@ Status validate_structure(const SequenceLayout& layout, const Model& m, const Tr
 Json to_json(const SequenceLayout& layout) {
   Json groups = Json::array();
   for (const auto& g : layout.groups) {
-    groups.push_back(
-        {{"devices", g.devices}, {"tokens", g.tokens}, {"shards", g.shards}, {"heads", g.heads}});
+    Json group = {
+        {"devices", g.devices}, {"tokens", g.tokens}, {"shards", g.shards}, {"heads", g.heads}};
+    if (g.tensor) group["parallel"] = "tensor";  // the default, "ulysses", is left out
+    groups.push_back(std::move(group));
   }
   return {{"groups", groups}, {"split_kv_heads", layout.split_kv_heads}};
 }

@@ -15,6 +15,16 @@
 // T_g tokens (sum n_q). A head range that splits a GQA group replicates that kv head
 // (kv_heads_needed); "split_kv_heads": false forbids it. Optional, default true.
 //
+// A group may instead be a tensor-parallel group, "parallel": "tensor" (default "ulysses"):
+// its devices, in TP-rank order, split the layer's weights as a TP stage with head_split
+// h_i does (query heads [sum_{j<i} h_j, ...) with their kv heads, phi_i = h_i / n_q of the ffn
+// columns and of the vocabulary; every h_i >= 1), and run the linear layers on all T_g tokens
+// of the group; s_i are the sequence-parallel shards (Megatron-LM's: norms, residual adds and
+// the layer's input and output on s_i tokens, an all-gather of the T_g tokens before the QKV
+// and MLP blocks and a reduce-scatter after each, padded to the largest shard). The ring runs
+// between groups as for Ulysses groups: device i carries its h_i heads of the T_g queries.
+// ZeRO 0-2 only (a layout with a tensor group refuses ZeRO-3).
+//
 // Model states: every device holds the whole model, ZeRO-sharded over the mesh by the
 // training config's stage. Memory per device must stay within kMemoryCap of its capacity.
 
@@ -41,6 +51,7 @@ struct SequenceGroup {
   std::int64_t tokens = 0;           // T_g, even (mirrored halves)
   std::vector<std::int64_t> shards;  // s_i per device, even, sum T_g
   std::vector<int> heads;            // h_i query heads per device, sum n_q
+  bool tensor = false;               // a tensor-parallel group ("parallel": "tensor")
 
   int size() const { return static_cast<int>(devices.size()); }
   bool operator==(const SequenceGroup&) const = default;
@@ -52,8 +63,38 @@ struct SequenceLayout {
 
   int num_devices() const;
   std::vector<int> devices() const;  // group by group, rank order
+  bool has_tensor_groups() const;
+  // Devices holding each parameter of the layers: one per tensor group, every device of a
+  // Ulysses group (ZeRO's shards inside the mesh).
+  int holders() const;
   bool operator==(const SequenceLayout&) const = default;
 };
+
+// How device `rank` of group `g` runs one layer's token-wise kernels (everything but the
+// attention core) and the embedding and head: a Ulysses device on its s_i tokens with the
+// whole weights; a tensor-parallel device on the group's T_g tokens with phi = h_i / n_q of
+// the weights, its norms and residual adds on its s_i (share = s_i / T_g).
+struct MemberWork {
+  std::int64_t tokens = 0;
+  double phi = 1.0;
+  double share = 1.0;
+  int tp = 1;  // the group's size for a tensor group (the activations' SP split)
+};
+MemberWork member_work(const SequenceGroup& g, int rank, int heads);
+// Parameters device `rank` of group `g` holds: the whole model (Ulysses), or a TP rank's
+// share of it (stage_params at phi = h_i / n_q: norms whole).
+double member_params(const Model& m, const SequenceGroup& g, int rank);
+// Bytes of one all-gather (or reduce-scatter) of a tensor group, in all: the hidden states of
+// its T_g tokens, each device's part padded to the largest shard (n max_i s_i h e: NCCL's
+// collectives take equal counts).
+double tensor_group_bytes(const Model& m, const TrainingConfig& t, const SequenceGroup& g);
+// The devices of a layout holding the weights of query head `head` (and of its share of the
+// ffn and vocabulary): every device of a Ulysses group, the one of a tensor group whose heads
+// hold it. The ZeRO shards and gradient all-reduce of that share run over them.
+std::vector<int> head_holders(const SequenceLayout& layout, int head);
+// The training config that cost_model's kernels see for that work: seq_len = its tokens,
+// one sequence per micro-batch, sequence parallelism on for a tensor group.
+TrainingConfig member_training(const TrainingConfig& t, const SequenceGroup& g, int rank);
 
 // The attention one layer carries: d, n_q, n_kv and the training precision's bytes for Q,
 // K, V, O and for dK, dV on the ring (`grad_bytes` 0: the training precision's).

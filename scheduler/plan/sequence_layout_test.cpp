@@ -222,5 +222,67 @@ TEST(SequenceLayout, MemoryPerDeviceFollowsShardsHeadsAndTheRing) {
   EXPECT_DOUBLE_EQ(mem[0].limit(), 76 * kGiB);
 }
 
+// good_layout() with its A100 group tensor-parallel (uneven heads 12, 4, 12, 4).
+SequenceLayout tensor_layout() {
+  SequenceLayout l = good_layout();
+  l.groups[1].tensor = true;
+  return l;
+}
+
+TEST(SequenceLayout, TensorGroupsRoundTripAndAreChecked) {
+  const Json j = to_json(tensor_layout());
+  EXPECT_EQ(j["groups"][1]["parallel"], "tensor");
+  EXPECT_FALSE(j["groups"][0].contains("parallel"));  // "ulysses", the default, left out
+  auto back = layout_from_json(j, "plan.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, tensor_layout());
+  EXPECT_EQ(error_of(*back), "");
+  Json ulysses = j;
+  ulysses["groups"][1]["parallel"] = "ulysses";
+  EXPECT_EQ(*layout_from_json(ulysses, "plan.json"), good_layout());
+  Json bad = j;
+  bad["groups"][1]["parallel"] = "pipeline";
+  EXPECT_HAS(json_error(bad), "plan.json: /sequence/groups/1/parallel: expected \"ulysses\" or");
+  // Every device of a tensor group holds a head; ZeRO-3 is refused.
+  SequenceLayout none = tensor_layout();
+  none.groups[1].heads = {16, 0, 12, 4};
+  EXPECT_HAS(error_of(none), "/sequence/groups/1/heads/1: device 5 holds no query head");
+  none.groups[1].tensor = false;
+  EXPECT_EQ(error_of(none), "");
+  TrainingConfig z3 = long_context(32768);
+  z3.zero_stage = 3;
+  EXPECT_HAS(error_of(tensor_layout(), z3), "/sequence/groups/1/parallel: a tensor-parallel group");
+  EXPECT_EQ(tensor_layout().holders(), 5);  // four Ulysses devices, one tensor group
+  EXPECT_EQ(head_holders(tensor_layout(), 13), (std::vector<int>{0, 1, 2, 3, 5}));
+}
+
+TEST(SequenceLayout, TensorGroupMemoryIsATpRanksShare) {
+  const Model m = catalog_model("llama3-8b");
+  const TrainingConfig t = long_context(32768);
+  const auto ulysses = layout_memory(good_layout(), m, t, two_machines());
+  const auto tensor = layout_memory(tensor_layout(), m, t, two_machines());
+  // Device 4 holds 12 of 32 heads: its share of the weights (norms whole), sharded over the
+  // 5 holders under ZeRO-1; no all-to-all buffers; activations and logits of a TP rank
+  // (phi 12/32, 4 devices) under sequence parallelism for the group's 12288 tokens.
+  StageShape whole = whole_model_shape(m, 1, t.recompute);
+  whole.phi = 12.0 / 32;
+  const double params = stage_params(m, whole);
+  EXPECT_DOUBLE_EQ(member_params(m, tensor_layout().groups[1], 0), params);
+  EXPECT_DOUBLE_EQ(tensor[4].mesh.states.weights, 2 * params);
+  EXPECT_DOUBLE_EQ(tensor[4].mesh.states.optimizer, 12 * params / 5);
+  EXPECT_DOUBLE_EQ(tensor[4].mesh.ulysses_buffers, 0);
+  TrainingConfig sp = t;
+  sp.seq_len = 12288;
+  sp.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(tensor[4].mesh.activations,
+                   m.layers * activation_bytes_per_layer(m, sp, 1, 4, 12.0 / 32, t.recompute));
+  EXPECT_DOUBLE_EQ(tensor[4].logits, 12288.0 * m.vocab * 12 / 32 * (2 + 4));
+  EXPECT_LT(tensor[4].total(), ulysses[4].total());
+  // The ring's buffers are a Ulysses device's with the same heads; the H100 group keeps its
+  // whole weights, now sharded over 5 holders instead of 8.
+  EXPECT_DOUBLE_EQ(tensor[4].mesh.ring_buffers, ulysses[4].mesh.ring_buffers);
+  EXPECT_DOUBLE_EQ(tensor[0].mesh.states.optimizer, 12 * m.params() / 5);
+}
+
 }  // namespace
 }  // namespace hexi

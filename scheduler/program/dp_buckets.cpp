@@ -191,8 +191,15 @@ class BucketBuilder {
 
 std::vector<Holder> stage_holders(const Stage& s, const Model& m) {
   std::vector<Holder> hs;
-  if (s.mesh()) {  // every device of a mesh holds the stage's weights whole
-    for (int d : s.devices) hs.push_back({d, 0, shard_ranges(m, 0, m.heads)});
+  if (s.mesh()) {  // a Ulysses group's devices hold the weights whole, a tensor group's shares
+    for (const SequenceGroup& g : s.sequence->groups) {
+      const std::vector<int> first = head_offsets(g);
+      for (int r = 0; r < g.size(); ++r) {
+        hs.push_back({g.devices[r], g.tensor ? r : 0,
+                      g.tensor ? shard_ranges(m, first[r], first[r] + g.heads[r])
+                               : shard_ranges(m, 0, m.heads)});
+      }
+    }
     return hs;
   }
   for (int r = 0; r < s.tp(); ++r) {

@@ -23,6 +23,8 @@ struct Member {
   int heads = 0;
   int kv = 0;  // kv heads it needs (kv_heads_needed)
   std::int64_t shard = 0;
+  MemberWork work;  // what its token-wise kernels run on (member_work)
+  bool tensor = false;
 };
 
 // One ring hop: `kv` kv heads' worth of every block from flat index `from` to `to`.
@@ -56,22 +58,23 @@ void append(std::vector<Kernel>& to, const std::vector<Kernel>& ks) {
 }
 
 // Backward kernels without the replayed forward (full recompute runs it as its own ops).
-std::vector<Kernel> backward_only(const Model& m, const TrainingConfig& t, Block block) {
-  std::vector<Kernel> ks = block_backward(m, t, block, 1, 1.0);
+std::vector<Kernel> backward_only(const Model& m, const TrainingConfig& t, Block block,
+                                  const MemberWork& work) {
+  std::vector<Kernel> ks = block_backward(m, t, block, 1, work.phi, t.recompute, work.share);
   std::erase_if(ks, [](const Kernel& k) { return k.name == "recompute"; });
   return ks;
 }
 
-TokenWise token_wise(const Model& m, TrainingConfig t, std::int64_t tokens) {
-  t.seq_len = static_cast<int>(tokens);
+TokenWise token_wise(const Model& m, TrainingConfig t, const MemberWork& work) {
+  t.seq_len = static_cast<int>(work.tokens);
   t.micro_batch = 1;
   TokenWise w;
-  auto [pre, post] = around_core(block_forward(m, t, Block::kAttention, 1, 1.0));
+  auto [pre, post] = around_core(block_forward(m, t, Block::kAttention, 1, work.phi, work.share));
   w.pre_fwd = pre;
   w.post_fwd = post;
-  append(w.post_fwd, block_forward(m, t, Block::kMlp, 1, 1.0));
-  w.post_bwd = backward_only(m, t, Block::kMlp);
-  auto [post_b, pre_b] = around_core(backward_only(m, t, Block::kAttention));
+  append(w.post_fwd, block_forward(m, t, Block::kMlp, 1, work.phi, work.share));
+  w.post_bwd = backward_only(m, t, Block::kMlp, work);
+  auto [post_b, pre_b] = around_core(backward_only(m, t, Block::kAttention, work));
   append(w.post_bwd, post_b);
   w.pre_bwd = pre_b;
   return w;
@@ -104,7 +107,8 @@ class SequenceLowerer {
       const std::vector<int> offsets = head_offsets(group);
       for (int r = 0; r < group.size(); ++r) {
         members_.push_back({group.devices[r], g, r, offsets[r], group.heads[r],
-                            kv_heads_needed(a_, offsets[r], group.heads[r]), group.shards[r]});
+                            kv_heads_needed(a_, offsets[r], group.heads[r]), group.shards[r],
+                            member_work(group, r, model.heads), group.tensor});
       }
     }
     make_hops();
@@ -113,6 +117,7 @@ class SequenceLowerer {
   // A stage of a pipeline plan: layers [begin, end), the embedding where `first`, the head
   // where `last`; its buckets are the plan's.
   void set_stage(int begin, int end, bool first, bool last) {
+    make_tp_groups();
     layer_begin_ = begin;
     layer_end_ = end;
     stage_first_ = first;
@@ -158,6 +163,7 @@ class SequenceLowerer {
     prog_ = program_header(scenario_, cluster_, m_, t_, Granularity::kLayer);
     prog_.sequence = layout_;
     make_buckets();
+    make_tp_groups();
     for (int seq = 0; seq < t_.global_batch; ++seq) sequence(seq);
     for (int i = 0; i < static_cast<int>(members_.size()); ++i) synchronise(i);
     std::vector<DeviceLayout> used;
@@ -190,21 +196,32 @@ class SequenceLowerer {
     }
   }
 
-  // ZeRO buckets over the mesh: the DP buckets of one single-device pipeline per member
-  // (every device holds the whole model); under ZeRO-3 cut into one bucket per layer (and
-  // the head's and the embedding's) so that each layer's weights are gathered on their own.
-  void make_buckets() {
-    Plan plan;
-    for (const Member& mb : members_) {
-      Stage st;
-      st.devices = {mb.device};
-      st.layer_begin = 0;
-      st.layer_end = m_.layers;
-      plan.pipelines.push_back({t_.global_batch, 1, {st}});
+  // Each tensor group of more than one device: its TP group in the program.
+  void make_tp_groups() {
+    for (int g = 0; g < p_; ++g) {
+      const SequenceGroup& group = layout_.groups[g];
+      if (group.tensor && group.size() > 1) {
+        tp_groups_[g] = ops_.group(prog_, GroupKind::kTp, group.devices);
+      }
     }
+  }
+
+  // ZeRO buckets over the mesh: the DP buckets of a one-stage pipeline of the whole layout
+  // (every device of a Ulysses group holds the whole model, a tensor group's devices their
+  // shares); under ZeRO-3 cut into one bucket per layer (and the head's and the embedding's)
+  // so that each layer's weights are gathered on their own.
+  void make_buckets() {
+    Stage st;
+    st.devices = layout_.devices();
+    st.layer_begin = 0;
+    st.layer_end = m_.layers;
+    st.sequence = layout_;
+    Plan plan;
+    plan.pipelines.push_back({t_.global_batch, 1, {st}});
     const DpBuckets dp =
         plan_dp_buckets(plan, m_, std::min(t_.zero_stage, 1), cluster_.num_devices());
     owned_ = dp.owned_params;
+    device_buckets_ = dp.device_buckets;
     for (const auto& g : dp.groups) dp_groups_.push_back(ops_.group(prog_, GroupKind::kDp, g));
     for (Bucket b : dp.buckets) {
       b.group = dp_groups_[b.group];
@@ -223,8 +240,9 @@ class SequenceLowerer {
   }
 
   // ---- shapes -------------------------------------------------------------------------
-  int shape_id(ComputeKind kind, std::int64_t size, int heads, const std::vector<Kernel>& ks) {
-    auto [it, fresh] = shape_ids_.emplace(std::make_tuple(kind, size, heads),
+  int shape_id(ComputeKind kind, std::int64_t size, int heads, const std::vector<Kernel>& ks,
+               double share = 1.0) {
+    auto [it, fresh] = shape_ids_.emplace(std::make_tuple(kind, size, heads, share),
                                           static_cast<int>(prog_.shapes.size()));
     if (fresh) {
       Shape s;
@@ -237,25 +255,34 @@ class SequenceLowerer {
     return it->second;
   }
 
-  const TokenWise& kernels_for(std::int64_t tokens) {
-    auto it = token_wise_.find(tokens);
-    if (it == token_wise_.end()) it = token_wise_.emplace(tokens, token_wise(m_, t_, tokens)).first;
+  // The token-wise kernels of a member's work (a Ulysses member: its shard, whole weights; a
+  // tensor group's: T_g tokens, phi of the weights, norms on its share).
+  const TokenWise& kernels_for(const MemberWork& w) {
+    const auto key = std::make_tuple(w.tokens, w.phi, w.share);
+    auto it = token_wise_.find(key);
+    if (it == token_wise_.end()) it = token_wise_.emplace(key, token_wise(m_, t_, w)).first;
     return it->second;
   }
 
-  int token_shape(ComputeKind kind, std::int64_t tokens) {
-    const TokenWise& w = kernels_for(tokens);
+  // Shapes of member i's work: heads and share tell a tensor group's members apart.
+  int work_shape(ComputeKind kind, int i, const std::vector<Kernel>& ks) {
+    const Member& mb = members_[i];
+    return shape_id(kind, mb.work.tokens, mb.tensor ? mb.heads : a_.q_heads, ks, mb.work.share);
+  }
+
+  int token_shape(ComputeKind kind, int i) {
+    const TokenWise& w = kernels_for(members_[i].work);
     switch (kind) {
       case ComputeKind::kPreFwd:
       case ComputeKind::kPreRecompute:
-        return shape_id(kind, tokens, a_.q_heads, w.pre_fwd);
+        return work_shape(kind, i, w.pre_fwd);
       case ComputeKind::kPostFwd:
       case ComputeKind::kPostRecompute:
-        return shape_id(kind, tokens, a_.q_heads, w.post_fwd);
+        return work_shape(kind, i, w.post_fwd);
       case ComputeKind::kPostBwd:
-        return shape_id(kind, tokens, a_.q_heads, w.post_bwd);
+        return work_shape(kind, i, w.post_bwd);
       default:
-        return shape_id(kind, tokens, a_.q_heads, w.pre_bwd);
+        return work_shape(kind, i, w.pre_bwd);
     }
   }
 
@@ -279,19 +306,20 @@ class SequenceLowerer {
     return shape_id(kind, pairs, heads, {k});
   }
 
-  int embedding_shape(ComputeKind kind, std::int64_t tokens) {
+  int embedding_shape(ComputeKind kind, int i) {
+    const MemberWork& w = members_[i].work;
     TrainingConfig t = t_;
-    t.seq_len = static_cast<int>(tokens);
+    t.seq_len = static_cast<int>(w.tokens);
     t.micro_batch = 1;
     switch (kind) {
       case ComputeKind::kEmbeddingFwd:
-        return shape_id(kind, tokens, a_.q_heads, embedding_forward(m_, t, 1));
+        return work_shape(kind, i, embedding_forward(m_, t, 1, w.share));
       case ComputeKind::kEmbeddingBwd:
-        return shape_id(kind, tokens, a_.q_heads, embedding_backward(m_, t, 1));
+        return work_shape(kind, i, embedding_backward(m_, t, 1, w.share));
       case ComputeKind::kHeadFwd:
-        return shape_id(kind, tokens, a_.q_heads, head_forward(m_, t, 1, 1.0));
+        return work_shape(kind, i, head_forward(m_, t, 1, w.phi, w.share));
       default:
-        return shape_id(kind, tokens, a_.q_heads, head_backward(m_, t, 1, 1.0));
+        return work_shape(kind, i, head_backward(m_, t, 1, w.phi, w.share));
     }
   }
 
@@ -344,6 +372,7 @@ class SequenceLowerer {
                                            const std::vector<std::vector<int>>& after) {
     std::vector<std::vector<int>> recvs(members_.size());
     for (int g = 0; g < p_; ++g) {
+      if (layout_.groups[g].tensor) continue;  // a tensor group gathers and scatters instead
       const int n = layout_.groups[g].size();
       for (int a = 0; a < n; ++a) {
         for (int b = 0; b < n; ++b) {
@@ -459,16 +488,20 @@ class SequenceLowerer {
   }
 
   // One layer's forward, or its replay before the backward (`replay`), after `gathered`
-  // (ZeRO-3's weights; -1: none); returns each device's first op (pre).
+  // (ZeRO-3's weights; -1: none); returns each device's first op (pre). A tensor group's
+  // device gathers the group's tokens before its pre ops and, after its post ops, runs the
+  // attention block's reduce-scatter and the MLP block's all-gather and reduce-scatter.
   std::vector<int> layer_forward(int layer, int seq, bool replay,
                                  const std::vector<int>& gathered) {
     const ComputeKind pre = replay ? ComputeKind::kPreRecompute : ComputeKind::kPreFwd;
     const ComputeKind ring = replay ? ComputeKind::kRingRecompute : ComputeKind::kRingFwd;
     const ComputeKind post = replay ? ComputeKind::kPostRecompute : ComputeKind::kPostFwd;
+    const TensorKind act = TensorKind::kActivation;
     std::vector<int> pres;
     for (int i = 0; i < size(); ++i) {
-      pres.push_back(compute(i, pre, layer, seq, token_shape(pre, members_[i].shard),
-                             {gathered.empty() ? -1 : gathered[i]}));
+      const int in = tp_chain(i, {Collective::kAllGather}, act, layer, seq,
+                              gathered.empty() ? -1 : gathered[i]);
+      pres.push_back(compute(i, pre, layer, seq, token_shape(pre, i), {in}));
     }
     auto in = all_to_all(
         TensorKind::kQkv, [&](int from, int to) { return qkv_bytes(from, to); }, layer, seq,
@@ -479,35 +512,75 @@ class SequenceLowerer {
         TensorKind::kAttnOut, [&](int from, int to) { return out_bytes(from, to); }, layer, seq,
         each(last));
     for (int i = 0; i < size(); ++i) {
-      compute(i, post, layer, seq, token_shape(post, members_[i].shard), out[i]);
+      if (members_[i].tensor) out[i].push_back(last[i]);
+      const int done = compute(i, post, layer, seq, token_shape(post, i), out[i]);
+      tp_chain(i, {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduceScatter},
+               act, layer, seq, done);
     }
     return pres;
   }
 
   // One layer's backward (after its replay under full recompute), its first op after
-  // `gathered`; returns each device's first op (post.bwd) and last (pre.bwd).
+  // `gathered`; returns each device's first op (post.bwd) and last (pre.bwd). A tensor group's
+  // device runs the forward's collectives the other way: an all-gather of the output's
+  // gradient before its post ops, a reduce-scatter and an all-gather after them, a
+  // reduce-scatter after its pre ops.
   std::pair<std::vector<int>, std::vector<int>> layer_backward(int layer, int seq,
                                                                const std::vector<int>& gathered) {
+    const TensorKind grad = TensorKind::kActivationGrad;
     std::vector<int> posts;
+    std::vector<int> after(members_.size());
     for (int i = 0; i < size(); ++i) {
+      const int in = tp_chain(i, {Collective::kAllGather}, grad, layer, seq, gathered[i]);
       posts.push_back(compute(i, ComputeKind::kPostBwd, layer, seq,
-                              token_shape(ComputeKind::kPostBwd, members_[i].shard),
-                              {gathered[i]}));
+                              token_shape(ComputeKind::kPostBwd, i), {in}));
+      after[i] = tp_chain(i, {Collective::kReduceScatter, Collective::kAllGather}, grad, layer, seq,
+                          posts[i]);
     }
     auto dout = all_to_all(
         TensorKind::kAttnOutGrad, [&](int from, int to) { return out_bytes(to, from); }, layer, seq,
         each(posts));
-    for (int i = 0; i < size(); ++i) dout[i].push_back(posts[i]);
+    for (int i = 0; i < size(); ++i) dout[i].push_back(after[i]);
     const auto done = ring_backward(layer, seq, dout);
     auto dqkv = all_to_all(
         TensorKind::kQkvGrad, [&](int from, int to) { return qkv_bytes(to, from); }, layer, seq,
         done);
     std::vector<int> pres;
     for (int i = 0; i < size(); ++i) {
+      if (members_[i].tensor) dqkv[i] = done[i];
       pres.push_back(compute(i, ComputeKind::kPreBwd, layer, seq,
-                             token_shape(ComputeKind::kPreBwd, members_[i].shard), dqkv[i]));
+                             token_shape(ComputeKind::kPreBwd, i), dqkv[i]));
+      tp_chain(i, {Collective::kReduceScatter}, grad, layer, seq, pres[i]);
     }
     return {posts, pres};
+  }
+
+  // A tensor group's collectives on member i, one after the other from `dep` on its compute
+  // stream: all-gathers and reduce-scatters of the group's hidden states
+  // (tensor_group_bytes). Returns the last (`dep` for a Ulysses member or a group of one).
+  int tp_chain(int i, std::initializer_list<Collective> cs, TensorKind tensor, int layer, int seq,
+               int dep) {
+    const Member& mb = members_[i];
+    const SequenceGroup& g = layout_.groups[mb.group];
+    if (!mb.tensor || g.size() <= 1) return dep;
+    const int group = tp_groups_.at(mb.group);
+    for (Collective c : cs) {
+      Op op;
+      op.kind = OpKind::kCollective;
+      op.stream = Stream::kCompute;
+      op.collective = c;
+      op.tensor = tensor;
+      op.group = group;
+      op.instance = ops_.next_instance(mb.device, group);
+      op.bytes = tensor_group_bytes(m_, t_, g);
+      op.layer = layer;
+      op.micro_batch = seq;
+      std::vector<int> deps{dep};
+      deps.insert(deps.end(), pending_[i].begin(), pending_[i].end());
+      pending_[i].clear();
+      dep = ops_.add(mb.device, op, deps);
+    }
+    return dep;
   }
 
   // ZeRO-3: an all-gather of bucket `position`'s weights (layer, -1 embedding, -2 head) on
@@ -549,8 +622,7 @@ class SequenceLowerer {
   std::vector<int> all_computes(ComputeKind kind, int seq, const std::vector<int>& after) {
     std::vector<int> out;
     for (int i = 0; i < size(); ++i) {
-      out.push_back(
-          compute(i, kind, -1, seq, embedding_shape(kind, members_[i].shard), {after[i]}));
+      out.push_back(compute(i, kind, -1, seq, embedding_shape(kind, i), {after[i]}));
     }
     return out;
   }
@@ -590,7 +662,7 @@ class SequenceLowerer {
     int dep = ops_.last_compute(device);
     const bool zero = t_.zero_stage >= 1 && t_.zero_stage < 3;
     if (t_.zero_stage < 3) {
-      for (int b = 0; b < static_cast<int>(prog_.buckets.size()); ++b) {
+      for (int b : device_buckets_[device]) {
         dep = collective(i, b, zero ? Collective::kReduceScatter : Collective::kAllReduce,
                          TensorKind::kGradBucket, -1, dep);
       }
@@ -604,7 +676,7 @@ class SequenceLowerer {
                         {{"adam", KernelClass::kElementwise, 0.0, 28.0 * owned}});
     dep = ops_.add(device, op, {dep});
     if (zero) {
-      for (int b = 0; b < static_cast<int>(prog_.buckets.size()); ++b) {
+      for (int b : device_buckets_[device]) {
         dep = collective(i, b, Collective::kAllGather, TensorKind::kWeightBucket, -1, dep);
       }
     }
@@ -618,21 +690,27 @@ class SequenceLowerer {
     l.layer_begin = 0;
     l.layer_end = m_.layers;
     l.first = l.last = true;
-    const ShardRanges full = shard_ranges(m_, 0, m_.heads);
     const ShardRanges mine = shard_ranges(m_, mb.head_begin, mb.head_begin + mb.heads);
+    // A Ulysses member holds the whole ffn and vocabulary; a tensor group's its share.
+    const ShardRanges weights = mb.tensor ? mine : shard_ranges(m_, 0, m_.heads);
     l.head_begin = mine.head_begin;
     l.head_end = mine.head_end;
     l.kv_begin = mine.kv_begin;
     l.kv_end = mine.kv_end;
-    l.ffn_begin = full.ffn_begin;
-    l.ffn_end = full.ffn_end;
-    l.vocab_begin = full.vocab_begin;
-    l.vocab_end = full.vocab_end;
-    l.phi = 1.0;
+    l.ffn_begin = weights.ffn_begin;
+    l.ffn_end = weights.ffn_end;
+    l.vocab_begin = weights.vocab_begin;
+    l.vocab_end = weights.vocab_end;
+    l.phi = mb.work.phi;
+    if (mb.tensor && layout_.groups[mb.group].size() > 1) {
+      l.tp = layout_.groups[mb.group].size();
+      l.tp_rank = mb.rank;
+      l.tp_group = tp_groups_.at(mb.group);
+    }
     l.micro_batch = 1;
     l.micro_batches = t_.global_batch;
     l.loss_scale = 1.0 / t_.global_batch;
-    l.params = m_.params();
+    l.params = member_params(m_, layout_.groups[mb.group], mb.rank);
     l.owned_params = owned_.empty() ? 0.0 : owned_[mb.device];  // a stage: the plan's
     l.recompute = t_.recompute;
     l.seq_group = mb.group;
@@ -653,15 +731,17 @@ class SequenceLowerer {
   bool stage_first_ = true, stage_last_ = true;
   std::vector<std::vector<int>> pending_;  // per member: what its next compute waits for
   std::vector<Member> members_;
-  std::vector<int> first_;             // flat index of each group's rank 0
-  std::vector<std::int64_t> tokens_;   // T_g of each group
-  std::vector<std::vector<Hop>> out_;  // ring hops by sender
-  std::vector<double> owned_;          // per device id: parameters its optimizer updates
+  std::vector<int> first_;                        // flat index of each group's rank 0
+  std::vector<std::int64_t> tokens_;              // T_g of each group
+  std::vector<std::vector<Hop>> out_;             // ring hops by sender
+  std::vector<double> owned_;                     // per device id: parameters its optimizer updates
+  std::vector<std::vector<int>> device_buckets_;  // per device id: its buckets (ZeRO 0-2)
   std::vector<int> dp_groups_;
   std::map<int, int> layer_bucket_;  // ZeRO-3: position (layer, -1, -2) -> bucket
   std::map<std::pair<int, int>, int> tags_;
-  std::map<std::tuple<ComputeKind, std::int64_t, int>, int> shape_ids_;
-  std::map<std::int64_t, TokenWise> token_wise_;
+  std::map<std::tuple<ComputeKind, std::int64_t, int, double>, int> shape_ids_;
+  std::map<std::tuple<std::int64_t, double, double>, TokenWise> token_wise_;
+  std::map<int, int> tp_groups_;  // a tensor group (ring order) -> its Program::groups index
 };
 
 MeshStageLowerer::MeshStageLowerer(const Stage& stage, bool first, bool last,

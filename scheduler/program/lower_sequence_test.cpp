@@ -194,5 +194,58 @@ TEST(LowerSequence, BadLayoutIsBadInput) {
   EXPECT_NE(p.error().message.find("heads"), std::string::npos) << p.error().message;
 }
 
+TEST(LowerSequence, TensorGroupsGatherAndScatterInsteadOfAllToAlls) {
+  // The fixture's second group tensor-parallel: its devices (2, 3) send no all-to-all, run
+  // two all-gathers and two reduce-scatters of the group's padded hidden states per layer and
+  // pass (forward, backward; the replay under full recompute), keep the ring, and hold their
+  // share of the weights; the gradient buckets follow the head intervals' holders.
+  Fixture f;
+  f.layout.groups[1].tensor = true;
+  for (const Recompute r : {Recompute::kSelective, Recompute::kFull}) {
+    const TrainingConfig t = f.training(1, r);
+    auto p = lower_sequence(f.layout, f.cluster, f.model, t, "test", "<layout>");
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    ASSERT_TRUE(validate_program(*p, "<lowered>").ok());
+    const double bytes = 2.0 * 8192 * f.model.hidden * 2;  // n max s_i h e
+    const int passes = r == Recompute::kFull ? 3 : 2;
+    for (int d = 0; d < 4; ++d) {
+      int a2a = 0, gathers = 0, scatters = 0;
+      for (const Op& op : p->ops) {
+        if (op.device != d) continue;
+        a2a += op.kind == OpKind::kSend && op.tensor == TensorKind::kQkv;
+        if (op.kind != OpKind::kCollective || op.stream != Stream::kCompute) continue;
+        EXPECT_EQ(op.bytes, bytes);
+        EXPECT_EQ(p->groups[op.group].kind, GroupKind::kTp);
+        gathers += op.collective == Collective::kAllGather;
+        scatters += op.collective == Collective::kReduceScatter;
+      }
+      const bool tensor = d >= 2;
+      EXPECT_EQ(a2a, tensor ? 0 : f.model.layers * t.global_batch * (passes - 1)) << "device " << d;
+      EXPECT_EQ(gathers, tensor ? 2 * passes * f.model.layers * t.global_batch : 0);
+      EXPECT_EQ(scatters, gathers);
+      // The ring still runs on every device: P steps per layer and pass.
+      EXPECT_EQ(count_compute(*p, d, ComputeKind::kRingFwd), 2 * f.model.layers * t.global_batch);
+    }
+    const DeviceLayout& l = *std::find_if(p->devices.begin(), p->devices.end(),
+                                          [](const DeviceLayout& x) { return x.device == 3; });
+    EXPECT_EQ(l.tp, 2);
+    EXPECT_EQ(l.tp_rank, 1);
+    EXPECT_DOUBLE_EQ(l.phi, 24.0 / 32);
+    EXPECT_EQ(l.head_begin, 8);
+    EXPECT_EQ(l.head_end, 32);
+    EXPECT_DOUBLE_EQ(l.params, member_params(f.model, f.layout.groups[1], 1));
+    // Device 3's gradient pieces: heads [8, 16) with devices 0, 1 (and 3), [16, 32) likewise,
+    // the replicated norms with everyone; never with device 2.
+    for (const Bucket& b : p->buckets) {
+      const std::vector<int>& members = p->groups[b.group].devices;
+      const bool has2 = std::find(members.begin(), members.end(), 2) != members.end();
+      const bool has3 = std::find(members.begin(), members.end(), 3) != members.end();
+      if (members.size() < 4) {
+        EXPECT_FALSE(has2 && has3);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hexi
