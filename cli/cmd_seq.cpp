@@ -37,9 +37,10 @@ struct SeqOptions {
   bool compare = false;
   bool simulate = false;
   bool json = false;
-  bool explain = false;    // --explain: the per-device tables
-  bool pipeline = false;   // --pipeline
-  bool every_gpu = false;  // --every-gpu
+  bool explain = false;       // --explain: the per-device tables
+  bool pipeline = false;      // --pipeline
+  bool every_gpu = false;     // --every-gpu
+  bool ulysses_only = false;  // --ulysses-only
   int max_stages = 0;
   std::optional<double> exact_budget_s;  // --exact-budget: hexiseq-exact's in --compare
 };
@@ -525,6 +526,7 @@ Result<SchedulerOptions> scheduler_options(const SeqOptions& opt) {
   }
   o.sequence.time_budget_s = opt.time_budget_s;
   o.sequence.idle_slow_types = !opt.every_gpu;
+  o.sequence.tensor_groups = !opt.ulysses_only;
   return o;
 }
 
@@ -722,6 +724,9 @@ void add_seq_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--every-gpu", opt->every_gpu,
                 "Lay the sequence over every GPU: no GPU subsets (HexiSeq's fastest-type mesh, "
                 "a baseline's GPU types and fastest machines) are tried");
+  cmd->add_flag("--ulysses-only", opt->ulysses_only,
+                "Lay meshes out in Ulysses groups only: no tensor-parallel groups (which HexiSeq "
+                "also tries under ZeRO 0-2, each device holding its share of the weights)");
   cmd->add_flag("--explain", opt->explain,
                 "Also print every device of the layout (tokens, heads, layer time by part, "
                 "memory) and, with --simulate, its simulated waits");

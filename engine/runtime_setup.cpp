@@ -50,7 +50,7 @@ Status RankRuntime::Impl::setup() {
     return bad_input(
         "this program's sequence mesh has a tensor-parallel group (\"parallel\": \"tensor\"); "
         "the engine runs Ulysses groups only so far (tensor groups are estimated and "
-        "simulated)");
+        "simulated): plan the mesh with `hexisim seq --ulysses-only` to train it");
   }
   if (prog.bytes_per_element != 4 && prog.bytes_per_element != 2) {
     return bad_input(

@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "scheduler/hexiseq/tensor_layouts.hpp"
 #include "topologies/text.hpp"
 
 namespace hexi {
@@ -1126,7 +1127,8 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
       "block_tokens",    "split_kv_heads", "exhaustive_limit",
       "screen",          "largest_merge",  "solver_time_limit_s",
       "mip_gap",         "mip_node_limit", "mip_node_limit_gap",
-      "idle_slow_types", "lp_screen",      "zero_stages"};
+      "idle_slow_types", "lp_screen",      "zero_stages",
+      "tensor_groups"};
   for (const auto& [key, value] : node.json().items()) {
     if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
     std::string known;
@@ -1156,6 +1158,7 @@ HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions o) {
   o.idle_slow_types = node.boolean_or("idle_slow_types", o.idle_slow_types);
   o.lp_screen = node.boolean_or("lp_screen", o.lp_screen);
   o.zero_stages = node.boolean_or("zero_stages", o.zero_stages);
+  o.tensor_groups = node.boolean_or("tensor_groups", o.tensor_groups);
   return o;
 }
 
@@ -1294,13 +1297,12 @@ std::string fastest_type_grouping(std::size_t used, std::size_t all, const std::
          grouping;
 }
 
-Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
-                                  const HexiSeqOptions& options) {
+namespace {
+
+// The Ulysses search: the whole mesh, then the fastest type's mesh alone.
+Result<HexiSeqResult> search_ulysses(const SequenceCost& cost, const std::vector<int>& devices,
+                                     const HexiSeqOptions& options) {
   const Cluster& cluster = cost.cluster();
-  if (devices.empty()) {
-    for (int d = 0; d < cluster.num_devices(); ++d) devices.push_back(d);
-  }
-  std::sort(devices.begin(), devices.end());
   const auto start = std::chrono::steady_clock::now();
   auto best = search_mesh(cost, devices, options, options.bar_s);
   const double searched =
@@ -1344,6 +1346,32 @@ Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> dev
     best = std::move(r);
   }
   return best;
+}
+
+}  // namespace
+
+Result<HexiSeqResult> run_hexiseq(const SequenceCost& cost, std::vector<int> devices,
+                                  const HexiSeqOptions& options) {
+  if (devices.empty()) {
+    for (int d = 0; d < cost.cluster().num_devices(); ++d) devices.push_back(d);
+  }
+  std::sort(devices.begin(), devices.end());
+  auto best = search_ulysses(cost, devices, options);
+  if (!options.tensor_groups || options.identical_devices) return best;
+  const auto block =
+      token_block(cost.training().seq_len, static_cast<int>(devices.size()), options.block_tokens);
+  if (!block) return best;
+  auto tensor = best_tensor_layout(cost, devices, *block, options);
+  if (!tensor || !(tensor->time.iteration_s < options.bar_s)) return best;
+  if (!best) return std::move(*tensor);
+  const bool wins = better_layout(*tensor, *best);
+  HexiSeqResult& kept = wins ? *tensor : *best;
+  const HexiSeqResult& other = wins ? *best : *tensor;
+  kept.candidates += other.candidates;
+  kept.solves += other.solves;
+  kept.search_time_s += other.search_time_s;
+  kept.budget_exhausted = kept.budget_exhausted || other.budget_exhausted;
+  return std::move(kept);
 }
 
 }  // namespace hexiseq

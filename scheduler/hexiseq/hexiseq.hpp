@@ -32,6 +32,8 @@
 //   (4) the same search over the devices of the fastest GPU type alone: slower types behind a
 //   slow link can cost more in ring steps, all-to-alls and ZeRO-3 gathers than their compute
 //   brings, and then the best layout leaves them idle.
+//   (5) layouts of tensor-parallel groups (tensor_layouts.hpp, ZeRO 0-2): a TP group holds its
+//   share of the weights, where a Ulysses device holds them whole; the better of (1-4) and (5).
 // The LP and integer programs go through the solver seam (scheduler/solver: GLPK by default,
 // CBC possible; on these small programs GLPK is 5-40x faster, CBC's preprocessing and cuts
 // cost more than they save, and both find the same layouts on hexiseq_bench's meshes and the
@@ -97,6 +99,9 @@ struct HexiSeqOptions {
   // more model states but replaces ZeRO-3's per-layer gathers by one gradient all-reduce).
   // Off: the training config's stage only.
   bool zero_stages = true;
+  // Also lay the mesh out in tensor-parallel groups (tensor_layouts.hpp) and keep the better;
+  // not for hexiseq-homogeneous (identical_devices).
+  bool tensor_groups = true;
   // hexiseq-exact's whole-mesh MILPs: large, where CBC's cuts pay (a "solver" named in the
   // options or on the command line sets both backends).
   Backend exact_backend = Backend::kCbc;
@@ -106,8 +111,8 @@ struct HexiSeqOptions {
 // "hexiseq_options"): "solver" ("cbc" | "glpk": both backends), "time_budget_s", "rounds",
 // "block_tokens", "split_kv_heads", "exhaustive_limit", "screen", "largest_merge",
 // "solver_time_limit_s", "mip_gap", "mip_node_limit", "mip_node_limit_gap",
-// "idle_slow_types", "lp_screen", "zero_stages", each optional over `defaults`. Throws InputError
-// naming the path (load_with() turns it into bad input).
+// "idle_slow_types", "lp_screen", "zero_stages", "tensor_groups", each optional over `defaults`.
+// Throws InputError naming the path (load_with() turns it into bad input).
 HexiSeqOptions read_hexiseq_options(const JsonNode& node, HexiSeqOptions defaults = {});
 
 struct HexiSeqResult {

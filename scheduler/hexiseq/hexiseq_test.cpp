@@ -223,6 +223,33 @@ TEST(HexiSeqSearch, IdlesSlowTypesWhereTheyCostMoreThanTheyBring) {
 }
 
 // GLPK searches, CBC solves hexiseq-exact's MILPs, unless a solver is named: then both.
+TEST(HexiSeqSearch, TensorGroupsHoldAModelUlyssesDevicesCannot) {
+  // llama3-8b under ZeRO-1 on two machines of four A100-40GB: a Ulysses device holds the whole
+  // weights and gradients (4 bytes a parameter, 32 GB) and its optimizer share: no layout fits.
+  // Tensor-parallel groups hold their share of the weights: the search finds one that fits,
+  // every group tensor-parallel, and the same one twice.
+  const Cluster c = mixed_cluster({{"A100-SXM-40GB", 4, 2}});
+  const SequenceCost cost(c, catalog_model("llama3-8b"), full_recompute(32768), kProfile);
+  HexiSeqOptions ulysses;
+  ulysses.tensor_groups = false;
+  auto none = run_hexiseq(cost, {}, ulysses);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("no layout"), std::string::npos) << none.error().message;
+  auto found = run_hexiseq(cost, {}, HexiSeqOptions{});
+  ASSERT_TRUE(found.ok()) << found.error().message;
+  EXPECT_TRUE(found->time.fits);
+  EXPECT_NE(found->grouping.find("tensor-parallel groups"), std::string::npos) << found->grouping;
+  for (const SequenceGroup& g : found->layout.groups) EXPECT_TRUE(g.tensor);
+  EXPECT_TRUE(validate(found->layout, cost.model(), cost.training(), c, "<found>").ok());
+  auto again = run_hexiseq(cost, {}, HexiSeqOptions{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->layout, found->layout);
+  // hexiseq-homogeneous (identical devices) keeps to Ulysses groups.
+  HexiSeqOptions homogeneous;
+  homogeneous.identical_devices = true;
+  EXPECT_FALSE(run_hexiseq(cost, {}, homogeneous).ok());
+}
+
 TEST(HexiSeqSearch, OptionsNameTheSolversAndTheScreen) {
   const HexiSeqOptions defaults;
   EXPECT_EQ(defaults.backend, Backend::kGlpk);
