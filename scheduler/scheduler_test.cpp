@@ -226,6 +226,28 @@ TEST(Search, UnknownSchedulerIsBadInputListingTheNames) {
       << r.error().message;
 }
 
+// The shipped Llama 3 405B long-context plan (TP 8 x CP 16 x PP 16 x DP 8 on 16 384 H100,
+// scripts/mesh_grid_plan.py): valid, and it fits, each device holding an eighth of its
+// stage's weights in a tensor group of one machine.
+TEST(Search, ShippedLlama405bLongContextPlanIsValidAndFits) {
+  Scenario sc = shipped_scenario("llama3-405b-16384-h100-128k");
+  ASSERT_TRUE(sc.plan.has_value());
+  auto plan = load_plan(*sc.plan);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  ASSERT_TRUE(validate_plan(*plan, sc.cluster, sc.model, sc.training, "405b").ok());
+  ASSERT_EQ(plan->pipelines.size(), 8u);
+  const Stage& first = plan->pipelines[0].stages[0];
+  ASSERT_EQ(plan->pipelines[0].stages.size(), 16u);
+  ASSERT_EQ(first.sequence->groups.size(), 16u);
+  EXPECT_TRUE(first.sequence->groups[0].tensor);
+  EXPECT_EQ(first.sequence->groups[0].devices, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  const Estimate e = CostModel(sc.cluster, sc.model, sc.training, sc.profile).estimate(*plan);
+  EXPECT_TRUE(e.feasible);
+  for (const DeviceEstimate& d : e.devices) {
+    EXPECT_LT(d.memory.total(), 0.95 * sc.cluster.device_memory_bytes(d.device));
+  }
+}
+
 TEST(Search, ExactRefusesLargeClusters) {
   Scenario sc = shipped_scenario("hexiscale-setting1-llama2-7b");
   auto r = run_pipeline_scheduler("exact", sc, {});

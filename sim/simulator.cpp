@@ -19,14 +19,35 @@
 #include <tuple>
 
 #include "scheduler/cost/collectives.hpp"
+#include "scheduler/estimate/estimate.hpp"
 #include "sim/executor.hpp"
 #include "sim/metrics.hpp"
 #include "sim/platform.hpp"
 
 namespace hexi {
 
+namespace {
+
+// The closed form's time of a mesh stage's pass (Fold::mesh).
+double mesh_pass_s(const Program& p, const Fold& f, const Cluster& cluster, const Profile& profile,
+                   const Model* model, const TrainingConfig* training) {
+  if (model == nullptr || training == nullptr) {
+    throw std::logic_error("compute_durations: a mesh stage's fold needs the model and training");
+  }
+  Stage st;
+  st.sequence = p.meshes[static_cast<std::size_t>(f.mesh)];
+  st.devices = st.sequence->devices();
+  st.layer_end = f.layers;
+  const StageEstimate e =
+      CostModel(cluster, *model, *training, profile).mesh_stage(st, f.first, f.last);
+  return f.forward ? e.forward_s : e.backward_s;
+}
+
+}  // namespace
+
 std::vector<double> compute_durations(const Program& p, const Cluster& cluster,
-                                      const Profile& profile, std::vector<double>* folded) {
+                                      const Profile& profile, std::vector<double>* folded,
+                                      const Model* model, const TrainingConfig* training) {
   const std::size_t types = cluster.gpu_types().size();
   std::vector<double> shape_time(p.shapes.size() * types, -1.0);
   std::vector<double> fold_time(p.folds.size(), -1.0);
@@ -42,7 +63,11 @@ std::vector<double> compute_durations(const Program& p, const Cluster& cluster,
       st = kernels_time(p.shapes[op.shape].kernels, gpu, profile.device(gpu));
     }
     double fold = 0;
-    if (op.folded >= 0) {
+    if (op.folded >= 0 && p.folds[op.folded].mesh >= 0) {
+      double& pass = fold_time[op.folded];
+      if (pass < 0) pass = mesh_pass_s(p, p.folds[op.folded], cluster, profile, model, training);
+      fold = std::max(0.0, pass - st);
+    } else if (op.folded >= 0) {
       double& ft = fold_time[op.folded];
       if (ft < 0) {
         const Fold& f = p.folds[op.folded];
@@ -214,7 +239,8 @@ Result<SimOutput> run_here(const Inputs& in) {
   used = true;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<double> folded;
-  std::vector<double> duration = compute_durations(in.program, in.cluster, in.profile, &folded);
+  std::vector<double> duration =
+      compute_durations(in.program, in.cluster, in.profile, &folded, &in.model, &in.training);
   spread_durations(in.program, in.cluster, in.profile, folded, duration);
   if (auto st = check_simulated_time(in.program, duration, "takes"); !st) return st.error();
   char arg0[] = "hexisim-simulate";

@@ -122,9 +122,13 @@ Result<SimOutput> simulate(const Program& program, const Cluster& cluster, const
                            const TrainingConfig& training, const Profile& profile,
                            const SimOptions& options);
 
-// Seconds of each compute op (kernel model + folded collectives), 0 for others.
+// Seconds of each compute op (kernel model + folded collectives), 0 for others. A mesh
+// stage's op at stage granularity (Fold::mesh) lasts the closed form's time of its pass
+// (CostModel::mesh_stage under `model` and `training`, which such programs need), at least
+// its kernels' time; the difference is its folded part.
 std::vector<double> compute_durations(const Program& program, const Cluster& cluster,
-                                      const Profile& profile,
-                                      std::vector<double>* folded = nullptr);
+                                      const Profile& profile, std::vector<double>* folded = nullptr,
+                                      const Model* model = nullptr,
+                                      const TrainingConfig* training = nullptr);
 
 }  // namespace hexi

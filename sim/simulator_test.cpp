@@ -899,6 +899,14 @@ TEST(Simulator, MeshStagePlanAgreesWithTheEstimate) {
     const std::string text = R"({"version": 1, "pipelines": [)" + pipelines + "]}";
     const Plan plan = testing::plan_from(Json::parse(text));
     const Estimate e = CostModel(c, m, t, prof).estimate(plan);
+    // At stage fidelity each mesh device runs one op per micro-batch and pass, lasting the
+    // closed form's pass (Fold::mesh); the schedule, boundaries and DP sync are simulated.
+    auto stage = simulate_plan(plan, c, m, t, prof, Granularity::kStage);
+    ASSERT_TRUE(stage.ok()) << stage.error().message;
+    const double fused = stage->report.iteration_time_s;
+    std::printf("  at stage fidelity: simulated %.4f s (sim / closed %.4f)\n", fused,
+                fused / e.iteration_time_s);
+    EXPECT_NEAR(fused, e.iteration_time_s, 0.05 * e.iteration_time_s) << label;
     auto out = simulate_plan(plan, c, m, t, prof, Granularity::kLayer);
     ASSERT_TRUE(out.ok()) << out.error().message;
     const double sim = out->report.iteration_time_s;

@@ -289,11 +289,14 @@ class Lowerer {
   std::vector<int> mesh_messages(int device, OpKind kind, const Stage& from, const Stage& to,
                                  TensorKind tensor, int j) {
     std::vector<int> out;
-    std::map<std::pair<int, int>, int> sent;  // per pair of devices: messages so far
-    for (const MeshMessage& msg : mesh_boundary(from, to)) {
-      const int tag = 2 * j + sent[{msg.from, msg.to}]++;
-      const bool sends = kind == OpKind::kSend;
-      if ((sends ? msg.from : msg.to) != device) continue;
+    const bool sends = kind == OpKind::kSend;
+    const BoundaryMessages& b = boundary_messages(from, to);
+    const auto& mine = sends ? b.from : b.to;
+    const auto it = mine.find(device);
+    if (it == mine.end()) return out;
+    for (const auto& [k, ordinal] : it->second) {
+      const MeshMessage& msg = b.messages[k];
+      const int tag = 2 * j + ordinal;
       Op op;
       op.kind = kind;
       op.stream = Stream::kP2p;
@@ -309,14 +312,40 @@ class Lowerer {
     return out;
   }
 
+  // mesh_boundary(from, to), found once per boundary: each message with its ordinal among
+  // those of its pair of devices (0 or 1: its tag's offset), indexed by sender and receiver.
+  struct BoundaryMessages {
+    std::vector<MeshMessage> messages;
+    std::map<int, std::vector<std::pair<std::size_t, int>>> from, to;  // device -> (k, ordinal)
+  };
+  const BoundaryMessages& boundary_messages(const Stage& from, const Stage& to) {
+    auto [it, fresh] = boundaries_.try_emplace({&from, &to});
+    if (!fresh) return it->second;
+    BoundaryMessages& b = it->second;
+    b.messages = mesh_boundary(from, to);
+    std::map<std::pair<int, int>, int> sent;  // per pair of devices: messages so far
+    for (std::size_t k = 0; k < b.messages.size(); ++k) {
+      const MeshMessage& msg = b.messages[k];
+      const int ordinal = sent[{msg.from, msg.to}]++;
+      b.from[msg.from].push_back({k, ordinal});
+      b.to[msg.to].push_back({k, ordinal});
+    }
+    return b;
+  }
+
   // A mesh stage's micro-batches in its pipeline's order: forward after the previous stage's
   // rows arrive, its rows sent on; backward after the next stage's gradients, its gradient
   // rows sent back. Then each device's DP sync and optimizer.
+  //
+  // At stage granularity each mesh device runs one op per micro-batch and pass instead: its
+  // compute inside the pass (mesh_pass_kernels) with the rest of the pass folded in
+  // (Fold::mesh: the closed form's time of the mesh's pass).
   void emit_mesh(int p, int s) {
     const Pipeline& pipe = plan_.pipelines[p];
     const int stages = static_cast<int>(pipe.stages.size());
     const Stage& st = pipe.stages[s];
     MeshStageLowerer& mesh = *meshes_.at({p, s});
+    const bool fused = opt_.granularity == Granularity::kStage;
     for (auto [fwd, j] : pipeline_order(t_.schedule, s, stages, pipe.micro_batches())) {
       const int from = fwd ? s - 1 : s + 1;
       const TensorKind in = fwd ? TensorKind::kActivation : TensorKind::kActivationGrad;
@@ -326,7 +355,9 @@ class Lowerer {
           ready[i] = mesh_messages(st.devices[i], OpKind::kRecv, pipe.stages[from], st, in, j);
         }
       }
-      if (fwd) {
+      if (fused) {
+        mesh_pass(p, s, j, fwd, ready);
+      } else if (fwd) {
         mesh.forward(j, ready);
       } else {
         mesh.backward(j, ready);
@@ -336,6 +367,59 @@ class Lowerer {
       for (int d : st.devices) mesh_messages(d, OpKind::kSend, st, pipe.stages[to], in, j);
     }
     for (int d : st.devices) synchronise(d);
+  }
+
+  // Micro-batch j's pass (forward or backward) of mesh stage s of pipeline p, one op per
+  // device after ready[i].
+  void mesh_pass(int p, int s, int j, bool forward, const std::vector<std::vector<int>>& ready) {
+    const Pipeline& pipe = plan_.pipelines[p];
+    const Stage& st = pipe.stages[s];
+    const bool first = s == 0, last = s == static_cast<int>(pipe.stages.size()) - 1;
+    const int mesh = layouts_[st.devices.front()].mesh;
+    auto [fold, fresh] =
+        mesh_folds_.emplace(std::make_pair(mesh, forward), static_cast<int>(prog_.folds.size()));
+    if (fresh) {
+      Fold f;
+      f.mesh = mesh;
+      f.layers = st.layers();
+      f.first = first;
+      f.last = last;
+      f.forward = forward;
+      prog_.folds.push_back(f);
+    }
+    std::size_t i = 0;
+    for (int g = 0; g < static_cast<int>(st.sequence->groups.size()); ++g) {
+      const SequenceGroup& group = st.sequence->groups[g];
+      for (int r = 0; r < group.size(); ++r, ++i) {
+        Op op;
+        op.kind = OpKind::kCompute;
+        op.compute = forward ? ComputeKind::kStageFwd : ComputeKind::kStageBwd;
+        op.micro_batch = j;
+        op.shape = mesh_shape(*st.sequence, g, r, st.layers(), first, last, forward);
+        op.folded = fold->second;
+        ops_.add(group.devices[r], op, ready[i]);
+      }
+    }
+  }
+
+  // The shape of a mesh device's pass, shared by devices whose work is alike.
+  int mesh_shape(const SequenceLayout& layout, int g, int r, int layers, bool first, bool last,
+                 bool forward) {
+    const SequenceGroup& group = layout.groups[g];
+    const MemberWork w = member_work(group, r, m_.heads);
+    const auto key = std::make_tuple(w.tokens, w.phi, w.share, group.heads[r], group.tokens, layers,
+                                     first, last, forward);
+    auto [it, fresh] = mesh_shapes_.emplace(key, static_cast<int>(prog_.shapes.size()));
+    if (fresh) {
+      Shape shape;
+      shape.kind = forward ? ComputeKind::kStageFwd : ComputeKind::kStageBwd;
+      shape.micro_batch = 1;
+      shape.phi = w.phi;
+      shape.layers = layers;
+      shape.kernels = mesh_pass_kernels(layout, g, r, m_, t_, layers, first, last, forward);
+      prog_.shapes.push_back(std::move(shape));
+    }
+    return it->second;
   }
 
   int collective(int device, int group, Stream stream, Collective c, TensorKind tensor,
@@ -637,6 +721,10 @@ class Lowerer {
   int chunk_ = 0;  // the chunk whose ops are being emitted (interleaved pipelines)
   std::vector<std::vector<int>> waits_;  // per device: recvs its next compute waits for
   std::map<std::pair<int, int>, std::unique_ptr<MeshStageLowerer>> meshes_;  // (pipeline, stage)
+  std::map<std::pair<int, bool>, int> mesh_folds_;  // (mesh, forward) -> Program::folds index
+  std::map<std::pair<const Stage*, const Stage*>, BoundaryMessages> boundaries_;
+  std::map<std::tuple<std::int64_t, double, double, int, std::int64_t, int, bool, bool, bool>, int>
+      mesh_shapes_;  // mesh_shape's key -> Program::shapes index
 };
 
 }  // namespace

@@ -773,6 +773,46 @@ DeviceLayout MeshStageLowerer::layout(int i) const {
   return impl_->stage_layout(i);
 }
 
+std::vector<Kernel> mesh_pass_kernels(const SequenceLayout& layout, int g, int rank,
+                                      const Model& model, const TrainingConfig& training,
+                                      int layers, bool first, bool last, bool forward) {
+  const SequenceGroup& group = layout.groups[g];
+  const MemberWork w = member_work(group, rank, model.heads);
+  const TrainingConfig t = member_training(training, group, rank);
+  const AttentionShape a = attention_shape(model, training);
+  const std::int64_t pairs = mirrored_rank_pairs(training.seq_len, group.tokens);
+  const int heads = group.heads[rank];
+  auto attention = [&](bool backward) {
+    Kernel k{backward ? "ring.attention.bwd" : "ring.attention", KernelClass::kAttention};
+    k.flops = backward ? attention_backward_flops(pairs, heads, a.head_dim)
+                       : attention_forward_flops(pairs, heads, a.head_dim);
+    k.m = heads;
+    k.n = training.seq_len;
+    k.k = a.head_dim;
+    k.backward = backward;
+    return k;
+  };
+  const auto without_core = [](std::vector<Kernel> ks) {
+    std::erase_if(ks, [](const Kernel& k) { return k.cls == KernelClass::kAttention; });
+    return ks;
+  };
+  std::vector<Kernel> out;
+  if (forward && first) append(out, embedding_forward(model, t, 1, w.share));
+  if (!forward && last) append(out, head_backward(model, t, 1, w.phi, w.share));
+  for (int l = 0; l < layers; ++l) {
+    for (Block b : {Block::kAttention, Block::kMlp}) {
+      append(out, without_core(forward ? block_forward(model, t, b, 1, w.phi, w.share)
+                                       : block_backward(model, t, b, 1, w.phi, training.recompute,
+                                                        w.share)));
+    }
+    if (!forward && training.recompute == Recompute::kFull) out.push_back(attention(false));
+    out.push_back(attention(!forward));
+  }
+  if (forward && last) append(out, head_forward(model, t, 1, w.phi, w.share));
+  if (!forward && first) append(out, embedding_backward(model, t, 1, w.share));
+  return out;
+}
+
 double sequence_compute_ops(const SequenceLayout& layout, const Model& model,
                             const TrainingConfig& training) {
   const double p = static_cast<double>(layout.groups.size());

@@ -49,6 +49,15 @@ class MeshStageLowerer {
   std::unique_ptr<SequenceLowerer> impl_;
 };
 
+// The kernels of device `rank` of group `g` in one pass of a mesh stage of `layers` layers
+// (the embedding where `first`, the head where `last`; forward, or backward with the
+// training config's recompute and its replay): its token-wise kernels on its work
+// (member_work) and one attention kernel per layer for its heads against every key. What a
+// mesh stage's op at stage granularity computes (Fold::mesh folds in the rest of the pass).
+std::vector<Kernel> mesh_pass_kernels(const SequenceLayout& layout, int g, int rank,
+                                      const Model& model, const TrainingConfig& training,
+                                      int layers, bool first, bool last, bool forward);
+
 // Compute ops the program of `layout` holds (counted in doubles: large meshes overflow int).
 double sequence_compute_ops(const SequenceLayout& layout, const Model& model,
                             const TrainingConfig& training);

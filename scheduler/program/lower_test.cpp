@@ -605,5 +605,50 @@ TEST(Lower, MeshStageInsideAPipeline) {
   EXPECT_DOUBLE_EQ(b.owned_params[2], b.owned_params[4]);
 }
 
+TEST(Lower, MeshStageAtStageGranularityRunsOneOpPerPass) {
+  // mesh_plan() at stage granularity: each mesh device runs one op per micro-batch and pass
+  // (its compute inside the pass, the rest folded: Fold::mesh), between the same boundary
+  // messages as at layer granularity; the program round-trips.
+  Cluster c = make_cluster(1, 8);
+  Model m = tiny_model();
+  TrainingConfig t = tiny_training(4, 1, 32);
+  LowerOptions o;
+  o.granularity = Granularity::kStage;
+  auto p = lower_plan(mesh_plan(), c, m, t, o, "<plan>");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  for (int d : {2, 3, 4}) {
+    int fwd = 0, bwd = 0, recvs = 0;
+    for (const Op& op : p->ops) {
+      if (op.device != d) continue;
+      recvs += op.kind == OpKind::kRecv;
+      if (op.kind != OpKind::kCompute || op.folded < 0) continue;
+      const Fold& f = p->folds[op.folded];
+      EXPECT_EQ(f.mesh, 0);
+      EXPECT_EQ(f.layers, 2);
+      EXPECT_TRUE(f.last);
+      EXPECT_FALSE(f.first);
+      (f.forward ? fwd : bwd) += 1;
+      EXPECT_EQ(op.compute, f.forward ? ComputeKind::kStageFwd : ComputeKind::kStageBwd);
+    }
+    EXPECT_EQ(fwd, 2) << "device " << d;
+    EXPECT_EQ(bwd, 2) << "device " << d;
+    EXPECT_EQ(recvs, 2 * 2) << "device " << d;  // front and back rows, per micro-batch
+  }
+  // Devices 2 and 4 differ in heads (2 of 4, 4 of 4): their passes' attention FLOPs too.
+  auto pass_flops = [&](int d) {
+    for (const Op& op : p->ops) {
+      if (op.device == d && op.compute == ComputeKind::kStageFwd)
+        return p->shapes[op.shape].flops();
+    }
+    return 0.0;
+  };
+  EXPECT_LT(pass_flops(2), pass_flops(4));
+  const std::string text = program_text(*p);
+  auto back = program_from_json(Json::parse(text), "<round trip>");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(program_text(*back), text);
+  ASSERT_TRUE(validate_program(*p, "<lowered>").ok());
+}
+
 }  // namespace
 }  // namespace hexi

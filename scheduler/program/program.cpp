@@ -238,6 +238,10 @@ class Checker {
             return fail(op_name(p_, id) + ": fold " + std::to_string(op.folded) +
                         " does not exist");
           }
+          if (op.folded >= 0 && p_.folds[op.folded].mesh >= static_cast<int>(p_.meshes.size())) {
+            return fail(op_name(p_, id) + ": fold " + std::to_string(op.folded) + " names mesh " +
+                        std::to_string(p_.folds[op.folded].mesh) + ", which does not exist");
+          }
           break;
         case OpKind::kSend:
         case OpKind::kRecv:

@@ -314,12 +314,20 @@ struct Shape {
 
 // TP collectives folded into a stage-granularity compute op: `count` collectives
 // of `bytes` on `group` (all inside one machine), timed by the ring formula.
+// Or (mesh >= 0, group -1) a mesh stage's pass at stage granularity: the sequence mesh
+// Program::meshes[mesh] through `layers` layers, with the embedding where `first` and the
+// head where `last`, forward or backward: the op lasts the closed form's time of that pass
+// (estimate.hpp's CostModel::mesh_stage: token-wise work, all-to-alls or TP collectives, the
+// ring in lockstep), its kernels being the device's compute inside it.
 struct Fold {
   int group = -1;
   Collective collective = Collective::kAllReduce;
   double bytes = 0;
   int count = 0;
   double loss_stats_bytes = 0;  // one loss-stats all-gather (last stage), 0 if none
+  int mesh = -1;
+  int layers = 0;
+  bool first = false, last = false, forward = true;
 };
 
 struct Group {

@@ -127,6 +127,14 @@ Json to_json(const Program& p) {
   for (const auto& s : p.shapes) shapes.push_back(shape_json(s));
   for (const auto& b : p.buckets) buckets.push_back(bucket_json(b));
   for (const auto& f : p.folds) {
+    if (f.mesh >= 0) {
+      folds.push_back({{"mesh", f.mesh},
+                       {"layers", f.layers},
+                       {"first", f.first},
+                       {"last", f.last},
+                       {"forward", f.forward}});
+      continue;
+    }
     folds.push_back({{"group", f.group},
                      {"collective", to_string(f.collective)},
                      {"bytes", f.bytes},
@@ -374,8 +382,18 @@ Program read_program_json(const JsonNode& root) {
   if (auto folds = root.find("folds")) {
     for (std::size_t i = 0; i < folds->size(); ++i) {
       auto f = folds->at(i);
-      f.allow_only({"group", "collective", "bytes", "count", "loss_stats_bytes"});
       Fold fold;
+      if (f.has("mesh")) {  // a mesh stage's pass (meshes are read below: checked there)
+        f.allow_only({"mesh", "layers", "first", "last", "forward"});
+        fold.mesh = static_cast<int>(f.integer_in("mesh", 0, INT32_MAX));
+        fold.layers = static_cast<int>(f.integer_in("layers", 0, INT32_MAX));
+        fold.first = f.at("first").boolean();
+        fold.last = f.at("last").boolean();
+        fold.forward = f.at("forward").boolean();
+        p.folds.push_back(fold);
+        continue;
+      }
+      f.allow_only({"group", "collective", "bytes", "count", "loss_stats_bytes"});
       fold.group = static_cast<int>(
           f.integer_in("group", 0, static_cast<std::int64_t>(p.groups.size()) - 1));
       fold.collective = parse_enum(f.at("collective"), kCollectiveNames);
