@@ -641,6 +641,7 @@ Status show_layout(const Scenario& sc, const SeqOptions& opt, const std::string&
            name == "layout" ? "the layout " + opt.layout : name + "'s layout"};
   if (sim) a.simulated_tokens_per_s = sim->report.tokens_per_s;
   if (!opt.out.empty()) a.source += ", written to " + opt.out;
+  if (!t.fits) a.source += "; it does NOT fit in memory (the table's fits column)";
   print_answer(sc, a, std::cout);
   return {};
 }

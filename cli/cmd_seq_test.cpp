@@ -39,6 +39,22 @@ TEST(CliSeq, CompareExitsTwoWhenNothingFits) {
   std::filesystem::remove_all(dir);
 }
 
+// Without --compare the best layout is shown even where none fits; its answer says so.
+TEST(CliSeq, AnswerSaysWhenTheBestLayoutDoesNotFit) {
+  auto dir = scratch_dir("seq-best-does-not-fit");
+  const auto sc = dir / "s.json";
+  json scenario = json::parse(kScenario);
+  scenario["cluster"]["machines"] = json::array({{{"name", "t"}, {"gpu", "T4"}, {"gpus", 2}}});
+  write_text(sc, scenario.dump());
+  auto r = run_cli("seq " + sc.string());
+  EXPECT_NE(r.out.find("; it does NOT fit in memory"), std::string::npos) << r.out;
+  write_text(sc, kScenario);
+  auto ok = run_cli("seq " + sc.string());
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ok.out.find("does NOT fit"), std::string::npos) << ok.out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliSeq, PlansWritesAndReevaluatesTheSameLayout) {
   auto dir = scratch_dir("seq");
   const auto sc = dir / "s.json", a = dir / "a.json", b = dir / "b.json";
