@@ -132,6 +132,43 @@ TEST(ReplicaFold, PipelinesSharingMachinesFoldByMachineAndRunHierarchicalSyncs) 
   EXPECT_EQ(f.simulated, 4);
 }
 
+TEST(ReplicaFold, PipelinesOfMeshStagesFold) {
+  // 4 machines of 8 H100 in leaves of 2, one pipeline per machine: a TP-2 stage, then a mesh
+  // stage of a tensor group of 4 (uneven heads) and a Ulysses group of 2; the meshes' ring
+  // and the gradient syncs across pipelines (each head interval's holders) cross the leaves.
+  // At both fidelities.
+  Model m = *testing::shipped_models().find("llama2-7b");
+  m.layers = 8;
+  Json pipes = Json::array();
+  for (int p = 0; p < 4; ++p) {
+    const int d = 8 * p;
+    pipes.push_back({{"batch", 4},
+                     {"micro_batch", 1},
+                     {"stages",
+                      {{{"devices", {d, d + 1}}, {"layers", {0, 3}}},
+                       {{"layers", {3, 8}},
+                        {"sequence",
+                         {{"groups",
+                           {{{"devices", {d + 2, d + 3, d + 4, d + 5}},
+                             {"tokens", 2048},
+                             {"shards", {512, 512, 512, 512}},
+                             {"heads", {10, 6, 10, 6}},
+                             {"parallel", "tensor"}},
+                            {{"devices", {d + 6, d + 7}},
+                             {"tokens", 2048},
+                             {"shards", {1024, 1024}},
+                             {"heads", {16, 16}}}}}}}}}}});
+  }
+  for (const Granularity g : {Granularity::kStage, Granularity::kLayer}) {
+    Case c{leaf_cluster("H100-SXM", 4, 8, 25, 2, 1, "rdma"),
+           testing::plan_from({{"version", 1}, {"pipelines", pipes}}),
+           testing::tiny_training(16, 1, 4096), g};
+    c.training.zero_stage = 1;
+    const ReplicaFold f = expect_fold_is_exact(c, m, std::string("meshes, ") + to_string(g).data());
+    EXPECT_EQ(f.simulated, 2);  // one pipeline per leaf's orbit of two
+  }
+}
+
 TEST(ReplicaFold, PipelinesThatDifferOrLeavesInOneOrbitAreNotFolded) {
   const Model& m = *testing::shipped_models().find("llama2-7b");
   Cluster c = leaf_cluster("A100-SXM-80GB", 4, 1, 25, 2, 1, "rdma");

@@ -361,10 +361,10 @@ SequenceLayout even_layout(const std::vector<std::vector<int>>& groups, std::int
 
 namespace {
 
-// The memory shape of device `rank` of group `g` for `layers` layers (layout_memory and
-// mesh_stage_memory's extra buffers).
+// The memory shape of device `rank` of group `g`, but its layers and model states (layout_memory
+// and mesh_stage_memory's buffers); `ring_block`: ring_block_tokens(layout).
 SequenceDeviceShape device_shape(const SequenceLayout& layout, const AttentionShape& a,
-                                 const Model& m, int g, int rank) {
+                                 const Model& m, int g, int rank, std::int64_t ring_block) {
   const SequenceGroup& group = layout.groups[g];
   const MemberWork w = member_work(group, rank, m.heads);
   SequenceDeviceShape s;
@@ -372,7 +372,7 @@ SequenceDeviceShape device_shape(const SequenceLayout& layout, const AttentionSh
   s.group_tokens = group.tokens;
   s.q_heads = group.heads[rank];
   s.kv_heads = kv_heads_needed(a, head_offsets(group)[rank], group.heads[rank]);
-  s.ring_block_tokens = ring_block_tokens(layout);
+  s.ring_block_tokens = ring_block;
   s.tensor = group.tensor;
   s.tp = w.tp;
   s.phi = w.phi;
@@ -384,11 +384,12 @@ SequenceDeviceShape device_shape(const SequenceLayout& layout, const AttentionSh
 std::vector<DeviceMemory> layout_memory(const SequenceLayout& layout, const Model& m,
                                         const TrainingConfig& t, const Cluster& cluster) {
   const AttentionShape a = attention_shape(m, t);
+  const std::int64_t block = ring_block_tokens(layout);
   std::vector<DeviceMemory> out;
   for (int g = 0; g < static_cast<int>(layout.groups.size()); ++g) {
     const SequenceGroup& group = layout.groups[g];
     for (int r = 0; r < group.size(); ++r) {
-      SequenceDeviceShape s = device_shape(layout, a, m, g, r);
+      SequenceDeviceShape s = device_shape(layout, a, m, g, r, block);
       s.layers = m.layers;
       s.params = member_params(m, group, r);
       s.zero_stage = t.zero_stage;
@@ -425,8 +426,8 @@ MemoryBreakdown mesh_stage_memory(const SequenceLayout& layout, int device, cons
       stage.micro_batch = 1;
       stage.dp += layout.holders() - 1;
       MemoryBreakdown mem = device_memory(m, mine, stage);
-      const SequenceMemory extra =
-          sequence_device_memory(m, mine, a, device_shape(layout, a, m, g, r), t.recompute);
+      const SequenceMemory extra = sequence_device_memory(
+          m, mine, a, device_shape(layout, a, m, g, r, ring_block_tokens(layout)), t.recompute);
       mem.activations += extra.ring_buffers + extra.ulysses_buffers;
       return mem;
     }

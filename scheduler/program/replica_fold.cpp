@@ -18,7 +18,22 @@ bool same_machine(const Machine& a, const Machine& b) {
          a.nic_Bps == b.nic_Bps && a.nics == b.nics;
 }
 
+// Two sequence meshes alike but for their devices: groups of the same sizes, kinds, tokens,
+// shards and heads in the same ring order.
+bool same_mesh(const SequenceLayout& a, const SequenceLayout& b) {
+  if (a.split_kv_heads != b.split_kv_heads || a.groups.size() != b.groups.size()) return false;
+  for (std::size_t g = 0; g < a.groups.size(); ++g) {
+    const SequenceGroup &x = a.groups[g], &y = b.groups[g];
+    if (x.size() != y.size() || x.tokens != y.tokens || x.shards != y.shards ||
+        x.heads != y.heads || x.tensor != y.tensor) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool same_stage(const Stage& a, const Stage& b, const TrainingConfig& t) {
+  if (a.mesh() != b.mesh() || (a.mesh() && !same_mesh(*a.sequence, *b.sequence))) return false;
   return a.tp() == b.tp() && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
          a.head_split == b.head_split && a.recompute_in(t) == b.recompute_in(t);
 }
@@ -143,7 +158,6 @@ ReplicaFold find_replica_fold(const Plan& plan, const Cluster& cluster, const Mo
     return f;
   };
   if (pipelines < 2) return no("one pipeline");
-  if (plan.has_mesh()) return no("sequence-mesh stages");
   if (!cluster.device_overrides().empty() || !cluster.machine_overrides().empty())
     return no("the cluster overrides device or machine pairs");
   for (int d : plan.devices()) {

@@ -13,9 +13,10 @@
 //     by a constant number of members.
 // Then every flow's image under the shift is a flow of the same size at the same time on
 // the image links, so the first u pipelines see exactly the traffic they see in the whole
-// simulation. find_replica_fold returns the smallest such u dividing P. Not folded (the
-// reason in why_not): one pipeline, sequence meshes, pair overrides, devices under a CPU
-// quota, pipelines that differ, or no shift but the whole.
+// simulation. find_replica_fold returns the smallest such u dividing P. Mesh stages map
+// device by device in mesh order, and match when their layouts do but for their devices. Not
+// folded (the reason in why_not): one pipeline, pair overrides, devices under a CPU quota,
+// pipelines that differ, or no shift but the whole.
 
 #include "scenarios/model.hpp"
 #include "scenarios/training.hpp"
