@@ -66,8 +66,11 @@ std::vector<double> compute_durations(const Program& p, const Cluster& cluster,
     if (op.folded >= 0 && p.folds[op.folded].mesh >= 0) {
       double& pass = fold_time[op.folded];
       if (pass < 0) pass = mesh_pass_s(p, p.folds[op.folded], cluster, profile, model, training);
-      fold = std::max(0.0, pass - st);
-    } else if (op.folded >= 0) {
+      out[id] = std::max(st, pass);  // the pass exactly: no rounding through st + fold
+      if (folded != nullptr) (*folded)[id] = out[id] - st;
+      continue;
+    }
+    if (op.folded >= 0) {
       double& ft = fold_time[op.folded];
       if (ft < 0) {
         const Fold& f = p.folds[op.folded];

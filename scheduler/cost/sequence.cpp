@@ -30,6 +30,41 @@ double kv_bytes(const AttentionShape& a, std::int64_t tokens, int bytes) {
   return 2.0 * static_cast<double>(tokens) * a.kv_heads * a.head_dim * bytes;
 }
 
+}  // namespace
+
+std::vector<Kernel> token_wise_kernels(const Model& m, const TrainingConfig& t, double phi,
+                                       double share, Recompute r, bool forward, bool backward) {
+  std::vector<Kernel> out;
+  const auto keep = [&out](const std::vector<Kernel>& ks) {
+    for (const Kernel& k : ks) {
+      if (k.cls != KernelClass::kAttention) out.push_back(k);
+    }
+  };
+  for (Block b : {Block::kAttention, Block::kMlp}) {
+    if (forward) keep(block_forward(m, t, b, 1, phi, share));
+    if (backward) keep(block_backward(m, t, b, 1, phi, r, share));
+  }
+  return out;
+}
+
+Kernel attention_kernel(const AttentionShape& a, std::int64_t pairs, int heads, int kv,
+                        std::int64_t queries, std::int64_t keys, int sequence, bool backward) {
+  const double e = a.bytes_per_element, d = a.head_dim;
+  Kernel k{backward ? "ring.attention.bwd" : "ring.attention", KernelClass::kAttention};
+  k.flops = backward ? attention_backward_flops(pairs, heads, a.head_dim)
+                     : attention_forward_flops(pairs, heads, a.head_dim);
+  const double q_bytes = static_cast<double>(queries) * heads * d * e;
+  const double kv_read = 2.0 * static_cast<double>(keys) * kv * d * e;
+  k.bytes = backward ? 4 * q_bytes + 2 * kv_read : 2 * q_bytes + kv_read;
+  k.m = heads;
+  k.n = sequence;
+  k.k = a.head_dim;
+  k.backward = backward;
+  return k;
+}
+
+namespace {
+
 // Token-wise FLOPs of kernels: everything but the attention core.
 double token_wise(const std::vector<Kernel>& ks) {
   double sum = 0;

@@ -82,6 +82,19 @@ double token_wise_forward_flops(const Model& m, const TrainingConfig& t, std::in
 double token_wise_backward_flops(const Model& m, const TrainingConfig& t, std::int64_t tokens,
                                  Recompute r);
 
+// One layer's token-wise kernels (both blocks but the attention core) for one sequence of
+// t.seq_len tokens on a device holding `phi` of the weights and running its norms on `share`
+// of the tokens, block by block: its forward where `forward`, its backward with recompute `r`
+// (the replay included) where `backward`.
+std::vector<Kernel> token_wise_kernels(const Model& m, const TrainingConfig& t, double phi,
+                                       double share, Recompute r, bool forward, bool backward);
+
+// The attention of `heads` query heads (`kv` kv heads) of `queries` tokens against `keys`
+// keys over `pairs` causal pairs as one flash-style kernel (no s^2 memory): reads Q, K, V (and
+// O, dO backward), writes O (dQ, dK, dV); shaped for the device model at `sequence` tokens.
+Kernel attention_kernel(const AttentionShape& a, std::int64_t pairs, int heads, int kv,
+                        std::int64_t queries, std::int64_t keys, int sequence, bool backward);
+
 // ---- ring (context parallel) ------------------------------------------------------------
 // Rank i receives from rank i-1 (ring order); at step k (0..P-1) it computes its queries
 // against the K/V block of rank i-k while receiving the block of rank i-k-1.

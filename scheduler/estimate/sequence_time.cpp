@@ -382,12 +382,6 @@ void beside_zero(const RingModel& forward_ring, const RingModel& backward_ring,
   for (double& end : backward) end += backward_left;
 }
 
-// Everything but the attention core of `ks`.
-std::vector<Kernel> without_core(std::vector<Kernel> ks) {
-  std::erase_if(ks, [](const Kernel& k) { return k.cls == KernelClass::kAttention; });
-  return ks;
-}
-
 void append(std::vector<Kernel>& to, const std::vector<Kernel>& ks) {
   to.insert(to.end(), ks.begin(), ks.end());
 }
@@ -454,13 +448,8 @@ double SequenceCost::token_wise_s(int device, const MemberWork& w, bool forward_
   if (w.tokens <= 0) return 0.0;
   TrainingConfig t = training_;
   t.seq_len = static_cast<int>(w.tokens);
-  std::vector<Kernel> ks;
-  for (Block b : {Block::kAttention, Block::kMlp}) {
-    append(ks, without_core(block_forward(model_, t, b, 1, w.phi, w.share)));
-    if (!forward_only) {
-      append(ks, without_core(block_backward(model_, t, b, 1, w.phi, t.recompute, w.share)));
-    }
-  }
+  const std::vector<Kernel> ks =
+      token_wise_kernels(model_, t, w.phi, w.share, t.recompute, true, !forward_only);
   const GpuSpec& g = gpu(device);
   return kernels_time(ks, g, profile_.device(g));
 }

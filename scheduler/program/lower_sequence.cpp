@@ -291,18 +291,8 @@ class SequenceLowerer {
   // backward), writes O (dQ, dK, dV).
   int ring_shape(ComputeKind kind, std::int64_t pairs, int heads, int kv, std::int64_t queries,
                  std::int64_t keys) {
-    const bool backward = kind == ComputeKind::kRingBwd;
-    const double e = a_.bytes_per_element, d = a_.head_dim;
-    Kernel k{backward ? "ring.attention.bwd" : "ring.attention", KernelClass::kAttention};
-    k.flops = backward ? attention_backward_flops(pairs, heads, a_.head_dim)
-                       : attention_forward_flops(pairs, heads, a_.head_dim);
-    const double q_bytes = static_cast<double>(queries) * heads * d * e;
-    const double kv_bytes = 2.0 * static_cast<double>(keys) * kv * d * e;
-    k.bytes = backward ? 4 * q_bytes + 2 * kv_bytes : 2 * q_bytes + kv_bytes;
-    k.m = heads;
-    k.n = t_.seq_len;
-    k.k = a_.head_dim;
-    k.backward = backward;
+    const Kernel k = attention_kernel(a_, pairs, heads, kv, queries, keys, t_.seq_len,
+                                      kind == ComputeKind::kRingBwd);
     return shape_id(kind, pairs, heads, {k});
   }
 
@@ -780,31 +770,20 @@ std::vector<Kernel> mesh_pass_kernels(const SequenceLayout& layout, int g, int r
   const MemberWork w = member_work(group, rank, model.heads);
   const TrainingConfig t = member_training(training, group, rank);
   const AttentionShape a = attention_shape(model, training);
-  const std::int64_t pairs = mirrored_rank_pairs(training.seq_len, group.tokens);
   const int heads = group.heads[rank];
+  const int kv = kv_heads_needed(a, head_offsets(group)[rank], heads);
+  // Its heads of the group's T_g queries against every key of the sequence.
+  const std::int64_t pairs = mirrored_rank_pairs(training.seq_len, group.tokens);
   auto attention = [&](bool backward) {
-    Kernel k{backward ? "ring.attention.bwd" : "ring.attention", KernelClass::kAttention};
-    k.flops = backward ? attention_backward_flops(pairs, heads, a.head_dim)
-                       : attention_forward_flops(pairs, heads, a.head_dim);
-    k.m = heads;
-    k.n = training.seq_len;
-    k.k = a.head_dim;
-    k.backward = backward;
-    return k;
-  };
-  const auto without_core = [](std::vector<Kernel> ks) {
-    std::erase_if(ks, [](const Kernel& k) { return k.cls == KernelClass::kAttention; });
-    return ks;
+    return attention_kernel(a, pairs, heads, kv, group.tokens, training.seq_len, training.seq_len,
+                            backward);
   };
   std::vector<Kernel> out;
   if (forward && first) append(out, embedding_forward(model, t, 1, w.share));
   if (!forward && last) append(out, head_backward(model, t, 1, w.phi, w.share));
   for (int l = 0; l < layers; ++l) {
-    for (Block b : {Block::kAttention, Block::kMlp}) {
-      append(out, without_core(forward ? block_forward(model, t, b, 1, w.phi, w.share)
-                                       : block_backward(model, t, b, 1, w.phi, training.recompute,
-                                                        w.share)));
-    }
+    append(out,
+           token_wise_kernels(model, t, w.phi, w.share, training.recompute, forward, !forward));
     if (!forward && training.recompute == Recompute::kFull) out.push_back(attention(false));
     out.push_back(attention(!forward));
   }
