@@ -7,10 +7,10 @@
 // the mesh and the query heads, and with split_kv_heads off a multiple of whole GQA groups):
 // every domain cut into consecutive groups of t devices with even heads; S split over the
 // groups in proportion to their dense FLOP/s in whole token blocks (round_blocks), each
-// group's shards even; then one block at a time moved from the group of the layer's slowest
-// device to the group where the closed form gains most, while it gains (at most 4 moves per
-// group). The best layout that fits is kept. Under ZeRO-3 none (tensor groups run ZeRO 0-2: the
-// registry's search over ZeRO stages scores them at stages 1-2).
+// group's shards even; then, on rings of at most 16 groups, one block at a time moved from the
+// group of the layer's slowest device to the group where the closed form gains most, while it
+// gains (at most 4 moves per group). The best layout that fits is kept. Under ZeRO-3 none (tensor
+// groups run ZeRO 0-2: the registry's search over ZeRO stages scores them at stages 1-2).
 
 #include <cstdint>
 #include <optional>
