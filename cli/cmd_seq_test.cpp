@@ -23,14 +23,19 @@ const char* kScenario = R"({"version": 1, "name": "seq-small",
   "training": {"global_batch": 1, "seq_len": 16384, "zero_stage": 3, "recompute": "full"},
   "scheduler": "hexiseq"})";
 
+// kScenario on two 16 GiB T4, where no layout of Llama 13B fits.
+std::string on_two_t4() {
+  json scenario = json::parse(kScenario);
+  scenario["cluster"]["machines"] = json::array({{{"name", "t"}, {"gpu", "T4"}, {"gpus", 2}}});
+  return scenario.dump();
+}
+
 // --compare where no scheduler's layout fits (Llama 13B on two 16 GiB T4): the table, then
 // bad input, so that a script sees the scenario cannot be laid out.
 TEST(CliSeq, CompareExitsTwoWhenNothingFits) {
   auto dir = scratch_dir("seq-nothing-fits");
   const auto sc = dir / "s.json";
-  json scenario = json::parse(kScenario);
-  scenario["cluster"]["machines"] = json::array({{{"name", "t"}, {"gpu", "T4"}, {"gpus", 2}}});
-  write_text(sc, scenario.dump());
+  write_text(sc, on_two_t4());
   auto r = run_cli("seq " + sc.string() + " --compare");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.out.find("ring"), std::string::npos) << r.out;
@@ -43,9 +48,7 @@ TEST(CliSeq, CompareExitsTwoWhenNothingFits) {
 TEST(CliSeq, AnswerSaysWhenTheBestLayoutDoesNotFit) {
   auto dir = scratch_dir("seq-best-does-not-fit");
   const auto sc = dir / "s.json";
-  json scenario = json::parse(kScenario);
-  scenario["cluster"]["machines"] = json::array({{{"name", "t"}, {"gpu", "T4"}, {"gpus", 2}}});
-  write_text(sc, scenario.dump());
+  write_text(sc, on_two_t4());
   auto r = run_cli("seq " + sc.string());
   EXPECT_NE(r.out.find("; it does NOT fit in memory"), std::string::npos) << r.out;
   write_text(sc, kScenario);

@@ -396,6 +396,15 @@ Eigen::MatrixXd transposed(const Eigen::MatrixXd& m) {
   return m.transpose();
 }
 
+// The time the busiest NIC direction needs for its bytes (NIC -> bytes, each direction).
+double busiest_nic_s(const Cluster& c, const std::map<int, double>& out,
+                     const std::map<int, double>& in) {
+  double slowest = 0;
+  for (const auto& [nic, b] : out) slowest = std::max(slowest, b / nic_Bps(c, nic));
+  for (const auto& [nic, b] : in) slowest = std::max(slowest, b / nic_Bps(c, nic));
+  return slowest;
+}
+
 // The all-to-all's off-machine bytes through each device's NIC (nic_of; both directions
 // apart): the slowest NIC's time plus the largest latency; 0 when the group sits in one
 // machine.
@@ -412,9 +421,7 @@ double nic_time(const Cluster& c, const std::vector<int>& devices, const Eigen::
       latency = std::max(latency, latency_s(i, j));
     }
   }
-  double slowest = 0;
-  for (const auto& [nic, b] : out) slowest = std::max(slowest, b / nic_Bps(c, nic));
-  for (const auto& [nic, b] : in) slowest = std::max(slowest, b / nic_Bps(c, nic));
+  const double slowest = busiest_nic_s(c, out, in);
   return slowest > 0 ? slowest + latency : 0.0;
 }
 
@@ -679,10 +686,7 @@ double SequenceCost::nic_layer_s(const SequenceLayout& layout) const {
     const double hop = 3.0 * (n - 1) / n * training_.bytes_per_element() * model_.layer_params();
     for (int i = 0; i < n && n > 1; ++i) add(ring[i], ring[(i + 1) % n], hop);
   }
-  double slowest = 0;
-  for (const auto& [nic, b] : out) slowest = std::max(slowest, b / nic_Bps(cluster_, nic));
-  for (const auto& [nic, b] : in) slowest = std::max(slowest, b / nic_Bps(cluster_, nic));
-  return slowest;
+  return busiest_nic_s(cluster_, out, in);
 }
 
 SplitFree SequenceCost::split_free(const std::vector<int>& devices) const {
@@ -701,15 +705,16 @@ SplitFree SequenceCost::split_free(const std::vector<int>& devices) const {
   } else {
     f.sync_s = time(Collective::kAllReduce, model_.params());
   }
-  // Adam touches fp32 master weights and both moments and the e-byte weights and grads:
-  // ~28 bytes per owned parameter (estimate.hpp's figure).
   const double owned = model_.params() / (training_.zero_stage >= 1 ? n : 1);
-  for (int d : devices) {
-    const GpuSpec& g = gpu(d);
-    f.optimizer_s = std::max(
-        f.optimizer_s, owned * 28 / (g.memory_GBps * 1e9 * profile_.device(g).memory_efficiency));
-  }
+  for (int d : devices) f.optimizer_s = std::max(f.optimizer_s, adam_s(d, owned));
   return f;
+}
+
+// Adam touches fp32 master weights and both moments and the e-byte weights and grads: ~28
+// bytes per owned parameter (estimate.hpp's figure), memory-bound.
+double SequenceCost::adam_s(int device, double owned) const {
+  const GpuSpec& g = gpu(device);
+  return owned * 28 / (g.memory_GBps * 1e9 * profile_.device(g).memory_efficiency);
 }
 
 SplitFree SequenceCost::layout_free(const SequenceLayout& layout) const {
@@ -752,18 +757,13 @@ SplitFree SequenceCost::layout_free(const SequenceLayout& layout) const {
       in[nic_of(cluster_, to)] += 2.0 * (n - 1) / n * bytes;
     }
   }
+  f.sync_s = busiest_nic_s(cluster_, out, in);
   for (const auto& [d, t] : busy) f.sync_s = std::max(f.sync_s, t);
-  for (const auto& [nic, b] : out) f.sync_s = std::max(f.sync_s, b / nic_Bps(cluster_, nic));
-  for (const auto& [nic, b] : in) f.sync_s = std::max(f.sync_s, b / nic_Bps(cluster_, nic));
   const int holders = layout.holders();
   for (const SequenceGroup& g : layout.groups) {
     for (int r = 0; r < g.size(); ++r) {
-      // Adam over what it owns, as split_free.
       const double owned = member_params(model_, g, r) / (training_.zero_stage >= 1 ? holders : 1);
-      const GpuSpec& gs = gpu(g.devices[r]);
-      f.optimizer_s =
-          std::max(f.optimizer_s,
-                   owned * 28 / (gs.memory_GBps * 1e9 * profile_.device(gs).memory_efficiency));
+      f.optimizer_s = std::max(f.optimizer_s, adam_s(g.devices[r], owned));
     }
   }
   return f;

@@ -187,6 +187,9 @@ class SequenceCost {
   const Profile& profile_;
   AttentionShape attention_;
   int identical_ = -1;
+
+  // The Adam step over `owned` parameters on `device` (s).
+  double adam_s(int device, double owned) const;
 };
 
 }  // namespace estimate

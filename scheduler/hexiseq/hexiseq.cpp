@@ -1210,10 +1210,13 @@ TrainingConfig training_of(const TrainingConfig& training, const HexiSeqResult& 
   return t;
 }
 
+bool better_time(const IterationTime& a, const IterationTime& b) {
+  if (a.fits != b.fits) return a.fits;
+  return a.iteration_s < b.iteration_s;
+}
+
 bool better_layout(const HexiSeqResult& a, const std::optional<HexiSeqResult>& b) {
-  if (!b) return true;
-  if (a.time.fits != b->time.fits) return a.time.fits;
-  return a.time.iteration_s < b->time.iteration_s;
+  return !b || better_time(a.time, b->time);
 }
 
 namespace {

@@ -136,8 +136,9 @@ struct HexiSeqResult {
 // The training config a result was scored under (its ZeRO stage).
 TrainingConfig training_of(const TrainingConfig& training, const HexiSeqResult& result);
 
-// Whether `a` is the better of two layouts: fitting first, then the shorter iteration (any
-// layout beats none).
+// Whether `a` is the better of two layouts' times: fitting first, then the shorter iteration.
+bool better_time(const IterationTime& a, const IterationTime& b);
+// better_time of two results (any layout beats none).
 bool better_layout(const HexiSeqResult& a, const std::optional<HexiSeqResult>& b);
 
 // The search over `devices` (empty: every device of the cluster). Bad input (exit 2) when S

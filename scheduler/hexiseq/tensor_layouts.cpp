@@ -61,12 +61,6 @@ bool move_tokens(SequenceLayout& l, int from, int to, std::int64_t block) {
   return true;
 }
 
-// Fitting first, then the shorter iteration.
-bool better(const IterationTime& a, const IterationTime& b) {
-  if (a.fits != b.fits) return a.fits;
-  return a.iteration_s < b.iteration_s;
-}
-
 // Rings of more groups keep the proportional split: each move scores every other group, and
 // their proportional split is finer (as the Ulysses search's polish).
 constexpr int kPolishGroups = 16;
@@ -85,7 +79,7 @@ void polish(const SequenceCost& cost, SequenceLayout& layout, IterationTime& tim
       if (to == from || !move_tokens(moved, from, to, block)) continue;
       IterationTime t = cost.iteration(moved);
       ++scored;
-      if (better(t, time)) time = std::move(t), next = std::move(moved);
+      if (better_time(t, time)) time = std::move(t), next = std::move(moved);
     }
     if (!next) return;
     layout = std::move(*next);
@@ -116,7 +110,7 @@ std::optional<HexiSeqResult> best_tensor_layout(const SequenceCost& cost,
     IterationTime time = cost.iteration(*layout);
     ++scored;
     polish(cost, *layout, time, block, scored);
-    if (!time.fits || (best && !better(time, best->time))) continue;
+    if (!time.fits || (best && !better_time(time, best->time))) continue;
     best = HexiSeqResult{};
     best->layout = *layout;
     best->time = std::move(time);
