@@ -25,8 +25,6 @@ constexpr double kMs = 1e3;
 // after the first, at 10-100 ms a program).
 constexpr int kPasses = 4;
 constexpr double kPassGain = 0.005;
-// The final closed-form polish moves blocks between the groups of meshes this small.
-constexpr std::size_t kPolishGroups = 16;
 
 int add_continuous(Problem& p, const std::string& name, double objective = 0) {
   return p.add_variable({name, 0, kInfinity, false, objective});

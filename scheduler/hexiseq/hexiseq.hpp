@@ -136,6 +136,11 @@ struct HexiSeqResult {
 // The training config a result was scored under (its ZeRO stage).
 TrainingConfig training_of(const TrainingConfig& training, const HexiSeqResult& result);
 
+// The closed-form polishes (block moves between groups) run on rings of at most this many
+// groups; larger rings keep the proportional split, which is finer there and whose moves
+// would each score every other group.
+constexpr std::size_t kPolishGroups = 16;
+
 // Whether `a` is the better of two layouts' times: fitting first, then the shorter iteration.
 bool better_time(const IterationTime& a, const IterationTime& b);
 // better_time of two results (any layout beats none).

@@ -61,16 +61,12 @@ bool move_tokens(SequenceLayout& l, int from, int to, std::int64_t block) {
   return true;
 }
 
-// Rings of more groups keep the proportional split: each move scores every other group, and
-// their proportional split is finer (as the Ulysses search's polish).
-constexpr int kPolishGroups = 16;
-
 // Moves one block at a time from the group of the layer's slowest device to the group where
 // the closed form gains most, while it gains (at most 4 moves per group).
 void polish(const SequenceCost& cost, SequenceLayout& layout, IterationTime& time,
             std::int64_t block, long& scored) {
   const int n = static_cast<int>(layout.groups.size());
-  if (n > kPolishGroups) return;
+  if (layout.groups.size() > kPolishGroups) return;
   for (int move = 0; move < 4 * n; ++move) {
     const int from = time.layer.devices[static_cast<std::size_t>(time.layer.slowest)].group;
     std::optional<SequenceLayout> next;
