@@ -127,11 +127,14 @@ int run_info(const InfoOptions& opt) {
   }
   gt.print(std::cout);
   std::cout << "\nModels:\n";
-  Table mt({"name", "params (B)", "layers", "hidden", "ffn", "heads", "kv heads", "vocab"});
+  Table mt({"name", "params (B)", "active (B)", "layers", "hidden", "ffn", "experts", "heads",
+            "kv heads", "vocab"});
   for (const auto& m : catalogs->models.models()) {
-    mt.add({m.name, fmt(m.params() / 1e9, m.params() < 1e8 ? 5 : 2), std::to_string(m.layers),
-            std::to_string(m.hidden), std::to_string(m.ffn), std::to_string(m.heads),
-            std::to_string(m.kv_heads), std::to_string(m.vocab)});
+    const int digits = m.params() < 1e8 ? 5 : 2;
+    mt.add({m.name, fmt(m.params() / 1e9, digits), fmt(m.active_params() / 1e9, digits),
+            std::to_string(m.layers), std::to_string(m.hidden), std::to_string(m.ffn),
+            m.is_moe() ? std::to_string(m.moe.top_k) + " of " + std::to_string(m.moe.experts) : "-",
+            std::to_string(m.heads), std::to_string(m.kv_heads), std::to_string(m.vocab)});
   }
   mt.print(std::cout);
   std::cout << "\nTransports (achieved / nominal rate by message per step; sources: --json):\n";

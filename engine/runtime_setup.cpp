@@ -17,6 +17,11 @@ Result<kernels::LlamaDims> llama_dims(const Model& m) {
                      ": the engine trains Llama-style decoders (SwiGLU MLP, RMSNorm, RoPE, no "
                      "biases, untied head, no learned positions)");
   }
+  if (m.is_moe()) {
+    return bad_input("model " + m.name +
+                     ": the engine trains dense decoders; mixture-of-experts models are planned, "
+                     "estimated and simulated (hexisim plan / estimate / simulate)");
+  }
   kernels::LlamaDims d;
   d.layers = m.layers;
   d.hidden = m.hidden;

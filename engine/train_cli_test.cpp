@@ -167,6 +167,22 @@ TEST(TrainRobustness, SequenceParallelWithTensorParallelismIsRefused) {
   expect_clean_failure(o, "training.sequence_parallel with tensor parallelism is simulated");
 }
 
+// A mixture-of-experts model is planned and simulated, not trained: refused by name.
+TEST(TrainRobustness, MixtureOfExpertsIsRefused) {
+  std::ifstream in(root() + "/scenarios/shipped/tiny-llama-cpu.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "\"model\": \"tiny-llama\"";
+  ASSERT_NE(text.find(from), std::string::npos);
+  text.replace(text.find(from), from.size(),
+               R"("model": {"name": "tiny-moe", "layers": 4, "hidden": 64, "ffn": 172, "heads": 4,
+                            "kv_heads": 2, "vocab": 256, "max_seq": 32,
+                            "moe": {"experts": 4, "top_k": 2}})");
+  const std::string scenario = temp("tiny-moe.json");
+  std::ofstream(scenario) << text;
+  Outcome o = train(3, scenario + " --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2");
+  expect_clean_failure(o, "model tiny-moe: the engine trains dense decoders");
+}
+
 TEST(TrainRobustness, RankFailsMidStep) {
   Outcome o = train(3, "tiny-llama-cpu --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 3",
                     "HEXISIM_FAULT=rank=1,step=1,op=40,mode=error");

@@ -13,12 +13,23 @@ double Model::attention_params() const {
 
 double Model::mlp_params() const {
   const double h = hidden, f = ffn;
+  if (is_moe()) return 3 * h * (f * moe.experts + moe.shared_ffn);
   if (mlp == MlpKind::kSwiGlu) return 3 * h * f + (bias ? 2 * f + h : 0);
   return 2 * h * f + (bias ? f + h : 0);
 }
 
 double Model::norm_params() const {
   return 2.0 * hidden * (layer_norm ? 2 : 1);
+}
+
+double Model::router_params() const {
+  return static_cast<double>(hidden) * moe.experts;
+}
+
+double Model::active_params() const {
+  if (!is_moe()) return params();
+  const double idle = 3.0 * hidden * ffn * (moe.experts - moe.top_k);
+  return params() - layers * idle;
 }
 
 double Model::embedding_params() const {
@@ -38,7 +49,7 @@ double Model::params() const {
 Model read_model(const JsonNode& node) {
   node.allow_only({"name", "description", "layers", "hidden", "ffn", "heads", "kv_heads", "vocab",
                    "max_seq", "mlp", "tied_embeddings", "bias", "layer_norm", "learned_positions",
-                   "dropout"});
+                   "dropout", "moe"});
   Model m;
   m.name = node.str("name");
   m.description = node.str_or("description", "");
@@ -66,24 +77,39 @@ Model read_model(const JsonNode& node) {
   m.layer_norm = node.boolean_or("layer_norm", false);
   m.learned_positions = node.boolean_or("learned_positions", false);
   m.dropout = node.boolean_or("dropout", false);
+  if (auto moe = node.find("moe")) {
+    moe->allow_only({"experts", "top_k", "shared_ffn"});
+    m.moe.experts = static_cast<int>(moe->integer_in("experts", 1, 1 << 16));
+    m.moe.top_k = static_cast<int>(moe->integer_in("top_k", 1, m.moe.experts));
+    m.moe.shared_ffn = static_cast<int>(moe->integer_or("shared_ffn", 0, 1 << 22, 0));
+    if (m.mlp != MlpKind::kSwiGlu || m.bias)
+      moe->fail_message(
+          "mixture-of-experts layers are SwiGLU experts without biases (\"mlp\": "
+          "\"swiglu\", \"bias\": false)");
+  }
   return m;
 }
 
 Json to_json(const Model& m) {
-  return {{"name", m.name},
-          {"layers", m.layers},
-          {"hidden", m.hidden},
-          {"ffn", m.ffn},
-          {"heads", m.heads},
-          {"kv_heads", m.kv_heads},
-          {"vocab", m.vocab},
-          {"max_seq", m.max_seq},
-          {"mlp", m.mlp == MlpKind::kSwiGlu ? "swiglu" : "gelu"},
-          {"tied_embeddings", m.tied_embeddings},
-          {"bias", m.bias},
-          {"layer_norm", m.layer_norm},
-          {"learned_positions", m.learned_positions},
-          {"dropout", m.dropout}};
+  Json j = {{"name", m.name},
+            {"layers", m.layers},
+            {"hidden", m.hidden},
+            {"ffn", m.ffn},
+            {"heads", m.heads},
+            {"kv_heads", m.kv_heads},
+            {"vocab", m.vocab},
+            {"max_seq", m.max_seq},
+            {"mlp", m.mlp == MlpKind::kSwiGlu ? "swiglu" : "gelu"},
+            {"tied_embeddings", m.tied_embeddings},
+            {"bias", m.bias},
+            {"layer_norm", m.layer_norm},
+            {"learned_positions", m.learned_positions},
+            {"dropout", m.dropout}};
+  if (m.is_moe()) {
+    j["moe"] = {{"experts", m.moe.experts}, {"top_k", m.moe.top_k}};
+    if (m.moe.shared_ffn > 0) j["moe"]["shared_ffn"] = m.moe.shared_ffn;
+  }
+  return j;
 }
 
 Result<ModelCatalog> ModelCatalog::load(const std::filesystem::path& path) {

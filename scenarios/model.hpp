@@ -15,12 +15,24 @@ enum class MlpKind {
   kGelu,    // GPT: fc1 (h -> f), fc2 (f -> h): 2hf weights
 };
 
+// Mixture-of-experts MLP (Mixtral, Qwen-MoE, DeepSeek-MoE): a router picks top_k of `experts`
+// routed experts per token, each a SwiGLU MLP of width Model::ffn; shared experts (width
+// shared_ffn in all, 0 when none) see every token. Tokens are routed uniformly (every expert
+// receives top_k / experts of them). Under tensor parallelism every expert is split by
+// columns like a dense MLP (expert-tensor parallelism equal to TP, Megatron-LM's default);
+// the router is replicated.
+struct Moe {
+  int experts = 0;     // E routed experts; 0: a dense MLP
+  int top_k = 0;       // experts per token
+  int shared_ffn = 0;  // total width of the shared experts
+};
+
 struct Model {
   std::string name;
   std::string description;
   int layers = 0;
   int hidden = 0;    // h
-  int ffn = 0;       // f
+  int ffn = 0;       // f (mixture of experts: each routed expert's width)
   int heads = 0;     // a
   int kv_heads = 0;  // k (grouped-query attention when k < a)
   int vocab = 0;     // V
@@ -31,7 +43,9 @@ struct Model {
   bool layer_norm = false;         // LayerNorm (weight + bias) instead of RMSNorm
   bool learned_positions = false;  // GPT-style position embedding table (max_seq x h)
   bool dropout = false;            // counts dropout masks in activation memory (GPT-3)
+  Moe moe;                         // experts (moe.experts == 0: dense)
 
+  bool is_moe() const { return moe.experts > 0; }
   int head_dim() const { return hidden / heads; }  // d
   int kv_dim() const { return kv_heads * head_dim(); }
   // Whether TP degree t splits the heads evenly (Megatron's rule, the one every plan
@@ -42,9 +56,15 @@ struct Model {
   }
 
   double attention_params() const;  // per layer: q, k, v, o (+ biases)
-  double mlp_params() const;        // per layer
-  double norm_params() const;       // per layer: two norms
-  double layer_params() const { return attention_params() + mlp_params() + norm_params(); }
+  // Per layer, split by TP ranks: the MLP, or every routed expert and the shared experts.
+  double mlp_params() const;
+  double norm_params() const;    // per layer: two norms
+  double router_params() const;  // per layer: the MoE router (h x E; replicated), 0 if dense
+  double layer_params() const {
+    return attention_params() + mlp_params() + norm_params() + router_params();
+  }
+  // Parameters one token's forward uses (MoE: top_k routed experts, not all of them).
+  double active_params() const;
   double embedding_params() const;  // token (+ position) embeddings
   double head_params() const;       // output projection (0 when tied) + final norm
   double params() const;            // whole model

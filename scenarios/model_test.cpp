@@ -34,6 +34,36 @@ TEST(Model, PublishedParameterCounts) {
   }
 }
 
+// Mixtures of experts against their model cards (which round): Mixtral 8x7B 46.7B with 12.9B
+// active, Qwen1.5-MoE-A2.7B 14.3B with 2.7B active. Exactly: Mixtral is 32 layers of q, o
+// (h^2 each), k, v (h x 1024 each), 8 experts of 3hf, a router h x 8 and two norms, plus two
+// 32000 x h tables and the final norm; 2 of the 8 experts are active.
+TEST(Model, MixtureOfExpertsParameterCounts) {
+  const Model* mixtral = models().find("mixtral-8x7b");
+  ASSERT_NE(mixtral, nullptr);
+  ASSERT_TRUE(mixtral->is_moe());
+  const double h = 4096, f = 14336;
+  const double layer = 2 * h * h + 2 * h * 1024 + 8 * 3 * h * f + 8 * h + 2 * h;
+  EXPECT_DOUBLE_EQ(mixtral->params(), 32 * layer + 2 * 32000 * h + h);
+  EXPECT_DOUBLE_EQ(mixtral->active_params(), mixtral->params() - 32 * 6 * 3 * h * f);
+  EXPECT_NEAR(mixtral->params() / 1e9, 46.7, 0.05);
+  EXPECT_NEAR(mixtral->active_params() / 1e9, 12.9, 0.05);
+  const Model* qwen = models().find("qwen1.5-moe-a2.7b");
+  ASSERT_NE(qwen, nullptr);
+  EXPECT_NEAR(qwen->params() / 1e9, 14.3, 0.05);
+  EXPECT_NEAR(qwen->active_params() / 1e9, 2.7, 0.05);
+  // A dense model's active parameters are all of them; it has no router.
+  const Model* dense = models().find("llama2-7b");
+  EXPECT_DOUBLE_EQ(dense->active_params(), dense->params());
+  EXPECT_DOUBLE_EQ(dense->router_params(), 0);
+  // The MoE fields survive writing and reading back.
+  const Model back = read_model(JsonNode(to_json(*qwen), "q.json"));
+  EXPECT_EQ(back.moe.experts, 60);
+  EXPECT_EQ(back.moe.top_k, 4);
+  EXPECT_EQ(back.moe.shared_ffn, 5632);
+  EXPECT_DOUBLE_EQ(back.params(), qwen->params());
+}
+
 TEST(Model, GroupedQueryAttentionShapes) {
   const Model* m = models().find("llama2-70b");
   ASSERT_NE(m, nullptr);
@@ -63,7 +93,15 @@ TEST(Model, BadModelsAreRejected) {
           {R"({"name": "x", "layers": 0, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8})",
            "m.json: /layers: expected an integer in [1, 100000], got 0"},
           {R"({"name": "x", "layers": 2, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8, "mlp": "relu"})",
-           "m.json: /mlp: expected \"swiglu\" or \"gelu\""}}) {
+           "m.json: /mlp: expected \"swiglu\" or \"gelu\""},
+          {R"({"name": "x", "layers": 2, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8, "moe": {"experts": 4, "top_k": 5}})",
+           "m.json: /moe/top_k: expected an integer in [1, 4], got 5"},
+          {R"({"name": "x", "layers": 2, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8, "moe": {"experts": 4}})",
+           "m.json: /moe: missing required field \"top_k\""},
+          {R"({"name": "x", "layers": 2, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8, "mlp": "gelu", "moe": {"experts": 4, "top_k": 1}})",
+           "m.json: /moe: mixture-of-experts layers are SwiGLU experts without biases"},
+          {R"({"name": "x", "layers": 2, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8, "moe": {"experts": 4, "top_k": 1, "capacity": 2}})",
+           "m.json: /moe: unknown field \"capacity\" (allowed: experts, top_k, shared_ffn)"}}) {
     Json j = Json::parse(text);
     auto r = load_with([&] { return read_model(JsonNode(j, "m.json")); });
     ASSERT_FALSE(r.ok()) << text;

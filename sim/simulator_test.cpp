@@ -749,6 +749,39 @@ TEST(Simulator, SequenceParallelPlanAgreesWithTheEstimate) {
   EXPECT_LT(simulated[1], simulated[0]);
 }
 
+// The shipped mixture-of-experts scenarios (Mixtral 8x7B on A100 + L40S, a DeepSeek-V2-Lite
+// shape on H100 + A100-40GB): four pipelines of a TP 2 and a TP 4 stage, simulated at both
+// fidelities, within 3 % of the closed form.
+TEST(Simulator, MixtureOfExpertsPlansAgreeWithTheEstimate) {
+  auto catalogs = load_shipped_catalogs();
+  ASSERT_TRUE(catalogs.ok());
+  for (const char* name : {"mix-32-mixtral-8x7b", "mix-32-deepseek-v2-lite"}) {
+    auto sc = load_scenario(name, catalogs->gpus, catalogs->models);
+    ASSERT_TRUE(sc.ok()) << sc.error().message;
+    ASSERT_TRUE(sc->model.is_moe());
+    const int layers = sc->model.layers, half = layers / 2;
+    Json pipes = Json::array();
+    for (int p = 0; p < 4; ++p) {  // TP 2 on the first GPU type, TP 4 on the second
+      Json stages = Json::array();
+      stages.push_back({{"devices", {2 * p, 2 * p + 1}}, {"layers", {0, half}}});
+      const int q = 16 + 4 * p;
+      stages.push_back({{"devices", {q, q + 1, q + 2, q + 3}}, {"layers", {half, layers}}});
+      pipes.push_back({{"batch", sc->training.global_batch / 4}, {"stages", stages}});
+    }
+    const Plan plan = testing::plan_from({{"version", 1}, {"pipelines", pipes}});
+    CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
+    const double estimate = cm.estimate(plan).iteration_time_s;
+    for (Granularity g : {Granularity::kLayer, Granularity::kStage}) {
+      auto out = simulate_plan(plan, sc->cluster, sc->model, sc->training, sc->profile, g);
+      ASSERT_TRUE(out.ok()) << out.error().message;
+      const double sim = out->report.iteration_time_s;
+      EXPECT_NEAR(sim, estimate, 0.03 * estimate) << name << " " << to_string(g);
+      std::printf("%s, %s: simulated %.4f s, closed form %.4f s (%.4f)\n", name,
+                  std::string(to_string(g)).c_str(), sim, estimate, sim / estimate);
+    }
+  }
+}
+
 TEST(Simulator, SameInputsGiveByteIdenticalReportAndTrace) {
   Cluster c = testing::make_cluster(2, 4);
   const Model m = testing::tiny_model();

@@ -184,6 +184,19 @@ void add_arguments(MegatronExport& e, const Scenario& sc, const Plan& plan) {
   add(e, "--seq-length", std::to_string(t.seq_len));
   add(e, "--max-position-embeddings", std::to_string(std::max(t.seq_len, m.max_seq)));
   if (m.mlp == MlpKind::kSwiGlu) add(e, "--swiglu");
+  if (m.is_moe()) {
+    // Every expert split by columns over the TP group, tokens all-gathered to it: what the
+    // plan's cost model and lowering assume.
+    add(e, "--num-experts", std::to_string(m.moe.experts));
+    add(e, "--moe-router-topk", std::to_string(m.moe.top_k));
+    add(e, "--moe-ffn-hidden-size", std::to_string(m.ffn));
+    if (m.moe.shared_ffn > 0)
+      add(e, "--moe-shared-expert-intermediate-size", std::to_string(m.moe.shared_ffn));
+    add(e, "--expert-model-parallel-size", "1");
+    add(e, "--expert-tensor-parallel-size", std::to_string(e.tp));
+    add(e, "--moe-token-dispatcher-type", "allgather");
+    add(e, "--moe-grouped-gemm");
+  }
   add(e, "--normalization", m.layer_norm ? "LayerNorm" : "RMSNorm");
   add(e, "--position-embedding-type", m.learned_positions ? "learned_absolute" : "rope");
   if (!m.bias) add(e, "--disable-bias-linear");

@@ -101,6 +101,29 @@ TEST(Megatron, AUniformPlanKeepsItsPlacement) {
       << m.placement_note;
 }
 
+// A mixture of experts: the experts' flags, each expert split over the TP group (expert TP =
+// TP, no expert parallelism) with the all-gather dispatcher, as the cost model assumes.
+TEST(Megatron, AMixtureOfExpertsNamesItsExperts) {
+  Scenario sc = a800_scenario();
+  sc.model.moe = {8, 2, 1024};
+  const Plan plan = plan_of(R"({"version": 1, "pipelines": [
+    {"batch": 16, "stages": [{"devices": [0, 1, 2, 3], "layers": [0, 16]},
+                             {"devices": [8, 9, 10, 11], "layers": [16, 32]}]}]})");
+  const MegatronExport e = export_megatron(sc, plan, "s.json", "p.json");
+  ASSERT_TRUE(e.runs) << (e.reasons.empty() ? "" : e.reasons.front());
+  expect_known_flags(e);
+  EXPECT_EQ(value_of(e, "--num-experts"), "8");
+  EXPECT_EQ(value_of(e, "--moe-router-topk"), "2");
+  EXPECT_EQ(value_of(e, "--moe-ffn-hidden-size"), "11008");
+  EXPECT_EQ(value_of(e, "--moe-shared-expert-intermediate-size"), "1024");
+  EXPECT_EQ(value_of(e, "--expert-tensor-parallel-size"), "4");
+  EXPECT_EQ(value_of(e, "--expert-model-parallel-size"), "1");
+  EXPECT_EQ(value_of(e, "--moe-token-dispatcher-type"), "allgather");
+  // A dense model names none.
+  EXPECT_EQ(value_of(export_megatron(a800_scenario(), plan, "s.json", "p.json"), "--num-experts"),
+            "");
+}
+
 TEST(Megatron, AnUnevenLayerSplitIsAPipelineLayout) {
   const Scenario sc = a800_scenario();
   const Plan plan = plan_of(R"({"version": 1, "pipelines": [

@@ -22,13 +22,23 @@ Kernel elementwise(std::string_view name, double bytes) {
   return {name, KernelClass::kElementwise, 0, bytes};
 }
 
+// `groups` GEMMs of one shape (m x k) * (k x n), one kernel (a grouped GEMM: the experts of
+// an MoE layer, each on its own tokens and weights). The device model reads one group's shape.
+Kernel grouped_gemm(std::string_view name, double groups, double m, double n, double k, double e) {
+  Kernel g = gemm(name, m, n, k, e);
+  g.flops *= groups;
+  g.bytes *= groups;
+  return g;
+}
+
 // The backward of a GEMM Y = X W, X (m x k), W (k x n): the input gradient
 // dX = dY W^T (m x n)(n x k), as many FLOPs and bytes as the forward, and the weight gradient
 // dW = X^T dY (k x m)(m x n), as many FLOPs, accumulated into the fp32 gradient buffer
 // (Megatron's gradient-accumulation fusion, main_grad; the engine's GEMM with beta 1): it
-// reads X and dY at e bytes per element and reads and writes dW at 4 bytes each.
+// reads X and dY at e bytes per element and reads and writes dW at 4 bytes each. A grouped
+// GEMM's backward is `groups` of these.
 void gemm_backward(std::vector<Kernel>& out, const Kernel& fwd, double e, std::string_view dgrad,
-                   std::string_view wgrad) {
+                   std::string_view wgrad, double groups = 1) {
   Kernel d = fwd, w = fwd;
   d.name = dgrad;
   d.n = fwd.k;
@@ -36,7 +46,7 @@ void gemm_backward(std::vector<Kernel>& out, const Kernel& fwd, double e, std::s
   w.name = wgrad;
   w.m = fwd.k;
   w.k = fwd.m;
-  w.bytes = e * (fwd.m * fwd.k + fwd.m * fwd.n) + 2 * 4 * fwd.k * fwd.n;
+  w.bytes = groups * (e * (fwd.m * fwd.k + fwd.m * fwd.n) + 2 * 4 * fwd.k * fwd.n);
   out.push_back(d);
   out.push_back(w);
 }
@@ -75,6 +85,35 @@ Kernel residual(const Model& m, std::string_view plain, std::string_view fused, 
   return elementwise(fused, (3 * e + (m.dropout ? 1 : 0)) * elements);
 }
 
+// An MoE block's forward on a TP rank holding `phi` of every expert's columns (and of the
+// shared experts'), for bs tokens, `mine` of them its own (sequence parallelism). The router
+// runs on every token on every rank; each token's row is copied to its top_k experts
+// (permute), the experts run as grouped GEMMs on bs k / E rows each, and their outputs are
+// weighted and summed back per token (unpermute; Megatron-LM's all-gather dispatcher, whose
+// communication is the TP group's, as for a dense MLP).
+std::vector<Kernel> moe_forward(const Model& m, const TrainingConfig& t, double bs, double phi,
+                                double mine) {
+  const double e = t.bytes_per_element(), h = m.hidden, f = m.ffn;
+  const double experts = m.moe.experts, rows = bs * m.moe.top_k;
+  std::vector<Kernel> out{
+      elementwise("mlp_norm", 2 * e * mine * h),
+      gemm("router", bs, experts, h, e),
+      elementwise("router_topk", bs * experts * (e + 4) + 8 * rows),
+      elementwise("permute", 2 * e * rows * h),
+      grouped_gemm("experts.gate_up", experts, rows / experts, 2 * phi * f, h, e),
+      elementwise("swiglu", 3 * e * rows * phi * f),
+      grouped_gemm("experts.down", experts, rows / experts, h, phi * f, e),
+      elementwise("unpermute", e * (2 * rows + bs) * h)};
+  if (m.moe.shared_ffn > 0) {
+    const double fs = m.moe.shared_ffn;
+    out.push_back(gemm("shared.gate_up", bs, 2 * phi * fs, h, e));
+    out.push_back(elementwise("swiglu", 3 * e * bs * phi * fs));
+    out.push_back(gemm("shared.down", bs, h, phi * fs, e));
+  }
+  out.push_back(residual(m, "mlp_residual", "mlp_bias_dropout_add", e, mine * h));
+  return out;
+}
+
 }  // namespace
 
 std::string_view to_string(KernelClass c) {
@@ -111,6 +150,7 @@ std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block
     out.push_back(residual(m, "attn_residual", "attn_bias_dropout_add", e, mine * h));
     return out;
   }
+  if (m.is_moe()) return moe_forward(m, t, bs, phi, mine);
   if (m.mlp == MlpKind::kSwiGlu) {
     return {elementwise("mlp_norm", 2 * e * mine * h), gemm("gate_up", bs, 2 * phi * f, h, e),
             elementwise("swiglu", 3 * e * bs * phi * f), gemm("down", bs, h, phi * f, e),
@@ -164,6 +204,15 @@ std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Bloc
       if (n == "down") gemm_backward(out, k, e, "down.dgrad", "down.wgrad");
       if (n == "fc1") gemm_backward(out, k, e, "fc1.dgrad", "fc1.wgrad");
       if (n == "fc2") gemm_backward(out, k, e, "fc2.dgrad", "fc2.wgrad");
+      if (n == "router") gemm_backward(out, k, e, "router.dgrad", "router.wgrad");
+      if (n == "shared.gate_up")
+        gemm_backward(out, k, e, "shared.gate_up.dgrad", "shared.gate_up.wgrad");
+      if (n == "shared.down") gemm_backward(out, k, e, "shared.down.dgrad", "shared.down.wgrad");
+      const double experts = m.moe.experts;
+      if (n == "experts.gate_up")
+        gemm_backward(out, k, e, "experts.gate_up.dgrad", "experts.gate_up.wgrad", experts);
+      if (n == "experts.down")
+        gemm_backward(out, k, e, "experts.down.dgrad", "experts.down.wgrad", experts);
     } else if (k.cls == KernelClass::kAttention) {
       Kernel bwd = renamed(k, "attention.bwd");
       bwd.flops = 2 * k.flops;
@@ -339,13 +388,22 @@ double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b
   double kept = e * sbh * 4 + (m.dropout ? 2 * sbh : 0);
   double split =
       e * (2 * sbh + 2 * s * b * kd) + e * s * b * f * (m.mlp == MlpKind::kSwiGlu ? 3 : 2);
+  double whole = 0;  // on every rank, whole
+  if (m.is_moe()) {
+    // The experts' gate, up and SwiGLU outputs for top_k rows per token, and the shared
+    // experts'; each rank keeps the permuted input rows and the experts' output rows whole
+    // (the weighted sum's backward needs them) and the router's logits and probabilities.
+    const double k_rows = m.moe.top_k;
+    split = e * (2 * sbh + 2 * s * b * kd) + 3 * e * s * b * (k_rows * f + m.moe.shared_ffn);
+    whole = 2 * e * k_rows * sbh + (e + 4) * s * b * m.moe.experts;
+  }
   double core = 0;
   if (t.attention == AttentionKernel::kFlash) {
     core = 4 * a * s * b;
   } else if (r == Recompute::kNone) {
     core = (e + (m.dropout ? 1 + e : 0)) * a * s * s * b;
   }
-  return kept / sp_div + (split + core) * phi;
+  return kept / sp_div + whole + (split + core) * phi;
 }
 
 StageShape whole_model_shape(const Model& m, int micro_batch, std::optional<Recompute> r) {
@@ -364,7 +422,8 @@ int in_flight_micro_batches(PipelineSchedule s, int stage, int stages, int micro
 
 double stage_params(const Model& m, const StageShape& s) {
   const double layers = s.layer_end - s.layer_begin;
-  double p = layers * ((m.attention_params() + m.mlp_params()) * s.phi + m.norm_params());
+  double p = layers * ((m.attention_params() + m.mlp_params()) * s.phi + m.norm_params() +
+                       m.router_params());
   const double table = static_cast<double>(m.vocab) * m.hidden;
   if (s.first) p += table * s.phi + (m.embedding_params() - table);  // positions replicated
   if (s.last) {

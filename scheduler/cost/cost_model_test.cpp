@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace hexi {
@@ -85,6 +86,56 @@ TEST(CostModel, LlamaLayerFlopsWithCausalFlashKernel) {
   EXPECT_NEAR(kernels_flops(block_forward(m, t, Block::kMlp, 1, 0.25)) /
                   kernels_flops(block_forward(m, t, Block::kMlp, 1, 1.0)),
               0.25, 1e-12);
+}
+
+// A mixture-of-experts layer: the router (2bsh E) on every TP rank, each token's top_k experts
+// (6bshf each) and the shared experts (6bsh f_s) split by the rank's column share; the
+// backward twice the forward; the weights a TP rank holds; one device holding every
+// parameter once.
+TEST(CostModel, MixtureOfExpertsFlopsAndWeights) {
+  Model m;
+  m.layers = 4;
+  m.hidden = 2048;
+  m.ffn = 1408;
+  m.heads = m.kv_heads = 16;
+  m.vocab = 1000;
+  m.moe = {64, 6, 2816};
+  TrainingConfig t;
+  t.seq_len = 4096;
+  const double bs = 4096, h = 2048, f = 1408, fs = 2816, experts = 64, k = 6;
+  for (double phi : {1.0, 0.25}) {
+    const double expected = 2 * bs * h * experts + phi * (k * 6 * bs * h * f + 6 * bs * h * fs);
+    EXPECT_NEAR(kernels_flops(block_forward(m, t, Block::kMlp, 1, phi)) / expected, 1.0, 1e-12)
+        << phi;
+    EXPECT_NEAR(kernels_flops(block_backward(m, t, Block::kMlp, 1, phi)) / (2 * expected), 1.0,
+                1e-12)
+        << phi;
+  }
+  // The grouped expert GEMMs are shaped per expert (bs k / E rows) and read every expert's
+  // weights; their weight gradients read and write each expert's fp32 gradient.
+  const auto fwd = block_forward(m, t, Block::kMlp, 1, 1.0);
+  const auto gate_up = std::find_if(fwd.begin(), fwd.end(),
+                                    [](const Kernel& g) { return g.name == "experts.gate_up"; });
+  ASSERT_NE(gate_up, fwd.end());
+  EXPECT_DOUBLE_EQ(gate_up->m, bs * k / experts);
+  EXPECT_GE(gate_up->bytes, 2.0 * experts * h * 2 * f);
+  const auto bwd = block_backward(m, t, Block::kMlp, 1, 1.0);
+  const auto wgrad = std::find_if(
+      bwd.begin(), bwd.end(), [](const Kernel& g) { return g.name == "experts.gate_up.wgrad"; });
+  ASSERT_NE(wgrad, bwd.end());
+  EXPECT_GE(wgrad->bytes, 8.0 * experts * h * 2 * f);
+  // Weights: a rank holding a quarter of the columns holds a quarter of every expert but the
+  // whole router; one device holds every parameter once.
+  StageShape quarter;
+  quarter.layer_end = 1;
+  quarter.phi = 0.25;
+  EXPECT_DOUBLE_EQ(stage_params(m, quarter),
+                   0.25 * (m.attention_params() + m.mlp_params()) + m.norm_params() + h * experts);
+  EXPECT_NEAR(stage_params(m, whole_model_shape(m, 1, std::nullopt)), m.params(), 1.0);
+  // Activations grow with top_k (the experts' rows), not with the number of experts.
+  const double four = activation_bytes_per_layer(m, t, 1, 1, 1.0);
+  m.moe.experts = 128;
+  EXPECT_NEAR(activation_bytes_per_layer(m, t, 1, 1, 1.0) - four, (2 + 4) * bs * 64, 1e-6);
 }
 
 TEST(CostModel, KorthikantiActivationBytes) {

@@ -26,6 +26,9 @@ ShardRanges shard_ranges(const Model& m, int a0, int a1) {
   r.kv_end = static_cast<int>((a1 * k + a - 1) / a);
   r.ffn_begin = static_cast<int>(f * a0 / a);
   r.ffn_end = static_cast<int>(f * a1 / a);
+  const std::int64_t fs = m.moe.shared_ffn;
+  r.shared_begin = static_cast<int>(fs * a0 / a);
+  r.shared_end = static_cast<int>(fs * a1 / a);
   r.vocab_begin = static_cast<int>(v * a0 / a);
   r.vocab_end = static_cast<int>(v * a1 / a);
   return r;
@@ -33,7 +36,7 @@ ShardRanges shard_ranges(const Model& m, int a0, int a1) {
 
 namespace {
 
-enum class Axis { kHeads, kKv, kFfn, kVocab, kReplicated };
+enum class Axis { kHeads, kKv, kFfn, kSharedFfn, kVocab, kReplicated };
 
 struct Param {
   const char* name;
@@ -50,7 +53,20 @@ std::vector<Param> layer_params(const Model& m) {
                            {"wv", Axis::kKv, d * h + bias * d},
                            {"wo", Axis::kHeads, h * d}};
   if (m.bias) ps.push_back({"o_bias", Axis::kReplicated, h});
-  if (m.mlp == MlpKind::kSwiGlu) {
+  if (m.is_moe()) {
+    // A column of every routed expert (expert-tensor parallelism equal to TP), the shared
+    // experts' columns, the replicated router.
+    const double experts = m.moe.experts;
+    ps.push_back({"router", Axis::kReplicated, h * experts});
+    ps.push_back({"experts.w_gate", Axis::kFfn, h * experts});
+    ps.push_back({"experts.w_up", Axis::kFfn, h * experts});
+    ps.push_back({"experts.w_down", Axis::kFfn, h * experts});
+    if (m.moe.shared_ffn > 0) {
+      ps.push_back({"shared.w_gate", Axis::kSharedFfn, h});
+      ps.push_back({"shared.w_up", Axis::kSharedFfn, h});
+      ps.push_back({"shared.w_down", Axis::kSharedFfn, h});
+    }
+  } else if (m.mlp == MlpKind::kSwiGlu) {
     ps.push_back({"w_gate", Axis::kFfn, h + bias});
     ps.push_back({"w_up", Axis::kFfn, h + bias});
     ps.push_back({"w_down", Axis::kFfn, h});
@@ -81,6 +97,8 @@ std::pair<int, int> axis_range(const ShardRanges& r, Axis axis) {
       return {r.kv_begin, r.kv_end};
     case Axis::kFfn:
       return {r.ffn_begin, r.ffn_end};
+    case Axis::kSharedFfn:
+      return {r.shared_begin, r.shared_end};
     case Axis::kVocab:
       return {r.vocab_begin, r.vocab_end};
     case Axis::kReplicated:

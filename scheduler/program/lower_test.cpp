@@ -349,6 +349,21 @@ TEST(DpBuckets, EqualLayoutsGiveOneBucketPerRankCoveringEveryParameter) {
   EXPECT_DOUBLE_EQ(std::accumulate(b.owned_params.begin(), b.owned_params.end(), 0.0), m.params());
 }
 
+// Under ZeRO 0 and 1, `plan`'s DP buckets synchronise every parameter of `m` exactly once, and
+// under ZeRO-1 the parameters the devices own add up to the model.
+void expect_buckets_cover_the_model(const Plan& plan, const Model& m) {
+  for (int zero : {0, 1}) {
+    DpBuckets b = plan_dp_buckets(plan, m, zero, 8);
+    double covered = 0;
+    for (const auto& bk : b.buckets) covered += bk.elements;
+    EXPECT_DOUBLE_EQ(covered, m.params()) << "ZeRO " << zero;
+    if (zero == 1) {
+      EXPECT_DOUBLE_EQ(std::accumulate(b.owned_params.begin(), b.owned_params.end(), 0.0),
+                       m.params());
+    }
+  }
+}
+
 // A GPT-style model (biases, LayerNorm with its bias, GELU MLP, learned positions, tied
 // embeddings): its buckets cover every parameter too, biases and norms included.
 TEST(DpBuckets, AGptStyleModelIsCoveredToo) {
@@ -358,16 +373,21 @@ TEST(DpBuckets, AGptStyleModelIsCoveredToo) {
   m.learned_positions = true;
   m.tied_embeddings = true;
   m.mlp = MlpKind::kGelu;
-  for (int zero : {0, 1}) {
-    DpBuckets b = plan_dp_buckets(uniform_plan(2, 2, 2, 4, 4), m, zero, 8);
-    double covered = 0;
-    for (const auto& bk : b.buckets) covered += bk.elements;
-    EXPECT_DOUBLE_EQ(covered, m.params()) << "ZeRO " << zero;
-    if (zero == 1) {
-      EXPECT_DOUBLE_EQ(std::accumulate(b.owned_params.begin(), b.owned_params.end(), 0.0),
-                       m.params());
-    }
-  }
+  expect_buckets_cover_the_model(uniform_plan(2, 2, 2, 4, 4), m);
+}
+
+// A mixture of experts (every expert split by columns over TP, shared experts, a replicated
+// router): its buckets cover every parameter once, under uneven TP degrees too.
+TEST(DpBuckets, AMixtureOfExpertsIsCoveredToo) {
+  Model m = tiny_model(2, 2);
+  m.moe = {6, 2, 96};
+  const Plan uneven = plan_from(
+      {{"version", 1},
+       {"pipelines",
+        {{{"batch", 1}, {"stages", {{{"devices", {0, 1}}, {"layers", {0, 2}}}}}},
+         {{"batch", 1}, {"stages", {{{"devices", {2, 3, 4, 5}}, {"layers", {0, 2}}}}}}}}});
+  expect_buckets_cover_the_model(uniform_plan(2, 2, 2, 2, 4), m);
+  expect_buckets_cover_the_model(uneven, m);
 }
 
 TEST(DpBuckets, DifferentTpDegreesSplitTheSmallerShard) {
