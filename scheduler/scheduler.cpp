@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "scheduler/baselines/baselines.hpp"
@@ -9,6 +11,7 @@
 #include "scheduler/hexiscale/exact.hpp"
 #include "scheduler/hexiscale/hexiscale.hpp"
 #include "scheduler/hexiseq/exact.hpp"
+#include "scheduler/search/batch_split.hpp"
 
 namespace hexi {
 namespace {
@@ -31,14 +34,85 @@ Scheduled of_plan(const std::string& name, SchedulerKind kind, const Plan& plan,
   return s;
 }
 
+// Whether estimate `a` is the better: fitting first, then the shorter iteration.
+bool better_estimate(const Estimate& a, const Estimate& b) {
+  if (a.feasible != b.feasible) return a.feasible;
+  return a.iteration_time_s < b.iteration_time_s * (1 - 1e-9);
+}
+
+// `plan` with whole experts on every GPU of every TP stage (expert_split), each group's
+// experts split in proportion to its GPUs' FLOP/s; nullopt where a stage is a mesh or has
+// more GPUs than experts.
+std::optional<Plan> with_whole_experts(const Plan& plan, const Scenario& sc) {
+  Plan out = plan;
+  for (Pipeline& p : out.pipelines) {
+    for (Stage& s : p.stages) {
+      if (s.mesh()) return std::nullopt;
+      std::vector<double> rate;
+      for (int d : s.devices) rate.push_back(sc.cluster.gpu(d).flops());
+      s.expert_split = proportional_split(rate, sc.model.moe.experts);
+      if (s.expert_split.empty()) return std::nullopt;
+    }
+  }
+  return out;
+}
+
+// A mixture of experts: every plan a pipeline search returns (its best, runners-up and best
+// on every GPU) is scored again with whole experts per GPU (with_whole_experts), and the
+// better of the two kept. Fine-grained experts split by columns over a TP group make narrow
+// GEMMs; whole experts give each GPU full-width ones on fewer rows. A note says which won.
+void place_experts(const Scenario& sc, SearchResult& r) {
+  if (!sc.model.is_moe()) return;
+  const CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+  double columns_s = 0, whole_s = 0;  // the search's best plan both ways (0: not scored)
+  auto improve = [&](Plan& plan, Estimate& estimate, bool best) {
+    const std::optional<Plan> whole = with_whole_experts(plan, sc);
+    if (!whole) return;
+    Estimate e = cm.estimate(*whole);
+    if (best) {
+      columns_s = estimate.iteration_time_s;
+      whole_s = e.iteration_time_s;
+    }
+    if (!better_estimate(e, estimate)) return;
+    plan = std::move(*whole);
+    estimate = std::move(e);
+  };
+  improve(r.plan, r.estimate, true);
+  for (EstimatedPlan& p : r.runners_up) improve(p.plan, p.estimate, false);
+  if (r.all_gpus) improve(r.all_gpus->plan, r.all_gpus->estimate, false);
+  for (EstimatedPlan& p : r.runners_up) {
+    if (better_estimate(p.estimate, r.estimate)) {
+      std::swap(p.plan, r.plan);
+      std::swap(p.estimate, r.estimate);
+    }
+  }
+  bool grouped = false;  // a TP group of 2 or more GPUs: the two placements differ
+  for (const Pipeline& p : r.plan.pipelines) {
+    for (const Stage& s : p.stages) grouped = grouped || s.tp() > 1;
+  }
+  if (!grouped || whole_s == 0) return;
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "mixture of experts: the search's best plan takes %.3f s per iteration with whole "
+                "experts per GPU and %.3f s with every expert split by columns over its TP group "
+                "(closed form); the plan returned runs %s",
+                whole_s, columns_s,
+                r.plan.pipelines.front().stages.front().expert_split.empty()
+                    ? "experts split by columns"
+                    : "whole experts");
+  r.notes.push_back(line);
+}
+
 // A pipeline search: the scenario checked first (a disconnected cluster, a model that fits
-// nowhere), its plan and estimate the document.
+// nowhere), its plan and estimate the document; a mixture of experts' experts placed
+// (place_experts).
 SchedulerInfo pipeline(std::string name, std::string description, PipelineFn fn,
                        bool in_best = true, int best_max_gpus = 0) {
   auto run = [fn](const Scenario& sc, const SchedulerOptions& o) -> Result<Scheduled> {
     if (auto st = check_schedulable(sc); !st) return st.error();
     auto r = fn(sc, o.search);
     if (!r) return r.error();
+    place_experts(sc, *r);
     Scheduled s =
         of_plan(r->scheduler, SchedulerKind::kPipeline, r->plan, r->estimate, r->search_time_s);
     s.pipeline = std::move(*r);

@@ -768,16 +768,26 @@ TEST(Simulator, MixtureOfExpertsPlansAgreeWithTheEstimate) {
       stages.push_back({{"devices", {q, q + 1, q + 2, q + 3}}, {"layers", {half, layers}}});
       pipes.push_back({{"batch", sc->training.global_batch / 4}, {"stages", stages}});
     }
-    const Plan plan = testing::plan_from({{"version", 1}, {"pipelines", pipes}});
-    CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
-    const double estimate = cm.estimate(plan).iteration_time_s;
-    for (Granularity g : {Granularity::kLayer, Granularity::kStage}) {
-      auto out = simulate_plan(plan, sc->cluster, sc->model, sc->training, sc->profile, g);
-      ASSERT_TRUE(out.ok()) << out.error().message;
-      const double sim = out->report.iteration_time_s;
-      EXPECT_NEAR(sim, estimate, 0.03 * estimate) << name << " " << to_string(g);
-      std::printf("%s, %s: simulated %.4f s, closed form %.4f s (%.4f)\n", name,
-                  std::string(to_string(g)).c_str(), sim, estimate, sim / estimate);
+    const Plan columns = testing::plan_from({{"version", 1}, {"pipelines", pipes}});
+    // The same plan with whole experts per device, unevenly on the TP-2 stages.
+    Plan whole = columns;
+    const int experts = sc->model.moe.experts;
+    for (Pipeline& p : whole.pipelines) {
+      p.stages[0].expert_split = {experts / 2 + experts / 8, experts / 2 - experts / 8};
+      p.stages[1].expert_split.assign(4, experts / 4);
+    }
+    for (const Plan* plan : {&columns, static_cast<const Plan*>(&whole)}) {
+      const char* kind = plan == &columns ? "by columns" : "whole experts";
+      CostModel cm(sc->cluster, sc->model, sc->training, sc->profile);
+      const double estimate = cm.estimate(*plan).iteration_time_s;
+      for (Granularity g : {Granularity::kLayer, Granularity::kStage}) {
+        auto out = simulate_plan(*plan, sc->cluster, sc->model, sc->training, sc->profile, g);
+        ASSERT_TRUE(out.ok()) << out.error().message;
+        const double sim = out->report.iteration_time_s;
+        EXPECT_NEAR(sim, estimate, 0.03 * estimate) << name << " " << kind << " " << to_string(g);
+        std::printf("%s, experts %s, %s: simulated %.4f s, closed form %.4f s (%.4f)\n", name, kind,
+                    std::string(to_string(g)).c_str(), sim, estimate, sim / estimate);
+      }
     }
   }
 }

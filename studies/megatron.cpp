@@ -55,6 +55,12 @@ std::vector<std::string> unexpressible(const Plan& plan, const TrainingConfig& t
         why.push_back(where + " gives its TP ranks " + join(st.head_split, ", ") +
                       " heads: Megatron-LM's tensor parallelism splits the heads evenly");
       }
+      if (!st.expert_split.empty() &&
+          std::adjacent_find(st.expert_split.begin(), st.expert_split.end(),
+                             std::not_equal_to<>()) != st.expert_split.end()) {
+        why.push_back(where + " gives its ranks " + join(st.expert_split, ", ") +
+                      " experts: Megatron-LM's expert parallelism splits the experts evenly");
+      }
     }
   }
   auto listed = [](const std::set<int>& s) {
@@ -185,15 +191,17 @@ void add_arguments(MegatronExport& e, const Scenario& sc, const Plan& plan) {
   add(e, "--max-position-embeddings", std::to_string(std::max(t.seq_len, m.max_seq)));
   if (m.mlp == MlpKind::kSwiGlu) add(e, "--swiglu");
   if (m.is_moe()) {
-    // Every expert split by columns over the TP group, tokens all-gathered to it: what the
-    // plan's cost model and lowering assume.
+    // Every expert split by columns over the TP group (or, with an expert_split, whole
+    // experts spread over it), tokens all-gathered to it: what the plan's cost model and
+    // lowering assume.
+    const bool whole = !p.stages.front().expert_split.empty();
     add(e, "--num-experts", std::to_string(m.moe.experts));
     add(e, "--moe-router-topk", std::to_string(m.moe.top_k));
     add(e, "--moe-ffn-hidden-size", std::to_string(m.ffn));
     if (m.moe.shared_ffn > 0)
       add(e, "--moe-shared-expert-intermediate-size", std::to_string(m.moe.shared_ffn));
-    add(e, "--expert-model-parallel-size", "1");
-    add(e, "--expert-tensor-parallel-size", std::to_string(e.tp));
+    add(e, "--expert-model-parallel-size", whole ? std::to_string(e.tp) : "1");
+    add(e, "--expert-tensor-parallel-size", whole ? "1" : std::to_string(e.tp));
     add(e, "--moe-token-dispatcher-type", "allgather");
     add(e, "--moe-grouped-gemm");
   }

@@ -122,6 +122,19 @@ TEST(Megatron, AMixtureOfExpertsNamesItsExperts) {
   // A dense model names none.
   EXPECT_EQ(value_of(export_megatron(a800_scenario(), plan, "s.json", "p.json"), "--num-experts"),
             "");
+  // Whole experts over the TP group: expert parallelism of the TP degree, evenly only.
+  Plan whole = plan;
+  for (Stage& s : whole.pipelines[0].stages) s.expert_split = {2, 2, 2, 2};
+  const MegatronExport ep = export_megatron(sc, whole, "s.json", "p.json");
+  ASSERT_TRUE(ep.runs);
+  EXPECT_EQ(value_of(ep, "--expert-model-parallel-size"), "4");
+  EXPECT_EQ(value_of(ep, "--expert-tensor-parallel-size"), "1");
+  whole.pipelines[0].stages[1].expert_split = {3, 1, 2, 2};
+  const MegatronExport uneven = export_megatron(sc, whole, "s.json", "p.json");
+  EXPECT_FALSE(uneven.runs);
+  ASSERT_FALSE(uneven.reasons.empty());
+  EXPECT_NE(uneven.reasons.front().find("gives its ranks 3, 1, 2, 2 experts"), std::string::npos)
+      << uneven.reasons.front();
 }
 
 TEST(Megatron, AnUnevenLayerSplitIsAPipelineLayout) {

@@ -85,25 +85,38 @@ Kernel residual(const Model& m, std::string_view plain, std::string_view fused, 
   return elementwise(fused, (3 * e + (m.dropout ? 1 : 0)) * elements);
 }
 
-// An MoE block's forward on a TP rank holding `phi` of every expert's columns (and of the
-// shared experts'), for bs tokens, `mine` of them its own (sequence parallelism). The router
-// runs on every token on every rank; each token's row is copied to its top_k experts
-// (permute), the experts run as grouped GEMMs on bs k / E rows each, and their outputs are
-// weighted and summed back per token (unpermute; Megatron-LM's all-gather dispatcher, whose
-// communication is the TP group's, as for a dense MLP).
+// What a TP rank computes of an MoE layer's routed experts for bs tokens: `groups` experts
+// (grouped GEMMs) of `width` columns each, on `rows` token rows in all.
+struct ExpertWork {
+  double groups, width, rows;
+};
+ExpertWork expert_work(const Model& m, double bs, double phi, double experts) {
+  const double all = m.moe.experts, rows = bs * m.moe.top_k;
+  if (experts < 0) return {all, phi * m.ffn, rows};  // phi of every expert's columns
+  return {experts * all, static_cast<double>(m.ffn), experts * rows};
+}
+
+// An MoE block's forward on a TP rank, for bs tokens, `mine` of them its own (sequence
+// parallelism). The router runs on every token on every rank; each token's row is copied to
+// its top_k experts (permute), the rank's experts run as grouped GEMMs on bs k / E rows each
+// (routing is uniform), and their outputs are weighted and summed back per token
+// (unpermute; Megatron-LM's all-gather dispatcher, whose communication is the TP group's, as
+// for a dense MLP). The rank holds phi of every expert's columns, or `experts` of the
+// experts whole; phi of the shared experts' columns.
 std::vector<Kernel> moe_forward(const Model& m, const TrainingConfig& t, double bs, double phi,
-                                double mine) {
-  const double e = t.bytes_per_element(), h = m.hidden, f = m.ffn;
-  const double experts = m.moe.experts, rows = bs * m.moe.top_k;
-  std::vector<Kernel> out{
-      elementwise("mlp_norm", 2 * e * mine * h),
-      gemm("router", bs, experts, h, e),
-      elementwise("router_topk", bs * experts * (e + 4) + 8 * rows),
-      elementwise("permute", 2 * e * rows * h),
-      grouped_gemm("experts.gate_up", experts, rows / experts, 2 * phi * f, h, e),
-      elementwise("swiglu", 3 * e * rows * phi * f),
-      grouped_gemm("experts.down", experts, rows / experts, h, phi * f, e),
-      elementwise("unpermute", e * (2 * rows + bs) * h)};
+                                double mine, double experts) {
+  const double e = t.bytes_per_element(), h = m.hidden;
+  const double all = m.moe.experts, per_expert = bs * m.moe.top_k / all;
+  const ExpertWork w = expert_work(m, bs, phi, experts);
+  std::vector<Kernel> out{elementwise("mlp_norm", 2 * e * mine * h), gemm("router", bs, all, h, e),
+                          elementwise("router_topk", bs * all * (e + 4) + 8 * bs * m.moe.top_k)};
+  if (w.groups > 0) {
+    out.push_back(elementwise("permute", 2 * e * w.rows * h));
+    out.push_back(grouped_gemm("experts.gate_up", w.groups, per_expert, 2 * w.width, h, e));
+    out.push_back(elementwise("swiglu", 3 * e * w.rows * w.width));
+    out.push_back(grouped_gemm("experts.down", w.groups, per_expert, h, w.width, e));
+  }
+  out.push_back(elementwise("unpermute", e * (2 * w.rows + bs) * h));
   if (m.moe.shared_ffn > 0) {
     const double fs = m.moe.shared_ffn;
     out.push_back(gemm("shared.gate_up", bs, 2 * phi * fs, h, e));
@@ -129,7 +142,7 @@ double token_share(const TrainingConfig& t, int tp) {
 }
 
 std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
-                                  double phi, double share) {
+                                  double phi, double share, double experts) {
   const double e = t.bytes_per_element(), bs = static_cast<double>(b) * t.seq_len;
   const double h = m.hidden, f = m.ffn, kd = m.kv_dim();
   const double mine = share * bs;  // tokens of the norms and residual adds
@@ -150,7 +163,7 @@ std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block
     out.push_back(residual(m, "attn_residual", "attn_bias_dropout_add", e, mine * h));
     return out;
   }
-  if (m.is_moe()) return moe_forward(m, t, bs, phi, mine);
+  if (m.is_moe()) return moe_forward(m, t, bs, phi, mine, experts);
   if (m.mlp == MlpKind::kSwiGlu) {
     return {elementwise("mlp_norm", 2 * e * mine * h), gemm("gate_up", bs, 2 * phi * f, h, e),
             elementwise("swiglu", 3 * e * bs * phi * f), gemm("down", bs, h, phi * f, e),
@@ -183,8 +196,8 @@ TpCollectives tp_collectives(const TrainingConfig& t, int layers, bool first, bo
 }
 
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
-                                   double phi, Recompute r, double share) {
-  std::vector<Kernel> fwd = block_forward(m, t, block, b, phi, share);
+                                   double phi, Recompute r, double share, double experts) {
+  std::vector<Kernel> fwd = block_forward(m, t, block, b, phi, share, experts);
   const double e = t.bytes_per_element();
   std::vector<Kernel> out;
   if (r == Recompute::kFull) {
@@ -208,11 +221,11 @@ std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Bloc
       if (n == "shared.gate_up")
         gemm_backward(out, k, e, "shared.gate_up.dgrad", "shared.gate_up.wgrad");
       if (n == "shared.down") gemm_backward(out, k, e, "shared.down.dgrad", "shared.down.wgrad");
-      const double experts = m.moe.experts;
+      const double groups = expert_work(m, 0, phi, experts).groups;
       if (n == "experts.gate_up")
-        gemm_backward(out, k, e, "experts.gate_up.dgrad", "experts.gate_up.wgrad", experts);
+        gemm_backward(out, k, e, "experts.gate_up.dgrad", "experts.gate_up.wgrad", groups);
       if (n == "experts.down")
-        gemm_backward(out, k, e, "experts.down.dgrad", "experts.down.wgrad", experts);
+        gemm_backward(out, k, e, "experts.down.dgrad", "experts.down.wgrad", groups);
     } else if (k.cls == KernelClass::kAttention) {
       Kernel bwd = renamed(k, "attention.bwd");
       bwd.flops = 2 * k.flops;
@@ -379,7 +392,7 @@ double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b
 }
 
 double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
-                                  double phi, Recompute r) {
+                                  double phi, Recompute r, double experts) {
   const double e = t.bytes_per_element(), s = t.seq_len, h = m.hidden, f = m.ffn;
   const double kd = m.kv_dim(), a = m.heads;
   const double sbh = s * b * h;
@@ -390,12 +403,12 @@ double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b
       e * (2 * sbh + 2 * s * b * kd) + e * s * b * f * (m.mlp == MlpKind::kSwiGlu ? 3 : 2);
   double whole = 0;  // on every rank, whole
   if (m.is_moe()) {
-    // The experts' gate, up and SwiGLU outputs for top_k rows per token, and the shared
-    // experts'; each rank keeps the permuted input rows and the experts' output rows whole
-    // (the weighted sum's backward needs them) and the router's logits and probabilities.
-    const double k_rows = m.moe.top_k;
-    split = e * (2 * sbh + 2 * s * b * kd) + 3 * e * s * b * (k_rows * f + m.moe.shared_ffn);
-    whole = 2 * e * k_rows * sbh + (e + 4) * s * b * m.moe.experts;
+    // The rank's experts' gate, up and SwiGLU outputs for their rows and the shared experts'
+    // (phi of their columns); the permuted input rows and the experts' output rows (the
+    // weighted sum's backward needs them) and the router's logits and probabilities.
+    const ExpertWork w = expert_work(m, s * b, phi, experts);
+    split = e * (2 * sbh + 2 * s * b * kd) + 3 * e * s * b * m.moe.shared_ffn;
+    whole = 3 * e * w.rows * w.width + 2 * e * w.rows * h + (e + 4) * s * b * m.moe.experts;
   }
   double core = 0;
   if (t.attention == AttentionKernel::kFlash) {
@@ -424,6 +437,10 @@ double stage_params(const Model& m, const StageShape& s) {
   const double layers = s.layer_end - s.layer_begin;
   double p = layers * ((m.attention_params() + m.mlp_params()) * s.phi + m.norm_params() +
                        m.router_params());
+  if (m.is_moe() && s.experts >= 0) {  // whole experts instead of phi of each one's columns
+    const double routed = 3.0 * m.hidden * m.ffn * m.moe.experts;
+    p += layers * routed * (s.experts - s.phi);
+  }
   const double table = static_cast<double>(m.vocab) * m.hidden;
   if (s.first) p += table * s.phi + (m.embedding_params() - table);  // positions replicated
   if (s.last) {
@@ -446,7 +463,7 @@ MemoryBreakdown device_memory(const Model& m, const TrainingConfig& t, const Sta
   const double layers = s.layer_end - s.layer_begin;
   mem.activations = layers * s.in_flight *
                     activation_bytes_per_layer(m, t, s.micro_batch, s.tp, s.phi,
-                                               s.recompute.value_or(t.recompute));
+                                               s.recompute.value_or(t.recompute), s.experts);
   if (s.first)
     mem.activations += s.in_flight * hidden_bytes(m, t, s.micro_batch);  // embedding output
   if (s.last) {

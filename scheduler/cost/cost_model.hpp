@@ -80,14 +80,17 @@ double token_share(const TrainingConfig& t, int tp);
 
 // Kernels of one block's forward / backward on one TP rank holding `phi` of the
 // heads and ffn columns and `share` of the tokens of its token-wise kernels (token_share).
+// A mixture of experts' rank holds `experts` of the routed experts whole (a fraction,
+// Stage::expert_share), or, when negative, phi of every expert's columns.
 // Backward includes recompute: `r` (a stage's own choice), or the training config's when
 // not given.
 std::vector<Kernel> block_forward(const Model& m, const TrainingConfig& t, Block block, int b,
-                                  double phi, double share = 1.0);
+                                  double phi, double share = 1.0, double experts = -1);
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
                                    double phi);
 std::vector<Kernel> block_backward(const Model& m, const TrainingConfig& t, Block block, int b,
-                                   double phi, Recompute r, double share = 1.0);
+                                   double phi, Recompute r, double share = 1.0,
+                                   double experts = -1);
 // TP all-reduces per layer that recompute adds to the backward (full: the replayed
 // forward's two; none / selective: 0). Under sequence parallelism each is a reduce-scatter
 // and an all-gather: the same bytes and ring steps.
@@ -144,7 +147,7 @@ double hidden_bytes(const Model& m, const TrainingConfig& t, int b);
 double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
                                   double phi);
 double activation_bytes_per_layer(const Model& m, const TrainingConfig& t, int b, int tp,
-                                  double phi, Recompute r);
+                                  double phi, Recompute r, double experts = -1);
 
 // What one device of a stage holds.
 struct StageShape {
@@ -153,9 +156,10 @@ struct StageShape {
   bool first = false;  // holds the embedding
   bool last = false;   // holds the head and computes the loss
   int tp = 1;
-  double phi = 1.0;   // fraction of heads / ffn / vocab on this device
-  int in_flight = 1;  // micro-batches whose activations are alive at the peak
-  int dp = 1;         // data-parallel replicas (ZeRO-1 shards optimizer state over them)
+  double phi = 1.0;     // fraction of heads / ffn / vocab on this device
+  double experts = -1;  // fraction of the routed experts held whole; < 0: phi of each one
+  int in_flight = 1;    // micro-batches whose activations are alive at the peak
+  int dp = 1;           // data-parallel replicas (ZeRO-1 shards optimizer state over them)
   int micro_batch = 1;
   std::optional<Recompute> recompute;  // the stage's choice; absent: the training config's
 };

@@ -88,18 +88,24 @@ TEST(CostModel, LlamaLayerFlopsWithCausalFlashKernel) {
               0.25, 1e-12);
 }
 
+// A 4-layer mixture of experts: `heads` heads of `hidden` / heads, experts of width `ffn`.
+Model moe_model(int hidden, int ffn, int heads, Moe moe) {
+  Model m;
+  m.layers = 4;
+  m.hidden = hidden;
+  m.ffn = ffn;
+  m.heads = m.kv_heads = heads;
+  m.vocab = 1000;
+  m.moe = moe;
+  return m;
+}
+
 // A mixture-of-experts layer: the router (2bsh E) on every TP rank, each token's top_k experts
 // (6bshf each) and the shared experts (6bsh f_s) split by the rank's column share; the
 // backward twice the forward; the weights a TP rank holds; one device holding every
 // parameter once.
 TEST(CostModel, MixtureOfExpertsFlopsAndWeights) {
-  Model m;
-  m.layers = 4;
-  m.hidden = 2048;
-  m.ffn = 1408;
-  m.heads = m.kv_heads = 16;
-  m.vocab = 1000;
-  m.moe = {64, 6, 2816};
+  Model m = moe_model(2048, 1408, 16, {64, 6, 2816});
   TrainingConfig t;
   t.seq_len = 4096;
   const double bs = 4096, h = 2048, f = 1408, fs = 2816, experts = 64, k = 6;
@@ -136,6 +142,49 @@ TEST(CostModel, MixtureOfExpertsFlopsAndWeights) {
   const double four = activation_bytes_per_layer(m, t, 1, 1, 1.0);
   m.moe.experts = 128;
   EXPECT_NEAR(activation_bytes_per_layer(m, t, 1, 1, 1.0) - four, (2 + 4) * bs * 64, 1e-6);
+}
+
+// Expert parallelism over a TP group: a rank holding a fraction of the experts whole runs
+// that fraction of the routed rows through full-width experts. Over the group the expert
+// FLOPs are those of the column split; a rank with no expert runs only the router and the
+// shared experts; weights and activations follow the rank's experts, not its columns.
+TEST(CostModel, WholeExpertsPerRank) {
+  Model m = moe_model(1024, 512, 8, {8, 2, 256});
+  TrainingConfig t;
+  t.seq_len = 1024;
+  const double bs = 1024, h = 1024, f = 512, fs = 256;
+  auto flops = [&](double phi, double experts) {
+    return kernels_flops(block_forward(m, t, Block::kMlp, 1, phi, 1.0, experts));
+  };
+  const double router = 2 * bs * h * 8, shared = 6 * bs * h * fs;
+  // Ranks of a TP-4 group holding 1, 2, 2 and 3 of the 8 experts (phi 1/4 each).
+  double sum = 0;
+  for (double experts : {1.0, 2.0, 2.0, 3.0}) {
+    const double mine = flops(0.25, experts / 8);
+    EXPECT_NEAR(mine / (router + 0.25 * shared + experts / 8 * 2 * 6 * bs * h * f), 1.0, 1e-12);
+    sum += mine - router - 0.25 * shared;
+  }
+  EXPECT_NEAR(sum / (4 * (flops(0.25, -1) - router - 0.25 * shared)), 1.0, 1e-12);
+  EXPECT_NEAR(flops(0.25, 0.0) / (router + 0.25 * shared), 1.0, 1e-12);
+  // The grouped GEMM's shape: full expert width, bs k / E rows per expert.
+  const auto fwd = block_forward(m, t, Block::kMlp, 1, 0.25, 1.0, 3.0 / 8);
+  const auto gate_up = std::find_if(fwd.begin(), fwd.end(),
+                                    [](const Kernel& g) { return g.name == "experts.gate_up"; });
+  ASSERT_NE(gate_up, fwd.end());
+  EXPECT_DOUBLE_EQ(gate_up->n, 2 * f);
+  EXPECT_DOUBLE_EQ(gate_up->m, bs * 2 / 8);
+  EXPECT_NEAR(
+      kernels_flops(block_backward(m, t, Block::kMlp, 1, 0.25, Recompute::kNone, 1.0, 3.0 / 8)) /
+          (2 * kernels_flops(fwd)),
+      1.0, 1e-12);
+  StageShape rank;
+  rank.layer_end = 1;
+  rank.phi = 0.25;
+  rank.experts = 3.0 / 8;
+  EXPECT_DOUBLE_EQ(stage_params(m, rank), 0.25 * (m.attention_params() + 3 * h * fs) +
+                                              3 * 3 * h * f + m.norm_params() + h * 8);
+  EXPECT_GT(activation_bytes_per_layer(m, t, 1, 4, 0.25, Recompute::kNone, 3.0 / 8),
+            activation_bytes_per_layer(m, t, 1, 4, 0.25, Recompute::kNone, 1.0 / 8));
 }
 
 TEST(CostModel, KorthikantiActivationBytes) {

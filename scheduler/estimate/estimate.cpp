@@ -29,35 +29,37 @@ CostModel::CostModel(const Cluster& cluster, const Model& model, const TrainingC
 }
 
 double CostModel::layer_s(int device, double phi, int micro_batch, bool forward, Recompute r,
-                          double share) const {
+                          double share, double experts) const {
   const int type = cluster_.devices()[device].gpu_type;
   if (forward) r = Recompute::kNone;  // the forward does not depend on it
-  auto key = std::make_tuple(type, phi, micro_batch, forward, r, share);
+  auto key = std::make_tuple(type, phi, micro_batch, forward, r, share, experts);
   auto it = layer_cache_.find(key);
   if (it != layer_cache_.end()) return it->second;
   const GpuSpec& gpu = cluster_.gpu_types()[type];
   const DeviceProfile& prof = type_profiles_[type];
   double t = 0;
   for (Block b : {Block::kAttention, Block::kMlp}) {
-    t += kernels_time(forward ? block_forward(model_, training_, b, micro_batch, phi, share)
-                              : block_backward(model_, training_, b, micro_batch, phi, r, share),
-                      gpu, prof);
+    t += kernels_time(
+        forward ? block_forward(model_, training_, b, micro_batch, phi, share, experts)
+                : block_backward(model_, training_, b, micro_batch, phi, r, share, experts),
+        gpu, prof);
   }
   layer_cache_.emplace(key, t);
   return t;
 }
 
-double CostModel::layer_forward_s(int device, double phi, int micro_batch, double share) const {
-  return layer_s(device, phi, micro_batch, true, Recompute::kNone, share);
+double CostModel::layer_forward_s(int device, double phi, int micro_batch, double share,
+                                  double experts) const {
+  return layer_s(device, phi, micro_batch, true, Recompute::kNone, share, experts);
 }
 
 double CostModel::layer_backward_s(int device, double phi, int micro_batch) const {
-  return layer_s(device, phi, micro_batch, false, training_.recompute, 1.0);
+  return layer_s(device, phi, micro_batch, false, training_.recompute, 1.0, -1);
 }
 
 double CostModel::layer_backward_s(int device, double phi, int micro_batch, Recompute r,
-                                   double share) const {
-  return layer_s(device, phi, micro_batch, false, r, share);
+                                   double share, double experts) const {
+  return layer_s(device, phi, micro_batch, false, r, share, experts);
 }
 
 StageEstimate CostModel::mesh_stage(const Stage& s, bool first, bool last) const {
@@ -110,11 +112,11 @@ StageEstimate CostModel::stage(const Stage& s, bool first, bool last, int micro_
   double fwd = 0, bwd = 0;
   for (int r = 0; r < t; ++r) {
     const int d = s.devices[r];
-    const double phi = s.phi(r, model_.heads);
+    const double phi = s.phi(r, model_.heads), experts = s.expert_share(r);
     const GpuSpec& gpu = cluster_.gpu(d);
     const DeviceProfile& prof = type_profiles_[cluster_.devices()[d].gpu_type];
-    double f = s.layers() * layer_forward_s(d, phi, micro_batch, share);
-    double b = s.layers() * layer_backward_s(d, phi, micro_batch, e.recompute, share);
+    double f = s.layers() * layer_forward_s(d, phi, micro_batch, share, experts);
+    double b = s.layers() * layer_backward_s(d, phi, micro_batch, e.recompute, share, experts);
     if (first) {
       f += kernels_time(embedding_forward(model_, training_, micro_batch, share), gpu, prof);
       b += kernels_time(embedding_backward(model_, training_, micro_batch, share), gpu, prof);
@@ -246,6 +248,7 @@ StageShape rank_shape(const Stage& s, bool first, bool last, int rank, int heads
   shape.last = last;
   shape.tp = s.tp();
   shape.phi = s.phi(rank, heads);
+  shape.experts = s.expert_share(rank);
   shape.micro_batch = micro_batch;
   shape.recompute = s.recompute;
   return shape;

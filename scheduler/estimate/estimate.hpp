@@ -154,10 +154,11 @@ class CostModel {
 
   // Compute time of one layer (both blocks) forward / backward on one device (s), its
   // token-wise kernels on `share` of the tokens (token_share).
-  double layer_forward_s(int device, double phi, int micro_batch, double share = 1.0) const;
+  double layer_forward_s(int device, double phi, int micro_batch, double share = 1.0,
+                         double experts = -1) const;
   double layer_backward_s(int device, double phi, int micro_batch) const;
-  double layer_backward_s(int device, double phi, int micro_batch, Recompute r,
-                          double share = 1.0) const;
+  double layer_backward_s(int device, double phi, int micro_batch, Recompute r, double share = 1.0,
+                          double experts = -1) const;
 
   // One stage of a pipeline under its recompute (send_s left 0; see transfer_s).
   StageEstimate stage(const Stage& s, bool first, bool last, int micro_batch) const;
@@ -216,8 +217,8 @@ class CostModel {
 
  private:
   void count_off_machine(const std::vector<std::pair<int, int>>& flows, NicFlows& f) const;
-  double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r,
-                 double share) const;
+  double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r, double share,
+                 double experts) const;
   void dp_sync(const Plan& plan, Estimate& est) const;
   void mesh_dp_sync(const Plan& plan, Estimate& est) const;
   // send_s / grad_s of every boundary and the pipelines' timelines, NICs shared over time.
@@ -235,7 +236,8 @@ class CostModel {
   const TrainingConfig& training_;
   const Profile& profile_;
   std::vector<DeviceProfile> type_profiles_;  // by Cluster::gpu_types() index, resolved once
-  mutable std::map<std::tuple<int, double, int, bool, Recompute, double>, double> layer_cache_;
+  mutable std::map<std::tuple<int, double, int, bool, Recompute, double, double>, double>
+      layer_cache_;
 };
 
 }  // namespace estimate

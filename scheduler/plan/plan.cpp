@@ -11,6 +11,12 @@ double Stage::phi(int rank, int heads) const {
   return static_cast<double>(head_split[rank]) / heads;
 }
 
+double Stage::expert_share(int rank) const {
+  if (expert_split.empty()) return -1;
+  const int all = std::accumulate(expert_split.begin(), expert_split.end(), 0);
+  return all > 0 ? static_cast<double>(expert_split[rank]) / all : 0.0;
+}
+
 double Stage::max_phi(int heads) const {
   double best = 0;
   for (int r = 0; r < tp(); ++r) best = std::max(best, phi(r, heads));
@@ -128,11 +134,15 @@ void read_mesh(const JsonNode& node, Stage& s) {
   if (auto r = node.find("recompute")) {
     r->fail("no recompute on a mesh stage (it runs the training config's)");
   }
+  if (auto split = node.find("expert_split")) {
+    split->fail("no expert_split on a mesh stage (its devices split every expert by columns)");
+  }
   s.devices = mesh;
 }
 
 Stage read_stage(const JsonNode& node) {
-  node.allow_only({"devices", "layers", "head_split", "recompute", "sequence", "comment"});
+  node.allow_only(
+      {"devices", "layers", "head_split", "expert_split", "recompute", "sequence", "comment"});
   Stage s;
   if (node.find("sequence")) {
     read_mesh(node, s);
@@ -155,6 +165,14 @@ Stage read_stage(const JsonNode& node) {
     }
     for (std::size_t i = 0; i < split->size(); ++i) {
       s.head_split.push_back(static_cast<int>(split->at(i).integer_in(1, INT32_MAX)));
+    }
+  }
+  if (auto split = node.find("expert_split")) {
+    if (split->size() != s.devices.size()) {
+      split->fail("one expert count per device (" + std::to_string(s.devices.size()) + " entries)");
+    }
+    for (std::size_t i = 0; i < split->size(); ++i) {
+      s.expert_split.push_back(static_cast<int>(split->at(i).integer_in(0, INT32_MAX)));
     }
   }
   if (auto r = node.find("recompute")) s.recompute = read_recompute(*r);
@@ -215,6 +233,7 @@ Json to_json(const Plan& plan) {
       }
       Json stage = {{"devices", s.devices}, {"layers", {s.layer_begin, s.layer_end}}};
       if (!s.head_split.empty()) stage["head_split"] = s.head_split;
+      if (!s.expert_split.empty()) stage["expert_split"] = s.expert_split;
       if (s.recompute) stage["recompute"] = to_string(*s.recompute);
       stages.push_back(stage);
     }
@@ -246,6 +265,9 @@ class PlanChecker {
 
   Status check(const Plan& plan) {
     if (auto st = check_zero_stage(training_, origin_); !st) return st;
+    for (const Pipeline& p : plan.pipelines) {
+      for (const Stage& s : p.stages) expert_split_ = expert_split_ || !s.expert_split.empty();
+    }
     int batch_sum = 0;
     for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
       const Pipeline& p = plan.pipelines[pi];
@@ -273,6 +295,7 @@ class PlanChecker {
         if (auto st = layers_in_model(s, path); !st) return st;
         if (!s.mesh()) {
           if (auto st = heads_split(s, path); !st) return st;
+          if (auto st = experts_split(s, path); !st) return st;
         }
       }
       if (auto st = layers_covered(pi, next_layer); !st) return st;
@@ -368,10 +391,11 @@ class PlanChecker {
                         ", every group with the same number of chunks and no device in two "
                         "groups)");
       }
-      if (got.head_split != want.head_split || got.recompute != want.recompute) {
+      if (got.head_split != want.head_split || got.expert_split != want.expert_split ||
+          got.recompute != want.recompute) {
         return fail(stage_path(pi, static_cast<std::size_t>(s)),
-                    "expected the head_split and recompute of stage " + std::to_string(s % groups) +
-                        " (the same device group)");
+                    "expected the head_split, expert_split and recompute of stage " +
+                        std::to_string(s % groups) + " (the same device group)");
       }
     }
     if (stages % groups != 0) {
@@ -460,6 +484,27 @@ class PlanChecker {
     return {};
   }
 
+  // An expert_split: on a mixture of experts, summing to its routed experts, on every TP
+  // stage of the plan or on none (the DP buckets pair whole experts with whole experts).
+  Status experts_split(const Stage& s, const std::string& path) const {
+    if (!expert_split_) return {};
+    if (s.expert_split.empty()) {
+      return fail(path,
+                  "expected an \"expert_split\" (another stage of the plan gives one: "
+                  "every TP stage then does)");
+    }
+    if (!model_.is_moe()) {
+      return fail(path + "/expert_split", model_.name + " is not a mixture of experts");
+    }
+    const int sum = std::accumulate(s.expert_split.begin(), s.expert_split.end(), 0);
+    if (sum != model_.moe.experts) {
+      return fail(path + "/expert_split", "expert counts sum to " + std::to_string(sum) +
+                                              ", expected " + std::to_string(model_.moe.experts) +
+                                              " (the model's routed experts)");
+    }
+    return {};
+  }
+
   // A pipeline's stages cover every layer of the model.
   Status layers_covered(std::size_t pi, int next_layer) const {
     if (next_layer == model_.layers) return {};
@@ -504,6 +549,7 @@ class PlanChecker {
   const TrainingConfig& training_;
   const std::string& origin_;
   std::vector<std::string> used_where_;  // per device: the JSON path that uses it, or ""
+  bool expert_split_ = false;            // some stage gives an expert_split
 };
 
 }  // namespace

@@ -6,6 +6,10 @@
 // lists its devices (the TP group, in TP-rank order) and the layer range [l0, l1), empty
 // only on a pipeline's first stage (the embedding alone) or last (the head alone).
 // Optional per stage: "head_split": heads per device (uneven TP; default even);
+// "expert_split" (mixtures of experts): whole routed experts per device, summing to the
+// model's experts (expert parallelism over the TP group, a device may hold none; given on
+// one stage, every TP stage of the plan gives it); without it every expert is split by
+// columns over the group as the MLP is;
 // "recompute": "none" | "selective" | "full" (the stage's activation recompute;
 // default: the scenario's training.recompute).
 // A stage may be a sequence mesh (HexiSeq) instead of a TP group: it carries
@@ -56,12 +60,16 @@ struct Stage {
   std::vector<int> head_split;             // empty: even split; else heads per device
   std::optional<Recompute> recompute;      // absent: the training config's
   std::optional<SequenceLayout> sequence;  // a sequence mesh stage: devices are its devices
+  std::vector<int> expert_split = {};      // MoE: whole experts per device; empty: by columns
 
   bool mesh() const { return sequence.has_value(); }
   int tp() const { return static_cast<int>(devices.size()); }
   int layers() const { return layer_end - layer_begin; }
   // Fraction of heads (and ffn / vocab columns) on TP rank r.
   double phi(int rank, int heads) const;
+  // Fraction of the routed experts TP rank r holds whole (expert_split, which sums to them),
+  // or -1 when every expert is split by columns (phi of each).
+  double expert_share(int rank) const;
   // The largest fraction over the group (the slowest rank of an even-speed group).
   double max_phi(int heads) const;
   // The recompute this stage runs under a training config.

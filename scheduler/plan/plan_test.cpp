@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "scenarios/testing.hpp"
 
 namespace hexi {
@@ -32,6 +34,17 @@ std::string edited(std::string text, const std::string& from, const std::string&
   auto at = text.find(from);
   if (at == std::string::npos) throw std::runtime_error("no " + from);
   return text.replace(at, from.size(), to);
+}
+
+// Each plan text is bad input whose message contains its expected text.
+void expect_errors(const std::vector<std::pair<std::string, std::string>>& cases,
+                   const std::function<Status(const std::string&)>& check) {
+  for (const auto& [text, expected] : cases) {
+    Status st = check(text);
+    ASSERT_FALSE(st.ok()) << expected;
+    EXPECT_EQ(st.error().kind, ErrorKind::kBadInput);
+    EXPECT_NE(st.error().message.find(expected), std::string::npos) << st.error().message;
+  }
 }
 
 TEST(Plan, ParsesAndRoundTrips) {
@@ -107,12 +120,7 @@ TEST(Plan, StructuralErrors) {
       {edited(kPlan, "\"micro_batch\": 1,", "\"micro_batch\": 1, \"tp\": 2,"),
        "p.json: /pipelines/0: unknown field \"tp\""},
   };
-  for (const auto& [text, expected] : cases) {
-    Status st = validate(text);
-    ASSERT_FALSE(st.ok()) << expected;
-    EXPECT_EQ(st.error().kind, ErrorKind::kBadInput);
-    EXPECT_NE(st.error().message.find(expected), std::string::npos) << st.error().message;
-  }
+  expect_errors(cases, validate);
 }
 
 TEST(Plan, ExplicitHeadSplitIsValid) {
@@ -120,6 +128,57 @@ TEST(Plan, ExplicitHeadSplitIsValid) {
   EXPECT_FALSE(validate(text).ok());  // zero heads on a device: not a TP rank
   text = edited(kPlan, "[4, 5, 6, 7]", "[4, 5], \"head_split\": [2, 2]");
   EXPECT_TRUE(validate(text).ok());
+}
+
+// Expert parallelism over a TP group: whole experts per device, on a mixture of experts only,
+// summing to its experts, on every TP stage or none; fractions and round trips.
+TEST(Plan, ExpertSplitsOfAMixtureOfExperts) {
+  Scenario sc = testing::tiny_scenario();
+  sc.model.moe = {6, 2, 0};
+  auto check = [&](const std::string& text) -> Status {
+    auto plan = parse(text);
+    if (!plan) return plan.error();
+    return validate_plan(*plan, sc.cluster, sc.model, sc.training, "p.json");
+  };
+  std::string ep = edited(kPlan, "[0, 1], \"layers\": [0, 5]",
+                          "[0, 1], \"layers\": [0, 5], \"expert_split\": [4, 2]");
+  ep = edited(ep, "[2, 3], \"layers\": [5, 8]",
+              "[2, 3], \"layers\": [5, 8], \"expert_split\": [3, 3]");
+  ep = edited(ep, "[4, 5, 6, 7], \"layers\": [0, 8]",
+              "[4, 5, 6, 7], \"layers\": [0, 8], \"expert_split\": [0, 2, 2, 2]");
+  ASSERT_TRUE(check(ep).ok()) << check(ep).error().message;
+  EXPECT_TRUE(check(kPlan).ok());  // no split anywhere: every expert split by columns
+  auto plan = parse(ep);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_DOUBLE_EQ(plan->pipelines[0].stages[0].expert_share(0), 4.0 / 6);
+  EXPECT_DOUBLE_EQ(plan->pipelines[1].stages[0].expert_share(0), 0.0);
+  EXPECT_DOUBLE_EQ(plan->pipelines[0].stages[1].expert_share(1), 0.5);
+  EXPECT_DOUBLE_EQ(Stage{}.expert_share(0), -1);
+  auto again = plan_from_json(to_json(*plan), "again");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->pipelines[1].stages[0].expert_split, (std::vector<int>{0, 2, 2, 2}));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {edited(ep, "[3, 3]", "[3, 2]"),
+       "p.json: /pipelines/0/stages/1/expert_split: expert counts sum to 5, expected 6 (the "
+       "model's routed experts)"},
+      {edited(ep, ", \"expert_split\": [3, 3]", ""),
+       "p.json: /pipelines/0/stages/1: expected an \"expert_split\" (another stage of the plan "
+       "gives one: every TP stage then does)"},
+      {edited(ep, "[3, 3]", "[6]"),
+       "p.json: /pipelines/0/stages/1/expert_split: expected one expert count per device (2 "
+       "entries)"},
+      {edited(ep, "[3, 3]", "[7, -1]"),
+       "p.json: /pipelines/0/stages/1/expert_split/1: expected an integer in [0, 2147483647], got "
+       "-1"},
+  };
+  expect_errors(cases, check);
+  // A dense model has no experts to split.
+  Status dense = validate(ep);
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(dense.error().message.find("/pipelines/0/stages/0/expert_split: tiny-llama-8l is not "
+                                       "a mixture of experts"),
+            std::string::npos)
+      << dense.error().message;
 }
 
 // Two leaves without a spine: the plan's pipelines could not exchange anything, and the

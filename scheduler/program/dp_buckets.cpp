@@ -36,7 +36,7 @@ ShardRanges shard_ranges(const Model& m, int a0, int a1) {
 
 namespace {
 
-enum class Axis { kHeads, kKv, kFfn, kSharedFfn, kVocab, kReplicated };
+enum class Axis { kHeads, kKv, kFfn, kSharedFfn, kExperts, kVocab, kReplicated };
 
 struct Param {
   const char* name;
@@ -44,8 +44,10 @@ struct Param {
   double per_unit;  // elements per unit of the axis (whole tensor when replicated)
 };
 
-// Parameters of one layer in the canonical order (totals match Model::layer_params).
-std::vector<Param> layer_params(const Model& m) {
+// Parameters of one layer in the canonical order (totals match Model::layer_params); a
+// mixture of experts' routed experts whole (`whole_experts`: the plan's stages give an
+// expert_split) or by columns.
+std::vector<Param> layer_params(const Model& m, bool whole_experts) {
   const double h = m.hidden, d = m.head_dim();
   const double bias = m.bias ? 1 : 0;
   std::vector<Param> ps = {{"wq", Axis::kHeads, d * h + bias * d},
@@ -56,11 +58,17 @@ std::vector<Param> layer_params(const Model& m) {
   if (m.is_moe()) {
     // A column of every routed expert (expert-tensor parallelism equal to TP), the shared
     // experts' columns, the replicated router.
-    const double experts = m.moe.experts;
+    const double experts = m.moe.experts, f = m.ffn;
     ps.push_back({"router", Axis::kReplicated, h * experts});
-    ps.push_back({"experts.w_gate", Axis::kFfn, h * experts});
-    ps.push_back({"experts.w_up", Axis::kFfn, h * experts});
-    ps.push_back({"experts.w_down", Axis::kFfn, h * experts});
+    if (whole_experts) {
+      ps.push_back({"experts.w_gate", Axis::kExperts, h * f});
+      ps.push_back({"experts.w_up", Axis::kExperts, h * f});
+      ps.push_back({"experts.w_down", Axis::kExperts, h * f});
+    } else {
+      ps.push_back({"experts.w_gate", Axis::kFfn, h * experts});
+      ps.push_back({"experts.w_up", Axis::kFfn, h * experts});
+      ps.push_back({"experts.w_down", Axis::kFfn, h * experts});
+    }
     if (m.moe.shared_ffn > 0) {
       ps.push_back({"shared.w_gate", Axis::kSharedFfn, h});
       ps.push_back({"shared.w_up", Axis::kSharedFfn, h});
@@ -99,6 +107,8 @@ std::pair<int, int> axis_range(const ShardRanges& r, Axis axis) {
       return {r.ffn_begin, r.ffn_end};
     case Axis::kSharedFfn:
       return {r.shared_begin, r.shared_end};
+    case Axis::kExperts:
+      return {r.expert_begin, r.expert_end};
     case Axis::kVocab:
       return {r.vocab_begin, r.vocab_end};
     case Axis::kReplicated:
@@ -220,9 +230,15 @@ std::vector<Holder> stage_holders(const Stage& s, const Model& m) {
     }
     return hs;
   }
+  int expert = 0;
   for (int r = 0; r < s.tp(); ++r) {
     auto [a0, a1] = head_range(s, r, m.heads);
     hs.push_back({s.devices[r], r, shard_ranges(m, a0, a1)});
+    if (!s.expert_split.empty()) {
+      hs.back().r.expert_begin = expert;
+      expert += s.expert_split[static_cast<std::size_t>(r)];
+      hs.back().r.expert_end = expert;
+    }
   }
   return hs;
 }
@@ -262,7 +278,12 @@ DpBuckets plan_dp_buckets(const Plan& plan, const Model& m, int zero_stage, int 
                                    : Item{{"head", Axis::kVocab, h}, &last});
   head.push_back({{"final_norm", Axis::kReplicated, norm}, &last});
   builder.add_position(-2, head);
-  const auto params = layer_params(m);
+  const bool whole_experts =
+      std::any_of(plan.pipelines.begin(), plan.pipelines.end(), [](const Pipeline& p) {
+        return std::any_of(p.stages.begin(), p.stages.end(),
+                           [](const Stage& s) { return !s.expert_split.empty(); });
+      });
+  const auto params = layer_params(m, whole_experts);
   for (int l = m.layers - 1; l >= 0; --l) {
     std::vector<Holder> holders;
     for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {

@@ -28,6 +28,7 @@ struct ShardRanges {
   int kv_begin = 0, kv_end = 0;
   int ffn_begin = 0, ffn_end = 0;        // dense: MLP columns; MoE: every routed expert's columns
   int shared_begin = 0, shared_end = 0;  // MoE: the shared experts' columns
+  int expert_begin = 0, expert_end = 0;  // MoE with an expert_split: the experts held whole
   int vocab_begin = 0, vocab_end = 0;
 };
 ShardRanges shard_ranges(const Model& model, int head_begin, int head_end);

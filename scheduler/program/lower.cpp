@@ -26,8 +26,9 @@ struct ShapeKey {
   double extra;
   Recompute recompute;  // backward ops: the stage's recompute
   double share;         // of the tokens, in the token-wise kernels (token_share)
+  double experts;       // MoE: the routed experts held whole (DeviceLayout::experts)
   auto tie() const {
-    return std::tie(kind, micro_batch, phi, layers, first, last, extra, recompute, share);
+    return std::tie(kind, micro_batch, phi, layers, first, last, extra, recompute, share, experts);
   }
   bool operator<(const ShapeKey& o) const { return tie() < o.tie(); }
 };
@@ -119,6 +120,7 @@ class Lowerer {
           l.vocab_begin = sr.vocab_begin;
           l.vocab_end = sr.vocab_end;
           l.phi = st.phi(r, m_.heads);
+          l.experts = st.expert_share(r);
           l.micro_batch = pipe.micro_batch;
           l.micro_batches = pipe.micro_batches();
           l.loss_scale = static_cast<double>(pipe.micro_batch) / t_.global_batch;
@@ -199,9 +201,9 @@ class Lowerer {
 
   // Backward kernels of a block; under full recompute the replayed forward is its
   // own op, so its kernels are left out here.
-  std::vector<Kernel> backward_kernels(Block block, int b, double phi, Recompute r,
-                                       double share) const {
-    std::vector<Kernel> ks = block_backward(m_, t_, block, b, phi, r, share);
+  std::vector<Kernel> backward_kernels(Block block, int b, double phi, Recompute r, double share,
+                                       double experts) const {
+    std::vector<Kernel> ks = block_backward(m_, t_, block, b, phi, r, share, experts);
     if (r == Recompute::kFull) {
       std::erase_if(ks, [](const Kernel& k) { return k.name == "recompute"; });
     }
@@ -210,7 +212,7 @@ class Lowerer {
 
   std::vector<Kernel> kernels_of(const ShapeKey& k) const {
     const int b = k.micro_batch;
-    const double phi = k.phi, share = k.share;
+    const double phi = k.phi, share = k.share, experts = k.experts;
     auto append = [](std::vector<Kernel>& out, const std::vector<Kernel>& more) {
       out.insert(out.end(), more.begin(), more.end());
     };
@@ -225,11 +227,11 @@ class Lowerer {
         return block_forward(m_, t_, Block::kAttention, b, phi, share);
       case ComputeKind::kMlpFwd:
       case ComputeKind::kMlpRecompute:
-        return block_forward(m_, t_, Block::kMlp, b, phi, share);
+        return block_forward(m_, t_, Block::kMlp, b, phi, share, experts);
       case ComputeKind::kAttnBwd:
-        return backward_kernels(Block::kAttention, b, phi, k.recompute, share);
+        return backward_kernels(Block::kAttention, b, phi, k.recompute, share, experts);
       case ComputeKind::kMlpBwd:
-        return backward_kernels(Block::kMlp, b, phi, k.recompute, share);
+        return backward_kernels(Block::kMlp, b, phi, k.recompute, share, experts);
       case ComputeKind::kHeadFwd:
         return head_forward(m_, t_, b, phi, share);
       case ComputeKind::kHeadBwd:
@@ -238,14 +240,14 @@ class Lowerer {
         if (k.first) append(out, embedding_forward(m_, t_, b, share));
         for (int l = 0; l < k.layers; ++l) {
           append(out, block_forward(m_, t_, Block::kAttention, b, phi, share));
-          append(out, block_forward(m_, t_, Block::kMlp, b, phi, share));
+          append(out, block_forward(m_, t_, Block::kMlp, b, phi, share, experts));
         }
         if (k.last) append(out, head_forward(m_, t_, b, phi, share));
         return out;
       case ComputeKind::kStageBwd:
         if (k.last) append(out, head_backward(m_, t_, b, phi, share));
         for (int l = 0; l < k.layers; ++l) {
-          append(out, block_backward(m_, t_, Block::kMlp, b, phi, k.recompute, share));
+          append(out, block_backward(m_, t_, Block::kMlp, b, phi, k.recompute, share, experts));
           append(out, block_backward(m_, t_, Block::kAttention, b, phi, k.recompute, share));
         }
         if (k.first) append(out, embedding_backward(m_, t_, b, share));
@@ -537,9 +539,16 @@ class Lowerer {
     // Only backward kernels depend on recompute; forward shapes stay shared.
     const Recompute r = backward ? recompute_of(l) : Recompute::kNone;
     const ChunkLayout ch = chunk_layout(l, chunk_);
-    return {
-        kind, l.micro_batch,        l.phi, layers, stage_op && ch.first, stage_op && ch.last, extra,
-        r,    token_share(t_, l.tp)};
+    return {kind,
+            l.micro_batch,
+            l.phi,
+            layers,
+            stage_op && ch.first,
+            stage_op && ch.last,
+            extra,
+            r,
+            token_share(t_, l.tp),
+            l.experts};
   }
 
   Recompute recompute_of(const DeviceLayout& l) const { return l.recompute.value_or(t_.recompute); }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "scheduler/plan/testing.hpp"
 #include "scheduler/program/dp_buckets.hpp"
@@ -388,6 +389,18 @@ TEST(DpBuckets, AMixtureOfExpertsIsCoveredToo) {
          {{"batch", 1}, {"stages", {{{"devices", {2, 3, 4, 5}}, {"layers", {0, 2}}}}}}}}});
   expect_buckets_cover_the_model(uniform_plan(2, 2, 2, 2, 4), m);
   expect_buckets_cover_the_model(uneven, m);
+  // Whole experts per device (expert_split), unevenly and differently in the two pipelines.
+  Plan whole = uneven;
+  whole.pipelines[0].stages[0].expert_split = {4, 2};
+  whole.pipelines[1].stages[0].expert_split = {1, 2, 0, 3};
+  expect_buckets_cover_the_model(whole, m);
+  // Device 0 (experts 0-3) shares expert 3 with device 5 (experts 3-5), whose heads and
+  // columns it does not share, and nothing with device 4 (no expert, head 2).
+  DpBuckets b = plan_dp_buckets(whole, m, 0, 8);
+  std::set<std::vector<int>> groups_of_0;
+  for (int bk : b.device_buckets[0]) groups_of_0.insert(b.groups[b.buckets[bk].group]);
+  EXPECT_TRUE(groups_of_0.count({0, 5}));
+  EXPECT_FALSE(groups_of_0.count({0, 4}));
 }
 
 TEST(DpBuckets, DifferentTpDegreesSplitTheSmallerShard) {

@@ -153,6 +153,7 @@ StageShape stage_shape(const DeviceLayout& l, int in_flight, int dp) {
   s.last = l.last;
   s.tp = l.tp;
   s.phi = l.phi;
+  s.experts = l.experts;
   s.in_flight = in_flight;
   s.dp = dp;
   s.micro_batch = l.micro_batch;

@@ -400,6 +400,7 @@ struct DeviceLayout {
   int ffn_begin = 0, ffn_end = 0;      // ffn units
   int vocab_begin = 0, vocab_end = 0;  // vocab rows (embedding and head)
   double phi = 1.0;                    // (head_end - head_begin) / heads
+  double experts = -1;  // MoE: fraction of the routed experts held whole; < 0: phi of each
   int micro_batch = 1;
   int micro_batches = 0;
   double loss_scale = 0;    // micro_batch / global_batch

@@ -74,6 +74,7 @@ Json layout_json(const Program& p, const DeviceLayout& l) {
             {"params", l.params},
             {"owned_params", l.owned_params}};
   if (l.recompute) j["recompute"] = to_string(*l.recompute);
+  if (l.experts >= 0) j["experts"] = l.experts;
   if (l.seq_group >= 0) j["sequence"] = {l.seq_group, l.seq_rank};
   if (l.mesh >= 0) j["mesh"] = l.mesh;
   if (!l.chunks.empty()) {
@@ -236,7 +237,7 @@ void read_device_layout(const JsonNode& j, Program& p) {
                 "last",         "heads",       "kv_heads",      "ffn",        "vocab",
                 "phi",          "micro_batch", "micro_batches", "loss_scale", "params",
                 "owned_params", "recompute",   "sequence",      "mesh",       "chunks",
-                "ops"});
+                "experts",      "ops"});
   DeviceLayout l;
   l.device = static_cast<int>(j.integer_in("device", 0, INT32_MAX));
   l.pipeline = static_cast<int>(j.integer_in("pipeline", 0, INT32_MAX));
@@ -260,6 +261,7 @@ void read_device_layout(const JsonNode& j, Program& p) {
   l.params = j.at("params").number_in(0, 1e300);
   l.owned_params = j.at("owned_params").number_in(0, 1e300);
   if (auto r = j.find("recompute")) l.recompute = read_recompute(*r);
+  if (auto e = j.find("experts")) l.experts = e->number_in(0, 1);
   if (auto sq = j.find("sequence")) std::tie(l.seq_group, l.seq_rank) = int_pair(*sq);
   l.mesh = int_or(j, "mesh", -1);
   if (l.mesh >= static_cast<int>(p.meshes.size()))

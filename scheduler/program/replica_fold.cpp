@@ -35,7 +35,8 @@ bool same_mesh(const SequenceLayout& a, const SequenceLayout& b) {
 bool same_stage(const Stage& a, const Stage& b, const TrainingConfig& t) {
   if (a.mesh() != b.mesh() || (a.mesh() && !same_mesh(*a.sequence, *b.sequence))) return false;
   return a.tp() == b.tp() && a.layer_begin == b.layer_begin && a.layer_end == b.layer_end &&
-         a.head_split == b.head_split && a.recompute_in(t) == b.recompute_in(t);
+         a.head_split == b.head_split && a.expert_split == b.expert_split &&
+         a.recompute_in(t) == b.recompute_in(t);
 }
 
 bool same_pipeline(const Pipeline& a, const Pipeline& b, const TrainingConfig& t) {
