@@ -2,10 +2,11 @@
 // entries) on small problems: the input decodes to a scenario of 1-8 GPUs of shipped types
 // (mixed types, sequences shorter than the mesh), a shipped model, one sequence and HexiSeq
 // options (seq_problem.hpp), loaded by scenario_from_json and read_hexiseq_options. A
-// scheduler either answers bad input or returns a layout that is valid for the scenario:
-// every device at most once, the groups' tokens summing to seq_len (validate_structure),
-// within memory when it says it fits (validate), reading back through its JSON, and a finite
-// positive iteration time. hexiseq-exact is left out (seq_schedulers()).
+// scheduler either answers bad input or returns a layout that is valid for the scenario
+// under the ZeRO stage it chose (training_of): every device at most once, the groups' tokens
+// summing to seq_len (validate_structure), within memory when it says it fits (validate),
+// reading back through its JSON, and a finite positive iteration time. hexiseq-exact is left
+// out (seq_schedulers()).
 
 #include <cmath>
 #include <cstdint>
@@ -26,6 +27,8 @@ void check_layout(const hexi::Scenario& sc, const hexi::Scheduled& r, const std:
   fuzz::check(r.sequence.has_value() && r.document.layout.has_value(),
               "a sequence scheduler returned no layout", what);
   const SequenceLayout& layout = *r.document.layout;
+  // The search may choose a lower ZeRO stage than the scenario's (HexiSeqOptions::zero_stages).
+  const TrainingConfig training = training_of(sc.training, *r.sequence);
   fuzz::check(!layout.groups.empty(), "a layout without groups", what);
   std::int64_t tokens = 0;
   std::set<int> seen;
@@ -38,12 +41,12 @@ void check_layout(const hexi::Scenario& sc, const hexi::Scheduled& r, const std:
   }
   fuzz::check(tokens == sc.training.seq_len, "the groups' tokens do not sum to seq_len", what);
   const auto structure =
-      validate_structure(layout, sc.model, sc.training, sc.cluster, fuzz::kOrigin, "/sequence");
+      validate_structure(layout, sc.model, training, sc.cluster, fuzz::kOrigin, "/sequence");
   if (!structure) {
     fuzz::fail("a scheduler's layout is not valid", what + ": " + structure.error().message);
   }
   if (r.fits) {
-    const auto fits = validate(layout, sc.model, sc.training, sc.cluster, fuzz::kOrigin);
+    const auto fits = validate(layout, sc.model, training, sc.cluster, fuzz::kOrigin);
     if (!fits) fuzz::fail("a layout that fits is over memory", what + ": " + fits.error().message);
   }
   fuzz::check(std::isfinite(r.iteration_time_s) && r.iteration_time_s > 0,
