@@ -130,6 +130,18 @@ TEST(CliPlan, ExplainShowsEveryPipeline) {
   }
 }
 
+// A mixture of experts whose plan runs whole experts per GPU: the note says which placement
+// won, --explain shows each stage's experts per TP rank.
+TEST(CliPlan, ExplainShowsTheExpertsOfAMixtureOfExperts) {
+  auto r = run_cli("plan mix-32-mixtral-8x7b --verify 0 --explain");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find("the plan returned runs whole experts"), std::string::npos)
+      << r.out << r.err;
+  const auto header = r.out.find("  TP  experts  layers");
+  ASSERT_NE(header, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  2   4,4      ["), std::string::npos) << r.out;
+}
+
 // A question without files: the cluster from a mix, the model and batch from flags; the
 // scenario the flags made, saved, gives the same plan bytes; estimate, simulate and seq take
 // the same flags; a missing part is bad input naming it.

@@ -99,8 +99,14 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
                 ? "interleaved 1F1B, " + std::to_string(p.chunks()) + " chunks per group, "
                 : "")
         << fmt(pe.time_s, 3) << " s\n";
-    Table t({"stage", "devices", "GPU", "TP", "layers", "recompute", "fwd ms", "bwd ms",
-             "TP comm ms", "send ms", "mem GiB", "free GiB"});
+    // Whole experts per GPU (a mixture of experts' expert_split): their counts, per TP rank.
+    const bool experts = !p.stages.front().expert_split.empty();
+    std::vector<std::string> header{"stage", "devices", "GPU", "TP"};
+    if (experts) header.push_back("experts");
+    for (const char* h : {"layers", "recompute", "fwd ms", "bwd ms", "TP comm ms", "send ms",
+                          "mem GiB", "free GiB"})
+      header.push_back(h);
+    Table t(header);
     std::vector<std::size_t> group_dev;  // the first device estimate of each device group
     for (std::size_t si = 0; si < p.stages.size(); ++si) {
       const Stage& s = p.stages[si];
@@ -125,12 +131,21 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
         if (c.gpu(d).name != gpus) gpus = "mixed";
       }
       // A sequence mesh stage: its device count as "mesh n" (no TP group).
-      t.add({std::to_string(si), ids, gpus,
-             s.mesh() ? "mesh " + std::to_string(s.tp()) : std::to_string(s.tp()),
-             "[" + std::to_string(s.layer_begin) + "," + std::to_string(s.layer_end) + ")",
-             std::string(to_string(se.recompute)), fmt(1e3 * se.forward_s, 2),
-             fmt(1e3 * se.backward_s, 2), fmt(1e3 * se.tp_comm_s, 2), fmt(1e3 * se.send_s, 2),
-             fmt(worst_mem / kGiB, 2), fmt(worst_free / kGiB, 2)});
+      std::vector<std::string> row{
+          std::to_string(si), ids, gpus,
+          s.mesh() ? "mesh " + std::to_string(s.tp()) : std::to_string(s.tp())};
+      if (experts) {
+        std::string split;
+        for (int e : s.expert_split) split += (split.empty() ? "" : ",") + std::to_string(e);
+        row.push_back(split);
+      }
+      for (std::string cell :
+           {"[" + std::to_string(s.layer_begin) + "," + std::to_string(s.layer_end) + ")",
+            std::string(to_string(se.recompute)), fmt(1e3 * se.forward_s, 2),
+            fmt(1e3 * se.backward_s, 2), fmt(1e3 * se.tp_comm_s, 2), fmt(1e3 * se.send_s, 2),
+            fmt(worst_mem / kGiB, 2), fmt(worst_free / kGiB, 2)})
+        row.push_back(std::move(cell));
+      t.add(row);
     }
     t.print(out);
   }
