@@ -56,8 +56,8 @@ std::vector<Param> layer_params(const Model& m, bool whole_experts) {
                            {"wo", Axis::kHeads, h * d}};
   if (m.bias) ps.push_back({"o_bias", Axis::kReplicated, h});
   if (m.is_moe()) {
-    // A column of every routed expert (expert-tensor parallelism equal to TP), the shared
-    // experts' columns, the replicated router.
+    // The replicated router; the routed experts by columns (expert TP = TP) or whole
+    // (expert_split); the shared experts' columns.
     const double experts = m.moe.experts, f = m.ffn;
     ps.push_back({"router", Axis::kReplicated, h * experts});
     if (whole_experts) {
