@@ -83,6 +83,8 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
                       std::ostream& out) {
   const Cluster& c = sc.cluster;
   std::size_t dev = 0;
+  // Whole experts per GPU (a mixture of experts' expert_split): their counts, per TP rank.
+  const bool experts = plan.whole_experts();
   for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
     const Pipeline& p = plan.pipelines[pi];
     const PipelineEstimate& pe = est.pipelines[pi];
@@ -99,8 +101,6 @@ void print_plan_table(const Scenario& sc, const Plan& plan, const Estimate& est,
                 ? "interleaved 1F1B, " + std::to_string(p.chunks()) + " chunks per group, "
                 : "")
         << fmt(pe.time_s, 3) << " s\n";
-    // Whole experts per GPU (a mixture of experts' expert_split): their counts, per TP rank.
-    const bool experts = !p.stages.front().expert_split.empty();
     std::vector<std::string> header{"stage", "devices", "GPU", "TP"};
     if (experts) header.push_back("experts");
     for (const char* h : {"layers", "recompute", "fwd ms", "bwd ms", "TP comm ms", "send ms",

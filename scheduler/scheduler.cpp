@@ -97,9 +97,7 @@ void place_experts(const Scenario& sc, SearchResult& r) {
                 "experts per GPU and %.3f s with every expert split by columns over its TP group "
                 "(closed form); the plan returned runs %s",
                 whole_s, columns_s,
-                r.plan.pipelines.front().stages.front().expert_split.empty()
-                    ? "experts split by columns"
-                    : "whole experts");
+                r.plan.whole_experts() ? "whole experts" : "experts split by columns");
   r.notes.push_back(line);
 }
 

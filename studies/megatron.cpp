@@ -194,7 +194,7 @@ void add_arguments(MegatronExport& e, const Scenario& sc, const Plan& plan) {
     // Every expert split by columns over the TP group (or, with an expert_split, whole
     // experts spread over it), tokens all-gathered to it: what the plan's cost model and
     // lowering assume.
-    const bool whole = !p.stages.front().expert_split.empty();
+    const bool whole = plan.whole_experts();
     add(e, "--num-experts", std::to_string(m.moe.experts));
     add(e, "--moe-router-topk", std::to_string(m.moe.top_k));
     add(e, "--moe-ffn-hidden-size", std::to_string(m.ffn));

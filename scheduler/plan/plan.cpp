@@ -45,6 +45,13 @@ bool Plan::has_mesh() const {
                      [](const Pipeline& p) { return p.has_mesh(); });
 }
 
+bool Plan::whole_experts() const {
+  return std::any_of(pipelines.begin(), pipelines.end(), [](const Pipeline& p) {
+    return std::any_of(p.stages.begin(), p.stages.end(),
+                       [](const Stage& s) { return !s.expert_split.empty(); });
+  });
+}
+
 namespace {
 
 // Every mesh device's front and back rows, flat index order.
@@ -265,9 +272,7 @@ class PlanChecker {
 
   Status check(const Plan& plan) {
     if (auto st = check_zero_stage(training_, origin_); !st) return st;
-    for (const Pipeline& p : plan.pipelines) {
-      for (const Stage& s : p.stages) expert_split_ = expert_split_ || !s.expert_split.empty();
-    }
+    whole_experts_ = plan.whole_experts();
     int batch_sum = 0;
     for (std::size_t pi = 0; pi < plan.pipelines.size(); ++pi) {
       const Pipeline& p = plan.pipelines[pi];
@@ -487,7 +492,7 @@ class PlanChecker {
   // An expert_split: on a mixture of experts, summing to its routed experts, on every TP
   // stage of the plan or on none (the DP buckets pair whole experts with whole experts).
   Status experts_split(const Stage& s, const std::string& path) const {
-    if (!expert_split_) return {};
+    if (!whole_experts_) return {};
     if (s.expert_split.empty()) {
       return fail(path,
                   "expected an \"expert_split\" (another stage of the plan gives one: "
@@ -549,7 +554,7 @@ class PlanChecker {
   const TrainingConfig& training_;
   const std::string& origin_;
   std::vector<std::string> used_where_;  // per device: the JSON path that uses it, or ""
-  bool expert_split_ = false;            // some stage gives an expert_split
+  bool whole_experts_ = false;           // Plan::whole_experts
 };
 
 }  // namespace

@@ -98,6 +98,8 @@ struct Plan {
   int num_devices() const;
   std::vector<int> devices() const;  // all devices used, pipeline by pipeline
   bool has_mesh() const;             // some pipeline has a sequence mesh stage
+  // Some stage gives an expert_split (the plan validates only if every TP stage does).
+  bool whole_experts() const;
 };
 
 // One stage-boundary message next to a mesh stage: sequence rows [begin, end) (token

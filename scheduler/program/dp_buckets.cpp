@@ -278,12 +278,7 @@ DpBuckets plan_dp_buckets(const Plan& plan, const Model& m, int zero_stage, int 
                                    : Item{{"head", Axis::kVocab, h}, &last});
   head.push_back({{"final_norm", Axis::kReplicated, norm}, &last});
   builder.add_position(-2, head);
-  const bool whole_experts =
-      std::any_of(plan.pipelines.begin(), plan.pipelines.end(), [](const Pipeline& p) {
-        return std::any_of(p.stages.begin(), p.stages.end(),
-                           [](const Stage& s) { return !s.expert_split.empty(); });
-      });
-  const auto params = layer_params(m, whole_experts);
+  const auto params = layer_params(m, plan.whole_experts());
   for (int l = m.layers - 1; l >= 0; --l) {
     std::vector<Holder> holders;
     for (std::size_t p = 0; p < plan.pipelines.size(); ++p) {
