@@ -35,7 +35,9 @@ const std::vector<PlanCase>& shipped_tiny_plans() {
                                               {"tiny-llama-cpu", "tiny-interleaved-2x2.json"},
                                               {"tiny-llama-8l-cpu", "tiny-interleaved-uneven.json"},
                                               {"tiny-llama-8l-cpu", "tiny-interleaved-edges.json"},
-                                              {"tiny-llama-cpu", "tiny-dp2-edges.json"}};
+                                              {"tiny-llama-cpu", "tiny-dp2-edges.json"},
+                                              {"tiny-moe-cpu", "tiny-moe-experts-3-1.json"},
+                                              {"tiny-moe-cpu", "tiny-moe-columns.json"}};
   return cases;
 }
 

@@ -36,7 +36,8 @@ struct Pending {
   std::size_t count = 0;
   const float* add_from = nullptr;  // forward: buf += add_from (the residual), R*h floats
   float* add_into = nullptr;        // backward: add_into += buf, R*h floats
-  float* norm_grad = nullptr;       // backward: norm_grad += buf[R*h, R*h + h)
+  float* norm_grad = nullptr;       // backward: norm_grad += buf[R*h, R*h + norm_count)
+  std::size_t norm_count = 0;       //   h, or an MoE block's h + E*h (gain and router)
 };
 
 // One DP bucket this device joins.
@@ -133,10 +134,14 @@ struct RankRuntime::Impl {
   const DeviceLayout* lay = nullptr;
   const SequenceLayout* mesh = nullptr;  // the sequence mesh this device runs (if any)
   kernels::LlamaDims dims;
-  bool bf16 = false;                // mixed precision (program bytes_per_element 2)
-  BlockShape shape;                 // one micro-batch on this shard
-  int rows = 0;                     // R = micro_batch * seq
-  int hidden = 0;                   // h
+  bool bf16 = false;  // mixed precision (program bytes_per_element 2)
+  BlockShape shape;   // one micro-batch on this shard
+  int rows = 0;       // R = micro_batch * seq
+  int hidden = 0;     // h
+  // The replicated gradients a TP rank's MLP block backward leaves partial: the mlp_norm
+  // gain (h), and a mixture of experts' router (E*h) right after it in the layout. They
+  // travel with the block's input gradient in its all-reduce.
+  std::size_t mlp_share = 0;
   int layers = 0;                   // layers of the stage (interleaved: of its largest chunk)
   std::vector<ChunkLayout> chunks;  // its chunks (one: its stage)
   int first_sequence = 0;           // offset of this pipeline in the global batch
@@ -200,7 +205,7 @@ struct RankRuntime::Impl {
   Status loss_stats(const Op& op, Communicator& comm);
   Status finish_loss(Slot& slot);
   Status finish_block(float* out, const float* residual);
-  Status finish_grad(Slot& slot, float* norm_grad_target);
+  Status finish_grad(Slot& slot, float* norm_grad_target, std::size_t norm_count);
   // Slots hold one chunk of one micro-batch: key chunk * micro_batches + micro_batch.
   int slot_key(const Op& op) const { return op.chunk * lay->micro_batches + op.micro_batch; }
   Result<Slot*> acquire(int key);

@@ -35,13 +35,43 @@ AttentionGrads<float> RankRuntime::Impl::attn_g(int l, float* norm_grad) const {
   return {norm_grad, grad(layer_name(l, "wq")), grad(layer_name(l, "wk")),
           grad(layer_name(l, "wv")), grad(layer_name(l, "wo"))};
 }
+namespace {
+// A mixture of experts' routed and shared experts of layer l, through `at` (by tensor name).
+template <class View, class At>
+View with_experts(View v, int l, bool shared, At at) {
+  v.e_gate = at(layer_name(l, "experts.w_gate"));
+  v.e_up = at(layer_name(l, "experts.w_up"));
+  v.e_down = at(layer_name(l, "experts.w_down"));
+  if (shared) {
+    v.s_gate = at(layer_name(l, "shared.w_gate"));
+    v.s_up = at(layer_name(l, "shared.w_up"));
+    v.s_down = at(layer_name(l, "shared.w_down"));
+  }
+  return v;
+}
+}  // namespace
+
 MlpWeights<float> RankRuntime::Impl::mlp_w(int l) const {
-  return {param(layer_name(l, "mlp_norm")), param(layer_name(l, "w_gate")),
-          param(layer_name(l, "w_up")), param(layer_name(l, "w_down"))};
+  if (!dims.is_moe()) {
+    return {param(layer_name(l, "mlp_norm")), param(layer_name(l, "w_gate")),
+            param(layer_name(l, "w_up")), param(layer_name(l, "w_down"))};
+  }
+  MlpWeights<float> w;
+  w.norm = param(layer_name(l, "mlp_norm"));
+  w.router = param(layer_name(l, "router"));
+  return with_experts(w, l, dims.shared_ffn > 0, [&](const std::string& n) { return param(n); });
 }
 MlpGrads<float> RankRuntime::Impl::mlp_g(int l, float* norm_grad) const {
-  return {norm_grad, grad(layer_name(l, "w_gate")), grad(layer_name(l, "w_up")),
-          grad(layer_name(l, "w_down"))};
+  if (!dims.is_moe()) {
+    return {norm_grad, grad(layer_name(l, "w_gate")), grad(layer_name(l, "w_up")),
+            grad(layer_name(l, "w_down"))};
+  }
+  // The router's gradient follows the gain's, in the layout and in a TP rank's share of the
+  // block's all-reduce (mlp_share).
+  MlpGrads<float> g;
+  g.norm = norm_grad;
+  g.router = norm_grad + hidden;
+  return with_experts(g, l, dims.shared_ffn > 0, [&](const std::string& n) { return grad(n); });
 }
 AttentionSaved<float> RankRuntime::Impl::attn_saved(Slot& s, int local) const {
   return kernels::carve_attention_saved(
@@ -220,10 +250,11 @@ Status RankRuntime::Impl::finish_block(float* out, const float* residual) {
 }
 
 // A block's input gradient is in `partial` (and, with TP, its norm-gain share after it).
-Status RankRuntime::Impl::finish_grad(Slot& s, float* norm_grad_target) {
+Status RankRuntime::Impl::finish_grad(Slot& s, float* norm_grad_target, std::size_t norm_count) {
   const std::size_t rh = static_cast<std::size_t>(rows) * hidden;
   if (lay->tp == 1) return add_stored(s.grad.get(), partial.get(), rh);
-  pending = Pending{true, partial.get(), rh + hidden, nullptr, s.grad.get(), norm_grad_target};
+  pending = Pending{true,         partial.get(),    rh + norm_count, nullptr,
+                    s.grad.get(), norm_grad_target, norm_count};
   return {};
 }
 
@@ -235,7 +266,7 @@ Status RankRuntime::Impl::apply_pending(Communicator& comm) {
   HEXI_TRY(wire_all_reduce(comm, p.buf, p.count));
   if (p.add_from != nullptr) HEXI_TRY(add_stored(p.buf, p.add_from, rh));
   if (p.add_into != nullptr) HEXI_TRY(add_stored(p.add_into, p.buf, rh));
-  if (p.norm_grad != nullptr) HEXI_TRY(be.add_inplace(p.norm_grad, p.buf + rh, hidden));
+  if (p.norm_grad != nullptr) HEXI_TRY(be.add_inplace(p.norm_grad, p.buf + rh, p.norm_count));
   return {};
 }
 
@@ -340,7 +371,7 @@ Status RankRuntime::Impl::head_bwd(const Op& op) {
                             {tp ? norm_share : grad("final_norm"), grad("head")}));
   if (!tp) return {};
   HEXI_TRY(be.zero((*s)->grad.get(), rh * sizeof(float)));
-  return finish_grad(**s, grad("final_norm"));
+  return finish_grad(**s, grad("final_norm"), hidden);
 }
 
 Status RankRuntime::Impl::block_backward(const Op& op, bool attn) {
@@ -350,7 +381,8 @@ Status RankRuntime::Impl::block_backward(const Op& op, bool attn) {
   const bool tp = lay->tp > 1;
   float* norm_share = partial.get() + static_cast<std::size_t>(rows) * hidden;
   const std::string norm = layer_name(op.layer, attn ? "attn_norm" : "mlp_norm");
-  if (tp) HEXI_TRY(be.zero(norm_share, hidden * sizeof(float)));
+  const std::size_t share = attn ? static_cast<std::size_t>(hidden) : mlp_share;
+  if (tp) HEXI_TRY(be.zero(norm_share, share * sizeof(float)));
   float* ng = tp ? norm_share : grad(norm);
   float* x = resid(**s, attn ? 2 * l : 2 * l + 1);
   const float* dy = (*s)->grad.get();
@@ -358,7 +390,7 @@ Status RankRuntime::Impl::block_backward(const Op& op, bool attn) {
                                         partial.get(), attn_g(op.layer, ng))
                 : be.mlp_backward(shape, mlp_w(op.layer), mlp_saved(**s, l), x, dy, partial.get(),
                                   mlp_g(op.layer, ng)));
-  return finish_grad(**s, grad(norm));
+  return finish_grad(**s, grad(norm), share);
 }
 
 Status RankRuntime::Impl::finish_loss(Slot& s) {

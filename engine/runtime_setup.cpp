@@ -17,12 +17,10 @@ Result<kernels::LlamaDims> llama_dims(const Model& m) {
                      ": the engine trains Llama-style decoders (SwiGLU MLP, RMSNorm, RoPE, no "
                      "biases, untied head, no learned positions)");
   }
-  if (m.is_moe()) {
-    return bad_input("model " + m.name +
-                     ": the engine trains dense decoders; mixture-of-experts models are planned, "
-                     "estimated and simulated (hexisim plan / estimate / simulate)");
-  }
   kernels::LlamaDims d;
+  d.experts = m.moe.experts;
+  d.top_k = m.moe.top_k;
+  d.shared_ffn = m.moe.shared_ffn;
   d.layers = m.layers;
   d.hidden = m.hidden;
   d.ffn = m.ffn;
@@ -33,6 +31,15 @@ Result<kernels::LlamaDims> llama_dims(const Model& m) {
     return bad_input("model " + m.name + ": " + why);
   }
   return d;
+}
+
+Status check_trainable(const Model& m, int bytes_per_element, std::string_view backend) {
+  if (!m.is_moe() || (bytes_per_element == 4 && backend == "cpu")) return {};
+  return bad_input("model " + m.name +
+                   ": the engine trains mixtures of experts in float32 on the cpu backend only "
+                   "so far (training.precision \"fp32\", --backend cpu); this run asks for " +
+                   std::string(bytes_per_element == 4 ? "fp32" : "bf16") + " on " +
+                   std::string(backend));
 }
 
 Status RankRuntime::Impl::setup() {
@@ -63,6 +70,7 @@ Status RankRuntime::Impl::setup() {
         "-byte elements; the engine trains in float32 (4) or bf16 mixed precision (2)");
   }
   bf16 = prog.bytes_per_element == 2;
+  HEXI_TRY(check_trainable(model, prog.bytes_per_element, be.name()));
   lay = &prog.devices[world.rank()];
   mesh = prog.mesh_of(*lay);
   auto d = llama_dims(model);
@@ -88,6 +96,7 @@ Status RankRuntime::Impl::setup() {
   shape = BlockShape{dims, shard, lay->micro_batch, tokens, bf16};
   rows = shape.tokens();
   hidden = dims.hidden;
+  mlp_share = static_cast<std::size_t>(hidden) * (1 + dims.experts);
   layers = 0;  // the largest chunk's (slots hold one chunk of one micro-batch)
   for (int c = 0; c < num_chunks(*lay); ++c) {
     chunks.push_back(chunk_layout(*lay, c));
@@ -139,6 +148,12 @@ Status RankRuntime::Impl::setup_params() {
   kernels::init_params(host, dims, opt.init);
   layout = host.layout;
   for (const auto& t : layout.tensors) offset_of[t.name] = t.offset;
+  for (const auto& t : layout.tensors) {  // mlp_g: the router's gradient follows the gain's
+    if (!t.name.ends_with(".router")) continue;
+    const std::string gain = t.name.substr(0, t.name.size() - 6) + "mlp_norm";
+    if (offset_of.at(gain) + hidden != t.offset)
+      return failure(t.name + " does not follow its layer's mlp_norm in the parameter layout");
+  }
   auto p = DeviceArray<float>::make(be, layout.total);
   HEXI_TRY(p);
   params = std::move(*p);
@@ -176,7 +191,7 @@ Status RankRuntime::Impl::setup_buckets() {
     st.member = static_cast<int>(me - devs.begin());
     std::vector<std::int64_t> idx;
     for (const ParamSegment& seg : bk.segments) {
-      auto part = segment_indices(layout, dims, seg);
+      auto part = segment_indices(layout, dims, seg, lay->experts >= 0);
       HEXI_TRY(part);
       idx.insert(idx.end(), part->begin(), part->end());
     }
@@ -278,7 +293,7 @@ Status RankRuntime::Impl::setup_slots() {
     HEXI_TRY(alloc(s.send_wire, bf16 ? 2 * rh : 0));
   }
   const std::size_t piece_rows = (rows + lay->tp - 1) / lay->tp;
-  HEXI_TRY(alloc(partial, rh + hidden));
+  HEXI_TRY(alloc(partial, rh + mlp_share));
   HEXI_TRY(alloc(gather_in, piece_rows * hidden));
   HEXI_TRY(alloc(gather_out, lay->tp * piece_rows * hidden));
   HEXI_TRY(alloc(stats, 3 * static_cast<std::size_t>(rows)));

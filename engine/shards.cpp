@@ -1,5 +1,8 @@
 #include "engine/shards.hpp"
 
+#include <cmath>
+#include <cstdint>
+
 namespace hexi::engine {
 namespace {
 
@@ -10,8 +13,20 @@ struct AxisOf {
   int unit = 1;  // rows or columns per unit of the program's axis
 };
 
-Result<AxisOf> axis_of(const std::string& param, const kernels::LlamaDims& d) {
-  const int hd = d.head_dim();
+// whole_experts: a mixture of experts' routed experts are held whole (DP segments count
+// experts) rather than by columns (ffn units of every expert); kernels/params.hpp lays
+// them out as (E, f*h) and (E*h, f).
+Result<AxisOf> axis_of(const std::string& param, const kernels::LlamaDims& d, bool whole_experts) {
+  const int hd = d.head_dim(), h = d.hidden;
+  if (param == "experts.w_gate" || param == "experts.w_up") {
+    return whole_experts ? AxisOf{Axis::kRows, 1} : AxisOf{Axis::kCols, h};
+  }
+  if (param == "experts.w_down") {
+    return whole_experts ? AxisOf{Axis::kRows, h} : AxisOf{Axis::kCols, 1};
+  }
+  if (param == "shared.w_gate" || param == "shared.w_up") return AxisOf{Axis::kRows, 1};
+  if (param == "shared.w_down") return AxisOf{Axis::kCols, 1};
+  if (param == "router") return AxisOf{};
   if (param == "wq" || param == "wk" || param == "wv") return AxisOf{Axis::kRows, hd};
   if (param == "wo") return AxisOf{Axis::kCols, hd};
   if (param == "w_gate" || param == "w_up" || param == "embedding" || param == "head") {
@@ -34,9 +49,9 @@ std::string tensor_name(const ParamSegment& seg) {
 
 Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& layout,
                                                   const kernels::LlamaDims& dims,
-                                                  const ParamSegment& seg) {
+                                                  const ParamSegment& seg, bool whole_experts) {
   const std::string name = tensor_name(seg);
-  auto axis = axis_of(seg.param, dims);
+  auto axis = axis_of(seg.param, dims, whole_experts);
   if (!axis.ok()) return axis.error();
   const kernels::TensorInfo* t = layout.find(name);
   if (t == nullptr) return failure("DP segment " + name + ": this device does not hold the tensor");
@@ -72,7 +87,30 @@ Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& la
 kernels::TpShard held_shard(const Program& program, const DeviceLayout& l,
                             const kernels::LlamaDims& dims) {
   if (program.mesh_of(l)) return kernels::full_shard(dims);
-  return {l.head_begin, l.head_end, l.ffn_begin, l.ffn_end, l.vocab_begin, l.vocab_end};
+  kernels::TpShard s{l.head_begin, l.head_end, l.ffn_begin, l.ffn_end, l.vocab_begin, l.vocab_end};
+  if (!dims.is_moe()) return s;
+  // Shared experts' columns as the DP buckets cut them (program::shard_ranges).
+  const auto cut = [&](int x, int heads) {
+    return static_cast<int>(static_cast<std::int64_t>(x) * heads / dims.heads);
+  };
+  s.shared_begin = cut(dims.shared_ffn, l.head_begin);
+  s.shared_end = cut(dims.shared_ffn, l.head_end);
+  s.expert_end = dims.experts;
+  if (l.experts < 0) return s;  // every expert by the columns of its ffn units
+  // Whole experts: its share, after those of the lower ranks of its TP group.
+  const auto held = [&](const DeviceLayout& d) {
+    return static_cast<int>(std::llround(d.experts * dims.experts));
+  };
+  s.ffn_begin = 0;
+  s.ffn_end = dims.ffn;
+  s.expert_begin = 0;
+  if (l.tp > 1) {
+    for (const DeviceLayout& d : program.devices) {
+      if (d.tp_group == l.tp_group && d.tp_rank < l.tp_rank) s.expert_begin += held(d);
+    }
+  }
+  s.expert_end = s.expert_begin + held(l);
+  return s;
 }
 
 int sequence_shard(const SequenceLayout& layout, int device) {

@@ -26,14 +26,18 @@ std::string tensor_name(const ParamSegment& seg);
 
 // Flat-buffer indices of a segment's elements in their row-major order within the
 // segment; an error names the segment when the device does not hold all of it or the
-// parameter is not a Llama parameter.
+// parameter is not a Llama parameter. whole_experts: the device holds a mixture of
+// experts' routed experts whole (its layout's `experts` share), so their segments count
+// experts, not ffn units.
 Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& layout,
                                                   const kernels::LlamaDims& dims,
-                                                  const ParamSegment& seg);
+                                                  const ParamSegment& seg, bool whole_experts);
 
 // The shard of the model's tensors a device holds: its TP shard (heads, ffn units, vocab
-// rows of its layout), or the whole model on a sequence mesh's device (its head range is its
-// attention heads, not what it stores).
+// rows of its layout; a mixture of experts' shared-expert columns as the DP buckets cut
+// them, and its routed experts by columns, or whole after its TP group's lower ranks'
+// shares), or the whole model on a sequence mesh's device (its head range is its attention
+// heads, not what it stores).
 kernels::TpShard held_shard(const Program& program, const DeviceLayout& layout,
                             const kernels::LlamaDims& dims);
 // The tensors a device holds: kernels::stage_layout of its stage on held_shard; an

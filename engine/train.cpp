@@ -159,6 +159,7 @@ Result<Job> load_job(const TrainOptions& o, int world_size, int world_rank) {
     }
   }
   HEXI_TRY(llama_dims(job.scenario.model));
+  HEXI_TRY(check_trainable(job.scenario.model, job.program.bytes_per_element, o.backend));
   HEXI_TRY(check_memory(o, job, world_size, world_rank));
   auto corpus =
       CorpusSource::load(o.corpus.empty() ? default_corpus() : std::filesystem::path(o.corpus),

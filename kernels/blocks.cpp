@@ -30,7 +30,10 @@ size_t attention_saved_size(const BlockShape& s) {
 
 size_t mlp_saved_size(const BlockShape& s) {
   const size_t n = n_of(s);
-  return n + n * s.dims.hidden + 3 * n * s.ffn();
+  if (!s.dims.is_moe()) return n + n * s.dims.hidden + 3 * n * s.ffn();
+  const size_t k = s.dims.top_k;
+  return n + n * s.dims.hidden + 3 * n * s.shared() + n * s.dims.experts + 2 * n * k +
+         3 * n * k * s.ffn() + n * k * s.dims.hidden;
 }
 
 size_t head_saved_size(const BlockShape& s) {
@@ -60,9 +63,23 @@ MlpSaved<T> carve_mlp_saved(const BlockShape& s, T* base) {
   MlpSaved<T> m;
   m.rstd = c.take(n);
   m.xn = c.take(n * s.dims.hidden);
-  m.gate = c.take(n * s.ffn());
-  m.up = c.take(n * s.ffn());
-  m.act = c.take(n * s.ffn());
+  if (!s.dims.is_moe()) {
+    m.gate = c.take(n * s.ffn());
+    m.up = c.take(n * s.ffn());
+    m.act = c.take(n * s.ffn());
+    return m;
+  }
+  const size_t k = s.dims.top_k;
+  m.gate = c.take(n * s.shared());
+  m.up = c.take(n * s.shared());
+  m.act = c.take(n * s.shared());
+  m.probs = c.take(n * s.dims.experts);
+  m.chosen = c.take(n * k);
+  m.gates = c.take(n * k);
+  m.e_gate = c.take(n * k * s.ffn());
+  m.e_up = c.take(n * k * s.ffn());
+  m.e_act = c.take(n * k * s.ffn());
+  m.e_out = c.take(n * k * s.dims.hidden);
   return m;
 }
 

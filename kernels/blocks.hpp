@@ -94,12 +94,35 @@ struct AttentionSaved {
 // Float32 only (no bf16 rounding points yet).
 
 // ---- MLP block: RMSNorm -> W_gate, W_up -> SwiGLU -> W_down --------------------------
+// A mixture of experts (dims.is_moe()) replaces it by the MoE MLP block, with the same
+// protocol (partial output, one all-reduce each way):
+//   xn = RMSNorm(x); p = softmax(xn router^T) over the E experts; each token takes its
+//   top_k experts by p (ties to the lower index) with gates p_e / sum of its top_k p
+//   (Mixtral's router); y = sum over its experts e of gate_e * Expert_e(xn)
+//   + Shared(xn), every expert and the shared experts SwiGLU MLPs.
+// A rank runs its routed experts [expert_begin, expert_end) on the tokens routed to them,
+// each by its FFN columns [ffn_begin, ffn_end), and its shared-expert columns: its output
+// is a partial sum, as a dense MLP's column shard is (Megatron-LM's all-gather token
+// dispatcher, whole experts or expert tensor parallelism alike). The router is
+// replicated and every rank routes identically; its gradient is a partial sum over the
+// TP group (linear in each rank's partial output), like a norm gain's.
+// Expert weights of a rank: e_gate, e_up (El, fl, h) and e_down (El, h, fl), expert by
+// expert, El = shard.experts(), fl = shard.ffn(); shared s_gate, s_up (fs, h), s_down
+// (h, fs), fs = shard.shared(). A dense model leaves them null (and router); an MoE
+// model leaves w_gate, w_up, w_down null.
 template <class T>
 struct MlpWeights {
   const T* norm = nullptr;    // (h)      mlp_norm gain, replicated
   const T* w_gate = nullptr;  // (fl, h)  rows [ffn_begin, ffn_end) of W_gate
   const T* w_up = nullptr;    // (fl, h)  rows [ffn_begin, ffn_end) of W_up
   const T* w_down = nullptr;  // (h, fl)  columns [ffn_begin, ffn_end) of W_down
+  const T* router = nullptr;  // (E, h)   MoE router, replicated
+  const T* e_gate = nullptr;  // (El, fl, h)
+  const T* e_up = nullptr;    // (El, fl, h)
+  const T* e_down = nullptr;  // (El, h, fl)
+  const T* s_gate = nullptr;  // (fs, h)
+  const T* s_up = nullptr;    // (fs, h)
+  const T* s_down = nullptr;  // (h, fs)
 };
 template <class T>
 struct MlpGrads {
@@ -107,14 +130,31 @@ struct MlpGrads {
   T* w_gate = nullptr;
   T* w_up = nullptr;
   T* w_down = nullptr;
+  T* router = nullptr;
+  T* e_gate = nullptr;
+  T* e_up = nullptr;
+  T* e_down = nullptr;
+  T* s_gate = nullptr;
+  T* s_up = nullptr;
+  T* s_down = nullptr;
 };
+// A dense block's gate/up/act are (n, fl); an MoE block's are the shared experts' (n, fs),
+// and it keeps its routing and its routed experts' rows too: the rows of the tokens routed
+// to its experts, expert by expert, tokens in order within an expert (m <= n*top_k rows).
 template <class T>
 struct MlpSaved {
-  T* rstd = nullptr;  // (n)
-  T* xn = nullptr;    // (n, h)
-  T* gate = nullptr;  // (n, fl)  xn W_gate^T
-  T* up = nullptr;    // (n, fl)  xn W_up^T
-  T* act = nullptr;   // (n, fl)  silu(gate) * up, input of W_down
+  T* rstd = nullptr;    // (n)
+  T* xn = nullptr;      // (n, h)
+  T* gate = nullptr;    // (n, fl)  xn W_gate^T
+  T* up = nullptr;      // (n, fl)  xn W_up^T
+  T* act = nullptr;     // (n, fl)  silu(gate) * up, input of W_down
+  T* probs = nullptr;   // (n, E)        router softmax
+  T* chosen = nullptr;  // (n, top_k)    the experts chosen, as exact small integers
+  T* gates = nullptr;   // (n, top_k)    their gates
+  T* e_gate = nullptr;  // (n*top_k, fl) routed rows
+  T* e_up = nullptr;    // (n*top_k, fl)
+  T* e_act = nullptr;   // (n*top_k, fl)
+  T* e_out = nullptr;   // (n*top_k, h)  each routed row's expert output (before its gate)
 };
 
 // ---- head: final RMSNorm -> logits over the vocab shard -> cross-entropy -------------

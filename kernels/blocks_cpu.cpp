@@ -1,6 +1,8 @@
 // The TP-shard blocks composed from the CPU reference kernels (protocol: blocks.hpp).
 #include "kernels/blocks_cpu.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/bf16.hpp"
@@ -19,6 +21,181 @@ std::size_t elems(int rows, int cols) {
 template <class T>
 void stored(const BlockShape& sh, T* x, std::size_t n) {
   if (sh.bf16) round_bf16(x, n);
+}
+
+// The rows a rank's routed experts run: for each held expert (in order) the (token, slot)
+// pairs routed to it, tokens in order; expert e's rows are [begin[e], begin[e + 1]).
+struct Routing {
+  std::vector<int> token, slot;
+  std::vector<std::size_t> begin;
+};
+
+// Calls f(first row, rows m, weights' offset) for every held expert with rows routed to it.
+template <class F>
+void for_each_held_expert(const BlockShape& sh, const Routing& r, F f) {
+  for (int le = 0; le < sh.experts(); ++le) {
+    const std::size_t b = r.begin[le];
+    const int m = static_cast<int>(r.begin[le + 1] - b);
+    if (m > 0) f(b, m, elems(sh.ffn(), sh.dims.hidden) * le);
+  }
+}
+
+template <class T>
+Routing held_routing(const BlockShape& sh, const T* chosen) {
+  const int n = sh.tokens(), k = sh.dims.top_k;
+  Routing r;
+  r.begin.push_back(0);
+  for (int e = sh.shard.expert_begin; e < sh.shard.expert_end; ++e) {
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < k; ++j) {
+        if (static_cast<int>(chosen[static_cast<std::size_t>(i) * k + j]) != e) continue;
+        r.token.push_back(i);
+        r.slot.push_back(j);
+      }
+    }
+    r.begin.push_back(r.token.size());
+  }
+  return r;
+}
+
+// probs = softmax(xn router^T); each token's top_k experts (ties to the lower index) and
+// their gates, renormalised over the chosen.
+template <class T>
+void route_tokens(const BlockShape& sh, const T* router, const MlpSaved<T>& sv) {
+  const int n = sh.tokens(), h = sh.dims.hidden, E = sh.dims.experts, k = sh.dims.top_k;
+  matmul_forward(sv.probs, sv.xn, router, n, h, E);
+  std::vector<char> taken(E);
+  for (int i = 0; i < n; ++i) {
+    T* p = sv.probs + static_cast<std::size_t>(i) * E;
+    const T top = *std::max_element(p, p + E);
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += std::exp(static_cast<double>(p[e] - top));
+    for (int e = 0; e < E; ++e)
+      p[e] = static_cast<T>(std::exp(static_cast<double>(p[e] - top)) / sum);
+    std::fill(taken.begin(), taken.end(), 0);
+    double chosen_sum = 0;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < E; ++e)
+        if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
+      taken[best] = 1;
+      sv.chosen[static_cast<std::size_t>(i) * k + j] = static_cast<T>(best);
+      chosen_sum += p[best];
+    }
+    for (int j = 0; j < k; ++j) {
+      const std::size_t c = static_cast<std::size_t>(i) * k + j;
+      sv.gates[c] = static_cast<T>(p[static_cast<int>(sv.chosen[c])] / chosen_sum);
+    }
+  }
+}
+
+// The MoE MLP block (blocks.hpp): routing, this rank's routed experts on their rows, its
+// shared-expert columns.
+template <class T>
+void moe_block_forward(const BlockShape& sh, const MlpWeights<T>& w, const T* x,
+                       const MlpSaved<T>& sv, T* y_partial) {
+  const int n = sh.tokens(), h = sh.dims.hidden, fl = sh.ffn(), fs = sh.shared();
+  const int k = sh.dims.top_k;
+  rmsnorm_forward(sv.xn, sv.rstd, x, w.norm, n, h, sh.dims.norm_eps);
+  route_tokens(sh, w.router, sv);
+  if (fs > 0) {
+    matmul_forward(sv.gate, sv.xn, w.s_gate, n, h, fs);
+    matmul_forward(sv.up, sv.xn, w.s_up, n, h, fs);
+    swiglu_forward(sv.act, sv.gate, sv.up, elems(n, fs));
+    matmul_forward(y_partial, sv.act, w.s_down, n, fs, h);
+  } else {
+    std::fill_n(y_partial, elems(n, h), T(0));
+  }
+  const Routing r = held_routing(sh, sv.chosen);
+  AlignedVector<T> xe(elems(static_cast<int>(r.token.size()), h));
+  for (std::size_t row = 0; row < r.token.size(); ++row)
+    std::copy_n(sv.xn + elems(r.token[row], h), h, xe.data() + row * h);
+  for_each_held_expert(sh, r, [&](std::size_t b, int m, std::size_t weights) {
+    matmul_forward(sv.e_gate + b * fl, xe.data() + b * h, w.e_gate + weights, m, h, fl);
+    matmul_forward(sv.e_up + b * fl, xe.data() + b * h, w.e_up + weights, m, h, fl);
+    swiglu_forward(sv.e_act + b * fl, sv.e_gate + b * fl, sv.e_up + b * fl, elems(m, fl));
+    matmul_forward(sv.e_out + b * h, sv.e_act + b * fl, w.e_down + weights, m, fl, h);
+  });
+  for (std::size_t row = 0; row < r.token.size(); ++row) {
+    const T g = sv.gates[static_cast<std::size_t>(r.token[row]) * k + r.slot[row]];
+    T* y = y_partial + elems(r.token[row], h);
+    const T* out = sv.e_out + row * h;
+    for (int c = 0; c < h; ++c) y[c] += g * out[c];
+  }
+}
+
+template <class T>
+void moe_block_backward(const BlockShape& sh, const MlpWeights<T>& w, const MlpSaved<T>& sv,
+                        const T* x, const T* dy, T* dx_partial, const MlpGrads<T>& g) {
+  const int n = sh.tokens(), h = sh.dims.hidden, fl = sh.ffn(), fs = sh.shared();
+  const int E = sh.dims.experts, k = sh.dims.top_k;
+  AlignedVector<T> dxn(elems(n, h), T(0));
+  if (fs > 0) {
+    AlignedVector<T> dact(elems(n, fs)), dgate(elems(n, fs)), dup(elems(n, fs));
+    matmul_backward_input(dact.data(), dy, w.s_down, n, fs, h, false);
+    matmul_backward_weight(g.s_down, dy, sv.act, n, fs, h);
+    swiglu_backward(dgate.data(), dup.data(), dact.data(), sv.gate, sv.up, elems(n, fs));
+    matmul_backward_input(dxn.data(), dgate.data(), w.s_gate, n, h, fs, false);
+    matmul_backward_input(dxn.data(), dup.data(), w.s_up, n, h, fs, true);
+    matmul_backward_weight(g.s_gate, dgate.data(), sv.xn, n, h, fs);
+    matmul_backward_weight(g.s_up, dup.data(), sv.xn, n, h, fs);
+  }
+  // Routed experts: dL/d(expert output) = gate * dy; dL/d(gate) = dy . expert output.
+  const Routing r = held_routing(sh, sv.chosen);
+  const std::size_t rows = r.token.size();
+  AlignedVector<T> xe(rows * h), dout(rows * h), dxe(rows * h);
+  AlignedVector<T> dact(rows * fl), dgate(rows * fl), dup(rows * fl);
+  std::vector<double> dgates(elems(n, k), 0.0);
+  for (std::size_t row = 0; row < rows; ++row) {
+    const std::size_t c = static_cast<std::size_t>(r.token[row]) * k + r.slot[row];
+    const T* dyi = dy + elems(r.token[row], h);
+    const T* out = sv.e_out + row * h;
+    double dot = 0;
+    for (int col = 0; col < h; ++col) {
+      dout[row * h + col] = sv.gates[c] * dyi[col];
+      dot += static_cast<double>(dyi[col]) * out[col];
+    }
+    dgates[c] = dot;
+    std::copy_n(sv.xn + elems(r.token[row], h), h, xe.data() + row * h);
+  }
+  for_each_held_expert(sh, r, [&](std::size_t b, int m, std::size_t weights) {
+    matmul_backward_input(dact.data() + b * fl, dout.data() + b * h, w.e_down + weights, m, fl, h,
+                          false);
+    matmul_backward_weight(g.e_down + weights, dout.data() + b * h, sv.e_act + b * fl, m, fl, h);
+    swiglu_backward(dgate.data() + b * fl, dup.data() + b * fl, dact.data() + b * fl,
+                    sv.e_gate + b * fl, sv.e_up + b * fl, elems(m, fl));
+    matmul_backward_input(dxe.data() + b * h, dgate.data() + b * fl, w.e_gate + weights, m, h, fl,
+                          false);
+    matmul_backward_input(dxe.data() + b * h, dup.data() + b * fl, w.e_up + weights, m, h, fl,
+                          true);
+    matmul_backward_weight(g.e_gate + weights, dgate.data() + b * fl, xe.data() + b * h, m, h, fl);
+    matmul_backward_weight(g.e_up + weights, dup.data() + b * fl, xe.data() + b * h, m, h, fl);
+  });
+  for (std::size_t row = 0; row < rows; ++row) {
+    T* d = dxn.data() + elems(r.token[row], h);
+    for (int col = 0; col < h; ++col) d[col] += dxe[row * h + col];
+  }
+  // The router: gates g_j = p_j / S over the chosen (S their sum), p = softmax(logits).
+  AlignedVector<T> dlogits(elems(n, E));
+  std::vector<double> dp(E);
+  for (int i = 0; i < n; ++i) {
+    const T* p = sv.probs + elems(i, E);
+    const std::size_t c0 = static_cast<std::size_t>(i) * k;
+    double chosen_sum = 0, weighted = 0;
+    for (int j = 0; j < k; ++j) {
+      chosen_sum += p[static_cast<int>(sv.chosen[c0 + j])];
+      weighted += static_cast<double>(sv.gates[c0 + j]) * dgates[c0 + j];
+    }
+    std::fill(dp.begin(), dp.end(), 0.0);
+    for (int j = 0; j < k; ++j)
+      dp[static_cast<int>(sv.chosen[c0 + j])] = (dgates[c0 + j] - weighted) / chosen_sum;
+    double pdp = 0;
+    for (int e = 0; e < E; ++e) pdp += p[e] * dp[e];
+    for (int e = 0; e < E; ++e) dlogits[elems(i, E) + e] = static_cast<T>(p[e] * (dp[e] - pdp));
+  }
+  matmul_backward_weight(g.router, dlogits.data(), sv.xn, n, h, E);
+  matmul_backward_input(dxn.data(), dlogits.data(), w.router, n, h, E, true);
+  rmsnorm_backward(dx_partial, g.norm, dxn.data(), x, w.norm, sv.rstd, n, h);
 }
 
 }  // namespace
@@ -118,6 +295,7 @@ void attention_out_backward(const BlockShape& sh, const T* wo, const T* att, con
 template <class T>
 void mlp_block_forward(const BlockShape& sh, const MlpWeights<T>& w, const T* x,
                        const MlpSaved<T>& sv, T* y_partial) {
+  if (sh.dims.is_moe()) return moe_block_forward(sh, w, x, sv, y_partial);
   const int n = sh.tokens(), h = sh.dims.hidden, f = sh.ffn();
   rmsnorm_forward(sv.xn, sv.rstd, x, w.norm, n, h, sh.dims.norm_eps);
   stored(sh, sv.xn, elems(n, h));
@@ -134,6 +312,7 @@ void mlp_block_forward(const BlockShape& sh, const MlpWeights<T>& w, const T* x,
 template <class T>
 void mlp_block_backward(const BlockShape& sh, const MlpWeights<T>& w, const MlpSaved<T>& sv,
                         const T* x, const T* dy, T* dx_partial, const MlpGrads<T>& g) {
+  if (sh.dims.is_moe()) return moe_block_backward(sh, w, sv, x, dy, dx_partial, g);
   const int n = sh.tokens(), h = sh.dims.hidden, f = sh.ffn();
   AlignedVector<T> dact(elems(n, f)), dgate(elems(n, f)), dup(elems(n, f)), dxn(elems(n, h));
   matmul_backward_input(dact.data(), dy, w.w_down, n, f, h, false);

@@ -30,6 +30,16 @@ LlamaDims small_dims(int layers = 1) {
   return {layers, 16, 20, 4, 2, 24};
 }
 
+// The same with a mixture of experts: 5 routed experts of width 20 (top 2), shared experts of
+// width 6.
+LlamaDims moe_dims() {
+  LlamaDims d = small_dims();
+  d.experts = 5;
+  d.top_k = 2;
+  d.shared_ffn = 6;
+  return d;
+}
+
 // Parameters of layer 0 (and the embedding and head) on one shard, jittered norms.
 Params<double> shard_params(const LlamaDims& d, const TpShard& s, int layers = 1) {
   Params<double> p(stage_layout(d, {0, layers, true, true, s}));
@@ -55,8 +65,7 @@ TEST(AttentionBlock, BackwardMatchesFiniteDifferences) {
   expect_gradient(loss, p.data, g.data, "attention weights");
 }
 
-TEST(MlpBlock, BackwardMatchesFiniteDifferences) {
-  const LlamaDims d = small_dims();
+void expect_mlp_backward_matches_finite_differences(const LlamaDims& d) {
   const BlockShape sh{d, full_shard(d), 2, 3};
   Params<double> p = shard_params(d, sh.shard), g(p.layout);
   Vec x = random_vector(sh.tokens() * d.hidden, 32), r = random_vector(x.size(), 33);
@@ -71,6 +80,16 @@ TEST(MlpBlock, BackwardMatchesFiniteDifferences) {
                           mlp_grads(g, 0));
   expect_gradient(loss, x, dx, "dx");
   expect_gradient(loss, p.data, g.data, "mlp weights");
+}
+
+TEST(MlpBlock, BackwardMatchesFiniteDifferences) {
+  expect_mlp_backward_matches_finite_differences(small_dims());
+}
+
+// The router's softmax, top-k gates and the experts' rows (routing is piecewise constant:
+// the finite differences' steps stay inside one routing of these 6 tokens).
+TEST(MlpBlock, MixtureOfExpertsBackwardMatchesFiniteDifferences) {
+  expect_mlp_backward_matches_finite_differences(moe_dims());
 }
 
 TEST(Head, BackwardMatchesFiniteDifferences) {
@@ -186,14 +205,15 @@ double run_tensor_parallel(const LlamaDims& d, const std::vector<TpShard>& shard
     cpu::embedding_block_backward(r.shape, tokens.data(), dx.data(), r.g.get("embedding"));
 
   // Summing every rank's gradients adds the partial norm and replicated-KV gradients.
+  // ... and of a mixture of experts' router.
   for (const Rank& r : ranks) add_into_full(r.g, full_grads);
   double total = 0;
   for (double l : loss) total += l;
   return total / n;
 }
 
-void expect_tp_matches_single_process(const std::vector<TpShard>& shards) {
-  const LlamaDims d = small_dims();
+void expect_tp_matches_single_process(const std::vector<TpShard>& shards,
+                                      const LlamaDims& d = small_dims()) {
   const int b = 2, s = 5;
   for (const TpShard& sh : shards) ASSERT_EQ(validate_shard(d, sh), "");
   Params<double> full(model_layout(d)), single_grads(full.layout), tp_grads(full.layout);
@@ -332,6 +352,41 @@ TEST(AttentionSplit, QkvBlockwiseCoreAndOutputEqualTheBlock) {
   for (int i = 0; i < n * h; ++i) EXPECT_NEAR(dx[i], dx_want[i], 1e-12) << "dx " << i;
   for (std::size_t i = 0; i < g.data.size(); ++i)
     EXPECT_NEAR(g.data[i], g_ref.data[i], 1e-12) << "weight gradient " << i;
+}
+
+}  // namespace
+}  // namespace hexi::kernels
+
+namespace hexi::kernels {
+namespace {
+
+// A mixture of experts over TP ranks: every expert by columns (uneven), and whole experts
+// unevenly (3 + 0 + 2: a rank may hold none) with the shared experts by columns. Three
+// ranks with heads 2, 1, 1 (rank 0 whole KV group 0) and uneven vocabulary rows.
+std::vector<TpShard> three_moe_shards(const LlamaDims& d) {
+  std::vector<TpShard> shards;
+  for (int r = 0; r < 3; ++r) shards.push_back(tp_shard(d, r, 3));
+  shards[0].head_end = shards[1].head_begin = 2;
+  shards[1].head_end = shards[2].head_begin = 3;
+  return shards;
+}
+
+TEST(TensorParallel, MixtureOfExpertsByColumnsMatchesSingleProcess) {
+  const LlamaDims d = moe_dims();
+  expect_tp_matches_single_process(three_moe_shards(d), d);
+}
+
+TEST(TensorParallel, MixtureOfExpertsWithWholeExpertsMatchesSingleProcess) {
+  const LlamaDims d = moe_dims();
+  std::vector<TpShard> shards = three_moe_shards(d);
+  const int experts[][2] = {{0, 3}, {3, 3}, {3, 5}};
+  for (int r = 0; r < 3; ++r) {
+    shards[r].ffn_begin = 0;
+    shards[r].ffn_end = d.ffn;
+    shards[r].expert_begin = experts[r][0];
+    shards[r].expert_end = experts[r][1];
+  }
+  expect_tp_matches_single_process(shards, d);
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ LlamaDims read_dims(const json& j) {
   d.vocab = j.at("vocab").get<int>();
   d.norm_eps = j.at("norm_eps").get<double>();
   d.rope_theta = j.at("rope_theta").get<double>();
+  d.experts = j.value("experts", 0);  // a mixture of experts' (absent: dense)
+  d.top_k = j.value("top_k", 0);
+  d.shared_ffn = j.value("shared_ffn", 0);
   return d;
 }
 

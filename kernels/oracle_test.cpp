@@ -50,11 +50,12 @@ Errors compare(const float* ours, const std::vector<float>& ref, double extra_at
   return e;
 }
 
-class OracleTest : public ::testing::Test {
+// Per model: tiny-llama, and tiny-moe (a mixture of experts with shared experts).
+class OracleTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     std::string error;
-    ASSERT_TRUE(load_oracle(default_oracle_path(), oracle_, error)) << error;
+    ASSERT_TRUE(load_oracle(oracle_path(GetParam()), oracle_, error)) << error;
     ASSERT_EQ(validate_dims(oracle_.dims), "");
     params_ = Params<float>(model_layout(oracle_.dims));
     init_params(params_, oracle_.dims, oracle_.init);
@@ -64,13 +65,13 @@ class OracleTest : public ::testing::Test {
   Params<float> params_;
 };
 
-TEST_F(OracleTest, InitReproducesTorchWeightsBitForBit) {
+TEST_P(OracleTest, InitReproducesTorchWeightsBitForBit) {
   ASSERT_FALSE(oracle_.init_samples.empty());
   for (const OracleSample& s : oracle_.init_samples)
     EXPECT_EQ(params_.get(s.name)[s.index], s.value) << s.name << "[" << s.index << "]";
 }
 
-TEST_F(OracleTest, LossAndEveryGradientMatchTorch) {
+TEST_P(OracleTest, LossAndEveryGradientMatchTorch) {
   const LlamaDims& d = oracle_.dims;
   Params<float> grads(params_.layout);
   LlamaModel<float> model(d, oracle_.batch, oracle_.seq);
@@ -79,18 +80,18 @@ TEST_F(OracleTest, LossAndEveryGradientMatchTorch) {
   EXPECT_NEAR(loss, oracle_.loss, kLossTol);
   std::printf("oracle (torch %s): loss ours %.7f torch %.7f\n", oracle_.torch_version.c_str(), loss,
               oracle_.loss);
-  std::printf("%-22s %10s %12s %12s\n", "gradient", "elements", "max abs err", "max rel err");
+  std::printf("%-26s %10s %12s %12s\n", "gradient", "elements", "max abs err", "max rel err");
   for (const TensorInfo& t : params_.layout.tensors) {
     const auto it = oracle_.tensors.find("grad/" + t.name);
     ASSERT_NE(it, oracle_.tensors.end()) << "oracle lacks grad/" << t.name;
     ASSERT_EQ(it->second.size(), t.size()) << t.name;
     const Errors e = compare(grads.get(t), it->second);
-    std::printf("%-22s %10zu %12.3e %12.3e\n", t.name.c_str(), t.size(), e.max_abs, e.max_rel);
+    std::printf("%-26s %10zu %12.3e %12.3e\n", t.name.c_str(), t.size(), e.max_abs, e.max_rel);
     EXPECT_EQ(e.violations, 0u) << t.name << ": max abs error " << e.max_abs;
   }
 }
 
-TEST_F(OracleTest, AdamWStepMatchesTorch) {
+TEST_P(OracleTest, AdamWStepMatchesTorch) {
   // Applied to torch's own gradients, so that only the optimizer's arithmetic is compared
   // (AdamW's first step is ~lr * sign(g): it would amplify a gradient that is 0 up to
   // rounding into a +-lr difference).
@@ -114,7 +115,7 @@ TEST_F(OracleTest, AdamWStepMatchesTorch) {
   EXPECT_GE(checked, 2);
 }
 
-TEST_F(OracleTest, LossesAfterTwoAdamWStepsMatchTorch) {
+TEST_P(OracleTest, LossesAfterTwoAdamWStepsMatchTorch) {
   // Our gradients and our optimizer, two steps, as the engine's single process trains.
   LlamaModel<float> model(oracle_.dims, oracle_.batch, oracle_.seq);
   Params<float> grads(params_.layout);
@@ -130,6 +131,13 @@ TEST_F(OracleTest, LossesAfterTwoAdamWStepsMatchTorch) {
     EXPECT_NEAR(loss, expected[step], kLossTol) << "after step " << step + 1;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, OracleTest, ::testing::Values("tiny-llama", "tiny-moe"),
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 // The committed file is what the script produces: regenerate it into a temporary file
 // and compare (within the tolerance above: torch's CPU kernels may round differently on
@@ -183,6 +191,10 @@ TEST(Oracle, ScriptRegeneratesTheCommittedBf16File) {
 // tokens), from the same script, model code, init and data seed.
 TEST(Oracle, ScriptRegeneratesTheCommittedSequenceFile) {
   expect_script_regenerates("fp32", "tiny-llama-seq");
+}
+
+TEST(Oracle, ScriptRegeneratesTheCommittedMixtureOfExpertsFile) {
+  expect_script_regenerates("fp32", "tiny-moe");
 }
 
 TEST(Oracle, MissingFileIsAClearError) {

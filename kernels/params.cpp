@@ -6,7 +6,12 @@
 namespace hexi::kernels {
 namespace {
 
-constexpr int kTensorsPerLayer = 9;
+// Tensors of one layer: attention (5), mlp_norm, and the MLP (3) or a mixture of experts'
+// router, routed experts (3) and shared experts (3, when it has some).
+int tensors_per_layer(const LlamaDims& d) {
+  if (!d.is_moe()) return 9;
+  return 10 + (d.shared_ffn > 0 ? 3 : 0);
+}
 constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 
 enum class Init { kMatrix, kResidualOut, kNormGain };
@@ -14,9 +19,11 @@ enum class Init { kMatrix, kResidualOut, kNormGain };
 struct Builder {
   ParamLayout layout;
 
-  // Adds rows [r0, r0+rows) x cols [c0, c0+cols) of a (full_rows, full_cols) tensor.
+  // Adds rows [r0, r0+rows) x cols [c0, c0+cols) of a (full_rows, full_cols) tensor. A
+  // vector (a norm gain) is replicated and not decayed; `replicated` marks a replicated
+  // matrix (the router).
   void add(std::string name, int id, int full_rows, int full_cols, int r0, int rows, int c0,
-           int cols, bool vector) {
+           int cols, bool vector, bool replicated = false) {
     TensorInfo t;
     t.name = std::move(name);
     t.id = id;
@@ -28,7 +35,7 @@ struct Builder {
     t.cols = cols;
     t.offset = layout.total;
     t.decay = !vector;
-    t.replicated = vector;
+    t.replicated = vector || replicated;
     layout.total += t.size();
     layout.tensors.push_back(std::move(t));
   }
@@ -39,7 +46,7 @@ std::string layer_name(int l, const char* what) {
 }
 
 void add_layer(Builder& b, const LlamaDims& d, const TpShard& s, int l) {
-  const int h = d.hidden, hd = d.head_dim(), id = 1 + l * kTensorsPerLayer;
+  const int h = d.hidden, hd = d.head_dim(), id = 1 + l * tensors_per_layer(d);
   const int q0 = s.head_begin * hd, qn = s.heads() * hd;
   const int k0 = kv_begin(d, s) * hd, kn = (kv_end(d, s) - kv_begin(d, s)) * hd;
   const int f0 = s.ffn_begin, fn = s.ffn();
@@ -49,6 +56,22 @@ void add_layer(Builder& b, const LlamaDims& d, const TpShard& s, int l) {
   b.add(layer_name(l, "wv"), id + 3, d.kv_heads * hd, h, k0, kn, 0, h, false);
   b.add(layer_name(l, "wo"), id + 4, h, d.heads * hd, 0, h, q0, qn, false);
   b.add(layer_name(l, "mlp_norm"), id + 5, 1, h, 0, 1, 0, h, true);
+  if (d.is_moe()) {
+    // Routed experts as (E, f*h) and (E*h, f): a rank's experts by columns, or a range of
+    // whole experts, is one block of each.
+    const int E = d.experts, e0 = s.expert_begin, en = s.experts(), f = d.ffn;
+    b.add(layer_name(l, "router"), id + 6, E, h, 0, E, 0, h, false, true);
+    b.add(layer_name(l, "experts.w_gate"), id + 7, E, f * h, e0, en, f0 * h, fn * h, false);
+    b.add(layer_name(l, "experts.w_up"), id + 8, E, f * h, e0, en, f0 * h, fn * h, false);
+    b.add(layer_name(l, "experts.w_down"), id + 9, E * h, f, e0 * h, en * h, f0, fn, false);
+    if (d.shared_ffn > 0) {
+      const int fs = d.shared_ffn, s0 = s.shared_begin, sn = s.shared();
+      b.add(layer_name(l, "shared.w_gate"), id + 10, fs, h, s0, sn, 0, h, false);
+      b.add(layer_name(l, "shared.w_up"), id + 11, fs, h, s0, sn, 0, h, false);
+      b.add(layer_name(l, "shared.w_down"), id + 12, h, fs, 0, h, s0, sn, false);
+    }
+    return;
+  }
   b.add(layer_name(l, "w_gate"), id + 6, d.ffn, h, f0, fn, 0, h, false);
   b.add(layer_name(l, "w_up"), id + 7, d.ffn, h, f0, fn, 0, h, false);
   b.add(layer_name(l, "w_down"), id + 8, h, d.ffn, 0, h, f0, fn, false);
@@ -70,7 +93,7 @@ double hash_uniform(std::uint64_t seed, int id, std::uint64_t element) {
 }
 
 Init init_kind(const TensorInfo& t) {
-  if (t.replicated) return Init::kNormGain;
+  if (!t.decay) return Init::kNormGain;
   const bool out_proj = t.name.ends_with(".wo") || t.name.ends_with(".w_down");
   return out_proj ? Init::kResidualOut : Init::kMatrix;
 }
@@ -127,7 +150,7 @@ ParamLayout stage_layout(const LlamaDims& d, const StageSpec& s) {
   if (s.embedding) b.add("embedding", 0, d.vocab, h, v0, vn, 0, h, false);
   for (int l = s.layer_begin; l < s.layer_end; ++l) add_layer(b, d, s.shard, l);
   if (s.head) {
-    const int id = 1 + d.layers * kTensorsPerLayer;
+    const int id = 1 + d.layers * tensors_per_layer(d);
     b.add("final_norm", id, 1, h, 0, 1, 0, h, true);
     b.add("head", id + 1, d.vocab, h, v0, vn, 0, h, false);
   }
@@ -153,15 +176,36 @@ AttentionGrads<T> attention_grads(Params<T>& g, int l) {
   return {g.get(layer_name(l, "attn_norm")), g.get(layer_name(l, "wq")), g.get(layer_name(l, "wk")),
           g.get(layer_name(l, "wv")), g.get(layer_name(l, "wo"))};
 }
+// The MLP's tensors of layer l as a dense MLP or a mixture of experts (blocks.hpp); those
+// the layout lacks (the other kind's, or shared experts) are null.
+template <class View, class P>
+View mlp_view(P& p, int l) {
+  const auto at = [&](const char* what) -> decltype(p.get(std::string_view{})) {
+    const TensorInfo* t = p.layout.find(layer_name(l, what));
+    return t ? p.get(*t) : nullptr;
+  };
+  View v;
+  v.norm = p.get(layer_name(l, "mlp_norm"));
+  v.w_gate = at("w_gate");
+  v.w_up = at("w_up");
+  v.w_down = at("w_down");
+  v.router = at("router");
+  v.e_gate = at("experts.w_gate");
+  v.e_up = at("experts.w_up");
+  v.e_down = at("experts.w_down");
+  v.s_gate = at("shared.w_gate");
+  v.s_up = at("shared.w_up");
+  v.s_down = at("shared.w_down");
+  return v;
+}
+
 template <class T>
 MlpWeights<T> mlp_weights(const Params<T>& p, int l) {
-  return {p.get(layer_name(l, "mlp_norm")), p.get(layer_name(l, "w_gate")),
-          p.get(layer_name(l, "w_up")), p.get(layer_name(l, "w_down"))};
+  return mlp_view<MlpWeights<T>>(p, l);
 }
 template <class T>
 MlpGrads<T> mlp_grads(Params<T>& g, int l) {
-  return {g.get(layer_name(l, "mlp_norm")), g.get(layer_name(l, "w_gate")),
-          g.get(layer_name(l, "w_up")), g.get(layer_name(l, "w_down"))};
+  return mlp_view<MlpGrads<T>>(g, l);
 }
 template <class T>
 HeadWeights<T> head_weights(const Params<T>& p) {

@@ -14,6 +14,12 @@
 //   layers.{l}.mlp_norm       (h)
 //   layers.{l}.w_gate, .w_up  (f, h)
 //   layers.{l}.w_down         (h, f)
+//   or, for a mixture of experts (E routed experts, shared experts of width F):
+//   layers.{l}.router         (E, h)        replicated
+//   layers.{l}.experts.w_gate, .experts.w_up  (E, f*h)  expert e's (f, h) matrix in row e
+//   layers.{l}.experts.w_down (E*h, f)      expert e's (h, f) matrix in rows [e*h, (e+1)*h)
+//   layers.{l}.shared.w_gate, .shared.w_up  (F, h)      when F > 0
+//   layers.{l}.shared.w_down  (h, F)
 //   final_norm                (h)
 //   head                      (V, h)        (untied from the embedding)
 

@@ -33,11 +33,16 @@ std::string validate_dims(const LlamaDims& d) {
   if (d.head_dim() % 2 != 0)
     return "head dimension " + str(d.head_dim()) + " must be even for RoPE";
   if (!(d.norm_eps > 0) || !(d.rope_theta > 0)) return "norm_eps and rope_theta must be positive";
+  if (d.experts < 0 || d.shared_ffn < 0 || (d.experts == 0 && (d.top_k != 0 || d.shared_ffn != 0)))
+    return "experts and shared_ffn must be non-negative, and top_k and shared_ffn zero without "
+           "experts";
+  if (d.is_moe() && (d.top_k < 1 || d.top_k > d.experts))
+    return "top_k " + str(d.top_k) + " is not in [1, experts " + str(d.experts) + "]";
   return {};
 }
 
 TpShard full_shard(const LlamaDims& d) {
-  return {0, d.heads, 0, d.ffn, 0, d.vocab};
+  return {0, d.heads, 0, d.ffn, 0, d.vocab, 0, d.experts, 0, d.shared_ffn};
 }
 
 TpShard tp_shard(const LlamaDims& d, int rank, int tp) {
@@ -48,6 +53,9 @@ TpShard tp_shard(const LlamaDims& d, int rank, int tp) {
   s.ffn_end = split_point(d.ffn, rank + 1, tp);
   s.vocab_begin = split_point(d.vocab, rank, tp);
   s.vocab_end = split_point(d.vocab, rank + 1, tp);
+  s.expert_end = d.experts;
+  s.shared_begin = split_point(d.shared_ffn, rank, tp);
+  s.shared_end = split_point(d.shared_ffn, rank + 1, tp);
   return s;
 }
 
@@ -63,6 +71,17 @@ std::string validate_shard(const LlamaDims& d, const TpShard& s) {
   for (const std::string& e : {check_range("query head", s.head_begin, s.head_end, d.heads),
                                check_range("ffn column", s.ffn_begin, s.ffn_end, d.ffn),
                                check_range("vocab row", s.vocab_begin, s.vocab_end, d.vocab)})
+    if (!e.empty()) return e;
+  // Possibly empty ranges of a mixture of experts: [begin, end) with 0 <= begin <= end <= limit.
+  const auto inside = [](const char* what, int begin, int end, int limit) -> std::string {
+    if (begin < 0 || end > limit || begin > end)
+      return std::string(what) + " range [" + str(begin) + ", " + str(end) +
+             ") is not a range inside [0, " + str(limit) + "]";
+    return {};
+  };
+  for (const std::string& e :
+       {inside("routed expert", s.expert_begin, s.expert_end, d.experts),
+        inside("shared-expert column", s.shared_begin, s.shared_end, d.shared_ffn)})
     if (!e.empty()) return e;
   const int g = d.group_size();
   const bool whole_groups = s.head_begin % g == 0 && s.head_end % g == 0;

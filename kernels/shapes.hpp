@@ -27,9 +27,16 @@ struct LlamaDims {
   int vocab = 0;                // V
   double norm_eps = 1e-5;       // RMSNorm epsilon (Llama 2)
   double rope_theta = 10000.0;  // RoPE base (Llama 2)
+  // Mixture of experts (experts > 0): every layer's MLP block routes each token to top_k
+  // of `experts` SwiGLU experts of width ffn, plus shared experts of total width
+  // shared_ffn that see every token (blocks.hpp, "MoE MLP block").
+  int experts = 0;
+  int top_k = 0;
+  int shared_ffn = 0;
 
   int head_dim() const { return hidden / heads; }      // d
   int group_size() const { return heads / kv_heads; }  // g
+  bool is_moe() const { return experts > 0; }
 };
 
 // Empty when the dims are usable, otherwise what is wrong (e.g. "hidden 63 is not a
@@ -43,7 +50,12 @@ std::string validate_dims(const LlamaDims& d);
 //   fall into its group (see kv_begin below and blocks.hpp for its gradient).
 // - FFN columns [ffn_begin, ffn_end): rows of W_gate/W_up, columns of W_down.
 // - vocabulary rows [vocab_begin, vocab_end) of the embedding table and the head.
-// Norm gains are replicated on every rank. The single-process model is full_shard().
+// - Mixture of experts: routed experts [expert_begin, expert_end), each by its FFN columns
+//   [ffn_begin, ffn_end) (by columns: every expert, a column range; whole experts: a range
+//   of experts, every column), and shared-expert columns [shared_begin, shared_end).
+//   Either expert range may be empty on a rank (it holds no routed or shared expert).
+// Norm gains and the router are replicated on every rank. The single-process model is
+// full_shard().
 struct TpShard {
   int head_begin = 0;
   int head_end = 0;
@@ -51,14 +63,22 @@ struct TpShard {
   int ffn_end = 0;
   int vocab_begin = 0;
   int vocab_end = 0;
+  int expert_begin = 0;
+  int expert_end = 0;
+  int shared_begin = 0;
+  int shared_end = 0;
 
   int heads() const { return head_end - head_begin; }
   int ffn() const { return ffn_end - ffn_begin; }
   int vocab() const { return vocab_end - vocab_begin; }
+  int experts() const { return expert_end - expert_begin; }
+  int shared() const { return shared_end - shared_begin; }
   // Written out (not "= default"): the CUDA sources that include this header are C++17.
   bool operator==(const TpShard& o) const {
     return head_begin == o.head_begin && head_end == o.head_end && ffn_begin == o.ffn_begin &&
-           ffn_end == o.ffn_end && vocab_begin == o.vocab_begin && vocab_end == o.vocab_end;
+           ffn_end == o.ffn_end && vocab_begin == o.vocab_begin && vocab_end == o.vocab_end &&
+           expert_begin == o.expert_begin && expert_end == o.expert_end &&
+           shared_begin == o.shared_begin && shared_end == o.shared_end;
   }
 };
 
@@ -68,11 +88,15 @@ TpShard full_shard(const LlamaDims& d);
 // Rank `rank` of an even TP split of degree tp: heads in equal contiguous ranges
 // (needs a % tp == 0, and either k % tp == 0 or tp % k == 0 so that shards respect KV
 // groups); FFN columns and vocabulary rows in contiguous ranges
-// [floor(x*rank/tp), floor(x*(rank+1)/tp)) (uneven when tp does not divide them).
+// [floor(x*rank/tp), floor(x*(rank+1)/tp)) (uneven when tp does not divide them). A
+// mixture of experts' routed experts are split by columns (every expert on every rank)
+// and its shared experts' columns as the FFN's.
 TpShard tp_shard(const LlamaDims& d, int rank, int tp);
 
 // Empty when `s` is a valid shard of `d` (ranges inside the model, non-empty, heads made
-// of whole KV groups or inside one KV group), otherwise what is wrong.
+// of whole KV groups or inside one KV group; a mixture of experts' ranges inside the
+// model and, when the shard holds some routed expert, a non-empty column range; a dense
+// model's expert ranges empty), otherwise what is wrong.
 std::string validate_shard(const LlamaDims& d, const TpShard& s);
 // Empty when tp_shard(d, r, tp) is defined for every rank r, otherwise why not.
 std::string validate_tp_degree(const LlamaDims& d, int tp);
@@ -109,6 +133,8 @@ struct BlockShape {
   int q_width() const { return q_heads() * head_dim(); }    // columns of local Q
   int kv_width() const { return kv_heads() * head_dim(); }  // columns of local K, V
   int ffn() const { return shard.ffn(); }                   // local FFN columns
+  int experts() const { return shard.experts(); }           // local routed experts
+  int shared() const { return shard.shared(); }             // local shared-expert columns
   int vocab() const { return shard.vocab(); }               // local vocabulary rows
 };
 

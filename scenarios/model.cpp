@@ -78,10 +78,14 @@ Model read_model(const JsonNode& node) {
   m.learned_positions = node.boolean_or("learned_positions", false);
   m.dropout = node.boolean_or("dropout", false);
   if (auto moe = node.find("moe")) {
-    moe->allow_only({"experts", "top_k", "shared_ffn"});
+    moe->allow_only({"experts", "top_k", "shared_ffn", "imbalance", "capacity_factor"});
     m.moe.experts = static_cast<int>(moe->integer_in("experts", 1, 1 << 16));
     m.moe.top_k = static_cast<int>(moe->integer_in("top_k", 1, m.moe.experts));
     m.moe.shared_ffn = static_cast<int>(moe->integer_or("shared_ffn", 0, 1 << 22, 0));
+    // The busiest expert takes at most every token: E / top_k times the mean.
+    const double most = static_cast<double>(m.moe.experts) / m.moe.top_k;
+    if (auto imb = moe->find("imbalance")) m.moe.imbalance = imb->number_in(1, most);
+    if (auto cap = moe->find("capacity_factor")) m.moe.capacity_factor = cap->number_in(0, most);
     if (m.mlp != MlpKind::kSwiGlu || m.bias)
       moe->fail_message(
           "mixture-of-experts layers are SwiGLU experts without biases (\"mlp\": "
@@ -108,6 +112,8 @@ Json to_json(const Model& m) {
   if (m.is_moe()) {
     j["moe"] = {{"experts", m.moe.experts}, {"top_k", m.moe.top_k}};
     if (m.moe.shared_ffn > 0) j["moe"]["shared_ffn"] = m.moe.shared_ffn;
+    if (m.moe.imbalance != 1) j["moe"]["imbalance"] = m.moe.imbalance;
+    if (m.moe.capacity_factor > 0) j["moe"]["capacity_factor"] = m.moe.capacity_factor;
   }
   return j;
 }

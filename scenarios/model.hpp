@@ -25,6 +25,13 @@ struct Moe {
   int experts = 0;     // E routed experts; 0: a dense MLP
   int top_k = 0;       // experts per token
   int shared_ffn = 0;  // total width of the shared experts
+  // Router load, a stated parameter (routing depends on the data, not on the plan):
+  // imbalance, the busiest expert's tokens over the mean bs k / E (1: uniform), with
+  // dropless routing; capacity_factor > 0 instead caps and pads every expert to that many
+  // times the mean (GShard, Switch; Megatron-LM's --moe-expert-capacity-factor with
+  // --moe-pad-expert-input-to-capacity), dropping what overflows.
+  double imbalance = 1.0;
+  double capacity_factor = 0;
 };
 
 struct Model {

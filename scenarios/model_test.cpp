@@ -62,6 +62,13 @@ TEST(Model, MixtureOfExpertsParameterCounts) {
   EXPECT_EQ(back.moe.top_k, 4);
   EXPECT_EQ(back.moe.shared_ffn, 5632);
   EXPECT_DOUBLE_EQ(back.params(), qwen->params());
+  // The router's load, stated, is written back.
+  Json j = to_json(*qwen);
+  j["moe"]["imbalance"] = 1.5;
+  j["moe"]["capacity_factor"] = 1.25;
+  const Model loaded = read_model(JsonNode(to_json(read_model(JsonNode(j, "q.json"))), "q.json"));
+  EXPECT_DOUBLE_EQ(loaded.moe.imbalance, 1.5);
+  EXPECT_DOUBLE_EQ(loaded.moe.capacity_factor, 1.25);
 }
 
 TEST(Model, GroupedQueryAttentionShapes) {
@@ -101,7 +108,11 @@ TEST(Model, BadModelsAreRejected) {
           {R"({"name": "x", "layers": 2, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8, "mlp": "gelu", "moe": {"experts": 4, "top_k": 1}})",
            "m.json: /moe: mixture-of-experts layers are SwiGLU experts without biases"},
           {R"({"name": "x", "layers": 2, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8, "moe": {"experts": 4, "top_k": 1, "capacity": 2}})",
-           "m.json: /moe: unknown field \"capacity\" (allowed: experts, top_k, shared_ffn)"}}) {
+           "m.json: /moe: unknown field \"capacity\" (allowed: experts, top_k, shared_ffn, "
+           "imbalance, capacity_factor)"},
+          // The busiest expert takes at most every token: E / top_k = 2 times the mean.
+          {R"({"name": "x", "layers": 2, "hidden": 12, "ffn": 4, "heads": 4, "vocab": 5, "max_seq": 8, "moe": {"experts": 4, "top_k": 2, "imbalance": 3}})",
+           "m.json: /moe/imbalance: expected"}}) {
     Json j = Json::parse(text);
     auto r = load_with([&] { return read_model(JsonNode(j, "m.json")); });
     ASSERT_FALSE(r.ok()) << text;

@@ -56,11 +56,15 @@ MODELS = {
     "tiny-llama": (DIMS, SEQ),
     "tiny-llama-8l": (dict(DIMS, layers=8), 64),
     "tiny-llama-seq": (dict(DIMS, layers=2, heads=8, kv_heads=4), 40),
+    # A mixture of experts (engine MoE plans): 4 experts of width 48, top 2, shared experts
+    # of width 32; fp32 only.
+    "tiny-moe": (dict(DIMS, layers=2, ffn=48, experts=4, top_k=2, shared_ffn=32), 32),
 }
 ADAMW = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
 # Parameters whose values after one AdamW step are stored (a norm gain without decay,
 # matrices with decay); all of them would double the file size.
-ADAMW_STORED = ["layers.0.attn_norm", "layers.0.wq", "layers.3.wk", "final_norm"]
+ADAMW_STORED = ["layers.0.attn_norm", "layers.0.wq", "layers.3.wk", "final_norm",
+                "layers.1.router", "layers.0.experts.w_down"]
 
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -70,12 +74,21 @@ def layout(d):
     """(name, id, shape) of every tensor, in kernels/params.hpp order."""
     h, hd = d["hidden"], d["hidden"] // d["heads"]
     qd, kd, f, v = d["heads"] * hd, d["kv_heads"] * hd, d["ffn"], d["vocab"]
+    e, fs = d.get("experts", 0), d.get("shared_ffn", 0)
     out = [("embedding", (v, h))]
     for l in range(d["layers"]):
         p = f"layers.{l}."
         out += [(p + "attn_norm", (h,)), (p + "wq", (qd, h)), (p + "wk", (kd, h)),
-                (p + "wv", (kd, h)), (p + "wo", (h, qd)), (p + "mlp_norm", (h,)),
-                (p + "w_gate", (f, h)), (p + "w_up", (f, h)), (p + "w_down", (h, f))]
+                (p + "wv", (kd, h)), (p + "wo", (h, qd)), (p + "mlp_norm", (h,))]
+        if e == 0:
+            out += [(p + "w_gate", (f, h)), (p + "w_up", (f, h)), (p + "w_down", (h, f))]
+            continue
+        # Routed experts stacked as (E, f*h) and (E*h, f) (kernels/params.hpp).
+        out += [(p + "router", (e, h)), (p + "experts.w_gate", (e, f * h)),
+                (p + "experts.w_up", (e, f * h)), (p + "experts.w_down", (e * h, f))]
+        if fs > 0:
+            out += [(p + "shared.w_gate", (fs, h)), (p + "shared.w_up", (fs, h)),
+                    (p + "shared.w_down", (h, fs))]
     out += [("final_norm", (h,)), ("head", (v, h))]
     return [(name, i, shape) for i, (name, shape) in enumerate(out)]
 
@@ -141,11 +154,39 @@ def attention(p, l, x, d, cos, sin):
     return out @ p[f"layers.{l}.wo"].T
 
 
+def swiglu(n, w_gate, w_up, w_down):
+    gate, up = (n @ w_gate.T).float(), (n @ w_up.T).float()
+    return (torch.nn.functional.silu(gate) * up).to(n.dtype) @ w_down.T
+
+
 def mlp(p, l, x, d):
     n = rmsnorm(x, p[f"layers.{l}.mlp_norm"], d["norm_eps"])
-    gate, up = (n @ p[f"layers.{l}.w_gate"].T).float(), (n @ p[f"layers.{l}.w_up"].T).float()
-    act = (torch.nn.functional.silu(gate) * up).to(x.dtype)
-    return act @ p[f"layers.{l}.w_down"].T
+    if d.get("experts", 0) > 0:
+        return moe(p, f"layers.{l}.", n, d)
+    return swiglu(n, p[f"layers.{l}.w_gate"], p[f"layers.{l}.w_up"], p[f"layers.{l}.w_down"])
+
+
+def moe(p, pre, n, d):
+    """Mixtral's router: softmax over the experts, each token's top_k, gates renormalised over
+    them; the chosen experts' SwiGLU outputs weighted by their gates, plus shared experts."""
+    e, k, f, h = d["experts"], d["top_k"], d["ffn"], d["hidden"]
+    x = n.reshape(-1, h)
+    probs = torch.softmax((x @ p[pre + "router"].T).float(), dim=-1)
+    top, chosen = torch.topk(probs, k, dim=-1)
+    gates = (top / top.sum(-1, keepdim=True)).to(x.dtype)
+    w_gate = p[pre + "experts.w_gate"].view(e, f, h)
+    w_up = p[pre + "experts.w_up"].view(e, f, h)
+    w_down = p[pre + "experts.w_down"].view(e, h, f)
+    y = torch.zeros_like(x)
+    for ex in range(e):
+        token, slot = (chosen == ex).nonzero(as_tuple=True)
+        if token.numel() == 0:
+            continue
+        out = swiglu(x[token], w_gate[ex], w_up[ex], w_down[ex])
+        y = y.index_add(0, token, gates[token, slot].unsqueeze(-1) * out)
+    if d.get("shared_ffn", 0) > 0:
+        y = y + swiglu(x, p[pre + "shared.w_gate"], p[pre + "shared.w_up"], p[pre + "shared.w_down"])
+    return y.view(n.shape)
 
 
 def loss_fn(master, tokens, targets, d, dtype=torch.float32):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "topologies/text.hpp"
 
@@ -204,6 +205,12 @@ void add_arguments(MegatronExport& e, const Scenario& sc, const Plan& plan) {
     add(e, "--expert-tensor-parallel-size", whole ? "1" : std::to_string(e.tp));
     add(e, "--moe-token-dispatcher-type", "allgather");
     add(e, "--moe-grouped-gemm");
+    if (m.moe.capacity_factor > 0) {  // every expert padded to its capacity, as estimated
+      std::ostringstream c;
+      c << m.moe.capacity_factor;
+      add(e, "--moe-expert-capacity-factor", c.str());
+      add(e, "--moe-pad-expert-input-to-capacity");
+    }
   }
   add(e, "--normalization", m.layer_norm ? "LayerNorm" : "RMSNorm");
   add(e, "--position-embedding-type", m.learned_positions ? "learned_absolute" : "rope");

@@ -87,27 +87,38 @@ Kernel residual(const Model& m, std::string_view plain, std::string_view fused, 
 
 // What a TP rank computes of an MoE layer's routed experts for bs tokens: `groups` experts
 // (grouped GEMMs) of `width` columns each, on `rows` token rows in all.
+//   - Dropless routing: bs k rows over all experts, mean bs k / E each. A rank holding every
+//     expert (by columns or whole) runs them all whatever the skew. A rank holding a share
+//     of the experts whole runs its share of the mean rows plus the busiest expert's excess
+//     (imbalance - 1) bs k / E: the layer waits for the rank that holds it, and which
+//     expert is busiest changes from layer to layer and step to step.
+//   - A capacity factor C: every expert is padded to C bs k / E rows.
 struct ExpertWork {
   double groups, width, rows;
 };
 ExpertWork expert_work(const Model& m, double bs, double phi, double experts) {
-  const double all = m.moe.experts, rows = bs * m.moe.top_k;
-  if (experts < 0) return {all, phi * m.ffn, rows};  // phi of every expert's columns
-  return {experts * all, static_cast<double>(m.ffn), experts * rows};
+  const double all = m.moe.experts, mean = bs * m.moe.top_k / all;
+  const double groups = experts < 0 ? all : experts * all;
+  const double width = experts < 0 ? phi * m.ffn : m.ffn;
+  if (m.moe.capacity_factor > 0) return {groups, width, groups * m.moe.capacity_factor * mean};
+  if (experts < 0) return {groups, width, all * mean};
+  const double excess = groups > 0 ? (m.moe.imbalance - 1) * mean : 0;
+  return {groups, width, std::min(groups * mean + excess, all * mean)};
 }
 
 // An MoE block's forward on a TP rank, for bs tokens, `mine` of them its own (sequence
 // parallelism). The router runs on every token on every rank; each token's row is copied to
-// its top_k experts (permute), the rank's experts run as grouped GEMMs on bs k / E rows each
-// (routing is uniform), and their outputs are weighted and summed back per token
+// its top_k experts (permute), the rank's experts run as grouped GEMMs on their rows
+// (expert_work: the mean, the busiest expert's excess or the capacity), and their outputs
+// are weighted and summed back per token
 // (unpermute; Megatron-LM's all-gather dispatcher, whose communication is the TP group's, as
 // for a dense MLP). The rank holds phi of every expert's columns, or `experts` of the
 // experts whole; phi of the shared experts' columns.
 std::vector<Kernel> moe_forward(const Model& m, const TrainingConfig& t, double bs, double phi,
                                 double mine, double experts) {
-  const double e = t.bytes_per_element(), h = m.hidden;
-  const double all = m.moe.experts, per_expert = bs * m.moe.top_k / all;
+  const double e = t.bytes_per_element(), h = m.hidden, all = m.moe.experts;
   const ExpertWork w = expert_work(m, bs, phi, experts);
+  const double per_expert = w.groups > 0 ? w.rows / w.groups : 0;
   std::vector<Kernel> out{elementwise("mlp_norm", 2 * e * mine * h), gemm("router", bs, all, h, e),
                           elementwise("router_topk", bs * all * (e + 4) + 8 * bs * m.moe.top_k)};
   if (w.groups > 0) {

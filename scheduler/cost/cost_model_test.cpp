@@ -187,6 +187,33 @@ TEST(CostModel, WholeExpertsPerRank) {
             activation_bytes_per_layer(m, t, 1, 4, 0.25, Recompute::kNone, 1.0 / 8));
 }
 
+// Router load: dropless with imbalance I, a rank holding experts whole also runs the busiest
+// expert's excess (I - 1) bs k / E rows; a rank holding every expert by columns runs the same
+// rows whatever the skew; a capacity factor C pads every expert to C bs k / E rows, both ways.
+TEST(CostModel, RouterImbalanceAndCapacityFactor) {
+  Model m = moe_model(1024, 512, 8, {8, 2, 0});
+  TrainingConfig t;
+  t.seq_len = 1024;
+  const double bs = 1024, h = 1024, f = 512, router = 2 * bs * h * 8, mean = bs * 2 / 8;
+  const double per_row = 6 * h * f;  // an expert's FLOPs per row at full width
+  auto experts_flops = [&](double phi, double experts) {
+    return kernels_flops(block_forward(m, t, Block::kMlp, 1, phi, 1.0, experts)) - router;
+  };
+  const double columns = experts_flops(0.5, -1), whole = experts_flops(0.5, 3.0 / 8);
+  m.moe.imbalance = 1.5;
+  EXPECT_DOUBLE_EQ(experts_flops(0.5, -1), columns);
+  EXPECT_NEAR(experts_flops(0.5, 3.0 / 8) - whole, 0.5 * mean * per_row, 1e-6 * whole);
+  EXPECT_DOUBLE_EQ(experts_flops(0.5, 0.0), 0.0);                 // no expert, no excess
+  EXPECT_DOUBLE_EQ(experts_flops(1.0, 1.0), 8 * mean * per_row);  // every expert: every row
+  m.moe.capacity_factor = 1.25;
+  EXPECT_NEAR(experts_flops(0.5, -1) / (1.25 * columns), 1.0, 1e-12);
+  EXPECT_NEAR(experts_flops(0.5, 3.0 / 8) / (3 * 1.25 * mean * per_row), 1.0, 1e-12);
+  // Activations follow the rows: 3.75 means padded against 3.5 dropless (3 + the excess).
+  const double padded = activation_bytes_per_layer(m, t, 1, 2, 0.5, Recompute::kNone, 3.0 / 8);
+  m.moe.capacity_factor = 0;
+  EXPECT_GT(padded, activation_bytes_per_layer(m, t, 1, 2, 0.5, Recompute::kNone, 3.0 / 8));
+}
+
 TEST(CostModel, KorthikantiActivationBytes) {
   // Korthikanti et al. 2022, table 2, bytes per layer for GPT with fp16 and dropout.
   Model m = gpt(96, 12288, 96, 51200);
