@@ -56,7 +56,9 @@ const std::vector<PlanCase>& shipped_sequence_plans() {
       {"tiny-seq-cpu-recompute", "tiny-seq-pp-mesh2-tp2.json"},
       {"tiny-seq-cpu", "tiny-seq-pp-mesh2-mesh3.json"},
       {"tiny-seq-cpu", "tiny-seq-dp-tp2-vs-mesh.json"},
-      {"tiny-seq-cpu-zero1", "tiny-seq-dp-tp2-vs-mesh.json"}};
+      {"tiny-seq-cpu-zero1", "tiny-seq-dp-tp2-vs-mesh.json"},
+      // A mixture of experts on a mesh (its own oracle, tiny-moe).
+      {"tiny-moe-seq-cpu", "tiny-moe-seq-2groups.json"}};
   return cases;
 }
 

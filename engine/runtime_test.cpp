@@ -99,13 +99,14 @@ TEST_P(PlanTest, MatchesPyTorchOracle) {
 INSTANTIATE_TEST_SUITE_P(Plans, PlanTest, ::testing::ValuesIn(shipped_tiny_plans()), name_of);
 
 // Sequence meshes (scenarios/plans/tiny-seq-*.json): ring, ragged Ulysses with GQA kv heads
-// split and replicated, two groups on sub-rings, ZeRO-1 and ZeRO-3 over the mesh, against the
-// PyTorch oracle of tiny-llama-seq (40 tokens) and the single-process reference. Same
+// split and replicated, two groups on sub-rings, ZeRO-1 and ZeRO-3 over the mesh, a mixture
+// of experts, against the PyTorch oracle of their model (tiny-llama-seq: 40 tokens; tiny-moe)
+// and the single-process reference. Same
 // tolerances as the pipeline plans, and the initial loss within 1e-6 relative of torch's.
 class SequencePlanTest : public PlanTest {};
 
 TEST_P(SequencePlanTest, MatchesPyTorchOracle) {
-  auto oracle = load_oracle_inputs("fp32", "tiny-llama-seq");
+  auto oracle = load_oracle_inputs("fp32", scenario_.model.name);  // tiny-llama-seq, tiny-moe
   ASSERT_TRUE(oracle.ok()) << oracle.error().message;
   ASSERT_EQ(scenario_.training.seq_len, oracle->data->seq_len());
   ASSERT_EQ(scenario_.training.global_batch % oracle->batch, 0);
