@@ -114,7 +114,8 @@ std::string describe_op(const Program& program, int id);
 // Llama dimensions of a catalog model; bad input when the engine cannot run it.
 Result<kernels::LlamaDims> llama_dims(const Model& model);
 // Bad input when the engine cannot train `model` at this precision (bytes per element, 4
-// or 2) on this backend ("cpu", "cuda"): mixtures of experts train in float32 on the cpu.
+// or 2) on this backend ("cpu", "cuda"): mixtures of experts train in float32 on the cpu,
+// dropless (no capacity factor).
 Status check_trainable(const Model& model, int bytes_per_element, std::string_view backend);
 
 }  // namespace hexi::engine

@@ -34,6 +34,11 @@ Result<kernels::LlamaDims> llama_dims(const Model& m) {
 }
 
 Status check_trainable(const Model& m, int bytes_per_element, std::string_view backend) {
+  if (m.is_moe() && m.moe.capacity_factor > 0) {
+    return bad_input("model " + m.name +
+                     ": moe.capacity_factor is planned and simulated; the engine routes every "
+                     "token (dropless): remove it to train this model");
+  }
   if (!m.is_moe() || (bytes_per_element == 4 && backend == "cpu")) return {};
   return bad_input("model " + m.name +
                    ": the engine trains mixtures of experts in float32 on the cpu backend only "

@@ -343,6 +343,17 @@ TEST(TrainRobustness, MixtureOfExpertsInBf16IsRefused) {
   expect_clean_failure(o, "model tiny-moe: the engine trains mixtures of experts in float32");
 }
 
+// A capacity factor (tokens dropped) is planned, not trained: the engine routes dropless.
+TEST(TrainRobustness, MixtureOfExpertsWithACapacityFactorIsRefused) {
+  const std::string scenario =
+      moe_scenario("\"model\": \"tiny-moe\"", R"("model": {"name": "tiny-moe", "layers": 2,
+          "hidden": 64, "ffn": 48, "heads": 4, "kv_heads": 2, "vocab": 256, "max_seq": 32,
+          "moe": {"experts": 4, "top_k": 2, "shared_ffn": 32, "capacity_factor": 1.25}})",
+                   "tiny-moe-capacity");
+  Outcome o = train(5, scenario + " --plan " + plan("tiny-moe-experts-3-1") + " --steps 2");
+  expect_clean_failure(o, "moe.capacity_factor is planned and simulated");
+}
+
 // Whole experts held unevenly, ZeRO-1: 3 steps, save, resume for 3 more = the 6-step run.
 TEST(Train, MixtureOfExpertsCheckpointResumeGivesIdenticalLosses) {
   const std::string scenario =
