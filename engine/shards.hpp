@@ -10,6 +10,9 @@
 //   wq, wk, wv      rows,    head_dim per (kv) head      wo      columns, head_dim per head
 //   w_gate, w_up    rows,    1 per ffn unit               w_down  columns, 1 per ffn unit
 //   embedding, head rows,    1 per vocab row              norms   replicated (whole)
+//   a mixture of experts: router replicated; shared.w_gate, .w_up rows and shared.w_down
+//   columns, 1 per ffn unit; experts.* by ffn units (w_gate, w_up: columns, h per unit;
+//   w_down: columns, 1) or, held whole, by experts (w_gate, w_up: rows, 1; w_down: rows, h)
 
 #include <cstdint>
 #include <string>
