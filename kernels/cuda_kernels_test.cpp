@@ -37,6 +37,11 @@ using cuda::DeviceBuffer;
 using testing::random_tokens;
 using Floats = std::vector<float>;
 
+// A host copy of parameters (aligned storage) for a DeviceBuffer.
+Floats floats(const AlignedVector<float>& v) {
+  return Floats(v.begin(), v.end());
+}
+
 Floats random(std::size_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
   return testing::random_vector<float>(n, seed, lo, hi);
 }
@@ -184,8 +189,9 @@ TEST_F(CudaKernels, AttentionSplitMatchesCpu) {
   cpu::attention_qkv_backward(sh, attention_weights(p, 0), x.data(), pos.data(), rstd.data(),
                               xn.data(), dq.data(), dk.data(), v.data(), dx.data(),
                               attention_grads(g, 0));
-  DeviceBuffer<float> gp(p.data), gg(Floats(p.data.size(), 0.f)), gx(x), grstd(n), gxn(xn.size()),
-      gq(q.size()), gk(k.size()), gv(v.size()), gy(y.size()), gdatt(datt.size()), gdx(dx.size());
+  DeviceBuffer<float> gp(floats(p.data)), gg(Floats(p.data.size(), 0.f)), gx(x), grstd(n),
+      gxn(xn.size()), gq(q.size()), gk(k.size()), gv(v.size()), gy(y.size()), gdatt(datt.size()),
+      gdx(dx.size());
   DeviceBuffer<int> gpos(pos);
   auto on = [&](DeviceBuffer<float>& b, const char* name) {
     return b.get() + p.layout.find(name)->offset;
@@ -207,7 +213,7 @@ TEST_F(CudaKernels, AttentionSplitMatchesCpu) {
   cuda::attention_qkv_backward(*ctx_, sh, w, gx.get(), gpos.get(), grstd.get(), gxn.get(), gq.get(),
                                gk.get(), gv.get(), gdx.get(), wg);
   expect_close(down(gdx), dx, kReduction, "dx");
-  expect_close(down(gg), g.data, kReduction, "weight gradients");
+  expect_close(down(gg), floats(g.data), kReduction, "weight gradients");
 }
 
 void check_attention(cuda::Context& ctx, int b, int s, int hq, int hk, int d) {
@@ -334,7 +340,7 @@ class CudaLlama {
   // Returns the mean loss over the b*s tokens and its gradients (model layout).
   float step(const Params<float>& host_params, const std::vector<int>& tokens,
              const std::vector<int>& targets, Floats& grads_out) {
-    DeviceBuffer<float> p(host_params.data), g(host_params.data.size());
+    DeviceBuffer<float> p(floats(host_params.data)), g(host_params.data.size());
     DeviceBuffer<int> tok(tokens), tgt(targets);
     g.zero();
     forward(p, tok, tgt);
@@ -454,7 +460,8 @@ void attention_block_matches_cpu(cuda::Context& ctx, bool bf16) {
   init_params(p, d, {3, 0.1});
   Floats x = random(std::size_t(sh.tokens()) * d.hidden, 24), dy = random(x.size(), 25);
   if (bf16) {  // bf16 runs hand the blocks bf16 weights and inputs
-    for (Floats* v : {&p.data, &x, &dy}) round_bf16(v->data(), v->size());
+    round_bf16(p.data.data(), p.data.size());
+    for (Floats* v : {&x, &dy}) round_bf16(v->data(), v->size());
   }
   Floats saved(attention_saved_size(sh)), y(x.size()), dx(x.size());
   cpu::attention_block_forward(sh, attention_weights(p, 0), x.data(),
@@ -462,7 +469,7 @@ void attention_block_matches_cpu(cuda::Context& ctx, bool bf16) {
   cpu::attention_block_backward(sh, attention_weights(p, 0),
                                 carve_attention_saved(sh, saved.data()), x.data(), dy.data(),
                                 dx.data(), attention_grads(cg, 0));
-  DeviceBuffer<float> gp(p.data), gg(p.data.size()), gx(x), gdy(dy), gsaved(saved.size()),
+  DeviceBuffer<float> gp(floats(p.data)), gg(p.data.size()), gx(x), gdy(dy), gsaved(saved.size()),
       gy(y.size()), gdx(dx.size());
   gg.zero();
   const auto at = [&](DeviceBuffer<float>& b, const char* name) {
@@ -502,8 +509,9 @@ TEST_F(CudaKernels, Bf16WeightCopyGivesTheSameBits) {
   Params<float> p(stage_layout(d, {0, 1, false, false, sh.shard}));
   init_params(p, d, {5, 0.1});
   Floats x = random(std::size_t(sh.tokens()) * d.hidden, 26), dy = random(x.size(), 27);
-  for (Floats* v : {&p.data, &x, &dy}) round_bf16(v->data(), v->size());
-  DeviceBuffer<float> gp(p.data), gx(x), gdy(dy);
+  round_bf16(p.data.data(), p.data.size());
+  for (Floats* v : {&x, &dy}) round_bf16(v->data(), v->size());
+  DeviceBuffer<float> gp(floats(p.data)), gx(x), gdy(dy);
   const auto at = [&](float* base, const char* name) {
     return base + p.layout.find(std::string("layers.0.") + name)->offset;
   };

@@ -10,15 +10,15 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/aligned.hpp"
 #include "topologies/eigen.hpp"
 
 namespace hexi::kernels::cpu {
 
-// A std::vector whose data is aligned as Eigen's packets need (see above).
-template <class T>
-using AlignedVector = std::vector<T, Eigen::aligned_allocator<T>>;
-// The alignment the cpu backend gives every allocation.
-inline constexpr std::size_t kBufferAlignment = 64;
+// A std::vector whose data is aligned as Eigen's packets need (see above), and the
+// alignment the cpu backend gives every allocation (kernels/aligned.hpp).
+using kernels::AlignedVector;
+using kernels::kBufferAlignment;
 static_assert(kBufferAlignment >= EIGEN_MAX_ALIGN_BYTES);
 
 template <class T>

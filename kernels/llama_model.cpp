@@ -36,7 +36,7 @@ T LlamaModel<T>::forward(const Params<T>& p, const int* tokens, const int* targe
   const auto head = carve_head_saved(shape_, head_saved_.data());
   cpu::head_forward(shape_, head_weights(p), slot(2 * dims_.layers), head);
   cpu::head_loss_partials(shape_, head, targets);
-  std::vector<T> loss(n);
+  AlignedVector<T> loss(n);
   cpu::head_loss(shape_, head, loss.data());
   return static_cast<T>(std::accumulate(loss.begin(), loss.end(), 0.0) / n);
 }
@@ -49,7 +49,7 @@ T LlamaModel<T>::forward_backward(const Params<T>& p, const int* tokens, const i
   const std::size_t nh = static_cast<std::size_t>(n) * dims_.hidden;
   auto slot = [&](int i) { return resid_.data() + i * nh; };
   const double scale = loss_scale < 0 ? 1.0 / n : loss_scale;
-  std::vector<T> dx(nh), dblock(nh);  // dL/d(residual stream), a block's dx_partial
+  AlignedVector<T> dx(nh), dblock(nh);  // dL/d(residual stream), a block's dx_partial
   const auto head = carve_head_saved(shape_, head_saved_.data());
   cpu::head_backward(shape_, head_weights(p), head, slot(2 * dims_.layers), targets, scale,
                      dx.data(), head_grads(grads));

@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "kernels/aligned.hpp"
 #include "kernels/params.hpp"
 #include "kernels/shapes.hpp"
 
@@ -34,10 +35,10 @@ class LlamaModel {
  private:
   LlamaDims dims_;
   BlockShape shape_;
-  std::vector<T> attn_saved_;  // (layers, attention_saved_size)
-  std::vector<T> mlp_saved_;   // (layers, mlp_saved_size)
-  std::vector<T> head_saved_;  // (head_saved_size)
-  std::vector<T> resid_;       // (2*layers + 1, n, h): input of every block, then the head's
+  AlignedVector<T> attn_saved_;  // (layers, attention_saved_size)
+  AlignedVector<T> mlp_saved_;   // (layers, mlp_saved_size)
+  AlignedVector<T> head_saved_;  // (head_saved_size)
+  AlignedVector<T> resid_;       // (2*layers + 1, n, h): input of every block, then the head's
 };
 
 }  // namespace hexi::kernels

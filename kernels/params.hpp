@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/aligned.hpp"
 #include "kernels/blocks.hpp"
 #include "kernels/shapes.hpp"
 
@@ -81,7 +82,7 @@ ParamLayout stage_layout(const LlamaDims& d, const StageSpec& s);
 template <class T>
 struct Params {
   ParamLayout layout;
-  std::vector<T> data;
+  AlignedVector<T> data;  // 64-byte aligned: the same bits from the same inputs (aligned.hpp)
 
   Params() = default;
   explicit Params(ParamLayout l) : layout(std::move(l)), data(layout.total, T(0)) {}

@@ -41,9 +41,9 @@ inline double dot(const std::vector<double>& out, const std::vector<double>& r) 
 // every element of x. In double with h = 1e-5 the truncation error is O(h^2) ~ 1e-10
 // and the rounding error ~ 1e-16 / h ~ 1e-11, so 1e-7 relative leaves wide margin
 // while any wrong term of a derivative shows up as an O(1) relative error.
-inline void expect_gradient(const std::function<double()>& loss, std::vector<double>& x,
-                            const std::vector<double>& analytic, const std::string& what,
-                            double tol = 1e-7) {
+template <class X, class A>
+void expect_gradient(const std::function<double()>& loss, X& x, const A& analytic,
+                     const std::string& what, double tol = 1e-7) {
   ASSERT_EQ(x.size(), analytic.size()) << what;
   constexpr double h = 1e-5;
   int failures = 0;
