@@ -96,6 +96,23 @@ std::string temp(const std::string& name) {
   return (temp_dir() / name).string();
 }
 
+// Writes `text` to `path` (a scenario or plan made for one test).
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+// The shipped scenario `name` with `from` replaced by `to`, written to a file made for one
+// test (named after `tag`).
+std::string edited_scenario(const std::string& name, const std::string& from, const std::string& to,
+                            const std::string& tag) {
+  std::string text = read_text(root() + "/scenarios/shipped/" + name + ".json");
+  EXPECT_NE(text.find(from), std::string::npos) << name << " has no " << from;
+  if (text.find(from) != std::string::npos) text.replace(text.find(from), from.size(), to);
+  const std::string scenario = temp(tag + ".json");
+  write_file(scenario, text);
+  return scenario;
+}
+
 // Removes the scratch folder when the tests are over, unless one failed (then it says where
 // it is) or HEXISIM_KEEP_TEST_DIRS is set, as tests/cli_runner.hpp's scratch folders do.
 class ScratchCleanup : public ::testing::Environment {
@@ -143,26 +160,17 @@ TEST(TrainRobustness, MissingCorpus) {
 // fp16 needs loss scaling, which the engine does not implement: refused by name, not run
 // as bf16 (both count 2 bytes per element).
 TEST(TrainRobustness, Fp16IsRefused) {
-  std::ifstream in(root() + "/scenarios/shipped/tiny-llama-cpu.json");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string from = "\"precision\": \"fp32\"";
-  ASSERT_NE(text.find(from), std::string::npos);
-  text.replace(text.find(from), from.size(), "\"precision\": \"fp16\"");
-  const std::string scenario = temp("tiny-fp16.json");
-  std::ofstream(scenario) << text;
+  const std::string scenario = edited_scenario("tiny-llama-cpu", "\"precision\": \"fp32\"",
+                                               "\"precision\": \"fp16\"", "tiny-fp16");
   Outcome o = train(3, scenario + " --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2");
   expect_clean_failure(o, "training.precision \"fp16\" is not trained by the engine");
 }
 
 // Sequence parallelism with TP is simulated, not run: refused by name on every rank.
 TEST(TrainRobustness, SequenceParallelWithTensorParallelismIsRefused) {
-  std::ifstream in(root() + "/scenarios/shipped/tiny-llama-cpu.json");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string from = "\"precision\": \"fp32\"";
-  ASSERT_NE(text.find(from), std::string::npos);
-  text.replace(text.find(from), from.size(), from + ", \"sequence_parallel\": true");
-  const std::string scenario = temp("tiny-sp.json");
-  std::ofstream(scenario) << text;
+  const std::string scenario =
+      edited_scenario("tiny-llama-cpu", "\"precision\": \"fp32\"",
+                      "\"precision\": \"fp32\", \"sequence_parallel\": true", "tiny-sp");
   Outcome o = train(3, scenario + " --plan " + plan("tiny-pp2-tp2-tp1") + " --steps 2");
   expect_clean_failure(o, "training.sequence_parallel with tensor parallelism is simulated");
 }
@@ -319,37 +327,21 @@ TEST(Train, CheckpointResumeGivesIdenticalLosses) {
   expect_clean_failure(none, temp("none") + "/manifest.json: not found");
 }
 
-// Writes `text` to `path` (a scenario or plan made for one test).
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
-
-// tiny-moe-cpu with `from` replaced by `to` in its scenario file (a file made for one test).
-std::string moe_scenario(const std::string& from, const std::string& to, const std::string& tag) {
-  std::ifstream in(root() + "/scenarios/shipped/tiny-moe-cpu.json");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find(from), std::string::npos) << from;
-  if (text.find(from) != std::string::npos) text.replace(text.find(from), from.size(), to);
-  const std::string scenario = temp(tag + ".json");
-  write_file(scenario, text);
-  return scenario;
-}
-
 // A mixture of experts in bf16 is refused by name (float32 only so far).
 TEST(TrainRobustness, MixtureOfExpertsInBf16IsRefused) {
-  const std::string scenario =
-      moe_scenario("\"precision\": \"fp32\"", "\"precision\": \"bf16\"", "tiny-moe-bf16");
+  const std::string scenario = edited_scenario("tiny-moe-cpu", "\"precision\": \"fp32\"",
+                                               "\"precision\": \"bf16\"", "tiny-moe-bf16");
   Outcome o = train(5, scenario + " --plan " + plan("tiny-moe-experts-3-1") + " --steps 2");
   expect_clean_failure(o, "model tiny-moe: the engine trains mixtures of experts in float32");
 }
 
 // A capacity factor (tokens dropped) is planned, not trained: the engine routes dropless.
 TEST(TrainRobustness, MixtureOfExpertsWithACapacityFactorIsRefused) {
-  const std::string scenario =
-      moe_scenario("\"model\": \"tiny-moe\"", R"("model": {"name": "tiny-moe", "layers": 2,
+  const std::string scenario = edited_scenario("tiny-moe-cpu", "\"model\": \"tiny-moe\"",
+                                               R"("model": {"name": "tiny-moe", "layers": 2,
           "hidden": 64, "ffn": 48, "heads": 4, "kv_heads": 2, "vocab": 256, "max_seq": 32,
           "moe": {"experts": 4, "top_k": 2, "shared_ffn": 32, "capacity_factor": 1.25}})",
-                   "tiny-moe-capacity");
+                                               "tiny-moe-capacity");
   Outcome o = train(5, scenario + " --plan " + plan("tiny-moe-experts-3-1") + " --steps 2");
   expect_clean_failure(o, "moe.capacity_factor is planned and simulated");
 }
@@ -357,7 +349,7 @@ TEST(TrainRobustness, MixtureOfExpertsWithACapacityFactorIsRefused) {
 // Whole experts held unevenly, ZeRO-1: 3 steps, save, resume for 3 more = the 6-step run.
 TEST(Train, MixtureOfExpertsCheckpointResumeGivesIdenticalLosses) {
   const std::string scenario =
-      moe_scenario("\"zero_stage\": 0", "\"zero_stage\": 1", "tiny-moe-zero1");
+      edited_scenario("tiny-moe-cpu", "\"zero_stage\": 0", "\"zero_stage\": 1", "tiny-moe-zero1");
   expect_resume_matches_one_run(5, scenario, plan("tiny-moe-experts-3-1"), "moe");
 }
 
