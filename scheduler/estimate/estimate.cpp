@@ -1647,7 +1647,7 @@ class BoundaryChannels {
 // pipeline of another shape) is counted with the fraction of time it is busy. That
 // fraction comes from the pipelines' timelines, which depend on the transfer times: a
 // few fixed-point rounds, starting from in-step sharing only.
-void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
+bool CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
   BoundaryChannels channels(*this, plan);
   const double overlap = channels.fixed_point(pes);
   // Where other classes' flows are (nearly) never there, sharing changes (almost)
@@ -1655,12 +1655,12 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
   // cheap (searches estimate thousands of plans; the work bound was set when each event
   // visited every stage and channel, and is kept so that larger plans' estimates stay as
   // they are); larger plans keep the fixed point.
-  if (!channels.mixed() || overlap < kSharedTimelineMinOverlap) return;
+  if (!channels.mixed() || overlap < kSharedTimelineMinOverlap) return false;
   // The shared timeline runs plain pipelines of TP stages only: interleaved plans and plans
   // with a mesh stage keep the fixed point.
-  if (plan.has_mesh()) return;
+  if (plan.has_mesh()) return false;
   for (const PipelineEstimate& pe : pes) {
-    if (pe.chunks > 1) return;
+    if (pe.chunks > 1) return false;
   }
   double events = 0;
   for (const PipelineEstimate& pe : pes) {
@@ -1668,9 +1668,7 @@ void CostModel::boundary_times(const Plan& plan, std::vector<PipelineEstimate>& 
   }
   double stages = 0;
   for (const PipelineEstimate& pe : pes) stages += static_cast<double>(pe.stages.size());
-  if (events * (stages + static_cast<double>(channels.size())) <= kSharedTimelineWork) {
-    shared_timeline(plan, pes);
-  }
+  return events * (stages + static_cast<double>(channels.size())) <= kSharedTimelineWork;
 }
 
 void CostModel::shared_timeline(const Plan& plan, std::vector<PipelineEstimate>& pes) const {
@@ -1736,6 +1734,27 @@ std::pair<double, double> CostModel::iteration_time_range(const Plan& plan,
 }
 
 Estimate CostModel::estimate(const Plan& plan) const {
+  return estimate_below(plan, std::numeric_limits<double>::infinity());
+}
+
+Estimate CostModel::estimate_below(const Plan& plan, double bound) const {
+  Estimate est = stage_estimates(plan);
+  if (boundary_times(plan, est.pipelines)) {
+    if (bound < std::numeric_limits<double>::infinity()) {
+      Estimate fixed_point = est;
+      finish(plan, fixed_point);
+      if (!(fixed_point.iteration_time_s < kScreenMargin * bound)) {
+        fixed_point.screened = true;
+        return fixed_point;
+      }
+    }
+    shared_timeline(plan, est.pipelines);
+  }
+  finish(plan, est);
+  return est;
+}
+
+Estimate CostModel::stage_estimates(const Plan& plan) const {
   Estimate est;
   const int dp = static_cast<int>(plan.pipelines.size());
   for (int pi = 0; pi < dp; ++pi) {
@@ -1769,7 +1788,11 @@ Estimate CostModel::estimate(const Plan& plan) const {
     }
     est.pipelines.push_back(std::move(pe));
   }
-  boundary_times(plan, est.pipelines);
+  return est;
+}
+
+void CostModel::finish(const Plan& plan, Estimate& est) const {
+  const int dp = static_cast<int>(plan.pipelines.size());
   for (const PipelineEstimate& pe : est.pipelines)
     est.pipeline_s = std::max(est.pipeline_s, pe.time_s);
   dp_sync(plan, est);
@@ -1805,7 +1828,6 @@ Estimate CostModel::estimate(const Plan& plan) const {
   est.mfu = flops / (est.iteration_time_s * cluster_.peak_flops());
   est.figures = flop_figures(model_, training_, hardware_flops(plan, model_, training_),
                              est.iteration_time_s, cluster_.peak_flops(), plan.num_devices());
-  return est;
 }
 
 Json Estimate::to_json() const {

@@ -173,6 +173,33 @@ TEST_F(Fixture, ChannelsCarryTheirMessagesInOrderOnTheSharedTimeline) {
   EXPECT_LE(e.pipeline_s, alone * 1.0025);
 }
 
+// A search's estimate below a bound: where the shared timeline runs (the plan above), a bound
+// far under the plan's time returns the fixed point's estimate, screened, at least the margin
+// over the bound; a bound the plan's time does not reach gives the full estimate bit for bit.
+// Where no NIC carries two classes of flows, nothing is screened.
+TEST_F(Fixture, EstimateBelowScreensOnlyWhereTheSharedTimelineRuns) {
+  const Plan shared = plan(R"({"version": 1, "pipelines": [{"batch": 8, "stages": [
+    {"devices": [0], "layers": [0, 3]}, {"devices": [4], "layers": [3, 6]},
+    {"devices": [1], "layers": [6, 8]}]}]})");
+  CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+  const Estimate full = cm.estimate(shared);
+  EXPECT_FALSE(full.screened);
+  const Estimate low = cm.estimate_below(shared, full.iteration_time_s / 10);
+  EXPECT_TRUE(low.screened);
+  EXPECT_GE(low.iteration_time_s, CostModel::kScreenMargin * full.iteration_time_s / 10);
+  const Estimate high = cm.estimate_below(shared, full.iteration_time_s);
+  EXPECT_FALSE(high.screened);
+  EXPECT_EQ(high.iteration_time_s, full.iteration_time_s);
+  EXPECT_EQ(high.pipeline_s, full.pipeline_s);
+
+  const Plan alone = plan(R"({"version": 1, "pipelines": [{"batch": 8, "stages": [
+    {"devices": [0], "layers": [0, 4]}, {"devices": [1], "layers": [4, 8]}]}]})");
+  const Estimate plain = cm.estimate(alone);
+  const Estimate under = cm.estimate_below(alone, plain.iteration_time_s / 10);
+  EXPECT_FALSE(under.screened);
+  EXPECT_EQ(under.iteration_time_s, plain.iteration_time_s);
+}
+
 // Each stage starts its DP sync when its own schedule ends: the last stage is done
 // one backward and one gradient send before the first, so that much of its sync is
 // hidden behind the drain. Stage 1 holds 6 of 8 layers: its sync is the longest.

@@ -178,7 +178,7 @@ void HexiScaleSearch::refine(Assignment a, bool whole_machines, std::size_t pati
     std::vector<Assignment> next;
     for (std::size_t k = 0; k < batch; ++k)
       next.push_back(apply_move(a, moves[(i + k) % moves.size()]));
-    const std::vector<double> objectives = consider_all(next, current);
+    const std::vector<double> objectives = consider_all(next, current, /*screen=*/true);
     scored += batch;
     std::size_t k = 0;
     while (k < batch && !(objectives[k] < current * (1 - 1e-9))) ++k;

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 namespace hexi {
@@ -210,8 +211,8 @@ bool HexiScaleSearch::splits_machines(const Assignment& a) const {
 
 HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBuilder& builder,
                                                    PipelineBuilder& wide_builder,
-                                                   const Assignment& a, double limit,
-                                                   double best) const {
+                                                   const Assignment& a, double limit, double best,
+                                                   bool screen) const {
   Outcome o;
   // Device-level candidates (pipelines of parts of machines) get the device-level
   // search's phase 2 and reversed pipelines, also in a machine-level search.
@@ -233,7 +234,11 @@ HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBu
     o.slowest = std::min(o.slowest, w);
     o.counted.push_back(0);
     if (!(w < limit)) return;
-    auto scored = ev.evaluate(spec, "hexiscale");
+    // The same kind of cut on the busy-fraction fixed point, where the shared timeline would
+    // cost the most (CostModel::estimate_below); a screened plan counts as not estimated.
+    auto scored =
+        ev.evaluate(spec, "hexiscale", screen ? limit : std::numeric_limits<double>::infinity());
+    if (scored && scored->estimate.screened) return;
     o.estimated = true;
     if (!scored || !scored->estimate.feasible) return;
     // Pipelines that beat the best plan but for their DP sync: their layers aligned.
@@ -249,7 +254,7 @@ HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBu
           std::min(scored->objective(), o.balanced ? o.balanced->scored.objective() : kInfeasible);
       for (double weight : {0.0, 0.5}) {
         if (!(scored->objective() < kBalanceNear * best)) break;
-        auto balanced = ev.compute_balanced(*scored, weight);
+        auto balanced = ev.compute_balanced(*scored, weight, held);
         if (balanced && balanced->objective() < held) {
           held = balanced->objective();
           o.balanced = SpecResult{spec, std::move(*balanced)};
@@ -330,7 +335,7 @@ double HexiScaleSearch::consider(const Assignment& a, std::optional<double> thre
 }
 
 std::vector<double> HexiScaleSearch::consider_all(const std::vector<Assignment>& as,
-                                                  std::optional<double> threshold) {
+                                                  std::optional<double> threshold, bool screen) {
   const double limit = threshold.value_or(best_objective());
   const double best = best_objective();
   const int n = static_cast<int>(as.size());
@@ -364,8 +369,8 @@ std::vector<double> HexiScaleSearch::consider_all(const std::vector<Assignment>&
   }
   std::vector<Outcome> outcomes(jobs.size());
   parallel_for(threads_, static_cast<int>(jobs.size()), [&](int w, int j) {
-    outcomes[j] =
-        evaluate(worker_ev(w), worker_builder(w), worker_wide_builder(w), as[jobs[j]], limit, best);
+    outcomes[j] = evaluate(worker_ev(w), worker_builder(w), worker_wide_builder(w), as[jobs[j]],
+                           limit, best, screen);
   });
   for (std::size_t j = 0; j < jobs.size(); ++j)
     out[jobs[j]] = record(as[jobs[j]], sigs[jobs[j]], outcomes[j]);

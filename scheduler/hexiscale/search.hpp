@@ -55,9 +55,14 @@ class HexiScaleSearch {
   double consider(const Assignment& a, std::optional<double> threshold = std::nullopt);
   // consider() of each assignment, evaluated in parallel against the same threshold
   // and best plan (those before the batch), then recorded in order: the outcome does
-  // not depend on the number of threads.
+  // not depend on the number of threads. `screen`: where the shared timeline would run, a
+  // candidate whose fixed point is kScreenMargin over the threshold is not estimated
+  // (CostModel::estimate_below): for the refinement's moves, which only ask whether a
+  // candidate beats the current plan; the sweep's and the starts' objectives rank starts
+  // that need not beat the best, and stay whole.
   std::vector<double> consider_all(const std::vector<Assignment>& as,
-                                   std::optional<double> threshold = std::nullopt);
+                                   std::optional<double> threshold = std::nullopt,
+                                   bool screen = false);
 
  private:
   // What a thread needs to evaluate candidates: its own cost model (whose caches are
@@ -82,7 +87,7 @@ class HexiScaleSearch {
     std::optional<SpecResult> balanced;
   };
   Outcome evaluate(SpecEvaluator& ev, PipelineBuilder& builder, PipelineBuilder& wide_builder,
-                   const Assignment& a, double limit, double best) const;
+                   const Assignment& a, double limit, double best, bool screen) const;
   double record(const Assignment& a, const std::string& signature, Outcome& o);
   SpecEvaluator& worker_ev(int w) { return w == 0 ? ev_ : workers_[w - 1]->ev; }
   PipelineBuilder& worker_builder(int w) { return w == 0 ? builder_ : workers_[w - 1]->builder; }

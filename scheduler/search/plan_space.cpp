@@ -425,20 +425,20 @@ Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
   return plan;
 }
 
-ScoredPlan score_plan(const CostModel& cm, Plan plan) {
+ScoredPlan score_plan(const CostModel& cm, Plan plan, double bound) {
   ScoredPlan out;
-  out.estimate = cm.estimate(plan);
+  out.estimate = cm.estimate_below(plan, bound);
   out.pipelines_s = out.estimate.pipeline_s;
   out.plan = std::move(plan);
   return out;
 }
 
 std::optional<ScoredPlan> SpecEvaluator::evaluate(const PlanSpec& spec,
-                                                  const std::string& scheduler) {
+                                                  const std::string& scheduler, double bound) {
   ++evaluations_;
   auto plan = realize(spec, scheduler);
   if (!plan) return std::nullopt;
-  return score_plan(cm_, std::move(*plan));
+  return score_plan(cm_, std::move(*plan), bound);
 }
 
 std::optional<ScoredPlan> SpecEvaluator::align_layers(const ScoredPlan& scored) const {
@@ -479,9 +479,9 @@ std::optional<ScoredPlan> SpecEvaluator::align_layers(const ScoredPlan& scored) 
         pipe.stages[s].recompute = pipes[donor].stages[s].recompute;
       }
     }
-    ScoredPlan aligned = score_plan(cm_, std::move(trial));
-    if (aligned.objective() < (best ? best->objective() : scored.objective()))
-      best = std::move(aligned);
+    const double held = best ? best->objective() : scored.objective();
+    ScoredPlan aligned = score_plan(cm_, std::move(trial), held);
+    if (!aligned.estimate.screened && aligned.objective() < held) best = std::move(aligned);
   }
   return best;
 }
@@ -544,7 +544,7 @@ std::optional<ScoredPlan> SpecEvaluator::polish_layers(const ScoredPlan& scored,
 }
 
 std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scored,
-                                                          double send_weight) const {
+                                                          double send_weight, double bound) const {
   Plan plan = scored.plan;
   const int dp = static_cast<int>(plan.pipelines.size());
   const int layers = cm_.model().layers;
@@ -612,8 +612,8 @@ std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scor
     }
   }
   if (!changed) return std::nullopt;
-  ScoredPlan balanced = score_plan(cm_, std::move(plan));
-  if (!balanced.estimate.feasible) return std::nullopt;
+  ScoredPlan balanced = score_plan(cm_, std::move(plan), bound);
+  if (!balanced.estimate.feasible || balanced.estimate.screened) return std::nullopt;
   return balanced;
 }
 

@@ -22,6 +22,7 @@
 // iteration time comes from the full CostModel (pipelines + DP sync + optimizer).
 
 #include <array>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,8 +71,10 @@ struct ScoredPlan {
   double objective() const { return estimate.feasible ? estimate.iteration_time_s : kInfeasible; }
 };
 
-// `plan` with `cm`'s estimate of it (pipelines_s: the estimate's slowest pipeline).
-ScoredPlan score_plan(const CostModel& cm, Plan plan);
+// `plan` with `cm`'s estimate of it (pipelines_s: the estimate's slowest pipeline); below a
+// finite `bound`, CostModel::estimate_below's (the estimate may come back `screened`).
+ScoredPlan score_plan(const CostModel& cm, Plan plan,
+                      double bound = std::numeric_limits<double>::infinity());
 
 // Turns PlanSpecs into Plans and scores them, caching per-pipeline curves.
 class SpecEvaluator {
@@ -98,15 +101,17 @@ class SpecEvaluator {
   // through the NICs (dp_nic_floor) where that is later. (pipelines_s is none: the curves
   // approximate the timeline from above where sends and the fill weigh.)
   double iteration_floor_s(const PlanSpec& spec);
-  // realize() then the full estimate.
-  std::optional<ScoredPlan> evaluate(const PlanSpec& spec, const std::string& scheduler);
+  // realize() then the full estimate (below `bound`: score_plan's).
+  std::optional<ScoredPlan> evaluate(const PlanSpec& spec, const std::string& scheduler,
+                                     double bound = std::numeric_limits<double>::infinity());
   // Where `scored`'s DP sync shows (over kAlignShare of its iteration) and pipelines of one
   // stage count split their layers differently (each pipeline's own best split): the plan
   // with the layers (and recompute) of one such pipeline imposed on every pipeline of its
   // stage count, for each of the first kAlignDonors distinct splits; the best that fits and is
   // faster than `scored`, or nullopt. Aligned layers keep a layer's DP replicas on
   // same-position stages, whose devices often share a machine; a DP sync between differently
-  // split pipelines crosses the network for every layer on a boundary.
+  // split pipelines crosses the network for every layer on a boundary. (Each trial is
+  // scored below the best so far: score_plan's screen.)
   std::optional<ScoredPlan> align_layers(const ScoredPlan& scored) const;
   static constexpr double kAlignShare = 0.02;
   static constexpr std::size_t kAlignDonors = 4;
@@ -125,8 +130,10 @@ class SpecEvaluator {
   // nullopt where it does not fit or changes nothing. Weight 0 leaves every send to overlap,
   // as the estimate's timeline overlaps most; the pipeline curves charge a stage each
   // boundary's send whole (weight 1); the estimate's best often lies between.
-  std::optional<ScoredPlan> compute_balanced(const ScoredPlan& scored,
-                                             double send_weight = 0) const;
+  // Below a finite `bound`: nullopt also where the balanced plan is screened (score_plan).
+  std::optional<ScoredPlan> compute_balanced(
+      const ScoredPlan& scored, double send_weight = 0,
+      double bound = std::numeric_limits<double>::infinity()) const;
 
   long evaluations() const { return evaluations_; }
   // Use `other`'s caches of curves and stage terms (thread-safe; for evaluators of one
