@@ -147,27 +147,27 @@ std::vector<int> SpecEvaluator::curve_key(const PlanSpec& spec, int p, int dp) c
 
 std::shared_ptr<const PipelineCurve> SpecEvaluator::curve(const PlanSpec& spec, int p, int dp) {
   std::vector<int> key = curve_key(spec, p, dp);
-  {
-    std::lock_guard lock(caches_->mutex);
-    auto it = caches_->curves.find(key);
-    if (it != caches_->curves.end()) return it->second;
-  }
+  if (auto found = caches_->curves.find(key)) return std::move(*found);
   auto curve = std::make_shared<const PipelineCurve>(options(stages_of(spec, p), dp),
                                                      cm_.model().layers, cm_.training().schedule);
-  std::lock_guard lock(caches_->mutex);
+  Caches& c = *caches_;
   // The full count visits every curve: only once the bytes counted as curves came in (their
-  // memos grow later) reach half the limit.
-  if (++caches_->new_curves % kCacheCheckEvery == 0 && caches_->bytes > kMaxCacheBytes / 2) {
-    std::size_t bytes = 0;
-    for (const auto& [k, c] : caches_->curves) bytes += k.size() * sizeof(int) + c->memory_bytes();
-    caches_->bytes = bytes;
-    if (bytes > kMaxCacheBytes) {
-      caches_->curves.clear();
-      caches_->bytes = 0;
+  // memos grow later) reach half the limit, by one thread at a time.
+  if (++c.new_curves % kCacheCheckEvery == 0 && c.bytes > kMaxCacheBytes / 2) {
+    if (std::unique_lock lock(c.recount, std::try_to_lock); lock.owns_lock()) {
+      std::size_t bytes = 0;
+      c.curves.for_each([&](const std::vector<int>& k, const auto& v) {
+        bytes += k.size() * sizeof(int) + v->memory_bytes();
+      });
+      c.bytes = bytes;
+      if (bytes > kMaxCacheBytes) {
+        c.curves.clear();
+        c.bytes = 0;
+      }
     }
   }
-  caches_->bytes += key.size() * sizeof(int) + curve->memory_bytes();
-  caches_->curves.emplace(std::move(key), curve);
+  c.bytes += key.size() * sizeof(int) + curve->memory_bytes();
+  c.curves.insert(std::move(key), curve);
   return curve;
 }
 
@@ -207,17 +207,12 @@ std::vector<std::vector<StageTerms>> SpecEvaluator::options(
                                                : class_of_[m_next],
                                  next ? static_cast<int>(next->size()) : 0,
                                  0};
-    {
-      std::lock_guard lock(caches_->mutex);
-      auto it = caches_->stages.find(key);
-      if (it != caches_->stages.end()) {
-        out.push_back(it->second);
-        continue;
-      }
+    if (auto found = caches_->stages.find(key)) {
+      out.push_back(std::move(*found));
+      continue;
     }
     compute(i, next);
-    std::lock_guard lock(caches_->mutex);
-    caches_->stages.emplace(key, out.back());
+    caches_->stages.insert(key, out.back());
   }
   share_nics(groups, out);
   return out;
@@ -253,14 +248,9 @@ void SpecEvaluator::share_nics(const std::vector<std::vector<int>>& groups,
                                  static_cast<int>(to.size()),
                                  static_cast<int>(all.out.at(mf)),
                                  static_cast<int>(all.in.at(mt))};
-    {
-      std::lock_guard lock(caches_->mutex);
-      auto it = caches_->crossings.find(key);
-      if (it != caches_->crossings.end()) return it->second;
-    }
+    if (auto found = caches_->crossings.find(key)) return *found;
     const double t = cm_.transfer_s(from, to, bytes, &all);
-    std::lock_guard lock(caches_->mutex);
-    caches_->crossings.emplace(key, t);
+    caches_->crossings.insert(key, t);
     return t;
   };
   for (int i = 0; i + 1 < k; ++i) {

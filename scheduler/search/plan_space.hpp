@@ -22,6 +22,7 @@
 // iteration time comes from the full CostModel (pipelines + DP sync + optimizer).
 
 #include <array>
+#include <atomic>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,7 @@
 #include "scheduler/plan/plan.hpp"
 #include "scheduler/search/batch_split.hpp"
 #include "scheduler/search/pipeline_curve.hpp"
+#include "scheduler/search/shared_map.hpp"
 
 namespace hexi {
 inline namespace search {
@@ -181,14 +183,14 @@ class SpecEvaluator {
   // Curves and stage terms, shared by the evaluators of a parallel search (share_caches):
   // values depend only on their keys, so which thread computed one never matters.
   struct Caches {
-    std::mutex mutex;
-    std::unordered_map<std::vector<int>, std::shared_ptr<const PipelineCurve>, KeyHash> curves;
-    std::unordered_map<std::array<int, 7>, std::vector<StageTerms>, KeyHash> stages;
+    SharedMap<std::vector<int>, std::shared_ptr<const PipelineCurve>, KeyHash> curves;
+    SharedMap<std::array<int, 7>, std::vector<StageTerms>, KeyHash> stages;
     // A NIC-crossing boundary's transfer, by (class, size) of both groups and the flows
     // through the sender's outgoing and the receiver's incoming NIC (share_nics).
-    std::unordered_map<std::array<int, 6>, double, KeyHash> crossings;
-    long new_curves = 0;
-    std::size_t bytes = 0;  // of the curves, as they came in (see curve())
+    SharedMap<std::array<int, 6>, double, KeyHash> crossings;
+    std::atomic<long> new_curves{0};
+    std::atomic<std::size_t> bytes{0};  // of the curves, as they came in (see curve())
+    std::mutex recount;                 // held by the thread that recounts the bytes
   };
   std::shared_ptr<Caches> caches_ = std::make_shared<Caches>();
   long evaluations_ = 0;
