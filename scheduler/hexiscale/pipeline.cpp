@@ -229,16 +229,9 @@ PipelineSpec PipelineBuilder::build(const std::vector<Unit>& devices, int dp, in
   std::vector<int> key{dp, micro_batches};
   for (const auto& s : segs) key.insert(key.end(), {s.machine, s.count});
   std::vector<MachineSegment> answer;
-  bool known = false;
-  {
-    std::lock_guard lock(cache_->mutex);
-    auto it = cache_->answers.find(key);
-    if (it != cache_->answers.end()) {
-      answer = it->second;
-      known = true;
-    }
-  }
-  if (!known) {
+  if (auto found = cache_->find(key)) {
+    answer = std::move(*found);
+  } else {
     // Store the answer as positions into the sorted composition plus degrees.
     PipelineSpec best = optimise(segs, dp, micro_batches);
     std::vector<MachineSegment> positional;
@@ -253,8 +246,7 @@ PipelineSpec PipelineBuilder::build(const std::vector<Unit>& devices, int dp, in
       }
     }
     answer = positional;
-    std::lock_guard lock(cache_->mutex);
-    cache_->answers.emplace(key, std::move(positional));
+    cache_->insert(std::move(key), std::move(positional));
   }
   PipelineSpec out;
   for (const auto& p : answer) out.segments.push_back({segs[p.machine].machine, p.count, p.tp});

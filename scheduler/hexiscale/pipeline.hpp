@@ -17,13 +17,12 @@
 // Layers per stage (minimising the slowest stage subject to memory) come with the
 // curve. Results are cached per composition (machine classes and counts).
 
-#include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "scheduler/hexiscale/partition.hpp"
 #include "scheduler/search/plan_space.hpp"
+#include "scheduler/search/shared_map.hpp"
 
 namespace hexi {
 inline namespace hexiscale {
@@ -56,11 +55,8 @@ class PipelineBuilder {
   SpecEvaluator& ev_;
   int tau_ = 3;
   bool wide_ = true;
-  // By (dp, m, classes, counts); shared by the builders of a parallel search.
-  struct Cache {
-    std::mutex mutex;
-    std::map<std::vector<int>, std::vector<MachineSegment>> answers;
-  };
+  // By (dp, m, machines, counts); shared by the builders of a parallel search.
+  using Cache = SharedMap<std::vector<int>, std::vector<MachineSegment>>;
   std::shared_ptr<Cache> cache_ = std::make_shared<Cache>();
   long evaluations_ = 0;
   std::vector<std::vector<int>> beam_orders_;  // candidate_orders() of more than 5 groups

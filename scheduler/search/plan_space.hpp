@@ -158,14 +158,6 @@ class SpecEvaluator {
   // A boundary inside a machine takes the slower of its sends alone (own_send_s, own_back_s).
   void share_nics(const std::vector<std::vector<int>>& groups,
                   std::vector<std::vector<StageTerms>>& options) const;
-  struct KeyHash {
-    template <typename Ints>
-    std::size_t operator()(const Ints& k) const {
-      std::size_t h = 0;
-      for (int x : k) h = h * 1000003u + static_cast<std::size_t>(x + 3);
-      return h;
-    }
-  };
   BatchSplit split(const PlanSpec& spec);
   // When the DP sync's rings can end at the earliest, from the bytes each machine's NICs carry:
   // a gradient piece (the embedding's and head's tables, each layer's TP-split weights) whose
@@ -183,11 +175,11 @@ class SpecEvaluator {
   // Curves and stage terms, shared by the evaluators of a parallel search (share_caches):
   // values depend only on their keys, so which thread computed one never matters.
   struct Caches {
-    SharedMap<std::vector<int>, std::shared_ptr<const PipelineCurve>, KeyHash> curves;
-    SharedMap<std::array<int, 7>, std::vector<StageTerms>, KeyHash> stages;
+    SharedMap<std::vector<int>, std::shared_ptr<const PipelineCurve>> curves;
+    SharedMap<std::array<int, 7>, std::vector<StageTerms>> stages;
     // A NIC-crossing boundary's transfer, by (class, size) of both groups and the flows
     // through the sender's outgoing and the receiver's incoming NIC (share_nics).
-    SharedMap<std::array<int, 6>, double, KeyHash> crossings;
+    SharedMap<std::array<int, 6>, double> crossings;
     std::atomic<long> new_curves{0};
     std::atomic<std::size_t> bytes{0};  // of the curves, as they came in (see curve())
     std::mutex recount;                 // held by the thread that recounts the bytes

@@ -16,7 +16,17 @@
 namespace hexi {
 inline namespace search {
 
-template <typename Key, typename Value, typename Hash>
+// A hash of a sequence of ints (the caches' keys).
+struct IntsHash {
+  template <typename Ints>
+  std::size_t operator()(const Ints& k) const {
+    std::size_t h = 0;
+    for (int x : k) h = h * 1000003u + static_cast<std::size_t>(x + 3);
+    return h;
+  }
+};
+
+template <typename Key, typename Value, typename Hash = IntsHash>
 class SharedMap {
  public:
   std::optional<Value> find(const Key& key) const {
@@ -32,7 +42,7 @@ class SharedMap {
     std::lock_guard lock(s.mutex);
     s.map.try_emplace(std::move(key), std::move(value));
   }
-  // f(key, value) for every entry, one shard locked at a time.
+  // f(key, value) for every entry, one shard locked at a time (f must not use the map).
   template <typename F>
   void for_each(F&& f) const {
     for (const Shard& s : shards_) {
