@@ -12,8 +12,10 @@ MaxMinFair::MaxMinFair(std::vector<double> capacity)
 
 void MaxMinFair::solve(std::vector<FairFlow*>& flows) {
   used_.clear();
+  open_.clear();
   for (FairFlow* f : flows) {
     f->rate = -1;  // rising
+    open_.push_back(f);
     for (auto [nic, n] : *f->nics) {
       if (rising_[nic] == 0) {
         used_.push_back(nic);
@@ -22,32 +24,38 @@ void MaxMinFair::solve(std::vector<FairFlow*>& flows) {
       rising_[nic] += n;
     }
   }
+  // The links and flows still rising, in their first order: a link no flow rises on any more
+  // keeps what it has left, and a flow with its rate keeps it, so neither is looked at again.
+  active_ = used_;
   double level = 0;  // the rate every rising flow has reached
-  std::size_t open = flows.size();
-  while (open > 0) {
+  while (!open_.empty()) {
     // The next constraint to bind: a link full, or a flow at its cap.
     double next = std::numeric_limits<double>::infinity();
-    for (int n : used_) {
+    for (int n : active_) {
       if (rising_[n] > 1e-12) next = std::min(next, level + left_[n] / rising_[n]);
     }
-    for (const FairFlow* f : flows) {
-      if (f->rate < 0) next = std::min(next, f->cap);
-    }
+    for (const FairFlow* f : open_) next = std::min(next, f->cap);
     if (std::isinf(next)) {  // flows with neither a cap nor a link
-      for (FairFlow* f : flows) f->rate = f->rate < 0 ? next : f->rate;
+      for (FairFlow* f : open_) f->rate = next;
       break;
     }
-    for (int n : used_) left_[n] -= (next - level) * rising_[n];
+    for (int n : active_) left_[n] -= (next - level) * rising_[n];
     level = next;
-    for (FairFlow* f : flows) {
-      if (f->rate >= 0) continue;
+    std::size_t kept = 0;
+    for (FairFlow* f : open_) {
       bool bound = f->cap <= level;
       for (auto [nic, n] : *f->nics) bound = bound || left_[nic] <= 1e-9 * capacity_[nic];
-      if (!bound) continue;
+      if (!bound) {
+        open_[kept++] = f;
+        continue;
+      }
       f->rate = level;
       for (auto [nic, n] : *f->nics) rising_[nic] -= n;
-      --open;
     }
+    open_.resize(kept);
+    active_.erase(
+        std::remove_if(active_.begin(), active_.end(), [&](int n) { return rising_[n] == 0; }),
+        active_.end());
   }
   for (int n : used_) rising_[n] = 0;
 }

@@ -48,6 +48,8 @@ class MaxMinFair {
  private:
   std::vector<double> capacity_, left_, rising_;  // per link: bytes/s; left; rising flows
   std::vector<int> used_;                         // the links of the flows solve() was given
+  std::vector<int> active_;                       // solve(): the links flows still rise on
+  std::vector<FairFlow*> open_;                   // solve(): the flows still rising
 };
 
 // Each machine's NIC directions (2 m: out, 2 m + 1: in) and their rate: every NIC of the
