@@ -1,7 +1,7 @@
 #pragma once
 // A map shared by the threads of a parallel search: its entries lie in shards, each behind a
-// lock of its own, so that threads looking up different keys rarely wait for each other (one
-// lock for the whole map made the threads of a 2-thread search queue on it, and each wait
+// lock of its own, so that threads looking up different keys rarely wait for each other
+// (behind one lock for the whole map, the threads of a search queue on it, and each wait
 // costs a system call). Values are copied out: a later insert or clear() never invalidates
 // what a caller holds. An entry's value must depend on its key alone (what a parallel
 // search caches), so which thread stored it and when the map was cleared never matter.
