@@ -15,7 +15,7 @@
 // position sets its in-flight micro-batches and so its memory). HexiScale turns
 // that wider search off where it partitions whole machines (> 64 GPUs).
 // Layers per stage (minimising the slowest stage subject to memory) come with the
-// curve. Results are cached per composition (machine classes and counts).
+// curve. Results are cached per composition (the machines and their counts).
 
 #include <memory>
 #include <vector>
