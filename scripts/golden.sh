@@ -43,8 +43,9 @@ SEQ_ENTRIES=(
   "hexiseq-168-a100-llama-70b-512k:layout"
   "tests/golden/inputs/hexiseq-testbed-zero1-batch4.json:pipeline"
 )
-# advise plans every mix with the default planning call (every scheduler, each verified by
-# simulation): the golden request is h100-or-4090's question at a third of its size.
+# advise plans every mix with the default planning call (every scheduler; HexiScale's best
+# plans and each other scheduler's plan simulated): the golden request is h100-or-4090's
+# question at a third of its size.
 ADVISE_ENTRIES=("tests/golden/inputs/a100-lab-small.json")
 REPRODUCE_ENTRIES=("hexiscale" "hexiseq")
 
