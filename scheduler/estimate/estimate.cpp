@@ -1189,17 +1189,20 @@ class SharedTimeline {
     double now = 0;
     for (;;) {
       start_ready(now);
-      const double next = next_event(now);
+      const double next = std::min(events_.empty() ? kNever : events_.top().first, transfers_end_);
       if (std::isinf(next)) break;
-      advance(next);
+      if (next >= transfers_end_) advance(next);  // a transfer's data phase ends
       now = next;
       while (!events_.empty() && events_.top().first <= now) {
         const int id = events_.top().second;
         events_.pop();
-        if (id < static_cast<int>(stages_.size())) {
+        const int stages = static_cast<int>(stages_.size());
+        if (id < stages) {
           mark_stage(id);
+        } else if (id < stages + static_cast<int>(channels_.size())) {
+          arrived(id - stages);
         } else {
-          arrived(id - static_cast<int>(stages_.size()));
+          sent(id - stages - static_cast<int>(channels_.size()), now);
         }
       }
     }
@@ -1289,19 +1292,33 @@ class SharedTimeline {
       c.sending = true;
       c.work.left = c.link.flow_bytes;
       c.work.updated_s = now;
+      // A transfer through no NIC shares nothing: at its own link's rate whoever else sends,
+      // it ends at a time known now (an event of its own).
+      if (c.link.nics.empty()) {
+        events_.push({now + c.work.left / c.link.link_Bps,
+                      static_cast<int>(stages_.size() + channels_.size()) + g});
+        continue;
+      }
       sending_.insert(std::lower_bound(sending_.begin(), sending_.end(), g), g);
       sending_changed_ = true;
     }
     dirty_channels_.clear();
-    // The rates depend on which channels send, nothing else: solved again only when that
-    // changed (most events are computes starting or ending).
-    if (sending_changed_) rates();
+    // The rates depend on which channels send through NICs, nothing else: solved again only
+    // when that changed (most events are computes starting or ending, or transfers inside a
+    // machine). Until then every transfer's end stays where it is.
+    if (!sending_changed_) return;
+    for (const int g : sending_) channel(g).work.advance_to(now);
+    rates();
     sending_changed_ = false;
+    transfers_end_ = kNever;
+    for (const int g : sending_)
+      transfers_end_ = std::min(transfers_end_, channel(g).work.end_s(now));
   }
 
-  // The sending channels' rates, max-min fair (MaxMinFair), in channel order. They depend
-  // on the set alone, and pipelines in steady state send the same sets again and again:
-  // each set is solved once (a set whose hash another set holds is solved every time).
+  // The sending channels' rates (all through NICs), max-min fair (MaxMinFair), in channel
+  // order. They depend on the set alone, and pipelines in steady state send the same sets
+  // again and again: each set is solved once (a set whose hash another set holds is solved
+  // every time).
   void rates() {
     std::size_t h = sending_.size();
     for (const int g : sending_) h = h * 1000003u ^ static_cast<std::size_t>(g);
@@ -1336,15 +1353,10 @@ class SharedTimeline {
     solved_rates_.push_back(0);
   }
 
-  double next_event(double now) {
-    double next = events_.empty() ? std::numeric_limits<double>::infinity() : events_.top().first;
-    for (const int g : sending_) next = std::min(next, channel(g).work.end_s(now));
-    return next;
-  }
-
-  // The sending channels' transfers from now (every one's work is as of now) to `to`.
+  // The sending channels' transfers to `to` (the soonest end), ending those done.
   void advance(double to) {
     std::size_t kept = 0;
+    transfers_end_ = kNever;
     for (const int g : sending_) {
       Channel& c = channel(g);
       c.work.advance_to(to);
@@ -1353,20 +1365,27 @@ class SharedTimeline {
       // bytes take less than one ulp of `to`, and waiting for them would never advance it.
       if (c.work.left > 1e-9 * c.link.flow_bytes && c.work.end_s(to) > to) {
         sending_[kept++] = g;
+        transfers_end_ = std::min(transfers_end_, c.work.end_s(to));
         continue;
       }
-      c.sending = false;
-      c.arrived[c.next] = to + c.link.fixed_s;
-      ++c.next;
       sending_changed_ = true;
-      // Arrived by the next start_ready (at `to`), or an event of its own.
-      if (c.arrived[c.next - 1] <= to) {
-        arrived(g);
-      } else {
-        events_.push({c.arrived[c.next - 1], static_cast<int>(stages_.size()) + g});
-      }
+      sent(g, to);
     }
     sending_.resize(kept);
+  }
+
+  // Channel g's data phase ended at `to`: its message arrives after the fixed part, by the
+  // next start_ready (at `to`) or at an event of its own.
+  void sent(int g, double to) {
+    Channel& c = channel(g);
+    c.sending = false;
+    c.arrived[c.next] = to + c.link.fixed_s;
+    ++c.next;
+    if (c.arrived[c.next - 1] <= to) {
+      arrived(g);
+    } else {
+      events_.push({c.arrived[c.next - 1], static_cast<int>(stages_.size()) + g});
+    }
   }
 
   const std::vector<PipelineEstimate>& pes_;
@@ -1376,10 +1395,13 @@ class SharedTimeline {
   // Stages and channels to look at in the next start_ready, and their flags.
   std::vector<int> dirty_stages_, dirty_channels_;
   std::vector<char> stage_dirty_, channel_dirty_;
-  // Computes' ends (stage id) and future arrivals (stage count + channel id), soonest first.
+  // Computes' ends (stage id), future arrivals (stage count + channel id) and the ends of
+  // transfers through no NIC (stage count + channel count + channel id), soonest first.
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>>
       events_;
-  std::vector<int> sending_;  // channel ids, ascending
+  static constexpr double kNever = std::numeric_limits<double>::infinity();
+  std::vector<int> sending_;       // channels sending through NICs, ascending
+  double transfers_end_ = kNever;  // the soonest end of theirs at their rates
   // rates(): the sets solved (hash -> offset into solved_ids_ and solved_rates_).
   std::unordered_map<std::size_t, std::size_t> solved_;
   std::vector<int> solved_ids_;

@@ -212,7 +212,7 @@ bool HexiScaleSearch::splits_machines(const Assignment& a) const {
 HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBuilder& builder,
                                                    PipelineBuilder& wide_builder,
                                                    const Assignment& a, double limit, double best,
-                                                   bool screen) const {
+                                                   double best_balanced, bool screen) const {
   Outcome o;
   // Device-level candidates (pipelines of parts of machines) get the device-level
   // search's phase 2 and reversed pipelines, also in a machine-level search.
@@ -249,9 +249,13 @@ HexiScaleSearch::Outcome HexiScaleSearch::evaluate(SpecEvaluator& ev, PipelineBu
       // the end stages (one boundary each) the most layers and the DP sync its largest
       // pieces, where the estimate's timeline overlaps sends with compute. Kept apart
       // (Outcome::balanced): these splits lie outside the plan space the search (the exact
-      // search's incumbent) keeps to, and its course stays as it was.
+      // search's incumbent) keeps to, and its course stays as it was. Only the fastest of the
+      // whole search is used (the polish's start): one that does not beat the fastest before
+      // this batch is not kept, and is estimated below that bound (screened where the shared
+      // timeline would run).
       double held =
-          std::min(scored->objective(), o.balanced ? o.balanced->scored.objective() : kInfeasible);
+          std::min({scored->objective(), o.balanced ? o.balanced->scored.objective() : kInfeasible,
+                    best_balanced});
       for (double weight : {0.0, 0.5}) {
         if (!(scored->objective() < kBalanceNear * best)) break;
         auto balanced = ev.compute_balanced(*scored, weight, held);
@@ -338,6 +342,7 @@ std::vector<double> HexiScaleSearch::consider_all(const std::vector<Assignment>&
                                                   std::optional<double> threshold, bool screen) {
   const double limit = threshold.value_or(best_objective());
   const double best = best_objective();
+  const double best_balanced = best_balanced_ ? best_balanced_->scored.objective() : kInfeasible;
   const int n = static_cast<int>(as.size());
   std::vector<double> out(n, kInfeasible);
   // Answered from what is known before the batch, or evaluated (the first of equal
@@ -370,7 +375,7 @@ std::vector<double> HexiScaleSearch::consider_all(const std::vector<Assignment>&
   std::vector<Outcome> outcomes(jobs.size());
   parallel_for(threads_, static_cast<int>(jobs.size()), [&](int w, int j) {
     outcomes[j] = evaluate(worker_ev(w), worker_builder(w), worker_wide_builder(w), as[jobs[j]],
-                           limit, best, screen);
+                           limit, best, best_balanced, screen);
   });
   for (std::size_t j = 0; j < jobs.size(); ++j)
     out[jobs[j]] = record(as[jobs[j]], sigs[jobs[j]], outcomes[j]);

@@ -87,7 +87,8 @@ class HexiScaleSearch {
     std::optional<SpecResult> balanced;
   };
   Outcome evaluate(SpecEvaluator& ev, PipelineBuilder& builder, PipelineBuilder& wide_builder,
-                   const Assignment& a, double limit, double best, bool screen) const;
+                   const Assignment& a, double limit, double best, double best_balanced,
+                   bool screen) const;
   double record(const Assignment& a, const std::string& signature, Outcome& o);
   SpecEvaluator& worker_ev(int w) { return w == 0 ? ev_ : workers_[w - 1]->ev; }
   PipelineBuilder& worker_builder(int w) { return w == 0 ? builder_ : workers_[w - 1]->builder; }
