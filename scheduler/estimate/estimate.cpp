@@ -1139,7 +1139,9 @@ struct NicUse {
 // The same semantics as schedule.hpp's timeline otherwise (one compute at a time per stage,
 // FIFO channels, sends not waited for). Used where boundary flows of different classes
 // share a NIC. Each event touches what it changes: the stages and channels it can unblock,
-// the sending channels (few), and a queue of the computes' ends and the messages' arrivals.
+// the channels sending through NICs (few) where their set changes or one of them ends, and
+// a queue of the computes' ends, the messages' arrivals and the ends of transfers inside a
+// machine (which share no NIC and so keep their own link's rate).
 class SharedTimeline {
  public:
   struct Link {
