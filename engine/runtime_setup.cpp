@@ -85,6 +85,7 @@ Status RankRuntime::Impl::setup() {
     return bad_input("the data source gives sequences of " + std::to_string(data.seq_len()) +
                      " tokens, the program trains on " + std::to_string(prog.seq_len));
   }
+  if (std::string why = moe_ranges_missing(prog, *lay, dims); !why.empty()) return bad_input(why);
   const kernels::TpShard shard = held_shard(prog, *lay, dims);
   if (std::string why = kernels::validate_shard(dims, shard); !why.empty()) {
     return bad_input("device " + std::to_string(lay->device) +

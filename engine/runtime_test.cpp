@@ -210,17 +210,22 @@ TEST(Determinism, TwoRunsAreBitIdentical) {
   expect_two_runs_bit_identical("tiny-llama-cpu-zero1", "tiny-dp3-mixed.json");
 }
 
+// A program the engine refuses at set-up as bad input, with `why` in the message.
+void expect_setup_refused(const Program& program, const Scenario& sc, const std::string& why) {
+  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
+  ASSERT_TRUE(corpus.ok());
+  auto got = run_fake(program, sc.model, *corpus, RuntimeOptions{}, 1);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.error().kind, ErrorKind::kBadInput);
+  EXPECT_NE(got.error().message.find(why), std::string::npos) << got.error().message;
+}
+
 // Sequence meshes run in float32: a bf16 one is refused at set-up, by name, on every rank.
 TEST(SequenceMesh, Bf16IsRefusedWithAMessage) {
   Scenario sc;
   auto program = lower_shipped("tiny-seq-cpu", "tiny-seq-ring-5-3-2.json", &sc, "bf16");
   ASSERT_TRUE(program.ok()) << program.error().message;
-  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
-  ASSERT_TRUE(corpus.ok());
-  auto got = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 1);
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.error().kind, ErrorKind::kBadInput);
-  EXPECT_NE(got.error().message.find("float32 only"), std::string::npos) << got.error().message;
+  expect_setup_refused(*program, sc, "float32 only");
 }
 
 // A mesh with a tensor-parallel group is estimated and simulated, not run: refused by name.
@@ -230,13 +235,18 @@ TEST(SequenceMesh, TensorGroupsAreRefusedWithAMessage) {
   ASSERT_TRUE(program.ok()) << program.error().message;
   ASSERT_TRUE(program->sequence.has_value());
   program->sequence->groups[0].tensor = true;
-  auto corpus = CorpusSource::load(default_corpus(), sc.training.seq_len, 3);
-  ASSERT_TRUE(corpus.ok());
-  auto got = run_fake(*program, sc.model, *corpus, RuntimeOptions{}, 1);
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.error().kind, ErrorKind::kBadInput);
-  EXPECT_NE(got.error().message.find("runs Ulysses groups only"), std::string::npos)
-      << got.error().message;
+  expect_setup_refused(*program, sc, "runs Ulysses groups only");
+}
+
+// A mixture of experts' device takes its experts from the program: a program without them
+// (written before lowering recorded them) is refused by name, not trained on a guess.
+TEST(MixtureOfExperts, AProgramWithoutExpertRangesIsRefusedWithAMessage) {
+  Scenario sc;
+  auto program = lower_shipped("tiny-moe-cpu", "tiny-moe-experts-3-1.json", &sc);
+  ASSERT_TRUE(program.ok()) << program.error().message;
+  ASSERT_TRUE(program->devices[0].routed_experts.has_value());
+  program->devices[0].routed_experts.reset();
+  expect_setup_refused(*program, sc, "no routed_experts and shared_ffn ranges");
 }
 
 // The same for a sequence mesh (ring steps, all-to-alls, sub-rings, ZeRO-3).

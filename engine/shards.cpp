@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 namespace hexi::engine {
 namespace {
@@ -88,29 +89,23 @@ kernels::TpShard held_shard(const Program& program, const DeviceLayout& l,
                             const kernels::LlamaDims& dims) {
   if (program.mesh_of(l)) return kernels::full_shard(dims);
   kernels::TpShard s{l.head_begin, l.head_end, l.ffn_begin, l.ffn_end, l.vocab_begin, l.vocab_end};
-  if (!dims.is_moe()) return s;
-  // Shared experts' columns as the DP buckets cut them (program::shard_ranges).
-  const auto cut = [&](int x, int heads) {
-    return static_cast<int>(static_cast<std::int64_t>(x) * heads / dims.heads);
-  };
-  s.shared_begin = cut(dims.shared_ffn, l.head_begin);
-  s.shared_end = cut(dims.shared_ffn, l.head_end);
-  s.expert_end = dims.experts;
-  if (l.experts < 0) return s;  // every expert by the columns of its ffn units
-  // Whole experts: its share, after those of the lower ranks of its TP group.
-  const auto held = [&](const DeviceLayout& d) {
-    return static_cast<int>(std::llround(d.experts * dims.experts));
-  };
-  s.ffn_begin = 0;
-  s.ffn_end = dims.ffn;
-  s.expert_begin = 0;
-  if (l.tp > 1) {
-    for (const DeviceLayout& d : program.devices) {
-      if (d.tp_group == l.tp_group && d.tp_rank < l.tp_rank) s.expert_begin += held(d);
-    }
+  if (!dims.is_moe() || !l.routed_experts || !l.shared_ffn) return s;
+  std::tie(s.expert_begin, s.expert_end) = *l.routed_experts;
+  std::tie(s.shared_begin, s.shared_end) = *l.shared_ffn;
+  if (l.experts >= 0) {  // whole experts: every column of the ones it holds
+    s.ffn_begin = 0;
+    s.ffn_end = dims.ffn;
   }
-  s.expert_end = s.expert_begin + held(l);
   return s;
+}
+
+std::string moe_ranges_missing(const Program& program, const DeviceLayout& l,
+                               const kernels::LlamaDims& dims) {
+  if (!dims.is_moe() || program.mesh_of(l) || (l.routed_experts && l.shared_ffn)) return {};
+  return "device " + std::to_string(l.device) +
+         ": the model is a mixture of experts but the program gives no routed_experts and "
+         "shared_ffn ranges for it (a program written before lowering recorded them): lower "
+         "the plan again (hexisim lower)";
 }
 
 int sequence_shard(const SequenceLayout& layout, int device) {

@@ -37,12 +37,16 @@ Result<std::vector<std::int64_t>> segment_indices(const kernels::ParamLayout& la
                                                   const ParamSegment& seg, bool whole_experts);
 
 // The shard of the model's tensors a device holds: its TP shard (heads, ffn units, vocab
-// rows of its layout; a mixture of experts' shared-expert columns as the DP buckets cut
-// them, and its routed experts by columns, or whole after its TP group's lower ranks'
-// shares), or the whole model on a sequence mesh's device (its head range is its attention
-// heads, not what it stores).
+// rows of its layout; a mixture of experts' routed experts and shared-expert columns as its
+// layout's routed_experts and shared_ffn give them, every column of experts held whole), or
+// the whole model on a sequence mesh's device (its head range is its attention heads, not
+// what it stores).
 kernels::TpShard held_shard(const Program& program, const DeviceLayout& layout,
                             const kernels::LlamaDims& dims);
+// Why a mixture of experts' device cannot be given its shard (its layout lacks the expert
+// ranges lowering writes), or empty.
+std::string moe_ranges_missing(const Program& program, const DeviceLayout& layout,
+                               const kernels::LlamaDims& dims);
 // The tensors a device holds: kernels::stage_layout of its stage on held_shard; an
 // interleaved pipeline's device holds its chunks' layouts one after another (chunk order).
 kernels::ParamLayout held_layout(const Program& program, const DeviceLayout& layout,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -121,6 +122,15 @@ class Lowerer {
           l.vocab_end = sr.vocab_end;
           l.phi = st.phi(r, m_.heads);
           l.experts = st.expert_share(r);
+          if (m_.is_moe()) {
+            l.shared_ffn = std::pair{sr.shared_begin, sr.shared_end};
+            l.routed_experts = std::pair{0, m_.moe.experts};
+            if (!st.expert_split.empty()) {  // whole experts, after those of the lower ranks
+              const auto split = st.expert_split.begin();
+              const int begin = std::accumulate(split, split + r, 0);
+              l.routed_experts = std::pair{begin, begin + st.expert_split[r]};
+            }
+          }
           l.micro_batch = pipe.micro_batch;
           l.micro_batches = pipe.micro_batches();
           l.loss_scale = static_cast<double>(pipe.micro_batch) / t_.global_batch;

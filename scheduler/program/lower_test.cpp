@@ -403,6 +403,55 @@ TEST(DpBuckets, AMixtureOfExpertsIsCoveredToo) {
   EXPECT_FALSE(groups_of_0.count({0, 4}));
 }
 
+// Every pipeline-stage device of a mixture of experts gets its routed experts (whole after
+// its TP group's lower ranks', or all of them where split by columns) and its shared-expert
+// columns, written and read back; a dense model's devices get neither.
+TEST(Lower, AMixtureOfExpertsRecordsEachDevicesExperts) {
+  Model m = tiny_model(2, 2);
+  m.moe = {6, 2, 96};
+  const Json two_pipelines = {
+      {"version", 1},
+      {"pipelines",
+       {{{"batch", 1}, {"stages", {{{"devices", {0, 1}}, {"layers", {0, 2}}}}}},
+        {{"batch", 1}, {"stages", {{{"devices", {2, 3, 4, 5}}, {"layers", {0, 2}}}}}}}}};
+  const Cluster c = make_cluster(1, 6);
+  const TrainingConfig t = tiny_training(2);
+  using Range = std::optional<std::pair<int, int>>;
+  auto ranges = [](const Program& p, Range DeviceLayout::*field) {
+    std::vector<Range> out;
+    for (int d = 0; d < 6; ++d) out.push_back(p.layout(d)->*field);
+    return out;
+  };
+  // Shared columns by heads, as the DP buckets cut them: 96 * [a0, a1) / 4.
+  const std::vector<Range> shared{std::pair{0, 48},  std::pair{48, 96}, std::pair{0, 24},
+                                  std::pair{24, 48}, std::pair{48, 72}, std::pair{72, 96}};
+  Plan whole = plan_from(two_pipelines);
+  whole.pipelines[0].stages[0].expert_split = {4, 2};
+  whole.pipelines[1].stages[0].expert_split = {1, 2, 0, 3};
+  const Program p = lower_ok(whole, c, m, t);
+  EXPECT_EQ(ranges(p, &DeviceLayout::routed_experts),
+            (std::vector<Range>{std::pair{0, 4}, std::pair{4, 6}, std::pair{0, 1}, std::pair{1, 3},
+                                std::pair{3, 3}, std::pair{3, 6}}));
+  EXPECT_EQ(ranges(p, &DeviceLayout::shared_ffn), shared);
+  auto back = program_from_json(to_json(p), "<round trip>");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(ranges(*back, &DeviceLayout::routed_experts), ranges(p, &DeviceLayout::routed_experts));
+  EXPECT_EQ(ranges(*back, &DeviceLayout::shared_ffn), shared);
+  // Every expert split by columns: each device holds all six (its ffn range of each).
+  const Program columns = lower_ok(plan_from(two_pipelines), c, m, t);
+  EXPECT_EQ(ranges(columns, &DeviceLayout::routed_experts), std::vector<Range>(6, std::pair{0, 6}));
+  const Program dense = lower_ok(plan_from(two_pipelines), c, tiny_model(2, 2), t);
+  EXPECT_EQ(ranges(dense, &DeviceLayout::routed_experts), std::vector<Range>(6));
+  EXPECT_FALSE(to_json(dense).dump().find("routed_experts") != std::string::npos);
+  // A range that is not one is refused, naming the key.
+  Json bad = to_json(p);
+  bad["devices"][0]["routed_experts"] = {3, 1};
+  auto refused = program_from_json(bad, "p.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("routed_experts"), std::string::npos)
+      << refused.error().message;
+}
+
 TEST(DpBuckets, DifferentTpDegreesSplitTheSmallerShard) {
   // Pipeline A: TP 2 (devices 0, 1); pipeline B: TP 4 (2..5), kv heads 2 < 4 (replicated in B).
   Model m = tiny_model(2, 2);

@@ -401,6 +401,11 @@ struct DeviceLayout {
   int vocab_begin = 0, vocab_end = 0;  // vocab rows (embedding and head)
   double phi = 1.0;                    // (head_end - head_begin) / heads
   double experts = -1;  // MoE: fraction of the routed experts held whole; < 0: phi of each
+  // MoE (lowering writes both for every pipeline-stage device of a mixture of experts; absent:
+  // a dense model, or a sequence mesh's device, which holds the whole model): the routed
+  // experts it holds, [0, E) where every expert is split by columns (its `ffn` range then),
+  // and its columns of the shared experts.
+  std::optional<std::pair<int, int>> routed_experts, shared_ffn;
   int micro_batch = 1;
   int micro_batches = 0;
   double loss_scale = 0;    // micro_batch / global_batch

@@ -75,6 +75,8 @@ Json layout_json(const Program& p, const DeviceLayout& l) {
             {"owned_params", l.owned_params}};
   if (l.recompute) j["recompute"] = to_string(*l.recompute);
   if (l.experts >= 0) j["experts"] = l.experts;
+  if (l.routed_experts) j["routed_experts"] = {l.routed_experts->first, l.routed_experts->second};
+  if (l.shared_ffn) j["shared_ffn"] = {l.shared_ffn->first, l.shared_ffn->second};
   if (l.seq_group >= 0) j["sequence"] = {l.seq_group, l.seq_rank};
   if (l.mesh >= 0) j["mesh"] = l.mesh;
   if (!l.chunks.empty()) {
@@ -232,12 +234,12 @@ void read_op(const JsonNode& j, int device, Program& p) {
 }
 
 void read_device_layout(const JsonNode& j, Program& p) {
-  j.allow_only({"device",       "pipeline",    "stage",         "stages",     "tp_rank",
-                "tp",           "tp_group",    "gather_group",  "layers",     "first",
-                "last",         "heads",       "kv_heads",      "ffn",        "vocab",
-                "phi",          "micro_batch", "micro_batches", "loss_scale", "params",
-                "owned_params", "recompute",   "sequence",      "mesh",       "chunks",
-                "experts",      "ops"});
+  j.allow_only({"device",       "pipeline",       "stage",         "stages",     "tp_rank",
+                "tp",           "tp_group",       "gather_group",  "layers",     "first",
+                "last",         "heads",          "kv_heads",      "ffn",        "vocab",
+                "phi",          "micro_batch",    "micro_batches", "loss_scale", "params",
+                "owned_params", "recompute",      "sequence",      "mesh",       "chunks",
+                "experts",      "routed_experts", "shared_ffn",    "ops"});
   DeviceLayout l;
   l.device = static_cast<int>(j.integer_in("device", 0, INT32_MAX));
   l.pipeline = static_cast<int>(j.integer_in("pipeline", 0, INT32_MAX));
@@ -262,6 +264,14 @@ void read_device_layout(const JsonNode& j, Program& p) {
   l.owned_params = j.at("owned_params").number_in(0, 1e300);
   if (auto r = j.find("recompute")) l.recompute = read_recompute(*r);
   if (auto e = j.find("experts")) l.experts = e->number_in(0, 1);
+  // A range of experts or columns: 0 <= begin <= end.
+  const auto range = [](const JsonNode& node) {
+    const std::pair<int, int> r = int_pair(node);
+    if (r.first < 0 || r.second < r.first) node.fail("a range [begin, end] with 0 <= begin <= end");
+    return r;
+  };
+  if (auto e = j.find("routed_experts")) l.routed_experts = range(*e);
+  if (auto f = j.find("shared_ffn")) l.shared_ffn = range(*f);
   if (auto sq = j.find("sequence")) std::tie(l.seq_group, l.seq_rank) = int_pair(*sq);
   l.mesh = int_or(j, "mesh", -1);
   if (l.mesh >= static_cast<int>(p.meshes.size()))

@@ -84,6 +84,12 @@ void program_seeds(const fs::path& out) {
       write(out, "trace", name, synthetic_trace(program, s.cluster));
     }
   }
+  // A mixture of experts' program: whole experts per device, its expert ranges.
+  const Scenario moe = must(load_scenario("tiny-moe-cpu", gpus, models));
+  const Plan plan = must(load_plan(data_root() / "scenarios/plans/tiny-moe-experts-3-1.json"));
+  const Program program = must(lower_plan(plan, moe.cluster, moe.model, moe.training,
+                                          LowerOptions{Granularity::kStage, moe.name}, "moe"));
+  write(out, "program", "tiny-moe-experts-3-1-stage.json", program_text(program));
 }
 
 void other_seeds(const fs::path& out) {
