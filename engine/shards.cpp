@@ -1,6 +1,5 @@
 #include "engine/shards.hpp"
 
-#include <cmath>
 #include <cstdint>
 #include <tuple>
 
