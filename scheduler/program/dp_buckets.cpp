@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 
 namespace hexi {
 inline namespace program {
@@ -31,6 +32,17 @@ ShardRanges shard_ranges(const Model& m, int a0, int a1) {
   r.shared_end = static_cast<int>(fs * a1 / a);
   r.vocab_begin = static_cast<int>(v * a0 / a);
   r.vocab_end = static_cast<int>(v * a1 / a);
+  return r;
+}
+
+ShardRanges stage_ranges(const Stage& stage, int rank, const Model& model) {
+  auto [a0, a1] = head_range(stage, rank, model.heads);
+  ShardRanges r = shard_ranges(model, a0, a1);
+  if (!stage.expert_split.empty()) {
+    const auto split = stage.expert_split.begin();
+    r.expert_begin = std::accumulate(split, split + rank, 0);
+    r.expert_end = r.expert_begin + stage.expert_split[static_cast<std::size_t>(rank)];
+  }
   return r;
 }
 
@@ -230,16 +242,7 @@ std::vector<Holder> stage_holders(const Stage& s, const Model& m) {
     }
     return hs;
   }
-  int expert = 0;
-  for (int r = 0; r < s.tp(); ++r) {
-    auto [a0, a1] = head_range(s, r, m.heads);
-    hs.push_back({s.devices[r], r, shard_ranges(m, a0, a1)});
-    if (!s.expert_split.empty()) {
-      hs.back().r.expert_begin = expert;
-      expert += s.expert_split[static_cast<std::size_t>(r)];
-      hs.back().r.expert_end = expert;
-    }
-  }
+  for (int r = 0; r < s.tp(); ++r) hs.push_back({s.devices[r], r, stage_ranges(s, r, m)});
   return hs;
 }
 

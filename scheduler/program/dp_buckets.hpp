@@ -34,6 +34,9 @@ struct ShardRanges {
 ShardRanges shard_ranges(const Model& model, int head_begin, int head_end);
 // Query heads [a0, a1) of TP rank `rank` of a stage (even split or head_split).
 std::pair<int, int> head_range(const Stage& stage, int rank, int heads);
+// TP rank `rank` of a (non-mesh) stage: shard_ranges of its heads, and with an expert_split
+// its whole experts, after those of the lower ranks.
+ShardRanges stage_ranges(const Stage& stage, int rank, const Model& model);
 
 struct DpBuckets {
   std::vector<Bucket> buckets;  // in the global issue order; Bucket::group indexes `groups`

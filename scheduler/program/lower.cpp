@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -110,8 +109,7 @@ class Lowerer {
           l.layer_end = st.layer_end;
           l.first = s == 0;
           l.last = s == stages - 1 || (groups < stages && s == groups - 1);
-          auto [a0, a1] = head_range(st, r, m_.heads);
-          ShardRanges sr = shard_ranges(m_, a0, a1);
+          const ShardRanges sr = stage_ranges(st, r, m_);
           l.head_begin = sr.head_begin;
           l.head_end = sr.head_end;
           l.kv_begin = sr.kv_begin;
@@ -122,14 +120,10 @@ class Lowerer {
           l.vocab_end = sr.vocab_end;
           l.phi = st.phi(r, m_.heads);
           l.experts = st.expert_share(r);
-          if (m_.is_moe()) {
+          if (m_.is_moe()) {  // whole experts (expert_split), or every one by columns
             l.shared_ffn = std::pair{sr.shared_begin, sr.shared_end};
-            l.routed_experts = std::pair{0, m_.moe.experts};
-            if (!st.expert_split.empty()) {  // whole experts, after those of the lower ranks
-              const auto split = st.expert_split.begin();
-              const int begin = std::accumulate(split, split + r, 0);
-              l.routed_experts = std::pair{begin, begin + st.expert_split[r]};
-            }
+            l.routed_experts = st.expert_split.empty() ? std::pair{0, m_.moe.experts}
+                                                       : std::pair{sr.expert_begin, sr.expert_end};
           }
           l.micro_batch = pipe.micro_batch;
           l.micro_batches = pipe.micro_batches();
