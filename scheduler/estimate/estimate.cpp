@@ -314,39 +314,65 @@ namespace {
 // slowest pipeline is exposed.
 class DpSync {
  public:
-  DpSync(const CostModel& cm, const Plan& plan)
-      : cm_(cm),
-        plan_(plan),
-        dp_(static_cast<int>(plan.pipelines.size())),
-        layers_(cm.model().layers),
-        holder_(dp_, std::vector<int>(layers_, -1)),
-        boundary_(layers_, 0) {
+  // Ready for `plan` (dp_sync() keeps one per thread, so that its buffers keep their capacity
+  // from one estimate to the next).
+  void reset(const CostModel& cm, const Plan& plan) {
+    cm_ = &cm;
+    plan_ = &plan;
+    dp_ = static_cast<int>(plan.pipelines.size());
+    layers_ = cm.model().layers;
+    holder_.assign(static_cast<std::size_t>(dp_) * layers_, -1);
+    boundary_.assign(layers_, 0);
+    stages_.clear();
+    first_stage_.clear();
+    bounds_.clear();
+    bounds_begin_.clear();
+    stage_machine_.clear();
+    // Per piece key (layer + 1: -1 the embedding ... layers the head): its cuts, holders and
+    // rings; entries tagged with an earlier generation are another plan's.
+    ++generation_;
+    const std::size_t keys = static_cast<std::size_t>(layers_) + 2;
+    cuts_.resize(std::max(cuts_.size(), keys));
+    cuts_tag_.resize(cuts_.size(), 0);
+    holders_.resize(std::max(holders_.size(), keys));
+    ring_index_.resize(std::max(ring_index_.size(), keys));
+    differ_.resize(std::max(differ_.size(), keys * keys));
+    differ_tag_.resize(differ_.size(), 0);
+    blocks_.clear();
+    block_s_.clear();
+    row_machine_ = -1;
     for (int p = 0; p < dp_; ++p) {
       first_stage_.push_back(static_cast<int>(stages_.size()));
       for (const auto& s : plan.pipelines[p].stages) {
         const int id = static_cast<int>(stages_.size());
         stages_.push_back(&s);
         // Rank r holds [bounds[r], bounds[r + 1]) of the heads / columns.
-        std::vector<double> bounds{0.0};
+        bounds_begin_.push_back(bounds_.size());
+        bounds_.push_back(0.0);
         for (int r = 0; r < s.tp(); ++r)
-          bounds.push_back(bounds.back() + s.phi(r, cm.model().heads));
-        bounds_.push_back(std::move(bounds));
+          bounds_.push_back(bounds_.back() + s.phi(r, cm.model().heads));
         int m = machine(s.devices.front());
         for (int d : s.devices) m = machine(d) == m ? m : -1;
         stage_machine_.push_back(m);
-        for (int l = s.layer_begin; l < s.layer_end; ++l) holder_[p][l] = id;
+        for (int l = s.layer_begin; l < s.layer_end; ++l) holder_[holder_index(p, l)] = id;
         if (s.layer_begin < layers_) boundary_[s.layer_begin] = 1;
       }
     }
     first_stage_.push_back(static_cast<int>(stages_.size()));
   }
 
-  void run(Estimate& est) {
-    finish_.assign(cm_.cluster().num_devices(), 0);
+  // The DP sync into `est`; false, with dp_sync_s the floor's, where the iteration's floor
+  // reaches `limit` before the rings run. The floor: every device's schedule end plus its own
+  // pieces' times one after another. A device runs its rings one at a time, none before its
+  // schedule ends or faster than its time alone, and each of its pieces' slices is one of them
+  // at least as long as its share of the piece's time: no ring schedule ends before it.
+  bool run(Estimate& est, double limit) {
+    finish_.assign(cm_->cluster().num_devices(), 0);
     for (const auto& de : est.devices) {
       finish_[de.device] = est.pipelines[de.pipeline].finish_s[de.stage];
     }
     piece_begin_.assign(1, 0);
+    pieces_.clear();
     for (const auto& de : est.devices) {
       pieces(de, pieces_);
       piece_begin_.push_back(pieces_.size());
@@ -355,7 +381,7 @@ class DpSync {
     // The ranks of a stage follow each other: links that depend only on the machine are
     // found once per stage, and (with ZeRO, whose rings do not depend on the device's rank)
     // the next rank with the same pieces takes the same time.
-    std::vector<PieceLinks> links;
+    std::vector<PieceLinks>& links = links_;
     int links_of = -1;   // the stage whose ranks share `links`
     bool reuse = false;  // the previous device shares this one's links
     for (std::size_t i = 0; i < est.devices.size(); ++i) {
@@ -365,7 +391,7 @@ class DpSync {
         links_of = piece_links(de, pieces_of(i), links) ? own : -1;
         reuse = false;
       }
-      if (reuse && cm_.training().zero_stage != 0 &&
+      if (reuse && cm_->training().zero_stage != 0 &&
           std::ranges::equal(pieces_of(i), pieces_of(i - 1))) {
         de.dp_sync_s = est.devices[i - 1].dp_sync_s;
         std::copy(piece_s_.begin() + piece_begin_[i - 1], piece_s_.begin() + piece_begin_[i],
@@ -375,8 +401,14 @@ class DpSync {
       }
       reuse = links_of == own;
     }
+    double floor_end = 0;
+    for (const DeviceEstimate& de : est.devices)
+      floor_end = std::max(floor_end, finish_[de.device] + de.dp_sync_s);
+    est.dp_sync_s = std::max(0.0, floor_end - est.pipeline_s);
+    if (!(est.pipeline_s + est.dp_sync_s + est.optimizer_s < limit)) return false;
     build_rings(est);
     est.dp_sync_s = std::max(0.0, rings_end_s() - est.pipeline_s);
+    return true;
   }
 
  private:
@@ -385,38 +417,48 @@ class DpSync {
   int holder_of(int q, int layer) const {
     if (layer < 0) return first_stage_[q];
     if (layer >= layers_) return first_stage_[q + 1] - 1;
-    return holder_[q][layer];
+    return holder_[holder_index(q, layer)];
   }
 
-  int machine(int device) const { return cm_.cluster().devices()[device].machine; }
+  std::size_t holder_index(int q, int layer) const {
+    return static_cast<std::size_t>(q) * layers_ + layer;
+  }
+
+  int machine(int device) const { return cm_->cluster().devices()[device].machine; }
 
   // The share [begin, end) of the heads / columns that TP rank r of stage `id` holds.
   std::pair<double, double> share(int id, int r) const {
-    return {bounds_[id][r], bounds_[id][r + 1]};
+    const std::size_t b = bounds_begin_[id] + r;
+    return {bounds_[b], bounds_[b + 1]};
   }
 
   // Every share boundary of the holders of a piece, sorted, without repeats.
   const std::vector<double>& cuts_of(int layer) {
-    auto [it, fresh] = cuts_.try_emplace(layer);
-    if (fresh) {
+    std::vector<double>& cuts = cuts_[layer + 1];
+    if (cuts_tag_[layer + 1] != generation_) {
+      cuts_tag_[layer + 1] = generation_;
+      cuts.clear();
       for (int q = 0; q < dp_; ++q) {
         const int h = holder_of(q, layer);
-        it->second.insert(it->second.end(), bounds_[h].begin(), bounds_[h].end());
+        cuts.insert(
+            cuts.end(), bounds_.begin() + static_cast<std::ptrdiff_t>(bounds_begin_[h]),
+            bounds_.begin() + static_cast<std::ptrdiff_t>(bounds_begin_[h] + 1 + stages_[h]->tp()));
       }
-      std::sort(it->second.begin(), it->second.end());
-      it->second.erase(std::unique(it->second.begin(), it->second.end()), it->second.end());
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     }
-    return it->second;
+    return cuts;
   }
 
   // The rings of the plan's DP sync. A piece is reduced in slices, one per interval of the
   // common refinement of its holders' TP shares: a slice's ring is the rank of each pipeline
-  // holding that interval. Keyed (-piece key, slice start in 1e-9 of the columns), so that
-  // the map's order is the lowering's issue order (the head first, the embedding last).
+  // holding that interval. Found by (piece key, slice start in 1e-9 of the columns); issued
+  // in the lowering's order: by piece key from the head down to the embedding, then by slice.
   struct Ring {
     std::vector<int> members;
-    double wire = 0;     // bytes per NIC crossing (0: inside one machine)
-    double seconds = 0;  // its share of the slowest member's piece time
+    double wire = 0;                           // bytes per NIC crossing (0: inside one machine)
+    double seconds = 0;                        // its share of the slowest member's piece time
+    std::vector<std::pair<int, double>> nics;  // off-machine: its machines' NIC directions
   };
 
   // A ring's pass (rings_end_s()): its time alone, its NIC directions (empty: inside one
@@ -426,7 +468,7 @@ class DpSync {
   struct Job {
     Ring* ring = nullptr;
     double seconds = 0;
-    std::vector<std::pair<int, double>> nics;
+    bool crosses = false;  // through NICs (its ring's)
     FairFlow flow;
     FluidWork work{1, 0, 0};  // its pass left, per second
     double end_s = kNever;
@@ -436,9 +478,10 @@ class DpSync {
   using Queue = std::priority_queue<Event, std::vector<Event>, std::greater<>>;
 
   void build_rings(const Estimate& est) {
-    const double e = cm_.training().bytes_per_element();
-    rings_.clear();
-    std::vector<double> cuts;
+    const double e = cm_->training().bytes_per_element();
+    ring_count_ = 0;
+    for (auto& index : ring_index_) index.clear();
+    std::vector<double>& cuts = cuts_scratch_;
     for (std::size_t i = 0; i < est.devices.size(); ++i) {
       const DeviceEstimate& de = est.devices[i];
       const int own = first_stage_[de.pipeline] + de.stage;
@@ -459,8 +502,7 @@ class DpSync {
           const double a = cuts[c], b = cuts[c + 1];
           if (b - a < 1e-12) continue;
           const double fraction = (b - a) / (hi - lo);
-          auto [it, fresh] = rings_.try_emplace(std::make_pair(-layer, std::llround(a * 1e9)));
-          Ring& ring = it->second;
+          auto [ring, fresh] = find_ring(layer, std::llround(a * 1e9));
           ring.seconds = std::max(ring.seconds, piece_s_[piece_begin_[i] + k] * fraction);
           if (!fresh) continue;
           ring.members.push_back(de.device);
@@ -483,17 +525,39 @@ class DpSync {
           const auto blocks = hierarchical_blocks(members);
           ring.wire =
               blocks.empty()
-                  ? 2 * (n - 1) / n * bytes / cm_.cluster().efficiency(de.device, *far, bytes / n)
+                  ? 2 * (n - 1) / n * bytes / cm_->cluster().efficiency(de.device, *far, bytes / n)
                   : bus_factor(Collective::kAllReduce, static_cast<int>(blocks.size())) * bytes /
-                        cm_.cluster().efficiency(de.device, *far, bytes / n);
+                        cm_->cluster().efficiency(de.device, *far, bytes / n);
         }
       }
     }
+    ring_order_.clear();
+    for (int key = layers_; key >= -1; --key) {
+      auto& index = ring_index_[key + 1];
+      std::sort(index.begin(), index.end());
+      for (const auto& [start, id] : index) ring_order_.push_back(id);
+    }
+  }
+
+  // The ring of piece `layer`'s slice from `start` (1e-9 of the columns), and whether it is
+  // new (then empty, from the pool of rings_).
+  std::pair<Ring&, bool> find_ring(int layer, long long start) {
+    auto& index = ring_index_[layer + 1];
+    for (const auto& [at, id] : index) {
+      if (at == start) return {rings_[id], false};
+    }
+    if (ring_count_ == rings_.size()) rings_.emplace_back();
+    Ring& ring = rings_[ring_count_];
+    ring.members.clear();
+    ring.nics.clear();
+    ring.wire = ring.seconds = 0;
+    index.emplace_back(start, ring_count_++);
+    return {ring, true};
   }
 
   // Passes over the rings: 1 all-reduce each, or under ZeRO a reduce-scatter pass and an
   // all-gather pass (rings_end_s()).
-  int ring_passes() const { return cm_.training().zero_stage == 0 ? 1 : 2; }
+  int ring_passes() const { return cm_->training().zero_stage == 0 ? 1 : 2; }
 
   // The rings as the simulator runs them: in issue order, a device in one at a time (its DP
   // stream), each starting when its last member is free (the end of that member's schedule or
@@ -510,12 +574,12 @@ class DpSync {
     make_jobs();
     make_queues();
     avail_ = finish_;
-    ready_ = Queue();
-    ends_ = Queue();
+    while (!ready_.empty()) ready_.pop();  // empty after the last run: their buffers kept
+    while (!ends_.empty()) ends_.pop();
     for (std::size_t d = 0; d < finish_.size(); ++d) {
       if (head_[d] < queue_begin_[d + 1]) offer(queue_[head_[d]]);
     }
-    MaxMinFair share(nic_directions(cm_.cluster()));
+    MaxMinFair share(nic_directions(cm_->cluster()));
     crossing_.clear();
     double end = 0;
     for (;;) {
@@ -537,29 +601,33 @@ class DpSync {
   void make_jobs() {
     const int passes = ring_passes();
     jobs_.clear();
-    // Per machine: the job that last listed its NICs (one pass over a ring's members).
-    std::vector<std::size_t> listed(cm_.cluster().machines().size(),
-                                    std::numeric_limits<std::size_t>::max());
-    for (int pass = 0; pass < passes; ++pass) {
-      for (auto& [key, ring] : rings_) {
-        Job job;
-        job.ring = &ring;
-        job.seconds = ring.seconds / passes;
-        if (ring.wire > 0 && job.seconds > 0) {
-          for (int d : ring.members) {
-            const int m = machine(d);
-            if (listed[m] != jobs_.size()) {
-              listed[m] = jobs_.size();
-              job.nics.emplace_back(2 * m, 1.0);
-              job.nics.emplace_back(2 * m + 1, 1.0);
-            }
-          }
-          job.flow.cap = ring.wire / passes / job.seconds;
+    // Per machine: the ring that last listed its NICs (one pass over a ring's members).
+    listed_.assign(cm_->cluster().machines().size(), std::numeric_limits<std::size_t>::max());
+    for (std::size_t id : ring_order_) {
+      Ring& ring = rings_[id];
+      if (!(ring.wire > 0 && ring.seconds > 0)) continue;
+      for (int d : ring.members) {
+        const int m = machine(d);
+        if (listed_[m] != id) {
+          listed_[m] = id;
+          ring.nics.emplace_back(2 * m, 1.0);
+          ring.nics.emplace_back(2 * m + 1, 1.0);
         }
-        jobs_.push_back(std::move(job));
       }
     }
-    for (Job& job : jobs_) job.flow.nics = &job.nics;
+    for (int pass = 0; pass < passes; ++pass) {
+      for (std::size_t id : ring_order_) {
+        Ring& ring = rings_[id];
+        Job& job = jobs_.emplace_back();
+        job.ring = &ring;
+        job.seconds = ring.seconds / passes;
+        job.crosses = !ring.nics.empty();
+        if (job.crosses) {
+          job.flow.cap = ring.wire / passes / job.seconds;
+          job.flow.nics = &ring.nics;
+        }
+      }
+    }
   }
 
   // Per device its jobs in order (queue_[queue_begin_[d] ..]); a job starts once it heads
@@ -602,7 +670,7 @@ class DpSync {
       Job& job = jobs_[j];
       job.end_s = kNever;
       end = std::max(end, now);
-      if (!job.nics.empty()) {
+      if (job.crosses) {
         changed = true;
         crossing_.erase(std::find(crossing_.begin(), crossing_.end(), j));
       }
@@ -628,7 +696,7 @@ class DpSync {
       Job& job = jobs_[j];
       job.work.updated_s = now;
       job.work.rate = job.seconds > 0 ? 1 / job.seconds : kNever;
-      if (job.nics.empty()) {
+      if (!job.crosses) {
         job.end_s = now + job.seconds;
         ends_.emplace(job.end_s, j);
       } else {
@@ -679,28 +747,31 @@ class DpSync {
   // Whether every pipeline but `own` holds the pieces starting at layers a and b in one stage:
   // the pipelines where they differ are found once per (a, b) (-1: none, -2: several).
   bool same_holders(int own, int a, int b) {
-    auto [it, fresh] = differ_.try_emplace({a, b}, -1);
-    if (fresh) {
-      for (int q = 0; q < dp_ && it->second != -2; ++q) {
-        if (holder_of(q, a) != holder_of(q, b)) it->second = it->second == -1 ? q : -2;
+    const std::size_t at = static_cast<std::size_t>(a + 1) * (layers_ + 2) + (b + 1);
+    int& differ = differ_[at];
+    if (differ_tag_[at] != generation_) {
+      differ_tag_[at] = generation_;
+      differ = -1;
+      for (int q = 0; q < dp_ && differ != -2; ++q) {
+        if (holder_of(q, a) != holder_of(q, b)) differ = differ == -1 ? q : -2;
       }
     }
-    return it->second == -1 || it->second == own;
+    return differ == -1 || differ == own;
   }
 
   // pieces() before merging: the embedding, runs of layers in which no stage starts, the head.
   // An interleaved pipeline's device: each of its chunks' stages in turn.
   void split_pieces(const DeviceEstimate& de, std::vector<std::pair<int, double>>& out) const {
-    const Pipeline& pipe = plan_.pipelines[de.pipeline];
+    const Pipeline& pipe = plan_->pipelines[de.pipeline];
     for (int si = de.stage; si < static_cast<int>(pipe.stages.size()); si += pipe.groups())
       split_stage_pieces(de, si, out);
   }
 
   void split_stage_pieces(const DeviceEstimate& de, int si,
                           std::vector<std::pair<int, double>>& out) const {
-    const Model& model = cm_.model();
-    const Stage& s = plan_.pipelines[de.pipeline].stages[si];
-    const StageShape shape = rank_shape(plan_.pipelines[de.pipeline], si, de.tp_rank, model.heads);
+    const Model& model = cm_->model();
+    const Stage& s = plan_->pipelines[de.pipeline].stages[si];
+    const StageShape shape = rank_shape(plan_->pipelines[de.pipeline], si, de.tp_rank, model.heads);
     StageShape piece = shape;
     piece.first = piece.last = false;
     double rest = stage_params(model, shape);
@@ -725,8 +796,8 @@ class DpSync {
 
   // The machine blocks of an all-reduce that runs hierarchically (zero_stage 0), or none.
   std::vector<std::vector<int>> hierarchical_blocks(const std::vector<int>& members) const {
-    if (cm_.training().zero_stage != 0) return {};
-    return machine_blocks(members, cm_.cluster());
+    if (cm_->training().zero_stage != 0) return {};
+    return machine_blocks(members, cm_->cluster());
   }
 
   // The members of a device's all-reduce of one piece when every holder stage splits it as
@@ -787,7 +858,7 @@ class DpSync {
   };
 
   const PeerLink& peer_link(int device, int peer) {
-    const Cluster& c = cm_.cluster();
+    const Cluster& c = cm_->cluster();
     const int m = machine(device), mp = machine(peer);
     const bool by_machine = m != mp && c.device_overrides().empty();
     if (by_machine) {
@@ -824,29 +895,37 @@ class DpSync {
   // from a machine, MachineSetLinks), the pipelines of those on each machine, and those whose
   // stage spans machines.
   struct PieceHolders {
-    MachineSetLinks far;
-    std::unordered_map<int, std::vector<int>> on_machine;
+    std::optional<MachineSetLinks> far;
+    std::vector<std::pair<int, int>> on_machine;  // (machine, pipeline), sorted
     std::vector<int> spanning;
+    unsigned tag = 0;  // the generation it was found in
+
+    // The pipelines of the holders on machine m.
+    auto on(int m) const {
+      return std::ranges::equal_range(on_machine, m, {}, &std::pair<int, int>::first);
+    }
   };
 
   const PieceHolders& holders_of(int layer) {
-    auto it = holders_.find(layer);
-    if (it != holders_.end()) return it->second;
-    std::vector<int> machines;
-    std::unordered_map<int, std::vector<int>> on_machine;
-    std::vector<int> spanning;
+    PieceHolders& ph = holders_[layer + 1];
+    if (ph.tag == generation_) return ph;
+    ph.tag = generation_;
+    std::vector<int>& machines = machines_scratch_;
+    machines.clear();
+    ph.on_machine.clear();
+    ph.spanning.clear();
     for (int q = 0; q < dp_; ++q) {
       const int h = holder_of(q, layer);
       if (stage_machine_[h] >= 0) {
         machines.push_back(stage_machine_[h]);
-        on_machine[stage_machine_[h]].push_back(q);
+        ph.on_machine.emplace_back(stage_machine_[h], q);
       } else {
-        spanning.push_back(q);
+        ph.spanning.push_back(q);
       }
     }
-    PieceHolders ph{MachineSetLinks(cm_.cluster(), machines), std::move(on_machine),
-                    std::move(spanning)};
-    return holders_.emplace(layer, std::move(ph)).first->second;
+    std::sort(ph.on_machine.begin(), ph.on_machine.end());
+    ph.far.emplace(cm_->cluster(), machines);
+    return ph;
   }
 
   // piece_links() without overrides, holder by holder only on the device's machine and across
@@ -855,7 +934,7 @@ class DpSync {
   bool piece_links_by_machine(const DeviceEstimate& de,
                               std::span<const std::pair<int, double>> pieces,
                               std::vector<PieceLinks>& out) {
-    const Cluster& c = cm_.cluster();
+    const Cluster& c = cm_->cluster();
     const int m = machine(de.device);
     const Transport network = c.nominal_rates() ? Transport::kNominal : c.network_transport();
     bool machine_only = true;
@@ -871,7 +950,7 @@ class DpSync {
         pl.latency_s = std::max(pl.latency_s, link.latency_s);
       };
       const PieceHolders& ph = holders_of(layer);
-      if (const PairLink far = ph.far.from(m); !std::isinf(far.bandwidth_Bps)) {
+      if (const PairLink far = ph.far->from(m); !std::isinf(far.bandwidth_Bps)) {
         // A ring's step across machines, summed as peer_link sums it.
         const double step_s =
             c.curve(network).step_s(far.latency_s) + c.collective_extra_latency(network);
@@ -883,9 +962,7 @@ class DpSync {
         add(holder_link(de.device, h));
         for (int d : stages_[h]->devices) machine_only = machine_only && machine(d) != m;
       };
-      if (auto it = ph.on_machine.find(m); it != ph.on_machine.end()) {
-        for (int q : it->second) near(q);
-      }
+      for (const auto& [on, q] : ph.on(m)) near(q);
       for (int q : ph.spanning) near(q);
       out.push_back(pl);
     }
@@ -897,10 +974,10 @@ class DpSync {
   // machine: the links are then the same for every rank of its stage).
   bool piece_links(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
                    std::vector<PieceLinks>& out) {
-    if (cm_.cluster().device_overrides().empty() && cm_.cluster().machine_overrides().empty())
+    if (cm_->cluster().device_overrides().empty() && cm_->cluster().machine_overrides().empty())
       return piece_links_by_machine(de, pieces, out);
     const int m = machine(de.device);
-    const bool overrides_free = cm_.cluster().device_overrides().empty();
+    const bool overrides_free = cm_->cluster().device_overrides().empty();
     bool machine_only = overrides_free;
     // A pipeline's holder usually stays the same over a stage's pieces: its link is kept.
     last_holder_.assign(dp_, -1);
@@ -951,20 +1028,20 @@ class DpSync {
     if (fresh) blocks->second = hierarchical_blocks(aligned_members(de, layer));
     if (blocks->second.empty()) return std::nullopt;
     auto [time, unknown] = block_s_.try_emplace({key, bytes}, 0.0);
-    if (unknown) time->second = hierarchical_all_reduce_time(cm_.cluster(), blocks->second, bytes);
+    if (unknown) time->second = hierarchical_all_reduce_time(cm_->cluster(), blocks->second, bytes);
     return time->second;
   }
 
   // The time of a device's pieces, one after another (s); each piece's into piece_s.
   double device_sync_s(const DeviceEstimate& de, std::span<const std::pair<int, double>> pieces,
                        const std::vector<PieceLinks>& links, double* piece_s) {
-    const double e = cm_.training().bytes_per_element();
+    const double e = cm_->training().bytes_per_element();
     double total = 0;
     for (std::size_t k = 0; k < pieces.size(); ++k) {
       const auto [layer, params] = pieces[k];
       // Without ZeRO, holders that form machine blocks all-reduce hierarchically, as the
       // simulator runs it (ZeRO's reduce-scatter and all-gather stay rings).
-      if (cm_.training().zero_stage == 0) {
+      if (cm_->training().zero_stage == 0) {
         if (const auto t = hierarchical_s(de, layer, e * params)) {
           piece_s[k] = *t;
           total += piece_s[k];
@@ -979,8 +1056,8 @@ class DpSync {
       for (std::size_t t = 0; t < kTransports; ++t) {
         const double slowest = links[k].slowest[t];
         if (std::isinf(slowest)) continue;
-        bw = std::min(bw,
-                      slowest * cm_.cluster().curve(static_cast<Transport>(t)).efficiency(message));
+        bw = std::min(
+            bw, slowest * cm_->cluster().curve(static_cast<Transport>(t)).efficiency(message));
       }
       piece_s[k] = collective_time(Collective::kAllReduce, e * params, dp_, bw, links[k].latency_s);
       total += piece_s[k];
@@ -993,21 +1070,30 @@ class DpSync {
     return {pieces_.data() + piece_begin_[i], pieces_.data() + piece_begin_[i + 1]};
   }
 
-  const CostModel& cm_;
-  const Plan& plan_;
-  const int dp_;
-  const int layers_;
-  std::vector<const Stage*> stages_;         // every stage of the plan, by id
-  std::vector<int> first_stage_;             // per pipeline, its first stage's id; then the count
-  std::vector<std::vector<double>> bounds_;  // per stage id: its ranks' share boundaries
-  std::vector<int> stage_machine_;           // per stage id: its machine (-1: several)
-  std::vector<std::vector<int>> holder_;     // [pipeline][layer] -> stage id
-  std::vector<char> boundary_;               // some stage starts at this layer
-  std::vector<double> finish_;               // per device: its schedule's end
+  const CostModel* cm_ = nullptr;
+  const Plan* plan_ = nullptr;
+  int dp_ = 0;
+  int layers_ = 0;
+  std::vector<const Stage*> stages_;  // every stage of the plan, by id
+  std::vector<int> first_stage_;      // per pipeline, its first stage's id; then the count
+  // Per stage id from bounds_begin_[id]: its ranks' share boundaries (tp + 1).
+  std::vector<double> bounds_;
+  std::vector<std::size_t> bounds_begin_;
+  std::vector<int> stage_machine_;              // per stage id: its machine (-1: several)
+  std::vector<int> holder_;                     // [pipeline * layers + layer] -> stage id
+  std::vector<char> boundary_;                  // some stage starts at this layer
+  std::vector<double> finish_;                  // per device: its schedule's end
   std::vector<std::pair<int, double>> pieces_;  // every device estimate's pieces, in order
   std::vector<std::size_t> piece_begin_;  // per device estimate: its first piece; then the count
   std::vector<double> piece_s_;           // per piece in pieces_: its all-reduce time
-  std::map<std::pair<int, long long>, Ring> rings_;  // build_rings()
+  // build_rings(): rings_[0, ring_count_) are the plan's (the rest kept for their buffers),
+  // per piece key (layer + 1) its (slice start, ring), the rings in issue order.
+  std::vector<Ring> rings_;
+  std::size_t ring_count_ = 0;
+  std::vector<std::vector<std::pair<long long, std::size_t>>> ring_index_;
+  std::vector<std::size_t> ring_order_;
+  std::vector<double> cuts_scratch_;
+  std::vector<std::size_t> listed_;  // make_jobs()
   // rings_end_s(): the rings' passes in order, per device its jobs (queue_ from
   // queue_begin_[d]), the next of them and when it is free; the jobs that head their
   // members' queues by start, the running ones by their expected end (stale entries: not
@@ -1018,15 +1104,21 @@ class DpSync {
   Queue ready_, ends_;
   std::vector<std::size_t> crossing_;
   std::vector<FairFlow*> flows_;
-  std::unordered_map<int, std::vector<double>> cuts_;  // per piece: cuts_of()
-  std::map<std::pair<int, int>, int> differ_;          // same_holders()
+  // Per piece key (reset()): cuts_of(), and for (a, b) same_holders().
+  unsigned generation_ = 0;
+  std::vector<std::vector<double>> cuts_;
+  std::vector<unsigned> cuts_tag_;
+  std::vector<int> differ_;
+  std::vector<unsigned> differ_tag_;
   // hierarchical_s(): per (piece, TP rank, TP degree, share) its machine blocks, and per
   // bytes their all-reduce time.
   using BlockKey = std::tuple<int, int, int, double, double>;
   std::map<BlockKey, std::vector<std::vector<int>>> blocks_;
   std::map<std::pair<BlockKey, double>, double> block_s_;
-  std::unordered_map<int, PieceHolders> holders_;  // per piece: holders_of()
-  std::vector<int> last_holder_;                   // piece_links(): per pipeline
+  std::vector<PieceHolders> holders_;  // per piece key: holders_of()
+  std::vector<int> machines_scratch_;
+  std::vector<PieceLinks> links_;  // run(): the links of the stage it is at
+  std::vector<int> last_holder_;   // piece_links(): per pipeline
   std::vector<HolderLink> last_link_;
   // peer_link(): the links from machine row_machine_ to each machine, valid where the
   // machine's tag is row_tag_; one_ holds a link that is not kept.
@@ -1039,10 +1131,15 @@ class DpSync {
 
 }  // namespace
 
-void CostModel::dp_sync(const Plan& plan, Estimate& est) const {
-  if (plan.has_mesh()) return mesh_dp_sync(plan, est);
-  if (plan.pipelines.size() <= 1) return;
-  DpSync(*this, plan).run(est);
+bool CostModel::dp_sync(const Plan& plan, Estimate& est, double limit) const {
+  if (plan.has_mesh()) {
+    mesh_dp_sync(plan, est);
+    return true;
+  }
+  if (plan.pipelines.size() <= 1) return true;
+  thread_local DpSync sync;
+  sync.reset(*this, plan);
+  return sync.run(est, limit);
 }
 
 // Per device: its stage's gradients (a mesh device: the whole stage's, or a tensor group's
@@ -1761,20 +1858,24 @@ Estimate CostModel::estimate(const Plan& plan) const {
   return estimate_below(plan, std::numeric_limits<double>::infinity());
 }
 
-Estimate CostModel::estimate_below(const Plan& plan, double bound) const {
+Estimate CostModel::estimate_below(const Plan& plan, double bound, OverBound over) const {
   Estimate est = stage_estimates(plan);
+  const double none = std::numeric_limits<double>::infinity();
+  const bool bounded = bound < none;
   if (boundary_times(plan, est.pipelines)) {
-    if (bound < std::numeric_limits<double>::infinity()) {
+    if (bounded) {
       Estimate fixed_point = est;
-      finish(plan, fixed_point);
-      if (!(fixed_point.iteration_time_s < kScreenMargin * bound)) {
+      settle(plan, fixed_point);
+      if (!finish_sync(plan, fixed_point, kScreenMargin * bound) ||
+          !(fixed_point.iteration_time_s < kScreenMargin * bound)) {
         fixed_point.screened = true;
         return fixed_point;
       }
     }
     shared_timeline(plan, est.pipelines);
   }
-  finish(plan, est);
+  settle(plan, est);
+  finish_sync(plan, est, bounded && over == OverBound::kDiscarded ? bound : none);
   return est;
 }
 
@@ -1815,11 +1916,10 @@ Estimate CostModel::stage_estimates(const Plan& plan) const {
   return est;
 }
 
-void CostModel::finish(const Plan& plan, Estimate& est) const {
+void CostModel::settle(const Plan& plan, Estimate& est) const {
   const int dp = static_cast<int>(plan.pipelines.size());
   for (const PipelineEstimate& pe : est.pipelines)
     est.pipeline_s = std::max(est.pipeline_s, pe.time_s);
-  dp_sync(plan, est);
   // Adam touches fp32 master weights and both moments (read + write) and the e-byte
   // weights and grads: ~28 bytes per locally owned parameter.
   for (auto& de : est.devices) {
@@ -1844,14 +1944,23 @@ void CostModel::finish(const Plan& plan, Estimate& est) const {
           gib(de.memory.reserve) + ")");
     }
   }
+}
+
+bool CostModel::finish_sync(const Plan& plan, Estimate& est, double limit) const {
+  const bool whole = est.pipeline_s + est.optimizer_s < limit && dp_sync(plan, est, limit);
   est.iteration_time_s = est.pipeline_s + est.dp_sync_s + est.optimizer_s;
   const double tokens = training_.tokens_per_iteration();
   est.tokens_per_s = tokens / est.iteration_time_s;
+  if (!whole) {
+    est.screened = true;
+    return false;
+  }
   const double flops = model_flops(model_, training_);
   est.achieved_pflops = flops / est.iteration_time_s / 1e15;
   est.mfu = flops / (est.iteration_time_s * cluster_.peak_flops());
   est.figures = flop_figures(model_, training_, hardware_flops(plan, model_, training_),
                              est.iteration_time_s, cluster_.peak_flops(), plan.num_devices());
+  return true;
 }
 
 Json Estimate::to_json() const {

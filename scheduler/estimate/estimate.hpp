@@ -216,7 +216,12 @@ class CostModel {
   // out below the fixed point's, by 12 % at most (2 % at the 5th percentile) over 10 000
   // estimates of two TCP searches, where no screened plan was faster than `bound`
   // (bench/SEARCH.md).
-  Estimate estimate_below(const Plan& plan, double bound) const;
+  // A fixed point whose floor (finish_sync) reaches that limit is screened before its DP
+  // sync's rings run. With OverBound::kDiscarded (the caller keeps only plans faster than
+  // `bound`) an exact screen follows: an estimate whose floor reaches `bound` itself comes
+  // back `screened`, its DP sync's rings not run.
+  enum class OverBound { kUsed, kDiscarded };
+  Estimate estimate_below(const Plan& plan, double bound, OverBound over = OverBound::kUsed) const;
   static constexpr double kScreenMargin = 1.1;
   // The smallest and largest iteration time of `plan` with every compute kernel and every
   // transfer moved across its uncertainty (Profile::at_bound and moved_curve at -1, -1/2,
@@ -231,15 +236,20 @@ class CostModel {
   void count_off_machine(const std::vector<std::pair<int, int>>& flows, NicFlows& f) const;
   double layer_s(int device, double phi, int micro_batch, bool forward, Recompute r, double share,
                  double experts) const;
-  void dp_sync(const Plan& plan, Estimate& est) const;
+  // False where the iteration's floor reaches `limit` first (finish_sync).
+  bool dp_sync(const Plan& plan, Estimate& est, double limit) const;
   void mesh_dp_sync(const Plan& plan, Estimate& est) const;
   // send_s / grad_s of every boundary and the pipelines' timelines, NICs shared over time.
   // Returns whether the shared timeline should replace the fixed point (not run here).
   bool boundary_times(const Plan& plan, std::vector<PipelineEstimate>& pes) const;
   // Every device's memory, each stage's times and the pipelines' (boundary_times aside).
   Estimate stage_estimates(const Plan& plan) const;
-  // The iteration from its pipelines: DP sync, optimizer, fit, throughput.
-  void finish(const Plan& plan, Estimate& est) const;
+  // The slowest pipeline, each device's optimizer step and fit (the DP sync reads none).
+  void settle(const Plan& plan, Estimate& est) const;
+  // After settle(): the DP sync, then the iteration time and throughput figures. Where a
+  // floor of the iteration time (without the DP sync, or with its floor: DpSync::run) reaches
+  // `limit` first, the floor instead, `screened`: false.
+  bool finish_sync(const Plan& plan, Estimate& est, double limit) const;
   // Where boundary flows of different classes share NICs: the pipelines run together
   // with transfers sharing NICs as they overlap (time_s and finish_s replaced).
   void shared_timeline(const Plan& plan, std::vector<PipelineEstimate>& pes) const;

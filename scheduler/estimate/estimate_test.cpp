@@ -200,6 +200,45 @@ TEST_F(Fixture, EstimateBelowScreensOnlyWhereTheSharedTimelineRuns) {
   EXPECT_EQ(under.iteration_time_s, plain.iteration_time_s);
 }
 
+// A search that keeps only plans faster than the bound (OverBound::kDiscarded): the DP sync's
+// floor (every device's schedule end plus its own pieces' times, before the rings share NICs)
+// screens a plan whose floor reaches the bound, without running the rings; a plan whose floor
+// stays under it gets the full estimate bit for bit, even where the full time is over the
+// bound. Here the two rings share each machine's NIC, so the full DP sync ends after the floor.
+TEST_F(Fixture, EstimateBelowDiscardingScreensOnTheDataParallelFloor) {
+  sc.model.hidden = 1024;
+  sc.model.ffn = 2816;
+  const Plan p = plan(R"({"version": 1, "pipelines": [
+    {"batch": 4, "stages": [{"devices": [0], "layers": [0, 2]}, {"devices": [1], "layers": [2, 8]}]},
+    {"batch": 4, "stages": [{"devices": [4], "layers": [0, 2]}, {"devices": [5], "layers": [2, 8]}]}]})");
+  CostModel cm(sc.cluster, sc.model, sc.training, sc.profile);
+  const Estimate full = cm.estimate(p);
+  double floor_end = full.pipeline_s;
+  for (const auto& d : full.devices)
+    floor_end = std::max(floor_end, full.pipelines[d.pipeline].finish_s[d.stage] + d.dp_sync_s);
+  const double floor = floor_end + full.optimizer_s;
+  ASSERT_LT(floor, full.iteration_time_s * (1 - 1e-6));  // the shared NICs show
+
+  using Over = CostModel::OverBound;
+  const Estimate at = cm.estimate_below(p, floor, Over::kDiscarded);
+  EXPECT_TRUE(at.screened);
+  EXPECT_NEAR(at.iteration_time_s, floor, 1e-12 * floor);
+  const Estimate between =
+      cm.estimate_below(p, (floor + full.iteration_time_s) / 2, Over::kDiscarded);
+  EXPECT_FALSE(between.screened);
+  EXPECT_EQ(between.iteration_time_s, full.iteration_time_s);
+  EXPECT_EQ(between.dp_sync_s, full.dp_sync_s);
+  // Under the pipelines and optimizer alone: screened before the DP sync.
+  const Estimate low = cm.estimate_below(p, full.pipeline_s, Over::kDiscarded);
+  EXPECT_TRUE(low.screened);
+  EXPECT_EQ(low.dp_sync_s, 0);
+  EXPECT_EQ(low.iteration_time_s, full.pipeline_s + full.optimizer_s);
+  // A search that uses the estimate over the bound (the default) gets it in full.
+  const Estimate used = cm.estimate_below(p, floor / 10);
+  EXPECT_FALSE(used.screened);
+  EXPECT_EQ(used.iteration_time_s, full.iteration_time_s);
+}
+
 // Each stage starts its DP sync when its own schedule ends: the last stage is done
 // one backward and one gradient send before the first, so that much of its sync is
 // hidden behind the drain. Stage 1 holds 6 of 8 layers: its sync is the longest.

@@ -415,9 +415,9 @@ Plan assemble_plan(const std::vector<std::vector<std::vector<int>>>& stages,
   return plan;
 }
 
-ScoredPlan score_plan(const CostModel& cm, Plan plan, double bound) {
+ScoredPlan score_plan(const CostModel& cm, Plan plan, double bound, CostModel::OverBound over) {
   ScoredPlan out;
-  out.estimate = cm.estimate_below(plan, bound);
+  out.estimate = cm.estimate_below(plan, bound, over);
   out.pipelines_s = out.estimate.pipeline_s;
   out.plan = std::move(plan);
   return out;
@@ -470,7 +470,7 @@ std::optional<ScoredPlan> SpecEvaluator::align_layers(const ScoredPlan& scored) 
       }
     }
     const double held = best ? best->objective() : scored.objective();
-    ScoredPlan aligned = score_plan(cm_, std::move(trial), held);
+    ScoredPlan aligned = score_plan(cm_, std::move(trial), held, CostModel::OverBound::kDiscarded);
     if (!aligned.estimate.screened && aligned.objective() < held) best = std::move(aligned);
   }
   return best;
@@ -602,7 +602,7 @@ std::optional<ScoredPlan> SpecEvaluator::compute_balanced(const ScoredPlan& scor
     }
   }
   if (!changed) return std::nullopt;
-  ScoredPlan balanced = score_plan(cm_, std::move(plan), bound);
+  ScoredPlan balanced = score_plan(cm_, std::move(plan), bound, CostModel::OverBound::kDiscarded);
   if (!balanced.estimate.feasible || balanced.estimate.screened) return std::nullopt;
   return balanced;
 }

@@ -75,7 +75,8 @@ struct ScoredPlan {
 // `plan` with `cm`'s estimate of it (pipelines_s: the estimate's slowest pipeline); below a
 // finite `bound`, CostModel::estimate_below's (the estimate may come back `screened`).
 ScoredPlan score_plan(const CostModel& cm, Plan plan,
-                      double bound = std::numeric_limits<double>::infinity());
+                      double bound = std::numeric_limits<double>::infinity(),
+                      CostModel::OverBound over = CostModel::OverBound::kUsed);
 
 // Turns PlanSpecs into Plans and scores them, caching per-pipeline curves.
 class SpecEvaluator {
