@@ -49,6 +49,8 @@ TEST(CliPlan, ReportsWhatTheSearchDid) {
   json bs = json::parse(b.out)["search"];
   EXPECT_EQ(bs["mode"], "machine-level + device refinement");
   EXPECT_EQ(bs["stopped"], "budget");
+  // 128 GPUs, the device-level refinement's range: no expected cost (SaysWhatALongSearch...).
+  EXPECT_EQ(b.err.find("of search expected"), std::string::npos) << b.err;
 }
 
 TEST(CliPlan, VerifyReturnsTheFastestSimulatedOfTheTopPlans) {
@@ -145,6 +147,19 @@ TEST(CliPlan, ExplainShowsTheExpertsOfAMixtureOfExperts) {
 // A question without files: the cluster from a mix, the model and batch from flags; the
 // scenario the flags made, saved, gives the same plan bytes; estimate, simulate and seq take
 // the same flags; a missing part is bad input naming it.
+// A machine-level HexiScale search (above 512 GPUs) says first how long it is expected to take
+// and what stops it sooner.
+TEST(CliPlan, SaysWhatALongSearchIsExpectedToCost) {
+  auto r = run_cli(
+      "plan --mix H100:32x8,A100:32x8,L40S:32x8,RTX4090:32x8 --model llama3-70b --global-batch "
+      "1024 --scheduler hexiscale --time-budget 0.5 --verify 0 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("hexiscale: 1024 GPUs: about 23 s of search expected"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--time-budget stops it at 0.5 s"), std::string::npos) << r.err;
+  EXPECT_EQ(json::parse(r.out)["search"]["stopped"], "budget");
+}
+
 TEST(CliPlan, AsksWithoutFiles) {
   auto dir = scratch_dir("plan-asked");
   const auto saved = dir / "asked.json", a = dir / "a.json", b = dir / "b.json";

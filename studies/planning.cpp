@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "scheduler/hexiscale/hexiscale.hpp"
 #include "scheduler/program/lower.hpp"
 #include "scheduler/scheduler.hpp"
 #include "topologies/text.hpp"
@@ -207,6 +208,24 @@ Result<SearchResult> plan_pipeline(const std::string& name, const Scenario& sc,
 
 namespace {
 
+// Before a HexiScale search expected to take 10 s or more (expected_search_s): one line
+// saying how long, from what, and what stops it sooner.
+void log_expected_cost(const Scenario& sc, const SearchOptions& options, const PlanningLog& log) {
+  auto o = read_hexiscale_options(sc);
+  if (!o) return;  // the search reports it
+  const int gpus = sc.cluster.num_devices();
+  const auto expected = expected_search_s(gpus, *o);
+  if (!expected || *expected < 10) return;
+  std::string line = "hexiscale: " + std::to_string(gpus) + " GPUs: about " + fixed(*expected, 0) +
+                     " s of search expected (" + fixed(kExpectedAt1024, 1) +
+                     " s at 1024 GPUs on a 2-core machine, growing as GPUs^" +
+                     fixed(kExpectedGrowth, 2) + "); ";
+  line += options.time_budget_s > 0 && options.time_budget_s < *expected
+              ? "--time-budget stops it at " + fixed(options.time_budget_s, 1) + " s"
+              : "--time-budget S returns the best plan so far after S s";
+  log(line);
+}
+
 Result<SearchResult> plan_one(const std::string& name, const Scenario& sc, SearchOptions options,
                               std::optional<int> verify, const PlanningLog& log) {
   // A verification no plan's program allows is refused when asked for, skipped with a note
@@ -219,6 +238,7 @@ Result<SearchResult> plan_one(const std::string& name, const Scenario& sc, Searc
     }
   }
   options.runners_up = verify.value_or(default_verify(sc));
+  if (name == "hexiscale" && log) log_expected_cost(sc, options, log);
   auto r = run_pipeline_scheduler(name, sc, options);
   if (!r) return r.error();
   if (log) log(r->summary());  // what the search did, in one line
