@@ -57,6 +57,22 @@ std::vector<std::vector<int>> by_machine(const std::vector<int>& devices, const 
   return groups;
 }
 
+// Whether machine_order(devices) is `devices` itself: each machine's devices follow each other.
+// Checked pair by pair up to kQuickOrderCheck devices (a stage's, a machine's); beyond, the
+// regrouping answers.
+constexpr std::size_t kQuickOrderCheck = 16;
+bool in_machine_order(const std::vector<int>& devices, const Cluster& cluster) {
+  if (devices.size() > kQuickOrderCheck) return false;
+  const auto machine = [&](std::size_t i) { return cluster.devices()[devices[i]].machine; };
+  for (std::size_t i = 1; i < devices.size(); ++i) {
+    if (machine(i) == machine(i - 1)) continue;
+    for (std::size_t j = 0; j + 1 < i; ++j) {
+      if (machine(j) == machine(i)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::vector<int> machine_order(const std::vector<int>& devices, const Cluster& cluster) {
@@ -72,8 +88,11 @@ std::pair<double, double> ring_link(const Cluster& cluster, const std::vector<in
   double bw = std::numeric_limits<double>::infinity(), lat = 0;
   if (n <= 1) return {bw, 0.0};
   // Machine by machine, each ring edge that leaves a machine has its NICs to itself in
-  // its direction.
-  const std::vector<int> group = machine_order(devices, cluster);
+  // its direction. Devices already in that order (a stage's, a machine's) are ringed as they
+  // are, without the regrouping's copies.
+  std::vector<int> regrouped;
+  if (!in_machine_order(devices, cluster)) regrouped = machine_order(devices, cluster);
+  const std::vector<int>& group = regrouped.empty() ? devices : regrouped;
   const double message = bytes / n;
   for (int i = 0; i < n; ++i) {
     const int a = group[i], b = group[(i + 1) % n];
