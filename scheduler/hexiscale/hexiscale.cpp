@@ -96,7 +96,7 @@ std::vector<int> interleave_pipelines(const CostModel& cm, ScoredPlan& best, int
 std::optional<double> expected_search_s(int gpus, const HexiScaleOptions& options) {
   if (gpus <= options.device_refine_max) return std::nullopt;
   const double two_threads = kExpectedAt1024 * std::pow(gpus / 1024.0, kExpectedGrowth);
-  return options.threads == 1 ? 1.3 * two_threads : two_threads;
+  return options.threads == 1 ? kOneThread * two_threads : two_threads;
 }
 
 Error no_feasible_plan(const Scenario& sc, const std::string& scheduler) {

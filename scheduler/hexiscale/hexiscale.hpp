@@ -79,11 +79,12 @@ int max_pipelines_by_memory(const CostModel& cm, std::optional<Recompute> recomp
 // call prints before a long search. Above options.device_refine_max GPUs the machine-level
 // search grew as GPUs^kExpectedGrowth from kExpectedAt1024 s at 1 024 GPUs (four GPU types,
 // eight a machine, Llama-3 70B, two threads on a 2-core VM: 22.6 s at 1 024, 167.8 s at 4 096;
-// one thread 1.3x as long: bench/RESULTS.md, cost at scale). nullopt at or below it, where the
-// device-level refinement's cost depends on the network more than on the size (a 40-GPU TCP
+// one thread kOneThread x as long: bench/RESULTS.md, cost at scale). nullopt at or below it, where
+// the device-level refinement's cost depends on the network more than on the size (a 40-GPU TCP
 // cluster took 30 s, 128 GPUs over RDMA 5 s).
 inline constexpr double kExpectedAt1024 = 22.6;
 inline constexpr double kExpectedGrowth = 1.45;
+inline constexpr double kOneThread = 1.3;
 std::optional<double> expected_search_s(int gpus, const HexiScaleOptions& options);
 
 // Error for "no feasible plan found": memory needed vs available.
