@@ -900,9 +900,14 @@ class DpSync {
     std::vector<int> spanning;
     unsigned tag = 0;  // the generation it was found in
 
-    // The pipelines of the holders on machine m.
-    auto on(int m) const {
-      return std::ranges::equal_range(on_machine, m, {}, &std::pair<int, int>::first);
+    // The (machine, pipeline) entries of the holders on machine m.
+    std::span<const std::pair<int, int>> on(int m) const {
+      const auto [first, last] =
+          std::equal_range(on_machine.begin(), on_machine.end(), std::pair<int, int>{m, 0},
+                           [](const std::pair<int, int>& a, const std::pair<int, int>& b) {
+                             return a.first < b.first;
+                           });
+      return {first, last};
     }
   };
 
